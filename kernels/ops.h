@@ -1,0 +1,145 @@
+/* The op interface: everything a forward pass needs, implemented once as a
+ * plain float32 CPU reference (kernels/cpu/) and once per GPU backend
+ * (kernels/cuda/).  A forward pass is written against this table only.
+ *
+ * Conventions
+ * - Every pointer an op takes lives in the backend's memory (host memory for
+ *   the CPU backend, device memory for CUDA); allocate with be->alloc and
+ *   move bytes with be->upload / be->download.
+ * - Activations are float32, row-major, one row per token.
+ * - Token positions, token ids and expert ids are int32 in backend memory,
+ *   so a GPU decode step can be captured once and replayed (the host only
+ *   writes the next id and position, and reads back sampled ids).
+ * - Ops enqueue work and do not report errors one by one: a backend keeps
+ *   the first failure and returns it from be->sync.
+ * - Optional ops (fused variants) may be NULL; callers then use the unfused
+ *   sequence, which must give the same result within the op's tolerance.
+ */
+#ifndef MR_OPS_H
+#define MR_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "common/quant.h"
+
+typedef struct mr_backend mr_backend;
+
+/* A weight matrix, or a stack of n_mats matrices (MoE experts), in the GGUF
+ * block layout.  Shape as GGUF writes it: cols = ne[0] (input features, the
+ * contiguous dimension), rows = ne[1] (output features), n_mats = ne[2]. */
+typedef struct mr_weight {
+    const char *name;
+    int type;              /* enum mr_type */
+    int64_t cols, rows, n_mats;
+    size_t row_bytes;      /* mr_row_size(type, cols) */
+    const void *data;      /* backend memory: the GGUF bytes */
+    void *priv;            /* backend-owned extra layout (repacked copy), or NULL */
+} mr_weight;
+
+enum mr_rope_mode {
+    MR_ROPE_NORM = 0, /* rotate pairs (2i, 2i+1) */
+    MR_ROPE_NEOX = 2, /* rotate pairs (i, i + n_rot/2): Qwen, GPT-NeoX */
+};
+
+/* Paged KV cache, one pool for all sequences: per layer, K and V blocks of
+ * block_tokens tokens, each token n_kv_heads * head_dim values.  A sequence
+ * owns a block table (int32 block ids in backend memory); position p lives
+ * in block table[p / block_tokens], slot p % block_tokens. */
+typedef enum mr_kv_dtype { MR_KV_F32 = 0, MR_KV_F16 = 1, MR_KV_BF16 = 2 } mr_kv_dtype;
+
+typedef struct mr_kv_cache {
+    int n_layers;
+    int n_blocks;
+    int block_tokens;
+    int n_kv_heads;
+    int head_dim;
+    mr_kv_dtype dtype;
+    void **k;              /* [n_layers] -> block storage in backend memory */
+    void **v;
+} mr_kv_cache;
+
+struct mr_backend {
+    const char *name;      /* "cpu", "cuda" */
+    void *ctx;             /* backend state */
+
+    /* ---- memory ---- */
+    void *(*alloc)(mr_backend *be, size_t bytes); /* NULL on failure */
+    void (*free)(mr_backend *be, void *p);
+    int (*upload)(mr_backend *be, void *dst, const void *src, size_t n, mr_err *err);
+    int (*download)(mr_backend *be, void *dst, const void *src, size_t n, mr_err *err);
+    /* Waits for queued work; returns the first error any op hit. */
+    int (*sync)(mr_backend *be, mr_err *err);
+    /* Makes w usable by this backend from host bytes (w->type/shape set by
+     * the caller).  CPU: w->data = host (no copy).  GPU: copy, maybe repack. */
+    int (*weight_load)(mr_backend *be, mr_weight *w, const void *host, mr_err *err);
+    void (*weight_release)(mr_backend *be, mr_weight *w);
+    int (*kv_create)(mr_backend *be, mr_kv_cache *kv, mr_err *err); /* fields set by caller */
+    void (*kv_destroy)(mr_backend *be, mr_kv_cache *kv);
+    void (*destroy)(mr_backend *be);
+
+    /* ---- ops ---- */
+    /* out[t][:] = dequantized row ids[t] of w (embedding lookup). */
+    void (*get_rows)(mr_backend *be, const mr_weight *w, const int32_t *ids, int n, float *out);
+
+    /* y[t][r] = sum_c W[r][c] * x[t][c] for t < n. */
+    void (*matmul)(mr_backend *be, const mr_weight *w, const float *x, float *y, int n);
+
+    /* Expert matmul: y[t][j][r] = sum_c W[ids[t][j]][r][c] * x[t][xs ? j : 0][c]
+     * for t < n, j < k; x has x_slots (1 or k) rows per token. */
+    void (*matmul_id)(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
+                      const int32_t *ids, int k, float *y, int n);
+
+    /* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, rows of dim; y may be x. */
+    void (*rmsnorm)(mr_backend *be, const float *x, const float *w, float *y, int n_rows,
+                    int dim, float eps);
+
+    /* In place on x[t][h][head_dim] for the first n_rot dims of each head,
+     * angle pos[t] * theta_base^(-2i/n_rot). */
+    void (*rope)(mr_backend *be, float *x, const int32_t *pos, int n, int n_heads, int head_dim,
+                 int n_rot, float theta_base, enum mr_rope_mode mode);
+
+    /* Writes k[t], v[t] ([n_kv_heads * head_dim] each) at position pos[t] of
+     * the sequence whose block table is given. */
+    void (*kv_store)(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t *block_table,
+                     const float *k, const float *v, const int32_t *pos, int n);
+
+    /* Causal GQA attention for n tokens of one sequence: token t (query
+     * q[t][n_heads * head_dim]) attends to positions 0..pos[t] of the cache.
+     * Query head h reads kv head h / (n_heads / n_kv_heads).  out like q. */
+    void (*attention)(mr_backend *be, const mr_kv_cache *kv, int layer,
+                      const int32_t *block_table, const float *q, const int32_t *pos, int n,
+                      int n_heads, float scale, float *out);
+
+    /* out[i] = silu(gate[i]) * up[i]. out may alias either input. */
+    void (*swiglu)(mr_backend *be, const float *gate, const float *up, float *out, size_t n);
+
+    /* y[i] += x[i]. */
+    void (*add)(mr_backend *be, float *y, const float *x, size_t n);
+
+    /* MoE routing from router logits [n][n_expert]: softmax over all experts,
+     * the k largest (ties: lower id first), weights renormalised to sum 1 when
+     * norm_topk.  ids [n][k] int32, weights [n][k] float32. */
+    void (*moe_route)(mr_backend *be, const float *logits, int n, int n_expert, int k,
+                      bool norm_topk, int32_t *ids, float *weights);
+
+    /* out[t][r] = sum_j weights[t][j] * y[t][j][r]. */
+    void (*moe_combine)(mr_backend *be, const float *y, const float *weights, int n, int k,
+                        int rows, float *out);
+
+    /* ids[t] = argmax of x[t][0..dim) (lowest index wins ties). */
+    void (*argmax)(mr_backend *be, const float *x, int n, int dim, int32_t *ids);
+};
+
+/* Backends.  name: "cpu", "cuda" or "auto" (cuda when built with it and a
+ * device is present, else cpu). */
+mr_backend *mr_backend_create(const char *name, mr_err *err);
+void mr_backend_destroy(mr_backend *be);
+mr_backend *mr_backend_cpu_create(mr_err *err);
+/* Defined by kernels/cuda when built with nvcc; otherwise a stub that fails. */
+mr_backend *mr_backend_cuda_create(int device, mr_err *err);
+bool mr_backend_cuda_available(void);
+
+#endif

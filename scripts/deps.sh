@@ -1,0 +1,26 @@
+#!/bin/sh
+# Installs the Debian packages the build and the tests need, when missing.
+set -eu
+PKGS="build-essential pkg-config libnng-dev libmsgpack-dev libh2o-evloop-dev libjansson-dev \
+check clang libclang-rt-14-dev unicode-data libssl-dev zlib1g-dev curl"
+missing=""
+for p in $PKGS; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+# node and npm may come from elsewhere than Debian; install them only when absent.
+command -v node >/dev/null 2>&1 || missing="$missing nodejs"
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
+if [ -n "$missing" ]; then
+    echo "memra deps: installing:$missing"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    # shellcheck disable=SC2086
+    $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+# npm packages used by the reference tools in tests (tests/node).
+if [ -f tests/node/package.json ] && [ ! -d tests/node/node_modules ]; then
+    echo "memra deps: npm install in tests/node"
+    (cd tests/node && npm install --no-audit --no-fund --silent)
+fi
