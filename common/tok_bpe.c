@@ -85,10 +85,10 @@ static inline bool merge_find(const mr_tokenizer *t, mr_token a, mr_token b, uin
     uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
     uint64_t h = (key * 0x9E3779B97F4A7C15ull) >> 20 & t->mmask;
     for (;;) {
-        uint64_t k = t->mkey[h];
+        uint64_t k = t->merge[h].key;
         if (k == key) {
-            *rank = t->mrank[h];
-            *res = t->mres[h];
+            *rank = t->merge[h].rank;
+            *res = t->merge[h].res;
             return true;
         }
         if (k == 0)

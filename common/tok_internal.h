@@ -48,9 +48,11 @@ struct mr_tokenizer {
     uint32_t *slot;
     uint64_t slot_mask;
     /* BPE merges: (left id, right id) -> rank, merged id */
-    uint64_t *mkey;         /* (left << 32 | right) + 1, 0 = empty */
-    uint32_t *mrank;
-    mr_token *mres;
+    struct mr_merge {
+        uint64_t key;       /* (left << 32 | right) + 1, 0 = empty */
+        uint32_t rank;
+        mr_token res;
+    } *merge;               /* one probe touches one cache line */
     uint64_t mmask;
     /* BPE: token of the byte-level character of byte b; SPM: <0xNN> token */
     mr_token byte_tok[256];

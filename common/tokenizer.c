@@ -144,9 +144,7 @@ void mr_tok_free(mr_tokenizer *t)
     free(t->type);
     free(t->strip);
     free(t->slot);
-    free(t->mkey);
-    free(t->mrank);
-    free(t->mres);
+    free(t->merge);
     free(t->piece);
     free(t->poff);
     free(t->plen);
@@ -398,10 +396,8 @@ int mr_tok_load(const mr_gguf *g, mr_tokenizer **out, mr_err *err)
         uint64_t ms = 1;
         while (ms < nm * 2 + 2)
             ms <<= 1;
-        t->mkey = calloc(ms, sizeof *t->mkey);
-        t->mrank = malloc(ms * sizeof *t->mrank);
-        t->mres = malloc(ms * sizeof *t->mres);
-        if (!t->mkey || !t->mrank || !t->mres) {
+        t->merge = calloc(ms, sizeof *t->merge);
+        if (!t->merge) {
             mr_errf(err, "tokenizer: out of memory for %llu merges", (unsigned long long)nm);
             goto fail;
         }
@@ -434,13 +430,13 @@ int mr_tok_load(const mr_gguf *g, mr_tokenizer **out, mr_err *err)
                 continue; /* its result is not a token */
             uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
             uint64_t h = (key * 0x9E3779B97F4A7C15ull) >> 20 & t->mmask;
-            while (t->mkey[h] && t->mkey[h] != key)
+            while (t->merge[h].key && t->merge[h].key != key)
                 h = (h + 1) & t->mmask;
-            if (t->mkey[h])
+            if (t->merge[h].key)
                 continue; /* duplicate pair: the first (lowest) rank wins */
-            t->mkey[h] = key;
-            t->mrank[h] = (uint32_t)i;
-            t->mres[h] = r;
+            t->merge[h].key = key;
+            t->merge[h].rank = (uint32_t)i;
+            t->merge[h].res = r;
         }
     }
 

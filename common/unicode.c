@@ -206,67 +206,71 @@ static uint32_t compose_pair(uint32_t a, uint32_t b)
     return 0;
 }
 
-int mr_utf8_nfc(const char *s, size_t n, char **out, size_t *out_len)
+typedef struct obuf {
+    char *p;
+    size_t n, cap;
+} obuf;
+
+static int out_put(obuf *o, const void *p, size_t n)
 {
-    const uint8_t *u = (const uint8_t *)s;
-    bool quick = true;
-    for (size_t i = 0; i < n;) {
-        if (u[i] < 0x80) { /* ASCII is always NFC */
-            i++;
-            continue;
-        }
-        size_t l;
-        uint32_t c = mr_utf8_decode(u + i, n - i, &l);
-        if (mr_unicode_flags(c) & MR_UFLAG_NFC) {
-            quick = false;
-            break;
-        }
-        i += l;
-    }
-    if (quick)
-        return 0;
-    cpbuf d = {0};
-    for (size_t i = 0; i < n;) {
-        size_t l;
-        uint32_t c = mr_utf8_decode(u + i, n - i, &l);
-        if (decompose(&d, c, 0)) {
-            free(d.v);
+    if (o->cap - o->n < n) {
+        size_t cap = o->cap ? o->cap : 64;
+        while (cap - o->n < n)
+            cap *= 2;
+        char *q = realloc(o->p, cap);
+        if (!q)
             return -1;
-        }
+        o->p = q;
+        o->cap = cap;
+    }
+    memcpy(o->p + o->n, p, n);
+    o->n += n;
+    return 0;
+}
+
+/* Full NFC of one segment (decompose, reorder, compose), appended to o. */
+static int nfc_segment(const uint8_t *u, size_t n, cpbuf *d, obuf *o)
+{
+    d->n = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l;
+        uint32_t c = mr_utf8_decode(u + i, n - i, &l);
+        if (decompose(d, c, 0))
+            return -1;
         i += l;
     }
     /* canonical ordering: stable sort of each run of non-starters */
-    for (size_t i = 1; i < d.n; i++) {
-        unsigned cc = mr_unicode_ccc(d.v[i]);
+    for (size_t i = 1; i < d->n; i++) {
+        unsigned cc = mr_unicode_ccc(d->v[i]);
         if (cc == 0)
             continue;
         size_t j = i;
-        uint32_t c = d.v[i];
+        uint32_t c = d->v[i];
         while (j > 0) {
-            unsigned pc = mr_unicode_ccc(d.v[j - 1]);
+            unsigned pc = mr_unicode_ccc(d->v[j - 1]);
             if (pc == 0 || pc <= cc)
                 break;
-            d.v[j] = d.v[j - 1];
+            d->v[j] = d->v[j - 1];
             j--;
         }
-        d.v[j] = c;
+        d->v[j] = c;
     }
     /* canonical composition */
     size_t w = 0;
-    if (d.n > 0) {
+    if (d->n > 0) {
         size_t starter = 0;
-        unsigned last = mr_unicode_ccc(d.v[0]);
+        unsigned last = mr_unicode_ccc(d->v[0]);
         bool have_starter = last == 0;
         if (last != 0)
             last = 256;
         w = 1;
-        for (size_t i = 1; i < d.n; i++) {
-            uint32_t c = d.v[i];
+        for (size_t i = 1; i < d->n; i++) {
+            uint32_t c = d->v[i];
             unsigned cc = mr_unicode_ccc(c);
             if (have_starter && (last < cc || last == 0)) {
-                uint32_t comp = compose_pair(d.v[starter], c);
+                uint32_t comp = compose_pair(d->v[starter], c);
                 if (comp) {
-                    d.v[starter] = comp;
+                    d->v[starter] = comp;
                     continue;
                 }
             }
@@ -275,19 +279,74 @@ int mr_utf8_nfc(const char *s, size_t n, char **out, size_t *out_len)
                 have_starter = true;
             }
             last = cc;
-            d.v[w++] = c;
+            d->v[w++] = c;
         }
     }
-    char *o = malloc(w * 4 + 1);
-    if (!o) {
-        free(d.v);
-        return -1;
+    for (size_t i = 0; i < w; i++) {
+        char e[4];
+        size_t l = mr_utf8_encode(d->v[i], e);
+        if (out_put(o, e, l))
+            return -1;
     }
-    size_t ol = 0;
-    for (size_t i = 0; i < w; i++)
-        ol += mr_utf8_encode(d.v[i], o + ol);
+    return 0;
+}
+
+/* NFC works on independent segments: a code point that NFC leaves alone
+ * (quick check Yes, combining class 0) is a boundary that nothing composes
+ * or reorders across, except that it may start a composition with what
+ * follows.  So only the stretch from the last such code point before a
+ * flagged one to the next such code point after it is normalized; the rest
+ * is copied. */
+int mr_utf8_nfc(const char *s, size_t n, char **out, size_t *out_len)
+{
+    const uint8_t *u = (const uint8_t *)s;
+    size_t i = 0;
+    for (; i < n; i++) {
+        if (u[i] >= 0x80) {
+            size_t l;
+            uint32_t c = mr_utf8_decode(u + i, n - i, &l);
+            if (mr_unicode_flags(c) & MR_UFLAG_NFC)
+                break;
+            i += l - 1;
+        }
+    }
+    if (i == n)
+        return 0;
+    obuf o = {0};
+    cpbuf d = {0};
+    size_t pos = 0, safe = (size_t)-1;
+    i = 0;
+    while (i < n) {
+        size_t l;
+        uint32_t c = mr_utf8_decode(u + i, n - i, &l);
+        if (!(mr_unicode_flags(c) & MR_UFLAG_NFC)) {
+            safe = i;
+            i += l;
+            continue;
+        }
+        size_t seg = (safe != (size_t)-1 && safe >= pos) ? safe : pos;
+        size_t end = i + l;
+        while (end < n) {
+            uint32_t c2 = mr_utf8_decode(u + end, n - end, &l);
+            if (!(mr_unicode_flags(c2) & MR_UFLAG_NFC))
+                break;
+            end += l;
+        }
+        if (out_put(&o, u + pos, seg - pos) || nfc_segment(u + seg, end - seg, &d, &o))
+            goto oom;
+        pos = i = end;
+        safe = (size_t)-1;
+    }
+    if (out_put(&o, u + pos, n - pos))
+        goto oom;
     free(d.v);
-    *out = o;
-    *out_len = ol;
+    if (!o.p && !(o.p = malloc(1)))
+        return -1;
+    *out = o.p;
+    *out_len = o.n;
     return 1;
+oom:
+    free(d.v);
+    free(o.p);
+    return -1;
 }
