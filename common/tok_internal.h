@@ -39,6 +39,7 @@ struct mr_tokenizer {
     bool nfc;               /* the text is put in Unicode NFC first (Qwen2 family) */
     bool add_bos, add_eos, add_space_prefix;
     uint32_t n;             /* vocabulary size */
+    uint32_t max_len;       /* longest token string, bytes */
     char *text;             /* all token strings, each followed by a NUL */
     uint32_t *off, *len;    /* string of token i: text + off[i], len[i] bytes */
     float *score;
@@ -72,10 +73,10 @@ struct mr_tokenizer {
 /* model encoders (one raw-text fragment, no specials) */
 int mr_bpe_encode(const mr_tokenizer *t, const char *text, size_t len, mr_tokens *out,
                   mr_err *err);
+int mr_wpm_encode(const mr_tokenizer *t, const char *text, size_t len, mr_tokens *out,
+                  mr_err *err);
 int mr_spm_encode(const mr_tokenizer *t, const char *text, size_t len, mr_tokens *out,
                   mr_err *err);
 
-int mr_tokens_push(mr_tokens *t, mr_token id);
-int mr_bytes_append(mr_bytes *b, const void *p, size_t n);
 
 #endif

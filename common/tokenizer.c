@@ -251,8 +251,10 @@ int mr_tok_load(const mr_gguf *g, mr_tokenizer **out, mr_err *err)
         t->model = MR_TOK_MODEL_BPE;
     } else if (strcmp(model, "llama") == 0) {
         t->model = MR_TOK_MODEL_SPM;
+    } else if (strcmp(model, "bert") == 0) {
+        t->model = MR_TOK_MODEL_WPM;
     } else {
-        mr_errf(err, "tokenizer.ggml.model: '%.100s' is not supported (gpt2, llama)", model);
+        mr_errf(err, "tokenizer.ggml.model: '%.100s' is not supported (gpt2, llama, bert)", model);
         goto fail;
     }
     if (mr_gguf_find(g, "tokenizer.ggml.pre") && mr_gguf_get_str(g, "tokenizer.ggml.pre", &pre, err))
@@ -268,10 +270,14 @@ int mr_tok_load(const mr_gguf *g, mr_tokenizer **out, mr_err *err)
         /* Hugging Face's Qwen2 tokenizers normalize to NFC before splitting */
         t->nfc = t->pre == MR_PRE_QWEN2 || t->pre == MR_PRE_QWEN35;
         t->add_bos = t->pre == MR_PRE_LLAMA3;
-    } else {
+    } else if (t->model == MR_TOK_MODEL_SPM) {
         t->pre = MR_PRE_NONE;
         t->add_bos = true;
         t->add_space_prefix = true;
+    } else {
+        t->pre = MR_PRE_NONE;
+        t->add_bos = true; /* [CLS] ... [SEP] */
+        t->add_eos = true;
     }
 
     /* tokens */
@@ -316,6 +322,8 @@ int mr_tok_load(const mr_gguf *g, mr_tokenizer **out, mr_err *err)
         t->len[i] = (uint32_t)s->len;
         pos += s->len + 1;
         t->type[i] = MR_TOKTYPE_NORMAL;
+        if (s->len > t->max_len)
+            t->max_len = (uint32_t)s->len;
     }
 
     const mr_gguf_kv *kv;
@@ -446,6 +454,14 @@ int mr_tok_load(const mr_gguf *g, mr_tokenizer **out, mr_err *err)
         t->unk = t->n > 0 ? 0 : MR_TOKEN_NULL;
         t->bos = t->n > 1 ? 1 : MR_TOKEN_NULL;
         t->eos = t->n > 2 ? 2 : MR_TOKEN_NULL;
+    } else if (t->model == MR_TOK_MODEL_WPM) {
+        /* BERT: [UNK] 100, [CLS] 101 opens, [SEP] 102 closes */
+        t->unk = t->n > 100 ? 100 : MR_TOKEN_NULL;
+        t->bos = t->n > 101 ? 101 : MR_TOKEN_NULL;
+        t->eos = t->n > 102 ? 102 : MR_TOKEN_NULL;
+        if (get_id(g, "tokenizer.ggml.cls_token_id", t->n, &t->bos, err) ||
+            get_id(g, "tokenizer.ggml.seperator_token_id", t->n, &t->eos, err))
+            goto fail;
     }
     if (get_id(g, "tokenizer.ggml.bos_token_id", t->n, &t->bos, err) ||
         get_id(g, "tokenizer.ggml.eos_token_id", t->n, &t->eos, err) ||
@@ -556,7 +572,7 @@ static int piece_of(const mr_tokenizer *t, uint32_t id, mr_bytes *b)
         /* a byte-level BPE byte token reads as normal text */
         __attribute__((fallthrough));
     case MR_TOKTYPE_NORMAL:
-        if (t->model == MR_TOK_MODEL_SPM) {
+        if (t->model != MR_TOK_MODEL_BPE) {
             /* U+2581 (e2 96 81) is the space */
             for (size_t i = 0; i < n;) {
                 if (i + 3 <= n && memcmp(s + i, "\xe2\x96\x81", 3) == 0) {
@@ -708,6 +724,8 @@ static int utf8_seq(const uint8_t *s, size_t n)
 /* Emits the valid part of pend; keeps an unfinished tail unless final. */
 static int stream_drain(mr_detok_stream *s, bool final, mr_bytes *out)
 {
+    if (s->pend.len == 0)
+        return 0;
     const uint8_t *p = (const uint8_t *)s->pend.data;
     size_t n = s->pend.len, i = 0, run = 0;
     while (i < n) {
@@ -727,7 +745,8 @@ static int stream_drain(mr_detok_stream *s, bool final, mr_bytes *out)
     }
     if (mr_bytes_append(out, p + run, i - run))
         return -1;
-    memmove(s->pend.data, s->pend.data + i, n - i);
+    if (n > i)
+        memmove(s->pend.data, s->pend.data + i, n - i);
     s->pend.len = n - i;
     return 0;
 }
@@ -737,11 +756,9 @@ int mr_detok_stream_push(mr_detok_stream *s, mr_token id, mr_bytes *out, mr_err 
     unsigned f = s->flags;
     if (!s->first)
         f &= ~(unsigned)MR_DETOK_STRIP_LEADING_SPACE;
-    size_t before = s->pend.len;
     if (mr_tok_piece(s->t, id, f, &s->pend, err))
         return -1;
-    if (s->pend.len > before)
-        s->first = false;
+    s->first = false; /* as in mr_tok_decode: only the first token is stripped */
     if (stream_drain(s, false, out))
         return mr_errf(err, "detokenize: out of memory");
     return 0;
@@ -877,7 +894,9 @@ int mr_tok_encode(const mr_tokenizer *t, const char *text, size_t len, unsigned 
             prev_special = true;
             continue;
         }
-        if (t->model == MR_TOK_MODEL_BPE) {
+        if (t->model == MR_TOK_MODEL_WPM) {
+            rc = mr_wpm_encode(t, text + f.off, f.len, out, err);
+        } else if (t->model == MR_TOK_MODEL_BPE) {
             char *norm = NULL;
             size_t nlen = 0;
             int nr = t->nfc ? mr_utf8_nfc(text + f.off, f.len, &norm, &nlen) : 0;

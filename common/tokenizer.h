@@ -3,8 +3,9 @@
  * streaming detokenizer that never emits a broken UTF-8 sequence.
  *
  * Models: `gpt2` (byte-level BPE, merge ranks) with the upstream
- * pre-tokenizers named by `tokenizer.ggml.pre`, and `llama`
- * (SentencePiece: scores, <0xNN> byte fallback, leading-space prefix).
+ * pre-tokenizers named by `tokenizer.ggml.pre`, `llama` (SentencePiece:
+ * scores, <0xNN> byte fallback, leading-space prefix) and `bert`
+ * (WordPiece: BERT normalization, greedy longest match).
  * A loaded mr_tokenizer is immutable: any number of threads may encode and
  * decode with it at once (each call uses its own scratch memory). */
 #ifndef MR_TOKENIZER_H
@@ -23,6 +24,7 @@ typedef int32_t mr_token;
 enum mr_tok_model {
     MR_TOK_MODEL_BPE = 1, /* tokenizer.ggml.model = gpt2 */
     MR_TOK_MODEL_SPM = 2, /* tokenizer.ggml.model = llama */
+    MR_TOK_MODEL_WPM = 3, /* tokenizer.ggml.model = bert (WordPiece) */
 };
 
 /* Token types as stored in tokenizer.ggml.token_type. */
@@ -42,6 +44,8 @@ typedef struct mr_bytes {
     size_t len, cap;
 } mr_bytes;
 void mr_bytes_free(mr_bytes *b);
+/* Appends n bytes (keeps a NUL after the end, not counted in len); -1 when out of memory. */
+int mr_bytes_append(mr_bytes *b, const void *p, size_t n);
 
 /* A growable list of token ids. */
 typedef struct mr_tokens {
@@ -49,6 +53,7 @@ typedef struct mr_tokens {
     size_t n, cap;
 } mr_tokens;
 void mr_tokens_free(mr_tokens *t);
+int mr_tokens_push(mr_tokens *t, mr_token id); /* -1 when out of memory */
 
 typedef struct mr_tokenizer mr_tokenizer;
 

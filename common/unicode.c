@@ -185,6 +185,25 @@ static int decompose(cpbuf *b, uint32_t cp, int depth)
     return d[2] ? decompose(b, d[2], depth + 1) : 0;
 }
 
+size_t mr_unicode_decompose(uint32_t cp, uint32_t *out, size_t cap)
+{
+    if (cp < 0xC0 && cap > 0) { /* nothing below U+00C0 decomposes */
+        out[0] = cp;
+        return 1;
+    }
+    cpbuf b = {0};
+    if (decompose(&b, cp, 0)) {
+        free(b.v);
+        if (cap > 0)
+            out[0] = cp;
+        return cap > 0;
+    }
+    size_t n = b.n < cap ? b.n : cap;
+    memcpy(out, b.v, n * sizeof *out);
+    free(b.v);
+    return n;
+}
+
 static uint32_t compose_pair(uint32_t a, uint32_t b)
 {
     if (a >= L_BASE && a < L_BASE + L_COUNT && b >= V_BASE && b < V_BASE + V_COUNT)
@@ -213,6 +232,8 @@ typedef struct obuf {
 
 static int out_put(obuf *o, const void *p, size_t n)
 {
+    if (n == 0)
+        return 0;
     if (o->cap - o->n < n) {
         size_t cap = o->cap ? o->cap : 64;
         while (cap - o->n < n)

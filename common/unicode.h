@@ -27,6 +27,7 @@ enum mr_ucat {
 #define MR_UFLAG_UPPER 0x10u /* Lu */
 #define MR_UFLAG_LOWER 0x20u /* Ll */
 #define MR_UFLAG_NFC 0x40u   /* NFC may change it (NFC_QC No/Maybe, or a combining mark) */
+#define MR_UFLAG_MN 0x80u    /* Mn: nonspacing mark */
 
 #define MR_UNICODE_MAX 0x110000u
 #define MR_UNICODE_REPLACEMENT 0xFFFDu
@@ -59,6 +60,10 @@ uint32_t mr_unicode_tolower(uint32_t cp);
 
 /* Canonical combining class. */
 unsigned mr_unicode_ccc(uint32_t cp);
+
+/* Appends the full canonical decomposition of cp (NFD of one code point,
+ * not reordered) to out[0..cap); returns its length (at most cap). */
+size_t mr_unicode_decompose(uint32_t cp, uint32_t *out, size_t cap);
 
 /* Unicode normalization form C of s[0..n).  Returns 0 when s is already in
  * NFC (*out untouched), 1 with a malloc'd *out / *out_len when it is not,

@@ -3,8 +3,8 @@
 
 Input: UnicodeData.txt and DerivedNormalizationProps.txt (Debian package
 `unicode-data`, /usr/share/unicode).  Output: a two-stage lookup table of one
-flags byte per code point (general category class, White_Space, Lu/Ll, "may
-change under NFC"), the simple lowercase mapping, and the canonical
+flags byte per code point (general category class, White_Space, Lu/Ll/Mn,
+"may change under NFC"), the simple lowercase mapping, and the canonical
 combining classes, decompositions and compositions that NFC needs.  The
 generated file is committed, so the build never runs this script.
 
@@ -18,7 +18,7 @@ NCP = 0x110000
 
 # Category classes; keep in sync with enum mr_ucat in common/unicode.h.
 CLASS = {"L": 1, "N": 2, "P": 3, "S": 4, "M": 5, "Z": 6, "C": 7}
-F_WS, F_UPPER, F_LOWER, F_NFC = 0x08, 0x10, 0x20, 0x40
+F_WS, F_UPPER, F_LOWER, F_NFC, F_MN = 0x08, 0x10, 0x20, 0x40, 0x80
 
 flags = bytearray(NCP)  # 0 = unassigned (Cn)
 lower = []
@@ -39,6 +39,8 @@ for line in open(SRC, encoding="utf-8"):
         v |= F_UPPER
     if gc == "Ll":
         v |= F_LOWER
+    if gc == "Mn":
+        v |= F_MN
     if name.endswith(", First>"):
         first = cp
         continue
