@@ -14,9 +14,9 @@
 #include "kernels/ops.h"
 #include "worker/model.h"
 
-static void usage(FILE *f)
+static void usage(void)
 {
-    fprintf(f, "usage: run-gen MODEL.gguf --tokens ID,ID,... [--logits-out FILE] [-n N] "
+    printf("usage: run-gen MODEL.gguf --tokens ID,ID,... [--logits-out FILE] [-n N] "
                "[--backend cpu|cuda|auto]\n");
 }
 
@@ -106,7 +106,7 @@ int main(int argc, char **argv)
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
+            usage();
             return 0;
         } else if (!strcmp(a, "--tokens") && has_val) {
             tokens_arg = argv[++i];
@@ -120,8 +120,7 @@ int main(int argc, char **argv)
                 return 2;
             }
         } else if (a[0] == '-') {
-            fprintf(stderr, "run-gen: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
+            fprintf(stderr, "run-gen: unknown or incomplete option '%s' (see --help)\n", a);
             return 2;
         } else if (!model_path) {
             model_path = a;
@@ -131,8 +130,7 @@ int main(int argc, char **argv)
         }
     }
     if (!model_path || !tokens_arg) {
-        fprintf(stderr, "run-gen: a model path and --tokens are required\n");
-        usage(stderr);
+        fprintf(stderr, "run-gen: a model path and --tokens are required (see --help)\n");
         return 2;
     }
     if (!logits_out && n_gen < 0)
