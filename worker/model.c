@@ -170,8 +170,8 @@ static int load_matrix(mr_model *m, mr_weight *w, const char *name, int64_t cols
     w->n_mats = mats;
     w->row_bytes = mr_row_size(t->type, cols);
     if (m->be->weight_load(m->be, w, t->data, err)) {
-        w->data = NULL;
-        return mr_err_wrap(err, "loading '%s'", name);
+        w->data = NULL; /* the backend's message names the weight */
+        return -1;
     }
     return 0;
 }
