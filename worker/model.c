@@ -278,7 +278,7 @@ static int create_kv(mr_model *m, const mr_model_opts *opts, mr_err *err)
     m->kv.block_tokens = bt;
     m->kv.n_kv_heads = m->hp.n_kv_heads;
     m->kv.head_dim = m->hp.head_dim;
-    m->kv.dtype = MR_KV_F32;
+    m->kv.dtype = opts ? opts->kv_dtype : MR_KV_F32;
     if (m->be->kv_create(m->be, &m->kv, err)) {
         memset(&m->kv, 0, sizeof m->kv);
         return mr_err_wrap(err, "creating the KV cache");

@@ -36,6 +36,7 @@ typedef struct mr_model_opts {
     int n_ctx;        /* most tokens one sequence may hold; 0: min(context_length, 4096) */
     int n_seqs;       /* sequences that may hold n_ctx tokens at once; 0: 1 */
     int block_tokens; /* KV block size in tokens; 0: 16 */
+    mr_kv_dtype kv_dtype; /* KV element type (MR_KV_F32 = 0 is the default; the CPU backend has only it) */
 } mr_model_opts;
 
 typedef struct mr_model mr_model;
