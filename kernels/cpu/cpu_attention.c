@@ -91,10 +91,12 @@ void mr_cpu_attention(mr_backend *be, const mr_kv_cache *kv, int layer, const in
             for (int i = 0; i < hd; i++)
                 acc[i] = 0.0;
             for (int32_t p = 0; p < len; p++) {
-                const float *vp = kv_slot(be, kv, kv->v[layer], block_table, p) + koff;
+                const float *vp = kv_slot(be, kv, kv->v[layer], block_table, p);
+                if (!vp)
+                    goto done;
                 double wgt = score[p] / sum;
                 for (int i = 0; i < hd; i++)
-                    acc[i] += wgt * vp[i];
+                    acc[i] += wgt * vp[koff + (size_t)i];
             }
             float *oh = out + ((size_t)t * (size_t)n_heads + (size_t)h) * (size_t)hd;
             for (int i = 0; i < hd; i++)
