@@ -30,6 +30,11 @@ for m in qwen3 qwen3moe; do
 
     got=$("$RUN" "$model" --tokens "$p0" -n "$n_want" --backend cpu) || fail "$m: run-gen -n failed"
     [ "$got" = "$want" ] && echo "ok $m greedy: $got" || fail "$m greedy: got '$got' want '$want'"
+    # without a GPU, the default backend (auto) is the CPU one and must give the same ids
+    if ! command -v nvidia-smi >/dev/null 2>&1; then
+        got=$("$RUN" "$model" --tokens "$p0" -n "$n_want") || fail "$m: run-gen --backend auto failed"
+        [ "$got" = "$want" ] || fail "$m greedy (auto backend): got '$got' want '$want'"
+    fi
 
     # logits of prompt 1: size, then every row within relative L2 1e-3 of transformers
     p1=$(json_prompt "$ref" 1)
