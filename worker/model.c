@@ -299,6 +299,8 @@ int mr_model_load(const char *path, mr_backend *be, const mr_model_opts *opts, m
                   mr_err *err)
 {
     *out = NULL;
+    if (!be)
+        return mr_errf(err, "%s: no backend to load the model on", path);
     mr_model *m = calloc(1, sizeof *m);
     if (!m)
         return mr_errf(err, "out of memory");
