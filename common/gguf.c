@@ -189,20 +189,31 @@ static int rd_u64(rd *r, uint64_t *v, const char *what)
     return 0;
 }
 
-static int rd_str(rd *r, mr_str *s, const char *what)
+/* A string; elem is its index inside a string array, or -1.  The element
+ * index is only formatted on failure (arrays hold 150k strings). */
+static int rd_str_elem(rd *r, mr_str *s, const char *what, int64_t elem)
 {
     uint64_t len;
     size_t at = r->pos;
-    if (rd_u64(r, &len, what))
-        return -1;
-    if (len > r->n - r->pos)
-        return fail(r, "%s: length %llu at byte %zu runs past end of file (%zu bytes remain)", what,
+    char w[64];
+    if (r->n - r->pos < 8 || (memcpy(&len, r->b + r->pos, 8), len > r->n - r->pos - 8)) {
+        if (elem >= 0)
+            snprintf(w, sizeof w, "%s %lld", what, (long long)elem);
+        else
+            snprintf(w, sizeof w, "%s", what);
+        if (rd_u64(r, &len, w))
+            return -1;
+        return fail(r, "%s: length %llu at byte %zu runs past end of file (%zu bytes remain)", w,
                     (unsigned long long)len, at, r->n - r->pos);
+    }
+    r->pos += 8;
     s->ptr = (const char *)r->b + r->pos;
     s->len = len;
     r->pos += (size_t)len;
     return 0;
 }
+
+static int rd_str(rd *r, mr_str *s, const char *what) { return rd_str_elem(r, s, what, -1); }
 
 /* A key or tensor name: non-empty, no NUL inside (it is compared as a C string). */
 static int rd_name(rd *r, mr_str *s, const char *what)
@@ -243,12 +254,9 @@ static int rd_array(rd *r, mr_gguf_kv *kv)
             return fail(r, "out of memory for %llu strings", (unsigned long long)n);
         kv->v.arr.strs = strs;
         kv->v.arr.data = NULL;
-        for (uint64_t i = 0; i < n; i++) {
-            char what[48];
-            snprintf(what, sizeof what, "string element %llu", (unsigned long long)i);
-            if (rd_str(r, &strs[i], what))
+        for (uint64_t i = 0; i < n; i++)
+            if (rd_str_elem(r, &strs[i], "string element", (int64_t)i))
                 return -1;
-        }
         return 0;
     }
     size_t esz = vtype_size((enum mr_gguf_vtype)et);
