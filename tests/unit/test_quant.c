@@ -513,6 +513,49 @@ START_TEST(known_fp4)
 }
 END_TEST
 
+/* ---- quantizer scale rules, checked on the bytes ---- */
+
+START_TEST(quantizer_scale_rules)
+{
+    float x[64] = {0};
+    uint8_t b[36];
+    /* Q4_0: the largest magnitude (-1) maps to code 0, so d = 1/8 */
+    x[0] = -1.0f, x[1] = 0.5f, x[17] = 0.25f;
+    ck_assert_uint_eq(mr_quantize_row(MR_TYPE_Q4_0, x, b, 32), 18);
+    ck_assert_uint_eq(b[0] | (b[1] << 8), 0x3000); /* 0.125 */
+    ck_assert_uint_eq(b[2], 0 | (8 << 4)); /* x0 -> 0, x16 = 0 -> 8 */
+    ck_assert_uint_eq(b[3] & 0xf, 12);                          /* 0.5 / 0.125 + 8 */
+    ck_assert_uint_eq(b[3] >> 4, 10);                           /* x17: 0.25 / 0.125 + 8 */
+    /* Q8_0: d = amax / 127; Q8_1 also stores d * sum(q) */
+    memset(x, 0, sizeof x);
+    x[0] = 127.0f / 64, x[5] = -0.5f, x[6] = 1.5f / 64; /* d = 1/64, exact in fp16 */
+    mr_quantize_row(MR_TYPE_Q8_1, x, b, 32);
+    ck_assert_uint_eq(b[0] | (b[1] << 8), 0x2400);      /* 2^-6 */
+    ck_assert_int_eq((int8_t)b[4], 127);
+    ck_assert_int_eq((int8_t)b[9], -32);
+    ck_assert_int_eq((int8_t)b[10], 2);                 /* 1.5 rounds away from zero */
+    ck_assert_uint_eq(b[2] | (b[3] << 8), 0x3e10);      /* s = 97/64 = 1.515625 */
+    /* MXFP4: amax 3 = 1.5 * 2^1 -> shared exponent 1 - 2 (E8M0 126), so 3
+     * is E2M1 6 (code 7) exactly and -0.5 is -1 (code 10) */
+    memset(x, 0, sizeof x);
+    x[0] = 3.0f, x[16] = -0.5f;
+    mr_quantize_row(MR_TYPE_MXFP4, x, b, 32);
+    ck_assert_uint_eq(b[0], 126);
+    ck_assert_uint_eq(b[1], 7 | (10 << 4));
+    /* NVFP4: each 16-element scale is amax / 6 in UE4M3: 6 -> 1.0 (0x38),
+     * 0.75 -> 0.125 (0x20), 2688 -> 448 (0x7E), zeros -> 0 */
+    memset(x, 0, sizeof x);
+    x[3] = 6.0f, x[16] = -0.75f, x[40] = 2688.0f;
+    mr_quantize_row(MR_TYPE_NVFP4, x, b, 64);
+    ck_assert_uint_eq(b[0], 0x38);
+    ck_assert_uint_eq(b[1], 0x20);
+    ck_assert_uint_eq(b[2], 0x7e);
+    ck_assert_uint_eq(b[3], 0x00);
+    ck_assert_uint_eq(b[4 + 3] & 0xf, 7);  /* 6 = E2M1 6 */
+    ck_assert_uint_eq(b[4 + 8] & 0xf, 15); /* -0.75 / 0.125 = -6 */
+}
+END_TEST
+
 /* ---- round trips ---- */
 
 START_TEST(roundtrip)
@@ -624,6 +667,7 @@ int main(void)
     tcase_add_test(tc, known_q6_k);
     tcase_add_test(tc, known_iq4);
     tcase_add_test(tc, known_fp4);
+    tcase_add_test(tc, quantizer_scale_rules);
     suite_add_tcase(s, tc);
     tc = tcase_create("roundtrip");
     tcase_set_timeout(tc, 60);
