@@ -81,13 +81,8 @@ static void put_q2(uint8_t *qs, const uint8_t L[256])
         qs[32 * (e / 128) + e % 32] |= (uint8_t)((L[e] & 3) << (2 * ((e % 128) / 32)));
 }
 
-/* 4-bit fields shared by Q4_K and Q5_K */
-static inline int get_q4(const uint8_t *qs, int e)
-{
-    const uint8_t b = qs[32 * (e / 64) + e % 32];
-    return (e % 64) < 32 ? (b & 0xf) : (b >> 4);
-}
-
+/* 4-bit fields shared by Q4_K and Q5_K: sub-block j is the low (j even) or
+ * high (j odd) nibbles of bytes 32*(j/2) .. 32*(j/2)+31 */
 static void put_q4(uint8_t *qs, const uint8_t L[256])
 {
     memset(qs, 0, 128);
@@ -130,8 +125,11 @@ void mr_dq_q4_k(const uint8_t *s, float *y, int64_t nb)
             int sc, m;
             get_scale_min_k4(s + 4, j, &sc, &m);
             const float dl = d * (float)sc, ml = dmin * (float)m;
-            for (int e = 32 * j; e < 32 * j + 32; e++)
-                y[e] = dl * (float)get_q4(s + 16, e) - ml;
+            /* sub-block j: the low (j even) or high (j odd) nibbles of 32 bytes */
+            const uint8_t *q = s + 16 + 32 * (j / 2);
+            const int shift = 4 * (j % 2);
+            for (int l = 0; l < 32; l++)
+                y[32 * j + l] = dl * (float)((q[l] >> shift) & 0xf) - ml;
         }
     }
 }
@@ -140,32 +138,39 @@ void mr_dq_q5_k(const uint8_t *s, float *y, int64_t nb)
 {
     for (int64_t b = 0; b < nb; b++, s += 176, y += 256) {
         const float d = mr_rdf16(s), dmin = mr_rdf16(s + 2);
+        const uint8_t *qh = s + 16;
         for (int j = 0; j < 8; j++) {
             int sc, m;
             get_scale_min_k4(s + 4, j, &sc, &m);
             const float dl = d * (float)sc, ml = dmin * (float)m;
-            for (int e = 32 * j; e < 32 * j + 32; e++) {
-                int q = get_q4(s + 48, e) | (((s[16 + e % 32] >> j) & 1) << 4);
-                y[e] = dl * (float)q - ml;
+            const uint8_t *q = s + 48 + 32 * (j / 2);
+            const int shift = 4 * (j % 2);
+            for (int l = 0; l < 32; l++) {
+                const int v = ((q[l] >> shift) & 0xf) | (((qh[l] >> j) & 1) << 4);
+                y[32 * j + l] = dl * (float)v - ml;
             }
         }
     }
-}
-
-static inline int get_q6(const uint8_t *s, int e)
-{
-    const int h = e / 128, r = (e % 128) / 32, l = e % 32;
-    const int lo = (s[64 * h + 32 * (r % 2) + l] >> (4 * (r / 2))) & 0xf;
-    const int hi = (s[128 + 32 * h + l] >> (2 * r)) & 3;
-    return lo | (hi << 4);
 }
 
 void mr_dq_q6_k(const uint8_t *s, float *y, int64_t nb)
 {
     for (int64_t b = 0; b < nb; b++, s += 210, y += 256) {
         const float d = mr_rdf16(s + 208);
-        for (int e = 0; e < 256; e++)
-            y[e] = d * (float)(int8_t)s[192 + e / 16] * (float)(get_q6(s, e) - 32);
+        const int8_t *sc = (const int8_t *)(s + 192);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = s + 64 * h, *qh = s + 128 + 32 * h;
+            for (int r = 0; r < 4; r++) {
+                /* quarter r of this half: nibble r/2 of ql[32*(r%2) + l],
+                 * bits 2r..2r+1 of qh[l] */
+                const uint8_t *lo = ql + 32 * (r % 2);
+                const int e0 = 128 * h + 32 * r;
+                for (int l = 0; l < 32; l++) {
+                    const int q = ((lo[l] >> (4 * (r / 2))) & 0xf) | (((qh[l] >> (2 * r)) & 3) << 4);
+                    y[e0 + l] = d * (float)sc[(e0 + l) / 16] * (float)(q - 32);
+                }
+            }
+        }
     }
 }
 
