@@ -19,8 +19,23 @@ typedef struct pair {
     mr_token lid, rid, res;
 } pair;
 
+/* Words repeat a lot in long texts; a per-call cache of recent short words
+ * (exact byte comparison, so a hit gives exactly what BPE would) skips the
+ * merge loop for them.  It lives only for one encode call: nothing is
+ * shared between calls or threads. */
+#define WC_SLOTS 4096
+#define WC_MAXW 32 /* bytes of a cached word */
+#define WC_MAXT 16 /* tokens of a cached word */
+#define WC_MIN_TEXT 8192 /* below this, the cache would not pay for itself */
+typedef struct wc_entry {
+    uint8_t wlen, nt; /* wlen 0: empty */
+    char w[WC_MAXW];
+    mr_token ids[WC_MAXT];
+} wc_entry;
+
 typedef struct bpe_ctx {
     const mr_tokenizer *t;
+    wc_entry *cache;
     mr_tokens *out;
     sym *sy;
     size_t sy_cap;
@@ -118,6 +133,8 @@ static int emit(bpe_ctx *c, mr_token id)
     return mr_tokens_push(c->out, id);
 }
 
+static int bpe_merge(bpe_ctx *c, const char *w, size_t n);
+
 static int bpe_word(const char *w, size_t n, void *vctx)
 {
     bpe_ctx *c = vctx;
@@ -125,6 +142,31 @@ static int bpe_word(const char *w, size_t n, void *vctx)
     const uint8_t *b = (const uint8_t *)w;
     if (n == 1)
         return emit(c, t->byte_tok[b[0]]);
+    wc_entry *ce = NULL;
+    size_t first = c->out->n;
+    if (c->cache && n <= WC_MAXW) {
+        ce = &c->cache[mr_tok_hash(w, n) & (WC_SLOTS - 1)];
+        if (ce->wlen == n && memcmp(ce->w, w, n) == 0) {
+            for (unsigned i = 0; i < ce->nt; i++)
+                if (mr_tokens_push(c->out, ce->ids[i]))
+                    return -1;
+            return 0;
+        }
+    }
+    int rc = bpe_merge(c, w, n);
+    if (rc == 0 && ce && c->out->n - first <= WC_MAXT) {
+        ce->wlen = (uint8_t)n;
+        ce->nt = (uint8_t)(c->out->n - first);
+        memcpy(ce->w, w, n);
+        memcpy(ce->ids, c->out->ids + first, ce->nt * sizeof *ce->ids);
+    }
+    return rc;
+}
+
+static int bpe_merge(bpe_ctx *c, const char *w, size_t n)
+{
+    const mr_tokenizer *t = c->t;
+    const uint8_t *b = (const uint8_t *)w;
     if (t->ignore_merges) {
         /* a word that is a token as a whole is emitted as is */
         if (n * 2 > c->word_cap) {
@@ -185,11 +227,14 @@ int mr_bpe_encode(const mr_tokenizer *t, const char *text, size_t len, mr_tokens
                   mr_err *err)
 {
     bpe_ctx c = {.t = t, .out = out};
+    if (len >= WC_MIN_TEXT)
+        c.cache = calloc(WC_SLOTS, sizeof *c.cache); /* without it: just slower */
     mr_err perr;
     perr.msg[0] = '\0';
     int rc = mr_pretok_split(t->pre, text, len, bpe_word, &c, &perr);
     if (rc)
         mr_errf(err, "%s", perr.msg[0] ? perr.msg : "tokenize: out of memory");
+    free(c.cache);
     free(c.sy);
     free(c.heap);
     free(c.word);
