@@ -218,7 +218,7 @@ static int add_eog(mr_tokenizer *t, mr_token id)
 
 static const char *const eot_names[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>", "_<EOT>", "[EOT]", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+    "<EOT>", "_<EOT>", "[EOT]", ("<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"),
     "<end_of_utterance>",
 };
 static const char *const eog_names[] = {
