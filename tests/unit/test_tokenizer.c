@@ -510,6 +510,57 @@ START_TEST(toy_bpe)
 }
 END_TEST
 
+/* Pre-tokenizer word boundaries seen through a toy BPE whose merges give
+ * different ids depending on how "12345" is split into words:
+ *   one word (gpt-2: \p{N}+)            -> "3 4" first: 12 34 5
+ *   digits by three (llama-bpe)          -> "123" "45"
+ *   single digits (qwen2)                -> 1 2 3 4 5
+ *   digits by three, then \p{N}+ (default: [0-9]{3} cuts "123" off last) */
+static void toy_split(const char *pre, const char *text, const char *const *want_text, size_t nwant)
+{
+    static gbuf g;
+    mr_err err;
+    const char *toks[] = {"1", "2", "3", "4", "5", "12", "123", "34", "45", "a", "S", "'", "'S", "aa"};
+    const char *merges[] = {"3 4", "1 2", "12 3", "4 5", "' S", "a a"};
+    begin(&g);
+    kv_str(&g, "tokenizer.ggml.model", "gpt2");
+    kv_str(&g, "tokenizer.ggml.pre", pre);
+    kv_strs(&g, "tokenizer.ggml.tokens", toks, sizeof toks / sizeof *toks);
+    kv_strs(&g, "tokenizer.ggml.merges", merges, sizeof merges / sizeof *merges);
+    memcpy(g.b + 16, &g.nkv, 8);
+    mr_gguf *gg;
+    ck_assert(mr_gguf_open_mem(g.b, g.n, &gg, &err) == 0);
+    mr_tokenizer *t;
+    ck_assert_msg(mr_tok_load(gg, &t, &err) == 0, "%s", err.msg);
+    mr_tokens ids = {0};
+    ck_assert(mr_tok_encode(t, text, strlen(text), 0, &ids, &err) == 0);
+    ck_assert_msg(ids.n == nwant, "%s on '%s': %zu tokens, expected %zu", pre, text, ids.n, nwant);
+    for (size_t i = 0; i < nwant; i++) {
+        size_t l;
+        const char *s = mr_tok_text(t, ids.ids[i], &l);
+        ck_assert_msg(l == strlen(want_text[i]) && memcmp(s, want_text[i], l) == 0,
+                      "%s on '%s': token %zu is '%.*s', expected '%s'", pre, text, i, (int)l, s,
+                      want_text[i]);
+    }
+    mr_tokens_free(&ids);
+    mr_tok_free(t);
+    mr_gguf_close(gg);
+}
+
+START_TEST(pre_tokenizer_boundaries)
+{
+    toy_split("gpt-2", "12345", (const char *const[]){"12", "34", "5"}, 3);
+    toy_split("llama-bpe", "12345", (const char *const[]){"123", "45"}, 2);
+    toy_split("qwen2", "12345", (const char *const[]){"1", "2", "3", "4", "5"}, 5);
+    toy_split("default", "12345", (const char *const[]){"123", "45"}, 2);
+    toy_split("starcoder", "12345", (const char *const[]){"1", "2", "3", "4", "5"}, 5);
+    /* contractions: case-insensitive in llama3/qwen2, not in gpt-2 */
+    toy_split("qwen2", "a'S", (const char *const[]){"a", "'S"}, 2);
+    toy_split("llama-bpe", "aa'S", (const char *const[]){"aa", "'S"}, 2);
+    toy_split("gpt-2", "a'S", (const char *const[]){"a", "'", "S"}, 3);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tokenizer");
@@ -521,6 +572,7 @@ int main(void)
     tcase_add_test(tc, nfc_normalization_test);
     tcase_add_test(tc, malformed_metadata);
     tcase_add_test(tc, toy_bpe);
+    tcase_add_test(tc, pre_tokenizer_boundaries);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }
