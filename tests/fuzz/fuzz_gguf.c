@@ -41,7 +41,10 @@ static void exercise(const mr_gguf *g)
             uint64_t m = arr->v.arr.n < 64 ? arr->v.arr.n : 64;
             for (uint64_t j = 0; j < m; j++) {
                 sink += (uint64_t)mr_gguf_arr_i64(arr, j);
-                sink += (uint64_t)mr_gguf_arr_f64(arr, j);
+                double f64 = mr_gguf_arr_f64(arr, j);
+                uint64_t bits;
+                memcpy(&bits, &f64, sizeof bits); /* any double, NaN and inf included */
+                sink += bits;
                 if (arr->v.arr.type == MR_GGUF_STRING && arr->v.arr.strs[j].len)
                     sink += (uint8_t)arr->v.arr.strs[j].ptr[arr->v.arr.strs[j].len - 1];
             }
