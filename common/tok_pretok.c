@@ -241,18 +241,24 @@ static const uint32_t dsllm_letters[][2] = {
 };
 /* deepseek-llm punctuation class: [!-/:-~！-／：-～‘-‟　-。] */
 static const uint32_t dsllm_punct[][2] = {
-    {0x21, 0x2F}, {0x3A, 0x7E}, {0xFF01, 0xFF0F}, {0xFF1A, 0xFF5E}, {0x2018, 0x201F},
-    {0x3000, 0x3002},
+    {0x21, 0x2F}, {0x3A, 0x7E}, {0x2018, 0x201F}, {0x3000, 0x3002}, {0xFF01, 0xFF0F},
+    {0xFF1A, 0xFF5E},
 };
-/* [一-龥ࠀ-一가-퟿] */
-static const uint32_t cjk_ranges[][2] = {{0x4E00, 0x9FA5}, {0x0800, 0x4E00}, {0xAC00, 0xD7FF}};
+/* [一-龥ࠀ-一가-퟿] = U+0800..U+9FA5 and U+AC00..U+D7FF */
+static const uint32_t cjk_ranges[][2] = {{0x0800, 0x9FA5}, {0xAC00, 0xD7FF}};
 
+/* r: sorted, disjoint ranges */
 static bool in_ranges(uint32_t c, const uint32_t (*r)[2], size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        if (c >= r[i][0] && c <= r[i][1])
-            return true;
-    return false;
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (r[mid][1] < c)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && c >= r[lo][0];
 }
 
 /* Classes of the regexes that upstream runs without \p{..} (std::wregex):
@@ -268,11 +274,15 @@ static inline bool in_cls(const ptx *x, size_t i, int cls)
     case CLS_P:
         return IS_P(i);
     case CLS_DSL:
+        if (c < 0x80)
+            return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
         return !IS_WS(i) && in_ranges(c, dsllm_letters, sizeof dsllm_letters / sizeof *dsllm_letters);
     case CLS_DSP:
+        if (c < 0x80)
+            return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x7E);
         return !IS_WS(i) && in_ranges(c, dsllm_punct, sizeof dsllm_punct / sizeof *dsllm_punct);
     default:
-        return !IS_WS(i) && in_ranges(c, cjk_ranges, 3);
+        return c >= 0x800 && !IS_WS(i) && in_ranges(c, cjk_ranges, 2);
     }
 }
 

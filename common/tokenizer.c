@@ -812,6 +812,22 @@ static int partition(const mr_tokenizer *t, const char *text, size_t len, bool p
         return 0; /* nothing, not even an SPM prefix space */
     if (frag_push(fl, 0, len, MR_TOKEN_NULL))
         return -1;
+    /* With many special tokens (some vocabularies have thousands of
+     * user-defined ones), skip at once every token whose first two bytes
+     * never occur in the text: one pass over the text instead of one
+     * search per token. */
+    uint64_t *pairs = NULL;
+    uint64_t bytes[4] = {0};
+    if (t->n_special > 32 && (pairs = calloc(1024, sizeof *pairs)) != NULL) {
+        const uint8_t *u = (const uint8_t *)text;
+        for (size_t i = 0; i < len; i++) {
+            bytes[u[i] >> 6] |= 1ull << (u[i] & 63);
+            if (i + 1 < len) {
+                unsigned pr = (unsigned)u[i] << 8 | u[i + 1];
+                pairs[pr >> 6] |= 1ull << (pr & 63);
+            }
+        }
+    }
     for (size_t k = 0; k < t->n_special; k++) {
         mr_token id = t->special[k];
         uint8_t ty = t->type[id];
@@ -819,6 +835,16 @@ static int partition(const mr_tokenizer *t, const char *text, size_t len, bool p
             continue;
         const char *st = t->text + t->off[id];
         size_t sl = t->len[id];
+        if (pairs) {
+            const uint8_t *u = (const uint8_t *)st;
+            if (sl > len || !(bytes[u[0] >> 6] & (1ull << (u[0] & 63))))
+                continue;
+            if (sl >= 2) {
+                unsigned pr = (unsigned)u[0] << 8 | u[1];
+                if (!(pairs[pr >> 6] & (1ull << (pr & 63))))
+                    continue;
+            }
+        }
         bool any = false;
         for (size_t i = 0; i < fl->n && !any; i++)
             if (fl->f[i].id == MR_TOKEN_NULL && fl->f[i].len >= sl &&
@@ -865,9 +891,11 @@ static int partition(const mr_tokenizer *t, const char *text, size_t len, bool p
         *fl = tmp;
         tmp = sw;
     }
+    free(pairs);
     free(tmp.f);
     return 0;
 oom:
+    free(pairs);
     free(tmp.f);
     return -1;
 }
