@@ -7,10 +7,12 @@
 #include <string.h>
 
 #include "common/tok_internal.h"
+#include "common/unicode.h"
 
 typedef struct sym {
-    mr_token id;
+    mr_token id;        /* MR_TOKEN_NULL: a character that is not a token */
     int32_t prev, next; /* -1: none */
+    uint32_t off, len;  /* bytes of the initial symbol in the word */
 } sym;
 
 typedef struct pair {
@@ -140,7 +142,7 @@ static int bpe_word(const char *w, size_t n, void *vctx)
     bpe_ctx *c = vctx;
     const mr_tokenizer *t = c->t;
     const uint8_t *b = (const uint8_t *)w;
-    if (n == 1)
+    if (n == 1 && !t->bpe_raw)
         return emit(c, t->byte_tok[b[0]]);
     wc_entry *ce = NULL;
     size_t first = c->out->n;
@@ -194,13 +196,34 @@ static int bpe_merge(bpe_ctx *c, const char *w, size_t n)
         c->sy = s;
         c->sy_cap = n;
     }
-    for (size_t i = 0; i < n; i++) {
-        c->sy[i].id = t->byte_tok[b[i]];
-        c->sy[i].prev = (int32_t)i - 1;
-        c->sy[i].next = i + 1 < n ? (int32_t)i + 1 : -1;
+    size_t ns = 0;
+    if (t->bpe_raw) {
+        /* a word of newlines only that is a token stays whole (upstream's rule) */
+        size_t k = 0;
+        while (k < n && w[k] == '\n')
+            k++;
+        if (k == n) {
+            mr_token id = mr_tok_find(t, w, n);
+            if (id != MR_TOKEN_NULL)
+                return emit(c, id);
+        }
+        /* one symbol per UTF-8 character */
+        for (size_t i = 0; i < n;) {
+            size_t l;
+            mr_utf8_decode(b + i, n - i, &l);
+            c->sy[ns] = (sym){mr_tok_find(t, w + i, l), (int32_t)ns - 1, (int32_t)ns + 1,
+                              (uint32_t)i, (uint32_t)l};
+            ns++;
+            i += l;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++)
+            c->sy[i] = (sym){t->byte_tok[b[i]], (int32_t)i - 1, (int32_t)i + 1, (uint32_t)i, 1};
+        ns = n;
     }
+    c->sy[ns - 1].next = -1;
     c->heap_n = 0;
-    for (size_t i = 1; i < n; i++)
+    for (size_t i = 1; i < ns; i++)
         if (try_pair(c, (int32_t)i - 1, (int32_t)i))
             return -1;
     while (c->heap_n > 0) {
@@ -217,9 +240,16 @@ static int bpe_merge(bpe_ctx *c, const char *w, size_t n)
         if (try_pair(c, l->prev, p.left) || try_pair(c, p.left, l->next))
             return -1;
     }
-    for (int32_t i = 0; i >= 0; i = c->sy[i].next)
-        if (emit(c, c->sy[i].id))
+    for (int32_t i = 0; i >= 0; i = c->sy[i].next) {
+        if (c->sy[i].id == MR_TOKEN_NULL && t->bpe_raw) {
+            /* a character that is not a token: its bytes as <0xNN> tokens */
+            for (uint32_t j = 0; j < c->sy[i].len; j++)
+                if (emit(c, t->byte_tok[b[c->sy[i].off + j]]))
+                    return -1;
+        } else if (emit(c, c->sy[i].id)) {
             return -1;
+        }
+    }
     return 0;
 }
 

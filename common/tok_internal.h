@@ -17,6 +17,7 @@ enum mr_pre {
     MR_PRE_DEEPSEEK_CODER,
     MR_PRE_FALCON,
     MR_PRE_STARCODER,  /* also refact, command-r, smollm, codeshell, exaone */
+    MR_PRE_GEMMA4,     /* lines and runs of newlines only (SentencePiece-style BPE) */
 };
 
 /* Maps a tokenizer.ggml.pre name; -1 when unknown.  *ignore_merges is set
@@ -37,6 +38,8 @@ struct mr_tokenizer {
     char pre_name[64];
     bool ignore_merges;
     bool nfc;               /* the text is put in Unicode NFC first (Qwen2 family) */
+    bool bpe_raw;           /* BPE over raw UTF-8 with U+2581 for spaces and <0xNN>
+                             * byte fallback (gemma4), not GPT-2 byte characters */
     bool add_bos, add_eos, add_space_prefix;
     uint32_t n;             /* vocabulary size */
     uint32_t max_len;       /* longest token string, bytes */

@@ -323,6 +323,19 @@ static bool find_trailing_ws(const ptx *x, size_t p, size_t end, int arg, size_t
     return true;
 }
 
+/* [^\n]+|[\n]+ */
+static bool find_lines(const ptx *x, size_t p, size_t end, int arg, size_t *ms, size_t *ml)
+{
+    (void)arg;
+    bool nl = x->cp[p] == '\n';
+    size_t r = p + 1;
+    while (r < end && (x->cp[r] == '\n') == nl)
+        r++;
+    *ms = p;
+    *ml = r - p;
+    return true;
+}
+
 typedef struct pass {
     find_fn fn;
     int arg;
@@ -347,6 +360,7 @@ static const preset presets[] = {
                                    {find_ws_class, CLS_CJK | 0x100}, {find_num, 1}}},
     [MR_PRE_FALCON] = {3, {{find_punct_run, 1}, {find_gpt2, 0}, {find_digit3, 0}}},
     [MR_PRE_STARCODER] = {2, {{find_num, 1}, {find_gpt2, 0}}},
+    [MR_PRE_GEMMA4] = {1, {{find_lines, 0}}},
 };
 
 static const struct {
@@ -374,6 +388,7 @@ static const struct {
     {"command-r", MR_PRE_STARCODER, false}, {"smollm", MR_PRE_STARCODER, false},
     {"codeshell", MR_PRE_STARCODER, false}, {"exaone", MR_PRE_STARCODER, false},
     {"minerva-7b", MR_PRE_STARCODER, false},
+    {"gemma4", MR_PRE_GEMMA4, false},
 };
 
 int mr_pre_from_name(const char *name, bool *ignore_merges)

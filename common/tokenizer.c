@@ -247,7 +247,8 @@ int mr_tok_load(const mr_gguf *g, mr_tokenizer **out, mr_err *err)
         return mr_errf(err, "tokenizer: out of memory");
     if (mr_gguf_get_str(g, "tokenizer.ggml.model", &model, err))
         goto fail;
-    if (strcmp(model, "gpt2") == 0) {
+    bool gemma4 = strcmp(model, "gemma4") == 0;
+    if (strcmp(model, "gpt2") == 0 || gemma4) {
         t->model = MR_TOK_MODEL_BPE;
     } else if (strcmp(model, "llama") == 0) {
         t->model = MR_TOK_MODEL_SPM;
@@ -261,7 +262,7 @@ int mr_tok_load(const mr_gguf *g, mr_tokenizer **out, mr_err *err)
         goto fail;
     snprintf(t->pre_name, sizeof t->pre_name, "%s", pre ? pre : "");
     if (t->model == MR_TOK_MODEL_BPE) {
-        int p = mr_pre_from_name(pre, &t->ignore_merges);
+        int p = gemma4 ? MR_PRE_GEMMA4 : mr_pre_from_name(pre, &t->ignore_merges);
         if (p < 0) {
             mr_errf(err, "tokenizer.ggml.pre: unknown pre-tokenizer '%.100s'", pre);
             goto fail;
@@ -269,7 +270,8 @@ int mr_tok_load(const mr_gguf *g, mr_tokenizer **out, mr_err *err)
         t->pre = (enum mr_pre)p;
         /* Hugging Face's Qwen2 tokenizers normalize to NFC before splitting */
         t->nfc = t->pre == MR_PRE_QWEN2 || t->pre == MR_PRE_QWEN35;
-        t->add_bos = t->pre == MR_PRE_LLAMA3;
+        t->bpe_raw = t->pre == MR_PRE_GEMMA4;
+        t->add_bos = t->pre == MR_PRE_LLAMA3 || t->bpe_raw;
     } else if (t->model == MR_TOK_MODEL_SPM) {
         t->pre = MR_PRE_NONE;
         t->add_bos = true;
@@ -377,7 +379,7 @@ int mr_tok_load(const mr_gguf *g, mr_tokenizer **out, mr_err *err)
     for (unsigned b = 0; b < 256; b++) {
         t->byte_tok[b] = MR_TOKEN_NULL;
         char buf[8];
-        if (t->model == MR_TOK_MODEL_BPE) {
+        if (t->model == MR_TOK_MODEL_BPE && !t->bpe_raw) {
             size_t l = mr_utf8_encode(byte_to_cp(b), buf);
             t->byte_tok[b] = mr_tok_find(t, buf, l);
             memcpy(t->bchar[b], buf, l); /* l <= 2: the characters are below U+0800 */
@@ -473,6 +475,8 @@ int mr_tok_load(const mr_gguf *g, mr_tokenizer **out, mr_err *err)
         get_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err) ||
         get_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err))
         goto fail;
+    if (t->bpe_raw)
+        t->add_bos = true; /* as upstream does for Gemma 4, whatever the file says */
     if (t->add_bos && t->bos == MR_TOKEN_NULL)
         t->add_bos = false;
     if (t->add_eos && t->eos == MR_TOKEN_NULL)
@@ -561,7 +565,7 @@ static int piece_of(const mr_tokenizer *t, uint32_t id, mr_bytes *b)
     case MR_TOKTYPE_USER_DEFINED:
         return mr_bytes_append(b, s, n);
     case MR_TOKTYPE_BYTE:
-        if (t->model == MR_TOK_MODEL_SPM) {
+        if (t->model == MR_TOK_MODEL_SPM || t->bpe_raw) {
             unsigned v;
             if (n == 6 && sscanf(s, "<0x%2X>", &v) == 1) {
                 char c = (char)v;
@@ -572,7 +576,7 @@ static int piece_of(const mr_tokenizer *t, uint32_t id, mr_bytes *b)
         /* a byte-level BPE byte token reads as normal text */
         __attribute__((fallthrough));
     case MR_TOKTYPE_NORMAL:
-        if (t->model != MR_TOK_MODEL_BPE) {
+        if (t->model != MR_TOK_MODEL_BPE || t->bpe_raw) {
             /* U+2581 (e2 96 81) is the space */
             for (size_t i = 0; i < n;) {
                 if (i + 3 <= n && memcmp(s + i, "\xe2\x96\x81", 3) == 0) {
@@ -924,7 +928,7 @@ int mr_tok_encode(const mr_tokenizer *t, const char *text, size_t len, unsigned 
         }
         if (t->model == MR_TOK_MODEL_WPM) {
             rc = mr_wpm_encode(t, text + f.off, f.len, out, err);
-        } else if (t->model == MR_TOK_MODEL_BPE) {
+        } else if (t->model == MR_TOK_MODEL_BPE && !t->bpe_raw) {
             char *norm = NULL;
             size_t nlen = 0;
             int nr = t->nfc ? mr_utf8_nfc(text + f.off, f.len, &norm, &nlen) : 0;
@@ -938,11 +942,12 @@ int mr_tok_encode(const mr_tokenizer *t, const char *text, size_t len, unsigned 
                 rc = mr_bpe_encode(t, text + f.off, f.len, out, err);
             free(norm);
         } else {
-            /* SentencePiece: optional leading space, then every space becomes U+2581 */
+            /* SentencePiece (and SentencePiece-style BPE): optional leading
+             * space, then every space becomes U+2581 */
             size_t spaces = 0;
             for (size_t j = 0; j < f.len; j++)
                 spaces += text[f.off + j] == ' ';
-            bool prefix = t->add_space_prefix && prev_special;
+            bool prefix = t->model == MR_TOK_MODEL_SPM && t->add_space_prefix && prev_special;
             size_t need = f.len + 2 * spaces + (prefix ? 3 : 0);
             if (need > bufcap) {
                 char *nb = realloc(buf, need);
@@ -967,7 +972,10 @@ int mr_tok_encode(const mr_tokenizer *t, const char *text, size_t len, unsigned 
                     buf[o++] = c;
                 }
             }
-            rc = mr_spm_encode(t, buf, o, out, err);
+            if (t->model == MR_TOK_MODEL_SPM)
+                rc = mr_spm_encode(t, buf, o, out, err);
+            else
+                rc = mr_bpe_encode(t, buf, o, out, err);
         }
         prev_special = false;
     }

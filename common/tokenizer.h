@@ -5,7 +5,9 @@
  * Models: `gpt2` (byte-level BPE, merge ranks) with the upstream
  * pre-tokenizers named by `tokenizer.ggml.pre`, `llama` (SentencePiece:
  * scores, <0xNN> byte fallback, leading-space prefix) and `bert`
- * (WordPiece: BERT normalization, greedy longest match).
+ * (WordPiece: BERT normalization, greedy longest match); `gemma4` (BPE over
+ * raw UTF-8 with U+2581 spaces and <0xNN> byte fallback) follows upstream's
+ * rules but has no test vectors here.
  * A loaded mr_tokenizer is immutable: any number of threads may encode and
  * decode with it at once (each call uses its own scratch memory). */
 #ifndef MR_TOKENIZER_H
@@ -22,7 +24,7 @@ typedef int32_t mr_token;
 #define MR_TOKEN_NULL ((mr_token)-1)
 
 enum mr_tok_model {
-    MR_TOK_MODEL_BPE = 1, /* tokenizer.ggml.model = gpt2 */
+    MR_TOK_MODEL_BPE = 1, /* tokenizer.ggml.model = gpt2 (or gemma4) */
     MR_TOK_MODEL_SPM = 2, /* tokenizer.ggml.model = llama */
     MR_TOK_MODEL_WPM = 3, /* tokenizer.ggml.model = bert (WordPiece) */
 };

@@ -561,6 +561,43 @@ START_TEST(pre_tokenizer_boundaries)
 }
 END_TEST
 
+/* Gemma 4 style BPE (model gemma4): raw UTF-8 symbols, U+2581 for spaces,
+ * lines split from newline runs, <0xNN> byte fallback, BOS forced. */
+START_TEST(gemma4_style_bpe)
+{
+    static gbuf g;
+    mr_err err;
+    const char *toks[] = {"<pad>", "<eos>", "<bos>", "<0x78>", "\xe2\x96\x81", "H", "i", "Hi",
+                          "\xe2\x96\x81Hi", "\n", "\n\n"};
+    const int32_t types[] = {3, 3, 3, 6, 1, 1, 1, 1, 1, 1, 1};
+    const char *merges[] = {"H i", "\xe2\x96\x81 Hi"};
+    begin(&g);
+    kv_str(&g, "tokenizer.ggml.model", "gemma4");
+    kv_strs(&g, "tokenizer.ggml.tokens", toks, 11);
+    kv_i32s(&g, "tokenizer.ggml.token_type", types, 11);
+    kv_strs(&g, "tokenizer.ggml.merges", merges, 2);
+    put_str(&g, "tokenizer.ggml.bos_token_id"), put_u32(&g, 4), put_u32(&g, 2), g.nkv++;
+    memcpy(g.b + 16, &g.nkv, 8);
+    mr_gguf *gg;
+    ck_assert(mr_gguf_open_mem(g.b, g.n, &gg, &err) == 0);
+    mr_tokenizer *t;
+    ck_assert_msg(mr_tok_load(gg, &t, &err) == 0, "%s", err.msg);
+    mr_tokens ids = {0};
+    ck_assert(mr_tok_encode(t, "Hi Hi\n\nx", 8, MR_TOK_ADD_SPECIAL, &ids, &err) == 0);
+    const mr_token want[] = {2, 7, 8, 10, 3};
+    ck_assert_uint_eq(ids.n, 5);
+    for (size_t i = 0; i < 5; i++)
+        ck_assert_int_eq(ids.ids[i], want[i]);
+    mr_bytes d = {0};
+    ck_assert(mr_tok_decode(t, ids.ids, ids.n, 0, &d, &err) == 0);
+    ck_assert_str_eq(d.data, "Hi Hi\n\nx");
+    mr_bytes_free(&d);
+    mr_tokens_free(&ids);
+    mr_tok_free(t);
+    mr_gguf_close(gg);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tokenizer");
@@ -573,6 +610,7 @@ int main(void)
     tcase_add_test(tc, malformed_metadata);
     tcase_add_test(tc, toy_bpe);
     tcase_add_test(tc, pre_tokenizer_boundaries);
+    tcase_add_test(tc, gemma4_style_bpe);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }
