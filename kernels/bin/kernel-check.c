@@ -21,9 +21,8 @@
 #include "common/quant.h"
 #include "kernels/ops.h"
 
-/* Present only once the CPU reference and quant library are linked in. */
+/* Present only once the CPU reference backend is linked in. */
 #pragma weak mr_backend_cpu_create
-#pragma weak mr_dequantize_row
 
 static uint64_t rng_s = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void)
@@ -41,7 +40,12 @@ static float fgauss(void)
 }
 
 static int n_fail, n_pass;
-static mr_backend *gpu, *gpu_generic, *cpu;
+static mr_backend *gpu, *gpu_generic, *cpu, *gpu_r2, *gpu_r4;
+/* matmul paths compared: the default GPU kernels, the fast kernels with 4
+ * and 2 rows per block forced, the generic GPU kernels, the CPU backend */
+#define N_MM 5
+static mr_backend *mm_be[N_MM];
+static const char *mm_name[N_MM] = {"", "-r4", "-r2", "-generic", "-cpu"};
 static mr_err err;
 
 static void die(const char *what)
@@ -347,7 +351,7 @@ static void rand_blocks(const tdesc *td, uint8_t *p, size_t nblocks)
 
 /* A weight with random valid blocks, on the GPU (and CPU when present). */
 typedef struct {
-    mr_weight g, c, gg;
+    mr_weight g, m[N_MM];
     uint8_t *host;
     size_t bytes;
 } tweight;
@@ -360,17 +364,17 @@ static void tw_make(tweight *w, const tdesc *td, int64_t cols, int64_t rows, int
     w->host = malloc(w->bytes);
     rand_blocks(td, w->host, w->bytes / td->bb);
     mr_weight base = {td->name, td->type, cols, rows, mats, rb, NULL, NULL};
-    w->g = w->c = w->gg = base;
-    if (gpu->weight_load(gpu, &w->g, w->host, &err)) die("weight_load");
-    if (gpu_generic->weight_load(gpu_generic, &w->gg, w->host, &err)) die("weight_load generic");
-    if (cpu && cpu->weight_load(cpu, &w->c, w->host, &err)) die("cpu weight_load");
+    for (int i = 0; i < N_MM; i++) {
+        w->m[i] = base;
+        if (mm_be[i] && mm_be[i]->weight_load(mm_be[i], &w->m[i], w->host, &err)) die("weight_load");
+    }
+    w->g = w->m[0];
 }
 
 static void tw_free(tweight *w)
 {
-    gpu->weight_release(gpu, &w->g);
-    gpu_generic->weight_release(gpu_generic, &w->gg);
-    if (cpu) cpu->weight_release(cpu, &w->c);
+    for (int i = 0; i < N_MM; i++)
+        if (mm_be[i]) mm_be[i]->weight_release(mm_be[i], &w->m[i]);
     free(w->host);
 }
 
@@ -378,10 +382,6 @@ static void tw_free(tweight *w)
 
 static void check_dequant_vs_quantlib(void)
 {
-    if (!mr_dequantize_row) {
-        printf("%-14s %-44s (common/quant.c not linked: skipped)\n", "host-decoders", "");
-        return;
-    }
     for (int i = 0; i < N_TYPES; i++) {
         const tdesc *td = &TYPES[i];
         int64_t cols = 512;
@@ -456,19 +456,19 @@ static void check_matmul(const tdesc *td, int64_t cols, int64_t rows, int n)
     char shape[64];
     snprintf(shape, sizeof shape, "%s %lldx%lld n=%d", td->name, (long long)rows, (long long)cols, n);
     float *y = malloc(yn * 4);
-    mr_backend *bes[3] = {gpu, gpu_generic, cpu};
-    const char *names[3] = {"matmul", "matmul-generic", "matmul-cpu"};
-    for (int bi = 0; bi < 3; bi++) {
-        mr_backend *be = bes[bi];
+    for (int bi = 0; bi < N_MM; bi++) {
+        mr_backend *be = mm_be[bi];
         if (!be) continue;
-        const mr_weight *wt = bi == 0 ? &w.g : bi == 1 ? &w.gg : &w.c;
+        const mr_weight *wt = &w.m[bi];
+        char nm[32];
+        snprintf(nm, sizeof nm, "matmul%s", mm_name[bi]);
         float *dx = dup_to(be, x, xn * 4), *dy = dalloc(be, yn * 4);
         poison(be, dy, yn * 4);
         be->matmul(be, wt, dx, dy, n);
         fetch(be, y, dy, yn * 4);
         int nan;
         double e = rel_l2(y, ref, yn, &nan);
-        report(names[bi], shape, e, nan, 2e-5);
+        report(nm, shape, e, nan, 2e-5);
         be->free(be, dx);
         be->free(be, dy);
     }
@@ -501,12 +501,12 @@ static void check_matmul_id(const tdesc *td, int64_t cols, int64_t rows, int mat
     snprintf(shape, sizeof shape, "%s %dx%lldx%lld k=%d xs=%d n=%d", td->name, mats, (long long)rows,
              (long long)cols, k, xs, n);
     float *y = malloc(yn * 4);
-    mr_backend *bes[3] = {gpu, gpu_generic, cpu};
-    const char *names[3] = {"matmul_id", "matmul_id-gen", "matmul_id-cpu"};
-    for (int bi = 0; bi < 3; bi++) {
-        mr_backend *be = bes[bi];
+    for (int bi = 0; bi < N_MM; bi++) {
+        mr_backend *be = mm_be[bi];
         if (!be) continue;
-        const mr_weight *wt = bi == 0 ? &w.g : bi == 1 ? &w.gg : &w.c;
+        const mr_weight *wt = &w.m[bi];
+        char nm[32];
+        snprintf(nm, sizeof nm, "matmul_id%s", mm_name[bi]);
         float *dx = dup_to(be, x, xn * 4), *dy = dalloc(be, yn * 4);
         int32_t *dids = dup_to(be, ids, (size_t)n * k * 4);
         poison(be, dy, yn * 4);
@@ -514,7 +514,7 @@ static void check_matmul_id(const tdesc *td, int64_t cols, int64_t rows, int mat
         fetch(be, y, dy, yn * 4);
         int nan;
         double e = rel_l2(y, ref, yn, &nan);
-        report(names[bi], shape, e, nan, 2e-5);
+        report(nm, shape, e, nan, 2e-5);
         be->free(be, dx);
         be->free(be, dy);
         be->free(be, dids);
@@ -888,10 +888,21 @@ int main(int argc, char **argv)
     gpu_generic = mr_backend_cuda_create(0, &err);
     unsetenv("MEMRA_CUDA_GENERIC");
     if (!gpu_generic) die("cuda (generic)");
+    setenv("MEMRA_CUDA_FAST_R", "4", 1);
+    gpu_r4 = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_FAST_R", "2", 1);
+    gpu_r2 = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_FAST_R");
+    if (!gpu_r4 || !gpu_r2) die("cuda (forced rows per block)");
     if (mr_backend_cpu_create) {
         cpu = mr_backend_cpu_create(&err);
         if (!cpu) die("cpu");
     }
+    mm_be[0] = gpu;
+    mm_be[1] = gpu_r4;
+    mm_be[2] = gpu_r2;
+    mm_be[3] = gpu_generic;
+    mm_be[4] = cpu;
     printf("kernel-check seed %llu, CPU reference backend: %s\n", (unsigned long long)seed,
            cpu ? "yes" : "no (float64 host math only)");
     printf("%-14s %-44s %10s %9s %5s\n", "op", "shape", "rel L2", "bound", "NaN");
@@ -950,6 +961,8 @@ int main(int argc, char **argv)
     printf("%d checks: %d passed, %d failed\n", n_pass + n_fail, n_pass, n_fail);
     if (cpu) cpu->destroy(cpu);
     gpu_generic->destroy(gpu_generic);
+    gpu_r2->destroy(gpu_r2);
+    gpu_r4->destroy(gpu_r4);
     gpu->destroy(gpu);
     if (n_fail) {
         printf("FAILED\n");

@@ -326,6 +326,8 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     c->n_sm = prop.multiProcessorCount;
     const char *gen = getenv("MEMRA_CUDA_GENERIC");
     c->no_fast = gen && *gen && strcmp(gen, "0");
+    const char *fr = getenv("MEMRA_CUDA_FAST_R");
+    c->fast_r = fr ? atoi(fr) : 0;
     if (cublasCreate(&c->cublas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(c->cublas, c->stream) != CUBLAS_STATUS_SUCCESS) {
         mr_errf(err, "cuda: cuBLAS init failed on device %d", device);

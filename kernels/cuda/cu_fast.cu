@@ -179,14 +179,15 @@ struct fast_job {
     int k, x_slots;
 };
 
-/* R rows per warp, NT tokens.  grid.x: row groups, grid.y: jobs (experts). */
+/* A block of FW warps owns R rows; warp w takes steps w, w+FW, ... of
+ * those rows (split-K inside the block, so even a 1024-row matrix gives
+ * thousands of warps with loads in flight), then the warps' partial sums
+ * meet in shared memory.  grid.x: row groups, grid.y: jobs (experts). */
 template <int T, int R, int NT>
 __global__ void __launch_bounds__(FW * 32) k_fast(fast_job a)
 {
-    const int lane = threadIdx.x & 31;
-    const int64_t r0 = ((int64_t)blockIdx.x * FW + (threadIdx.x >> 5)) * R;
-    if (r0 >= a.rows)
-        return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t r0 = (int64_t)blockIdx.x * R;
     const uint8_t *W = a.W;
     const float *x = a.x;
     float *y = a.y;
@@ -196,7 +197,7 @@ __global__ void __launch_bounds__(FW * 32) k_fast(fast_job a)
         x = a.x + ((int64_t)t * a.x_slots + (a.x_slots > 1 ? j : 0)) * a.cols;
         y = a.y + (int64_t)job * a.rows;
         if (e < 0 || e >= a.n_mats) {
-            if (lane < R && r0 + lane < a.rows) y[r0 + lane] = __int_as_float(0x7fc00000);
+            if (threadIdx.x < R && r0 + threadIdx.x < a.rows) y[r0 + threadIdx.x] = __int_as_float(0x7fc00000);
             return;
         }
         W = a.W + (size_t)e * a.mat_bytes;
@@ -216,8 +217,8 @@ __global__ void __launch_bounds__(FW * 32) k_fast(fast_job a)
     for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int i = 0; i < R; i++) acc[t][i] = 0.0f;
-#pragma unroll 2
-    for (int s = 0; s < nsteps; s++) {
+#pragma unroll 4
+    for (int s = warp; s < nsteps; s += FW) {
         float4 xa[NT], xb[NT];
 #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -232,13 +233,22 @@ __global__ void __launch_bounds__(FW * 32) k_fast(fast_job a)
             for (int t = 0; t < NT; t++) acc[t][i] += step_dot<T>(p, lane, xa[t], xb[t]);
         }
     }
+    __shared__ float part[FW][NT * R];
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int i = 0; i < R; i++) {
             float v = mr_warp_sum(acc[t][i]);
-            if (lane == 0 && r0 + i < a.rows) y[(int64_t)t * a.rows + r0 + i] = v;
+            if (lane == 0) part[warp][t * R + i] = v;
         }
+    __syncthreads();
+    if (threadIdx.x < NT * R) {
+        const int t = threadIdx.x / R, i = threadIdx.x % R;
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < FW; w++) v += part[w][threadIdx.x];
+        if (r0 + i < a.rows) y[(int64_t)t * a.rows + r0 + i] = v;
+    }
 }
 
 /* ---- repack at load ---- */
@@ -302,13 +312,27 @@ void mr_cu_weight_free_priv(mr_backend *be, mr_weight *w)
 
 /* ---- dispatch ---- */
 
+template <int T, int R, int NT>
+static void launch_fast_r(mr_cu_ctx *c, const fast_job &a, int jobs)
+{
+    dim3 grid((unsigned)((a.rows + R - 1) / R), jobs);
+    k_fast<T, R, NT><<<grid, FW * 32, 0, c->stream>>>(a);
+    MR_CU_LAUNCHED(c, "fast matvec");
+}
+
+/* Rows per block: more rows share each activation load, fewer give more
+ * blocks; keep at least ~8 blocks per SM. */
 template <int T, int NT>
 static void launch_fast(mr_cu_ctx *c, const fast_job &a, int jobs)
 {
-    constexpr int R = NT <= 2 ? 4 : 2;
-    dim3 grid(mr_cu_blocks((size_t)((a.rows + R - 1) / R), FW), jobs);
-    k_fast<T, R, NT><<<grid, FW * 32, 0, c->stream>>>(a);
-    MR_CU_LAUNCHED(c, "fast matvec");
+    const int64_t want = (int64_t)c->n_sm * 8;
+    const int64_t units = a.rows * jobs;
+    if (NT == 1 && c->fast_r != 2 && c->fast_r != 1 && (c->fast_r == 4 || units / 4 >= want))
+        launch_fast_r<T, 4, NT>(c, a, jobs);
+    else if (c->fast_r != 1 && (c->fast_r == 2 || units / 2 >= want))
+        launch_fast_r<T, 2, NT>(c, a, jobs);
+    else
+        launch_fast_r<T, 1, NT>(c, a, jobs);
 }
 
 template <int T>
