@@ -10,10 +10,12 @@
  * accumulates in float32 with float32 activations: same numbers as the
  * generic kernels up to summation order.
  *
- * Types whose blocks are not 4-byte multiples (Q6_K 210, Q8_0 34, Q4_0 18)
- * are copied at load into the same bytes padded to a 4-byte stride (priv;
- * Q8_0/Q4_0 with the quants moved to offset 4), a 1-11% larger copy that
- * makes every load aligned.  The GGUF copy stays for get_rows and GEMM. */
+ * At load the blocks are copied into a kernel layout (priv) holding the
+ * same values: Q6_K/Q8_0/Q4_0 padded to a 4-byte stride (Q8_0/Q4_0 with
+ * the quants moved to offset 4) so every load is aligned; Q4_K/Q5_K with
+ * their packed 6-bit scales unpacked to bytes (+4 bytes a block) so a lane
+ * fetches its two scales and mins with one load and no bit surgery.  The
+ * GGUF copy stays for get_rows and the GEMM path. */
 #include <stdlib.h>
 
 #include "kernels/cuda/cu_fast.cuh"
@@ -24,7 +26,7 @@
 /* Bytes per block in the kernel's layout (padded where needed). */
 __host__ __device__ constexpr int fast_stride(int t)
 {
-    return t == MR_TYPE_Q4_K ? 144 : t == MR_TYPE_Q5_K ? 176 : t == MR_TYPE_Q6_K ? 212
+    return t == MR_TYPE_Q4_K ? 148 : t == MR_TYPE_Q5_K ? 180 : t == MR_TYPE_Q6_K ? 212
          : t == MR_TYPE_Q8_0 ? 36 : t == MR_TYPE_Q4_0 ? 20 : t == MR_TYPE_IQ4_XS ? 136
          : t == MR_TYPE_BF16 ? 2 : 0;
 }
@@ -35,7 +37,8 @@ __host__ __device__ constexpr int fast_belems(int t)
 static bool fast_has(int t) { return fast_stride(t) != 0; }
 static bool fast_padded(int t)
 {
-    return t == MR_TYPE_Q6_K || t == MR_TYPE_Q8_0 || t == MR_TYPE_Q4_0;
+    return t == MR_TYPE_Q6_K || t == MR_TYPE_Q8_0 || t == MR_TYPE_Q4_0 || t == MR_TYPE_Q4_K ||
+           t == MR_TYPE_Q5_K;
 }
 
 /* 2^23 + byte b of w (b = 0..3) as a float; subtract 8388608 to get the byte. */
@@ -45,6 +48,14 @@ __device__ __forceinline__ float mag(uint32_t w, int b)
     return __uint_as_float(__byte_perm(w, 0x4B000000u, sel));
 }
 #define MAGIC 8388608.0f
+
+/* 0.5 + q/256 as a float, q = byte c of w (q < 128): one byte_perm, no
+ * subtraction; the caller recovers sum q*x as 256*sum(f*x) - 128*sum(x),
+ * which loses only a few bits (f stays in [0.5, 1)). */
+__device__ __forceinline__ float hq(uint32_t w, int c)
+{
+    return __uint_as_float(__byte_perm(w, 0x3F800000u, 0x7044u | ((uint32_t)c << 8)));
+}
 
 /* Offsets (floats, inside the 256-column step) of the two runs of 4
  * activations lane `lane` multiplies. */
@@ -69,21 +80,6 @@ __device__ __forceinline__ void x_offsets(int lane, int *o1, int *o2)
     }
 }
 
-/* mr_k4_scale_min on the block header held in registers (a byte array
- * indexed at run time would live in local memory). */
-__device__ __forceinline__ void k4_scale_min_w(int i, uint4 hd, int *sc, int *m)
-{
-    if (i < 4) {
-        *sc = (hd.y >> (8 * i)) & 63;
-        *m = (hd.z >> (8 * i)) & 63;
-    } else {
-        const int k = 8 * (i - 4);
-        const uint32_t a = (hd.w >> k) & 0xff, lo = (hd.y >> k) & 0xff, mid = (hd.z >> k) & 0xff;
-        *sc = (int)((a & 0xF) | ((lo >> 6) << 4));
-        *m = (int)((a >> 4) | ((mid >> 6) << 4));
-    }
-}
-
 __device__ __forceinline__ float dot4(float4 x, float a, float b, float c, float d)
 {
     return fmaf(x.x, a, fmaf(x.y, b, fmaf(x.z, c, x.w * d)));
@@ -96,24 +92,25 @@ __device__ __forceinline__ float step_dot(const uint8_t *__restrict__ p, int lan
                                           float4 xb)
 {
     if constexpr (T == MR_TYPE_Q4_K || T == MR_TYPE_Q5_K) {
+        /* repacked block: d, dmin | per j: sc[2j] sc[2j+1] m[2j] m[2j+1] | (qh) | qs */
         const int j = lane >> 3, l = 4 * (lane & 7);
-        const uint4 hd = *(const uint4 *)p; /* d, dmin, 12 scale bytes (broadcast) */
-        const uint32_t q = *(const uint32_t *)(p + (T == MR_TYPE_Q4_K ? 16 : 48) + 32 * j + l);
+        const uint32_t dd = *(const uint32_t *)p;
+        const uint32_t sm = *(const uint32_t *)(p + 4 + 4 * j);
+        const uint32_t q = *(const uint32_t *)(p + (T == MR_TYPE_Q4_K ? 20 : 52) + 32 * j + l);
         uint32_t lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
         if constexpr (T == MR_TYPE_Q5_K) {
-            const uint32_t h = *(const uint32_t *)(p + 16 + l);
+            const uint32_t h = *(const uint32_t *)(p + 20 + l);
             lo |= ((h >> (2 * j)) & 0x01010101u) << 4;
             hi |= ((h >> (2 * j + 1)) & 0x01010101u) << 4;
         }
-        const float d = __half2float(__ushort_as_half((uint16_t)(hd.x & 0xffff)));
-        const float dm = __half2float(__ushort_as_half((uint16_t)(hd.x >> 16)));
-        int sc0, m0, sc1, m1;
-        k4_scale_min_w(2 * j, hd, &sc0, &m0);
-        k4_scale_min_w(2 * j + 1, hd, &sc1, &m1);
-        const float s0 = dot4(xa, mag(lo, 0) - MAGIC, mag(lo, 1) - MAGIC, mag(lo, 2) - MAGIC, mag(lo, 3) - MAGIC);
-        const float s1 = dot4(xb, mag(hi, 0) - MAGIC, mag(hi, 1) - MAGIC, mag(hi, 2) - MAGIC, mag(hi, 3) - MAGIC);
+        const float d = __half2float(__ushort_as_half((uint16_t)(dd & 0xffff)));
+        const float dm = __half2float(__ushort_as_half((uint16_t)(dd >> 16)));
         const float xs0 = xa.x + xa.y + xa.z + xa.w, xs1 = xb.x + xb.y + xb.z + xb.w;
-        return d * ((float)sc0 * s0 + (float)sc1 * s1) - dm * ((float)m0 * xs0 + (float)m1 * xs1);
+        const float s0 = 256.0f * dot4(xa, hq(lo, 0), hq(lo, 1), hq(lo, 2), hq(lo, 3)) - 128.0f * xs0;
+        const float s1 = 256.0f * dot4(xb, hq(hi, 0), hq(hi, 1), hq(hi, 2), hq(hi, 3)) - 128.0f * xs1;
+        const float sc0 = mag(sm, 0) - MAGIC, sc1 = mag(sm, 1) - MAGIC;
+        const float m0 = mag(sm, 2) - MAGIC, m1 = mag(sm, 3) - MAGIC;
+        return d * (sc0 * s0 + sc1 * s1) - dm * (m0 * xs0 + m1 * xs1);
     } else if constexpr (T == MR_TYPE_Q6_K) {
         const int n = lane >> 4, qa = (lane >> 3) & 1, l = 4 * (lane & 7);
         const uint32_t ql = *(const uint32_t *)(p + 64 * n + 32 * qa + l);
@@ -123,9 +120,10 @@ __device__ __forceinline__ float step_dot(const uint8_t *__restrict__ p, int lan
         const int8_t *sc = (const int8_t *)(p + 192 + 8 * n);
         const int is = l >> 4;
         const float d = __half2float(*(const __half *)(p + 208));
-        const float M = MAGIC + 32.0f;
-        const float s0 = dot4(xa, mag(lo, 0) - M, mag(lo, 1) - M, mag(lo, 2) - M, mag(lo, 3) - M);
-        const float s1 = dot4(xb, mag(hi, 0) - M, mag(hi, 1) - M, mag(hi, 2) - M, mag(hi, 3) - M);
+        const float xs0 = xa.x + xa.y + xa.z + xa.w, xs1 = xb.x + xb.y + xb.z + xb.w;
+        /* sum (q-32)*x = 256*sum(f*x) - 160*sum(x) */
+        const float s0 = 256.0f * dot4(xa, hq(lo, 0), hq(lo, 1), hq(lo, 2), hq(lo, 3)) - 160.0f * xs0;
+        const float s1 = 256.0f * dot4(xb, hq(hi, 0), hq(hi, 1), hq(hi, 2), hq(hi, 3)) - 160.0f * xs1;
         return d * ((float)sc[is + 2 * qa] * s0 + (float)sc[is + 2 * qa + 4] * s1);
     } else if constexpr (T == MR_TYPE_IQ4_XS) {
         const int ib = lane >> 2, l = 4 * (lane & 3);
@@ -146,9 +144,10 @@ __device__ __forceinline__ float step_dot(const uint8_t *__restrict__ p, int lan
         const uint32_t q = *(const uint32_t *)(b + 4 + l); /* padded layout: qs at +4 */
         const float d = __half2float(*(const __half *)b);
         const uint32_t lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
-        const float M = MAGIC + 8.0f;
-        return d * (dot4(xa, mag(lo, 0) - M, mag(lo, 1) - M, mag(lo, 2) - M, mag(lo, 3) - M) +
-                    dot4(xb, mag(hi, 0) - M, mag(hi, 1) - M, mag(hi, 2) - M, mag(hi, 3) - M));
+        const float xs = xa.x + xa.y + xa.z + xa.w + xb.x + xb.y + xb.z + xb.w;
+        /* sum (q-8)*x = 256*sum(f*x) - 136*sum(x) */
+        return d * (256.0f * (dot4(xa, hq(lo, 0), hq(lo, 1), hq(lo, 2), hq(lo, 3)) +
+                              dot4(xb, hq(hi, 0), hq(hi, 1), hq(hi, 2), hq(hi, 3))) - 136.0f * xs);
     } else if constexpr (T == MR_TYPE_Q8_0) {
         const int ib = lane >> 2, l = 8 * (lane & 3);
         const uint8_t *b = p + 36 * ib;
@@ -263,7 +262,21 @@ __global__ void k_pad_blocks(const uint8_t *src, uint8_t *dst, size_t nblocks, i
         return;
     const uint8_t *s = src + b * sb;
     uint8_t *d = dst + b * db;
-    if (type == MR_TYPE_Q8_0 || type == MR_TYPE_Q4_0) {
+    if (type == MR_TYPE_Q4_K || type == MR_TYPE_Q5_K) {
+        /* 6-bit scales/mins unpacked to one byte each, grouped per 64
+         * columns: [sc 2j, sc 2j+1, m 2j, m 2j+1]; d, dmin, qh, qs as is */
+        for (int i = 0; i < 4; i++) d[i] = s[i];
+        for (int j = 0; j < 4; j++) {
+            int sc0, m0, sc1, m1;
+            mr_k4_scale_min(2 * j, s + 4, &sc0, &m0);
+            mr_k4_scale_min(2 * j + 1, s + 4, &sc1, &m1);
+            d[4 + 4 * j] = (uint8_t)sc0;
+            d[5 + 4 * j] = (uint8_t)sc1;
+            d[6 + 4 * j] = (uint8_t)m0;
+            d[7 + 4 * j] = (uint8_t)m1;
+        }
+        for (int i = 16; i < sb; i++) d[4 + i] = s[i];
+    } else if (type == MR_TYPE_Q8_0 || type == MR_TYPE_Q4_0) {
         d[0] = s[0];
         d[1] = s[1];
         d[2] = d[3] = 0;
