@@ -156,6 +156,9 @@ int main(int argc, char **argv)
         double roof = bw / bpt;
         printf("weights read per token %.3f GB; copy bandwidth %.0f GB/s; decode roofline %.0f tok/s; "
                "tg reached %.1f%% of it\n", bpt / 1e9, bw / 1e9, roof, tg ? 100.0 * (tg / mt) / roof : 0.0);
+        long caps, reps;
+        mr_cu_autograph_stats(be, &caps, &reps);
+        printf("automatic CUDA graphs: %ld captured, %ld replays\n", caps, reps);
     }
 #else
     (void)bpt;

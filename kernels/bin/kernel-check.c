@@ -20,6 +20,9 @@
 #include "common/half.h"
 #include "common/quant.h"
 #include "kernels/ops.h"
+#ifdef MR_HAVE_CUDA
+#include "kernels/cuda/cu_bench.h"
+#endif
 
 
 static uint64_t rng_s = 0x9e3779b97f4a7c15ull;
@@ -866,6 +869,19 @@ static void check_graph(void)
     }
     gpu->graph_destroy(gpu, graph);
     report("graph-replay", "rmsnorm+Q4_K matvec+argmax x3", worst + bad, nan, 0.0);
+#ifdef MR_HAVE_CUDA
+    /* the three identical direct sequences above: recorded, the second
+     * captured automatically, the third replayed; the loop compared them
+     * with the explicit graph.  Check that the automatic graph did run. */
+    long caps = 0, reps = 0;
+    mr_cu_autograph_stats(gpu, &caps, &reps);
+    char what[64];
+    snprintf(what, sizeof what, "automatic graphs: %ld captured, %ld replayed", caps, reps);
+    if (getenv("MEMRA_CUDA_AUTOGRAPH") && !strcmp(getenv("MEMRA_CUDA_AUTOGRAPH"), "0"))
+        printf("%-14s %-44s (off)\n", "autograph", what);
+    else
+        report("autograph", what, caps >= 1 && reps >= 1 ? 0.0 : 1.0, 0, 0.0);
+#endif
     gpu->free(gpu, dx); gpu->free(gpu, dn); gpu->free(gpu, dh); gpu->free(gpu, dy); gpu->free(gpu, did);
     free(x); free(nw); free(ya); free(yb);
     tw_free(&w);

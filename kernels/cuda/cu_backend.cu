@@ -73,6 +73,7 @@ static void cu_free(mr_backend *be, void *p)
     if (!p)
         return;
     mr_cu_ctx *c = mr_cu(be);
+    mr_cu_flush(be); /* recorded ops may still use p */
     /* cudaFree synchronizes with the device, so queued work has finished. */
     MR_CU_TRY(c, cudaFree(p));
 }
@@ -83,6 +84,7 @@ static int cu_copy(mr_backend *be, void *dst, const void *src, size_t n, cudaMem
     mr_cu_ctx *c = mr_cu(be);
     if (n == 0)
         return 0;
+    mr_cu_flush(be);
     if (c->capturing)
         return mr_errf(err, "cuda: upload/download inside graph capture");
     cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, c->stream);
@@ -108,6 +110,7 @@ static int cu_download(mr_backend *be, void *dst, const void *src, size_t n, mr_
 static int cu_sync(mr_backend *be, mr_err *err)
 {
     mr_cu_ctx *c = mr_cu(be);
+    mr_cu_flush(be);
     cudaError_t e = cudaStreamSynchronize(c->stream);
     if (e != cudaSuccess)
         mr_cu_fail(c, "sync: %s", cudaGetErrorString(e));
@@ -119,6 +122,7 @@ static int cu_sync(mr_backend *be, mr_err *err)
 static int cu_weight_load(mr_backend *be, mr_weight *w, const void *host, mr_err *err)
 {
     mr_cu_ctx *c = mr_cu(be);
+    mr_cu_flush(be);
     const char *name = w->name ? w->name : "?";
     mr_cu_tinfo ti = mr_cu_type_info(w->type);
     if (ti.block_elems == 0)
@@ -152,6 +156,7 @@ static int cu_weight_load(mr_backend *be, mr_weight *w, const void *host, mr_err
 static void cu_weight_release(mr_backend *be, mr_weight *w)
 {
     mr_cu_ctx *c = mr_cu(be);
+    mr_cu_flush(be);
     mr_cu_weight_free_priv(be, w);
     if (w->data)
         MR_CU_TRY(c, cudaFree((void *)w->data));
@@ -165,6 +170,7 @@ static size_t kv_elem_size(mr_kv_dtype t) { return t == MR_KV_F32 ? 4 : 2; }
 static void cu_kv_destroy(mr_backend *be, mr_kv_cache *kv)
 {
     mr_cu_ctx *c = mr_cu(be);
+    mr_cu_flush(be);
     for (int l = 0; kv->k && l < kv->n_layers; l++) {
         if (kv->k[l]) MR_CU_TRY(c, cudaFree(kv->k[l]));
         if (kv->v && kv->v[l]) MR_CU_TRY(c, cudaFree(kv->v[l]));
@@ -176,6 +182,7 @@ static void cu_kv_destroy(mr_backend *be, mr_kv_cache *kv)
 
 static int cu_kv_create(mr_backend *be, mr_kv_cache *kv, mr_err *err)
 {
+    mr_cu_flush(be);
     if (kv->n_layers <= 0 || kv->n_blocks <= 0 || kv->block_tokens <= 0 || kv->n_kv_heads <= 0 ||
         kv->head_dim <= 0 || kv->head_dim > 512 || kv->head_dim % 32)
         return mr_errf(err, "cuda: kv cache: bad shape (layers %d, blocks %d, block_tokens %d, "
@@ -215,6 +222,7 @@ static int cu_graph_begin(mr_backend *be, mr_err *err)
     mr_cu_ctx *c = mr_cu(be);
     if (c->capturing)
         return mr_errf(err, "cuda: graph_begin: already capturing");
+    mr_cu_flush(be);
     cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess)
         return mr_errf(err, "cuda: graph_begin: %s", cudaGetErrorString(e));
@@ -249,6 +257,7 @@ static int cu_graph_end(mr_backend *be, void **graph, mr_err *err)
 static int cu_graph_launch(mr_backend *be, void *graph, mr_err *err)
 {
     mr_cu_ctx *c = mr_cu(be);
+    mr_cu_flush(be);
     cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)graph, c->stream);
     if (e != cudaSuccess) {
         mr_cu_fail(c, "graph launch: %s", cudaGetErrorString(e));
@@ -269,6 +278,10 @@ static void cu_destroy(mr_backend *be)
 {
     mr_cu_ctx *c = mr_cu(be);
     if (c) {
+        if (c->stream) {
+            mr_cu_flush(be);
+            mr_cu_autograph_free(be);
+        }
         cudaStreamSynchronize(c->stream);
         if (c->scratch_w.p) cudaFree(c->scratch_w.p);
         if (c->scratch_attn.p) cudaFree(c->scratch_attn.p);
@@ -357,5 +370,6 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     be->graph_destroy = cu_graph_destroy;
     mr_cu_install_ops(be);
     mr_cu_install_attn(be);
+    mr_cu_autograph_install(be); /* last: it wraps the table above */
     return be;
 }

@@ -36,12 +36,18 @@ extern "C" double mr_cuda_time(struct mr_backend *be, void (*fn)(void *), void *
                                int iters)
 {
     mr_cu_ctx *c = mr_cu(be);
-    for (int i = 0; i < warm; i++) fn(arg);
+    for (int i = 0; i < warm; i++) {
+        fn(arg);
+        mr_cu_flush(be);
+    }
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     cudaEventRecord(e0, c->stream);
-    for (int i = 0; i < iters; i++) fn(arg);
+    for (int i = 0; i < iters; i++) {
+        fn(arg);
+        mr_cu_flush(be);
+    }
     cudaEventRecord(e1, c->stream);
     float ms = -1.0f;
     if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)

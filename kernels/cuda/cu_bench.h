@@ -15,6 +15,8 @@ double mr_cuda_copy_bandwidth(size_t bytes, int iters);
  * timed with device events over iters calls after warm warm-up calls. */
 struct mr_backend;
 double mr_cuda_time(struct mr_backend *be, void (*fn)(void *), void *arg, int warm, int iters);
+/* Graphs captured and replayed by the automatic graph layer so far. */
+void mr_cu_autograph_stats(struct mr_backend *be, long *captures, long *replays);
 /* Device name and multiprocessor count, for reports. */
 void mr_cuda_device_info(char *name, size_t n, int *sm);
 

@@ -21,6 +21,11 @@ struct mr_cu_buf {
     size_t cap;
 };
 
+struct mr_cu_auto; /* cu_autograph.cu */
+
+/* Tokens at or below this count use the matvec kernels; above it, dequantize + SGEMM. */
+#define MR_CU_MATVEC_MAX 8
+
 struct mr_cu_ctx {
     int device;
     int n_sm;
@@ -34,6 +39,7 @@ struct mr_cu_ctx {
     mr_cu_buf scratch_w;    /* dequantized weight chunk for the GEMM path */
     mr_cu_buf scratch_attn; /* split-K attention partials */
     mr_cu_buf scratch_act;  /* activation scratch (quantized x, etc.) */
+    mr_cu_auto *ag;         /* recorded ops and cached graphs, or NULL */
 };
 
 static inline mr_cu_ctx *mr_cu(mr_backend *be) { return (mr_cu_ctx *)be->ctx; }
@@ -104,5 +110,10 @@ void mr_cu_weight_free_priv(mr_backend *be, mr_weight *w);
 void mr_cu_install_ops(mr_backend *be);
 void mr_cu_install_attn(mr_backend *be);
 bool mr_cu_type_supported(int type);
+/* Automatic graphs (cu_autograph.cu): launches what the ops recorded. */
+void mr_cu_flush(mr_backend *be);
+void mr_cu_autograph_install(mr_backend *be);
+void mr_cu_autograph_free(mr_backend *be);
+extern "C" void mr_cu_autograph_stats(mr_backend *be, long *captures, long *replays);
 
 #endif

@@ -224,8 +224,6 @@ static void matvec_dispatch(mr_cu_ctx *c, int type, const mv_job &a, int nt, int
     }
 }
 
-/* Tokens at or below this count use the matvec kernels; above it, dequantize + SGEMM. */
-#define MR_CU_MATVEC_MAX 8
 
 static bool weight_ok(mr_cu_ctx *c, const mr_weight *w, const char *op)
 {
