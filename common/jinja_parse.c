@@ -117,8 +117,13 @@ static jlist parse_until(parser *P, const char *a, const char *b, const char *c)
     vec v = {0};
     while (!is_stmt(P, a, b, c)) {
         if (P->cur >= P->n) {
+            const char *end = a;
+            if (b && !strncmp(b, "end", 3))
+                end = b;
+            if (c && !strncmp(c, "end", 3))
+                end = c;
             char m[96];
-            snprintf(m, sizeof m, "unexpected end of template, expected {%% %s %%}", a);
+            snprintf(m, sizeof m, "unexpected end of template, expected {%% %s %%}", end);
             perr(P, m);
         }
         vpush(P, &v, parse_any(P));
@@ -196,7 +201,7 @@ static jlist parse_args(parser *P, char mode)
 static jnode *parse_call(parser *P, jnode *callee)
 {
     enter(P);
-    jnode *x = mk(P, N_CALL, here(P));
+    jnode *x = mk(P, N_CALL, callee->pos);
     x->a = callee;
     x->l1 = parse_args(P, 'c');
     x = parse_member(P, x);
@@ -256,7 +261,8 @@ static jnode *parse_member(parser *P, jnode *obj)
             if (prop->type != N_IDENT && prop->type != N_INT)
                 perr(P, "expected identifier or integer following dot operator");
         }
-        jnode *x = mk(P, N_MEMBER, pos);
+        jnode *x = mk(P, N_MEMBER, obj->pos);
+        (void)pos;
         x->a = obj;
         x->b = prop;
         x->flag = computed;
