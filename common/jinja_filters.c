@@ -67,18 +67,46 @@ static size_t trim_end(const char *s, size_t n)
     return n;
 }
 
-/* divergence: case mapping is ASCII only (JavaScript maps all of Unicode) */
+/* toUpperCase / toLowerCase: Unicode mappings, including the unconditional
+ * one-to-many ones (ß -> SS).  Divergence: the context-dependent final sigma
+ * of toLowerCase is not applied. */
 static jval str_map_case(jrt *r, jval s, bool upper)
 {
-    jstr *o = jz_str(&r->c, s.u.s->s, s.u.s->len);
-    for (size_t i = 0; i < o->len; i++) {
-        char ch = o->s[i];
-        if (upper && ch >= 'a' && ch <= 'z')
-            o->s[i] = (char)(ch - 32);
-        else if (!upper && ch >= 'A' && ch <= 'Z')
-            o->s[i] = (char)(ch + 32);
+    jz_ctx *c = &r->c;
+    const char *p = s.u.s->s;
+    size_t n = s.u.s->len, i = 0;
+    /* fast path: ASCII needs no table */
+    bool ascii = true;
+    for (size_t k = 0; k < n && ascii; k++)
+        ascii = (unsigned char)p[k] < 0x80;
+    if (ascii) {
+        jstr *o = jz_str(c, p, n);
+        for (size_t k = 0; k < n; k++) {
+            char ch = o->s[k];
+            if (upper && ch >= 'a' && ch <= 'z')
+                o->s[k] = (char)(ch - 32);
+            else if (!upper && ch >= 'A' && ch <= 'Z')
+                o->s[k] = (char)(ch + 32);
+        }
+        return jv_strv(o);
     }
-    return jv_strv(o);
+    jsb b;
+    jsb_init(c, &b, r->opts->max_output);
+    while (i < n) {
+        uint32_t cp;
+        size_t l = jz_utf8_dec(p + i, n - i, &cp);
+        const jz_case_map *m = (l == 1 && cp >= 0x80) ? NULL : jz_case_lookup(cp, upper);
+        if (!m) {
+            jsb_add(c, &b, p + i, l);
+        } else {
+            for (int k = 0; k < 3 && m->to[k]; k++) {
+                char e[4];
+                jsb_add(c, &b, e, jz_utf8_enc(m->to[k], e));
+            }
+        }
+        i += l;
+    }
+    return jv_strv(jsb_str(c, &b));
 }
 
 static bool word_ch(char ch)
@@ -98,12 +126,19 @@ static jval str_title(jrt *r, jval s)
     return jv_strv(o);
 }
 
+/* charAt(0).toUpperCase() + rest: only the first character changes */
 static jval str_capitalize(jrt *r, jval s)
 {
-    jstr *o = jz_str(&r->c, s.u.s->s, s.u.s->len);
-    if (o->len && o->s[0] >= 'a' && o->s[0] <= 'z')
-        o->s[0] = (char)(o->s[0] - 32);
-    return jv_strv(o);
+    if (s.u.s->len == 0)
+        return s;
+    uint32_t cp;
+    size_t l = jz_utf8_dec(s.u.s->s, s.u.s->len, &cp);
+    jval first = str_map_case(r, jv_str(&r->c, s.u.s->s, l), true);
+    jsb b;
+    jsb_init(&r->c, &b, r->opts->max_output);
+    jsb_add(&r->c, &b, first.u.s->s, first.u.s->len);
+    jsb_add(&r->c, &b, s.u.s->s + l, s.u.s->len - l);
+    return jv_strv(jsb_str(&r->c, &b));
 }
 
 static jval str_trim(jrt *r, jval s, bool start, bool end)

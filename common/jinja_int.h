@@ -281,6 +281,13 @@ size_t jz_ws_at(const char *s, size_t n);
 /* length of the whitespace character ending at s+n, 0 if none */
 size_t jz_ws_before(const char *s, size_t n);
 size_t jz_utf16_len(const char *s, size_t n);
+/* Unicode case mapping (generated table, common/jinja_case.c): up to three
+ * code points, 0-padded; NULL when the code point maps to itself. */
+typedef struct jz_case_map {
+    uint32_t cp;
+    uint32_t to[3];
+} jz_case_map;
+const jz_case_map *jz_case_lookup(uint32_t cp, bool upper);
 
 /* evaluator entry points used by filters */
 _Noreturn void jz_rt_fail(jrt *r, const jnode *at, const char *fmt, ...)
