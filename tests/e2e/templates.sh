@@ -4,6 +4,8 @@
 # must come out of build/bin/chat-template byte for byte as the reference
 # renderer @huggingface/jinja renders it (tests/node/render.mjs).  Where the
 # reference raises (a template refusing a conversation), ours must fail too.
+# First, the expectations of the engine's unit cases are checked against the
+# reference as well.
 set -u
 BIN=${MEMRA_BIN:-build/bin}
 FIX=${MEMRA_FIXTURES:-../shared/fixtures}
@@ -12,6 +14,9 @@ if [ ! -d tests/node/node_modules/@huggingface/jinja ]; then
     echo "templates: tests/node/node_modules missing (run make deps)" >&2
     exit 1
 fi
+# the unit suite's expected texts are the reference's
+node tests/node/render.mjs --cases tests/unit/jinja-cases.json || exit 1
+
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 node tests/node/render.mjs --batch "$FIX/templates" "$CORPUS" "$tmp" || exit 1

@@ -6,6 +6,11 @@
 //       for every case of the corpus writes OUT_DIR/ctx/CASE.json (the
 //       variables) and, for every TEMPLATES_DIR/*.jinja, OUT_DIR/exp/NAME/CASE.txt
 //       (the rendering) or OUT_DIR/exp/NAME/CASE.err (the error message).
+//   node render.mjs --cases CASES.json
+//       checks the engine unit cases (tests/unit/jinja-cases.json) against the
+//       reference: each expected text must be what the reference renders, each
+//       expected error must be an error here too ("extension" cases are
+//       jinja2 features the reference lacks, and are skipped).
 import { Template } from "@huggingface/jinja";
 import fs from "node:fs";
 import path from "node:path";
@@ -69,6 +74,32 @@ if (args[0] === "--batch") {
       }
     }
   }
+} else if (args[0] === "--cases") {
+  const { cases: list } = JSON.parse(fs.readFileSync(args[1], "utf8"));
+  let bad = 0;
+  let checked = 0;
+  for (const c of list) {
+    if (c.extension) continue;
+    checked++;
+    let out;
+    let err = null;
+    try {
+      out = render(c.template, c.vars ?? {});
+    } catch (e) {
+      err = String(e.message ?? e);
+    }
+    if ("expect" in c) {
+      if (err !== null || out !== c.expect) {
+        bad++;
+        console.log(`case ${c.name}: reference gives ${JSON.stringify(err ?? out)}, the case expects ${JSON.stringify(c.expect)}`);
+      }
+    } else if (err === null) {
+      bad++;
+      console.log(`case ${c.name}: reference renders ${JSON.stringify(out)}, the case expects an error`);
+    }
+  }
+  console.log(`unit cases: ${checked} checked against the reference, ${bad} disagree`);
+  process.exit(bad === 0 ? 0 : 1);
 } else if (args.length === 2) {
   const src = fs.readFileSync(args[0], "utf8");
   const ctx = JSON.parse(fs.readFileSync(args[1], "utf8"));
