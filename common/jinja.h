@@ -33,7 +33,9 @@ typedef struct mr_jinja_opts {
     int64_t now;        /* strftime_now's clock (seconds since epoch); <0: time() */
 } mr_jinja_opts;
 
-/* Defaults: 64 MiB output, 512 MiB memory, depth 256, 50M steps, real clock. */
+/* Defaults: 64 MiB output, 256 MiB memory, depth 1024, 20M steps (a few
+ * seconds of work at most), real clock.  A render uses a few times the size
+ * of its variables in memory; depth 1024 needs well under 1 MiB of stack. */
 void mr_jinja_opts_default(mr_jinja_opts *o);
 
 /* Parses a template.  Returns NULL with err filled on a syntax error. */

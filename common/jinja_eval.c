@@ -24,9 +24,9 @@ enum { RC_OK = 0, RC_BREAK = 1, RC_CONTINUE = 2 };
 void mr_jinja_opts_default(mr_jinja_opts *o)
 {
     o->max_output = 64u << 20;
-    o->max_memory = 512u << 20;
-    o->max_depth = 256;
-    o->max_steps = 50000000;
+    o->max_memory = 256u << 20;
+    o->max_depth = 1024;
+    o->max_steps = 20000000;
     o->now = -1;
 }
 
@@ -829,24 +829,23 @@ static int exec_for(jrt *r, const jnode *x, jenv *env, jsb *out)
     bool none = true;
     for (size_t i = 0; i < n; i++) {
         jz_step(r, x);
-        jval loop = jv_obj(c, 9);
-        jobj *lo = loop.u.o;
-        /* keys are distinct: fill without searching */
-        jstr **keys = r->loop_keys;
-        jval vals[9] = {jv_int((int64_t)i + 1),
-                        jv_int((int64_t)i),
-                        jv_int((int64_t)(n - i)),
-                        jv_int((int64_t)(n - i - 1)),
-                        jv_bool(i == 0),
-                        jv_bool(i == n - 1),
-                        jv_int((int64_t)n),
-                        i > 0 ? items.u.a->v[i - 1] : jv_undef(),
-                        i + 1 < n ? items.u.a->v[i + 1] : jv_undef()};
-        for (int k = 0; k < 9; k++) {
-            lo->k[k] = keys[k];
-            lo->v[k] = vals[k];
-        }
-        lo->n = 9;
+        /* one allocation per iteration; the key array is shared by every loop
+         * object (nothing can add keys to it: only namespaces are assignable) */
+        jobj *lo = jz_alloc(c, sizeof(jobj) + 9 * sizeof(jval));
+        lo->v = (jval *)(lo + 1);
+        lo->k = r->loop_keys;
+        lo->n = lo->cap = 9;
+        lo->v[0] = jv_int((int64_t)i + 1);
+        lo->v[1] = jv_int((int64_t)i);
+        lo->v[2] = jv_int((int64_t)(n - i));
+        lo->v[3] = jv_int((int64_t)(n - i - 1));
+        lo->v[4] = jv_bool(i == 0);
+        lo->v[5] = jv_bool(i == n - 1);
+        lo->v[6] = jv_int((int64_t)n);
+        lo->v[7] = i > 0 ? items.u.a->v[i - 1] : jv_undef();
+        lo->v[8] = i + 1 < n ? items.u.a->v[i + 1] : jv_undef();
+        jval loop = {.t = V_OBJ};
+        loop.u.o = lo;
         env_set(r, scope, "loop", loop);
         assign(r, x->a, items.u.a->v[i], scope, "for");
         size_t mark = out->len;
@@ -952,7 +951,7 @@ static int parse_into(mr_jinja_tmpl *t)
     jtok *toks;
     size_t n;
     jz_tokenize(&t->c, t->src, t->len, &toks, &n);
-    t->body = jz_parse(&t->c, toks, n, 256);
+    t->body = jz_parse(&t->c, toks, n, 1024);
     return 0;
 }
 

@@ -226,7 +226,7 @@ struct jrt {
     const mr_jinja_opts *opts;
     unsigned depth;
     uint64_t steps;
-    jstr *loop_keys[9]; /* index, index0, ... of the loop object */
+    jstr *loop_keys[9]; /* index, index0, ... : the keys of every loop object */
 };
 
 /* values */

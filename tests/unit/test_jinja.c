@@ -132,17 +132,28 @@ START_TEST(limits)
                               &err));
     ck_assert_ptr_nonnull(strstr(err.msg, "depth"));
 
+    /* a long chain of operators is fine at the default depth */
+    char chain[4000];
+    size_t m = (size_t)snprintf(chain, sizeof chain, "{{ 'a'");
+    for (int i = 0; i < 600; i++)
+        m += (size_t)snprintf(chain + m, sizeof chain - m, " ~ 1");
+    snprintf(chain + m, sizeof chain - m, " }}");
+    char *ok = render(chain, NULL, NULL, &err);
+    ck_assert_msg(ok != NULL, "%s", err.msg);
+    ck_assert_uint_eq(strlen(ok), 601);
+    free(ok);
+
     ck_assert_ptr_null(render("{{ range(100000000000) }}", NULL, NULL, &err));
     ck_assert_ptr_nonnull(strstr(err.msg, "range too large"));
 
     /* deep nesting in the source is a syntax error, not a stack overflow */
-    char deep[8000];
+    char deep[12000];
     size_t n = 0;
     n += (size_t)snprintf(deep + n, sizeof deep - n, "{{ ");
-    for (int i = 0; i < 2000; i++)
+    for (int i = 0; i < 5000; i++)
         deep[n++] = '(';
     deep[n++] = '1';
-    for (int i = 0; i < 2000; i++)
+    for (int i = 0; i < 5000; i++)
         deep[n++] = ')';
     snprintf(deep + n, sizeof deep - n, " }}");
     ck_assert_ptr_null(render(deep, NULL, NULL, &err));
