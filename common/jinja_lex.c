@@ -370,6 +370,61 @@ static const struct {
     {"=", T_EQUALS},
 };
 
+/* Matches {%-?\s*endraw\s*-?%} at i: returns its end, 0 if none. */
+static size_t match_endraw(const lexer *L, size_t i, bool *lstrip, bool *rstrip)
+{
+    const char *s = L->p.s;
+    size_t n = L->p.n, j = i + 2, w;
+    if (n - i < 2 || s[i] != '{' || s[i + 1] != '%')
+        return 0;
+    *lstrip = j < n && s[j] == '-';
+    if (*lstrip)
+        j++;
+    while (j < n && (w = jz_ws_at(s + j, n - j)) > 0)
+        j += w;
+    if (n - j < 6 || memcmp(s + j, "endraw", 6) != 0)
+        return 0;
+    j += 6;
+    while (j < n && (w = jz_ws_at(s + j, n - j)) > 0)
+        j += w;
+    *rstrip = j < n && s[j] == '-';
+    if (*rstrip)
+        j++;
+    return (n - j >= 2 && s[j] == '%' && s[j + 1] == '}') ? j + 2 : 0;
+}
+
+/* Divergence: {% raw %}...{% endraw %} (jinja2's; the reference has no raw
+ * blocks).  Called right after a %}: when it closed {% raw %}, the text up to
+ * {% endraw %} becomes one text token. */
+static void maybe_raw(lexer *L)
+{
+    if (L->n < 3 || L->toks[L->n - 3].type != T_OPEN_STMT || L->toks[L->n - 2].type != T_IDENT ||
+        strcmp(L->toks[L->n - 2].val->s, "raw") != 0)
+        return;
+    size_t start = L->cur, i = L->cur, end = 0;
+    bool ls = false, rs = false;
+    while (i < L->p.n && !(end = match_endraw(L, i, &ls, &rs)))
+        i++;
+    if (!end)
+        lex_fail(L, "unterminated {% raw %} block");
+    size_t tpos = L->toks[L->n - 3].pos;
+    L->n -= 3;
+    size_t e = i;
+    if (ls) {
+        size_t w;
+        while (e > start && (w = jz_ws_before(L->p.s + start, e - start)) > 0)
+            e -= w;
+    }
+    if (e > start)
+        push(L, T_TEXT, start, L->p.s + start, e - start);
+    /* an empty comment lets text follow, as after any tag */
+    push(L, T_COMMENT, i, "", 0);
+    L->toks[L->n - 1].pos = tpos;
+    L->cur = end;
+    if (rs)
+        skip_ws(L);
+}
+
 void jz_tokenize(jz_ctx *c, const char *src, size_t len, jtok **toks, size_t *ntoks)
 {
     lexer L = {.c = c};
@@ -432,6 +487,7 @@ void jz_tokenize(jz_ctx *c, const char *src, size_t len, jtok **toks, size_t *nt
             push(&L, T_CLOSE_STMT, L.cur, "%}", 2);
             L.cur += 3;
             skip_ws(&L);
+            maybe_raw(&L);
             continue;
         }
         if (n - L.cur >= 3 && memcmp(s + L.cur, "-}}", 3) == 0) {
@@ -472,6 +528,8 @@ void jz_tokenize(jz_ctx *c, const char *src, size_t len, jtok **toks, size_t *nt
                     curly--;
                 L.cur += sl;
                 matched = true;
+                if (MAP[k].type == T_CLOSE_STMT)
+                    maybe_raw(&L);
                 break;
             }
         }
