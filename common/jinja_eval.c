@@ -191,22 +191,20 @@ bool jz_loose_eq(jz_ctx *c, jval a, jval b)
     return x == y;
 }
 
-static int str_cmp_ci(const jstr *a, const jstr *b, bool cs)
+/* JavaScript's < on (lower-cased unless cs) strings.  UTF-8 byte order is
+ * code point order, which differs from UTF-16 order only between U+E000..FFFF
+ * and the astral planes. */
+static int str_cmp(jrt *r, jval a, jval b, bool cs)
 {
-    size_t n = a->len < b->len ? a->len : b->len;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char x = (unsigned char)a->s[i], y = (unsigned char)b->s[i];
-        if (!cs) {
-            /* divergence: ASCII case folding only */
-            if (x >= 'A' && x <= 'Z')
-                x += 32;
-            if (y >= 'A' && y <= 'Z')
-                y += 32;
-        }
-        if (x != y)
-            return x < y ? -1 : 1;
+    if (!cs) {
+        a = jz_map_case(r, a, false);
+        b = jz_map_case(r, b, false);
     }
-    return a->len < b->len ? -1 : a->len > b->len ? 1 : 0;
+    size_t n = a.u.s->len < b.u.s->len ? a.u.s->len : b.u.s->len;
+    int c = memcmp(a.u.s->s, b.u.s->s, n);
+    if (c)
+        return c < 0 ? -1 : 1;
+    return a.u.s->len < b.u.s->len ? -1 : a.u.s->len > b.u.s->len ? 1 : 0;
 }
 
 int jz_compare(jrt *r, const jnode *at, jval a, jval b, bool cs)
@@ -230,7 +228,7 @@ int jz_compare(jrt *r, const jnode *at, jval a, jval b, bool cs)
         jz_rt_fail(r, at, "Cannot compare different types: %s and %s", jv_type_name(a),
                    jv_type_name(b));
     if (a.t == V_STR)
-        return str_cmp_ci(a.u.s, b.u.s, cs);
+        return str_cmp(r, a, b, cs);
     jz_rt_fail(r, at, "Cannot compare type: %s", jv_type_name(a));
 }
 

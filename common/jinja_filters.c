@@ -70,7 +70,7 @@ static size_t trim_end(const char *s, size_t n)
 /* toUpperCase / toLowerCase: Unicode mappings, including the unconditional
  * one-to-many ones (ß -> SS).  Divergence: the context-dependent final sigma
  * of toLowerCase is not applied. */
-static jval str_map_case(jrt *r, jval s, bool upper)
+jval jz_map_case(jrt *r, jval s, bool upper)
 {
     jz_ctx *c = &r->c;
     const char *p = s.u.s->s;
@@ -133,7 +133,7 @@ static jval str_capitalize(jrt *r, jval s)
         return s;
     uint32_t cp;
     size_t l = jz_utf8_dec(s.u.s->s, s.u.s->len, &cp);
-    jval first = str_map_case(r, jv_str(&r->c, s.u.s->s, l), true);
+    jval first = jz_map_case(r, jv_str(&r->c, s.u.s->s, l), true);
     jsb b;
     jsb_init(&r->c, &b, r->opts->max_output);
     jsb_add(&r->c, &b, first.u.s->s, first.u.s->len);
@@ -212,8 +212,8 @@ static jval str_replace(jrt *r, const jnode *at, jval s, const jstr *old, const 
 
 #define METHOD(name) static void name(jrt *r, const jnode *at, jval self, jval *args, size_t nargs, jval *out)
 
-METHOD(m_upper) { (void)at; (void)args; (void)nargs; *out = str_map_case(r, self, true); }
-METHOD(m_lower) { (void)at; (void)args; (void)nargs; *out = str_map_case(r, self, false); }
+METHOD(m_upper) { (void)at; (void)args; (void)nargs; *out = jz_map_case(r, self, true); }
+METHOD(m_lower) { (void)at; (void)args; (void)nargs; *out = jz_map_case(r, self, false); }
 /* divergence from jinja2: like the reference, strip/lstrip/rstrip ignore a
  * chars argument and remove whitespace */
 METHOD(m_strip) { (void)at; (void)args; (void)nargs; *out = str_trim(r, self, true, true); }
@@ -585,7 +585,7 @@ bool jz_run_test(jrt *r, const jnode *at, const char *name, jval v, jval *args, 
     if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
         if (v.t != V_STR)
             return false;
-        jval m = str_map_case(r, v, name[0] == 'u');
+        jval m = jz_map_case(r, v, name[0] == 'u');
         return m.u.s->len == v.u.s->len && !memcmp(m.u.s->s, v.u.s->s, v.u.s->len);
     }
     if (!strcmp(name, "defined"))
@@ -920,9 +920,9 @@ static jval filter_plain(jrt *r, const jnode *at, const char *f, jval v, jenv *e
         if (!strcmp(f, "length"))
             return str_length(v);
         if (!strcmp(f, "upper"))
-            return str_map_case(r, v, true);
+            return jz_map_case(r, v, true);
         if (!strcmp(f, "lower"))
-            return str_map_case(r, v, false);
+            return jz_map_case(r, v, false);
         if (!strcmp(f, "title"))
             return str_title(r, v);
         if (!strcmp(f, "capitalize"))
@@ -1311,7 +1311,7 @@ static void g_raise(jrt *r, const jnode *at, jval self, jval *args, size_t nargs
     (void)out;
     /* the reference throws new Error(args): the arguments joined with "," */
     jsb b;
-    jsb_init(&r->c, &b, 4096);
+    jsb_init(&r->c, &b, r->opts->max_output);
     for (size_t i = 0; i < nargs; i++) {
         if (i)
             jsb_add(&r->c, &b, ",", 1);

@@ -288,6 +288,8 @@ typedef struct jz_case_map {
     uint32_t to[3];
 } jz_case_map;
 const jz_case_map *jz_case_lookup(uint32_t cp, bool upper);
+/* toUpperCase / toLowerCase of a string value */
+jval jz_map_case(jrt *r, jval s, bool upper);
 
 /* evaluator entry points used by filters */
 _Noreturn void jz_rt_fail(jrt *r, const jnode *at, const char *fmt, ...)

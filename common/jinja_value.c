@@ -23,6 +23,8 @@ struct jz_chunk {
 void *jz_alloc(jz_ctx *c, size_t n)
 {
     jz_arena *a = &c->arena;
+    if (n > SIZE_MAX / 4)
+        jz_fail(c, SIZE_MAX, "memory limit exceeded");
     n = (n + 15) & ~(size_t)15;
     if (n == 0)
         n = 16;
