@@ -44,6 +44,59 @@ void mr_chat_tmpl_free(mr_chat_tmpl *ct)
     free(ct);
 }
 
+/* Text of a special token by the id stored under key; NULL when absent. */
+static char *token_text(const mr_gguf *g, const char *key, mr_err *err, int *failed)
+{
+    if (!mr_gguf_find(g, key))
+        return NULL;
+    uint32_t id;
+    const mr_gguf_kv *toks;
+    if (mr_gguf_get_u32(g, key, &id, err) != 0 ||
+        mr_gguf_get_arr(g, "tokenizer.ggml.tokens", MR_GGUF_STRING, &toks, err) != 0) {
+        *failed = 1;
+        return NULL;
+    }
+    if (id >= toks->v.arr.n) {
+        mr_errf(err, "%s = %u is not a token id (%llu tokens)", key, id,
+                (unsigned long long)toks->v.arr.n);
+        *failed = 1;
+        return NULL;
+    }
+    const mr_str *t = &toks->v.arr.strs[id];
+    char *s = malloc(t->len + 1);
+    if (!s) {
+        mr_errf(err, "out of memory");
+        *failed = 1;
+        return NULL;
+    }
+    memcpy(s, t->ptr, t->len);
+    s[t->len] = '\0';
+    return s;
+}
+
+mr_chat_tmpl *mr_chat_tmpl_from_gguf(const mr_gguf *g, const char *override, size_t override_len,
+                                     mr_err *err)
+{
+    const mr_gguf_kv *kv = NULL;
+    if (!override) {
+        kv = mr_gguf_find(g, "tokenizer.chat_template");
+        if (!kv || kv->type != MR_GGUF_STRING) {
+            mr_errf(err, "the model has no tokenizer.chat_template string");
+            return NULL;
+        }
+    }
+    int failed = 0;
+    char *bos = token_text(g, "tokenizer.ggml.bos_token_id", err, &failed);
+    char *eos = failed ? NULL : token_text(g, "tokenizer.ggml.eos_token_id", err, &failed);
+    mr_chat_tmpl *ct = NULL;
+    if (!failed)
+        ct = override ? mr_chat_tmpl_new(override, override_len, bos, eos, err)
+                      : mr_chat_tmpl_new(kv->v.s.ptr, (size_t)kv->v.s.len, bos, eos, err);
+    free(bos);
+    free(eos);
+    return ct;
+}
+
 int mr_chat_req_from_json(const json_t *body, mr_chat_req *req, mr_err *err)
 {
     memset(req, 0, sizeof *req);

@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "common/err.h"
+#include "common/gguf.h"
 #include "common/jinja.h"
 
 typedef struct mr_chat_tmpl mr_chat_tmpl;
@@ -22,6 +23,13 @@ typedef struct mr_chat_tmpl mr_chat_tmpl;
 mr_chat_tmpl *mr_chat_tmpl_new(const char *src, size_t len, const char *bos_token,
                                const char *eos_token, mr_err *err);
 void mr_chat_tmpl_free(mr_chat_tmpl *ct);
+
+/* The chat template of a GGUF model: `tokenizer.chat_template`, or override
+ * (a template text from the config; override_len bytes) when not NULL, with
+ * the texts of tokenizer.ggml.bos_token_id / eos_token_id as bos_token /
+ * eos_token ("" when the model has none). */
+mr_chat_tmpl *mr_chat_tmpl_from_gguf(const mr_gguf *g, const char *override, size_t override_len,
+                                     mr_err *err);
 
 typedef struct mr_chat_req {
     const json_t *messages;    /* array of {role, content, tool_calls, reasoning_content, ...} */

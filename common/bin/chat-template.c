@@ -3,6 +3,9 @@
  * (no newline added).  A syntax error or a raised exception exits 1 with the
  * message on stderr.
  *
+ * chat-template --model MODEL.gguf ... uses the model's tokenizer.chat_template
+ * instead of a file; --print-template prints that template text.
+ *
  * chat-template --template FILE.jinja --batch CONTEXT_DIR OUT_DIR
  * Renders every CONTEXT_DIR/NAME.json into OUT_DIR/NAME.txt, or writes the
  * error message to OUT_DIR/NAME.err (the test suite's bulk mode). */
@@ -12,6 +15,7 @@
 #include <dirent.h>
 #include <string.h>
 
+#include "common/gguf.h"
 #include "common/jinja.h"
 
 static char *read_file(const char *path, size_t *len)
@@ -54,7 +58,9 @@ static char *read_file(const char *path, size_t *len)
 static int usage(void)
 {
     fprintf(stderr, "usage: chat-template --template FILE.jinja --context CONTEXT.json\n"
-                    "       chat-template --template FILE.jinja --batch CONTEXT_DIR OUT_DIR\n");
+                    "       chat-template --template FILE.jinja --batch CONTEXT_DIR OUT_DIR\n"
+                    "       (--model MODEL.gguf instead of --template: the model's template;\n"
+                    "        chat-template --model MODEL.gguf --print-template)\n");
     return 2;
 }
 
@@ -121,12 +127,19 @@ static int batch(const mr_jinja_tmpl *t, const char *parse_error, const char *cd
     return rc;
 }
 
+static char *model_template;
+
 int main(int argc, char **argv)
 {
-    const char *tpath = NULL, *cpath = NULL, *bdir = NULL, *odir = NULL;
+    const char *tpath = NULL, *cpath = NULL, *bdir = NULL, *odir = NULL, *mpath = NULL;
+    int print = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--template") && i + 1 < argc) {
             tpath = argv[++i];
+        } else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
+            mpath = argv[++i];
+        } else if (!strcmp(argv[i], "--print-template")) {
+            print = 1;
         } else if (!strcmp(argv[i], "--context") && i + 1 < argc) {
             cpath = argv[++i];
         } else if (!strcmp(argv[i], "--batch") && i + 2 < argc) {
@@ -136,11 +149,36 @@ int main(int argc, char **argv)
             return usage();
         }
     }
-    if (!tpath || (!cpath == !bdir))
+    if (!tpath == !mpath || (!print && !cpath == !bdir) || (print && !mpath))
         return usage();
+    if (mpath) {
+        /* the template text comes from the model: read it, then go on as with a file */
+        mr_gguf *g;
+        mr_err gerr = {{0}};
+        if (mr_gguf_open(mpath, &g, &gerr) != 0) {
+            fprintf(stderr, "chat-template: %s\n", gerr.msg);
+            return 1;
+        }
+        char *tsrc;
+        if (mr_gguf_get_str(g, "tokenizer.chat_template", &tsrc, &gerr) != 0) {
+            fprintf(stderr, "chat-template: %s: %s\n", mpath, gerr.msg);
+            mr_gguf_close(g);
+            return 1;
+        }
+        mr_gguf_close(g);
+        if (print) {
+            fputs(tsrc, stdout);
+            free(tsrc);
+            return fflush(stdout) == 0 ? 0 : 1;
+        }
+        model_template = tsrc;
+        tpath = mpath;
+    }
     if (bdir) {
         size_t n;
-        char *s = read_file(tpath, &n);
+        char *s = model_template ? strdup(model_template) : read_file(tpath, &n);
+        if (s && model_template)
+            n = strlen(s);
         if (!s) {
             fprintf(stderr, "chat-template: cannot read %s\n", tpath);
             return 1;
@@ -150,10 +188,11 @@ int main(int argc, char **argv)
         free(s);
         int rc = batch(t, t ? NULL : perr.msg, bdir, odir);
         mr_jinja_free(t);
+        free(model_template);
         return rc;
     }
-    size_t tlen;
-    char *src = read_file(tpath, &tlen);
+    size_t tlen = model_template ? strlen(model_template) : 0;
+    char *src = model_template ? model_template : read_file(tpath, &tlen);
     if (!src) {
         fprintf(stderr, "chat-template: cannot read %s\n", tpath);
         return 1;

@@ -354,6 +354,44 @@ START_TEST(chat_render)
 }
 END_TEST
 
+START_TEST(chat_from_gguf)
+{
+    mr_gguf *g;
+    mr_err err = {{0}};
+    ck_assert_msg(mr_gguf_open(fixture_path("models/qwen3/model-BF16.gguf"), &g, &err) == 0, "%s",
+                  err.msg);
+    /* the model's own template is the Qwen3 one of the templates fixture */
+    mr_chat_tmpl *ct = mr_chat_tmpl_from_gguf(g, NULL, 0, &err);
+    ck_assert_msg(ct != NULL, "%s", err.msg);
+    json_t *msgs = json_loads("[{\"role\": \"user\", \"content\": \"hi\"}]", 0, NULL);
+    mr_chat_req req = {.messages = msgs, .add_generation_prompt = 1, .enable_thinking = -1};
+    char *out;
+    size_t len;
+    ck_assert_msg(mr_chat_render(ct, &req, NULL, &out, &len, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    free(out);
+    mr_chat_tmpl_free(ct);
+
+    /* an override template sees the model's special token texts */
+    uint32_t eos_id;
+    const mr_gguf_kv *toks;
+    ck_assert_int_eq(mr_gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &eos_id, &err), 0);
+    ck_assert_int_eq(mr_gguf_get_arr(g, "tokenizer.ggml.tokens", MR_GGUF_STRING, &toks, &err), 0);
+    char want[256];
+    snprintf(want, sizeof want, "[%.*s]", (int)toks->v.arr.strs[eos_id].len,
+             toks->v.arr.strs[eos_id].ptr);
+    ct = mr_chat_tmpl_from_gguf(g, "[{{ eos_token }}]", 17, &err);
+    ck_assert_msg(ct != NULL, "%s", err.msg);
+    ck_assert_msg(mr_chat_render(ct, &req, NULL, &out, &len, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(out, want);
+    ck_assert_uint_gt(len, 2);
+    free(out);
+    mr_chat_tmpl_free(ct);
+    json_decref(msgs);
+    mr_gguf_close(g);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("jinja");
@@ -364,6 +402,7 @@ int main(void)
     tcase_add_test(tc, limits);
     tcase_add_test(tc, malformed_templates_never_crash);
     tcase_add_test(tc, chat_render);
+    tcase_add_test(tc, chat_from_gguf);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }
