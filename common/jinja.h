@@ -9,7 +9,18 @@
  * variables of the place it is called from).  Where Python jinja2 differs,
  * the reference wins; where the reference raises an error for something that
  * jinja2 supports (a few filters and methods), this engine does what jinja2
- * does.  Each such place is marked "divergence" in the sources.
+ * does.  Each such place is marked "divergence" in the sources:
+ *  - jinja2 features the reference lacks: list.append, str.join/find/count,
+ *    map('filter'), select/reject with a test, test arguments
+ *    (`is divisibleby(3)`, `is sameas x`), {% raw %}, and the filters count,
+ *    wordcount, e/escape, round, first/last/list on strings, list on dicts;
+ *  - strings are UTF-8: s[i] counts code points (the reference: UTF-16 units;
+ *    slices and |length agree with it);
+ *  - division or modulo by zero and integer overflow are errors (the
+ *    reference computes Infinity/NaN); a lone \uD800-style escape is U+FFFD;
+ *  - tojson(sort_keys=true) orders keys like localeCompare for ASCII keys;
+ *    lower() does not apply the final-sigma rule;
+ *  - break/continue inside a macro called from a loop is an error.
  *
  * Errors (syntax or runtime) come back as mr_err "line L, col C: message";
  * no input crashes the engine.  Memory, output size, nesting depth and work
