@@ -486,6 +486,16 @@ static int seq_reserve(mr_seq *s, int len, mr_err *err)
     return m->be->upload(m->be, s->blocks_dev, s->blocks, sizeof(int32_t) * (size_t)s->n_blocks, err);
 }
 
+int mr_seq_reserve(mr_seq *s, int len, mr_err *err) { return seq_reserve(s, len, err); }
+
+int mr_seq_truncate(mr_seq *s, int len, mr_err *err)
+{
+    if (len < 0 || len > s->len)
+        return mr_errf(err, "truncate: length %d outside [0, %d]", len, s->len);
+    s->len = len; /* later K/V entries are overwritten before anything reads them */
+    return 0;
+}
+
 /* Carves the activation buffers for up to cap tokens out of one allocation. */
 static int scratch_reserve(mr_model *m, int cap, mr_err *err)
 {

@@ -89,6 +89,11 @@ size_t mr_seq_state_bytes(const mr_model *m);
 int mr_seq_state_save(const mr_seq *s, void *host, mr_err *err);
 int mr_seq_state_load(mr_seq *s, const void *host, mr_err *err);
 
+/* Drops the tokens after the first len (speculation rejected, cached
+ * prefix reused).  KV positions need nothing more; the recurrent state is
+ * not rolled back: load a snapshot taken at len. */
+int mr_seq_truncate(mr_seq *s, int len, mr_err *err);
+
 /* Runs tokens[0..n) (host memory) at positions len..len+n-1 of s, stores
  * their K/V and, per mode, writes logits to host memory.  On error the
  * sequence length is unchanged. */

@@ -81,4 +81,19 @@ int mr_qwen35_load_layers(mr_model *m, mr_err *err);
 void mr_qwen35_free(mr_model *m);
 int mr_qwen35_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err);
 
+/* The MTP (nextn) draft block of the qwen35 hybrids.  Row t combines the
+ * hidden row h[t] (backend memory [n][n_embd], output-normed: the trunk
+ * leaves those of its logits rows in sc.xn after a forward call) with token
+ * tokens[t] (host) at position pos0 + t of s, whose K/V go to the block's
+ * own cache; the logits of every row go to host logits [n][vocab] and the
+ * block's normed output rows to mr_qwen35_mtp_hidden(m), the h of the next
+ * draft step.  n must fit the activations of the last forward call. */
+bool mr_qwen35_has_mtp(const mr_model *m);
+const float *mr_qwen35_mtp_hidden(const mr_model *m);
+int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens, int n, int pos0,
+                  float *logits, mr_err *err);
+
+/* Grows s to hold len tokens (KV blocks, block table uploaded). */
+int mr_seq_reserve(mr_seq *s, int len, mr_err *err);
+
 #endif

@@ -43,6 +43,14 @@ typedef struct mr_q35_layer {
 struct mr_q35 {
     mr_q35_layer *layers;
     int conv_dim, dk, dv;
+    /* MTP (nextn) block: a full-attention layer fed by eh_proj([enorm(embed) | hnorm(h)]),
+     * with its own one-layer KV cache addressed by the sequence's block table */
+    bool has_mtp;
+    mr_layer mtp;
+    mr_q35_layer mtp_q;
+    mr_weight eh_proj;
+    float *enorm, *hnorm, *head_norm;
+    mr_kv_cache mtp_kv;
     /* activations beyond the common scratch, for up to cap tokens */
     int cap;
     void *block;
@@ -55,6 +63,8 @@ struct mr_q35 {
     float *sh_gate, *sh_up; /* [n][n_ff_shexp] */
     float *sh_g;     /* [n] */
     float *sh_out;   /* [n][n_embd] */
+    float *mtp_h;    /* [n][n_embd]: hidden rows fed to the MTP block */
+    float *mtp_cat;  /* [n][2 * n_embd] */
 };
 
 /* ---- metadata ---- */
@@ -130,6 +140,48 @@ int mr_qwen35_read_hparams(const mr_gguf *g, const char *arch, mr_hparams *hp, m
 
 static bool is_recurrent(const mr_hparams *hp, int il) { return (il + 1) % hp->full_attn_interval != 0; }
 
+#define NAME(suffix) (snprintf(nm, sizeof nm, "blk.%d.%s", il, suffix), nm)
+
+/* Gated full attention: the query projection holds [q | gate] per head. */
+static int load_attention(mr_model *m, int il, mr_layer *L, mr_err *err)
+{
+    const mr_hparams *hp = &m->hp;
+    int64_t qd = (int64_t)hp->n_heads * hp->head_dim, kvd = (int64_t)hp->n_kv_heads * hp->head_dim;
+    int64_t E = hp->n_embd;
+    char nm[96];
+    return mr_model_load_matrix(m, &L->wq, NAME("attn_q.weight"), E, 2 * qd, 1, err) ||
+           mr_model_load_matrix(m, &L->wk, NAME("attn_k.weight"), E, kvd, 1, err) ||
+           mr_model_load_matrix(m, &L->wv, NAME("attn_v.weight"), E, kvd, 1, err) ||
+           mr_model_load_matrix(m, &L->wo, NAME("attn_output.weight"), qd, E, 1, err) ||
+           mr_model_load_floats(m, &L->q_norm, NAME("attn_q_norm.weight"), hp->head_dim, 1, err) ||
+           mr_model_load_floats(m, &L->k_norm, NAME("attn_k_norm.weight"), hp->head_dim, 1, err)
+               ? -1 : 0;
+}
+
+static int load_ffn(mr_model *m, int il, mr_layer *L, mr_q35_layer *Q, mr_err *err)
+{
+    const mr_hparams *hp = &m->hp;
+    int64_t E = hp->n_embd;
+    char nm[96];
+    if (hp->arch == MR_ARCH_QWEN35)
+        return mr_model_load_matrix(m, &L->ffn_gate, NAME("ffn_gate.weight"), E, hp->n_ff, 1, err) ||
+               mr_model_load_matrix(m, &L->ffn_up, NAME("ffn_up.weight"), E, hp->n_ff, 1, err) ||
+               mr_model_load_matrix(m, &L->ffn_down, NAME("ffn_down.weight"), hp->n_ff, E, 1, err)
+                   ? -1 : 0;
+    int64_t ne = hp->n_expert, fe = hp->n_ff_exp, fs = hp->n_ff_shexp;
+    return mr_model_load_matrix(m, &L->ffn_gate_inp, NAME("ffn_gate_inp.weight"), E, ne, 1, err) ||
+           mr_model_load_matrix(m, &L->ffn_gate_exps, NAME("ffn_gate_exps.weight"), E, fe, ne, err) ||
+           mr_model_load_matrix(m, &L->ffn_up_exps, NAME("ffn_up_exps.weight"), E, fe, ne, err) ||
+           mr_model_load_matrix(m, &L->ffn_down_exps, NAME("ffn_down_exps.weight"), fe, E, ne, err) ||
+           mr_model_load_matrix(m, &Q->sh_gate_inp, NAME("ffn_gate_inp_shexp.weight"), E, 1, 1, err) ||
+           mr_model_load_matrix(m, &Q->sh_gate, NAME("ffn_gate_shexp.weight"), E, fs, 1, err) ||
+           mr_model_load_matrix(m, &Q->sh_up, NAME("ffn_up_shexp.weight"), E, fs, 1, err) ||
+           mr_model_load_matrix(m, &Q->sh_down, NAME("ffn_down_shexp.weight"), fs, E, 1, err)
+               ? -1 : 0;
+}
+
+#undef NAME
+
 int mr_qwen35_load_layers(mr_model *m, mr_err *err)
 {
     const mr_hparams *hp = &m->hp;
@@ -147,7 +199,6 @@ int mr_qwen35_load_layers(mr_model *m, mr_err *err)
     q->dv = hp->ssm_d_inner / hp->ssm_dt_rank;
     int64_t key_dim = (int64_t)hp->ssm_n_group * q->dk;
     q->conv_dim = (int)(2 * key_dim + hp->ssm_d_inner);
-    int64_t qd = (int64_t)hp->n_heads * hp->head_dim, kvd = (int64_t)hp->n_kv_heads * hp->head_dim;
     int64_t E = hp->n_embd, nv = hp->ssm_dt_rank;
     size_t conv_floats = (size_t)(hp->ssm_d_conv - 1) * (size_t)q->conv_dim;
     size_t ssm_floats = (size_t)nv * (size_t)q->dk * (size_t)q->dv;
@@ -177,32 +228,32 @@ int mr_qwen35_load_layers(mr_model *m, mr_err *err)
                 mr_model_load_floats(m, &Q->dt_bias, NAME("ssm_dt.bias"), nv, 1, err) ||
                 mr_model_load_floats(m, &Q->ssm_norm, NAME("ssm_norm.weight"), q->dv, 1, err))
                 return -1;
-        } else {
-            if (mr_model_load_matrix(m, &L->wq, NAME("attn_q.weight"), E, 2 * qd, 1, err) ||
-                mr_model_load_matrix(m, &L->wk, NAME("attn_k.weight"), E, kvd, 1, err) ||
-                mr_model_load_matrix(m, &L->wv, NAME("attn_v.weight"), E, kvd, 1, err) ||
-                mr_model_load_matrix(m, &L->wo, NAME("attn_output.weight"), qd, E, 1, err) ||
-                mr_model_load_floats(m, &L->q_norm, NAME("attn_q_norm.weight"), hp->head_dim, 1, err) ||
-                mr_model_load_floats(m, &L->k_norm, NAME("attn_k_norm.weight"), hp->head_dim, 1, err))
+        } else if (load_attention(m, il, L, err)) {
+            return -1;
+        }
+        if (load_ffn(m, il, L, Q, err))
+            return -1;
+    }
+    if (hp->n_nextn > 0) {
+        /* the first nextn block (upstream runs one); the others are not used */
+        int il = hp->n_layers;
+        mr_layer *L = &q->mtp;
+        q->has_mtp = true;
+        if (mr_model_load_floats(m, &L->attn_norm, NAME("attn_norm.weight"), E, 1, err) ||
+            mr_model_load_floats(m, &L->ffn_norm, NAME("post_attention_norm.weight"), E, 1, err) ||
+            load_attention(m, il, L, err) || load_ffn(m, il, L, &q->mtp_q, err) ||
+            mr_model_load_matrix(m, &q->eh_proj, NAME("nextn.eh_proj.weight"), 2 * E, E, 1, err) ||
+            mr_model_load_floats(m, &q->enorm, NAME("nextn.enorm.weight"), E, 1, err) ||
+            mr_model_load_floats(m, &q->hnorm, NAME("nextn.hnorm.weight"), E, 1, err))
+            return -1;
+        /* its own head norm when the file has one, else the trunk's */
+        if (mr_gguf_find_tensor(m->gguf, NAME("nextn.shared_head_norm.weight"))) {
+            if (mr_model_load_floats(m, &q->head_norm, nm, E, 1, err))
                 return -1;
         }
-        if (hp->arch == MR_ARCH_QWEN35) {
-            if (mr_model_load_matrix(m, &L->ffn_gate, NAME("ffn_gate.weight"), E, hp->n_ff, 1, err) ||
-                mr_model_load_matrix(m, &L->ffn_up, NAME("ffn_up.weight"), E, hp->n_ff, 1, err) ||
-                mr_model_load_matrix(m, &L->ffn_down, NAME("ffn_down.weight"), hp->n_ff, E, 1, err))
-                return -1;
-        } else {
-            int64_t ne = hp->n_expert, fe = hp->n_ff_exp, fs = hp->n_ff_shexp;
-            if (mr_model_load_matrix(m, &L->ffn_gate_inp, NAME("ffn_gate_inp.weight"), E, ne, 1, err) ||
-                mr_model_load_matrix(m, &L->ffn_gate_exps, NAME("ffn_gate_exps.weight"), E, fe, ne, err) ||
-                mr_model_load_matrix(m, &L->ffn_up_exps, NAME("ffn_up_exps.weight"), E, fe, ne, err) ||
-                mr_model_load_matrix(m, &L->ffn_down_exps, NAME("ffn_down_exps.weight"), fe, E, ne, err) ||
-                mr_model_load_matrix(m, &Q->sh_gate_inp, NAME("ffn_gate_inp_shexp.weight"), E, 1, 1, err) ||
-                mr_model_load_matrix(m, &Q->sh_gate, NAME("ffn_gate_shexp.weight"), E, fs, 1, err) ||
-                mr_model_load_matrix(m, &Q->sh_up, NAME("ffn_up_shexp.weight"), E, fs, 1, err) ||
-                mr_model_load_matrix(m, &Q->sh_down, NAME("ffn_down_shexp.weight"), fs, E, 1, err))
-                return -1;
-        }
+        if (mr_gguf_find_tensor(m->gguf, NAME("nextn.embed_tokens.weight")) ||
+            mr_gguf_find_tensor(m->gguf, NAME("nextn.shared_head_head.weight")))
+            return mr_errf(err, "%s: MTP block with its own embedding or head is not supported", hp->arch_name);
     }
 #undef NAME
     m->rstate_bytes = state * sizeof(float);
@@ -223,6 +274,23 @@ static void free_scratch(mr_backend *be, struct mr_q35 *q)
     q->cap = 0;
 }
 
+static void free_vec(mr_backend *be, float *v)
+{
+    if (v)
+        be->free(be, v);
+}
+
+static void free_q35_layer(mr_backend *be, mr_q35_layer *Q)
+{
+    float *vecs[] = {Q->conv_w, Q->ssm_a, Q->dt_bias, Q->ssm_norm};
+    for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
+        free_vec(be, vecs[i]);
+    mr_weight *ws[] = {&Q->wqkv, &Q->wz, &Q->walpha, &Q->wbeta, &Q->wout,
+                       &Q->sh_gate, &Q->sh_up, &Q->sh_down, &Q->sh_gate_inp};
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+        release(be, ws[i]);
+}
+
 void mr_qwen35_free(mr_model *m)
 {
     struct mr_q35 *q = m->q35;
@@ -231,19 +299,23 @@ void mr_qwen35_free(mr_model *m)
     mr_backend *be = m->be;
     free_scratch(be, q);
     if (q->layers) {
-        for (int il = 0; il < m->hp.n_layers; il++) {
-            mr_q35_layer *Q = &q->layers[il];
-            float *vecs[] = {Q->conv_w, Q->ssm_a, Q->dt_bias, Q->ssm_norm};
-            for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
-                if (vecs[i])
-                    be->free(be, vecs[i]);
-            mr_weight *ws[] = {&Q->wqkv, &Q->wz, &Q->walpha, &Q->wbeta, &Q->wout,
-                               &Q->sh_gate, &Q->sh_up, &Q->sh_down, &Q->sh_gate_inp};
-            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-                release(be, ws[i]);
-        }
+        for (int il = 0; il < m->hp.n_layers; il++)
+            free_q35_layer(be, &q->layers[il]);
         free(q->layers);
     }
+    /* the MTP block (the trunk's mr_layer array is released by model.c) */
+    mr_layer *L = &q->mtp;
+    float *vecs[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, q->enorm, q->hnorm, q->head_norm};
+    for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
+        free_vec(be, vecs[i]);
+    mr_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
+                       &L->ffn_gate_inp, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps,
+                       &q->eh_proj};
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+        release(be, ws[i]);
+    free_q35_layer(be, &q->mtp_q);
+    if (q->mtp_kv.k || q->mtp_kv.v)
+        be->kv_destroy(be, &q->mtp_kv);
     free(q);
     m->q35 = NULL;
 }
@@ -271,6 +343,8 @@ static int scratch_reserve(mr_model *m, int cap, mr_err *err)
         {&q->sh_up, n * fs},
         {&q->sh_g, n},
         {&q->sh_out, n * (size_t)hp->n_embd},
+        {&q->mtp_h, n * (size_t)hp->n_embd},
+        {&q->mtp_cat, n * 2 * (size_t)hp->n_embd},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
@@ -288,11 +362,10 @@ static int scratch_reserve(mr_model *m, int cap, mr_err *err)
     return 0;
 }
 
-static void full_attention(mr_model *m, mr_seq *s, int il, int n)
+static void full_attention(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int il, mr_seq *s, int n)
 {
     mr_backend *be = m->be;
     const mr_hparams *hp = &m->hp;
-    const mr_layer *L = &m->layers[il];
     mr_scratch *sc = &m->sc;
     struct mr_q35 *q = m->q35;
     int hd = hp->head_dim, rows = n * hp->n_heads;
@@ -305,8 +378,8 @@ static void full_attention(mr_model *m, mr_seq *s, int il, int n)
     be->rmsnorm(be, sc->k, L->k_norm, sc->k, n * hp->n_kv_heads, hd, hp->rms_eps);
     be->rope(be, sc->q, sc->pos, n, hp->n_heads, hd, hp->n_rot, hp->rope_theta, MR_ROPE_NEOX);
     be->rope(be, sc->k, sc->pos, n, hp->n_kv_heads, hd, hp->n_rot, hp->rope_theta, MR_ROPE_NEOX);
-    be->kv_store(be, &m->kv, il, s->blocks_dev, sc->k, sc->v, sc->pos, n);
-    be->attention(be, &m->kv, il, s->blocks_dev, sc->q, sc->pos, n, hp->n_heads,
+    be->kv_store(be, kv, il, s->blocks_dev, sc->k, sc->v, sc->pos, n);
+    be->attention(be, kv, il, s->blocks_dev, sc->q, sc->pos, n, hp->n_heads,
                   1.0f / sqrtf((float)hd), sc->att);
     /* output gate: the second half of each head's [q | gate] row */
     be->sigmoid_mul(be, sc->att, q->qf + hd, rows, hd, 2 * hd, false);
@@ -347,12 +420,10 @@ static void dense_ffn(mr_model *m, const mr_layer *L, int n)
     be->matmul(be, &L->ffn_down, sc->gate, sc->proj, n);
 }
 
-static void moe_ffn(mr_model *m, int il, int n)
+static void moe_ffn(mr_model *m, const mr_layer *L, const mr_q35_layer *Q, int n)
 {
     mr_backend *be = m->be;
     const mr_hparams *hp = &m->hp;
-    const mr_layer *L = &m->layers[il];
-    const mr_q35_layer *Q = &m->q35->layers[il];
     struct mr_q35 *q = m->q35;
     mr_scratch *sc = &m->sc;
     int k = hp->n_expert_used;
@@ -375,6 +446,20 @@ static void moe_ffn(mr_model *m, int il, int n)
     be->add(be, sc->proj, q->sh_out, (size_t)n * (size_t)hp->n_embd);
 }
 
+/* x += ffn(rmsnorm(x)) */
+static void ffn_block(mr_model *m, const mr_layer *L, const mr_q35_layer *Q, int n)
+{
+    mr_backend *be = m->be;
+    const mr_hparams *hp = &m->hp;
+    mr_scratch *sc = &m->sc;
+    be->rmsnorm(be, sc->x, L->ffn_norm, sc->xn, n, hp->n_embd, hp->rms_eps);
+    if (hp->arch == MR_ARCH_QWEN35MOE)
+        moe_ffn(m, L, Q, n);
+    else
+        dense_ffn(m, L, n);
+    be->add(be, sc->x, sc->proj, (size_t)n * (size_t)hp->n_embd);
+}
+
 int mr_qwen35_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err)
 {
     if (scratch_reserve(m, n, err))
@@ -390,14 +475,9 @@ int mr_qwen35_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err)
         if (m->q35->layers[il].recurrent)
             linear_attention(m, s, il, n);
         else
-            full_attention(m, s, il, n);
+            full_attention(m, L, &m->kv, il, s, n);
         be->add(be, sc->x, sc->proj, (size_t)n * (size_t)hp->n_embd);
-        be->rmsnorm(be, sc->x, L->ffn_norm, sc->xn, n, hp->n_embd, hp->rms_eps);
-        if (hp->arch == MR_ARCH_QWEN35MOE)
-            moe_ffn(m, il, n);
-        else
-            dense_ffn(m, L, n);
-        be->add(be, sc->x, sc->proj, (size_t)n * (size_t)hp->n_embd);
+        ffn_block(m, L, &m->q35->layers[il], n);
     }
     if (out_first < n) {
         size_t off = (size_t)out_first * (size_t)hp->n_embd;
@@ -406,4 +486,71 @@ int mr_qwen35_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err)
         be->matmul(be, &m->output, sc->xn, sc->logits, rows);
     }
     return 0;
+}
+
+/* ---- MTP draft head ---- */
+
+bool mr_qwen35_has_mtp(const mr_model *m) { return m->q35 && m->q35->has_mtp; }
+
+const float *mr_qwen35_mtp_hidden(const mr_model *m) { return m->q35->mtp_h; }
+
+int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens, int n, int pos0,
+                  float *logits, mr_err *err)
+{
+    struct mr_q35 *q = m->q35;
+    mr_backend *be = m->be;
+    const mr_hparams *hp = &m->hp;
+    mr_scratch *sc = &m->sc;
+    if (!q || !q->has_mtp)
+        return mr_errf(err, "%s: the model has no MTP block", hp->arch_name);
+    if (n <= 0 || n > sc->cap || pos0 < 0 || pos0 + n > m->n_ctx)
+        return mr_errf(err, "mtp: %d rows at position %d (activations for %d, context %d)", n, pos0,
+                       sc->cap, m->n_ctx);
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
+            return mr_errf(err, "mtp: token id %d is out of range [0, %d)", tokens[t], hp->n_vocab);
+    if (!q->mtp_kv.k) {
+        q->mtp_kv = m->kv; /* same blocks and shape, one layer */
+        q->mtp_kv.n_layers = 1;
+        q->mtp_kv.k = q->mtp_kv.v = NULL;
+        if (be->kv_create(be, &q->mtp_kv, err)) {
+            memset(&q->mtp_kv, 0, sizeof q->mtp_kv);
+            return mr_err_wrap(err, "creating the MTP KV cache");
+        }
+    }
+    if (mr_seq_reserve(s, pos0 + n, err) || scratch_reserve(m, n, err))
+        return -1;
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
+    if (!pos)
+        return mr_errf(err, "out of memory");
+    for (int t = 0; t < n; t++)
+        pos[t] = pos0 + t;
+    int rc = be->upload(be, sc->tokens, tokens, sizeof(int32_t) * (size_t)n, err);
+    if (!rc)
+        rc = be->upload(be, sc->pos, pos, sizeof(int32_t) * (size_t)n, err);
+    free(pos);
+    if (rc)
+        return -1;
+
+    int E = hp->n_embd;
+    /* h may live in sc.xn, which the block overwrites: take it first */
+    if (h != q->mtp_h)
+        be->copy_2d(be, q->mtp_h, E, h, E, n, E);
+    be->get_rows(be, &m->tok_embd, sc->tokens, n, sc->x);
+    /* [enorm(embedding) | hnorm(h)] per row */
+    be->rmsnorm(be, sc->x, q->enorm, sc->xn, n, E, hp->rms_eps);
+    be->copy_2d(be, q->mtp_cat, 2 * E, sc->xn, E, n, E);
+    be->rmsnorm(be, q->mtp_h, q->hnorm, sc->xn, n, E, hp->rms_eps);
+    be->copy_2d(be, q->mtp_cat + E, 2 * E, sc->xn, E, n, E);
+    be->matmul(be, &q->eh_proj, q->mtp_cat, sc->x, n);
+
+    be->rmsnorm(be, sc->x, q->mtp.attn_norm, sc->xn, n, E, hp->rms_eps);
+    full_attention(m, &q->mtp, &q->mtp_kv, 0, s, n);
+    be->add(be, sc->x, sc->proj, (size_t)n * (size_t)E);
+    ffn_block(m, &q->mtp, &q->mtp_q, n);
+    be->rmsnorm(be, sc->x, q->head_norm ? q->head_norm : m->output_norm, q->mtp_h, n, E, hp->rms_eps);
+    be->matmul(be, &m->output, q->mtp_h, sc->logits, n);
+    if (be->sync(be, err))
+        return mr_err_wrap(err, "mtp");
+    return be->download(be, logits, sc->logits, sizeof(float) * (size_t)n * (size_t)hp->n_vocab, err);
 }
