@@ -234,9 +234,10 @@ int mr_qwen35_load_layers(mr_model *m, mr_err *err)
         if (load_ffn(m, il, L, Q, err))
             return -1;
     }
-    if (hp->n_nextn > 0) {
-        /* the first nextn block (upstream runs one); the others are not used */
-        int il = hp->n_layers;
+    int il = hp->n_layers;
+    if (hp->n_nextn > 0 && mr_gguf_find_tensor(m->gguf, NAME("nextn.eh_proj.weight"))) {
+        /* the first nextn block (upstream runs one); the others are not used.
+         * A file converted without the block's tensors simply has no drafts. */
         mr_layer *L = &q->mtp;
         q->has_mtp = true;
         if (mr_model_load_floats(m, &L->attn_norm, NAME("attn_norm.weight"), E, 1, err) ||
