@@ -363,7 +363,20 @@ static int scratch_reserve(mr_model *m, int cap, mr_err *err)
     return 0;
 }
 
-static void full_attention(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int il, mr_seq *s, int n)
+/* A run of rows of one forward call that belongs to one sequence: rows
+ * start..start+n-1; rows from out_first (relative; == n for none) go through
+ * the output head into logits rows from out_row on.  The layout of the
+ * scheduler's multi-sequence forward segments: row-wise ops run over all
+ * rows at once, the K/V and recurrent-state ops per segment. */
+typedef struct q35_seg {
+    mr_seq *s;
+    int start, n;
+    int out_first;
+    int out_row;
+} q35_seg;
+
+static void full_attention(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int il,
+                           const q35_seg *segs, int n_segs, int n)
 {
     mr_backend *be = m->be;
     const mr_hparams *hp = &m->hp;
@@ -379,32 +392,44 @@ static void full_attention(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int 
     be->rmsnorm(be, sc->k, L->k_norm, sc->k, n * hp->n_kv_heads, hd, hp->rms_eps);
     be->rope(be, sc->q, sc->pos, n, hp->n_heads, hd, hp->n_rot, hp->rope_theta, MR_ROPE_NEOX);
     be->rope(be, sc->k, sc->pos, n, hp->n_kv_heads, hd, hp->n_rot, hp->rope_theta, MR_ROPE_NEOX);
-    be->kv_store(be, kv, il, s->blocks_dev, sc->k, sc->v, sc->pos, n);
-    be->attention(be, kv, il, s->blocks_dev, sc->q, sc->pos, n, hp->n_heads,
-                  1.0f / sqrtf((float)hd), sc->att);
+    size_t qd = (size_t)hp->n_heads * (size_t)hd, kvd = (size_t)hp->n_kv_heads * (size_t)hd;
+    for (int i = 0; i < n_segs; i++) {
+        const q35_seg *g = &segs[i];
+        size_t r = (size_t)g->start;
+        be->kv_store(be, kv, il, g->s->blocks_dev, sc->k + r * kvd, sc->v + r * kvd, sc->pos + r, g->n);
+        be->attention(be, kv, il, g->s->blocks_dev, sc->q + r * qd, sc->pos + r, g->n, hp->n_heads,
+                      1.0f / sqrtf((float)hd), sc->att + r * qd);
+    }
     /* output gate: the second half of each head's [q | gate] row */
     be->sigmoid_mul(be, sc->att, q->qf + hd, rows, hd, 2 * hd, false);
     be->matmul(be, &L->wo, sc->att, sc->proj, n);
 }
 
-static void linear_attention(mr_model *m, mr_seq *s, int il, int n)
+static void linear_attention(mr_model *m, int il, const q35_seg *segs, int n_segs, int n)
 {
     mr_backend *be = m->be;
     const mr_hparams *hp = &m->hp;
     mr_scratch *sc = &m->sc;
     struct mr_q35 *q = m->q35;
     const mr_q35_layer *Q = &q->layers[il];
-    float *conv_state = (float *)s->rstate + Q->conv_off;
-    float *ssm_state = (float *)s->rstate + Q->ssm_off;
 
     be->matmul(be, &Q->wqkv, sc->xn, q->qkv, n);
     be->matmul(be, &Q->wz, sc->xn, q->z, n);
     be->matmul(be, &Q->walpha, sc->xn, q->alpha, n);
     be->matmul(be, &Q->wbeta, sc->xn, q->beta, n);
-    be->conv1d_silu(be, q->qkv, Q->conv_w, conv_state, n, q->conv_dim, hp->ssm_d_conv, q->conv);
-    /* l2norm eps as transformers' l2norm (1e-6) */
-    be->gdn_scan(be, q->conv, q->conv_dim, q->alpha, q->beta, Q->ssm_a, Q->dt_bias, ssm_state, n,
-                 hp->ssm_n_group, hp->ssm_dt_rank, q->dk, q->dv, 1e-6f, q->o);
+    size_t cd = (size_t)q->conv_dim, nv = (size_t)hp->ssm_dt_rank, di = (size_t)hp->ssm_d_inner;
+    for (int i = 0; i < n_segs; i++) {
+        const q35_seg *g = &segs[i];
+        size_t r = (size_t)g->start;
+        float *conv_state = (float *)g->s->rstate + Q->conv_off;
+        float *ssm_state = (float *)g->s->rstate + Q->ssm_off;
+        be->conv1d_silu(be, q->qkv + r * cd, Q->conv_w, conv_state, g->n, q->conv_dim, hp->ssm_d_conv,
+                        q->conv + r * cd);
+        /* l2norm eps as transformers' l2norm (1e-6) */
+        be->gdn_scan(be, q->conv + r * cd, q->conv_dim, q->alpha + r * nv, q->beta + r * nv, Q->ssm_a,
+                     Q->dt_bias, ssm_state, g->n, hp->ssm_n_group, hp->ssm_dt_rank, q->dk, q->dv, 1e-6f,
+                     q->o + r * di);
+    }
     /* gated RMSNorm per value head: rmsnorm(o) * w * silu(z) */
     be->rmsnorm(be, q->o, Q->ssm_norm, q->o, n * hp->ssm_dt_rank, q->dv, hp->rms_eps);
     be->swiglu(be, q->z, q->o, q->o, (size_t)n * (size_t)hp->ssm_d_inner);
@@ -461,7 +486,7 @@ static void ffn_block(mr_model *m, const mr_layer *L, const mr_q35_layer *Q, int
     be->add(be, sc->x, sc->proj, (size_t)n * (size_t)hp->n_embd);
 }
 
-int mr_qwen35_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err)
+static int forward_segs(mr_model *m, const q35_seg *segs, int n_segs, int n, mr_err *err)
 {
     if (scratch_reserve(m, n, err))
         return -1;
@@ -474,19 +499,35 @@ int mr_qwen35_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err)
         const mr_layer *L = &m->layers[il];
         be->rmsnorm(be, sc->x, L->attn_norm, sc->xn, n, hp->n_embd, hp->rms_eps);
         if (m->q35->layers[il].recurrent)
-            linear_attention(m, s, il, n);
+            linear_attention(m, il, segs, n_segs, n);
         else
-            full_attention(m, L, &m->kv, il, s, n);
+            full_attention(m, L, &m->kv, il, segs, n_segs, n);
         be->add(be, sc->x, sc->proj, (size_t)n * (size_t)hp->n_embd);
         ffn_block(m, L, &m->q35->layers[il], n);
     }
-    if (out_first < n) {
-        size_t off = (size_t)out_first * (size_t)hp->n_embd;
-        int rows = n - out_first;
-        be->rmsnorm(be, sc->x + off, m->output_norm, sc->xn, rows, hp->n_embd, hp->rms_eps);
-        be->matmul(be, &m->output, sc->xn, sc->logits, rows);
+    /* rows with logits: normed into xn rows out_row.. (where the MTP block
+     * finds its hidden input), then one pass through the output head */
+    int rows = 0;
+    size_t E = (size_t)hp->n_embd;
+    for (int i = 0; i < n_segs; i++) {
+        const q35_seg *g = &segs[i];
+        int r = g->n - g->out_first;
+        if (r <= 0)
+            continue;
+        be->rmsnorm(be, sc->x + (size_t)(g->start + g->out_first) * E, m->output_norm,
+                    sc->xn + (size_t)g->out_row * E, r, hp->n_embd, hp->rms_eps);
+        if (g->out_row + r > rows)
+            rows = g->out_row + r;
     }
+    if (rows > 0)
+        be->matmul(be, &m->output, sc->xn, sc->logits, rows);
     return 0;
+}
+
+int mr_qwen35_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err)
+{
+    q35_seg seg = {.s = s, .start = 0, .n = n, .out_first = out_first, .out_row = 0};
+    return forward_segs(m, &seg, 1, n, err);
 }
 
 /* ---- MTP draft head ---- */
@@ -546,7 +587,8 @@ int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens,
     be->matmul(be, &q->eh_proj, q->mtp_cat, sc->x, n);
 
     be->rmsnorm(be, sc->x, q->mtp.attn_norm, sc->xn, n, E, hp->rms_eps);
-    full_attention(m, &q->mtp, &q->mtp_kv, 0, s, n);
+    q35_seg seg = {.s = s, .start = 0, .n = n, .out_first = 0, .out_row = 0};
+    full_attention(m, &q->mtp, &q->mtp_kv, 0, &seg, 1, n);
     be->add(be, sc->x, sc->proj, (size_t)n * (size_t)E);
     ffn_block(m, &q->mtp, &q->mtp_q, n);
     be->rmsnorm(be, sc->x, q->head_norm ? q->head_norm : m->output_norm, q->mtp_h, n, E, hp->rms_eps);
