@@ -312,7 +312,7 @@ static int create_kv(mr_model *m, const mr_model_opts *opts, mr_err *err)
     m->max_blocks = (n_ctx + bt - 1) / bt;
     if ((int64_t)m->max_blocks * n_seqs > (1 << 24))
         return mr_errf(err, "KV cache of %d sequences x %d tokens is too large", n_seqs, n_ctx);
-    m->kv.n_layers = m->hp.n_layers;
+    m->kv.n_layers = m->hp.n_kv_layers > 0 ? m->hp.n_kv_layers : m->hp.n_layers;
     m->kv.n_blocks = m->max_blocks * n_seqs;
     m->kv.block_tokens = bt;
     m->kv.n_kv_heads = m->hp.n_kv_heads;

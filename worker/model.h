@@ -35,6 +35,7 @@ typedef struct mr_hparams {
     int n_ctx_train;       /* context_length */
     float rope_theta;      /* rope.freq_base */
     float rms_eps;         /* attention.layer_norm_rms_epsilon */
+    int n_kv_layers;       /* layers with K/V in the paged cache (0: all n_layers) */
     /* Qwen3.5 hybrids only (zero otherwise).  n_layers counts the trunk;
      * the n_nextn MTP blocks stored after it are not run by the forward pass. */
     int n_nextn;           /* nextn_predict_layers */

@@ -154,10 +154,13 @@ START_TEST(hparams_match_config)
     /* the layer pattern: full attention exactly where config.layer_types says */
     json_t *types = json_object_get(c, "layer_types");
     ck_assert_int_eq((int)json_array_size(types), hp->n_layers);
+    int n_full = 0;
     for (int il = 0; il < hp->n_layers; il++) {
         bool full = !strcmp(json_string_value(json_array_get(types, (size_t)il)), "full_attention");
         ck_assert_int_eq(full, (il + 1) % hp->full_attn_interval == 0);
+        n_full += full;
     }
+    ck_assert_int_eq(hp->n_kv_layers, n_full); /* only those keep K/V */
     if (_i == 0) {
         ck_assert_int_eq(hp->n_ff, CFG_INT("intermediate_size"));
         ck_assert_int_eq(hp->n_expert, 0);

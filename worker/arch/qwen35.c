@@ -32,6 +32,7 @@
 
 typedef struct mr_q35_layer {
     bool recurrent;
+    int kv_layer;             /* full attention: its layer in the paged KV cache */
     size_t conv_off, ssm_off; /* float offsets of this layer's state in s->rstate */
     mr_weight wqkv, wz, walpha, wbeta, wout;
     float *conv_w;            /* [conv_dim][d_conv] */
@@ -113,6 +114,11 @@ int mr_qwen35_read_hparams(const mr_gguf *g, const char *arch, mr_hparams *hp, m
                        "and inner a multiple of value heads", arch, hp->full_attn_interval,
                        hp->ssm_d_conv, hp->ssm_d_state, hp->ssm_n_group, hp->ssm_dt_rank,
                        hp->ssm_d_inner);
+    /* only the full-attention layers keep K/V in the paged cache */
+    hp->n_kv_layers = hp->n_layers / hp->full_attn_interval;
+    if (hp->n_kv_layers == 0)
+        return mr_errf(err, "%s: %d layers with full_attention_interval %d have no attention layer", arch,
+                       hp->n_layers, hp->full_attn_interval);
     if (hp->arch == MR_ARCH_QWEN35MOE && hp->n_ff_shexp <= 0)
         return mr_errf(err, "%s: expert_shared_feed_forward_length is missing or zero", arch);
     /* M-RoPE sections: kept for reference; text-only positions make them moot */
@@ -210,6 +216,7 @@ int mr_qwen35_load_layers(mr_model *m, mr_err *err)
         mr_layer *L = &m->layers[il];
         mr_q35_layer *Q = &q->layers[il];
         Q->recurrent = is_recurrent(hp, il);
+        Q->kv_layer = Q->recurrent ? -1 : (il + 1) / hp->full_attn_interval - 1;
         if (mr_model_load_floats(m, &L->attn_norm, NAME("attn_norm.weight"), E, 1, err) ||
             mr_model_load_floats(m, &L->ffn_norm, NAME("post_attention_norm.weight"), E, 1, err))
             return -1;
@@ -375,7 +382,7 @@ typedef struct q35_seg {
     int out_row;
 } q35_seg;
 
-static void full_attention(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int il,
+static void full_attention(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int kv_layer,
                            const q35_seg *segs, int n_segs, int n)
 {
     mr_backend *be = m->be;
@@ -396,8 +403,9 @@ static void full_attention(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int 
     for (int i = 0; i < n_segs; i++) {
         const q35_seg *g = &segs[i];
         size_t r = (size_t)g->start;
-        be->kv_store(be, kv, il, g->s->blocks_dev, sc->k + r * kvd, sc->v + r * kvd, sc->pos + r, g->n);
-        be->attention(be, kv, il, g->s->blocks_dev, sc->q + r * qd, sc->pos + r, g->n, hp->n_heads,
+        be->kv_store(be, kv, kv_layer, g->s->blocks_dev, sc->k + r * kvd, sc->v + r * kvd, sc->pos + r,
+                     g->n);
+        be->attention(be, kv, kv_layer, g->s->blocks_dev, sc->q + r * qd, sc->pos + r, g->n, hp->n_heads,
                       1.0f / sqrtf((float)hd), sc->att + r * qd);
     }
     /* output gate: the second half of each head's [q | gate] row */
@@ -501,7 +509,7 @@ static int forward_segs(mr_model *m, const q35_seg *segs, int n_segs, int n, mr_
         if (m->q35->layers[il].recurrent)
             linear_attention(m, il, segs, n_segs, n);
         else
-            full_attention(m, L, &m->kv, il, segs, n_segs, n);
+            full_attention(m, L, &m->kv, m->q35->layers[il].kv_layer, segs, n_segs, n);
         be->add(be, sc->x, sc->proj, (size_t)n * (size_t)hp->n_embd);
         ffn_block(m, L, &m->q35->layers[il], n);
     }
