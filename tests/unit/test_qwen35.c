@@ -2,16 +2,20 @@
  * against the fixtures: the transformers config (hf/config.json), float32
  * logits and greedy continuation (reference.json); self-consistency of
  * prefill, chunked prefill and token-by-token decode through the recurrent
- * state; state snapshots; every quantized file runs. */
+ * state; state snapshots; every quantized file runs; malformed variants of
+ * the file (written with the GGUF writer) are clear errors. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "common/gguf.h"
 #include "kernels/ops.h"
 #include "tests/unit/testutil.h"
 #include "worker/model.h"
+#include "worker/spec.h"
 
 static const char *const MODELS[] = {"qwen35", "qwen35moe"};
 #define N_MODELS 2
@@ -402,6 +406,111 @@ START_TEST(backend_without_gdn_ops_is_refused)
 }
 END_TEST
 
+/* One change to the qwen35 BF16 file. */
+typedef struct {
+    const char *drop_key;      /* metadata key left out */
+    const char *set_key;       /* u32 metadata key given set_val */
+    uint32_t set_val;
+    const char *drop_tensors;  /* tensors whose name contains this are left out */
+    const char *reshape;       /* tensor whose ne[0], ne[1] become (ne[0] * 2, ne[1] / 2) */
+} variant;
+
+static const char *write_variant(const variant *v)
+{
+    static char path[64];
+    strcpy(path, "/tmp/memra-q35-XXXXXX");
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    mr_err err;
+    mr_gguf *src;
+    ck_assert_msg(mr_gguf_open(fixture_path("models/qwen35/model-BF16.gguf"), &src, &err) == 0, "%s", err.msg);
+    mr_gguf_writer *w = mr_gguf_writer_new();
+    for (uint64_t i = 0; i < src->n_kv; i++) {
+        const mr_gguf_kv *kv = &src->kv[i];
+        char key[128];
+        snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
+        if (v->drop_key && !strcmp(key, v->drop_key))
+            continue;
+        if (v->set_key && !strcmp(key, v->set_key))
+            ck_assert_int_eq(mr_gguf_writer_set_u32(w, key, v->set_val), 0);
+        else
+            ck_assert_int_eq(mr_gguf_writer_copy_kv(w, kv), 0);
+    }
+    for (uint64_t i = 0; i < src->n_tensors; i++) {
+        const mr_gguf_tensor *t = &src->tensors[i];
+        if (v->drop_tensors && strstr(t->name, v->drop_tensors))
+            continue;
+        int64_t ne[MR_GGUF_MAX_DIMS];
+        memcpy(ne, t->ne, sizeof ne);
+        if (v->reshape && !strcmp(t->name, v->reshape)) {
+            ne[0] *= 2;
+            ne[1] /= 2;
+        }
+        ck_assert_int_eq(mr_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne,
+                                                   t->data), 0);
+    }
+    ck_assert_msg(mr_gguf_writer_write(w, path, &err) == 0, "%s", err.msg);
+    mr_gguf_writer_free(w);
+    mr_gguf_close(src);
+    return path;
+}
+
+static void expect_load_error(const variant *v, const char *want)
+{
+    const char *path = write_variant(v);
+    mr_err err = {{0}};
+    be = mr_backend_cpu_create(&err);
+    ck_assert_int_eq(mr_model_load(path, be, NULL, &model, &err), -1);
+    ck_assert_ptr_null(model);
+    ck_assert_msg(strstr(err.msg, want) != NULL, "got '%s', want '%s'", err.msg, want);
+    mr_backend_destroy(be);
+    be = NULL;
+    unlink(path);
+}
+
+START_TEST(malformed_files_are_errors)
+{
+    expect_load_error(&(variant){.drop_key = "qwen35.ssm.state_size"},
+                      "missing metadata key 'qwen35.ssm.state_size'");
+    /* 4 value heads cannot pair with 3 key heads */
+    expect_load_error(&(variant){.set_key = "qwen35.ssm.group_count", .set_val = 3},
+                      "need value heads a multiple of groups");
+    expect_load_error(&(variant){.set_key = "qwen35.nextn_predict_layers", .set_val = 5},
+                      "nextn_predict_layers 5 leaves no trunk");
+    expect_load_error(&(variant){.set_key = "qwen35.full_attention_interval", .set_val = 0},
+                      "unsupported linear-attention shape");
+    expect_load_error(&(variant){.drop_tensors = "blk.1.ssm_norm"}, "missing tensor 'blk.1.ssm_norm.weight'");
+    expect_load_error(&(variant){.drop_tensors = "blk.2.ssm_dt.bias"}, "missing tensor 'blk.2.ssm_dt.bias'");
+    expect_load_error(&(variant){.reshape = "blk.0.ssm_conv1d.weight"}, "'blk.0.ssm_conv1d.weight' has shape");
+    expect_load_error(&(variant){.reshape = "blk.3.attn_q.weight"}, "'blk.3.attn_q.weight' has shape");
+    expect_load_error(&(variant){.drop_tensors = "blk.4.nextn.enorm"}, "missing tensor 'blk.4.nextn.enorm.weight'");
+}
+END_TEST
+
+/* A file converted without the MTP tensors still runs; it just has no drafts. */
+START_TEST(file_without_mtp_tensors_runs)
+{
+    const char *path = write_variant(&(variant){.drop_tensors = "blk.4."});
+    mr_err err;
+    be = mr_backend_cpu_create(&err);
+    ck_assert_msg(mr_model_load(path, be, NULL, &model, &err) == 0, "%s", err.msg);
+    ck_assert(!mr_spec_supported(model));
+    reference r;
+    ref_load("qwen35", &r);
+    int V = mr_model_hparams(model)->n_vocab;
+    float *got = run_all(r.prompt[0], r.prompt_len[0]);
+    float *ref = read_f32("qwen35", "ref-logits-0.f32", (size_t)r.prompt_len[0] * V);
+    for (int t = 0; t < r.prompt_len[0]; t++)
+        ck_assert_double_lt(rel_l2(got + (size_t)t * V, ref + (size_t)t * V, V), 1e-3);
+    free(got);
+    free(ref);
+    ref_free(&r);
+    close_model();
+    unlink(path);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("qwen35");
@@ -414,6 +523,8 @@ int main(void)
     tcase_add_loop_test(tc, state_snapshot_restores, 0, N_MODELS);
     tcase_add_loop_test(tc, quantized_files_run, 0, N_MODELS * 4);
     tcase_add_test(tc, backend_without_gdn_ops_is_refused);
+    tcase_add_test(tc, malformed_files_are_errors);
+    tcase_add_test(tc, file_without_mtp_tensors_runs);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }
