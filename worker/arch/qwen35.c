@@ -114,6 +114,12 @@ int mr_qwen35_read_hparams(const mr_gguf *g, const char *arch, mr_hparams *hp, m
                        "and inner a multiple of value heads", arch, hp->full_attn_interval,
                        hp->ssm_d_conv, hp->ssm_d_state, hp->ssm_n_group, hp->ssm_dt_rank,
                        hp->ssm_d_inner);
+    /* sizes that the tensors will be checked against must not overflow first */
+    int64_t key_dim = (int64_t)hp->ssm_n_group * hp->ssm_d_state;
+    int64_t state = (int64_t)hp->ssm_d_inner * hp->ssm_d_state;
+    if (key_dim > (1 << 24) || hp->ssm_d_inner > (1 << 24) || state > ((int64_t)1 << 32))
+        return mr_errf(err, "%s: linear-attention sizes (groups %d x state %d, inner %d) are too large",
+                       arch, hp->ssm_n_group, hp->ssm_d_state, hp->ssm_d_inner);
     /* only the full-attention layers keep K/V in the paged cache */
     hp->n_kv_layers = hp->n_layers / hp->full_attn_interval;
     if (hp->n_kv_layers == 0)
