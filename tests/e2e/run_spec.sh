@@ -2,7 +2,7 @@
 # run-spec end to end on the hybrid fixtures: for k = 1..8 (qwen35; 1, 4, 8
 # for qwen35moe) the ids on its last line equal transformers' greedy
 # continuation (what run-gen prints), and bad arguments give one stderr line
-# and a non-zero exit.
+# and a non-zero exit; memra-synth's tiny hybrids give run-gen's ids too.
 set -u
 BIN=${MEMRA_BIN:-build/bin}
 FIX=${MEMRA_FIXTURES:-../shared/fixtures}
@@ -35,6 +35,17 @@ for m in qwen35 qwen35moe; do
         [ "$got" = "$want" ] && echo "ok $m k=$k: $(echo "$out" | head -1)" ||
             fail "$m k=$k: got '$got' want '$want'"
     done
+done
+
+# synthetic hybrids (memra-synth: quantized, the real tensor layout, random
+# weights) give run-gen's ids with speculation too
+for p in tiny-qwen35 tiny-qwen35moe; do
+    "$BIN/memra-synth" "$p" "$tmp/$p.gguf" --threads 1 >/dev/null || { fail "$p: memra-synth failed"; continue; }
+    want=$("$BIN/run-gen" "$tmp/$p.gguf" --tokens 1,2,3,4,5 -n 12 --backend cpu) || fail "$p: run-gen failed"
+    got=$("$RUN" "$tmp/$p.gguf" --tokens 1,2,3,4,5 -n 12 --k 4 --backend cpu | tail -1) || fail "$p: run-spec failed"
+    [ -n "$want" ] && [ "$got" = "$want" ] && echo "ok $p: run-spec = run-gen: $got" ||
+        fail "$p: run-spec '$got', run-gen '$want'"
+    rm -f "$tmp/$p.gguf"
 done
 
 expect_error() {
