@@ -138,4 +138,35 @@ int mr_gguf_writer_add_tensor(mr_gguf_writer *w, const char *name, enum mr_type 
                               uint32_t n_dims, const int64_t *ne, const void *data);
 int mr_gguf_writer_write(mr_gguf_writer *w, const char *path, mr_err *err);
 
+/* More scalar setters (every GGUF value type has one). */
+int mr_gguf_writer_set_u8(mr_gguf_writer *w, const char *key, uint8_t v);
+int mr_gguf_writer_set_i8(mr_gguf_writer *w, const char *key, int8_t v);
+int mr_gguf_writer_set_u16(mr_gguf_writer *w, const char *key, uint16_t v);
+int mr_gguf_writer_set_i16(mr_gguf_writer *w, const char *key, int16_t v);
+int mr_gguf_writer_set_i64(mr_gguf_writer *w, const char *key, int64_t v);
+int mr_gguf_writer_set_f64(mr_gguf_writer *w, const char *key, double v);
+/* A string of len bytes (may hold any bytes). */
+int mr_gguf_writer_set_strn(mr_gguf_writer *w, const char *key, const char *v, uint64_t len);
+int mr_gguf_writer_set_arr_mrstr(mr_gguf_writer *w, const char *key, const mr_str *strs,
+                                 uint64_t n);
+/* Setting a key again replaces its value (it keeps its first position).
+ * `general.alignment` (uint32, a power of two) sets the data alignment.
+ * Setters and add_tensor return -1 on bad arguments; the first such error
+ * is kept (mr_gguf_writer_error) and returned again by the write calls. */
+const char *mr_gguf_writer_error(const mr_gguf_writer *w);
+
+/* Streaming data: fills bytes [off, off + len) of tensor number `index`
+ * (in add order) into dst.  off and len are whole blocks of the tensor's
+ * type (len <= 8 MiB).  t describes the tensor (t->data is NULL).  Called
+ * from several threads at once, on disjoint ranges; returns 0 or -1 with
+ * err filled. */
+typedef int (*mr_gguf_fill_fn)(void *ctx, const mr_gguf_tensor *t, uint64_t index, size_t off,
+                               void *dst, size_t len, mr_err *err);
+/* Writes the file: tensors with data are copied from it, tensors without
+ * are produced by fill (which may be NULL when every tensor has data).  The
+ * data section is written by n_threads threads (0: one per online CPU)
+ * with pwrite into PATH.tmp.XXXXXX, renamed to path when complete. */
+int mr_gguf_writer_write_file(mr_gguf_writer *w, const char *path, mr_gguf_fill_fn fill,
+                              void *ctx, unsigned n_threads, mr_err *err);
+
 #endif

@@ -42,6 +42,8 @@ enum mr_type {
     MR_TYPE_TQ2_0 = 35,
     MR_TYPE_MXFP4 = 39,
     MR_TYPE_NVFP4 = 40,
+    MR_TYPE_Q1_0 = 41,
+    MR_TYPE_Q2_0 = 42,
     MR_TYPE_COUNT
 };
 
@@ -69,7 +71,8 @@ int mr_dequantize_row(int type, const void *src, float *dst, int64_t n);
 
 /* Dot product of one quantized row of n elements with a float32 vector,
  * computed as the dequantized values times x, accumulated in float32 per
- * block and in double across blocks. */
+ * block and in double across blocks.  NAN for an unsupported type or an n
+ * that is not a multiple of the block size. */
 float mr_vec_dot(int type, const void *row, const float *x, int64_t n);
 
 /* Reference quantizer (round-to-nearest with the format's own scale rules;
