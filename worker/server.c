@@ -364,7 +364,7 @@ static int fake_step(mr_engine *e, void *seq, mr_step *out, mr_err *err)
     uint32_t i = f->i++;
     out->token = f->prompt[i % f->n];
     out->eos = fe->eos_id >= 0 && out->token == (uint32_t)fe->eos_id;
-    out->logprob = -(float)(i % 4) / 4.0f;
+    out->logprob = i % 4 ? -(float)(i % 4) / 4.0f : 0.0f;
     out->n_top = MR_MSG_MAX_TOP_LOGPROBS;
     for (uint32_t k = 0; k < out->n_top; k++) {
         out->top_ids[k] = (out->token + k) % e->n_vocab;
