@@ -1,0 +1,53 @@
+/* CPU reference backend: internal helpers shared by its files.  The ops are
+ * plain float32 C; each file holds one concern (memory, elementwise, matmul,
+ * attention, MoE). */
+#ifndef MR_KERNELS_CPU_H
+#define MR_KERNELS_CPU_H
+
+#include "kernels/ops.h"
+
+typedef struct mr_cpu_ctx {
+    int failed;        /* an op hit an error since the last sync */
+    mr_err first;      /* that error */
+} mr_cpu_ctx;
+
+/* Records an op failure; only the first one since the last sync is kept. */
+void mr_cpu_fail(mr_backend *be, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* sum_i a[i] * b[i], accumulated in double so that the result does not
+ * depend on how many tokens a call processes. */
+static inline float mr_cpu_dot(const float *a, const float *b, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)a[i] * (double)b[i];
+    return (float)s;
+}
+
+/* Dequantizes row r of matrix m of w into dst (w->cols floats); on failure
+ * records it, fills zeros and returns -1. */
+int mr_cpu_weight_row(mr_backend *be, const mr_weight *w, int64_t m, int64_t r, float *dst);
+
+/* Op entry points, installed by mr_backend_cpu_create. */
+void mr_cpu_get_rows(mr_backend *be, const mr_weight *w, const int32_t *ids, int n, float *out);
+void mr_cpu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, int n);
+void mr_cpu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
+                      const int32_t *ids, int k, float *y, int n);
+void mr_cpu_rmsnorm(mr_backend *be, const float *x, const float *w, float *y, int n_rows, int dim,
+                    float eps);
+void mr_cpu_rope(mr_backend *be, float *x, const int32_t *pos, int n, int n_heads, int head_dim,
+                 int n_rot, float theta_base, enum mr_rope_mode mode);
+void mr_cpu_kv_store(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t *block_table,
+                     const float *k, const float *v, const int32_t *pos, int n);
+void mr_cpu_attention(mr_backend *be, const mr_kv_cache *kv, int layer, const int32_t *block_table,
+                      const float *q, const int32_t *pos, int n, int n_heads, float scale,
+                      float *out);
+void mr_cpu_swiglu(mr_backend *be, const float *gate, const float *up, float *out, size_t n);
+void mr_cpu_add(mr_backend *be, float *y, const float *x, size_t n);
+void mr_cpu_moe_route(mr_backend *be, const float *logits, int n, int n_expert, int k,
+                      bool norm_topk, int32_t *ids, float *weights);
+void mr_cpu_moe_combine(mr_backend *be, const float *y, const float *weights, int n, int k,
+                        int rows, float *out);
+void mr_cpu_argmax(mr_backend *be, const float *x, int n, int dim, int32_t *ids);
+
+#endif

@@ -1,0 +1,373 @@
+/* Qwen3 / Qwen3-MoE forward pass on the CPU backend against the fixtures:
+ * transformers float32 logits and greedy continuation (reference.json), the
+ * config transformers used, and self-consistency of prefill, chunked
+ * prefill and token-by-token decode. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/ops.h"
+#include "tests/unit/testutil.h"
+#include "worker/model.h"
+
+static const char *const MODELS[] = {"qwen3", "qwen3moe"};
+#define N_MODELS 2
+
+typedef struct {
+    json_t *root;
+    int n_prompts;
+    int32_t *prompt[3];
+    int prompt_len[3];
+} reference;
+
+static void ref_load(const char *model, reference *r)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "models/%s/reference.json", model);
+    json_error_t jerr;
+    r->root = json_load_file(fixture_path(rel), 0, &jerr);
+    ck_assert_msg(r->root != NULL, "%s: %s", fixture_path(rel), jerr.text);
+    json_t *prompts = json_object_get(r->root, "prompts");
+    ck_assert(json_is_array(prompts) && json_array_size(prompts) <= 3);
+    r->n_prompts = (int)json_array_size(prompts);
+    for (int p = 0; p < r->n_prompts; p++) {
+        json_t *ids = json_array_get(prompts, (size_t)p);
+        r->prompt_len[p] = (int)json_array_size(ids);
+        r->prompt[p] = malloc(sizeof(int32_t) * (size_t)r->prompt_len[p]);
+        for (int i = 0; i < r->prompt_len[p]; i++)
+            r->prompt[p][i] = (int32_t)json_integer_value(json_array_get(ids, (size_t)i));
+    }
+}
+
+static void ref_free(reference *r)
+{
+    for (int p = 0; p < r->n_prompts; p++)
+        free(r->prompt[p]);
+    json_decref(r->root);
+}
+
+static float *read_f32(const char *model, const char *file, size_t count)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "models/%s/%s", model, file);
+    FILE *f = fopen(fixture_path(rel), "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", fixture_path(rel));
+    float *v = malloc(sizeof(float) * count);
+    ck_assert_uint_eq(fread(v, sizeof(float), count, f), count);
+    ck_assert_int_eq(fgetc(f), EOF); /* exactly [n_tokens, vocab] */
+    fclose(f);
+    return v;
+}
+
+static double rel_l2(const float *a, const float *ref, int n)
+{
+    double d = 0, s = 0;
+    for (int i = 0; i < n; i++) {
+        d += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
+        s += (double)ref[i] * ref[i];
+    }
+    return sqrt(d / s);
+}
+
+static int argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+static mr_backend *be;
+static mr_model *model;
+
+static void open_model(const char *name, const char *file)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "models/%s/%s", name, file);
+    mr_err err;
+    be = mr_backend_cpu_create(&err);
+    ck_assert_msg(be != NULL, "%s", err.msg);
+    mr_model_opts opts = {.n_ctx = 256, .n_seqs = 3, .block_tokens = 16};
+    ck_assert_msg(mr_model_load(fixture_path(rel), be, &opts, &model, &err) == 0, "%s", err.msg);
+}
+
+static void close_model(void)
+{
+    mr_model_free(model);
+    mr_backend_destroy(be);
+    model = NULL;
+    be = NULL;
+}
+
+/* Runs tokens through a new sequence and returns [n][vocab] logits. */
+static float *run_all(const int32_t *tokens, int n)
+{
+    mr_err err;
+    mr_seq *s;
+    ck_assert_msg(mr_seq_new(model, &s, &err) == 0, "%s", err.msg);
+    float *logits = malloc(sizeof(float) * (size_t)n * (size_t)mr_model_hparams(model)->n_vocab);
+    ck_assert_msg(mr_model_forward(model, s, tokens, n, MR_LOGITS_ALL, logits, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(mr_seq_len(s), n);
+    mr_seq_free(s);
+    return logits;
+}
+
+START_TEST(hparams_match_config)
+{
+    const char *name = MODELS[_i];
+    reference r;
+    ref_load(name, &r);
+    open_model(name, "model-BF16.gguf");
+    const mr_hparams *hp = mr_model_hparams(model);
+    json_t *c = json_object_get(r.root, "config");
+#define CFG_INT(key) ((int)json_integer_value(json_object_get(c, key)))
+    ck_assert_int_eq(hp->n_layers, CFG_INT("num_hidden_layers"));
+    ck_assert_int_eq(hp->n_embd, CFG_INT("hidden_size"));
+    ck_assert_int_eq(hp->n_heads, CFG_INT("num_attention_heads"));
+    ck_assert_int_eq(hp->n_kv_heads, CFG_INT("num_key_value_heads"));
+    ck_assert_int_eq(hp->head_dim, CFG_INT("head_dim"));
+    ck_assert_int_eq(hp->n_vocab, CFG_INT("vocab_size"));
+    ck_assert_int_eq(hp->n_ctx_train, CFG_INT("max_position_embeddings"));
+    json_t *rope = json_object_get(json_object_get(c, "rope_parameters"), "rope_theta");
+    ck_assert_float_eq(hp->rope_theta, (float)json_number_value(rope));
+    ck_assert_float_eq(hp->rms_eps, (float)json_number_value(json_object_get(c, "rms_norm_eps")));
+    if (_i == 0) {
+        ck_assert_int_eq(hp->arch, MR_ARCH_QWEN3);
+        ck_assert_int_eq(hp->n_ff, CFG_INT("intermediate_size"));
+        ck_assert_int_eq(hp->n_expert, 0);
+    } else {
+        ck_assert_int_eq(hp->arch, MR_ARCH_QWEN3MOE);
+        ck_assert_int_eq(hp->n_expert, CFG_INT("num_local_experts"));
+        ck_assert_int_eq(hp->n_expert_used, CFG_INT("num_experts_per_tok"));
+        ck_assert_int_eq(hp->n_ff_exp, CFG_INT("moe_intermediate_size"));
+        ck_assert_int_eq(hp->norm_topk, json_is_true(json_object_get(c, "norm_topk_prob")));
+    }
+#undef CFG_INT
+    close_model();
+    ref_free(&r);
+}
+END_TEST
+
+START_TEST(bf16_logits_match_transformers)
+{
+    const char *name = MODELS[_i];
+    reference r;
+    ref_load(name, &r);
+    open_model(name, "model-BF16.gguf");
+    int V = mr_model_hparams(model)->n_vocab;
+    json_t *files = json_object_get(r.root, "logits_files");
+    for (int p = 0; p < r.n_prompts; p++) {
+        const char *file = json_string_value(json_object_get(json_array_get(files, (size_t)p), "file"));
+        int n = r.prompt_len[p];
+        float *ref = read_f32(name, file, (size_t)n * (size_t)V);
+        float *got = run_all(r.prompt[p], n);
+        double worst = 0;
+        int worst_row = 0;
+        for (int t = 0; t < n; t++) {
+            double e = rel_l2(got + (size_t)t * V, ref + (size_t)t * V, V);
+            if (e > worst) {
+                worst = e;
+                worst_row = t;
+            }
+        }
+        printf("%s prompt %d (%d tokens): worst row relative L2 error %.3g (row %d)\n", name, p, n,
+               worst, worst_row);
+        ck_assert_msg(worst < 1e-3, "%s prompt %d row %d: relative L2 error %g", name, p, worst_row, worst);
+        free(ref);
+        free(got);
+    }
+    close_model();
+    ref_free(&r);
+}
+END_TEST
+
+START_TEST(greedy_continuation_matches)
+{
+    const char *name = MODELS[_i];
+    reference r;
+    ref_load(name, &r);
+    open_model(name, "model-BF16.gguf");
+    int V = mr_model_hparams(model)->n_vocab;
+    json_t *want = json_object_get(r.root, "greedy_continuation_of_prompt0");
+    int n_gen = (int)json_array_size(want);
+    ck_assert_int_gt(n_gen, 0);
+    mr_err err;
+    mr_seq *s;
+    ck_assert_int_eq(mr_seq_new(model, &s, &err), 0);
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    ck_assert_msg(mr_model_forward(model, s, r.prompt[0], r.prompt_len[0], MR_LOGITS_LAST, logits, &err) == 0,
+                  "%s", err.msg);
+    for (int i = 0; i < n_gen; i++) {
+        int32_t next = argmax(logits, V);
+        ck_assert_msg(next == json_integer_value(json_array_get(want, (size_t)i)),
+                      "%s: generated token %d is %d, transformers gave %lld", name, i, next,
+                      (long long)json_integer_value(json_array_get(want, (size_t)i)));
+        ck_assert_int_eq(mr_model_forward(model, s, &next, 1, MR_LOGITS_LAST, logits, &err), 0);
+    }
+    free(logits);
+    mr_seq_free(s);
+    close_model();
+    ref_free(&r);
+}
+END_TEST
+
+/* One-pass prefill, three uneven chunks, and token-by-token decode of the
+ * same prompt agree on every row. */
+START_TEST(prefill_chunked_and_decode_agree)
+{
+    const char *name = MODELS[_i];
+    reference r;
+    ref_load(name, &r);
+    open_model(name, "model-BF16.gguf");
+    int V = mr_model_hparams(model)->n_vocab;
+    const int32_t *tok = r.prompt[1];
+    int n = r.prompt_len[1];
+    float *one = run_all(tok, n);
+
+    mr_err err;
+    mr_seq *s;
+    float *step = malloc(sizeof(float) * (size_t)n * V);
+    ck_assert_int_eq(mr_seq_new(model, &s, &err), 0);
+    for (int t = 0; t < n; t++)
+        ck_assert_msg(mr_model_forward(model, s, tok + t, 1, MR_LOGITS_LAST, step + (size_t)t * V, &err) == 0,
+                      "%s", err.msg);
+    mr_seq_free(s);
+
+    float *chunked = malloc(sizeof(float) * (size_t)n * V);
+    int cuts[4] = {0, 5, 5 + 17, n}; /* chunks cross KV block boundaries */
+    ck_assert_int_eq(mr_seq_new(model, &s, &err), 0);
+    for (int c = 0; c < 3; c++)
+        ck_assert_msg(mr_model_forward(model, s, tok + cuts[c], cuts[c + 1] - cuts[c], MR_LOGITS_ALL,
+                                       chunked + (size_t)cuts[c] * V, &err) == 0, "%s", err.msg);
+    /* a chunk that asks for no logits still extends the sequence */
+    ck_assert_int_eq(mr_seq_len(s), n);
+    mr_seq_free(s);
+
+    for (int t = 0; t < n; t++) {
+        double e1 = rel_l2(step + (size_t)t * V, one + (size_t)t * V, V);
+        double e2 = rel_l2(chunked + (size_t)t * V, one + (size_t)t * V, V);
+        ck_assert_msg(e1 < 1e-5 && e2 < 1e-5, "%s row %d: decode %g, chunked %g", name, t, e1, e2);
+        ck_assert_int_eq(argmax(step + (size_t)t * V, V), argmax(one + (size_t)t * V, V));
+        ck_assert_int_eq(argmax(chunked + (size_t)t * V, V), argmax(one + (size_t)t * V, V));
+    }
+
+    /* NONE for the first chunks and LAST at the end give the last row */
+    float *last = malloc(sizeof(float) * (size_t)V);
+    ck_assert_int_eq(mr_seq_new(model, &s, &err), 0);
+    ck_assert_int_eq(mr_model_forward(model, s, tok, 20, MR_LOGITS_NONE, NULL, &err), 0);
+    ck_assert_int_eq(mr_model_forward(model, s, tok + 20, n - 20, MR_LOGITS_LAST, last, &err), 0);
+    ck_assert_double_lt(rel_l2(last, one + (size_t)(n - 1) * V, V), 1e-5);
+    mr_seq_free(s);
+
+    free(last);
+    free(chunked);
+    free(step);
+    free(one);
+    close_model();
+    ref_free(&r);
+}
+END_TEST
+
+/* Every quantized fixture loads and gives finite logits near the reference
+ * (the bound only rules out a broken path: random weights amplify
+ * quantization noise, see the fixtures' README). */
+START_TEST(quantized_files_run)
+{
+    static const char *const files[] = {"model-Q8_0.gguf", "model-Q4_K_M.gguf", "model-IQ4_XS.gguf",
+                                        "model-Q4_0.gguf"};
+    const char *name = MODELS[_i / 4];
+    const char *file = files[_i % 4];
+    reference r;
+    ref_load(name, &r);
+    open_model(name, file);
+    int V = mr_model_hparams(model)->n_vocab;
+    int n = r.prompt_len[0];
+    float *got = run_all(r.prompt[0], n);
+    float *ref = read_f32(name, "ref-logits-0.f32", (size_t)n * V);
+    for (size_t i = 0; i < (size_t)n * V; i++)
+        ck_assert_msg(isfinite(got[i]), "%s %s: logit %zu is not finite", name, file, i);
+    double err_row[64];
+    ck_assert_int_le(n, 64);
+    for (int t = 0; t < n; t++) { /* insertion sort: n is small */
+        double e = rel_l2(got + (size_t)t * V, ref + (size_t)t * V, V);
+        int j = t;
+        for (; j > 0 && err_row[j - 1] > e; j--)
+            err_row[j] = err_row[j - 1];
+        err_row[j] = e;
+    }
+    printf("%s %s prompt 0: row relative L2 error median %.3g, worst %.3g\n", name, file,
+           err_row[n / 2], err_row[n - 1]);
+    /* unrelated logits of similar scale give ~1.4; a wrong block layout lands there */
+    ck_assert_msg(err_row[n / 2] < 0.9, "%s %s: median relative error %g", name, file, err_row[n / 2]);
+    free(got);
+    free(ref);
+    close_model();
+    ref_free(&r);
+}
+END_TEST
+
+START_TEST(bad_inputs_are_errors)
+{
+    open_model("qwen3", "model-BF16.gguf");
+    mr_err err;
+    mr_seq *s;
+    ck_assert_int_eq(mr_seq_new(model, &s, &err), 0);
+    float logits[1024];
+    int32_t bad[2] = {5, 1024};
+    ck_assert_int_eq(mr_model_forward(model, s, bad, 2, MR_LOGITS_LAST, logits, &err), -1);
+    ck_assert_msg(strstr(err.msg, "out of range") != NULL, "%s", err.msg);
+    int32_t neg = -1;
+    ck_assert_int_eq(mr_model_forward(model, s, &neg, 1, MR_LOGITS_LAST, logits, &err), -1);
+    ck_assert_int_eq(mr_seq_len(s), 0);
+    ck_assert_int_eq(mr_model_forward(model, s, bad, 0, MR_LOGITS_LAST, logits, &err), -1);
+    /* past the context of the sequence */
+    int32_t *many = calloc(300, sizeof(int32_t));
+    ck_assert_int_eq(mr_model_forward(model, s, many, 300, MR_LOGITS_NONE, NULL, &err), -1);
+    ck_assert_msg(strstr(err.msg, "context") != NULL, "%s", err.msg);
+    free(many);
+    /* the KV cache holds n_seqs sequences of n_ctx tokens, no more */
+    mr_seq *more[3] = {0};
+    int32_t fill[256] = {0};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(mr_seq_new(model, &more[i], &err), 0);
+        ck_assert_int_eq(mr_model_forward(model, more[i], fill, 256, MR_LOGITS_NONE, NULL, &err), 0);
+    }
+    ck_assert_int_eq(mr_model_forward(model, s, fill, 256, MR_LOGITS_NONE, NULL, &err), 0);
+    ck_assert_int_eq(mr_seq_new(model, &more[2], &err), 0);
+    ck_assert_int_eq(mr_model_forward(model, more[2], fill, 1, MR_LOGITS_NONE, NULL, &err), -1);
+    ck_assert_msg(strstr(err.msg, "KV cache full") != NULL, "%s", err.msg);
+    for (int i = 0; i < 3; i++)
+        mr_seq_free(more[i]);
+    mr_seq_free(s);
+    close_model();
+
+    /* a missing file */
+    be = mr_backend_cpu_create(&err);
+    ck_assert_int_eq(mr_model_load(fixture_path("models/qwen3/no-such-file.gguf"), be, NULL, &model, &err), -1);
+    ck_assert_ptr_null(model);
+    ck_assert(strlen(err.msg) > 0);
+    /* a GGUF that is not a qwen3 model */
+    ck_assert_int_eq(mr_model_load(fixture_path("models/gemma3/model-BF16.gguf"), be, NULL, &model, &err), -1);
+    ck_assert_msg(strstr(err.msg, "unknown architecture 'gemma3'") != NULL, "%s", err.msg);
+    mr_backend_destroy(be);
+    be = NULL;
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("forward");
+    TCase *tc = tcase_create("qwen3");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, hparams_match_config, 0, N_MODELS);
+    tcase_add_loop_test(tc, bf16_logits_match_transformers, 0, N_MODELS);
+    tcase_add_loop_test(tc, greedy_continuation_matches, 0, N_MODELS);
+    tcase_add_loop_test(tc, prefill_chunked_and_decode_agree, 0, N_MODELS);
+    tcase_add_loop_test(tc, quantized_files_run, 0, N_MODELS * 4);
+    tcase_add_test(tc, bad_inputs_are_errors);
+    suite_add_tcase(s, tc);
+    return run_suite(s);
+}

@@ -1,0 +1,91 @@
+/* Forward pass of Qwen3 (dense) and Qwen3-MoE, written against kernels/ops.h
+ * only, so it runs unchanged on every backend.
+ *
+ * Per layer:  h = x + Wo·attn(rope(qnorm(Wq·n1)), rope(knorm(Wk·n1)), Wv·n1)
+ *             x = h + ffn(rmsnorm(h))      n1 = rmsnorm(x)
+ * ffn is a SwiGLU MLP (dense) or a softmax-top-k mixture of SwiGLU experts. */
+#include <math.h>
+
+#include "worker/model_internal.h"
+
+static void attention_block(mr_model *m, mr_seq *s, int il, int n)
+{
+    mr_backend *be = m->be;
+    const mr_hparams *hp = &m->hp;
+    const mr_layer *L = &m->layers[il];
+    mr_scratch *sc = &m->sc;
+
+    be->rmsnorm(be, sc->x, L->attn_norm, sc->xn, n, hp->n_embd, hp->rms_eps);
+    be->matmul(be, &L->wq, sc->xn, sc->q, n);
+    be->matmul(be, &L->wk, sc->xn, sc->k, n);
+    be->matmul(be, &L->wv, sc->xn, sc->v, n);
+
+    /* Qwen3 normalises every query and key head before RoPE. */
+    be->rmsnorm(be, sc->q, L->q_norm, sc->q, n * hp->n_heads, hp->head_dim, hp->rms_eps);
+    be->rmsnorm(be, sc->k, L->k_norm, sc->k, n * hp->n_kv_heads, hp->head_dim, hp->rms_eps);
+    be->rope(be, sc->q, sc->pos, n, hp->n_heads, hp->head_dim, hp->n_rot, hp->rope_theta, MR_ROPE_NEOX);
+    be->rope(be, sc->k, sc->pos, n, hp->n_kv_heads, hp->head_dim, hp->n_rot, hp->rope_theta, MR_ROPE_NEOX);
+
+    be->kv_store(be, &m->kv, il, s->blocks_dev, sc->k, sc->v, sc->pos, n);
+    be->attention(be, &m->kv, il, s->blocks_dev, sc->q, sc->pos, n, hp->n_heads,
+                  1.0f / sqrtf((float)hp->head_dim), sc->att);
+
+    be->matmul(be, &L->wo, sc->att, sc->proj, n);
+    be->add(be, sc->x, sc->proj, (size_t)n * (size_t)hp->n_embd);
+}
+
+static void dense_ffn(mr_model *m, const mr_layer *L, int n)
+{
+    mr_backend *be = m->be;
+    mr_scratch *sc = &m->sc;
+    be->matmul(be, &L->ffn_gate, sc->xn, sc->gate, n);
+    be->matmul(be, &L->ffn_up, sc->xn, sc->up, n);
+    be->swiglu(be, sc->gate, sc->up, sc->gate, (size_t)n * (size_t)m->hp.n_ff);
+    be->matmul(be, &L->ffn_down, sc->gate, sc->proj, n);
+}
+
+static void moe_ffn(mr_model *m, const mr_layer *L, int n)
+{
+    mr_backend *be = m->be;
+    const mr_hparams *hp = &m->hp;
+    mr_scratch *sc = &m->sc;
+    int k = hp->n_expert_used;
+
+    be->matmul(be, &L->ffn_gate_inp, sc->xn, sc->router, n);
+    be->moe_route(be, sc->router, n, hp->n_expert, k, hp->norm_topk, sc->exp_ids, sc->exp_w);
+    /* every chosen expert reads the same normalised token (x_slots = 1) ... */
+    be->matmul_id(be, &L->ffn_gate_exps, sc->xn, 1, sc->exp_ids, k, sc->gate, n);
+    be->matmul_id(be, &L->ffn_up_exps, sc->xn, 1, sc->exp_ids, k, sc->up, n);
+    be->swiglu(be, sc->gate, sc->up, sc->gate, (size_t)n * (size_t)k * (size_t)hp->n_ff_exp);
+    /* ... and its down projection reads its own slot (x_slots = k) */
+    be->matmul_id(be, &L->ffn_down_exps, sc->gate, k, sc->exp_ids, k, sc->exp_out, n);
+    be->moe_combine(be, sc->exp_out, sc->exp_w, n, k, hp->n_embd, sc->proj);
+}
+
+int mr_qwen3_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err)
+{
+    (void)err;
+    mr_backend *be = m->be;
+    const mr_hparams *hp = &m->hp;
+    mr_scratch *sc = &m->sc;
+
+    be->get_rows(be, &m->tok_embd, sc->tokens, n, sc->x);
+    for (int il = 0; il < hp->n_layers; il++) {
+        const mr_layer *L = &m->layers[il];
+        attention_block(m, s, il, n);
+        be->rmsnorm(be, sc->x, L->ffn_norm, sc->xn, n, hp->n_embd, hp->rms_eps);
+        if (hp->arch == MR_ARCH_QWEN3MOE)
+            moe_ffn(m, L, n);
+        else
+            dense_ffn(m, L, n);
+        be->add(be, sc->x, sc->proj, (size_t)n * (size_t)hp->n_embd);
+    }
+    if (out_first < n) {
+        /* only the rows whose logits are wanted go through the output head */
+        size_t off = (size_t)out_first * (size_t)hp->n_embd;
+        int rows = n - out_first;
+        be->rmsnorm(be, sc->x + off, m->output_norm, sc->xn, rows, hp->n_embd, hp->rms_eps);
+        be->matmul(be, &m->output, sc->xn, sc->logits, rows);
+    }
+    return 0;
+}

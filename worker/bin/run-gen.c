@@ -1,0 +1,210 @@
+/* run-gen: one generation or a logits dump from the command line.
+ *
+ *   run-gen MODEL.gguf --tokens 1,2,3 --logits-out FILE   float32 LE [n_tokens][vocab]
+ *   run-gen MODEL.gguf --tokens 1,2,3 -n 24               greedy ids on one line
+ *   --backend cpu|cuda|auto (default auto)
+ *
+ * Errors are one line on stderr and a non-zero exit. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/ops.h"
+#include "worker/model.h"
+
+static void usage(void)
+{
+    printf("usage: run-gen MODEL.gguf --tokens ID,ID,... [--logits-out FILE] [-n N] "
+               "[--backend cpu|cuda|auto]\n");
+}
+
+/* Parses "1,2,3" (decimal ids, no empty items). */
+static int parse_tokens(const char *s, int32_t **out, int *n_out, mr_err *err)
+{
+    int cap = 16, n = 0;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    if (!ids)
+        return mr_errf(err, "out of memory");
+    const char *p = s;
+    for (;;) {
+        if (*p < '0' || *p > '9') {
+            free(ids);
+            return mr_errf(err, "--tokens: expected a decimal token id at offset %d of '%.40s'",
+                           (int)(p - s), s);
+        }
+        errno = 0;
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (errno || v > INT32_MAX) {
+            free(ids);
+            return mr_errf(err, "--tokens: token id at offset %d is too large", (int)(p - s));
+        }
+        if (n == cap) {
+            cap *= 2;
+            int32_t *bigger = realloc(ids, sizeof(int32_t) * (size_t)cap);
+            if (!bigger) {
+                free(ids);
+                return mr_errf(err, "out of memory");
+            }
+            ids = bigger;
+        }
+        ids[n++] = (int32_t)v;
+        p = end;
+        if (*p == '\0')
+            break;
+        if (*p != ',') {
+            free(ids);
+            return mr_errf(err, "--tokens: unexpected '%c' at offset %d (expected ',')", *p, (int)(p - s));
+        }
+        p++;
+    }
+    *out = ids;
+    *n_out = n;
+    return 0;
+}
+
+static int parse_count(const char *s, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < 0 || v > 1000000)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int argmax(const float *x, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+static int write_logits(const char *path, const float *logits, size_t count, mr_err *err)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return mr_errf(err, "%s: cannot open for writing: %s", path, strerror(errno));
+    /* float32 little-endian: the in-memory layout on every host we build for */
+    size_t wrote = fwrite(logits, sizeof(float), count, f);
+    int rc = fclose(f);
+    if (wrote != count || rc)
+        return mr_errf(err, "%s: write failed: %s", path, strerror(errno));
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *model_path = NULL, *tokens_arg = NULL, *logits_out = NULL, *backend = "auto";
+    int n_gen = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has_val = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            return 0;
+        } else if (!strcmp(a, "--tokens") && has_val) {
+            tokens_arg = argv[++i];
+        } else if (!strcmp(a, "--logits-out") && has_val) {
+            logits_out = argv[++i];
+        } else if (!strcmp(a, "--backend") && has_val) {
+            backend = argv[++i];
+        } else if (!strcmp(a, "-n") && has_val) {
+            if (parse_count(argv[++i], &n_gen)) {
+                fprintf(stderr, "run-gen: -n: expected a count in [0, 1000000], got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (a[0] == '-') {
+            fprintf(stderr, "run-gen: unknown or incomplete option '%s' (see --help)\n", a);
+            return 2;
+        } else if (!model_path) {
+            model_path = a;
+        } else {
+            fprintf(stderr, "run-gen: unexpected argument '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!model_path || !tokens_arg) {
+        fprintf(stderr, "run-gen: a model path and --tokens are required (see --help)\n");
+        return 2;
+    }
+    if (!logits_out && n_gen < 0)
+        n_gen = 24;
+
+    mr_err err = {{0}};
+    int32_t *prompt = NULL;
+    int n_prompt = 0;
+    if (parse_tokens(tokens_arg, &prompt, &n_prompt, &err)) {
+        fprintf(stderr, "run-gen: %s\n", err.msg);
+        return 2;
+    }
+
+    int status = 1;
+    mr_backend *be = NULL;
+    mr_model *m = NULL;
+    mr_seq *s = NULL;
+    float *logits = NULL;
+    int32_t *gen = NULL;
+    if (!(be = mr_backend_create(backend, &err)))
+        goto fail;
+    mr_model_opts opts = {.n_ctx = n_prompt + (n_gen > 0 ? n_gen : 0), .n_seqs = 1};
+    if (mr_model_load(model_path, be, &opts, &m, &err))
+        goto fail;
+    const mr_hparams *hp = mr_model_hparams(m);
+    if (n_prompt + (n_gen > 0 ? n_gen : 0) > mr_model_n_ctx(m)) {
+        mr_errf(&err, "%d prompt + %d generated tokens exceed the model context of %d", n_prompt,
+                n_gen > 0 ? n_gen : 0, mr_model_n_ctx(m));
+        goto fail;
+    }
+    for (int t = 0; t < n_prompt; t++) {
+        if (prompt[t] >= hp->n_vocab) {
+            mr_errf(&err, "token id %d (index %d) is out of range: the vocabulary has %d ids", prompt[t],
+                    t, hp->n_vocab);
+            goto fail;
+        }
+    }
+    if (mr_seq_new(m, &s, &err))
+        goto fail;
+    logits = malloc(sizeof(float) * (size_t)n_prompt * (size_t)hp->n_vocab);
+    gen = malloc(sizeof(int32_t) * (size_t)(n_gen > 0 ? n_gen : 1));
+    if (!logits || !gen) {
+        mr_errf(&err, "out of memory");
+        goto fail;
+    }
+    if (mr_model_forward(m, s, prompt, n_prompt, logits_out ? MR_LOGITS_ALL : MR_LOGITS_LAST, logits, &err))
+        goto fail;
+    if (logits_out &&
+        write_logits(logits_out, logits, (size_t)n_prompt * (size_t)hp->n_vocab, &err))
+        goto fail;
+    if (n_gen > 0) {
+        const float *last = logits_out ? logits + (size_t)(n_prompt - 1) * (size_t)hp->n_vocab : logits;
+        int32_t next = argmax(last, hp->n_vocab);
+        for (int i = 0; i < n_gen; i++) {
+            gen[i] = next;
+            if (i + 1 < n_gen) {
+                if (mr_model_forward(m, s, &next, 1, MR_LOGITS_LAST, logits, &err))
+                    goto fail;
+                next = argmax(logits, hp->n_vocab);
+            }
+        }
+        for (int i = 0; i < n_gen; i++)
+            printf(i ? " %d" : "%d", gen[i]);
+        printf("\n");
+    }
+    status = 0;
+fail:
+    if (status)
+        fprintf(stderr, "run-gen: %s\n", err.msg);
+    free(gen);
+    free(logits);
+    mr_seq_free(s);
+    mr_model_free(m);
+    mr_backend_destroy(be);
+    free(prompt);
+    return status;
+}

@@ -1,0 +1,502 @@
+/* GGUF -> hyperparameters, weights on a backend, KV cache; sequences and
+ * the forward entry point that dispatches to the architecture. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/model_internal.h"
+
+/* ---- metadata ---- */
+
+static int key_u32(const mr_gguf *g, const char *arch, const char *suffix, int *out, bool required,
+                   int dflt, mr_err *err)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (!mr_gguf_find(g, key)) {
+        if (required)
+            return mr_errf(err, "missing metadata key '%s'", key);
+        *out = dflt;
+        return 0;
+    }
+    uint32_t v;
+    if (mr_gguf_get_u32(g, key, &v, err))
+        return -1;
+    if (v > (1u << 30))
+        return mr_errf(err, "metadata key '%s' = %u is out of range", key, v);
+    *out = (int)v;
+    return 0;
+}
+
+static int key_f32(const mr_gguf *g, const char *arch, const char *suffix, float *out, mr_err *err)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (!mr_gguf_find(g, key))
+        return mr_errf(err, "missing metadata key '%s'", key);
+    return mr_gguf_get_f32(g, key, out, err);
+}
+
+static int read_hparams(const mr_gguf *g, mr_hparams *hp, mr_err *err)
+{
+    char *arch = NULL;
+    if (!mr_gguf_find(g, "general.architecture"))
+        return mr_errf(err, "missing metadata key 'general.architecture'");
+    if (mr_gguf_get_str(g, "general.architecture", &arch, err))
+        return -1;
+    int rc = -1;
+    if (!strcmp(arch, "qwen3"))
+        hp->arch = MR_ARCH_QWEN3;
+    else if (!strcmp(arch, "qwen3moe"))
+        hp->arch = MR_ARCH_QWEN3MOE;
+    else {
+        mr_errf(err, "unknown architecture '%.64s' (supported: qwen3, qwen3moe)", arch);
+        goto out;
+    }
+    snprintf(hp->arch_name, sizeof hp->arch_name, "%s", arch);
+
+    if (key_u32(g, arch, "block_count", &hp->n_layers, true, 0, err) ||
+        key_u32(g, arch, "embedding_length", &hp->n_embd, true, 0, err) ||
+        key_u32(g, arch, "attention.head_count", &hp->n_heads, true, 0, err) ||
+        key_u32(g, arch, "context_length", &hp->n_ctx_train, true, 0, err) ||
+        key_f32(g, arch, "rope.freq_base", &hp->rope_theta, err) ||
+        key_f32(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err))
+        goto out;
+    if (hp->n_layers <= 0 || hp->n_embd <= 0 || hp->n_heads <= 0) {
+        mr_errf(err, "%s: block_count %d, embedding_length %d, head_count %d must be positive", arch,
+                hp->n_layers, hp->n_embd, hp->n_heads);
+        goto out;
+    }
+    int head_v;
+    if (key_u32(g, arch, "attention.head_count_kv", &hp->n_kv_heads, false, hp->n_heads, err) ||
+        key_u32(g, arch, "attention.key_length", &hp->head_dim, false, hp->n_embd / hp->n_heads, err) ||
+        key_u32(g, arch, "attention.value_length", &head_v, false, hp->head_dim, err) ||
+        key_u32(g, arch, "rope.dimension_count", &hp->n_rot, false, hp->head_dim, err))
+        goto out;
+    if (hp->n_kv_heads <= 0 || hp->n_heads % hp->n_kv_heads) {
+        mr_errf(err, "%s: head_count %d is not a multiple of head_count_kv %d", arch, hp->n_heads,
+                hp->n_kv_heads);
+        goto out;
+    }
+    if (hp->head_dim <= 0 || head_v != hp->head_dim || hp->n_rot <= 0 || hp->n_rot > hp->head_dim ||
+        hp->n_rot % 2) {
+        mr_errf(err, "%s: key_length %d, value_length %d, rope.dimension_count %d are not supported "
+                "(equal key/value length, even n_rot <= head_dim)", arch, hp->head_dim, head_v, hp->n_rot);
+        goto out;
+    }
+    if (!(hp->rms_eps > 0.0f) || !(hp->rope_theta > 0.0f)) {
+        mr_errf(err, "%s: rms epsilon %g and rope.freq_base %g must be positive", arch,
+                (double)hp->rms_eps, (double)hp->rope_theta);
+        goto out;
+    }
+
+    if (hp->arch == MR_ARCH_QWEN3) {
+        if (key_u32(g, arch, "feed_forward_length", &hp->n_ff, true, 0, err))
+            goto out;
+        if (hp->n_ff <= 0) {
+            mr_errf(err, "%s: feed_forward_length must be positive", arch);
+            goto out;
+        }
+    } else {
+        if (key_u32(g, arch, "feed_forward_length", &hp->n_ff, false, 0, err) ||
+            key_u32(g, arch, "expert_count", &hp->n_expert, true, 0, err) ||
+            key_u32(g, arch, "expert_used_count", &hp->n_expert_used, true, 0, err))
+            goto out;
+        if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert) {
+            mr_errf(err, "%s: expert_count %d / expert_used_count %d: need 1 <= used <= count", arch,
+                    hp->n_expert, hp->n_expert_used);
+            goto out;
+        }
+        /* As upstream: the expert width defaults to feed_forward_length / used. */
+        if (key_u32(g, arch, "expert_feed_forward_length", &hp->n_ff_exp, false,
+                    hp->n_ff / hp->n_expert_used, err))
+            goto out;
+        if (hp->n_ff_exp <= 0) {
+            mr_errf(err, "%s: expert_feed_forward_length is missing or zero", arch);
+            goto out;
+        }
+        /* Qwen3-MoE renormalises the top-k weights (transformers norm_topk_prob,
+         * upstream llama.cpp hard-codes it for this architecture); a file may
+         * still say otherwise with expert_weights_norm. */
+        hp->norm_topk = true;
+        char key[128];
+        snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+        if (mr_gguf_find(g, key) && mr_gguf_get_bool(g, key, &hp->norm_topk, err))
+            goto out;
+    }
+    rc = 0;
+out:
+    free(arch);
+    return rc;
+}
+
+/* ---- weights ---- */
+
+static const mr_gguf_tensor *find_tensor(const mr_model *m, const char *name, int64_t ne0, int64_t ne1,
+                                         int64_t ne2, mr_err *err)
+{
+    const mr_gguf_tensor *t = mr_gguf_find_tensor(m->gguf, name);
+    if (!t) {
+        mr_errf(err, "missing tensor '%s'", name);
+        return NULL;
+    }
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != ne2 || t->ne[3] != 1) {
+        mr_errf(err, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
+                (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                (long long)ne0, (long long)ne1, (long long)ne2);
+        return NULL;
+    }
+    size_t rb = mr_row_size(t->type, ne0);
+    if (rb == 0 || t->nbytes < rb * (size_t)ne1 * (size_t)ne2) {
+        mr_errf(err, "tensor '%s': type %s with %lld columns does not fit its %zu bytes", name,
+                mr_type_name(t->type), (long long)ne0, t->nbytes);
+        return NULL;
+    }
+    return t;
+}
+
+/* Binds matrix `name` ([cols, rows, mats] as GGUF writes it) on the backend. */
+static int load_matrix(mr_model *m, mr_weight *w, const char *name, int64_t cols, int64_t rows,
+                       int64_t mats, mr_err *err)
+{
+    const mr_gguf_tensor *t = find_tensor(m, name, cols, rows, mats, err);
+    if (!t)
+        return -1;
+    memset(w, 0, sizeof *w);
+    w->name = t->name;
+    w->type = (int)t->type;
+    w->cols = cols;
+    w->rows = rows;
+    w->n_mats = mats;
+    w->row_bytes = mr_row_size(t->type, cols);
+    if (m->be->weight_load(m->be, w, t->data, err)) {
+        w->data = NULL; /* the backend's message names the weight */
+        return -1;
+    }
+    return 0;
+}
+
+/* Norm weights: small vectors, converted to float32 and uploaded. */
+static int load_vector(mr_model *m, float **out, const char *name, int64_t n, mr_err *err)
+{
+    const mr_gguf_tensor *t = find_tensor(m, name, n, 1, 1, err);
+    if (!t)
+        return -1;
+    float *host = malloc(sizeof(float) * (size_t)n);
+    if (!host)
+        return mr_errf(err, "out of memory for '%s'", name);
+    if (mr_dequantize_row(t->type, t->data, host, n)) {
+        free(host);
+        return mr_errf(err, "tensor '%s': type %s is not supported", name, mr_type_name(t->type));
+    }
+    *out = m->be->alloc(m->be, sizeof(float) * (size_t)n);
+    int rc = *out ? m->be->upload(m->be, *out, host, sizeof(float) * (size_t)n, err)
+                  : mr_errf(err, "out of backend memory for '%s'", name);
+    free(host);
+    return rc;
+}
+
+static int load_layer(mr_model *m, int il, mr_err *err)
+{
+    const mr_hparams *hp = &m->hp;
+    mr_layer *L = &m->layers[il];
+    int64_t q_dim = (int64_t)hp->n_heads * hp->head_dim;
+    int64_t kv_dim = (int64_t)hp->n_kv_heads * hp->head_dim;
+    char nm[96];
+#define NAME(suffix) (snprintf(nm, sizeof nm, "blk.%d.%s", il, suffix), nm)
+    if (load_vector(m, &L->attn_norm, NAME("attn_norm.weight"), hp->n_embd, err) ||
+        load_vector(m, &L->q_norm, NAME("attn_q_norm.weight"), hp->head_dim, err) ||
+        load_vector(m, &L->k_norm, NAME("attn_k_norm.weight"), hp->head_dim, err) ||
+        load_vector(m, &L->ffn_norm, NAME("ffn_norm.weight"), hp->n_embd, err) ||
+        load_matrix(m, &L->wq, NAME("attn_q.weight"), hp->n_embd, q_dim, 1, err) ||
+        load_matrix(m, &L->wk, NAME("attn_k.weight"), hp->n_embd, kv_dim, 1, err) ||
+        load_matrix(m, &L->wv, NAME("attn_v.weight"), hp->n_embd, kv_dim, 1, err) ||
+        load_matrix(m, &L->wo, NAME("attn_output.weight"), q_dim, hp->n_embd, 1, err))
+        return -1;
+    if (hp->arch == MR_ARCH_QWEN3) {
+        if (load_matrix(m, &L->ffn_gate, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, 1, err) ||
+            load_matrix(m, &L->ffn_up, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, 1, err) ||
+            load_matrix(m, &L->ffn_down, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, 1, err))
+            return -1;
+    } else {
+        if (load_matrix(m, &L->ffn_gate_inp, NAME("ffn_gate_inp.weight"), hp->n_embd, hp->n_expert, 1, err) ||
+            load_matrix(m, &L->ffn_gate_exps, NAME("ffn_gate_exps.weight"), hp->n_embd, hp->n_ff_exp,
+                        hp->n_expert, err) ||
+            load_matrix(m, &L->ffn_up_exps, NAME("ffn_up_exps.weight"), hp->n_embd, hp->n_ff_exp,
+                        hp->n_expert, err) ||
+            load_matrix(m, &L->ffn_down_exps, NAME("ffn_down_exps.weight"), hp->n_ff_exp, hp->n_embd,
+                        hp->n_expert, err))
+            return -1;
+    }
+#undef NAME
+    return 0;
+}
+
+static int load_weights(mr_model *m, mr_err *err)
+{
+    const mr_gguf_tensor *emb = mr_gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (!emb)
+        return mr_errf(err, "missing tensor 'token_embd.weight'");
+    if (emb->ne[1] <= 0 || emb->ne[1] > (1 << 30))
+        return mr_errf(err, "tensor 'token_embd.weight': bad vocabulary size %lld", (long long)emb->ne[1]);
+    m->hp.n_vocab = (int)emb->ne[1];
+    if (load_matrix(m, &m->tok_embd, "token_embd.weight", m->hp.n_embd, m->hp.n_vocab, 1, err))
+        return -1;
+    if (mr_gguf_find_tensor(m->gguf, "output.weight")) {
+        if (load_matrix(m, &m->output, "output.weight", m->hp.n_embd, m->hp.n_vocab, 1, err))
+            return -1;
+    } else {
+        m->output = m->tok_embd; /* tied embeddings */
+        m->output_tied = true;
+    }
+    if (load_vector(m, &m->output_norm, "output_norm.weight", m->hp.n_embd, err))
+        return -1;
+    m->layers = calloc((size_t)m->hp.n_layers, sizeof *m->layers);
+    if (!m->layers)
+        return mr_errf(err, "out of memory");
+    for (int il = 0; il < m->hp.n_layers; il++)
+        if (load_layer(m, il, err))
+            return -1;
+    return 0;
+}
+
+/* ---- KV cache ---- */
+
+static int create_kv(mr_model *m, const mr_model_opts *opts, mr_err *err)
+{
+    int n_ctx = opts && opts->n_ctx > 0 ? opts->n_ctx : 4096;
+    if (n_ctx > m->hp.n_ctx_train && m->hp.n_ctx_train > 0)
+        n_ctx = m->hp.n_ctx_train;
+    int n_seqs = opts && opts->n_seqs > 0 ? opts->n_seqs : 1;
+    int bt = opts && opts->block_tokens > 0 ? opts->block_tokens : 16;
+    m->n_ctx = n_ctx;
+    m->max_blocks = (n_ctx + bt - 1) / bt;
+    if ((int64_t)m->max_blocks * n_seqs > (1 << 24))
+        return mr_errf(err, "KV cache of %d sequences x %d tokens is too large", n_seqs, n_ctx);
+    m->kv.n_layers = m->hp.n_layers;
+    m->kv.n_blocks = m->max_blocks * n_seqs;
+    m->kv.block_tokens = bt;
+    m->kv.n_kv_heads = m->hp.n_kv_heads;
+    m->kv.head_dim = m->hp.head_dim;
+    m->kv.dtype = opts ? opts->kv_dtype : MR_KV_F32;
+    if (m->be->kv_create(m->be, &m->kv, err)) {
+        memset(&m->kv, 0, sizeof m->kv);
+        return mr_err_wrap(err, "creating the KV cache");
+    }
+    m->free_blocks = malloc(sizeof(int32_t) * (size_t)m->kv.n_blocks);
+    if (!m->free_blocks)
+        return mr_errf(err, "out of memory");
+    /* a stack: pop from the end, so blocks are handed out in increasing order */
+    for (int i = 0; i < m->kv.n_blocks; i++)
+        m->free_blocks[i] = m->kv.n_blocks - 1 - i;
+    m->n_free = m->kv.n_blocks;
+    return 0;
+}
+
+/* ---- model ---- */
+
+int mr_model_load(const char *path, mr_backend *be, const mr_model_opts *opts, mr_model **out,
+                  mr_err *err)
+{
+    *out = NULL;
+    if (!be)
+        return mr_errf(err, "%s: no backend to load the model on", path);
+    mr_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return mr_errf(err, "out of memory");
+    m->be = be;
+    if (mr_gguf_open(path, &m->gguf, err))
+        goto fail;
+    if (read_hparams(m->gguf, &m->hp, err) || load_weights(m, err) || create_kv(m, opts, err)) {
+        mr_err_wrap(err, "%s", path);
+        goto fail;
+    }
+    *out = m;
+    return 0;
+fail:
+    mr_model_free(m);
+    return -1;
+}
+
+static void release(mr_model *m, mr_weight *w)
+{
+    if (w->data)
+        m->be->weight_release(m->be, w);
+}
+
+static void free_scratch(mr_model *m)
+{
+    if (m->sc.block)
+        m->be->free(m->be, m->sc.block);
+    memset(&m->sc, 0, sizeof m->sc);
+}
+
+void mr_model_free(mr_model *m)
+{
+    if (!m)
+        return;
+    mr_backend *be = m->be;
+    free_scratch(m);
+    if (m->layers) {
+        for (int il = 0; il < m->hp.n_layers; il++) {
+            mr_layer *L = &m->layers[il];
+            float *vecs[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm};
+            for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
+                if (vecs[i])
+                    be->free(be, vecs[i]);
+            mr_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
+                               &L->ffn_gate_inp, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+                release(m, ws[i]);
+        }
+        free(m->layers);
+    }
+    if (m->output_norm)
+        be->free(be, m->output_norm);
+    if (!m->output_tied)
+        release(m, &m->output);
+    release(m, &m->tok_embd);
+    if (m->kv.k || m->kv.v)
+        be->kv_destroy(be, &m->kv);
+    free(m->free_blocks);
+    mr_gguf_close(m->gguf);
+    free(m);
+}
+
+const mr_hparams *mr_model_hparams(const mr_model *m) { return &m->hp; }
+
+int mr_model_n_ctx(const mr_model *m) { return m->n_ctx; }
+
+/* ---- sequences ---- */
+
+int mr_seq_new(mr_model *m, mr_seq **out, mr_err *err)
+{
+    *out = NULL;
+    mr_seq *s = calloc(1, sizeof *s);
+    if (!s)
+        return mr_errf(err, "out of memory");
+    s->m = m;
+    s->blocks = calloc((size_t)m->max_blocks, sizeof(int32_t));
+    s->blocks_dev = m->be->alloc(m->be, sizeof(int32_t) * (size_t)m->max_blocks);
+    if (!s->blocks || !s->blocks_dev) {
+        mr_seq_free(s);
+        return mr_errf(err, "out of memory for a block table of %d blocks", m->max_blocks);
+    }
+    *out = s;
+    return 0;
+}
+
+void mr_seq_free(mr_seq *s)
+{
+    if (!s)
+        return;
+    mr_model *m = s->m;
+    for (int i = s->n_blocks - 1; i >= 0; i--)
+        m->free_blocks[m->n_free++] = s->blocks[i];
+    if (s->blocks_dev)
+        m->be->free(m->be, s->blocks_dev);
+    free(s->blocks);
+    free(s);
+}
+
+int mr_seq_len(const mr_seq *s) { return s->len; }
+
+/* Grows s to hold `len` tokens and uploads its block table. */
+static int seq_reserve(mr_seq *s, int len, mr_err *err)
+{
+    mr_model *m = s->m;
+    int need = (len + m->kv.block_tokens - 1) / m->kv.block_tokens;
+    if (need <= s->n_blocks)
+        return 0;
+    if (need - s->n_blocks > m->n_free)
+        return mr_errf(err, "KV cache full: %d more blocks needed, %d free", need - s->n_blocks, m->n_free);
+    while (s->n_blocks < need)
+        s->blocks[s->n_blocks++] = m->free_blocks[--m->n_free];
+    return m->be->upload(m->be, s->blocks_dev, s->blocks, sizeof(int32_t) * (size_t)s->n_blocks, err);
+}
+
+/* Carves the activation buffers for up to cap tokens out of one allocation. */
+static int scratch_reserve(mr_model *m, int cap, mr_err *err)
+{
+    if (cap <= m->sc.cap)
+        return 0;
+    free_scratch(m);
+    const mr_hparams *hp = &m->hp;
+    size_t n = (size_t)cap, k = (size_t)(hp->n_expert_used > 0 ? hp->n_expert_used : 1);
+    size_t ff = hp->arch == MR_ARCH_QWEN3MOE ? k * (size_t)hp->n_ff_exp : (size_t)hp->n_ff;
+    size_t qd = (size_t)hp->n_heads * (size_t)hp->head_dim;
+    size_t kvd = (size_t)hp->n_kv_heads * (size_t)hp->head_dim;
+    size_t e = (size_t)hp->n_embd;
+    struct { void **p; size_t elems; } parts[] = {
+        {(void **)&m->sc.tokens, n},
+        {(void **)&m->sc.pos, n},
+        {(void **)&m->sc.x, n * e},
+        {(void **)&m->sc.xn, n * e},
+        {(void **)&m->sc.q, n * qd},
+        {(void **)&m->sc.k, n * kvd},
+        {(void **)&m->sc.v, n * kvd},
+        {(void **)&m->sc.att, n * qd},
+        {(void **)&m->sc.proj, n * e},
+        {(void **)&m->sc.gate, n * ff},
+        {(void **)&m->sc.up, n * ff},
+        {(void **)&m->sc.router, n * (size_t)(hp->n_expert > 0 ? hp->n_expert : 1)},
+        {(void **)&m->sc.exp_ids, n * k},
+        {(void **)&m->sc.exp_w, n * k},
+        {(void **)&m->sc.exp_out, n * k * e},
+        {(void **)&m->sc.logits, n * (size_t)hp->n_vocab},
+    };
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        total += (parts[i].elems * 4 + 255) & ~(size_t)255; /* int32 and float are 4 bytes */
+    uint8_t *base = m->be->alloc(m->be, total);
+    if (!base)
+        return mr_errf(err, "out of backend memory for activations of %d tokens (%zu bytes)", cap, total);
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        *parts[i].p = base + off;
+        off += (parts[i].elems * 4 + 255) & ~(size_t)255;
+    }
+    m->sc.block = base;
+    m->sc.cap = cap;
+    return 0;
+}
+
+int mr_model_forward(mr_model *m, mr_seq *s, const int32_t *tokens, int n, mr_logits_mode mode,
+                     float *logits, mr_err *err)
+{
+    if (n <= 0)
+        return mr_errf(err, "forward: %d tokens (need at least one)", n);
+    if (n > m->n_ctx - s->len)
+        return mr_errf(err, "forward: %d tokens at position %d exceed the context of %d tokens", n,
+                       s->len, m->n_ctx);
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= m->hp.n_vocab)
+            return mr_errf(err, "forward: token id %d (index %d) is out of range [0, %d)", tokens[t], t,
+                           m->hp.n_vocab);
+    if (mode != MR_LOGITS_NONE && !logits)
+        return mr_errf(err, "forward: logits requested without an output buffer");
+    if (seq_reserve(s, s->len + n, err) || scratch_reserve(m, n, err))
+        return -1;
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
+    if (!pos)
+        return mr_errf(err, "out of memory");
+    for (int t = 0; t < n; t++)
+        pos[t] = s->len + t;
+    int rc = m->be->upload(m->be, m->sc.tokens, tokens, sizeof(int32_t) * (size_t)n, err);
+    if (!rc)
+        rc = m->be->upload(m->be, m->sc.pos, pos, sizeof(int32_t) * (size_t)n, err);
+    free(pos);
+    if (rc)
+        return -1;
+    int out_first = mode == MR_LOGITS_ALL ? 0 : mode == MR_LOGITS_LAST ? n - 1 : n;
+    if (mr_qwen3_forward(m, s, n, out_first, err))
+        return -1;
+    if (m->be->sync(m->be, err))
+        return mr_err_wrap(err, "forward");
+    if (out_first < n &&
+        m->be->download(m->be, logits, m->sc.logits,
+                        sizeof(float) * (size_t)(n - out_first) * (size_t)m->hp.n_vocab, err))
+        return -1;
+    s->len += n;
+    return 0;
+}

@@ -1,0 +1,73 @@
+/* A loaded model (GGUF -> weights on a backend) and its sequences.
+ *
+ * Hyperparameters come from the GGUF metadata only; weights are bound
+ * through be->weight_load (zero copy on the CPU backend).  A sequence owns
+ * a block table in the model's paged KV cache and a length; each forward
+ * call appends n tokens at positions len..len+n-1 and returns logits. */
+#ifndef MR_MODEL_H
+#define MR_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "kernels/ops.h"
+
+typedef enum mr_arch { MR_ARCH_QWEN3 = 0, MR_ARCH_QWEN3MOE = 1 } mr_arch;
+
+typedef struct mr_hparams {
+    mr_arch arch;
+    char arch_name[32];    /* general.architecture */
+    int n_layers;          /* block_count */
+    int n_embd;            /* embedding_length */
+    int n_heads, n_kv_heads;
+    int head_dim;          /* attention.key_length (= value_length) */
+    int n_rot;             /* rope.dimension_count, default head_dim */
+    int n_ff;              /* feed_forward_length (dense FFN) */
+    int n_expert, n_expert_used, n_ff_exp; /* 0 for dense models */
+    bool norm_topk;        /* renormalise the top-k router weights */
+    int n_vocab;           /* rows of token_embd */
+    int n_ctx_train;       /* context_length */
+    float rope_theta;      /* rope.freq_base */
+    float rms_eps;         /* attention.layer_norm_rms_epsilon */
+} mr_hparams;
+
+typedef struct mr_model_opts {
+    int n_ctx;        /* most tokens one sequence may hold; 0: min(context_length, 4096) */
+    int n_seqs;       /* sequences that may hold n_ctx tokens at once; 0: 1 */
+    int block_tokens; /* KV block size in tokens; 0: 16 */
+    mr_kv_dtype kv_dtype; /* KV element type (MR_KV_F32 = 0 is the default; the CPU backend has only it) */
+} mr_model_opts;
+
+typedef struct mr_model mr_model;
+typedef struct mr_seq mr_seq;
+
+typedef enum mr_logits_mode {
+    MR_LOGITS_NONE = 0, /* no logits (e.g. a prefill chunk that is not the last) */
+    MR_LOGITS_LAST = 1, /* logits of the last token: [vocab] */
+    MR_LOGITS_ALL = 2,  /* logits of every token: [n][vocab] */
+} mr_logits_mode;
+
+/* Opens path, reads the hyperparameters, binds every weight on be and
+ * creates the KV cache.  be stays owned by the caller and must outlive the
+ * model.  opts may be NULL. */
+int mr_model_load(const char *path, mr_backend *be, const mr_model_opts *opts, mr_model **out,
+                  mr_err *err);
+void mr_model_free(mr_model *m);
+const mr_hparams *mr_model_hparams(const mr_model *m);
+/* Tokens a sequence may hold (opts.n_ctx after defaults). */
+int mr_model_n_ctx(const mr_model *m);
+
+/* A new empty sequence; fails when the KV cache cannot hold another one. */
+int mr_seq_new(mr_model *m, mr_seq **out, mr_err *err);
+/* Releases its KV blocks. */
+void mr_seq_free(mr_seq *s);
+int mr_seq_len(const mr_seq *s);
+
+/* Runs tokens[0..n) (host memory) at positions len..len+n-1 of s, stores
+ * their K/V and, per mode, writes logits to host memory.  On error the
+ * sequence length is unchanged. */
+int mr_model_forward(mr_model *m, mr_seq *s, const int32_t *tokens, int n, mr_logits_mode mode,
+                     float *logits, mr_err *err);
+
+#endif

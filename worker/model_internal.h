@@ -1,0 +1,64 @@
+/* Model internals shared by worker/model.c (loading, sequences) and the
+ * forward passes in worker/arch/. */
+#ifndef MR_MODEL_INTERNAL_H
+#define MR_MODEL_INTERNAL_H
+
+#include "common/gguf.h"
+#include "worker/model.h"
+
+typedef struct mr_layer {
+    float *attn_norm, *ffn_norm;  /* [n_embd], float32 in backend memory */
+    float *q_norm, *k_norm;       /* [head_dim] */
+    mr_weight wq, wk, wv, wo;
+    /* dense FFN */
+    mr_weight ffn_gate, ffn_up, ffn_down;
+    /* MoE FFN */
+    mr_weight ffn_gate_inp;       /* router: [n_embd] -> [n_expert] */
+    mr_weight ffn_gate_exps, ffn_up_exps, ffn_down_exps;
+} mr_layer;
+
+/* Activations for one forward call of up to cap tokens, in backend memory. */
+typedef struct mr_scratch {
+    int cap;
+    void *block;       /* one allocation, carved below */
+    int32_t *tokens, *pos;
+    float *x, *xn, *q, *k, *v, *att, *proj;
+    float *gate, *up;  /* dense: [n][n_ff]; MoE: [n][k][n_ff_exp] */
+    float *router;     /* [n][n_expert] */
+    int32_t *exp_ids;  /* [n][k] */
+    float *exp_w;      /* [n][k] */
+    float *exp_out;    /* [n][k][n_embd] */
+    float *logits;     /* [n][n_vocab] */
+} mr_scratch;
+
+struct mr_model {
+    mr_hparams hp;
+    mr_backend *be;
+    mr_gguf *gguf;
+    mr_weight tok_embd, output;
+    bool output_tied;  /* output is token_embd (not loaded twice) */
+    float *output_norm;
+    mr_layer *layers;
+
+    mr_kv_cache kv;
+    int n_ctx;
+    int max_blocks;    /* blocks per sequence: ceil(n_ctx / block_tokens) */
+    int32_t *free_blocks;
+    int n_free;
+
+    mr_scratch sc;
+};
+
+struct mr_seq {
+    mr_model *m;
+    int len;
+    int n_blocks;
+    int32_t *blocks;     /* host copy of the block table [max_blocks] */
+    int32_t *blocks_dev; /* the same in backend memory */
+};
+
+/* One forward call: n tokens already in sc.tokens / sc.pos; logits of rows
+ * out_first..n-1 (none when out_first == n) go to sc.logits. */
+int mr_qwen3_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err);
+
+#endif
