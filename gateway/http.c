@@ -333,7 +333,7 @@ static void route_tokenize(mr_gw *gw, h2o_req_t *req, bool detok, const char *ro
         }
         if (ok) {
             uint32_t *ids = NULL, n = 0;
-            if (m->codec->encode(m->codec, text.p ? text.p : "", text.len, &ids, &n, &err)) {
+            if (m->codec->encode(m->codec, text.p ? text.p : "", text.len, json_is_array(msgs), &ids, &n, &err)) {
                 send_err(req, 400, "prompt", NULL, route, 0, err.msg);
             } else {
                 json_t *arr = json_array();

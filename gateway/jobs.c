@@ -696,7 +696,7 @@ static int build_prompt(mr_job *j, mr_oai_req *r, mr_oai_error *e)
             src = text.p;
             len = text.len;
         }
-        int rc = c->encode(c, src ? src : "", len, &ids, &n, &err);
+        int rc = c->encode(c, src ? src : "", len, r->chat, &ids, &n, &err);
         mr_buf_free(&text);
         if (rc)
             return mr_oai_err(e, 400, r->chat ? "messages" : "prompt", NULL, "tokenizer: %s", err.msg);
@@ -813,6 +813,13 @@ int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, co
     uint32_t maxt = r->has_max_tokens ? r->max_tokens : model->conf->max_tokens_default;
     j->request.max_tokens = maxt < room ? maxt : room;
     j->request.samp = r->samp;
+    if (model->codec->n_stop_ids) {
+        j->request.stop_ids = malloc(model->codec->n_stop_ids * sizeof *j->request.stop_ids);
+        if (j->request.stop_ids) {
+            memcpy(j->request.stop_ids, model->codec->stop_ids, model->codec->n_stop_ids * sizeof *j->request.stop_ids);
+            j->request.n_stop_ids = model->codec->n_stop_ids;
+        }
+    }
     snprintf(j->request.tenant, sizeof j->request.tenant, "%s", tenant);
     snprintf(j->request.cache_salt, sizeof j->request.cache_salt, "%s", r->cache_salt ? r->cache_salt : "");
     for (int i = 0; i < r->n_stops; i++)
