@@ -55,4 +55,10 @@ int mr_worker_serve(mr_engine *e, const mr_worker_opts *o);
  * delay_ms sleeps per token to give tests time to act mid-stream. */
 mr_engine *mr_engine_fake(const char *model_name, uint32_t n_ctx, uint32_t n_vocab, int eos_id, int delay_ms);
 
+/* The real engine: the GGUF model at path on backend ("auto", "cpu",
+ * "cuda"), n_ctx tokens per sequence (0: the model's default), n_seqs
+ * sequences at once. */
+mr_engine *mr_engine_model(const char *path, const char *backend, int device, const char *name, int n_ctx,
+                           int n_seqs, mr_err *err);
+
 #endif

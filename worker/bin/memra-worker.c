@@ -15,6 +15,7 @@ typedef struct args {
     const char *listen, *model, *backend, *name;
     mr_worker_opts o;
     long ctx, vocab, eos, delay;
+    bool ctx_set;
 } args;
 
 static int usage(void)
@@ -50,8 +51,10 @@ static int parse(args *a, int n, char **v)
             a->o.max_running = (uint32_t)atoi(x);
         else if (!strcmp(k, "--max-queued"))
             a->o.max_queued = (uint32_t)atoi(x);
-        else if (!strcmp(k, "--ctx"))
+        else if (!strcmp(k, "--ctx")) {
             a->ctx = atol(x);
+            a->ctx_set = true;
+        }
         else if (!strcmp(k, "--vocab"))
             a->vocab = atol(x);
         else if (!strcmp(k, "--fake-eos"))
@@ -125,9 +128,17 @@ int main(int argc, char **argv)
     if (!strcmp(a.backend, "fake")) {
         e = mr_engine_fake(a.name ? a.name : "fake", (uint32_t)a.ctx, (uint32_t)a.vocab, (int)a.eos, (int)a.delay);
     } else {
-        fprintf(stderr, "memra-worker: backend %s for %s: the model runtime is not part of this build yet\n", a.backend,
-                a.model ? a.model : "(no --model)");
-        return 1;
+        if (!a.model) {
+            fprintf(stderr, "memra-worker: --model FILE.gguf is required (or --backend fake)\n");
+            return 2;
+        }
+        mr_err err;
+        e = mr_engine_model(a.model, a.backend, a.o.device, a.name, a.ctx_set ? (int)a.ctx : 0, (int)a.o.max_running,
+                            &err);
+        if (!e) {
+            fprintf(stderr, "memra-worker: %s\n", err.msg);
+            return 1;
+        }
     }
     if (!e)
         return 1;
