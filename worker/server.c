@@ -215,6 +215,8 @@ static void step_all(wstate *s)
         append(&s->running, q);
         s->n_running++;
     }
+    if (s->e->round && s->running)
+        s->e->round(s->e);
     wseq **p = &s->running;
     while (*p) {
         wseq *q = *p;
@@ -353,14 +355,19 @@ static void *fake_new(mr_engine *e, const mr_msg *req, mr_err *err)
     return f;
 }
 
-static int fake_step(mr_engine *e, void *seq, mr_step *out, mr_err *err)
+static void fake_round(mr_engine *e)
 {
     fake_engine *fe = (fake_engine *)e;
-    fake_seq *f = seq;
     if (fe->delay_ms > 0) {
         struct timespec ts = {fe->delay_ms / 1000, (long)(fe->delay_ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
+}
+
+static int fake_step(mr_engine *e, void *seq, mr_step *out, mr_err *err)
+{
+    fake_engine *fe = (fake_engine *)e;
+    fake_seq *f = seq;
     uint32_t i = f->i++;
     out->token = f->prompt[i % f->n];
     out->eos = fe->eos_id >= 0 && out->token == (uint32_t)fe->eos_id;
@@ -394,6 +401,7 @@ mr_engine *mr_engine_fake(const char *model_name, uint32_t n_ctx, uint32_t n_voc
     fe->super.seq_new = fake_new;
     fe->super.seq_step = fake_step;
     fe->super.seq_free = fake_free;
+    fe->super.round = fake_round;
     fe->super.destroy = fake_destroy;
     fe->eos_id = eos_id;
     fe->delay_ms = delay_ms;

@@ -35,6 +35,8 @@ struct mr_engine {
     /* Computes the next token of the sequence. */
     int (*seq_step)(mr_engine *e, void *seq, mr_step *out, mr_err *err);
     void (*seq_free)(mr_engine *e, void *seq);
+    /* Called once per pass over the running sequences (may be NULL). */
+    void (*round)(mr_engine *e);
     void (*destroy)(mr_engine *e);
 };
 
@@ -52,7 +54,8 @@ int mr_worker_serve(mr_engine *e, const mr_worker_opts *o);
  * prompt[i mod n_prompt]; logprob of step i is -(i mod 4)/4 and the top
  * alternatives are token+k with logprob -(i mod 4)/4 - k.  With eos_id
  * (>= 0) a prompt token equal to it ends generation when it comes up.
- * delay_ms sleeps per token to give tests time to act mid-stream. */
+ * delay_ms sleeps once per decode pass (as one batched step would take),
+ * to give tests time to act mid-stream. */
 mr_engine *mr_engine_fake(const char *model_name, uint32_t n_ctx, uint32_t n_vocab, int eos_id, int delay_ms);
 
 /* The real engine: the GGUF model at path on backend ("auto", "cpu",

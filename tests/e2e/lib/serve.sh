@@ -7,7 +7,7 @@ T=$(mktemp -d /tmp/memra-e2e.XXXXXX)
 PIDS=()
 FAILS=0
 cleanup() {
-    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; { wait "$p"; } 2>/dev/null; done
     # workers started by a supervising gateway die with it (PDEATHSIG); wait a moment for them
     sleep 0.2
     rm -rf "$T"
