@@ -23,5 +23,5 @@ fi
 # (again when package.json is newer than node_modules: a dependency was added)
 if [ -f tests/node/package.json ] && { [ ! -d tests/node/node_modules ] || [ tests/node/package.json -nt tests/node/node_modules ]; }; then
     echo "memra deps: npm install in tests/node"
-    (cd tests/node && npm install --no-audit --no-fund --silent)
+    (cd tests/node && npm install --no-audit --no-fund --silent && touch node_modules)
 fi
