@@ -301,7 +301,7 @@ static void route_tokenize(mr_gw *gw, h2o_req_t *req, bool detok, const char *ro
             if (bad) {
                 send_err(req, 400, "tokens", NULL, route, 0, bad);
             } else {
-                mr_utf8_sanitize(&txt, raw.p ? raw.p : "", raw.len);
+                mr_gw_utf8_sanitize(&txt, raw.p ? raw.p : "", raw.len);
                 send_jobj(req, 200, json_pack("{s:s%}", "prompt", txt.p ? txt.p : "", txt.len), route);
             }
             mr_buf_free(&raw);

@@ -416,7 +416,7 @@ static void add_logprobs(mr_job *j, const mr_msg *m, uint32_t i, const char *pie
                          json_t *dst)
 {
     mr_buf clean = {0};
-    mr_utf8_sanitize(&clean, piece, plen);
+    mr_gw_utf8_sanitize(&clean, piece, plen);
     const char *tok = clean.p ? clean.p : "";
     double lp = m->logprobs ? m->logprobs[i] : 0;
     if (j->chat) {
@@ -429,7 +429,7 @@ static void add_logprobs(mr_job *j, const mr_msg *m, uint32_t i, const char *pie
             mr_err err;
             uint32_t tid = m->top_ids[(size_t)i * m->n_top + k];
             j->model->codec->piece(j->model->codec, tid, &tp, &err);
-            mr_utf8_sanitize(&tc, tp.p ? tp.p : "", tp.len);
+            mr_gw_utf8_sanitize(&tc, tp.p ? tp.p : "", tp.len);
             json_t *tb = json_array();
             for (size_t b = 0; b < tp.len; b++)
                 json_array_append_new(tb, json_integer((unsigned char)tp.p[b]));
@@ -448,7 +448,7 @@ static void add_logprobs(mr_job *j, const mr_msg *m, uint32_t i, const char *pie
             mr_buf tp = {0}, tc = {0};
             mr_err err;
             j->model->codec->piece(j->model->codec, m->top_ids[(size_t)i * m->n_top + k], &tp, &err);
-            mr_utf8_sanitize(&tc, tp.p ? tp.p : "", tp.len);
+            mr_gw_utf8_sanitize(&tc, tp.p ? tp.p : "", tp.len);
             json_object_set_new(top, tc.p ? tc.p : "", json_real(m->top_lps[(size_t)i * m->n_top + k]));
             mr_buf_free(&tp);
             mr_buf_free(&tc);

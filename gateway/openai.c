@@ -32,7 +32,7 @@ int mr_oai_err(mr_oai_error *e, int status, const char *param, const char *code,
 char *mr_oai_error_json(const mr_oai_error *e)
 {
     mr_buf clean = {0};
-    mr_utf8_sanitize(&clean, e->message, strlen(e->message));
+    mr_gw_utf8_sanitize(&clean, e->message, strlen(e->message));
     json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", clean.p ? clean.p : "", "type",
                           mr_oai_error_type(e->status), "param", e->param[0] ? json_string(e->param) : json_null(),
                           "code", e->code[0] ? json_string(e->code) : json_null());

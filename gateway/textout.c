@@ -51,14 +51,14 @@ bool mr_textout_push(mr_textout *t, const char *bytes, size_t n, mr_buf *out)
             at = (size_t)(hit - s);
     }
     if (at <= len) {
-        mr_utf8_sanitize(out, s, at);
+        mr_gw_utf8_sanitize(out, s, at);
         t->stopped = true;
         mr_buf_consume(&t->pending, len);
         return true;
     }
     size_t keep = holdback(t, s, len);
-    size_t rel = mr_utf8_complete_prefix(s, len - keep);
-    mr_utf8_sanitize(out, s, rel);
+    size_t rel = mr_gw_utf8_complete_prefix(s, len - keep);
+    mr_gw_utf8_sanitize(out, s, rel);
     mr_buf_consume(&t->pending, rel);
     return false;
 }
@@ -66,6 +66,6 @@ bool mr_textout_push(mr_textout *t, const char *bytes, size_t n, mr_buf *out)
 void mr_textout_finish(mr_textout *t, mr_buf *out)
 {
     if (!t->stopped)
-        mr_utf8_sanitize(out, t->pending.p ? t->pending.p : "", t->pending.len);
+        mr_gw_utf8_sanitize(out, t->pending.p ? t->pending.p : "", t->pending.len);
     mr_buf_consume(&t->pending, t->pending.len);
 }

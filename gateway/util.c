@@ -109,7 +109,7 @@ static int seq_len(const unsigned char *s, size_t n)
     return len;
 }
 
-size_t mr_utf8_complete_prefix(const char *s, size_t n)
+size_t mr_gw_utf8_complete_prefix(const char *s, size_t n)
 {
     size_t i = 0;
     while (i < n) {
@@ -121,7 +121,7 @@ size_t mr_utf8_complete_prefix(const char *s, size_t n)
     return n;
 }
 
-void mr_utf8_sanitize(mr_buf *out, const char *s, size_t n)
+void mr_gw_utf8_sanitize(mr_buf *out, const char *s, size_t n)
 {
     size_t i = 0;
     while (i < n) {
@@ -136,7 +136,7 @@ void mr_utf8_sanitize(mr_buf *out, const char *s, size_t n)
     }
 }
 
-bool mr_utf8_valid(const char *s, size_t n)
+bool mr_gw_utf8_valid(const char *s, size_t n)
 {
     size_t i = 0;
     while (i < n) {

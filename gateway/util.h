@@ -22,10 +22,10 @@ void mr_buf_consume(mr_buf *b, size_t n); /* drops the first n bytes */
 /* Length of the longest prefix of s[0..n) that ends on a UTF-8 character
  * boundary, treating an incomplete sequence at the very end as not yet
  * complete (so streamed text never splits a character). */
-size_t mr_utf8_complete_prefix(const char *s, size_t n);
+size_t mr_gw_utf8_complete_prefix(const char *s, size_t n);
 /* Appends s to out, replacing every invalid UTF-8 sequence by U+FFFD. */
-void mr_utf8_sanitize(mr_buf *out, const char *s, size_t n);
-bool mr_utf8_valid(const char *s, size_t n);
+void mr_gw_utf8_sanitize(mr_buf *out, const char *s, size_t n);
+bool mr_gw_utf8_valid(const char *s, size_t n);
 
 double mr_now(void); /* monotonic seconds */
 
