@@ -18,8 +18,10 @@
 static void spawn(mr_gw *gw, mr_gw_worker *w)
 {
     const mr_model_conf *mc = w->model->conf;
-    char dev[16];
+    char dev[16], ctx[16], run[16];
     snprintf(dev, sizeof dev, "%d", w->conf->device);
+    snprintf(ctx, sizeof ctx, "%u", mc->context_length);
+    snprintf(run, sizeof run, "%u", mc->max_running);
     char *argv[32 + MR_MAX_WORKER_ARGS];
     int n = 0;
     argv[n++] = gw->conf.worker_bin;
@@ -31,6 +33,10 @@ static void spawn(mr_gw *gw, mr_gw_worker *w)
     argv[n++] = dev;
     argv[n++] = "--backend";
     argv[n++] = (char *)mc->backend;
+    argv[n++] = "--ctx";
+    argv[n++] = ctx;
+    argv[n++] = "--max-running";
+    argv[n++] = run;
     if (mc->path[0]) {
         argv[n++] = "--model";
         argv[n++] = (char *)mc->path;

@@ -108,6 +108,8 @@ int main(int argc, char **argv)
                     a.backend = mc->backend;
                     a.name = mc->name;
                     a.o.max_running = mc->max_running;
+                    a.ctx = mc->context_length;
+                    a.ctx_set = true;
                     if (parse(&a, mc->n_worker_args, mc->worker_args)) {
                         fprintf(stderr, "memra-worker: %s: bad worker_args for model %s\n", config, mc->name);
                         return 2;
