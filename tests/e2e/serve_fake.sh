@@ -137,6 +137,14 @@ for _ in $(seq 1 20); do
     sleep 0.05
 done
 check "client disconnect ends the request on the worker (< 1 s)" [ $cancelled = 1 ]
+curl -s -m 0.3 "$URL/v1/completions" -d '{"model":"echo","prompt":"abc","max_tokens":3000}' > /dev/null
+cancelled=0
+for _ in $(seq 1 20); do
+    curl -s "$URL/metrics" > "$T/m"
+    if grep -q '^memra_running_requests{model="echo"} 0$' "$T/m"; then cancelled=1; break; fi
+    sleep 0.05
+done
+check "blocking client disconnect ends the request too" [ $cancelled = 1 ]
 
 # --- kill -9 a worker mid-stream ---
 W0=$(pgrep -P "$GW_PID" -f "w0.sock" | head -1)
