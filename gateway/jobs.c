@@ -536,7 +536,7 @@ static void on_tokens(mr_job *j, mr_msg *m)
 
 static int error_status(const char *code)
 {
-    if (!strcmp(code, "context_length_exceeded") || !strcmp(code, "bad_request") || !strcmp(code, "bad_message"))
+    if (!strcmp(code, "context_length_exceeded") || !strcmp(code, "bad_request"))
         return 400;
     if (!strcmp(code, "overloaded") || !strcmp(code, "unavailable"))
         return 503;
@@ -605,6 +605,10 @@ void mr_gw_on_worker_event(mr_gw_worker *w, mr_wevent *ev)
         break;
     }
     case MR_MSG_ERROR:
+        /* an undecodable message about this request: the worker may still be
+         * running it, so stop it there too */
+        if (!strcmp(m->code, "bad_message"))
+            send_cancel(j);
         worker_release(j);
         finish_error(j, error_status(m->code), m->code, m->text);
         maybe_free(j);

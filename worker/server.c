@@ -20,6 +20,12 @@ typedef struct wseq {
     bool started;
 } wseq;
 
+/* Test hook of the fake backend: a token equal to it is sent as a
+ * malformed message (right id, "ids" of the wrong type) instead. */
+static long g_corrupt_token = -1;
+
+void mr_engine_fake_corrupt(long token) { g_corrupt_token = token; }
+
 static volatile sig_atomic_t g_stop;
 static atomic_int g_peer_gone;
 
@@ -253,7 +259,24 @@ static void step_all(wstate *s)
                         t.top_lps = st.top_lps;
                     }
                 }
-                reply(s, &t);
+                if (g_corrupt_token >= 0 && st.token == (uint32_t)g_corrupt_token) {
+                    /* {"v":1,"type":"tokens","id":<id>,"ids":"x"} */
+                    uint8_t b[64];
+                    size_t n = 0;
+                    static const uint8_t head[] = {0x84, 0xa1, 'v', 0x01, 0xa4, 't', 'y', 'p', 'e', 0xa6, 't',
+                                                   'o', 'k', 'e', 'n', 's', 0xa2, 'i', 'd', 0xcf};
+                    memcpy(b, head, sizeof head);
+                    n = sizeof head;
+                    for (int k = 7; k >= 0; k--)
+                        b[n++] = (uint8_t)(q->id >> (8 * k));
+                    static const uint8_t tail[] = {0xa3, 'i', 'd', 's', 0xa1, 'x'};
+                    memcpy(b + n, tail, sizeof tail);
+                    n += sizeof tail;
+                    mr_err e2;
+                    mr_chan_send_raw(&s->chan, b, n, &e2);
+                } else {
+                    reply(s, &t);
+                }
                 if (q->generated >= q->req.max_tokens) {
                     send_final(s, q, MR_FINISH_LENGTH);
                     done = true;
@@ -331,6 +354,7 @@ typedef struct fake_engine {
     int eos_id;
     int delay_ms;
 } fake_engine;
+
 
 typedef struct fake_seq {
     uint32_t *prompt;

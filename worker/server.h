@@ -57,6 +57,9 @@ int mr_worker_serve(mr_engine *e, const mr_worker_opts *o);
  * delay_ms sleeps once per decode pass (as one batched step would take),
  * to give tests time to act mid-stream. */
 mr_engine *mr_engine_fake(const char *model_name, uint32_t n_ctx, uint32_t n_vocab, int eos_id, int delay_ms);
+/* Fake backend test hook: the token `token` goes out as a malformed
+ * message, to test how the gateway copes with a broken worker. */
+void mr_engine_fake_corrupt(long token);
 
 /* The real engine: the GGUF model at path on backend ("auto", "cpu",
  * "cuda"), n_ctx tokens per sequence (0: the model's default), n_seqs

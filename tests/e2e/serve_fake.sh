@@ -14,7 +14,7 @@ cat > "$T/tmpl.json" <<'J'
   {"name": "echo", "tokenizer": "bytes", "backend": "fake", "context_length": 4096, "max_tokens_default": 16,
    "workers": [{"listen": "ipc://@T@/w0.sock"}], "worker_args": ["--fake-delay-ms", "3"]},
   {"name": "echo2", "tokenizer": "bytes", "backend": "fake", "context_length": 64,
-   "workers": [{"listen": "ipc://@T@/w1.sock"}], "worker_args": ["--fake-delay-ms", "3"]}]}
+   "workers": [{"listen": "ipc://@T@/w1.sock"}], "worker_args": ["--fake-delay-ms", "3", "--fake-corrupt-token", "90"]}]}
 J
 start_gateway "$T/tmpl.json" "$T/gw.log"
 check "ready" wait_ready 5
@@ -110,6 +110,16 @@ check "serving while a client stalls" jqo '.choices[0].text == "ok"'
 sleep 1.5
 check "stalled connection closed by the request timeout" timeout 2 cat <&7 >/dev/null
 exec 7>&- 7<&-
+
+# a worker that sends a malformed message about a request: that request
+# ends with an error, the gateway and the worker keep serving
+curl -sN "$URL/v1/completions" -d '{"model":"echo2","prompt":"abZ","max_tokens":20,"stream":true}' > "$T/z1"
+check "malformed worker message: stream keeps the text before it" [ "$(sse_text "$T/z1")" = ab ]
+check "malformed worker message ends that stream with an error" bash -c "grep -q bad_message '$T/z1' && tail -2 '$T/z1' | grep -q DONE"
+post /v1/completions '{"model":"echo2","prompt":"abZ","max_tokens":20}'
+check "malformed worker message → 500 shape" bash -c "[ $CODE = 500 ] && jq -e '.error.code == \"bad_message\"' '$T/out' >/dev/null"
+post /v1/completions '{"model":"echo2","prompt":"fine","max_tokens":4}'
+check "and the next request is served" jqo '.choices[0].text == "fine"'
 
 # --- 32 concurrent streams, and greedy determinism among them ---
 CPIDS=()

@@ -61,6 +61,8 @@ static int parse(args *a, int n, char **v)
             a->eos = atol(x);
         else if (!strcmp(k, "--fake-delay-ms"))
             a->delay = atol(x);
+        else if (!strcmp(k, "--fake-corrupt-token"))
+            mr_engine_fake_corrupt(atol(x));
         else
             return -1;
     }
