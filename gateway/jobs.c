@@ -372,7 +372,9 @@ static mr_gw_worker *pick_worker(mr_gw_model *m, bool *any_ready)
         *any_ready = true;
         if (w->running >= (int)m->conf->max_running)
             continue;
-        if (!best || w->running < best->running)
+        /* fewest running here; on a tie, the most free KV the worker reported */
+        if (!best || w->running < best->running ||
+            (w->running == best->running && w->cap.kv_free > best->cap.kv_free))
             best = w;
     }
     return best;
