@@ -24,9 +24,13 @@ static mr_gw *g_gw; /* the handler and filter reach the gateway through it */
 
 /* ---------- small response helpers ---------- */
 
+/* h2o keeps pointers to header names and values: both are copied into the
+ * request's pool (callers pass stack buffers). */
 static void add_hdr(h2o_req_t *req, const char *name, const char *value)
 {
-    h2o_add_header_by_str(&req->pool, &req->res.headers, name, strlen(name), 0, NULL, value, strlen(value));
+    h2o_iovec_t n = h2o_strdup(&req->pool, name, strlen(name));
+    h2o_iovec_t v = h2o_strdup(&req->pool, value, strlen(value));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, n.base, n.len, 0, NULL, v.base, v.len);
 }
 
 static void send_body(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len, const char *route)

@@ -850,8 +850,8 @@ int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, co
         req->res.reason = "OK";
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("text/event-stream"));
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-cache"));
-        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL, j->idstr,
-                              strlen(j->idstr));
+        h2o_iovec_t rid = h2o_strdup(&req->pool, j->idstr, strlen(j->idstr)); /* h2o keeps the pointer */
+        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL, rid.base, rid.len);
         h2o_start_response(req, &g->super);
         j->headers_sent = true;
         if (j->chat)

@@ -3,11 +3,6 @@
 #include <nng/protocol/pair0/pair.h>
 #include <stdlib.h>
 
-struct pipe_hook {
-    mr_chan_pipe_cb cb;
-    void *arg;
-};
-
 static int open_sock(mr_chan *c, mr_err *err)
 {
     int rv = nng_pair0_open(&c->sock);
@@ -35,8 +30,8 @@ int mr_chan_listen(mr_chan *c, const char *url, mr_err *err)
 
 static void on_pipe(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
-    struct pipe_hook *h = arg;
-    h->cb(ev == NNG_PIPE_EV_ADD_POST, h->arg);
+    mr_chan *c = arg;
+    c->cb(ev == NNG_PIPE_EV_ADD_POST, c->cb_arg);
 }
 
 int mr_chan_dial(mr_chan *c, const char *url, mr_chan_pipe_cb cb, void *arg, mr_err *err)
@@ -46,16 +41,10 @@ int mr_chan_dial(mr_chan *c, const char *url, mr_chan_pipe_cb cb, void *arg, mr_
     nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 50);
     nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000);
     if (cb) {
-        /* lives as long as the process: sockets are few and long-lived */
-        struct pipe_hook *h = malloc(sizeof *h);
-        if (!h) {
-            mr_chan_close(c);
-            return mr_errf(err, "out of memory");
-        }
-        h->cb = cb;
-        h->arg = arg;
-        nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, on_pipe, h);
-        nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, on_pipe, h);
+        c->cb = cb;
+        c->cb_arg = arg;
+        nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, on_pipe, c);
+        nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, on_pipe, c);
     }
     int rv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK);
     if (rv) {

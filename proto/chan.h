@@ -10,13 +10,16 @@
 
 #include "proto/msg.h"
 
+/* Pipe events (connect / disconnect), called on an nng thread. */
+typedef void (*mr_chan_pipe_cb)(int connected, void *arg);
+
+/* Must stay at one address while open (nng calls back with a pointer to it). */
 typedef struct mr_chan {
     nng_socket sock;
     int open;
+    mr_chan_pipe_cb cb;
+    void *cb_arg;
 } mr_chan;
-
-/* Pipe events (connect / disconnect), called on an nng thread. */
-typedef void (*mr_chan_pipe_cb)(int connected, void *arg);
 
 int mr_chan_listen(mr_chan *c, const char *url, mr_err *err);
 /* Dials in the background: returns at once and keeps reconnecting
