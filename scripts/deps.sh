@@ -20,8 +20,13 @@ if [ -n "$missing" ]; then
     $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 # npm packages used by the reference tools in tests (tests/node).
-# (again when package.json is newer than node_modules: a dependency was added)
-if [ -f tests/node/package.json ] && { [ ! -d tests/node/node_modules ] || [ tests/node/package.json -nt tests/node/node_modules ]; }; then
-    echo "memra deps: npm install in tests/node"
-    (cd tests/node && npm install --no-audit --no-fund --silent && touch node_modules)
+# Re-run npm install whenever package.json changed since the last install.
+if [ -f tests/node/package.json ]; then
+    want=$(cksum < tests/node/package.json)
+    have=$(cat tests/node/node_modules/.memra-stamp 2>/dev/null || true)
+    if [ "$want" != "$have" ]; then
+        echo "memra deps: npm install in tests/node"
+        (cd tests/node && npm install --no-audit --no-fund --silent)
+        echo "$want" > tests/node/node_modules/.memra-stamp
+    fi
 fi
