@@ -20,12 +20,20 @@ cat > "$T/tmpl.json" <<J
  "retry_after_s": 3, "tenants": {"acme": {"max_concurrency": 2}},
  "models": [
   {"name": "echo", "tokenizer": "bytes", "backend": "fake", "max_running": 2, "queue_max": 1,
-   "workers": [{"listen": "ipc://@T@/a0.sock"}], "worker_args": ["--fake-delay-ms", "5"]}]}
+   "workers": [{"listen": "ipc://@T@/a0.sock"}], "worker_args": ["--fake-delay-ms", "2"]}]}
 J
 start_gateway "$T/tmpl.json" "$T/gw.log"
 A1=(-H "authorization: Bearer $K1")
 A2=(-H "authorization: Bearer $K2")
 A3=(-H "authorization: Bearer $K3")
+# waits (up to 10 s) until /metrics shows the line (admission state, not timing, decides the tests)
+wait_metric() {
+    for _ in $(seq 1 200); do
+        curl -s "${A1[@]}" "$URL/metrics" | grep -qx "$1" && return 0
+        sleep 0.05
+    done
+    echo "metric never reached: $1"; return 1
+}
 post /v1/completions '{"model":"echo","prompt":"hi","max_tokens":2}'
 check "missing key → 401 shape" bash -c "[ $CODE = 401 ] && jq -e '.error.type == \"authentication_error\"' '$T/out' >/dev/null"
 post /v1/completions '{"model":"echo","prompt":"hi","max_tokens":2}' -H "authorization: Bearer mk-000"
@@ -39,9 +47,9 @@ curl -s "${A1[@]}" "$URL/metrics" > "$T/m"
 check "tenant from the key in metrics" grep -q '^memra_tenant_requests_total{tenant="acme"} 1$' "$T/m"
 
 # per-key cap (beta: 1): a second concurrent request gets 429 + Retry-After
-curl -sN "${A2[@]}" "$URL/v1/completions" -d '{"model":"echo","prompt":"ab","max_tokens":100,"stream":true}' > /dev/null &
+curl -sN "${A2[@]}" "$URL/v1/completions" -d '{"model":"echo","prompt":"ab","max_tokens":400,"stream":true}' > /dev/null &
 BP=$!
-sleep 0.2
+wait_metric 'memra_tenant_running{tenant="beta"} 1'
 CODE=$(curl -s -D "$T/h" -o "$T/out" -w '%{http_code}' "${A2[@]}" "$URL/v1/completions" -d '{"model":"echo","prompt":"x","max_tokens":1}')
 check "per-key cap → 429 shape" bash -c "[ $CODE = 429 ] && jq -e '.error.type == \"rate_limit_error\"' '$T/out' >/dev/null"
 check "429 carries Retry-After" grep -qi '^retry-after: 3' "$T/h"
@@ -50,11 +58,10 @@ wait "$BP"
 # per-model bound: 2 running + 1 queued; the 4th is shed at once with 429
 P=()
 for i in 1 2 3; do
-    curl -sN "${A3[@]}" "$URL/v1/completions" -d '{"model":"echo","prompt":"ab","max_tokens":60,"stream":true}' > "$T/q$i" &
+    curl -sN "${A3[@]}" "$URL/v1/completions" -d '{"model":"echo","prompt":"ab","max_tokens":400,"stream":true}' > "$T/q$i" &
     P+=($!)
-    sleep 0.05
 done
-sleep 0.1
+wait_metric 'memra_queue_depth{model="echo"} 1'
 CODE=$(curl -s -D "$T/h" -o "$T/out" -w '%{http_code}' "${A3[@]}" "$URL/v1/completions" -d '{"model":"echo","prompt":"x","max_tokens":1}')
 check "model queue full → 429 overloaded" bash -c "[ $CODE = 429 ] && jq -e '.error.message | test(\"overloaded\")' '$T/out' >/dev/null"
 check "shed 429 carries Retry-After" grep -qi '^retry-after: 3' "$T/h"
@@ -64,10 +71,10 @@ check "admitted requests (running and queued) all completed" bash -c "for i in 1
 # per-tenant cap (acme: 2)
 P=()
 for i in 1 2; do
-    curl -sN "${A1[@]}" "$URL/v1/completions" -d '{"model":"echo","prompt":"ab","max_tokens":60,"stream":true}' > /dev/null &
+    curl -sN "${A1[@]}" "$URL/v1/completions" -d '{"model":"echo","prompt":"ab","max_tokens":400,"stream":true}' > /dev/null &
     P+=($!)
 done
-sleep 0.15
+wait_metric 'memra_tenant_running{tenant="acme"} 2'
 CODE=$(curl -s -o "$T/out" -w '%{http_code}' "${A1[@]}" "$URL/v1/completions" -d '{"model":"echo","prompt":"x","max_tokens":1}')
 check "tenant cap (acme: 2) → 429" bash -c "[ $CODE = 429 ] && jq -e '.error.message | test(\"tenant\")' '$T/out' >/dev/null"
 wait "${P[@]}"

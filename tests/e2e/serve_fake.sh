@@ -18,6 +18,14 @@ cat > "$T/tmpl.json" <<'J'
 J
 start_gateway "$T/tmpl.json" "$T/gw.log"
 check "ready" wait_ready 5
+# waits until a stream file holds at least one data event (the request is running)
+wait_stream() {
+    for _ in $(seq 1 200); do
+        [ "$(grep -c '^data: {' "$1" 2>/dev/null)" -ge 1 ] && return 0
+        sleep 0.05
+    done
+    return 1
+}
 
 # --- blocking completions and chat ---
 post /v1/completions '{"model":"echo","prompt":"hello ","max_tokens":12}'
@@ -136,9 +144,9 @@ done
 check "32 concurrent streams all complete correctly ($good/32)" [ $good = 32 ]
 
 # --- client disconnect cancels on the worker ---
-curl -sN "$URL/v1/completions" -d '{"model":"echo","prompt":"abc","max_tokens":3000,"stream":true}' > /dev/null &
+curl -sN "$URL/v1/completions" -d '{"model":"echo","prompt":"abc","max_tokens":3000,"stream":true}' > "$T/dc" &
 CP=$!
-sleep 0.3
+wait_stream "$T/dc"
 kill "$CP" 2>/dev/null; wait "$CP" 2>/dev/null
 cancelled=0
 for _ in $(seq 1 20); do
@@ -162,7 +170,7 @@ curl -sN "$URL/v1/completions" -d '{"model":"echo","prompt":"abc","max_tokens":3
 KP=$!
 curl -sN "$URL/v1/completions" -d '{"model":"echo2","prompt":"xyz","max_tokens":40,"stream":true}' > "$T/k2" &
 K2=$!
-sleep 0.3
+wait_stream "$T/k1"
 kill -9 "$W0"
 wait "$KP" "$K2"
 check "killed stream: error event then [DONE]" bash -c "sse_wellformed() { :; }; grep '^data: {' '$T/k1' | tail -1 | sed 's/^data: //' | jq -e '.error.code == \"worker_lost\"' >/dev/null && tail -2 '$T/k1' | grep -q '^data: \[DONE\]'"
@@ -179,7 +187,11 @@ check "metrics: tenant counters" grep -q '^memra_tenant_requests_total{tenant="d
 
 # --- a non-streaming request on a dying worker gets a 503 JSON ---
 W0=$(pgrep -P "$GW_PID" -f "w0.sock" | head -1)
-( sleep 0.3; kill -9 "$W0" ) &
+( for _ in $(seq 1 200); do
+      curl -s "$URL/metrics" | grep -qx 'memra_running_requests{model="echo"} 1' && break
+      sleep 0.05
+  done
+  kill -9 "$W0" ) &
 KILLER=$!
 post /v1/completions '{"model":"echo","prompt":"abc","max_tokens":3000}'
 check "non-stream on a killed worker → 503 shape" bash -c "[ $CODE = 503 ] && jq -e '.error.code == \"worker_lost\"' '$T/out' >/dev/null"
@@ -187,12 +199,18 @@ wait "$KILLER"
 wait_ready 10
 
 # --- drain: SIGTERM finishes running requests, refuses new ones, exits ---
-curl -sN "$URL/v1/completions" -d '{"model":"echo","prompt":"drain","max_tokens":150,"stream":true}' > "$T/d1" &
+curl -sN "$URL/v1/completions" -d '{"model":"echo","prompt":"drain","max_tokens":400,"stream":true}' > "$T/d1" &
 DP=$!
-sleep 0.2
+wait_stream "$T/d1"
 kill -TERM "$GW_PID"
-sleep 0.1
-check "readyz 503 while draining" [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/readyz")" = 503 ]
+drain_seen() {
+    for _ in $(seq 1 40); do
+        [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/readyz")" = 503 ] && return 0
+        sleep 0.05
+    done
+    return 1
+}
+check "readyz 503 while draining" drain_seen
 post /v1/completions '{"model":"echo","prompt":"x","max_tokens":2}'
 check "new request 503 draining" bash -c "[ $CODE = 503 ] && jq -e '.error.code == \"draining\"' '$T/out' >/dev/null"
 wait "$DP"

@@ -33,7 +33,7 @@ post /v1/completions '{"model":"echo","prompt":"sys","max_tokens":4}'
 check "served by a separately started worker" jqo '.choices[0].text == "syss"'
 curl -sN "$URL/v1/completions" -d '{"model":"echo","prompt":"abc","max_tokens":3000,"stream":true}' > "$T/k" &
 KP=$!
-sleep 0.3
+for _ in $(seq 1 200); do [ "$(grep -c '^data: {' "$T/k" 2>/dev/null)" -ge 1 ] && break; sleep 0.05; done
 kill -9 "$W"
 wait "$KP"
 check "stream on the killed worker ends with an error event" bash -c "grep '^data: {' '$T/k' | tail -1 | grep -q worker_lost && tail -2 '$T/k' | grep -q DONE"
