@@ -271,6 +271,10 @@ static int pack(const char *dir, const char *vocab, const char *out_path, int ty
 #define ARCH(k) (snprintf(key, sizeof key, "qwen3.%s", k), key)
     mr_gguf_writer_set_str(w, "general.architecture", "qwen3");
     mr_gguf_writer_set_str(w, "general.name", name);
+    /* the weights derive from the training text (docs/MEMRA-TINY.md) */
+    mr_gguf_writer_set_str(w, "general.license", "CC-BY-SA-3.0");
+    mr_gguf_writer_set_str(w, "general.source.url", "Debian package debian-handbook "
+                           "(The Debian Administrator's Handbook, GPL-2+ or CC-BY-SA-3.0)");
     mr_gguf_writer_set_u32(w, ARCH("context_length"), c.n_ctx);
     mr_gguf_writer_set_u32(w, ARCH("embedding_length"), c.n_embd);
     mr_gguf_writer_set_u32(w, ARCH("block_count"), c.n_layer);
