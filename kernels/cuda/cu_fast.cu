@@ -28,11 +28,11 @@ __host__ __device__ constexpr int fast_stride(int t)
 {
     return t == MR_TYPE_Q4_K ? 148 : t == MR_TYPE_Q5_K ? 180 : t == MR_TYPE_Q6_K ? 212
          : t == MR_TYPE_Q8_0 ? 36 : t == MR_TYPE_Q4_0 ? 20 : t == MR_TYPE_IQ4_XS ? 136
-         : t == MR_TYPE_BF16 ? 2 : 0;
+         : t == MR_TYPE_BF16 ? 2 : t == MR_TYPE_F32 ? 4 : 0;
 }
 __host__ __device__ constexpr int fast_belems(int t)
 {
-    return t == MR_TYPE_BF16 ? 1 : (t == MR_TYPE_Q8_0 || t == MR_TYPE_Q4_0) ? 32 : 256;
+    return (t == MR_TYPE_BF16 || t == MR_TYPE_F32) ? 1 : (t == MR_TYPE_Q8_0 || t == MR_TYPE_Q4_0) ? 32 : 256;
 }
 static bool fast_has(int t) { return fast_stride(t) != 0; }
 static bool fast_padded(int t)
@@ -74,7 +74,7 @@ __device__ __forceinline__ void x_offsets(int lane, int *o1, int *o2)
         int ib = lane >> 2, l = 4 * (lane & 3);
         *o1 = 32 * ib + l;
         *o2 = 32 * ib + 16 + l;
-    } else { /* Q8_0, BF16: 8 consecutive */
+    } else { /* Q8_0, BF16, F32: 8 consecutive */
         *o1 = 8 * lane;
         *o2 = 8 * lane + 4;
     }
@@ -159,6 +159,9 @@ __device__ __forceinline__ float step_dot(const uint8_t *__restrict__ p, int lan
         const float M = MAGIC + 128.0f;
         return d * (dot4(xa, mag(q0, 0) - M, mag(q0, 1) - M, mag(q0, 2) - M, mag(q0, 3) - M) +
                     dot4(xb, mag(q1, 0) - M, mag(q1, 1) - M, mag(q1, 2) - M, mag(q1, 3) - M));
+    } else if constexpr (T == MR_TYPE_F32) { /* 8 consecutive, two 16-byte loads */
+        const float4 w0 = *(const float4 *)(p + 32 * lane), w1 = *(const float4 *)(p + 32 * lane + 16);
+        return dot4(xa, w0.x, w0.y, w0.z, w0.w) + dot4(xb, w1.x, w1.y, w1.z, w1.w);
     } else { /* BF16: 8 consecutive, one 16-byte load */
         const uint4 w = *(const uint4 *)(p + 16 * lane);
         return dot4(xa, __uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
@@ -382,6 +385,7 @@ static bool fast_run(mr_cu_ctx *c, const mr_weight *w, fast_job a, int n, int jo
     case MR_TYPE_Q4_0: launch_fast_n<MR_TYPE_Q4_0>(c, a, n, jobs); break;
     case MR_TYPE_IQ4_XS: launch_fast_n<MR_TYPE_IQ4_XS>(c, a, n, jobs); break;
     case MR_TYPE_BF16: launch_fast_n<MR_TYPE_BF16>(c, a, n, jobs); break;
+    case MR_TYPE_F32: launch_fast_n<MR_TYPE_F32>(c, a, n, jobs); break;
     default: return false;
     }
     return true;
@@ -430,6 +434,7 @@ bool mr_cu_fast_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
     case MR_TYPE_Q4_0: launch_fast<MR_TYPE_Q4_0, 1>(c, a, n * k); break;
     case MR_TYPE_IQ4_XS: launch_fast<MR_TYPE_IQ4_XS, 1>(c, a, n * k); break;
     case MR_TYPE_BF16: launch_fast<MR_TYPE_BF16, 1>(c, a, n * k); break;
+    case MR_TYPE_F32: launch_fast<MR_TYPE_F32, 1>(c, a, n * k); break;
     default: return false;
     }
     return true;
