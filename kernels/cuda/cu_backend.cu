@@ -341,6 +341,8 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     c->no_fast = gen && *gen && strcmp(gen, "0");
     const char *fr = getenv("MEMRA_CUDA_FAST_R");
     c->fast_r = fr ? atoi(fr) : 0;
+    const char *qw = getenv("MEMRA_CUDA_Q4K_WIDE");
+    c->q4k_wide = !(qw && !strcmp(qw, "0"));
     if (cublasCreate(&c->cublas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(c->cublas, c->stream) != CUBLAS_STATUS_SUCCESS) {
         mr_errf(err, "cuda: cuBLAS init failed on device %d", device);
