@@ -3,10 +3,12 @@
  *   run-gen MODEL.gguf --tokens 1,2,3 --logits-out FILE   float32 LE [n_tokens][vocab]
  *   run-gen MODEL.gguf --tokens 1,2,3 -n 24               greedy ids on one line
  *   run-gen MODEL.gguf --prompt "text" -n 24              text and ids
+ *   run-gen MODEL.gguf --chat "message" [--system "..."]  the same, as a chat turn
  *   --backend cpu|cuda|auto (default auto)
  *
- * The prompt is exactly one of --tokens (ids) or --prompt (text through the
- * model's tokenizer).  Generation is greedy and stops after an end-of-generation id
+ * The prompt is exactly one of --tokens (ids), --prompt (text through the
+ * model's tokenizer) or --chat (a user message through the model's chat
+ * template, then the tokenizer).  Generation is greedy and stops after an end-of-generation id
  * (when the model has a tokenizer) or after -n ids.  The generated ids are
  * always the last line of stdout; the text, when printed, comes before it.
  *
@@ -17,21 +19,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/chat.h"
 #include "common/tokenizer.h"
 #include "kernels/ops.h"
 #include "worker/model.h"
 
 static void usage(void)
 {
-    printf("usage: run-gen MODEL.gguf (--tokens ID,ID,... | --prompt TEXT) [-n N]\n"
+    printf("usage: run-gen MODEL.gguf (--tokens ID,ID,... | --prompt TEXT |\n"
+           "               --chat MESSAGE [--system TEXT]) [-n N]\n"
            "               [--logits-out FILE] [--backend cpu|cuda|auto]\n"
            "               [--print-text | --no-print-text] [--ignore-eos]\n"
            "  --tokens      prompt token ids, as given (no BOS added)\n"
            "  --prompt      prompt text, tokenized with the model's tokenizer: BOS as the\n"
            "                model's add_bos flag says; special tokens written in the text\n"
            "                (e.g. <|im_start|>) are recognised\n"
+           "  --chat        a user message (after the --system message, if given) rendered\n"
+           "                with the model's tokenizer.chat_template, add_generation_prompt\n"
+           "                true, then tokenized with special tokens recognised (BOS only\n"
+           "                where the template writes it)\n"
            "  -n N          generate at most N ids (default 24)\n"
-           "  --print-text  also print the generated text (default with --prompt)\n"
+           "  --print-text  also print the generated text (default with --prompt, --chat)\n"
            "  --ignore-eos  do not stop at end-of-generation ids\n");
 }
 
@@ -140,6 +148,58 @@ static int encode_prompt(const mr_tokenizer *tok, const char *text, int32_t **ou
     return 0;
 }
 
+/* Renders the chat prompt of one user message (after an optional system
+ * message) with the model's template and tokenizes it.  The template writes
+ * whatever BOS the model wants, so none is added (as transformers'
+ * apply_chat_template does). */
+static int encode_chat(const mr_gguf *g, const mr_tokenizer *tok, const char *system,
+                       const char *user, int32_t **out, int *n_out, mr_err *err)
+{
+    int rc = -1;
+    char *text = NULL;
+    size_t len = 0;
+    mr_tokens ids = {0};
+    json_t *messages = json_array();
+    mr_chat_tmpl *ct = NULL;
+    if (!messages || (system && json_array_append_new(messages, json_pack("{s:s,s:s}", "role", "system",
+                                                                          "content", system))) ||
+        json_array_append_new(messages, json_pack("{s:s,s:s}", "role", "user", "content", user))) {
+        mr_errf(err, "--chat: the message is not valid UTF-8 (or out of memory)");
+        goto out;
+    }
+    if (!mr_gguf_find(g, "tokenizer.chat_template")) {
+        mr_errf(err, "--chat: the model has no chat template (tokenizer.chat_template)");
+        goto out;
+    }
+    if (!(ct = mr_chat_tmpl_from_gguf(g, NULL, 0, err))) {
+        mr_err_wrap(err, "--chat");
+        goto out;
+    }
+    mr_chat_req req = {.messages = messages, .add_generation_prompt = 1, .enable_thinking = -1};
+    if (mr_chat_render(ct, &req, NULL, &text, &len, err)) {
+        mr_err_wrap(err, "--chat: rendering the chat template");
+        goto out;
+    }
+    if (mr_tok_encode(tok, text, len, MR_TOK_PARSE_SPECIAL, &ids, err)) {
+        mr_err_wrap(err, "--chat");
+        goto out;
+    }
+    if (ids.n == 0 || ids.n > INT_MAX) {
+        mr_errf(err, "--chat: the rendered prompt gives %s tokens", ids.n ? "too many" : "no");
+        goto out;
+    }
+    *out = ids.ids;
+    *n_out = (int)ids.n;
+    ids.ids = NULL;
+    rc = 0;
+out:
+    mr_tokens_free(&ids);
+    free(text);
+    mr_chat_tmpl_free(ct);
+    json_decref(messages);
+    return rc;
+}
+
 /* Writes what the detokenizer produced so far (stdout is flushed so that the
  * text streams as it is generated). */
 static int put_text(mr_bytes *b, bool *ends_nl, mr_err *err)
@@ -157,7 +217,7 @@ static int put_text(mr_bytes *b, bool *ends_nl, mr_err *err)
 int main(int argc, char **argv)
 {
     const char *model_path = NULL, *tokens_arg = NULL, *logits_out = NULL, *backend = "auto";
-    const char *prompt_text = NULL;
+    const char *prompt_text = NULL, *chat_text = NULL, *system_text = NULL;
     int n_gen = -1, print_text = -1; /* -1: the default of the prompt kind */
     bool ignore_eos = false;
     for (int i = 1; i < argc; i++) {
@@ -170,6 +230,10 @@ int main(int argc, char **argv)
             tokens_arg = argv[++i];
         } else if (!strcmp(a, "--prompt") && has_val) {
             prompt_text = argv[++i];
+        } else if (!strcmp(a, "--chat") && has_val) {
+            chat_text = argv[++i];
+        } else if (!strcmp(a, "--system") && has_val) {
+            system_text = argv[++i];
         } else if (!strcmp(a, "--logits-out") && has_val) {
             logits_out = argv[++i];
         } else if (!strcmp(a, "--backend") && has_val) {
@@ -195,14 +259,18 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    int n_sources = !!tokens_arg + !!prompt_text;
+    int n_sources = !!tokens_arg + !!prompt_text + !!chat_text;
     if (!model_path || n_sources == 0) {
-        fprintf(stderr, "run-gen: a model path and one of --tokens or --prompt are required "
-                        "(see --help)\n");
+        fprintf(stderr, "run-gen: a model path and one of --tokens, --prompt or --chat are "
+                        "required (see --help)\n");
         return 2;
     }
     if (n_sources > 1) {
-        fprintf(stderr, "run-gen: --tokens and --prompt are alternatives: give one prompt\n");
+        fprintf(stderr, "run-gen: --tokens, --prompt and --chat are alternatives: give one prompt\n");
+        return 2;
+    }
+    if (system_text && !chat_text) {
+        fprintf(stderr, "run-gen: --system goes with --chat\n");
         return 2;
     }
     if (!logits_out && n_gen < 0)
@@ -240,6 +308,8 @@ int main(int argc, char **argv)
         }
     }
     if (prompt_text && encode_prompt(tok, prompt_text, &prompt, &n_prompt, &err))
+        goto fail;
+    if (chat_text && encode_chat(g, tok, system_text, chat_text, &prompt, &n_prompt, &err))
         goto fail;
     mr_gguf_close(g);
     g = NULL;
