@@ -2,6 +2,9 @@
 # run-gen with text in and out, on the fixture models:
 #  - --prompt TEXT gives the ids that --tokens gives with the ids of the
 #    `tokenize` program for TEXT (BOS as the model says, specials parsed);
+#  - --chat MESSAGE [--system TEXT] gives the ids that --tokens gives with
+#    the prompt rendered by @huggingface/jinja from the vendor's template
+#    (hf/tokenizer_config.json) and tokenized by `tokenize` (specials parsed);
 #  - the printed text is what @lenml/tokenizers (a port of Hugging Face
 #    tokenizers) decodes from the printed ids;
 #  - generation stops after an end-of-generation id: a prompt whose
@@ -65,6 +68,42 @@ for m in qwen3 qwen3moe; do
     check_text "$m --tokens --print-text" "$tmp/out"
 done
 
+# --chat against the reference renderer: the same conversation rendered by
+# @huggingface/jinja with the template the model was converted from.
+for m in qwen3 qwen3moe; do
+    model="$FIX/models/$m/model-BF16.gguf"
+    for sys in "" "You are a terse assistant. Réponds en français."; do
+        user="What is 2+2? Think 🤔 step by step."
+        node -e '
+            const fs = require("fs");
+            const [cfgPath, dir, sys, user] = process.argv.slice(1);
+            const cfg = JSON.parse(fs.readFileSync(cfgPath, "utf8"));
+            const messages = [];
+            if (sys !== "") messages.push({ role: "system", content: sys });
+            messages.push({ role: "user", content: user });
+            fs.writeFileSync(dir + "/chat.jinja", cfg.chat_template);
+            fs.writeFileSync(dir + "/chat.json", JSON.stringify({
+                messages, add_generation_prompt: true,
+                bos_token: cfg.bos_token ?? "", eos_token: cfg.eos_token ?? "" }));' \
+            "$FIX/models/$m/hf/tokenizer_config.json" "$tmp" "$sys" "$user"
+        what="$m --chat${sys:+ --system}"
+        if ! node tests/node/render.mjs "$tmp/chat.jinja" "$tmp/chat.json" >"$tmp/chat.txt"; then
+            fail "$what: the reference renderer failed"
+            continue
+        fi
+        ids=$("$BIN/tokenize" --model "$model" --file "$tmp/chat.txt" | tr ' ' ',')
+        want=$("$RUN" "$model" --tokens "$ids" -n 16 --backend cpu) || { fail "$what: --tokens failed"; continue; }
+        if [ -n "$sys" ]; then
+            "$RUN" "$model" --chat "$user" --system "$sys" -n 16 --backend cpu >"$tmp/out"
+        else
+            "$RUN" "$model" --chat "$user" -n 16 --backend cpu >"$tmp/out"
+        fi || { fail "$what failed"; continue; }
+        got=$(tail -n 1 "$tmp/out")
+        [ "$got" = "$want" ] && echo "ok $what: $got" || fail "$what: got '$got' want '$want'"
+        check_text "$what" "$tmp/out"
+    done
+done
+
 if node tests/node/detok-ref.mjs "$TJ" "${text_pairs[@]}"; then
     for ((k = 0; k < n_text; k++)); do
         if cmp -s "$tmp/want-$k" "$tmp/got-$k"; then
@@ -114,10 +153,22 @@ expect_error() {
 }
 expect_error "--tokens with --prompt" "$RUN" "$model" --tokens 1,2 --prompt hi --backend cpu
 expect_error "empty --prompt" "$RUN" "$model" --prompt "" --backend cpu
+expect_error "--chat with --prompt" "$RUN" "$model" --chat hi --prompt hi --backend cpu
+expect_error "--system without --chat" "$RUN" "$model" --prompt hi --system "be nice" --backend cpu
+# the same file with the template key renamed: no chat template; then a
+# template broken at the same length: a parse error with its position
+LC_ALL=C sed 's/tokenizer\.chat_template/tokenizer.chat_templatX/' "$model" >"$tmp/notmpl.gguf"
+expect_error "--chat without a chat template" "$RUN" "$tmp/notmpl.gguf" --chat hi --backend cpu
+grep -q "no chat template" "$tmp/err" || fail "no chat template: message '$(cat "$tmp/err")'"
+LC_ALL=C sed 's/{%- if tools %}/{%- if tools }}/' "$model" >"$tmp/badtmpl.gguf"
+expect_error "--chat with a broken template" "$RUN" "$tmp/badtmpl.gguf" --chat hi --backend cpu
+grep -q "line 1" "$tmp/err" || fail "broken template: message '$(cat "$tmp/err")'"
+"$RUN" "$tmp/notmpl.gguf" --prompt hi -n 2 --backend cpu >/dev/null || fail "--prompt needs no chat template"
 # the same file with its token list renamed (same length): no tokenizer
 LC_ALL=C sed 's/tokenizer\.ggml\.tokens/tokenizer.ggml.tokenz/' "$model" >"$tmp/notok.gguf"
 expect_error "--prompt without tokenizer" "$RUN" "$tmp/notok.gguf" --prompt hi --backend cpu
 grep -q "no usable tokenizer" "$tmp/err" || fail "no tokenizer: message '$(cat "$tmp/err")'"
+expect_error "--chat without tokenizer" "$RUN" "$tmp/notok.gguf" --chat hi --backend cpu
 expect_error "--print-text without tokenizer" "$RUN" "$tmp/notok.gguf" --tokens 1,2 --print-text --backend cpu
 # ids in, ids out still works there
 got=$("$RUN" "$tmp/notok.gguf" --tokens 1,2,3 -n 4 --backend cpu) &&
