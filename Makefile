@@ -132,7 +132,7 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/testutil.h $(BUILD)/libmemra-asan.a 
 	$(CC) $(CPPFLAGS) $(CFLAGS) -O1 $(SAN) $< -o $@ $(BUILD)/libmemra-asan.a $(CHECK_LIBS) $(LDLIBS)
 
 # ---- libFuzzer targets (clang), over the common/ sources ----
-FUZZ_LIB_SRC := $(wildcard common/*.c)
+FUZZ_LIB_SRC := $(wildcard common/*.c proto/*.c)
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_SRC) $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CLANG) $(CPPFLAGS) $(CSTD) -O1 -g -Wall -Wextra -Werror -Wno-unused-parameter $(PKG_CFLAGS) \

@@ -47,6 +47,9 @@ struct mr_model {
     int n_free;
 
     mr_scratch sc;
+
+    struct mr_q35 *q35;  /* hybrid-model weights and buffers (worker/arch/qwen35.c), or NULL */
+    size_t rstate_bytes; /* recurrent state per sequence (0: none) */
 };
 
 struct mr_seq {
@@ -55,10 +58,42 @@ struct mr_seq {
     int n_blocks;
     int32_t *blocks;     /* host copy of the block table [max_blocks] */
     int32_t *blocks_dev; /* the same in backend memory */
+    void *rstate;        /* recurrent state in backend memory (m->rstate_bytes), or NULL */
 };
 
 /* One forward call: n tokens already in sc.tokens / sc.pos; logits of rows
  * out_first..n-1 (none when out_first == n) go to sc.logits. */
 int mr_qwen3_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err);
+
+/* Weight binding for the architecture files (worker/model.c): a matrix
+ * ([cols, rows, mats] as GGUF writes it) through be->weight_load, and a
+ * small [ne0, ne1] tensor converted to float32 in backend memory. */
+int mr_model_load_matrix(mr_model *m, mr_weight *w, const char *name, int64_t cols, int64_t rows,
+                         int64_t mats, mr_err *err);
+int mr_model_load_floats(mr_model *m, float **out, const char *name, int64_t ne0, int64_t ne1,
+                         mr_err *err);
+
+/* Qwen3.5 hybrids (worker/arch/qwen35.c): the architecture's metadata
+ * (after the common keys), all per-layer weights (sets m->q35 and
+ * m->rstate_bytes), release, and one forward call as mr_qwen3_forward. */
+int mr_qwen35_read_hparams(const mr_gguf *g, const char *arch, mr_hparams *hp, mr_err *err);
+int mr_qwen35_load_layers(mr_model *m, mr_err *err);
+void mr_qwen35_free(mr_model *m);
+int mr_qwen35_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err);
+
+/* The MTP (nextn) draft block of the qwen35 hybrids.  Row t combines the
+ * hidden row h[t] (backend memory [n][n_embd], output-normed: the trunk
+ * leaves those of its logits rows in sc.xn after a forward call) with token
+ * tokens[t] (host) at position pos0 + t of s, whose K/V go to the block's
+ * own cache; the logits of every row go to host logits [n][vocab] and the
+ * block's normed output rows to mr_qwen35_mtp_hidden(m), the h of the next
+ * draft step.  n must fit the activations of the last forward call. */
+bool mr_qwen35_has_mtp(const mr_model *m);
+const float *mr_qwen35_mtp_hidden(const mr_model *m);
+int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens, int n, int pos0,
+                  float *logits, mr_err *err);
+
+/* Grows s to hold len tokens (KV blocks, block table uploaded). */
+int mr_seq_reserve(mr_seq *s, int len, mr_err *err);
 
 #endif
