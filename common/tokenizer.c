@@ -690,7 +690,10 @@ void mr_detok_stream_free(mr_detok_stream *s)
 }
 
 /* Length of the valid UTF-8 sequence at s[0..n): 1..4; 0 when it is a
- * proper prefix of a valid sequence; -1 when s[0] starts no valid sequence. */
+ * proper prefix of a valid sequence; -k when it is invalid, k >= 1 being the
+ * length of its maximal subpart (the longest prefix that could start a valid
+ * sequence), which the Unicode Standard (3.9, "U+FFFD substitution of
+ * maximal subparts") and WHATWG's decoder replace by one U+FFFD. */
 static int utf8_seq(const uint8_t *s, size_t n)
 {
     uint8_t c = s[0];
@@ -720,7 +723,7 @@ static int utf8_seq(const uint8_t *s, size_t n)
             return 0;
         uint8_t x = s[i];
         if (i == 1 ? (x < lo || x > hi) : (x < 0x80 || x > 0xBF))
-            return -1;
+            return -i; /* s[0..i) is the maximal subpart: one U+FFFD */
     }
     return need;
 }
@@ -742,7 +745,7 @@ static int stream_drain(mr_detok_stream *s, bool final, mr_bytes *out)
             break; /* unfinished: wait for the next token */
         if (mr_bytes_append(out, p + run, i - run) || mr_bytes_append(out, "\xef\xbf\xbd", 3))
             return -1;
-        i = i + 1;
+        i += l < 0 ? (size_t)-l : 1;
         if (l == 0) /* final: the whole unfinished tail becomes one U+FFFD */
             i = n;
         run = i;

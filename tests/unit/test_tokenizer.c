@@ -215,6 +215,27 @@ START_TEST(stream_holds_incomplete_utf8)
     ck_assert_uint_eq(out.len, 0);
     ck_assert(mr_detok_stream_push(s, mr_tok_find(t, "a", 1), &out, &err) == 0);
     ck_assert(out.len == 4 && memcmp(out.data, "\xef\xbf\xbd" "a", 4) == 0);
+    /* invalid bytes: one U+FFFD per maximal subpart, the Unicode Standard's
+     * example (chapter 3.9, Table 3-8):
+     * 61 F1 80 80 E1 80 C2 62 80 63 80 BF 64 -> a FFFD FFFD FFFD b FFFD c FFFD FFFD d */
+    out.len = 0;
+    static const uint8_t t38[] = {0x61, 0xF1, 0x80, 0x80, 0xE1, 0x80, 0xC2,
+                                  0x62, 0x80, 0x63, 0x80, 0xBF, 0x64};
+    for (size_t k = 0; k < sizeof t38; k++) {
+        char ch = (char)t38[k];
+        mr_token id = t38[k] < 0x80 ? mr_tok_find(t, &ch, 1) : byte_token(t, t38[k]);
+        ck_assert(mr_detok_stream_push(s, id, &out, &err) == 0);
+    }
+    static const char t38_want[] = "a\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "b\xef\xbf\xbd"
+                                   "c\xef\xbf\xbd\xef\xbf\xbd" "d";
+    ck_assert_uint_eq(out.len, sizeof t38_want - 1);
+    ck_assert(memcmp(out.data, t38_want, out.len) == 0);
+    /* a cut 4-byte prefix followed by ASCII is one maximal subpart */
+    out.len = 0;
+    ck_assert(mr_detok_stream_push(s, byte_token(t, 0xF0), &out, &err) == 0);
+    ck_assert(mr_detok_stream_push(s, byte_token(t, 0x9F), &out, &err) == 0);
+    ck_assert(mr_detok_stream_push(s, mr_tok_find(t, "a", 1), &out, &err) == 0);
+    ck_assert(out.len == 4 && memcmp(out.data, "\xef\xbf\xbd" "a", 4) == 0);
     /* flush turns a held-back tail into U+FFFD */
     out.len = 0;
     ck_assert(mr_detok_stream_push(s, byte_token(t, 0xE4), &out, &err) == 0);
