@@ -9,6 +9,7 @@
 typedef struct mr_cpu_ctx {
     int failed;        /* an op hit an error since the last sync */
     mr_err first;      /* that error */
+    int gdn_chunk;     /* > 1: gdn_scan runs the chunked form (MEMRA_CPU_GDN_CHUNK) */
 } mr_cpu_ctx;
 
 /* Records an op failure; only the first one since the last sync is kept. */
@@ -59,5 +60,15 @@ void mr_cpu_conv1d_silu(mr_backend *be, const float *x, const float *w, float *s
 void mr_cpu_gdn_scan(mr_backend *be, const float *qkv, int stride, const float *alpha,
                      const float *beta, const float *a, const float *dt_bias, float *state, int n,
                      int n_k_heads, int n_v_heads, int dk, int dv, float eps, float *out);
+/* cpu_gdn_chunk.c: the same scan in chunks of `chunk` tokens (parallel form
+ * within a chunk, recurrent form for the tail); same state layout.  Not
+ * bit-identical to mr_cpu_gdn_scan (docs/NUMERICS.md), so off by default. */
+void mr_cpu_gdn_scan_chunked(mr_backend *be, const float *qkv, int stride, const float *alpha,
+                             const float *beta, const float *a, const float *dt_bias, float *state,
+                             int n, int n_k_heads, int n_v_heads, int dk, int dv, float eps, int chunk,
+                             float *out);
+void mr_cpu_gdn_scan_opt(mr_backend *be, const float *qkv, int stride, const float *alpha,
+                         const float *beta, const float *a, const float *dt_bias, float *state, int n,
+                         int n_k_heads, int n_v_heads, int dk, int dv, float eps, float *out);
 
 #endif

@@ -184,5 +184,13 @@ mr_backend *mr_backend_cpu_create(mr_err *err)
     be->sigmoid_mul = mr_cpu_sigmoid_mul;
     be->conv1d_silu = mr_cpu_conv1d_silu;
     be->gdn_scan = mr_cpu_gdn_scan;
+    /* The chunked prefill form of the scan is an option: its results differ
+     * from the recurrent form's in the last float bits, and a request's
+     * tokens must not depend on how its prompt was chunked. */
+    const char *gc = getenv("MEMRA_CPU_GDN_CHUNK");
+    if (gc && atoi(gc) > 1) {
+        c->gdn_chunk = atoi(gc);
+        be->gdn_scan = mr_cpu_gdn_scan_opt;
+    }
     return be;
 }
