@@ -37,8 +37,9 @@ static int bytes_piece(mr_codec *c, uint32_t id, mr_buf *out, mr_err *err)
 }
 
 /* ChatML: <|im_start|>role\ncontent<|im_end|>\n ... <|im_start|>assistant\n */
-static int chatml(mr_codec *c, const json_t *messages, mr_buf *prompt, mr_err *err)
+static int chatml(mr_codec *c, const json_t *body, mr_buf *prompt, mr_err *err)
 {
+    const json_t *messages = json_object_get(body, "messages");
     size_t i;
     json_t *m;
     json_array_foreach(messages, i, m)
@@ -125,15 +126,14 @@ static int gguf_piece(mr_codec *c, uint32_t id, mr_buf *out, mr_err *err)
 }
 
 #if MR_HAVE_CHAT
-static int gguf_chat(mr_codec *c, const json_t *messages, mr_buf *prompt, mr_err *err)
+static int gguf_chat(mr_codec *c, const json_t *body, mr_buf *prompt, mr_err *err)
 {
     gguf_codec *g = (gguf_codec *)c;
     if (!g->tmpl)
-        return chatml(c, messages, prompt, err);
-    mr_chat_req req = {0};
-    req.messages = messages;
-    req.add_generation_prompt = 1;
-    req.enable_thinking = -1;
+        return chatml(c, body, prompt, err);
+    mr_chat_req req;
+    if (mr_chat_req_from_json(body, &req, err))
+        return -1;
     char *out = NULL;
     size_t len = 0;
     if (mr_chat_render(g->tmpl, &req, NULL, &out, &len, err))
@@ -154,7 +154,7 @@ static void gguf_destroy(mr_codec *c)
     free(g);
 }
 
-static mr_codec *gguf_open(const char *path, mr_err *err)
+static mr_codec *gguf_open(const char *path, const char *tmpl_override, mr_err *err)
 {
     gguf_codec *g = calloc(1, sizeof *g);
     if (!g) {
@@ -168,18 +168,9 @@ static mr_codec *gguf_open(const char *path, mr_err *err)
         return NULL;
     }
 #if MR_HAVE_CHAT
-    char *src = NULL;
-    mr_err e2;
-    if (mr_gguf_find(f, "tokenizer.chat_template") && !mr_gguf_get_str(f, "tokenizer.chat_template", &src, &e2)) {
-        size_t bl = 0, el = 0;
-        mr_token bos = mr_tok_bos(g->tok), eos = mr_tok_eos(g->tok);
-        const char *bt = bos != MR_TOKEN_NULL ? mr_tok_text(g->tok, bos, &bl) : NULL;
-        const char *et = eos != MR_TOKEN_NULL ? mr_tok_text(g->tok, eos, &el) : NULL;
-        char *bs = bt ? strndup(bt, bl) : NULL, *es = et ? strndup(et, el) : NULL;
-        g->tmpl = mr_chat_tmpl_new(src, strlen(src), bs, es, err);
-        free(bs);
-        free(es);
-        free(src);
+    /* models without a template (and no override) fall back to ChatML */
+    if (tmpl_override || mr_gguf_find(f, "tokenizer.chat_template")) {
+        g->tmpl = mr_chat_tmpl_from_gguf(f, tmpl_override, tmpl_override ? strlen(tmpl_override) : 0, err);
         if (!g->tmpl) {
             mr_err_wrap(err, "%s: chat template", path);
             mr_gguf_close(f);
@@ -206,7 +197,7 @@ static mr_codec *gguf_open(const char *path, mr_err *err)
 }
 #endif
 
-mr_codec *mr_codec_open(const char *kind, const char *gguf_path, mr_err *err)
+mr_codec *mr_codec_open(const char *kind, const char *gguf_path, const char *tmpl_override, mr_err *err)
 {
     if (!kind || !strcmp(kind, "bytes")) {
         mr_codec *c = mr_codec_bytes();
@@ -216,7 +207,7 @@ mr_codec *mr_codec_open(const char *kind, const char *gguf_path, mr_err *err)
     }
 #if MR_HAVE_TOKENIZER
     if (!strcmp(kind, "gguf"))
-        return gguf_open(gguf_path, err);
+        return gguf_open(gguf_path, tmpl_override, err);
 #endif
     mr_errf(err, "tokenizer \"%s\" for %s: not available in this build (use \"bytes\")", kind,
             gguf_path ? gguf_path : "(no model file)");

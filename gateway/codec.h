@@ -20,8 +20,10 @@ struct mr_codec {
     int (*encode)(mr_codec *c, const char *text, size_t len, bool chat, uint32_t **ids, uint32_t *n, mr_err *err);
     /* Appends the raw bytes of token id (possibly a partial UTF-8 character). */
     int (*piece)(mr_codec *c, uint32_t id, mr_buf *out, mr_err *err);
-    /* Renders validated OpenAI chat messages into the prompt text. */
-    int (*chat)(mr_codec *c, const json_t *messages, mr_buf *prompt, mr_err *err);
+    /* Renders a validated OpenAI chat request (the whole body: messages,
+     * tools, chat_template_kwargs, enable_thinking, add_generation_prompt)
+     * into the prompt text. */
+    int (*chat)(mr_codec *c, const json_t *body, mr_buf *prompt, mr_err *err);
     void (*destroy)(mr_codec *c);
     /* ids that end generation (sent to the worker with each request) */
     uint32_t stop_ids[64];
@@ -34,8 +36,8 @@ struct mr_codec {
 mr_codec *mr_codec_bytes(void);
 
 /* Opens the codec for a model config entry: "bytes", or "gguf" (the GGUF's
- * own tokenizer, and its chat template when the template engine is part of
- * the build; ChatML otherwise). */
-mr_codec *mr_codec_open(const char *kind, const char *gguf_path, mr_err *err);
+ * own tokenizer and chat template: tmpl_override when not NULL, else the
+ * GGUF's tokenizer.chat_template; ChatML only for a model that has neither). */
+mr_codec *mr_codec_open(const char *kind, const char *gguf_path, const char *tmpl_override, mr_err *err);
 
 #endif

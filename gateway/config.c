@@ -24,9 +24,12 @@ void mr_config_defaults(mr_config *c)
 
 void mr_config_free(mr_config *c)
 {
-    for (int m = 0; m < c->n_models; m++)
+    for (int m = 0; m < c->n_models; m++) {
         for (int i = 0; i < c->models[m].n_worker_args; i++)
             free(c->models[m].worker_args[i]);
+        free(c->models[m].chat_template);
+        c->models[m].chat_template = NULL;
+    }
 }
 
 bool mr_host_is_loopback(const char *h)
@@ -112,6 +115,15 @@ static int parse_model(json_t *m, int idx, mr_model_conf *mc, mr_err *err)
         return -1;
     if (!mc->name[0])
         return mr_errf(err, "%sname: required", path);
+    /* the template text that replaces the GGUF's tokenizer.chat_template */
+    json_t *ct = json_object_get(m, "chat_template");
+    if (ct && !json_is_null(ct)) {
+        if (!json_is_string(ct) || json_string_length(ct) == 0)
+            return mr_errf(err, "%schat_template: expected a non-empty string (the template text)", path);
+        mc->chat_template = strdup(json_string_value(ct));
+        if (!mc->chat_template)
+            return mr_errf(err, "out of memory");
+    }
     if (strcmp(mc->tokenizer, "gguf") && strcmp(mc->tokenizer, "bytes"))
         return mr_errf(err, "%stokenizer: \"%s\" is not one of gguf, bytes", path, mc->tokenizer);
     long long v;

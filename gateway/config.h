@@ -23,6 +23,7 @@ typedef struct mr_model_conf {
     char path[1024];      /* GGUF file */
     char tokenizer[16];   /* "gguf" or "bytes" */
     char backend[16];     /* passed to the worker */
+    char *chat_template;  /* template text overriding the GGUF's, or NULL */
     uint32_t context_length;
     uint32_t max_tokens_default;
     uint32_t queue_max;           /* requests waiting beyond the running ones */

@@ -686,7 +686,7 @@ int mr_gateway_main(const char *config_path)
         md->conf = &c->models[m];
         md->created = (long)time(NULL);
         h2o_linklist_init_anchor(&md->queue);
-        md->codec = mr_codec_open(md->conf->tokenizer, md->conf->path, &err);
+        md->codec = mr_codec_open(md->conf->tokenizer, md->conf->path, md->conf->chat_template, &err);
         if (!md->codec) {
             fprintf(stderr, "memra-gateway: model %s: %s\n", md->conf->name, err.msg);
             return 1;

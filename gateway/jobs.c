@@ -695,7 +695,7 @@ static int build_prompt(mr_job *j, mr_oai_req *r, mr_oai_error *e)
         const char *src = r->prompt;
         size_t len = r->prompt_len;
         if (r->chat) {
-            if (c->chat(c, r->messages, &text, &err)) {
+            if (c->chat(c, r->root, &text, &err)) {
                 mr_buf_free(&text);
                 return mr_oai_err(e, 400, "messages", NULL, "chat template: %s", err.msg);
             }

@@ -27,6 +27,24 @@ WANT=$(jq -r .prompt "$T/out")
 post /v1/completions "{\"model\":\"qwen3\",\"prompt\":$P0,\"max_tokens\":24,\"temperature\":0}"
 check "greedy completion = transformers continuation" bash -c "jq -e --arg w \"\$1\" '.choices[0].text == \$w and .usage.completion_tokens == 24 and .usage.prompt_tokens == 7' '$T/out' >/dev/null" _ "$WANT"
 
+# chat prompts: the prompt token count of a chat request (tools,
+# enable_thinking, chat_template_kwargs) equals the GGUF's template rendered by
+# @huggingface/jinja and tokenized by @lenml/tokenizers
+cat > "$T/chat1.json" <<'B'
+{"model":"qwen3","messages":[{"role":"system","content":"You answer briefly."},{"role":"user","content":"What is the capital of France?"}],"enable_thinking":false,
+ "tools":[{"type":"function","function":{"name":"get_weather","description":"Weather of a city","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}],"max_tokens":2,"temperature":0}
+B
+cat > "$T/chat2.json" <<'B'
+{"model":"qwen3","messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello! How can I help?"},{"role":"user","content":"Count to three."}],
+ "chat_template_kwargs":{"enable_thinking":true},"max_tokens":2,"temperature":0}
+B
+jqq() { jq -e "$@" >/dev/null; }
+for b in chat1 chat2; do
+    want=$(node "$ROOT/tests/node/chat-prompt-ref.mjs" "$FIX/models/qwen3/model-BF16.gguf" "$T/$b.json" | wc -w)
+    post /v1/chat/completions "@$T/$b.json"
+    check "$b: usage.prompt_tokens = reference template+tokenizer ($want)" jqq --argjson w "$want" '$w > 10 and .usage.prompt_tokens == $w' "$T/out"
+done
+
 # the same greedy request alone and among 31 others
 CP=()
 for i in $(seq 1 32); do

@@ -4,7 +4,7 @@
 // Reads only the metadata; tensor data is never touched.
 import { openSync, readSync, closeSync, fstatSync } from "node:fs";
 
-function readMeta(path) {
+export function readMeta(path) {
   const fd = openSync(path, "r");
   const size = fstatSync(fd).size;
   // The metadata of a vocabulary-only file is small; read up to 64 MiB.
