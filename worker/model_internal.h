@@ -43,8 +43,7 @@ struct mr_model {
     mr_kv_cache kv;
     int n_ctx;
     int max_blocks;    /* blocks per sequence: ceil(n_ctx / block_tokens) */
-    int32_t *free_blocks;
-    int n_free;
+    mr_kv_pool *pool;
 
     mr_scratch sc;
 };
@@ -55,10 +54,24 @@ struct mr_seq {
     int n_blocks;
     int32_t *blocks;     /* host copy of the block table [max_blocks] */
     int32_t *blocks_dev; /* the same in backend memory */
+    int reserved;        /* blocks promised to this sequence, not yet allocated */
 };
+
+/* A contiguous run of rows of one forward call that belongs to one sequence:
+ * rows start..start+n-1 (tokens at sc.tokens/sc.pos + start); logits of its
+ * rows from out_first (relative, == n for none) go to sc.logits from row
+ * out_row on. */
+typedef struct mr_fwd_seg {
+    mr_seq *s;
+    int start, n;
+    int out_first;
+    int out_row;
+} mr_fwd_seg;
 
 /* One forward call: n tokens already in sc.tokens / sc.pos; logits of rows
  * out_first..n-1 (none when out_first == n) go to sc.logits. */
 int mr_qwen3_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err);
+/* The same over several sequences: n rows in all, split into segs. */
+int mr_qwen3_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n, mr_err *err);
 
 #endif
