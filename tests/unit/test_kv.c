@@ -168,7 +168,7 @@ START_TEST(batched_and_chunked_logits_are_bit_identical)
     open_model(arch[_i], &o);
     mr_err err;
     int V = mr_model_hparams(model)->n_vocab;
-    enum { NA = 5, NB = 40, NC = 23, DEC = 3 };
+    enum { NA = 5, NB = 26, NC = 23, DEC = 3 };
     int32_t pa[NA + DEC], pb[NB + DEC], pc[NC + DEC];
     make_prompt(pa, NA + DEC, 1, V);
     make_prompt(pb, NB + DEC, 2, V);
