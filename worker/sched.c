@@ -191,17 +191,22 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
     /* Reserve the K/V of every position it may fill: the prompt and all but
      * the last generated token.  Unused cached blocks make way if needed. */
     int need_tokens = r->n_prompt + max_tokens - 1;
+    int need = (need_tokens + s->bt - 1) / s->bt - n_hit;
+    mr_kv_pool *pool = mr_model_kv_pool(s->m);
+    mr_prefix_stats ps;
+    mr_prefix_get_stats(s->prefix, &ps);
+    /* cached blocks no sequence holds bound what eviction can free: when even
+     * all of them would not do, refuse without evicting anything */
+    bool fits = need <= mr_kv_pool_available(pool) + (ps.n_blocks - ps.n_in_use);
     mr_err tmp;
-    while (mr_seq_reserve(q->seq, need_tokens, &tmp)) {
-        if (!mr_prefix_evict_one(s->prefix)) {
-            mr_kv_pool *pool = mr_model_kv_pool(s->m);
-            int need = (need_tokens + s->bt - 1) / s->bt - n_hit;
-            mr_errf(err, "request %llu: needs %d KV blocks (%d prompt + %d max tokens), %d available",
-                    (unsigned long long)r->id, need, r->n_prompt, max_tokens, mr_kv_pool_available(pool));
-            req_free(q);
-            s->refused++;
-            return MR_SCHED_NO_CAPACITY;
-        }
+    while (fits && mr_seq_reserve(q->seq, need_tokens, &tmp))
+        fits = mr_prefix_evict_one(s->prefix);
+    if (!fits) {
+        mr_errf(err, "request %llu: needs %d KV blocks (%d prompt + %d max tokens), %d available",
+                (unsigned long long)r->id, need, r->n_prompt, max_tokens, mr_kv_pool_available(pool));
+        req_free(q);
+        s->refused++;
+        return MR_SCHED_NO_CAPACITY;
     }
     mr_prefix_count(s->prefix, r->n_prompt, q->cached);
     s->live[s->n_live++] = q;

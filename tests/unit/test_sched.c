@@ -388,6 +388,12 @@ START_TEST(admission_refusal_recovery_and_eviction)
      * free, so b is admitted by evicting a's least recently used entries */
     mr_sched_get_stats(s, &st);
     ck_assert_int_eq(st.prefix.n_blocks, 7);
+    /* the 14-block request does not fit even with the whole cache evicted:
+     * refused, and the cache is left alone */
+    ck_assert_int_eq(mr_sched_submit(s, &big, &err), MR_SCHED_NO_CAPACITY);
+    mr_sched_get_stats(s, &st);
+    ck_assert_int_eq(st.prefix.n_blocks, 7);
+    ck_assert_int_eq(st.prefix.evictions, 0);
     ck_assert_int_eq(submit(s, 2, b, 40, 24, "t", NULL), MR_SCHED_OK);
     mr_sched_get_stats(s, &st);
     ck_assert_int_eq(st.prefix.evictions, 3);
