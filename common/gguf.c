@@ -575,7 +575,9 @@ static int parse(const uint8_t *base, size_t size, bool mapped, mr_gguf **out, m
         fail(&r, "aligned start overflows");
         goto fail;
     }
-    pub->data_offset = aligned;
+    /* a file without tensors may end right after its last value, without
+     * the padding: its (empty) data section then starts at the end */
+    pub->data_offset = n_tensors == 0 && aligned > size ? size : aligned;
     if (check_tensor_data(&r, g, info_at))
         goto fail;
     free(info_at);

@@ -42,9 +42,9 @@ for f in "$BUILD"/fuzz/fuzz_*; do
     [ -x "$f" ] || continue
     name=$(basename "$f")
     corpus="$BUILD/fuzz-corpus/$name"
-    mkdir -p "$corpus"
+    mkdir -p "$corpus" "$BUILD/fuzz-artifacts"
     seeds="tests/fuzz/seeds/$name"
-    run_one "fuzz/$name" bash -c "\"$f\" -max_total_time=$FUZZ_SECONDS -print_final_stats=0 \
+    run_one "fuzz/$name" bash -c "\"$f\" -max_total_time=$FUZZ_SECONDS -artifact_prefix=$BUILD/fuzz-artifacts/ -print_final_stats=0 \
         -timeout=10 -rss_limit_mb=2048 \"$corpus\" $( [ -d "$seeds" ] && echo "\"$seeds\"") \
         >\"$BUILD/fuzz-$name.log\" 2>&1 || { tail -40 \"$BUILD/fuzz-$name.log\"; exit 1; }"
 done

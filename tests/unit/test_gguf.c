@@ -295,6 +295,7 @@ START_TEST(fixture_vocabs)
         mr_gguf *g = open_ok(path);
         mr_err err;
         ck_assert_uint_eq(g->n_tensors, 0);
+        ck_assert_uint_le(g->data_offset, g->size); /* no padding after the last value */
         const mr_gguf_kv *toks, *kv;
         ck_assert_msg(mr_gguf_get_arr(g, "tokenizer.ggml.tokens", MR_GGUF_STRING, &toks, &err) == 0,
                       "%s: %s", path, err.msg);

@@ -1,5 +1,3 @@
-/* Not built yet: becomes tests/unit/test_quant_fixtures.c once common/gguf.c
- * (the reader) is on main. */
 /* Dequantization against upstream-made files: every quantized tensor of
  * every fixture model (quantized by upstream llama-quantize) must decode to
  * the same tensor of that model's BF16 file within quantization error.  A
