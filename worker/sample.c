@@ -12,7 +12,7 @@ struct mr_sampler {
     int32_t *count;    /* [n_vocab] occurrences in the generated tokens; kept zero between calls */
     uint8_t *seen;     /* [n_vocab] in prompt or generated; kept zero between calls */
     struct cand { float l; int32_t id; } *cand; /* [n_vocab] */
-    double *w;         /* [n_vocab] candidate weights */
+    double *wid;       /* [n_vocab] weights by token id */
 };
 
 int mr_sampling_check(const mr_sampling *p, mr_err *err)
@@ -85,9 +85,9 @@ int mr_sampler_new(int n_vocab, mr_sampler **out, mr_err *err)
         s->count = calloc((size_t)n_vocab, sizeof *s->count);
         s->seen = calloc((size_t)n_vocab, 1);
         s->cand = malloc(sizeof *s->cand * (size_t)n_vocab);
-        s->w = malloc(sizeof *s->w * (size_t)n_vocab);
+        s->wid = malloc(sizeof *s->wid * (size_t)n_vocab);
     }
-    if (!s || !s->count || !s->seen || !s->cand || !s->w) {
+    if (!s || !s->count || !s->seen || !s->cand || !s->wid) {
         mr_sampler_free(s);
         return mr_errf(err, "sampler: out of memory for %d ids", n_vocab);
     }
@@ -102,7 +102,7 @@ void mr_sampler_free(mr_sampler *s)
     free(s->count);
     free(s->seen);
     free(s->cand);
-    free(s->w);
+    free(s->wid);
     free(s);
 }
 
@@ -164,73 +164,157 @@ static int cand_cmp(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* Steps 3-4: fills s->cand[0..m) in sorted order and s->w[0..m) with their
- * probabilities (summing to 1); returns m >= 1, or 0 when no logit is finite. */
-static int distribution(mr_sampler *s, const mr_sampling *p, const float *logits)
+/* Puts the k first candidates of cand[0..n) in the cand_cmp order (a
+ * strict total order, so the result does not depend on pivots) into
+ * cand[0..k), in no particular order: quickselect. */
+static void select_first(struct cand *c, int n, int k)
 {
-    double inv_t = 1.0 / (double)p->temperature;
-    float mx = -INFINITY;
-    for (int i = 0; i < s->n_vocab; i++)
-        if (logits[i] > mx)
-            mx = logits[i];
-    if (!isfinite(mx))
-        return 0;
-    /* tokens whose weight exp(z - z_max) is below e^-80 cannot change the
-     * double sum (they are < 1e-34 of it) and are left out before sorting */
-    int m = 0;
-    for (int i = 0; i < s->n_vocab; i++) {
-        if (!((double)logits[i] - (double)mx > -80.0 * p->temperature))
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        struct cand pivot = c[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (cand_cmp(&c[i], &pivot) < 0)
+                i++;
+            while (cand_cmp(&c[j], &pivot) > 0)
+                j--;
+            if (i <= j) {
+                struct cand t = c[i];
+                c[i++] = c[j];
+                c[j--] = t;
+            }
+        }
+        if (k - 1 <= j)
+            hi = j;
+        else if (k - 1 >= i)
+            lo = i;
+        else
+            break;
+    }
+}
+
+/* The nucleus: rearranges cand[0..n) so that cand[0..k) are the shortest
+ * head of the cand_cmp order whose weights (wid) reach goal, and returns k
+ * (n when rounding keeps the goal out of reach).  A weighted quickselect:
+ * expected linear time, no sort. */
+static int nucleus(const double *wid, struct cand *c, int n, double goal)
+{
+    int lo = 0, hi = n; /* c[0..lo) are in; the answer lies in [lo, hi) */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        struct cand t = c[mid];
+        c[mid] = c[hi - 1];
+        c[hi - 1] = t; /* the pivot waits at the end */
+        struct cand pivot = t;
+        int a = lo;
+        double better = 0.0;
+        for (int i = lo; i < hi - 1; i++)
+            if (cand_cmp(&c[i], &pivot) < 0) {
+                better += wid[c[i].id];
+                t = c[a];
+                c[a++] = c[i];
+                c[i] = t;
+            }
+        t = c[a];
+        c[a] = c[hi - 1];
+        c[hi - 1] = t; /* the pivot at its rank */
+        if (better >= goal) {
+            hi = a; /* the answer lies among the better ones */
             continue;
-        s->cand[m++] = (struct cand){logits[i], i};
+        }
+        goal -= better + wid[pivot.id];
+        if (goal <= 0.0)
+            return a + 1;
+        lo = a + 1;
     }
-    qsort(s->cand, (size_t)m, sizeof *s->cand, cand_cmp);
-    if (p->top_k > 0 && p->top_k < m)
-        m = p->top_k;
-    double z0 = (double)s->cand[0].l * inv_t, sum = 0.0;
-    for (int i = 0; i < m; i++) {
-        s->w[i] = exp((double)s->cand[i].l * inv_t - z0);
-        sum += s->w[i];
+    return lo;
+}
+
+/* Steps 3-5.  Survivors end up as the positive entries of s->wid (by id);
+ * u in (0, 1) then picks by inverse CDF in id order and returns the id;
+ * u < 0 writes probs instead. */
+static int32_t distribution(mr_sampler *s, const mr_sampling *p, const float *logits, double u,
+                            float *probs)
+{
+    int V = s->n_vocab;
+    float mx = -INFINITY;
+    int32_t best = 0;
+    for (int i = 0; i < V; i++)
+        if (logits[i] > mx) {
+            mx = logits[i];
+            best = i;
+        }
+    if (!isfinite(mx)) {
+        if (probs) {
+            for (int i = 0; i < V; i++)
+                probs[i] = 0.0f;
+            probs[best] = 1.0f;
+        }
+        return best;
     }
-    for (int i = 0; i < m; i++)
-        s->w[i] /= sum;
-    if (p->min_p > 0.0f) {
-        double floor_p = (double)p->min_p * s->w[0];
-        int keep = 1;
-        while (keep < m && s->w[keep] >= floor_p)
-            keep++; /* sorted, so the survivors are a head */
-        m = keep;
-        sum = 0.0;
-        for (int i = 0; i < m; i++)
-            sum += s->w[i];
-        for (int i = 0; i < m; i++)
-            s->w[i] /= sum;
+    double inv_t = 1.0 / (double)p->temperature;
+    bool top_k = p->top_k > 0 && p->top_k < V;
+    int n = 0;
+    if (top_k) {
+        /* the k best by quickselect; only they get weights */
+        for (int i = 0; i < V; i++) {
+            s->wid[i] = 0.0;
+            if (logits[i] == logits[i]) /* not NaN */
+                s->cand[n++] = (struct cand){logits[i], i};
+        }
+        if (n > p->top_k) {
+            select_first(s->cand, n, p->top_k);
+            n = p->top_k;
+        }
+        for (int i = 0; i < n; i++)
+            s->wid[s->cand[i].id] = exp(((double)s->cand[i].l - (double)mx) * inv_t);
+    } else {
+        for (int i = 0; i < V; i++)
+            s->wid[i] = exp(((double)logits[i] - (double)mx) * inv_t); /* the largest is 1 */
+    }
+    /* min_p: weights are relative to the largest, so it is a threshold */
+    double total = 0.0;
+    n = 0;
+    for (int i = 0; i < V; i++) {
+        double w = s->wid[i];
+        if (!(w > 0.0) || (p->min_p > 0.0f && w < (double)p->min_p))
+            w = 0.0; /* not a candidate, NaN, underflow, or below min_p */
+        s->wid[i] = w;
+        total += w;
+        if (w > 0.0)
+            s->cand[n++] = (struct cand){logits[i], i};
     }
     if (p->top_p > 0.0f && p->top_p < 1.0f) {
-        double cum = 0.0;
-        int keep = 0;
-        while (keep < m) {
-            cum += s->w[keep++];
-            if (cum >= (double)p->top_p)
-                break;
-        }
-        m = keep;
-        for (int i = 0; i < m; i++)
-            s->w[i] /= cum;
+        int k = nucleus(s->wid, s->cand, n, (double)p->top_p * total);
+        for (int i = k; i < n; i++)
+            s->wid[s->cand[i].id] = 0.0;
+        total = 0.0;
+        for (int i = 0; i < V; i++)
+            total += s->wid[i];
     }
-    return m;
+    if (u < 0.0) {
+        for (int i = 0; i < V; i++)
+            probs[i] = (float)(s->wid[i] / total);
+        return 0;
+    }
+    double target = u * total, cum = 0.0;
+    int32_t last = best;
+    for (int i = 0; i < V; i++) {
+        if (s->wid[i] <= 0.0)
+            continue;
+        cum += s->wid[i];
+        last = i;
+        if (target < cum)
+            return i;
+    }
+    return last; /* a sum that rounded below the target */
 }
 
 int mr_sample_probs(mr_sampler *s, const mr_sampling *p, const float *logits, float *probs)
 {
     if (!(p->temperature > 0.0f))
         return -1;
-    for (int i = 0; i < s->n_vocab; i++)
-        probs[i] = 0.0f;
-    int m = distribution(s, p, logits);
-    if (m == 0)
-        return -1;
-    for (int i = 0; i < m; i++)
-        probs[s->cand[i].id] = (float)s->w[i];
+    distribution(s, p, logits, -1.0, probs);
     return 0;
 }
 
@@ -240,14 +324,5 @@ int32_t mr_sample(mr_sampler *s, const mr_sampling *p, mr_rng *rng, float *logit
     mr_sample_penalize(s, p, logits, prompt, n_prompt, gen, n_gen);
     if (!(p->temperature > 0.0f))
         return mr_sample_argmax(logits, s->n_vocab);
-    int m = distribution(s, p, logits);
-    if (m == 0)
-        return mr_sample_argmax(logits, s->n_vocab);
-    double u = mr_rng_uniform(rng), cum = 0.0;
-    for (int i = 0; i < m; i++) {
-        cum += s->w[i];
-        if (u < cum)
-            return s->cand[i].id;
-    }
-    return s->cand[m - 1].id; /* u beyond a sum that rounded below 1 */
+    return distribution(s, p, logits, mr_rng_uniform(rng), NULL);
 }

@@ -9,13 +9,16 @@
  *      frequency (generated tokens only: logit -= presence * [count > 0]
  *      + frequency * count);
  *   2. temperature <= 0: greedy, the largest logit, lowest id on ties;
- *   3. logits / temperature; candidates sorted by logit (ties: lower id
- *      first); top_k keeps the first k (0: all);
+ *   3. logits / temperature; ranking by logit (ties: lower id first);
+ *      top_k keeps the k best (0: all);
  *   4. softmax over the candidates; min_p drops those below min_p times the
- *      largest probability; top_p keeps the shortest head whose cumulative
- *      probability reaches top_p (at least one);
+ *      largest probability; top_p keeps the shortest head of the ranking
+ *      whose cumulative probability reaches top_p (at least one);
  *   5. one uniform u strictly inside (0, 1) picks by inverse CDF over the
- *      renormalised survivors, in the sorted order. */
+ *      renormalised survivors, taken in token id order.
+ * Nothing sorts the vocabulary: top_k and top_p are selections (expected
+ * linear time), so a 152k vocabulary costs a few passes per token.  Tokens
+ * whose weight exp((l - max) / T) underflows a double are left out. */
 #ifndef MR_SAMPLE_H
 #define MR_SAMPLE_H
 
