@@ -512,6 +512,7 @@ static int scratch_reserve(mr_model *m, int cap, mr_err *err)
         {(void **)&m->sc.exp_w, n * k},
         {(void **)&m->sc.exp_out, n * k * e},
         {(void **)&m->sc.logits, n * (size_t)hp->n_vocab},
+        {(void **)&m->sc.ids, n},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
@@ -549,10 +550,13 @@ static int check_item(const mr_model *m, const mr_batch_item *it, int idx, mr_er
         if (it->tokens[t] < 0 || it->tokens[t] >= m->hp.n_vocab)
             return mr_errf(err, "forward: token id %d (index %d) is out of range [0, %d)", it->tokens[t], t,
                            m->hp.n_vocab);
-    if (it->mode != MR_LOGITS_NONE && it->mode != MR_LOGITS_LAST && it->mode != MR_LOGITS_ALL)
+    if (it->mode != MR_LOGITS_NONE && it->mode != MR_LOGITS_LAST && it->mode != MR_LOGITS_ALL &&
+        it->mode != MR_LOGITS_ARGMAX)
         return mr_errf(err, "forward: unknown logits mode %d", (int)it->mode);
-    if (it->mode != MR_LOGITS_NONE && !it->logits)
+    if ((it->mode == MR_LOGITS_LAST || it->mode == MR_LOGITS_ALL) && !it->logits)
         return mr_errf(err, "forward: logits requested without an output buffer");
+    if (it->mode == MR_LOGITS_ARGMAX && !it->argmax)
+        return mr_errf(err, "forward: argmax requested without an output buffer");
     return 0;
 }
 
@@ -586,13 +590,15 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
     }
     int32_t *pos = host + n;
     int row = 0, out_row = 0;
+    bool any_argmax = false;
     for (int i = 0; i < n_items; i++) {
         const mr_batch_item *it = &items[i];
         for (int t = 0; t < it->n; t++) {
             host[row + t] = it->tokens[t];
             pos[row + t] = it->seq->len + t;
         }
-        int of = it->mode == MR_LOGITS_ALL ? 0 : it->mode == MR_LOGITS_LAST ? it->n - 1 : it->n;
+        int of = it->mode == MR_LOGITS_ALL ? 0 : it->mode == MR_LOGITS_NONE ? it->n : it->n - 1;
+        any_argmax |= it->mode == MR_LOGITS_ARGMAX;
         segs[i] = (mr_fwd_seg){.s = it->seq, .start = row, .n = it->n, .out_first = of, .out_row = out_row};
         row += it->n;
         out_row += it->n - of;
@@ -602,6 +608,8 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
         goto out;
     if (mr_qwen3_forward_segs(m, segs, n_items, n, err))
         goto out;
+    if (any_argmax && out_row > 0)
+        m->be->argmax(m->be, m->sc.logits, out_row, m->hp.n_vocab, m->sc.ids);
     if (m->be->sync(m->be, err)) {
         mr_err_wrap(err, "forward");
         goto out;
@@ -609,9 +617,12 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
     size_t vocab = (size_t)m->hp.n_vocab;
     for (int i = 0; i < n_items; i++) {
         int rows = segs[i].n - segs[i].out_first;
-        if (rows > 0 &&
-            m->be->download(m->be, items[i].logits, m->sc.logits + (size_t)segs[i].out_row * vocab,
-                            sizeof(float) * (size_t)rows * vocab, err))
+        if (items[i].mode == MR_LOGITS_ARGMAX) {
+            if (m->be->download(m->be, items[i].argmax, m->sc.ids + segs[i].out_row, sizeof(int32_t), err))
+                goto out;
+        } else if (rows > 0 &&
+                   m->be->download(m->be, items[i].logits, m->sc.logits + (size_t)segs[i].out_row * vocab,
+                                   sizeof(float) * (size_t)rows * vocab, err))
             goto out;
     }
     for (int i = 0; i < n_items; i++)

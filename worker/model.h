@@ -52,6 +52,10 @@ typedef enum mr_logits_mode {
     MR_LOGITS_NONE = 0, /* no logits (e.g. a prefill chunk that is not the last) */
     MR_LOGITS_LAST = 1, /* logits of the last token: [vocab] */
     MR_LOGITS_ALL = 2,  /* logits of every token: [n][vocab] */
+    /* only the id of the largest logit of the last token (lowest id on
+     * ties), found by the backend: one int32 comes back instead of a row
+     * (mr_model_forward_batch only, into mr_batch_item.argmax) */
+    MR_LOGITS_ARGMAX = 3,
 } mr_logits_mode;
 
 /* Opens path, reads the hyperparameters, binds every weight on be and
@@ -103,6 +107,7 @@ typedef struct mr_batch_item {
     int n;
     mr_logits_mode mode;
     float *logits;         /* host memory: [vocab] (LAST) or [n][vocab] (ALL) */
+    int32_t *argmax;       /* host memory: one id (ARGMAX) */
 } mr_batch_item;
 
 /* One forward step over several distinct sequences: every matmul runs over

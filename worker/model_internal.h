@@ -29,6 +29,7 @@ typedef struct mr_scratch {
     float *exp_w;      /* [n][k] */
     float *exp_out;    /* [n][k][n_embd] */
     float *logits;     /* [n][n_vocab] */
+    int32_t *ids;      /* [n] argmax of logits rows */
 } mr_scratch;
 
 struct mr_model {

@@ -36,6 +36,7 @@ struct mr_sched {
     mr_batch_item *items;  /* [max_seqs] */
     req **item_req;        /* [max_seqs] */
     float *logits;         /* [max_seqs][n_vocab] */
+    int32_t *argmax;       /* [max_seqs] ids picked by the backend (greedy without penalties) */
     uint64_t steps, step_tokens_total, admitted, refused, finished;
 };
 
@@ -89,7 +90,8 @@ int mr_sched_new(mr_model *m, const mr_sched_opts *opts, mr_sched_cb cb, void *u
     s->items = calloc((size_t)o.max_seqs, sizeof *s->items);
     s->item_req = calloc((size_t)o.max_seqs, sizeof *s->item_req);
     s->logits = malloc(sizeof(float) * (size_t)o.max_seqs * (size_t)s->n_vocab);
-    if (!s->live || !s->items || !s->item_req || !s->logits) {
+    s->argmax = calloc((size_t)o.max_seqs, sizeof *s->argmax);
+    if (!s->live || !s->items || !s->item_req || !s->logits || !s->argmax) {
         mr_errf(err, "scheduler: out of memory for %d sequences", o.max_seqs);
         goto fail;
     }
@@ -112,6 +114,7 @@ void mr_sched_free(mr_sched *s)
     free(s->items);
     free(s->item_req);
     free(s->logits);
+    free(s->argmax);
     free(s);
 }
 
@@ -291,11 +294,22 @@ static bool is_stop(const req *q, int32_t id)
     return false;
 }
 
-/* Samples the next id of q from its logits row and delivers it. */
-static void advance(mr_sched *s, req *q, float *row)
+/* Greedy without penalties needs no logits on the host: the backend's
+ * argmax (lowest id on ties, as mr_sample_argmax) picks the id. */
+static bool plain_greedy(const mr_sampling *p)
 {
-    int32_t id = mr_sample(s->sampler, &q->sp, &q->rng, row, q->tokens, q->n_prompt, q->tokens + q->n_prompt,
-                           q->n_gen);
+    return !(p->temperature > 0.0f) && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f &&
+           (p->repetition_penalty <= 0.0f || p->repetition_penalty == 1.0f);
+}
+
+/* Picks the next id of q (from the backend's argmax or by sampling its
+ * logits row) and delivers it. */
+static void advance(mr_sched *s, req *q, const mr_batch_item *it)
+{
+    int32_t id = it->mode == MR_LOGITS_ARGMAX
+                     ? *it->argmax
+                     : mr_sample(s->sampler, &q->sp, &q->rng, it->logits, q->tokens, q->n_prompt,
+                                 q->tokens + q->n_prompt, q->n_gen);
     q->tokens[q->n_prompt + q->n_gen++] = id;
     if (is_stop(q, id)) {
         q->stop_token = id;
@@ -325,8 +339,9 @@ int mr_sched_step(mr_sched *s, mr_err *err)
             continue;
         s->item_req[n_items] = q;
         s->items[n_items] = (mr_batch_item){.seq = q->seq, .tokens = q->tokens + len, .n = 1,
-                                            .mode = MR_LOGITS_LAST,
-                                            .logits = s->logits + (size_t)n_items * (size_t)s->n_vocab};
+                                            .mode = plain_greedy(&q->sp) ? MR_LOGITS_ARGMAX : MR_LOGITS_LAST,
+                                            .logits = s->logits + (size_t)n_items * (size_t)s->n_vocab,
+                                            .argmax = s->argmax + n_items};
         n_items++;
         budget--;
     }
@@ -342,10 +357,11 @@ int mr_sched_step(mr_sched *s, mr_err *err)
         if (n > budget)
             n = budget;
         bool last = len + n == q->n_prompt;
+        mr_logits_mode mode = !last ? MR_LOGITS_NONE : plain_greedy(&q->sp) ? MR_LOGITS_ARGMAX : MR_LOGITS_LAST;
         s->item_req[n_items] = q;
-        s->items[n_items] = (mr_batch_item){.seq = q->seq, .tokens = q->tokens + len, .n = n,
-                                            .mode = last ? MR_LOGITS_LAST : MR_LOGITS_NONE,
-                                            .logits = s->logits + (size_t)n_items * (size_t)s->n_vocab};
+        s->items[n_items] = (mr_batch_item){.seq = q->seq, .tokens = q->tokens + len, .n = n, .mode = mode,
+                                            .logits = s->logits + (size_t)n_items * (size_t)s->n_vocab,
+                                            .argmax = s->argmax + n_items};
         n_items++;
         budget -= n;
     }
@@ -365,7 +381,7 @@ int mr_sched_step(mr_sched *s, mr_err *err)
                 continue;
             if (mr_seq_len(q->seq) == q->n_prompt)
                 publish(s, q); /* the prompt is complete: let others share it now */
-            advance(s, q, s->items[i].logits);
+            advance(s, q, &s->items[i]);
         }
     }
     /* cancellations made from the callbacks take effect now */

@@ -199,11 +199,11 @@ START_TEST(batched_and_chunked_logits_are_bit_identical)
     }
     mr_batch_item it[3];
     for (int s = 0; s < 3; s++)
-        it[s] = (mr_batch_item){q[s], p[s], n[s], MR_LOGITS_ALL, out[s]};
+        it[s] = (mr_batch_item){q[s], p[s], n[s], MR_LOGITS_ALL, out[s], NULL};
     ck_assert_msg(mr_model_forward_batch(model, it, 3, &err) == 0, "%s", err.msg);
     for (int d = 0; d < DEC; d++) {
         for (int s = 0; s < 3; s++)
-            it[s] = (mr_batch_item){q[s], &p[s][n[s] + d], 1, MR_LOGITS_LAST, out[s] + (size_t)(n[s] + d) * V};
+            it[s] = (mr_batch_item){q[s], &p[s][n[s] + d], 1, MR_LOGITS_LAST, out[s] + (size_t)(n[s] + d) * V, NULL};
         ck_assert_int_eq(mr_model_forward_batch(model, it, 3, &err), 0);
     }
     for (int s = 0; s < 3; s++) {
@@ -227,13 +227,13 @@ START_TEST(batched_and_chunked_logits_are_bit_identical)
         while (done_b < NB) {
             int k = 0;
             if (dec_a < DEC) {
-                it[k++] = (mr_batch_item){q[0], &pa[NA + dec_a], 1, MR_LOGITS_LAST, last};
+                it[k++] = (mr_batch_item){q[0], &pa[NA + dec_a], 1, MR_LOGITS_LAST, last, NULL};
             }
             int nb = NB - done_b < chunk ? NB - done_b : chunk;
-            it[k++] = (mr_batch_item){q[1], &pb[done_b], nb, MR_LOGITS_LAST, last + V};
+            it[k++] = (mr_batch_item){q[1], &pb[done_b], nb, MR_LOGITS_LAST, last + V, NULL};
             int nc = NC - done_c < 5 ? NC - done_c : 5;
             if (nc > 0)
-                it[k++] = (mr_batch_item){q[2], &pc[done_c], nc, MR_LOGITS_LAST, last + 2 * V};
+                it[k++] = (mr_batch_item){q[2], &pc[done_c], nc, MR_LOGITS_LAST, last + 2 * V, NULL};
             ck_assert_int_eq(mr_model_forward_batch(model, it, k, &err), 0);
             if (dec_a < DEC) {
                 ck_assert(memcmp(last, solo[0] + (size_t)(NA + dec_a) * V, row) == 0);
@@ -259,6 +259,55 @@ START_TEST(batched_and_chunked_logits_are_bit_identical)
 }
 END_TEST
 
+START_TEST(argmax_mode_matches_host_argmax)
+{
+    mr_model_opts o = {.n_ctx = 64, .n_seqs = 4, .block_tokens = 8};
+    open_model("qwen3", &o);
+    mr_err err;
+    int V = mr_model_hparams(model)->n_vocab;
+    int32_t pa[9], pb[7];
+    make_prompt(pa, 9, 41, V);
+    make_prompt(pb, 7, 42, V);
+    /* solo references: last-row logits of a, all rows of b */
+    float *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V * 7);
+    float *lb2 = malloc(sizeof(float) * (size_t)V * 7);
+    mr_seq *q;
+    ck_assert_int_eq(mr_seq_new(model, &q, &err), 0);
+    ck_assert_int_eq(mr_model_forward(model, q, pa, 9, MR_LOGITS_LAST, la, &err), 0);
+    mr_seq_free(q);
+    ck_assert_int_eq(mr_seq_new(model, &q, &err), 0);
+    ck_assert_int_eq(mr_model_forward(model, q, pb, 7, MR_LOGITS_ALL, lb, &err), 0);
+    mr_seq_free(q);
+    int want = 0;
+    for (int i = 1; i < V; i++)
+        if (la[i] > la[want])
+            want = i;
+    /* one batch: b's rows, a's argmax, and c with no output in between */
+    mr_seq *a, *b, *c;
+    ck_assert_int_eq(mr_seq_new(model, &a, &err), 0);
+    ck_assert_int_eq(mr_seq_new(model, &b, &err), 0);
+    ck_assert_int_eq(mr_seq_new(model, &c, &err), 0);
+    int32_t id = -1;
+    mr_batch_item it[3] = {
+        {.seq = b, .tokens = pb, .n = 7, .mode = MR_LOGITS_ALL, .logits = lb2},
+        {.seq = c, .tokens = pa, .n = 4, .mode = MR_LOGITS_NONE},
+        {.seq = a, .tokens = pa, .n = 9, .mode = MR_LOGITS_ARGMAX, .argmax = &id},
+    };
+    ck_assert_msg(mr_model_forward_batch(model, it, 3, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(id, want);
+    ck_assert(memcmp(lb, lb2, sizeof(float) * (size_t)V * 7) == 0);
+    /* ARGMAX needs its output; the one-sequence call has none */
+    ck_assert_int_ne(mr_model_forward(model, a, pa, 1, MR_LOGITS_ARGMAX, la, &err), 0);
+    mr_seq_free(a);
+    mr_seq_free(b);
+    mr_seq_free(c);
+    free(la);
+    free(lb);
+    free(lb2);
+    close_model();
+}
+END_TEST
+
 START_TEST(batch_rejects_bad_items)
 {
     mr_model_opts o = {.n_ctx = 32, .n_seqs = 2, .block_tokens = 8};
@@ -269,13 +318,13 @@ START_TEST(batch_rejects_bad_items)
     ck_assert_int_eq(mr_seq_new(model, &b, &err), 0);
     int32_t t[4] = {1, 2, 3, 4}, bad[1] = {5000};
     float lg[1024 * 4];
-    mr_batch_item same[2] = {{a, t, 2, MR_LOGITS_NONE, NULL}, {a, t + 2, 2, MR_LOGITS_NONE, NULL}};
+    mr_batch_item same[2] = {{a, t, 2, MR_LOGITS_NONE, NULL, NULL}, {a, t + 2, 2, MR_LOGITS_NONE, NULL, NULL}};
     ck_assert_int_ne(mr_model_forward_batch(model, same, 2, &err), 0);
     ck_assert_msg(strstr(err.msg, "twice") != NULL, "%s", err.msg);
-    mr_batch_item oob[2] = {{a, t, 2, MR_LOGITS_LAST, lg}, {b, bad, 1, MR_LOGITS_LAST, lg + 1024}};
+    mr_batch_item oob[2] = {{a, t, 2, MR_LOGITS_LAST, lg, NULL}, {b, bad, 1, MR_LOGITS_LAST, lg + 1024, NULL}};
     ck_assert_int_ne(mr_model_forward_batch(model, oob, 2, &err), 0);
     ck_assert_int_eq(mr_seq_len(a), 0); /* nothing changed */
-    mr_batch_item nolog[1] = {{a, t, 2, MR_LOGITS_ALL, NULL}};
+    mr_batch_item nolog[1] = {{a, t, 2, MR_LOGITS_ALL, NULL, NULL}};
     ck_assert_int_ne(mr_model_forward_batch(model, nolog, 1, &err), 0);
     ck_assert_int_ne(mr_model_forward_batch(model, nolog, 0, &err), 0);
     mr_seq_free(a);
@@ -293,6 +342,7 @@ int main(void)
     tcase_add_test(tc, budget_sizing);
     tcase_add_test(tc, model_pool_from_budget_and_shared_blocks);
     tcase_add_loop_test(tc, batched_and_chunked_logits_are_bit_identical, 0, 2);
+    tcase_add_test(tc, argmax_mode_matches_host_argmax);
     tcase_add_test(tc, batch_rejects_bad_items);
     suite_add_tcase(s, tc);
     return run_suite(s);
