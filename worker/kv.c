@@ -20,6 +20,18 @@ size_t mr_kv_block_bytes(int n_layers, int block_tokens, int n_kv_heads, int hea
     return 2 * (size_t)n_layers * (size_t)block_tokens * (size_t)n_kv_heads * (size_t)head_dim * elem;
 }
 
+size_t mr_kv_budget_bytes(size_t free_bytes, double fraction, size_t reserve_bytes)
+{
+    if (!(fraction > 0.0))
+        return 0;
+    if (fraction > 1.0)
+        fraction = 1.0;
+    double usable = (double)free_bytes * fraction;
+    if (usable <= (double)reserve_bytes)
+        return 0;
+    return (size_t)(usable - (double)reserve_bytes);
+}
+
 int mr_kv_blocks_for_budget(size_t budget_bytes, size_t block_bytes, int max_blocks)
 {
     if (block_bytes == 0)

@@ -26,6 +26,10 @@ typedef struct mr_kv_pool mr_kv_pool;
 /* Bytes of one block over all layers (K and V), for the budget arithmetic. */
 size_t mr_kv_block_bytes(int n_layers, int block_tokens, int n_kv_heads, int head_dim,
                          mr_kv_dtype dtype);
+/* The KV byte budget on a device: fraction (0..1] of the free bytes the
+ * caller measured after loading the weights, less reserve_bytes kept for
+ * activations and the runtime; 0 when nothing is left. */
+size_t mr_kv_budget_bytes(size_t free_bytes, double fraction, size_t reserve_bytes);
 /* Blocks that fit in budget_bytes (0 when none or when block_bytes is 0),
  * capped at max_blocks when max_blocks > 0. */
 int mr_kv_blocks_for_budget(size_t budget_bytes, size_t block_bytes, int max_blocks);

@@ -65,6 +65,11 @@ START_TEST(budget_sizing)
     ck_assert_int_eq(mr_kv_blocks_for_budget(1000, 100, 4), 4);
     ck_assert_int_eq(mr_kv_blocks_for_budget(99, 100, 0), 0);
     ck_assert_int_eq(mr_kv_blocks_for_budget(1000, 0, 0), 0);
+    /* 90% of 100 GiB free, less a 4 GiB reserve */
+    ck_assert_uint_eq(mr_kv_budget_bytes(100ull << 30, 0.9, 4ull << 30), (size_t)(0.9 * (100ull << 30)) - (4ull << 30));
+    ck_assert_uint_eq(mr_kv_budget_bytes(1000, 0.5, 600), 0);
+    ck_assert_uint_eq(mr_kv_budget_bytes(1000, 0.0, 0), 0);
+    ck_assert_uint_eq(mr_kv_budget_bytes(1000, 2.0, 100), 900);
     /* a 40 GB budget of 1.5 MB blocks */
     ck_assert_int_eq(mr_kv_blocks_for_budget(40ull << 30, 1536u << 10, 0), (int)((40ull << 30) / (1536u << 10)));
 }
