@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/cpu.h"
 #include "kernels/ops.h"
 #include "tests/unit/testutil.h"
 #include "worker/model.h"
@@ -521,6 +522,53 @@ START_TEST(seeded_sampling_is_independent_of_batchmates)
 }
 END_TEST
 
+/* ---- a failing step ---- */
+
+static int fail_steps;
+static void failing_add(mr_backend *b, float *y, const float *x, size_t n)
+{
+    if (fail_steps > 0)
+        mr_cpu_fail(b, "injected failure");
+    mr_cpu_add(b, y, x, n);
+}
+
+START_TEST(failed_step_finishes_its_requests_cleanly)
+{
+    mr_model_opts mo = {.n_ctx = 64, .n_seqs = 4, .block_tokens = 8};
+    open_model(&mo);
+    int32_t a[10], b[12], want[GEN];
+    make_prompt(a, 10, 51);
+    make_prompt(b, 12, 52);
+    solo_greedy(b, 12, GEN, want);
+    sink_t k;
+    mr_sched_opts so = {.max_seqs = 4};
+    mr_sched *s = new_sched(&so, &k);
+    mr_err err;
+    ck_assert_int_eq(submit(s, 1, a, 10, GEN, "t", NULL), MR_SCHED_OK);
+    ck_assert_int_eq(mr_sched_step(s, &err), 1);
+    ck_assert_int_eq(mr_sched_step(s, &err), 1);
+    /* the backend fails during the next step: its requests end with ERROR */
+    be->add = failing_add;
+    fail_steps = 1;
+    ck_assert_int_eq(mr_sched_step(s, &err), -1);
+    ck_assert_msg(strstr(err.msg, "injected failure") != NULL, "%s", err.msg);
+    ck_assert(find(&k, 1)->finished);
+    ck_assert_int_eq(find(&k, 1)->reason, MR_FINISH_ERROR);
+    ck_assert_int_eq(find(&k, 1)->n, 2);
+    /* the scheduler goes on: a new request runs as if nothing happened */
+    fail_steps = 0;
+    ck_assert_int_eq(submit(s, 2, b, 12, GEN, "t", NULL), MR_SCHED_OK);
+    run_all(s);
+    expect_tokens(&k, 2, want, GEN);
+    mr_sched_stats st;
+    mr_sched_get_stats(s, &st);
+    ck_assert_int_eq(st.kv_reserved, 0);
+    ck_assert_int_eq(st.kv_free + st.prefix.n_blocks, st.kv_blocks);
+    mr_sched_free(s);
+    close_model();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sched");
@@ -533,6 +581,7 @@ int main(void)
     tcase_add_test(tc, admission_refusal_recovery_and_eviction);
     tcase_add_test(tc, slots_cancellation_stop_and_errors);
     tcase_add_test(tc, seeded_sampling_is_independent_of_batchmates);
+    tcase_add_test(tc, failed_step_finishes_its_requests_cleanly);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }
