@@ -1,5 +1,6 @@
 /* Prefix cache: per-scope tries of full blocks, one hash table for child
  * lookup, one LRU list for eviction. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@ typedef struct node {
     uint64_t serial;          /* identity for hashing */
     uint64_t hash;
     int n_children;
+    bool session;             /* evicted only after every non-session entry */
     int32_t block;            /* -1 for a root */
     char *tenant, *salt;      /* roots only */
     int32_t tokens[];         /* block_tokens ids (non-roots) */
@@ -190,15 +192,30 @@ static int evictable(const mr_prefix *pc, const node *n)
     return n->n_children == 0 && mr_kv_refcount(pc->pool, n->block) == 1;
 }
 
+/* The next entry to evict, never `keep`: the least recently used unused
+ * leaf, non-session entries first.  NULL when there is none. */
+static node *victim(const mr_prefix *pc, const node *keep)
+{
+    node *fallback = NULL;
+    for (node *n = pc->lru_tail; n; n = n->prev) {
+        if (n == keep || !evictable(pc, n))
+            continue;
+        if (!n->session)
+            return n;
+        if (!fallback)
+            fallback = n;
+    }
+    return fallback;
+}
+
 int mr_prefix_evict_one(mr_prefix *pc)
 {
-    for (node *n = pc->lru_tail; n; n = n->prev)
-        if (evictable(pc, n)) {
-            remove_leaf(pc, n, NULL);
-            pc->st.evictions++;
-            return 1;
-        }
-    return 0;
+    node *n = victim(pc, NULL);
+    if (!n)
+        return 0;
+    remove_leaf(pc, n, NULL);
+    pc->st.evictions++;
+    return 1;
 }
 
 /* Evicts unused entries (never `keep` or its ancestors, which have children
@@ -206,9 +223,7 @@ int mr_prefix_evict_one(mr_prefix *pc)
 static int make_room(mr_prefix *pc, const node *keep)
 {
     while (pc->n_blocks >= pc->capacity) {
-        node *n = pc->lru_tail;
-        while (n && (n == keep || !evictable(pc, n)))
-            n = n->prev;
+        node *n = victim(pc, keep);
         if (!n)
             return 0;
         remove_leaf(pc, n, keep);
@@ -217,8 +232,8 @@ static int make_room(mr_prefix *pc, const node *keep)
     return 1;
 }
 
-int mr_prefix_insert(mr_prefix *pc, const char *tenant, const char *salt, const int32_t *tokens,
-                     int n_blocks, const int32_t *blocks)
+static int insert(mr_prefix *pc, const char *tenant, const char *salt, const int32_t *tokens, int n_blocks,
+                  const int32_t *blocks, bool session)
 {
     if (pc->capacity == 0 || n_blocks <= 0)
         return 0;
@@ -245,6 +260,7 @@ int mr_prefix_insert(mr_prefix *pc, const char *tenant, const char *salt, const 
         node *c = find_child(pc, cur, tk);
         if (c) {
             touch(pc, c);
+            c->session |= session;
             cur = c;
             continue;
         }
@@ -256,6 +272,7 @@ int mr_prefix_insert(mr_prefix *pc, const char *tenant, const char *salt, const 
         memcpy(c->tokens, tk, sizeof(int32_t) * (size_t)pc->bt);
         c->parent = cur;
         c->n_children = 0;
+        c->session = session;
         c->block = blocks[i];
         c->tenant = c->salt = NULL;
         c->rnext = NULL;
@@ -276,6 +293,18 @@ int mr_prefix_insert(mr_prefix *pc, const char *tenant, const char *salt, const 
     if (!cur->parent && cur->n_children == 0)
         free_root(pc, cur);
     return added;
+}
+
+int mr_prefix_insert(mr_prefix *pc, const char *tenant, const char *salt, const int32_t *tokens,
+                     int n_blocks, const int32_t *blocks)
+{
+    return insert(pc, tenant, salt, tokens, n_blocks, blocks, false);
+}
+
+int mr_prefix_insert_session(mr_prefix *pc, const char *tenant, const char *salt, const int32_t *tokens,
+                             int n_blocks, const int32_t *blocks)
+{
+    return insert(pc, tenant, salt, tokens, n_blocks, blocks, true);
 }
 
 void mr_prefix_count(mr_prefix *pc, int prompt_tokens, int hit_tokens)

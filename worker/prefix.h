@@ -57,8 +57,16 @@ int mr_prefix_lookup(mr_prefix *pc, const char *tenant, const char *salt, const 
 int mr_prefix_insert(mr_prefix *pc, const char *tenant, const char *salt, const int32_t *tokens,
                      int n_blocks, const int32_t *blocks);
 
-/* Evicts the least recently used leaf that no sequence holds, returning its
- * block to the pool: 1 when one was evicted, 0 when none can be. */
+/* The same, marking the entries as a session's (a conversation expected to
+ * come back): eviction takes unused non-session entries first, least
+ * recently used first, and session entries only when no other is left.
+ * Entries already cached become session entries too. */
+int mr_prefix_insert_session(mr_prefix *pc, const char *tenant, const char *salt, const int32_t *tokens,
+                             int n_blocks, const int32_t *blocks);
+
+/* Evicts the least recently used leaf that no sequence holds (non-session
+ * entries first), returning its block to the pool: 1 when one was evicted,
+ * 0 when none can be. */
 int mr_prefix_evict_one(mr_prefix *pc);
 
 /* Adds one admitted prompt to the hit-rate counters. */

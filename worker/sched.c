@@ -17,6 +17,7 @@ typedef struct req {
     char *tenant, *salt;
     mr_seq *seq;           /* its length: tokens already through forward */
     int cached;            /* prompt tokens that came from the prefix cache */
+    bool session;          /* publish as session entries */
     bool cancelled;
     bool done;
     mr_finish_reason reason;
@@ -175,6 +176,7 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
     if (r->n_stop > 0)
         memcpy(q->stop, r->stop_ids, sizeof(int32_t) * (size_t)r->n_stop);
     q->n_stop = r->n_stop;
+    q->session = r->session && r->session[0];
     if (mr_seq_new(s->m, &q->seq, err))
         goto fail;
 
@@ -242,7 +244,9 @@ static void publish(mr_sched *s, req *q)
     int full = mr_seq_len(q->seq) / s->bt;
     if (full > nb)
         full = nb;
-    if (full > 0)
+    if (full > 0 && q->session)
+        mr_prefix_insert_session(s->prefix, q->tenant, q->salt, q->tokens, full, blocks);
+    else if (full > 0)
         mr_prefix_insert(s->prefix, q->tenant, q->salt, q->tokens, full, blocks);
 }
 

@@ -15,7 +15,8 @@
  * fails for lack of blocks.  The prefix cache is scoped by (tenant,
  * cache_salt); a finished request leaves its full blocks (prompt and
  * generated tokens) in it, so a follow-up turn that extends the
- * conversation reuses them.
+ * conversation reuses them (a request that names a session keeps them
+ * there in preference to others).
  *
  * Results come back through one callback, called from inside mr_sched_step
  * (and never from anywhere else): a TOKEN event per generated id, then one
@@ -54,6 +55,10 @@ typedef struct mr_request {
     int n_stop;
     const char *tenant;       /* prefix-cache scope (NULL: ""); copied */
     const char *cache_salt;   /* further splits the scope (NULL: ""); copied */
+    /* session_id or user of a conversation (NULL or "": none).  Lookups do
+     * not depend on it (a follow-up turn hits by its tokens); a session's
+     * blocks are kept in the cache in preference to one-off prompts. */
+    const char *session;
 } mr_request;
 
 typedef enum mr_finish_reason {

@@ -193,6 +193,60 @@ START_TEST(disabled_cache_and_counters)
 }
 END_TEST
 
+START_TEST(session_entries_are_evicted_last)
+{
+    mr_err err;
+    mr_kv_pool *pool;
+    mr_prefix *pc;
+    ck_assert_int_eq(mr_kv_pool_new(16, &pool, &err), 0);
+    ck_assert_int_eq(mr_prefix_new(pool, BT, 4, &pc, &err), 0);
+    int32_t s1[2 * BT], o1[BT], o2[BT], o3[BT], bs[2], b1[1], b2[1], b3[1], got[2];
+    fill(s1, 2 * BT, 10);
+    fill(o1, BT, 30);
+    fill(o2, BT, 40);
+    fill(o3, BT, 50);
+    alloc_blocks(pool, 2, bs);
+    alloc_blocks(pool, 1, b1);
+    alloc_blocks(pool, 1, b2);
+    alloc_blocks(pool, 1, b3);
+    /* the session's chain is the oldest entry, the one-off prompts newer */
+    ck_assert_int_eq(mr_prefix_insert_session(pc, "t", "", s1, 2, bs), 2);
+    ck_assert_int_eq(mr_prefix_insert(pc, "t", "", o1, 1, b1), 1);
+    ck_assert_int_eq(mr_prefix_insert(pc, "t", "", o2, 1, b2), 1);
+    unref_blocks(pool, 2, bs);
+    unref_blocks(pool, 1, b1);
+    unref_blocks(pool, 1, b2);
+    /* full: o3 takes o1's place (oldest non-session), not the session's */
+    ck_assert_int_eq(mr_prefix_insert(pc, "t", "", o3, 1, b3), 1);
+    ck_assert_int_eq(mr_prefix_lookup(pc, "t", "", o1, BT, 1, got), 0);
+    ck_assert_int_eq(mr_prefix_lookup(pc, "t", "", s1, 2 * BT, 2, got), 2);
+    unref_blocks(pool, 1, b3);
+    /* explicit evictions: o2, o3, then the session chain leaf first */
+    ck_assert_int_eq(mr_prefix_evict_one(pc), 1);
+    ck_assert_int_eq(mr_prefix_lookup(pc, "t", "", o2, BT, 1, got), 0);
+    ck_assert_int_eq(mr_prefix_evict_one(pc), 1);
+    ck_assert_int_eq(mr_prefix_lookup(pc, "t", "", o3, BT, 1, got), 0);
+    ck_assert_int_eq(mr_prefix_lookup(pc, "t", "", s1, 2 * BT, 2, got), 2);
+    ck_assert_int_eq(mr_prefix_evict_one(pc), 1);
+    ck_assert_int_eq(mr_prefix_lookup(pc, "t", "", s1, 2 * BT, 2, got), 1);
+    /* a plain insert over a session entry keeps it a session entry; a
+     * session insert over a plain entry makes it one */
+    int32_t o4[BT], b4[1];
+    fill(o4, BT, 60);
+    alloc_blocks(pool, 1, b4);
+    ck_assert_int_eq(mr_prefix_insert(pc, "t", "", o4, 1, b4), 1);
+    ck_assert_int_eq(mr_prefix_insert_session(pc, "t", "", o4, 1, b4), 0);
+    unref_blocks(pool, 1, b4);
+    ck_assert_int_eq(mr_prefix_insert(pc, "t", "", s1, 1, bs), 0);
+    /* both are session entries now: the least recently used goes first */
+    ck_assert_int_eq(mr_prefix_evict_one(pc), 1);
+    ck_assert_int_eq(mr_prefix_lookup(pc, "t", "", o4, BT, 1, got), 0);
+    mr_prefix_free(pc);
+    ck_assert_int_eq(mr_kv_pool_n_free(pool), 16);
+    mr_kv_pool_free(pool);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("prefix");
@@ -200,6 +254,7 @@ int main(void)
     tcase_add_test(tc, lookup_finds_the_longest_cached_run);
     tcase_add_test(tc, scopes_are_isolated);
     tcase_add_test(tc, lru_eviction_spares_recent_and_used_entries);
+    tcase_add_test(tc, session_entries_are_evicted_last);
     tcase_add_test(tc, disabled_cache_and_counters);
     suite_add_tcase(s, tc);
     return run_suite(s);

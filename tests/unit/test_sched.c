@@ -313,7 +313,10 @@ START_TEST(prefix_hits_isolation_and_sessions)
     mr_sched_opts so = {.max_seqs = 4, .chunk_tokens = 7};
     mr_sched *s = new_sched(&so, &k);
 
-    ck_assert_int_eq(submit(s, 1, p, 41, GEN, "acme", "x"), MR_SCHED_OK); /* cold */
+    mr_err err;
+    mr_request r1 = {.id = 1, .prompt = p, .n_prompt = 41, .max_tokens = GEN, .tenant = "acme",
+                     .cache_salt = "x", .session = "conversation-1"};
+    ck_assert_int_eq(mr_sched_submit(s, &r1, &err), MR_SCHED_OK); /* cold, a session's first turn */
     run_all(s);
     expect_tokens(&k, 1, want, GEN);
     ck_assert_int_eq(find(&k, 1)->usage.cached_tokens, 0);
