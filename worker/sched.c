@@ -198,14 +198,17 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
     int need_tokens = r->n_prompt + max_tokens - 1;
     int need = (need_tokens + s->bt - 1) / s->bt - n_hit;
     mr_kv_pool *pool = mr_model_kv_pool(s->m);
-    mr_prefix_stats ps;
-    mr_prefix_get_stats(s->prefix, &ps);
-    /* cached blocks no sequence holds bound what eviction can free: when even
-     * all of them would not do, refuse without evicting anything */
-    bool fits = need <= mr_kv_pool_available(pool) + (ps.n_blocks - ps.n_in_use);
     mr_err tmp;
-    while (fits && mr_seq_reserve(q->seq, need_tokens, &tmp))
-        fits = mr_prefix_evict_one(s->prefix);
+    bool fits = mr_seq_reserve(q->seq, need_tokens, &tmp) == 0;
+    if (!fits) {
+        /* cached blocks no sequence holds bound what eviction can free: when
+         * even all of them would not do, refuse without evicting anything */
+        mr_prefix_stats ps;
+        mr_prefix_get_stats(s->prefix, &ps);
+        fits = need <= mr_kv_pool_available(pool) + (ps.n_blocks - ps.n_in_use);
+        while (fits && mr_seq_reserve(q->seq, need_tokens, &tmp))
+            fits = mr_prefix_evict_one(s->prefix);
+    }
     if (!fits) {
         mr_errf(err, "request %llu: needs %d KV blocks (%d prompt + %d max tokens), %d available",
                 (unsigned long long)r->id, need, r->n_prompt, max_tokens, mr_kv_pool_available(pool));
