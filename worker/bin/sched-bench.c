@@ -3,12 +3,17 @@
  * continuous batching and the prefix cache on a backend.
  *
  *   sched-bench MODEL.gguf [-c CONC] [-r REQUESTS] [-p PROMPT] [-n GEN]
- *               [--shared-prefix N] [--chunk N] [--kv-mib N] [--temperature T]
- *               [--backend cpu|cuda|auto]
+ *               [--shared-prefix N] [--chunk N] [--kv-mib N] [--temperature PERCENT]
+ *               [--check] [--backend cpu|cuda|auto]
  *
  * CONC requests are kept in flight (a refused one is retried after the next
  * step); prompts are random ids, the first N of them shared by all requests
- * (one tenant), so the prefix cache can serve them.  Prints one summary. */
+ * (one tenant), so the prefix cache can serve them.  Prints one summary.
+ *
+ * --check (greedy only): first generates every request alone with
+ * mr_model_forward, then fails unless the scheduled run produced the same
+ * ids: the exactness rule (batchmates, chunking and prefix hits change
+ * nothing) on whatever backend runs it. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -30,6 +35,7 @@ static double now_s(void)
 typedef struct {
     double submitted, first, last, done;
     int n_tok;
+    int32_t *ids; /* --check: what the scheduler generated */
 } rq;
 
 typedef struct {
@@ -51,6 +57,8 @@ static void on_event(void *user, const mr_sched_event *ev)
         else if (b->n_itl < b->cap_itl)
             b->itl[b->n_itl++] = t - q->last;
         q->last = t;
+        if (q->ids)
+            q->ids[q->n_tok] = ev->token;
         q->n_tok++;
         b->out_tokens++;
     } else {
@@ -79,6 +87,47 @@ static double pct(double *v, size_t n, double p)
     return v[i];
 }
 
+/* Prompt of request `idx`: the shared head, then ids unique to it. */
+static void make_prompt(int32_t *prompt, int n_prompt, int shared, int idx, int V)
+{
+    uint32_t seed = 12345;
+    for (int i = 0; i < shared; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        prompt[i] = (int32_t)((seed >> 8) % (uint32_t)V);
+    }
+    for (int i = shared; i < n_prompt; i++) {
+        uint32_t x = (uint32_t)idx * 2654435761u + (uint32_t)i * 40503u + 7u;
+        x ^= x >> 13;
+        x *= 0x5bd1e995u;
+        prompt[i] = (int32_t)((x ^ (x >> 15)) % (uint32_t)V);
+    }
+}
+
+/* Greedy ids of one request alone (no scheduler); 0 or -1. */
+static int solo(mr_model *m, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out, mr_err *err)
+{
+    int V = mr_model_hparams(m)->n_vocab;
+    mr_seq *s;
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    if (!lg || mr_seq_new(m, &s, err)) {
+        free(lg);
+        return lg ? -1 : mr_errf(err, "out of memory");
+    }
+    int rc = mr_model_forward(m, s, prompt, n_prompt, MR_LOGITS_LAST, lg, err);
+    for (int i = 0; !rc && i < n_gen; i++) {
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (lg[v] > lg[best])
+                best = v;
+        out[i] = best;
+        if (i + 1 < n_gen)
+            rc = mr_model_forward(m, s, &out[i], 1, MR_LOGITS_LAST, lg, err);
+    }
+    mr_seq_free(s);
+    free(lg);
+    return rc;
+}
+
 static int arg_int(const char *name, const char *v, int lo, int hi)
 {
     char *end;
@@ -97,11 +146,12 @@ int main(int argc, char **argv)
     const char *path = NULL, *backend = "auto";
     int conc = 16, n_req = -1, n_prompt = 512, n_gen = 128, shared = 0, chunk = 512, kv_mib = 0;
     float temperature = 0.0f;
+    int check = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: sched-bench MODEL.gguf [-c CONC] [-r REQUESTS] [-p PROMPT] [-n GEN] "
-                   "[--shared-prefix N] [--chunk N] [--kv-mib N] [--temperature T] [--backend B]\n");
+                   "[--shared-prefix N] [--chunk N] [--kv-mib N] [--temperature PERCENT] [--check] [--backend B]\n");
             return 0;
         } else if (!strcmp(a, "-c"))
             conc = arg_int(a, v, 1, 4096), i++;
@@ -117,6 +167,8 @@ int main(int argc, char **argv)
             chunk = arg_int(a, v, 1, 1 << 20), i++;
         else if (!strcmp(a, "--kv-mib"))
             kv_mib = arg_int(a, v, 1, 1 << 30), i++;
+        else if (!strcmp(a, "--check"))
+            check = 1;
         else if (!strcmp(a, "--temperature"))
             temperature = (float)arg_int(a, v, 0, 100) / 100.0f, i++;
         else if (!strcmp(a, "--backend")) {
@@ -139,6 +191,10 @@ int main(int argc, char **argv)
         n_req = conc;
     if (shared > n_prompt - 1)
         shared = n_prompt - 1;
+    if (check && temperature > 0.0f) {
+        fprintf(stderr, "sched-bench: --check compares greedy ids (no --temperature)\n");
+        return 2;
+    }
 
     mr_err err;
     mr_backend *be = mr_backend_create(backend, &err);
@@ -168,22 +224,28 @@ int main(int argc, char **argv)
         fprintf(stderr, "sched-bench: %s\n", b.r && b.itl && prompt ? err.msg : "out of memory");
         return 1;
     }
-    uint32_t seed = 12345;
-    for (int i = 0; i < shared; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        prompt[i] = (int32_t)((seed >> 8) % (uint32_t)V);
+    int32_t *want = NULL;
+    if (check) {
+        want = malloc(sizeof(int32_t) * (size_t)n_req * (size_t)n_gen);
+        for (int i = 0; want && i < n_req; i++) {
+            b.r[i].ids = malloc(sizeof(int32_t) * (size_t)n_gen);
+            make_prompt(prompt, n_prompt, shared, i, V);
+            if (!b.r[i].ids || solo(m, prompt, n_prompt, n_gen, want + (size_t)i * (size_t)n_gen, &err)) {
+                fprintf(stderr, "sched-bench: solo run %d: %s\n", i, b.r[i].ids ? err.msg : "out of memory");
+                return 1;
+            }
+        }
+        if (!want) {
+            fprintf(stderr, "sched-bench: out of memory\n");
+            return 1;
+        }
     }
 
     int next = 0, refused = 0, rc = 0;
     double start = now_s();
     while (b.finished < n_req) {
         while (next < n_req) {
-            for (int i = shared; i < n_prompt; i++) {
-                uint32_t x = (uint32_t)next * 2654435761u + (uint32_t)i * 40503u + 7u;
-                x ^= x >> 13;
-                x *= 0x5bd1e995u;
-                prompt[i] = (int32_t)((x ^ (x >> 15)) % (uint32_t)V);
-            }
+            make_prompt(prompt, n_prompt, shared, next, V);
             mr_request r = {.id = (uint64_t)next, .prompt = prompt, .n_prompt = n_prompt, .max_tokens = n_gen,
                             .sampling = {.temperature = temperature, .seed = (uint64_t)next},
                             .tenant = "bench"};
@@ -227,6 +289,25 @@ int main(int argc, char **argv)
            st.prefix.prompt_tokens ? 100.0 * (double)st.prefix.hit_tokens / (double)st.prefix.prompt_tokens : 0.0,
            st.prefix.n_blocks, (unsigned long long)st.prefix.evictions, st.kv_blocks, st.block_tokens, refused,
            b.errors);
+    if (check) {
+        int bad = 0;
+        for (int i = 0; i < n_req; i++) {
+            const int32_t *w = want + (size_t)i * (size_t)n_gen;
+            int same = b.r[i].n_tok == n_gen && !memcmp(b.r[i].ids, w, sizeof(int32_t) * (size_t)n_gen);
+            if (!same && bad++ < 5) {
+                int at = 0;
+                while (at < b.r[i].n_tok && at < n_gen && b.r[i].ids[at] == w[at])
+                    at++;
+                fprintf(stderr, "sched-bench: request %d differs from its solo run at token %d of %d\n", i, at,
+                        b.r[i].n_tok);
+            }
+        }
+        printf("check: %d of %d requests identical to their solo runs\n", n_req - bad, n_req);
+        rc |= bad != 0;
+        for (int i = 0; i < n_req; i++)
+            free(b.r[i].ids);
+        free(want);
+    }
     free(ttft);
     free(lat);
     free(prompt);
