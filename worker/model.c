@@ -483,11 +483,19 @@ int mr_seq_blocks(const mr_seq *s, const int32_t **blocks)
     return s->n_blocks;
 }
 
-/* Carves the activation buffers for up to cap tokens out of one allocation. */
-static int scratch_reserve(mr_model *m, int cap, mr_err *err)
+/* Carves the activation buffers for up to cap tokens, out_cap of them with
+ * logits, out of one allocation. */
+static int scratch_reserve(mr_model *m, int cap, int out_cap, mr_err *err)
 {
-    if (cap <= m->sc.cap)
+    if (out_cap < 1)
+        out_cap = 1;
+    if (cap <= m->sc.cap && out_cap <= m->sc.out_cap)
         return 0;
+    /* grow both to at least what they were, so alternating shapes settle */
+    if (cap < m->sc.cap)
+        cap = m->sc.cap;
+    if (out_cap < m->sc.out_cap)
+        out_cap = m->sc.out_cap;
     free_scratch(m);
     const mr_hparams *hp = &m->hp;
     size_t n = (size_t)cap, k = (size_t)(hp->n_expert_used > 0 ? hp->n_expert_used : 1);
@@ -511,8 +519,8 @@ static int scratch_reserve(mr_model *m, int cap, mr_err *err)
         {(void **)&m->sc.exp_ids, n * k},
         {(void **)&m->sc.exp_w, n * k},
         {(void **)&m->sc.exp_out, n * k * e},
-        {(void **)&m->sc.logits, n * (size_t)hp->n_vocab},
-        {(void **)&m->sc.ids, n},
+        {(void **)&m->sc.logits, (size_t)out_cap * (size_t)hp->n_vocab}, /* only rows with logits wanted */
+        {(void **)&m->sc.ids, (size_t)out_cap},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
@@ -527,6 +535,7 @@ static int scratch_reserve(mr_model *m, int cap, mr_err *err)
     }
     m->sc.block = base;
     m->sc.cap = cap;
+    m->sc.out_cap = out_cap;
     return 0;
 }
 
@@ -575,11 +584,13 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
     }
     if (total > (1 << 24))
         return mr_errf(err, "forward: %lld tokens in one step are too many", (long long)total);
-    int n = (int)total;
+    int n = (int)total, n_out = 0;
+    for (int i = 0; i < n_items; i++)
+        n_out += items[i].mode == MR_LOGITS_ALL ? items[i].n : items[i].mode == MR_LOGITS_NONE ? 0 : 1;
     for (int i = 0; i < n_items; i++)
         if (seq_grow(items[i].seq, items[i].seq->len + items[i].n, err))
             return -1;
-    if (scratch_reserve(m, n, err))
+    if (scratch_reserve(m, n, n_out, err))
         return -1;
     int32_t *host = malloc(sizeof(int32_t) * 2 * (size_t)n);
     mr_fwd_seg *segs = malloc(sizeof *segs * (size_t)n_items);

@@ -19,7 +19,8 @@ typedef struct mr_layer {
 
 /* Activations for one forward call of up to cap tokens, in backend memory. */
 typedef struct mr_scratch {
-    int cap;
+    int cap;           /* tokens */
+    int out_cap;       /* rows of logits */
     void *block;       /* one allocation, carved below */
     int32_t *tokens, *pos;
     float *x, *xn, *q, *k, *v, *att, *proj;
@@ -28,8 +29,8 @@ typedef struct mr_scratch {
     int32_t *exp_ids;  /* [n][k] */
     float *exp_w;      /* [n][k] */
     float *exp_out;    /* [n][k][n_embd] */
-    float *logits;     /* [n][n_vocab] */
-    int32_t *ids;      /* [n] argmax of logits rows */
+    float *logits;     /* [out_cap][n_vocab] */
+    int32_t *ids;      /* [out_cap] argmax of logits rows */
 } mr_scratch;
 
 struct mr_model {
