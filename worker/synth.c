@@ -1,5 +1,6 @@
 /* Synthetic model writer: metadata as the upstream converter writes it for
- * qwen3 / qwen3moe, tensors in the upstream order, random weights streamed
+ * qwen3 / qwen3moe / qwen35 / qwen35moe, tensors in the order of the
+ * upstream tool that would have written the file, random weights streamed
  * by the GGUF writer's threaded fill path.  Every chunk of every tensor is
  * generated from its own PRNG stream seeded by (seed, tensor, offset), so
  * the file does not depend on the thread count. */
@@ -14,24 +15,73 @@
 #include "common/gguf.h"
 #include "common/half.h"
 
+/* Geometry of the full-size presets, from the public model configs
+ * (Hugging Face config.json of each model; for the hybrids the
+ * `text_config`, whose defaults in transformers' Qwen3_5MoeTextConfig are
+ * the 35B-A3B's).  GGUF keys as the upstream converter derives them:
+ * ssm.state_size = linear_key_head_dim, ssm.group_count =
+ * linear_num_key_heads, ssm.time_step_rank = linear_num_value_heads,
+ * ssm.inner_size = linear_num_value_heads * linear_value_head_dim,
+ * rope.dimension_count = head_dim * partial_rotary_factor, block_count =
+ * num_hidden_layers + mtp_num_hidden_layers. */
 const mr_synth_model mr_synth_presets[] = {
     /* Qwen3-8B */
-    {.name = "qwen3-8b-q4km", .arch = "qwen3", .n_layer = 36, .n_embd = 4096, .n_head = 32,
-     .n_head_kv = 8, .head_dim = 128, .n_ff = 12288, .n_vocab = 151936, .n_ctx = 40960,
-     .rope_theta = 1e6f, .rms_eps = 1e-6f},
+    {.name = "qwen3-8b-q4km", .arch = "qwen3", .recipe = MR_SYNTH_Q4_K_M, .n_layer = 36,
+     .n_embd = 4096, .n_head = 32, .n_head_kv = 8, .head_dim = 128, .n_ff = 12288,
+     .n_vocab = 151936, .n_ctx = 40960, .rope_theta = 1e6f, .rms_eps = 1e-6f},
     /* Qwen3-30B-A3B */
-    {.name = "qwen3-30b-a3b-q4km", .arch = "qwen3moe", .n_layer = 48, .n_embd = 2048,
-     .n_head = 32, .n_head_kv = 4, .head_dim = 128, .n_ff = 6144, .n_vocab = 151936,
-     .n_ctx = 40960, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768,
-     .norm_topk_prob = true, .rope_theta = 1e6f, .rms_eps = 1e-6f},
+    {.name = "qwen3-30b-a3b-q4km", .arch = "qwen3moe", .recipe = MR_SYNTH_Q4_K_M, .n_layer = 48,
+     .n_embd = 2048, .n_head = 32, .n_head_kv = 4, .head_dim = 128, .n_ff = 6144,
+     .n_vocab = 151936, .n_ctx = 40960, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768,
+     .rope_theta = 1e6f, .rms_eps = 1e-6f},
+    /* Qwen3.6-35B-A3B (Qwen/Qwen3.6-35B-A3B; the same text model as
+     * Qwen3.5-35B-A3B): hidden_size 2048, 40 layers, full attention every
+     * 4th, 16 q / 2 kv heads of head_dim 256, Gated DeltaNet 32 value /
+     * 16 key heads of dim 128, conv kernel 4, 256 experts, 8 routed + 1
+     * shared, moe_intermediate_size 512, shared_expert_intermediate_size
+     * 512, vocab 248,320 (padded), max_position_embeddings 262,144,
+     * rope_theta 1e7, partial_rotary_factor 0.25 (64 of 256 dims), mrope
+     * sections [11, 11, 10], rms_norm_eps 1e-6, one MTP layer.
+     * feed_forward_length: the converter copies intermediate_size when the
+     * config has one (the fixture's does); no qwen35moe tensor uses it, so
+     * it is written as the expert width for loaders that expect the key. */
+    {.name = "qwen3.6-35b-a3b-iq4xs", .arch = "qwen35moe", .recipe = MR_SYNTH_IQ4_XS,
+     .n_layer = 40, .n_embd = 2048, .n_head = 16, .n_head_kv = 2, .head_dim = 256, .n_ff = 512,
+     .n_vocab = 248320, .n_ctx = 262144, .n_expert = 256, .n_expert_used = 8, .n_ff_exp = 512,
+     .n_ff_shexp = 512, .rope_theta = 1e7f, .rms_eps = 1e-6f, .full_attn_interval = 4,
+     .n_nextn = 1, .n_rot = 64, .rope_sections = {11, 11, 10, 0}, .ssm_conv_kernel = 4,
+     .ssm_state = 128, .ssm_groups = 16, .ssm_dt_rank = 32, .ssm_inner = 32 * 128},
+    /* Qwen3.5-9B (Qwen/Qwen3.5-9B): hidden_size 4096, 32 layers, full
+     * attention every 4th, 16 q / 4 kv heads of head_dim 256,
+     * intermediate_size 12288, Gated DeltaNet 32 value / 16 key heads of
+     * dim 128 (conv dim 2*16*128 + 32*128 = 8192), conv kernel 4, vocab
+     * 248,320, max_position_embeddings 262,144, rope_theta 1e7, 64 rotary
+     * dims in sections [11, 11, 10], rms_norm_eps 1e-6, one MTP layer. */
+    {.name = "qwen3.5-9b", .arch = "qwen35", .recipe = MR_SYNTH_Q8_0, .n_layer = 32,
+     .n_embd = 4096, .n_head = 16, .n_head_kv = 4, .head_dim = 256, .n_ff = 12288,
+     .n_vocab = 248320, .n_ctx = 262144, .rope_theta = 1e7f, .rms_eps = 1e-6f,
+     .full_attn_interval = 4, .n_nextn = 1, .n_rot = 64, .rope_sections = {11, 11, 10, 0},
+     .ssm_conv_kernel = 4, .ssm_state = 128, .ssm_groups = 16, .ssm_dt_rank = 32,
+     .ssm_inner = 32 * 128},
     /* the shapes of the tiny fixture models, for tests */
-    {.name = "tiny-qwen3", .arch = "qwen3", .n_layer = 2, .n_embd = 256, .n_head = 4,
-     .n_head_kv = 2, .head_dim = 64, .n_ff = 512, .n_vocab = 1024, .n_ctx = 4096,
-     .rope_theta = 1e6f, .rms_eps = 1e-6f},
-    {.name = "tiny-qwen3moe", .arch = "qwen3moe", .n_layer = 2, .n_embd = 256, .n_head = 4,
-     .n_head_kv = 2, .head_dim = 64, .n_ff = 512, .n_vocab = 1024, .n_ctx = 4096,
-     .n_expert = 4, .n_expert_used = 2, .n_ff_exp = 256, .norm_topk_prob = true,
-     .rope_theta = 1e6f, .rms_eps = 1e-6f},
+    {.name = "tiny-qwen3", .arch = "qwen3", .recipe = MR_SYNTH_Q4_K_M, .n_layer = 2,
+     .n_embd = 256, .n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_ff = 512, .n_vocab = 1024,
+     .n_ctx = 4096, .rope_theta = 1e6f, .rms_eps = 1e-6f},
+    {.name = "tiny-qwen3moe", .arch = "qwen3moe", .recipe = MR_SYNTH_Q4_K_M, .n_layer = 2,
+     .n_embd = 256, .n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_ff = 512, .n_vocab = 1024,
+     .n_ctx = 4096, .n_expert = 4, .n_expert_used = 2, .n_ff_exp = 256, .rope_theta = 1e6f,
+     .rms_eps = 1e-6f},
+    {.name = "tiny-qwen35", .arch = "qwen35", .recipe = MR_SYNTH_Q8_0, .n_layer = 4,
+     .n_embd = 256, .n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_ff = 512, .n_vocab = 1024,
+     .n_ctx = 4096, .rope_theta = 1e6f, .rms_eps = 1e-6f, .full_attn_interval = 4,
+     .n_nextn = 1, .n_rot = 16, .rope_sections = {11, 11, 10, 0}, .ssm_conv_kernel = 4,
+     .ssm_state = 64, .ssm_groups = 2, .ssm_dt_rank = 4, .ssm_inner = 4 * 64},
+    {.name = "tiny-qwen35moe", .arch = "qwen35moe", .recipe = MR_SYNTH_IQ4_XS, .n_layer = 4,
+     .n_embd = 256, .n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_ff = 512, .n_vocab = 1024,
+     .n_ctx = 4096, .n_expert = 4, .n_expert_used = 2, .n_ff_exp = 256, .n_ff_shexp = 256,
+     .rope_theta = 1e6f, .rms_eps = 1e-6f, .full_attn_interval = 4, .n_nextn = 1, .n_rot = 16,
+     .rope_sections = {11, 11, 10, 0}, .ssm_conv_kernel = 4, .ssm_state = 64, .ssm_groups = 2,
+     .ssm_dt_rank = 4, .ssm_inner = 4 * 64},
     {.name = NULL},
 };
 
@@ -49,10 +99,28 @@ static bool ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-enum mr_type mr_synth_tensor_type(const char *name)
+/* What upstream never quantizes: norms, routers, the shared-expert gate,
+ * the Gated DeltaNet decay/step/convolution tensors. */
+static bool kept_f32(const char *name)
 {
-    if (ends_with(name, "norm.weight") || ends_with(name, "ffn_gate_inp.weight"))
+    return ends_with(name, "norm.weight") || ends_with(name, "ffn_gate_inp.weight") ||
+           ends_with(name, "ffn_gate_inp_shexp.weight") || ends_with(name, ".ssm_a") ||
+           ends_with(name, ".ssm_dt.bias") || ends_with(name, ".ssm_conv1d.weight");
+}
+
+enum mr_type mr_synth_tensor_type(const mr_synth_model *m, const char *name)
+{
+    if (kept_f32(name))
         return MR_TYPE_F32;
+    switch (m->recipe) {
+    case MR_SYNTH_Q8_0:
+        return MR_TYPE_Q8_0;
+    case MR_SYNTH_IQ4_XS:
+        return strcmp(name, "output.weight") == 0 ? MR_TYPE_Q6_K : MR_TYPE_IQ4_XS;
+    case MR_SYNTH_Q4_K_M:
+    default:
+        break;
+    }
     if (strcmp(name, "output.weight") == 0)
         return MR_TYPE_Q6_K;
     int il;
@@ -61,6 +129,19 @@ enum mr_type mr_synth_tensor_type(const char *name)
          ends_with(name, ".ffn_down_exps.weight")))
         return MR_TYPE_Q6_K;
     return MR_TYPE_Q4_K;
+}
+
+static uint32_t file_type(const mr_synth_model *m)
+{
+    /* upstream llama_ftype values */
+    switch (m->recipe) {
+    case MR_SYNTH_Q8_0:
+        return 7;  /* MOSTLY_Q8_0 */
+    case MR_SYNTH_IQ4_XS:
+        return 30; /* MOSTLY_IQ4_XS */
+    default:
+        return 15; /* MOSTLY_Q4_K_M */
+    }
 }
 
 /* ---- random blocks ---- */
@@ -157,6 +238,53 @@ static void gen_q6_k(rng *r, uint8_t *b)
     memcpy(b + 208, &hd, 2);
 }
 
+/* IQ4_XS: 256 weights as 8 sub-blocks of 32, w = d*(ls - 32)*K[q] with
+ * K the 16-level code book (mean -5.9, std 66.7 over uniform q).  The
+ * sub-block factor ls - 32 is +-2..5 with a random sign, so the code
+ * book's offset cancels across sub-blocks: std = d*3.67*66.7 ~ 0.02. */
+#define IQ4XS_BYTES 136
+static void gen_iq4_xs(rng *r, uint8_t *b)
+{
+    float d = 8.1e-5f * (0.75f + 0.5f * rng_unif(r));
+    uint16_t hd = mr_f32_to_f16(d), sh = 0;
+    uint8_t sl[4] = {0};
+    uint64_t bits = rng_next(r);
+    for (int j = 0; j < 8; j++) {
+        int mag = 2 + (int)((bits >> (2 * j)) & 3);
+        int ls = (bits >> (16 + j)) & 1 ? 32 - mag : 32 + mag;
+        sl[j / 2] |= (uint8_t)((ls & 15) << (4 * (j % 2)));
+        sh |= (uint16_t)(((ls >> 4) & 3) << (2 * j));
+    }
+    memcpy(b, &hd, 2);
+    memcpy(b + 2, &sh, 2);
+    memcpy(b + 4, sl, 4);
+    fill_random(r, b + 8, 128);
+}
+
+/* Q8_0: 32 weights, w = d*q with an int8 q (std 73.9): std ~ 0.02. */
+#define Q80_BYTES 34
+static void gen_q8_0(rng *r, uint8_t *b)
+{
+    float d = 2.7e-4f * (0.75f + 0.5f * rng_unif(r));
+    uint16_t hd = mr_f32_to_f16(d);
+    memcpy(b, &hd, 2);
+    fill_random(r, b + 2, 32);
+}
+
+/* F32 tensors by role: norms (and the Gated DeltaNet step bias, which
+ * transformers initialises to ones) 1 +- 0.05; ssm_a, stored by upstream
+ * as -exp(A_log), log-uniform in [-16, -1]; routers, the shared-expert
+ * gate and the short convolution uniform with std 0.02. */
+static float f32_value(const char *name, rng *r)
+{
+    float u = rng_unif(r);
+    if (ends_with(name, ".ssm_a"))
+        return -expf(u * 2.7725887f); /* ln 16 */
+    if (ends_with(name, "norm.weight") || ends_with(name, ".ssm_dt.bias"))
+        return 1.0f + (u - 0.5f) * 0.1f;
+    return (u - 0.5f) * 0.0693f;
+}
+
 typedef struct synth_ctx {
     uint64_t seed;
 } synth_ctx;
@@ -177,16 +305,20 @@ static int synth_fill(void *vctx, const mr_gguf_tensor *t, uint64_t index, size_
         for (size_t i = 0; i < len; i += Q6K_BYTES)
             gen_q6_k(&r, p + i);
         return 0;
-    case MR_TYPE_F32: {
-        bool router = ends_with(t->name, "ffn_gate_inp.weight");
+    case MR_TYPE_IQ4_XS:
+        for (size_t i = 0; i < len; i += IQ4XS_BYTES)
+            gen_iq4_xs(&r, p + i);
+        return 0;
+    case MR_TYPE_Q8_0:
+        for (size_t i = 0; i < len; i += Q80_BYTES)
+            gen_q8_0(&r, p + i);
+        return 0;
+    case MR_TYPE_F32:
         for (size_t i = 0; i + 4 <= len; i += 4) {
-            float u = rng_unif(&r) - 0.5f;
-            /* router: uniform with std 0.02; norms: 1 +- 0.05 */
-            float v = router ? u * 0.0693f : 1.0f + u * 0.1f;
+            float v = f32_value(t->name, &r);
             memcpy(p + i, &v, 4);
         }
         return 0;
-    }
     default:
         return mr_errf(err, "synth: no generator for type %s", mr_type_name(t->type));
     }
@@ -281,15 +413,19 @@ out:
     return rc ? -1 : 0;
 }
 
-static int add_metadata(mr_gguf_writer *w, const mr_synth_model *m)
+/* Q8_0 files are laid out as the converter writes them, the others as
+ * llama-quantize does (see synth.h). */
+static bool converter_layout(const mr_synth_model *m) { return m->recipe == MR_SYNTH_Q8_0; }
+
+/* The architecture keys, in the order and with the types the upstream
+ * converter writes them. */
+static int add_arch_keys(mr_gguf_writer *w, const mr_synth_model *m)
 {
     char k[128];
     int rc = 0;
+    bool hybrid = m->full_attn_interval != 0;
 #define KEY(suffix) (snprintf(k, sizeof k, "%s." suffix, m->arch), k)
-    rc |= mr_gguf_writer_set_str(w, "general.architecture", m->arch);
-    rc |= mr_gguf_writer_set_str(w, "general.type", "model");
-    rc |= mr_gguf_writer_set_str(w, "general.name", m->name);
-    rc |= mr_gguf_writer_set_u32(w, KEY("block_count"), m->n_layer);
+    rc |= mr_gguf_writer_set_u32(w, KEY("block_count"), m->n_layer + m->n_nextn);
     rc |= mr_gguf_writer_set_u32(w, KEY("context_length"), m->n_ctx);
     rc |= mr_gguf_writer_set_u32(w, KEY("embedding_length"), m->n_embd);
     rc |= mr_gguf_writer_set_u32(w, KEY("feed_forward_length"), m->n_ff);
@@ -303,58 +439,227 @@ static int add_metadata(mr_gguf_writer *w, const mr_synth_model *m)
     }
     rc |= mr_gguf_writer_set_u32(w, KEY("attention.key_length"), m->head_dim);
     rc |= mr_gguf_writer_set_u32(w, KEY("attention.value_length"), m->head_dim);
-    if (m->n_expert) {
+    if (converter_layout(m))
+        rc |= mr_gguf_writer_set_u32(w, "general.file_type", file_type(m));
+    if (m->n_expert)
         rc |= mr_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), m->n_ff_exp);
-        rc |= mr_gguf_writer_set_bool(w, KEY("expert_weights_norm"), m->norm_topk_prob);
+    if (m->n_ff_shexp)
+        rc |= mr_gguf_writer_set_u32(w, KEY("expert_shared_feed_forward_length"), m->n_ff_shexp);
+    if (hybrid) {
+        int32_t sections[4];
+        for (int i = 0; i < 4; i++)
+            sections[i] = (int32_t)m->rope_sections[i];
+        rc |= mr_gguf_writer_set_u32(w, KEY("nextn_predict_layers"), m->n_nextn);
+        rc |= mr_gguf_writer_set_u32(w, KEY("ssm.conv_kernel"), m->ssm_conv_kernel);
+        rc |= mr_gguf_writer_set_u32(w, KEY("ssm.state_size"), m->ssm_state);
+        rc |= mr_gguf_writer_set_u32(w, KEY("ssm.group_count"), m->ssm_groups);
+        rc |= mr_gguf_writer_set_u32(w, KEY("ssm.time_step_rank"), m->ssm_dt_rank);
+        rc |= mr_gguf_writer_set_u32(w, KEY("ssm.inner_size"), m->ssm_inner);
+        rc |= mr_gguf_writer_set_u32(w, KEY("full_attention_interval"), m->full_attn_interval);
+        rc |= mr_gguf_writer_set_u32(w, KEY("rope.dimension_count"), m->n_rot);
+        rc |= mr_gguf_writer_set_arr(w, KEY("rope.dimension_sections"), MR_GGUF_INT32, sections, 4);
     }
 #undef KEY
     return rc ? -1 : 0;
 }
 
-static int add_tensor(mr_gguf_writer *w, const char *name, uint32_t nd, int64_t a, int64_t b,
-                      int64_t c)
+/* ---- the tensor list ---- */
+
+typedef struct tdesc {
+    char name[64];
+    int layer;         /* -1: not in a layer */
+    uint32_t nd;
+    int64_t ne[3];
+} tdesc;
+
+typedef struct tlist {
+    tdesc *v;
+    size_t n, cap;
+    int layer;         /* layer of the next pushes */
+    bool oom;
+} tlist;
+
+static void push(tlist *l, const char *name, uint32_t nd, int64_t a, int64_t b, int64_t c)
 {
-    int64_t ne[3] = {a, b, c};
-    return mr_gguf_writer_add_tensor(w, name, mr_synth_tensor_type(name), nd, ne, NULL);
+    if (l->oom)
+        return;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        tdesc *v = realloc(l->v, cap * sizeof *v);
+        if (!v) {
+            l->oom = true;
+            return;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    tdesc *t = &l->v[l->n++];
+    if (l->layer >= 0)
+        snprintf(t->name, sizeof t->name, "blk.%d.%s", l->layer, name);
+    else
+        snprintf(t->name, sizeof t->name, "%s", name);
+    t->layer = l->layer;
+    t->nd = nd;
+    t->ne[0] = a;
+    t->ne[1] = b;
+    t->ne[2] = c;
 }
 
-/* Tensors in the order upstream files list them: output, output_norm,
- * token_embd, then each layer's tensors sorted by name. */
+static void push_ffn(tlist *l, const mr_synth_model *m)
+{
+    int64_t E = m->n_embd;
+    if (m->n_expert) {
+        int64_t F = m->n_ff_exp, X = m->n_expert, S = m->n_ff_shexp;
+        push(l, "ffn_down_exps.weight", 3, F, E, X);
+        push(l, "ffn_gate_exps.weight", 3, E, F, X);
+        push(l, "ffn_up_exps.weight", 3, E, F, X);
+        push(l, "ffn_gate_inp.weight", 2, E, X, 1);
+        if (S) {
+            push(l, "ffn_down_shexp.weight", 2, S, E, 1);
+            push(l, "ffn_gate_shexp.weight", 2, E, S, 1);
+            push(l, "ffn_up_shexp.weight", 2, E, S, 1);
+            /* the converter writes the [1, E] gate as [E, 1] */
+            push(l, "ffn_gate_inp_shexp.weight", 2, E, 1, 1);
+        }
+    } else {
+        int64_t F = m->n_ff;
+        push(l, "ffn_down.weight", 2, F, E, 1);
+        push(l, "ffn_gate.weight", 2, E, F, 1);
+        push(l, "ffn_up.weight", 2, E, F, 1);
+    }
+}
+
+/* Qwen3 / Qwen3-MoE layer (only ever written in name order). */
+static void push_qwen3_layer(tlist *l, const mr_synth_model *m)
+{
+    int64_t E = m->n_embd, Q = (int64_t)m->n_head * m->head_dim,
+            KV = (int64_t)m->n_head_kv * m->head_dim, D = m->head_dim;
+    push(l, "attn_k.weight", 2, E, KV, 1);
+    push(l, "attn_k_norm.weight", 1, D, 1, 1);
+    push(l, "attn_norm.weight", 1, E, 1, 1);
+    push(l, "attn_output.weight", 2, Q, E, 1);
+    push(l, "attn_q.weight", 2, E, Q, 1);
+    push(l, "attn_q_norm.weight", 1, D, 1, 1);
+    push(l, "attn_v.weight", 2, E, KV, 1);
+    push_ffn(l, m);
+    push(l, "ffn_norm.weight", 1, E, 1, 1);
+}
+
+/* Hybrid layer in the converter's (checkpoint) order: a Gated DeltaNet
+ * layer, or a gated full attention layer (q and its gate in one attn_q),
+ * or an MTP block (a full attention layer with the nextn tensors). */
+static void push_hybrid_layer(tlist *l, const mr_synth_model *m, bool full, bool nextn)
+{
+    int64_t E = m->n_embd, Q = (int64_t)m->n_head * m->head_dim,
+            KV = (int64_t)m->n_head_kv * m->head_dim, D = m->head_dim;
+    if (nextn)
+        push(l, "nextn.eh_proj.weight", 2, 2 * E, E, 1);
+    push(l, "attn_norm.weight", 1, E, 1, 1);
+    if (!full) {
+        int64_t NV = m->ssm_dt_rank;
+        int64_t conv = 2 * (int64_t)m->ssm_groups * m->ssm_state + m->ssm_inner; /* q, k, v */
+        push(l, "ssm_a", 1, NV, 1, 1);
+        push(l, "ssm_conv1d.weight", 2, m->ssm_conv_kernel, conv, 1);
+        push(l, "ssm_dt.bias", 1, NV, 1, 1);
+        push(l, "ssm_alpha.weight", 2, E, NV, 1);
+        push(l, "ssm_beta.weight", 2, E, NV, 1);
+        push(l, "attn_qkv.weight", 2, E, conv, 1);
+        push(l, "attn_gate.weight", 2, E, m->ssm_inner, 1);
+        push(l, "ssm_norm.weight", 1, m->ssm_inner / NV, 1, 1);
+        push(l, "ssm_out.weight", 2, m->ssm_inner, E, 1);
+    }
+    push_ffn(l, m);
+    push(l, "post_attention_norm.weight", 1, E, 1, 1);
+    if (full) {
+        push(l, "attn_k_norm.weight", 1, D, 1, 1);
+        push(l, "attn_k.weight", 2, E, KV, 1);
+        push(l, "attn_output.weight", 2, Q, E, 1);
+        push(l, "attn_q_norm.weight", 1, D, 1, 1);
+        push(l, "attn_q.weight", 2, E, 2 * Q, 1);
+        push(l, "attn_v.weight", 2, E, KV, 1);
+    }
+    if (nextn) {
+        push(l, "nextn.shared_head_norm.weight", 1, E, 1, 1);
+        push(l, "nextn.enorm.weight", 1, E, 1, 1);
+        push(l, "nextn.hnorm.weight", 1, E, 1, 1);
+    }
+}
+
+static int by_layer_then_name(const void *pa, const void *pb)
+{
+    const tdesc *a = pa, *b = pb;
+    if (a->layer != b->layer)
+        return a->layer < b->layer ? -1 : 1;
+    return strcmp(a->name, b->name);
+}
+
+/* The model's tensors in file order; 0 or -1 (out of memory). */
+static int build_tensors(const mr_synth_model *m, tlist *l)
+{
+    memset(l, 0, sizeof *l);
+    int64_t E = m->n_embd, V = m->n_vocab;
+    uint32_t n_block = m->n_layer + m->n_nextn;
+    l->layer = -1;
+    push(l, "output.weight", 2, E, V, 1);
+    push(l, "token_embd.weight", 2, E, V, 1);
+    for (uint32_t il = 0; il < n_block; il++) {
+        if (il == m->n_layer) {
+            l->layer = -1;
+            push(l, "output_norm.weight", 1, E, 1, 1);
+        }
+        l->layer = (int)il;
+        if (!m->full_attn_interval) {
+            push_qwen3_layer(l, m);
+        } else {
+            bool nextn = il >= m->n_layer;
+            bool full = nextn || il % m->full_attn_interval == m->full_attn_interval - 1;
+            push_hybrid_layer(l, m, full, nextn);
+        }
+    }
+    if (n_block == m->n_layer) {
+        l->layer = -1;
+        push(l, "output_norm.weight", 1, E, 1, 1);
+    }
+    if (l->oom) {
+        free(l->v);
+        l->v = NULL;
+        return -1;
+    }
+    if (!converter_layout(m)) {
+        qsort(l->v, l->n, sizeof *l->v, by_layer_then_name);
+        for (size_t i = 0; i < l->n; i++)
+            while (l->v[i].nd > 1 && l->v[i].ne[l->v[i].nd - 1] == 1)
+                l->v[i].nd--;
+    }
+    return 0;
+}
+
+uint64_t mr_synth_tensor_bytes(const mr_synth_model *m, uint64_t *n_tensors)
+{
+    tlist l;
+    if (build_tensors(m, &l))
+        return 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < l.n; i++)
+        bytes += mr_row_size(mr_synth_tensor_type(m, l.v[i].name), l.v[i].ne[0]) *
+                 (uint64_t)(l.v[i].ne[1] * l.v[i].ne[2]);
+    if (n_tensors)
+        *n_tensors = l.n;
+    free(l.v);
+    return bytes;
+}
+
 static int add_tensors(mr_gguf_writer *w, const mr_synth_model *m)
 {
+    tlist l;
+    if (build_tensors(m, &l))
+        return -1;
     int rc = 0;
-    int64_t E = m->n_embd, V = m->n_vocab, Q = (int64_t)m->n_head * m->head_dim,
-            KV = (int64_t)m->n_head_kv * m->head_dim, D = m->head_dim;
-    rc |= add_tensor(w, "output.weight", 2, E, V, 1);
-    rc |= add_tensor(w, "output_norm.weight", 1, E, 1, 1);
-    rc |= add_tensor(w, "token_embd.weight", 2, E, V, 1);
-    for (uint32_t il = 0; il < m->n_layer; il++) {
-        char n[96];
-#define T(suffix, nd, a, b, c) (snprintf(n, sizeof n, "blk.%u." suffix, il), add_tensor(w, n, nd, a, b, c))
-        rc |= T("attn_k.weight", 2, E, KV, 1);
-        rc |= T("attn_k_norm.weight", 1, D, 1, 1);
-        rc |= T("attn_norm.weight", 1, E, 1, 1);
-        rc |= T("attn_output.weight", 2, Q, E, 1);
-        rc |= T("attn_q.weight", 2, E, Q, 1);
-        rc |= T("attn_q_norm.weight", 1, D, 1, 1);
-        rc |= T("attn_v.weight", 2, E, KV, 1);
-        if (m->n_expert) {
-            int64_t F = m->n_ff_exp, X = m->n_expert;
-            rc |= T("ffn_down_exps.weight", 3, F, E, X);
-            rc |= T("ffn_gate_exps.weight", 3, E, F, X);
-            rc |= T("ffn_gate_inp.weight", 2, E, X, 1);
-            rc |= T("ffn_norm.weight", 1, E, 1, 1);
-            rc |= T("ffn_up_exps.weight", 3, E, F, X);
-        } else {
-            int64_t F = m->n_ff;
-            rc |= T("ffn_down.weight", 2, F, E, 1);
-            rc |= T("ffn_gate.weight", 2, E, F, 1);
-            rc |= T("ffn_norm.weight", 1, E, 1, 1);
-            rc |= T("ffn_up.weight", 2, E, F, 1);
-        }
-#undef T
-    }
-    return rc ? -1 : 0;
+    for (size_t i = 0; i < l.n && !rc; i++)
+        rc = mr_gguf_writer_add_tensor(w, l.v[i].name, mr_synth_tensor_type(m, l.v[i].name),
+                                       l.v[i].nd, l.v[i].ne, NULL);
+    free(l.v);
+    return rc;
 }
 
 int mr_synth_write(const mr_synth_model *m, const char *path, const mr_synth_opts *opts,
@@ -366,7 +671,11 @@ int mr_synth_write(const mr_synth_model *m, const char *path, const mr_synth_opt
     if (!w)
         return mr_errf(err, "synth: out of memory");
     int rc = -1;
-    if (add_metadata(w, m))
+    if (mr_gguf_writer_set_str(w, "general.architecture", m->arch) ||
+        mr_gguf_writer_set_str(w, "general.type", "model") ||
+        mr_gguf_writer_set_str(w, "general.name", m->name) || add_arch_keys(w, m))
+        goto werr;
+    if (converter_layout(m) && mr_gguf_writer_set_u32(w, "general.quantization_version", 2))
         goto werr;
     if (opts && opts->vocab_path) {
         if (copy_tokenizer(w, m, opts->vocab_path, err))
@@ -375,9 +684,10 @@ int mr_synth_write(const mr_synth_model *m, const char *path, const mr_synth_opt
         mr_errf(err, "synth: %s: cannot build a tokenizer for %u tokens", m->name, m->n_vocab);
         goto out;
     }
-    if (mr_gguf_writer_set_u32(w, "general.quantization_version", 2) ||
-        mr_gguf_writer_set_u32(w, "general.file_type", 15) /* MOSTLY_Q4_K_M */ ||
-        add_tensors(w, m))
+    if (!converter_layout(m) && (mr_gguf_writer_set_u32(w, "general.quantization_version", 2) ||
+                                 mr_gguf_writer_set_u32(w, "general.file_type", file_type(m))))
+        goto werr;
+    if (add_tensors(w, m))
         goto werr;
     synth_ctx c = {.seed = opts ? opts->seed : 0};
     if (mr_gguf_writer_write_file(w, path, synth_fill, &c, opts ? opts->n_threads : 0, err))

@@ -8,13 +8,23 @@ FIX=${MEMRA_FIXTURES:-../shared/fixtures}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-"$BIN/memra-synth" --list | grep -q '^qwen3-30b-a3b-q4km '
+"$BIN/memra-synth" --list >"$tmp/list"
+grep -q '^qwen3-30b-a3b-q4km ' "$tmp/list"
+# the hybrid presets, with the size they will have before writing them
+grep -Eq '^qwen3\.6-35b-a3b-iq4xs +qwen35moe +IQ4_XS +17\.[0-9]+ GiB +753 tensors +40 layers \+ MTP' "$tmp/list"
+grep -Eq '^qwen3\.5-9b +qwen35 +Q8_0 +9\.[0-9]+ GiB +442 tensors +32 layers \+ MTP' "$tmp/list"
 out=$("$BIN/memra-synth" tiny-qwen3moe "$tmp/m.gguf" --threads 2 --seed 3)
 echo "$out"
 [[ "$out" == *"27 tensors"*"GB/s"* ]]
 [ -s "$tmp/m.gguf" ]
 "$BIN/memra-synth" tiny-qwen3 "$tmp/v.gguf" --vocab "$FIX/models/qwen3/model-Q8_0.gguf" >/dev/null
 grep -q '<|im_start|>' "$tmp/v.gguf"
+out=$("$BIN/memra-synth" tiny-qwen35moe "$tmp/h.gguf" --vocab "$FIX/models/qwen35moe/model-BF16.gguf")
+[[ "$out" == *"96 tensors"* ]]
+grep -q 'qwen35moe.ssm.time_step_rank' "$tmp/h.gguf"
+grep -q 'blk.4.nextn.eh_proj.weight' "$tmp/h.gguf"
+out=$("$BIN/memra-synth" tiny-qwen35 "$tmp/d.gguf" --threads 1)
+[[ "$out" == *"71 tensors"* ]]
 ls "$tmp" | grep -q tmp && { echo "temporary file left behind"; exit 1; }
 
 fails() {

@@ -33,9 +33,16 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--list") == 0) {
-            for (const mr_synth_model *m = mr_synth_presets; m->name; m++)
-                printf("%-20s %-9s %u layers, n_embd %u, vocab %u%s\n", m->name, m->arch,
-                       m->n_layer, m->n_embd, m->n_vocab, m->n_expert ? ", MoE" : "");
+            static const char *const recipe[] = {"Q4_K_M-like", "IQ4_XS", "Q8_0"};
+            for (const mr_synth_model *m = mr_synth_presets; m->name; m++) {
+                uint64_t n, bytes = mr_synth_tensor_bytes(m, &n);
+                char shape[128];
+                snprintf(shape, sizeof shape, "%u layers%s, n_embd %u, vocab %u%s%s", m->n_layer,
+                         m->n_nextn ? " + MTP" : "", m->n_embd, m->n_vocab,
+                         m->full_attn_interval ? ", hybrid" : "", m->n_expert ? ", MoE" : "");
+                printf("%-22s %-9s %-11s %6.2f GiB  %4" PRIu64 " tensors  %s\n", m->name, m->arch,
+                       recipe[m->recipe], (double)bytes / (1024.0 * 1024 * 1024), n, shape);
+            }
             return 0;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
