@@ -131,6 +131,22 @@ struct mr_backend {
 
     /* ids[t] = argmax of x[t][0..dim) (lowest index wins ties). */
     void (*argmax)(mr_backend *be, const float *x, int n, int dim, int32_t *ids);
+
+    /* ---- optional (NULL where absent, e.g. on the CPU) ---- */
+    /* CUDA graphs: between graph_begin and graph_end the ops are recorded,
+     * not run; graph_launch replays them on the same buffers (whose contents,
+     * e.g. the next token id and position, the host may change in between
+     * with upload).  No upload/download/sync inside a capture; run the step
+     * once before capturing so scratch buffers are already sized. */
+    int (*graph_begin)(mr_backend *be, mr_err *err);
+    int (*graph_end)(mr_backend *be, void **graph, mr_err *err);
+    int (*graph_launch)(mr_backend *be, void *graph, mr_err *err);
+    void (*graph_destroy)(mr_backend *be, void *graph);
+
+    /* Fused residual add + RMSNorm: y[i] += x[i] for the n_rows x dim rows,
+     * then out = rmsnorm(y) * w (as add then rmsnorm). */
+    void (*add_rmsnorm)(mr_backend *be, float *y, const float *x, const float *w, float *out,
+                        int n_rows, int dim, float eps);
 };
 
 /* Backends.  name: "cpu", "cuda" or "auto" (cuda when built with it and a

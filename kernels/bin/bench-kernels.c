@@ -1,0 +1,186 @@
+/* bench-kernels: decode-shaped matvec timings against measured copy
+ * bandwidth (the roofline for a memory-bound kernel), plus attention decode.
+ * Weights are random valid blocks; several copies are rotated so that each
+ * call reads from HBM, not from the 60 MB L2.
+ *
+ * Usage: bench-kernels [iters]   (needs a CUDA device) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/half.h"
+#include "kernels/ops.h"
+#ifdef MR_HAVE_CUDA
+#include "kernels/cuda/cu_bench.h"
+#endif
+
+#ifndef MR_HAVE_CUDA
+int main(void)
+{
+    printf("bench-kernels: built without CUDA\n");
+    return 77;
+}
+#else
+
+static uint64_t s = 88172645463325252ull;
+static uint64_t rnd(void)
+{
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+}
+
+typedef struct {
+    mr_backend *be;
+    mr_weight *w;
+    int nw, cur, n;
+    float *x, *y;
+} mv_arg;
+
+static void run_mv(void *p)
+{
+    mv_arg *a = p;
+    a->be->matmul(a->be, &a->w[a->cur], a->x, a->y, a->n);
+    a->cur = (a->cur + 1) % a->nw;
+}
+
+static int block_of(int t, int *bb)
+{
+    switch (t) {
+    case MR_TYPE_Q4_K: *bb = 144; return 256;
+    case MR_TYPE_Q5_K: *bb = 176; return 256;
+    case MR_TYPE_Q6_K: *bb = 210; return 256;
+    case MR_TYPE_Q8_0: *bb = 34; return 32;
+    case MR_TYPE_Q4_0: *bb = 18; return 32;
+    case MR_TYPE_IQ4_XS: *bb = 136; return 256;
+    case MR_TYPE_BF16: *bb = 2; return 1;
+    }
+    return 0;
+}
+
+static void fill(uint8_t *p, size_t n, int type, int bb)
+{
+    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)rnd();
+    if (type == MR_TYPE_BF16) {
+        for (size_t i = 0; i + 1 < n; i += 2) p[i + 1] = (uint8_t)(0x3c + rnd() % 2); /* |v| ~ 0.01..0.03 */
+        return;
+    }
+    int off[2] = {-1, -1};
+    switch (type) {
+    case MR_TYPE_Q4_K: case MR_TYPE_Q5_K: off[0] = 0; off[1] = 2; break;
+    case MR_TYPE_Q6_K: off[0] = 208; break;
+    default: off[0] = 0; break;
+    }
+    for (size_t b = 0; b + bb <= n; b += bb)
+        for (int k = 0; k < 2; k++)
+            if (off[k] >= 0) {
+                uint16_t h = mr_f32_to_f16(0.001f + 0.001f * (rnd() % 8));
+                p[b + off[k]] = (uint8_t)h;
+                p[b + off[k] + 1] = (uint8_t)(h >> 8);
+            }
+}
+
+static double bench_mv(mr_backend *be, const char *label, int type, int64_t rows, int64_t cols, int n,
+                       int iters, double bw)
+{
+    int bb = 0, be_ = block_of(type, &bb);
+    size_t rb = (size_t)(cols / be_) * bb, bytes = rb * rows;
+    int nw = (int)((512u << 20) / bytes) + 1; /* >= 512 MiB in rotation */
+    if (nw > 64) nw = 64;
+    if (nw < 2) nw = 2;
+    uint8_t *h = malloc(bytes);
+    mr_weight *w = calloc(nw, sizeof *w);
+    mr_err err;
+    for (int i = 0; i < nw; i++) {
+        fill(h, bytes, type, bb);
+        w[i] = (mr_weight){"bench", type, cols, rows, 1, rb, NULL, NULL};
+        if (be->weight_load(be, &w[i], h, &err)) {
+            fprintf(stderr, "weight_load: %s\n", err.msg);
+            exit(1);
+        }
+    }
+    float *hx = malloc(cols * n * 4);
+    for (int64_t i = 0; i < cols * n; i++) hx[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
+    float *x = be->alloc(be, cols * n * 4), *y = be->alloc(be, rows * n * 4);
+    be->upload(be, x, hx, cols * n * 4, &err);
+    mv_arg a = {be, w, nw, 0, n, x, y};
+    double t[3];
+    for (int r = 0; r < 3; r++) t[r] = mr_cuda_time(be, run_mv, &a, 10, iters);
+    if (be->sync(be, &err)) {
+        fprintf(stderr, "bench %s: %s\n", label, err.msg);
+        exit(1);
+    }
+    /* median of 3 */
+    double a0 = t[0], a1 = t[1], a2 = t[2], med = a0 > a1 ? (a1 > a2 ? a1 : (a0 > a2 ? a2 : a0)) : (a0 > a2 ? a0 : (a1 > a2 ? a2 : a1));
+    double gbs = bytes / med / 1e9;
+    printf("%-8s %-9s %7lld x %-6lld n=%d %9.0f KB %8.2f us %8.1f GB/s %6.1f%%\n", label,
+           type == MR_TYPE_Q4_K ? "Q4_K" : type == MR_TYPE_Q6_K ? "Q6_K" : type == MR_TYPE_Q8_0 ? "Q8_0" :
+           type == MR_TYPE_BF16 ? "BF16" : type == MR_TYPE_Q5_K ? "Q5_K" : type == MR_TYPE_Q4_0 ? "Q4_0" : "IQ4_XS",
+           (long long)rows, (long long)cols, n, bytes / 1024.0, med * 1e6, gbs, 100.0 * gbs / bw);
+    for (int i = 0; i < nw; i++) be->weight_release(be, &w[i]);
+    be->free(be, x);
+    be->free(be, y);
+    free(w);
+    free(h);
+    free(hx);
+    return med;
+}
+
+int main(int argc, char **argv)
+{
+    int iters = argc > 1 ? atoi(argv[1]) : 200;
+    if (!mr_backend_cuda_available()) {
+        printf("bench-kernels: no CUDA device\n");
+        return 77;
+    }
+    char name[256];
+    int sm;
+    mr_cuda_device_info(name, sizeof name, &sm);
+    double bw[3];
+    for (int i = 0; i < 3; i++) bw[i] = mr_cuda_copy_bandwidth((size_t)2 << 30, 10);
+    double cbw = bw[0] > bw[1] ? (bw[1] > bw[2] ? bw[1] : (bw[0] > bw[2] ? bw[2] : bw[0])) : (bw[0] > bw[2] ? bw[0] : (bw[1] > bw[2] ? bw[2] : bw[1]));
+    printf("device %s, %d SMs; D2D copy (2 GiB, read+write) median of 3: %.1f GB/s\n", name, sm, cbw);
+    mr_err err;
+    mr_backend *fast = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_GENERIC", "1", 1);
+    mr_backend *gen = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_GENERIC");
+    if (!fast || !gen) {
+        fprintf(stderr, "cuda: %s\n", err.msg);
+        return 1;
+    }
+    printf("%-8s %-9s %-16s %3s %12s %11s %13s %7s\n", "kernel", "type", "rows x cols", "n", "bytes",
+           "time", "bandwidth", "%copy");
+    struct { int type; int64_t rows, cols; } sh[] = {
+        {MR_TYPE_Q4_K, 4096, 4096}, {MR_TYPE_Q4_K, 12288, 4096}, {MR_TYPE_Q4_K, 4096, 12288},
+        {MR_TYPE_Q6_K, 4096, 12288}, {MR_TYPE_Q6_K, 1024, 4096}, {MR_TYPE_Q6_K, 151936, 4096},
+        {MR_TYPE_Q4_K, 1024, 4096}, {MR_TYPE_Q8_0, 4096, 4096}, {MR_TYPE_BF16, 4096, 4096},
+        {MR_TYPE_Q5_K, 4096, 4096}, {MR_TYPE_IQ4_XS, 4096, 4096}, {MR_TYPE_Q4_0, 4096, 4096},
+    };
+    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
+        bench_mv(fast, "fast", sh[i].type, sh[i].rows, sh[i].cols, 1, iters, cbw);
+        if (i < 2) bench_mv(gen, "generic", sh[i].type, sh[i].rows, sh[i].cols, 1, iters / 4 + 1, cbw);
+    }
+    /* rows per block forced, to see what the automatic choice leaves */
+    const char *rs[3] = {"1", "2", "4"};
+    for (int i = 0; i < 3; i++) {
+        setenv("MEMRA_CUDA_FAST_R", rs[i], 1);
+        mr_backend *b = mr_backend_cuda_create(0, &err);
+        unsetenv("MEMRA_CUDA_FAST_R");
+        if (!b) return 1;
+        char lab[16];
+        snprintf(lab, sizeof lab, "fast-r%s", rs[i]);
+        bench_mv(b, lab, MR_TYPE_Q4_K, 4096, 4096, 1, iters, cbw);
+        bench_mv(b, lab, MR_TYPE_Q4_K, 1024, 4096, 1, iters, cbw);
+        bench_mv(b, lab, MR_TYPE_Q6_K, 4096, 12288, 1, iters, cbw);
+        b->destroy(b);
+    }
+    bench_mv(fast, "fast", MR_TYPE_Q4_K, 4096, 4096, 2, iters, cbw);
+    bench_mv(fast, "fast", MR_TYPE_Q4_K, 4096, 4096, 4, iters, cbw);
+    bench_mv(fast, "fast", MR_TYPE_Q4_K, 4096, 4096, 8, iters, cbw);
+    gen->destroy(gen);
+    fast->destroy(fast);
+    return 0;
+}
+#endif

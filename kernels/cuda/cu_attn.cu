@@ -1,0 +1,222 @@
+/* Paged KV cache store and causal GQA attention over it.
+ *
+ * Attention is split-K ("flash decoding"): grid (head, token, split); each
+ * block walks its slice of the token's positions with an online softmax,
+ * writes an unnormalised partial (max, sum, acc[head_dim]), and a second
+ * kernel merges the splits.  The slice bounds come from pos[] on the device,
+ * so the launch shape does not depend on the position (graph replay). */
+#include <math.h>
+
+#include "kernels/cuda/cu_common.cuh"
+
+template <int DT>
+__device__ __forceinline__ float kv_ld(const void *base, int64_t i)
+{
+    if constexpr (DT == MR_KV_F32) return ((const float *)base)[i];
+    else if constexpr (DT == MR_KV_F16) return __half2float(((const __half *)base)[i]);
+    else return mr_bf2f(((const uint16_t *)base)[i]);
+}
+
+template <int DT>
+__global__ void k_kv_store(void *K, void *V, const int32_t *table, const float *k, const float *v,
+                           const int32_t *pos, int bt, int n_blocks, int kvdim)
+{
+    const int t = blockIdx.y;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= kvdim)
+        return;
+    const int p = pos[t];
+    if (p < 0)
+        return;
+    const int blk = table[p / bt];
+    if (blk < 0 || blk >= n_blocks)
+        return;
+    const int64_t o = ((int64_t)blk * bt + p % bt) * kvdim + i;
+    const float kv0 = k[(int64_t)t * kvdim + i], vv0 = v[(int64_t)t * kvdim + i];
+    if constexpr (DT == MR_KV_F32) {
+        ((float *)K)[o] = kv0;
+        ((float *)V)[o] = vv0;
+    } else if constexpr (DT == MR_KV_F16) {
+        ((__half *)K)[o] = __float2half_rn(kv0);
+        ((__half *)V)[o] = __float2half_rn(vv0);
+    } else {
+        ((__nv_bfloat16 *)K)[o] = __float2bfloat16_rn(kv0);
+        ((__nv_bfloat16 *)V)[o] = __float2bfloat16_rn(vv0);
+    }
+}
+
+static void cu_kv_store(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t *block_table,
+                        const float *k, const float *v, const int32_t *pos, int n)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n <= 0)
+        return;
+    if (layer < 0 || layer >= kv->n_layers || n > 65535) {
+        mr_cu_fail(c, "kv_store: layer %d of %d, %d tokens", layer, kv->n_layers, n);
+        return;
+    }
+    const int kvdim = kv->n_kv_heads * kv->head_dim;
+    dim3 grid(mr_cu_blocks((size_t)kvdim, 256), n);
+#define L(DT) k_kv_store<DT><<<grid, 256, 0, c->stream>>>(kv->k[layer], kv->v[layer], block_table, k, v, pos, kv->block_tokens, kv->n_blocks, kvdim)
+    if (kv->dtype == MR_KV_F32) L(MR_KV_F32);
+    else if (kv->dtype == MR_KV_F16) L(MR_KV_F16);
+    else L(MR_KV_BF16);
+#undef L
+    MR_CU_LAUNCHED(c, "kv_store");
+}
+
+#define ATT_WARPS 4
+
+/* Partial record per (token, head, split): m, l, then acc[D]. */
+template <int DT, int EPL>
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+k_attn_split(const void *K, const void *V, const int32_t *table, const float *q,
+             const int32_t *pos, int n_heads, int n_kv_heads, int bt, int n_blocks, float scale,
+             int n_split, float *part)
+{
+    constexpr int D = EPL * 32;
+    const int h = blockIdx.x, t = blockIdx.y, s = blockIdx.z;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int kvh = h / (n_heads / n_kv_heads);
+    const int kvdim = n_kv_heads * D;
+    const int P = pos[t] + 1;
+    const int chunk = (P + n_split - 1) / n_split;
+    const int p0 = s * chunk, p1 = min(P, p0 + chunk);
+
+    float qv[EPL], acc[EPL];
+    const float *qp = q + ((int64_t)t * n_heads + h) * D + lane * EPL;
+#pragma unroll
+    for (int e = 0; e < EPL; e++) {
+        qv[e] = qp[e] * scale;
+        acc[e] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    bool bad = false;
+    for (int p = p0 + w; p < p1; p += ATT_WARPS) {
+        const int blk = table[p / bt];
+        if (blk < 0 || blk >= n_blocks) {
+            bad = true;
+            break;
+        }
+        const int64_t base = ((int64_t)blk * bt + p % bt) * kvdim + (int64_t)kvh * D + lane * EPL;
+        float sc = 0.0f;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) sc = fmaf(qv[e], kv_ld<DT>(K, base + e), sc);
+        sc = mr_warp_sum(sc);
+        const float mn = fmaxf(m, sc);
+        const float corr = expf(m - mn); /* exp(-inf) = 0 on the first position */
+        const float pe = expf(sc - mn);
+        l = l * corr + pe;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) acc[e] = fmaf(pe, kv_ld<DT>(V, base + e), acc[e] * corr);
+        m = mn;
+    }
+
+    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS];
+    __shared__ float sacc[ATT_WARPS][D];
+    __shared__ int sbad;
+    if (threadIdx.x == 0) sbad = 0;
+    __syncthreads();
+    if (bad) sbad = 1;
+    if (lane == 0) {
+        sm[w] = m;
+        sl[w] = l;
+    }
+#pragma unroll
+    for (int e = 0; e < EPL; e++) sacc[w][lane * EPL + e] = acc[e];
+    __syncthreads();
+    float M = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < ATT_WARPS; i++) M = fmaxf(M, sm[i]);
+    float *out = part + (((int64_t)t * n_heads + h) * n_split + s) * (D + 2);
+    const float nan = __int_as_float(0x7fc00000);
+    if (threadIdx.x == 0) {
+        float L = 0.0f;
+        if (M != -INFINITY)
+            for (int i = 0; i < ATT_WARPS; i++) L += sl[i] * expf(sm[i] - M);
+        out[0] = sbad ? nan : M;
+        out[1] = L;
+    }
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float a = 0.0f;
+        if (M != -INFINITY)
+            for (int i = 0; i < ATT_WARPS; i++) a += sacc[i][d] * expf(sm[i] - M);
+        out[2 + d] = a;
+    }
+}
+
+__global__ void k_attn_merge(const float *part, int n_heads, int n_split, int D, float *out)
+{
+    const int h = blockIdx.x, t = blockIdx.y;
+    const float *pr = part + ((int64_t)t * n_heads + h) * n_split * (D + 2);
+    float M = -INFINITY;
+    bool bad = false;
+    for (int s = 0; s < n_split; s++) {
+        float ms = pr[s * (D + 2)];
+        bad |= ms != ms;
+        M = fmaxf(M, ms);
+    }
+    float L = 0.0f;
+    for (int s = 0; s < n_split; s++) {
+        float ms = pr[s * (D + 2)];
+        if (ms != -INFINITY) L += pr[s * (D + 2) + 1] * expf(ms - M);
+    }
+    float *o = out + ((int64_t)t * n_heads + h) * D;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < n_split; s++) {
+            float ms = pr[s * (D + 2)];
+            if (ms != -INFINITY) a += pr[s * (D + 2) + 2 + d] * expf(ms - M);
+        }
+        /* no visible position (or a bad block id) gives NaN, never a silent zero */
+        o[d] = (bad || L == 0.0f) ? __int_as_float(0x7fc00000) : a / L;
+    }
+}
+
+static void cu_attention(mr_backend *be, const mr_kv_cache *kv, int layer,
+                         const int32_t *block_table, const float *q, const int32_t *pos, int n,
+                         int n_heads, float scale, float *out)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n <= 0)
+        return;
+    const int D = kv->head_dim;
+    if (layer < 0 || layer >= kv->n_layers || n_heads <= 0 || n_heads % kv->n_kv_heads ||
+        n > 65535 || n_heads > 65535) {
+        mr_cu_fail(c, "attention: layer %d of %d, %d heads over %d kv heads, %d tokens", layer,
+                   kv->n_layers, n_heads, kv->n_kv_heads, n);
+        return;
+    }
+    /* Enough blocks to cover the SMs twice; capped so scratch stays small. */
+    int n_split = (2 * c->n_sm + n_heads * n - 1) / (n_heads * n);
+    if (n_split < 1) n_split = 1;
+    if (n_split > 32) n_split = 32;
+    size_t need = (size_t)n * n_heads * n_split * (D + 2) * sizeof(float);
+    if (!mr_cu_reserve(c, &c->scratch_attn, need, "attention scratch"))
+        return;
+    float *part = (float *)c->scratch_attn.p;
+    dim3 grid(n_heads, n, n_split);
+#define L(DT, EPL) k_attn_split<DT, EPL><<<grid, ATT_WARPS * 32, 0, c->stream>>>(kv->k[layer], kv->v[layer], block_table, q, pos, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, n_split, part)
+#define BY_EPL(DT)                                         \
+    switch (D) {                                           \
+    case 32: L(DT, 1); break;                              \
+    case 64: L(DT, 2); break;                              \
+    case 128: L(DT, 4); break;                             \
+    case 256: L(DT, 8); break;                             \
+    default: mr_cu_fail(c, "attention: head_dim %d (supported: 32, 64, 128, 256)", D); return; \
+    }
+    if (kv->dtype == MR_KV_F32) { BY_EPL(MR_KV_F32) }
+    else if (kv->dtype == MR_KV_F16) { BY_EPL(MR_KV_F16) }
+    else { BY_EPL(MR_KV_BF16) }
+#undef BY_EPL
+#undef L
+    MR_CU_LAUNCHED(c, "attention");
+    k_attn_merge<<<dim3(n_heads, n), 128, 0, c->stream>>>(part, n_heads, n_split, D, out);
+    MR_CU_LAUNCHED(c, "attention merge");
+}
+
+void mr_cu_install_attn(mr_backend *be)
+{
+    be->kv_store = cu_kv_store;
+    be->attention = cu_attention;
+}

@@ -1,0 +1,321 @@
+/* Automatic CUDA graphs for repeated op sequences (decode steps).
+ *
+ * The ops of the table are recorded instead of launched, together with a
+ * signature (op ids, every argument, and the shape and device pointers of
+ * each weight and KV cache they touch).  At the next point where the host
+ * can observe the device (upload, download, sync, free, load, destroy) the
+ * recorded sequence is flushed:
+ *   - a sequence whose signature has a cached graph is replayed as one
+ *     cudaGraphLaunch;
+ *   - a sequence identical to the previous flush (the second decode step)
+ *     is captured into a graph, cached and launched;
+ *   - anything else (prompts, first steps, tests) is launched op by op.
+ * Device memory holds the token ids, positions and block tables, so the
+ * same sequence is the same computation on new inputs: replay needs no
+ * cooperation from the forward pass.  Sequences that call cuBLAS (prompt
+ * GEMMs) are never captured.  MEMRA_CUDA_AUTOGRAPH=0 turns this off. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <functional>
+#include <vector>
+
+#include "kernels/cuda/cu_common.cuh"
+
+struct mr_cu_auto {
+    std::vector<std::function<void()>> ops;
+    std::vector<uint64_t> sig, last_sig;
+    bool capturable = true;
+    struct entry {
+        std::vector<uint64_t> sig;
+        cudaGraphExec_t ex;
+    };
+    std::vector<entry> cache;
+    mr_backend real; /* the op table that launches */
+    long replays = 0, captures = 0;
+};
+
+enum { OP_GET_ROWS = 1, OP_MATMUL, OP_MATMUL_ID, OP_RMSNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION,
+       OP_SWIGLU, OP_ADD, OP_MOE_ROUTE, OP_MOE_COMBINE, OP_ARGMAX, OP_ADD_RMSNORM };
+
+#define MAX_GRAPHS 8
+
+static inline void sp(std::vector<uint64_t> &s, const void *p) { s.push_back((uint64_t)(uintptr_t)p); }
+static inline void sp(std::vector<uint64_t> &s, int v) { s.push_back((uint64_t)(int64_t)v); }
+static inline void sp(std::vector<uint64_t> &s, size_t v) { s.push_back((uint64_t)v); }
+static inline void sp(std::vector<uint64_t> &s, bool v) { s.push_back(v); }
+static inline void sp(std::vector<uint64_t> &s, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    s.push_back(u);
+}
+static inline void sp(std::vector<uint64_t> &s, const mr_weight *w)
+{
+    sp(s, (const void *)w);
+    s.push_back((uint64_t)w->type);
+    s.push_back((uint64_t)w->cols);
+    s.push_back((uint64_t)w->rows);
+    s.push_back((uint64_t)w->n_mats);
+    sp(s, w->data);
+    sp(s, (const void *)w->priv);
+}
+static inline void sp_kv(std::vector<uint64_t> &s, const mr_kv_cache *kv, int layer)
+{
+    sp(s, (const void *)kv);
+    s.push_back(((uint64_t)kv->n_blocks << 32) | (uint32_t)kv->block_tokens);
+    s.push_back(((uint64_t)kv->n_kv_heads << 32) | (uint32_t)kv->head_dim);
+    s.push_back((uint64_t)kv->dtype);
+    if (layer >= 0 && layer < kv->n_layers) {
+        sp(s, (const void *)kv->k[layer]);
+        sp(s, (const void *)kv->v[layer]);
+    }
+}
+
+static void run_direct(mr_cu_auto *a)
+{
+    for (auto &f : a->ops) f();
+}
+
+void mr_cu_flush(mr_backend *be)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    mr_cu_auto *a = c->ag;
+    if (!a || a->ops.empty())
+        return;
+    bool done = false;
+    for (auto &e : a->cache)
+        if (e.sig == a->sig) {
+            cudaError_t err = cudaGraphLaunch(e.ex, c->stream);
+            if (err != cudaSuccess)
+                mr_cu_fail(c, "graph replay: %s", cudaGetErrorString(err));
+            a->replays++;
+            done = true;
+            break;
+        }
+    if (!done && a->capturable && !c->failed && a->sig == a->last_sig) {
+        cudaGraph_t g = NULL;
+        cudaGraphExec_t ex = NULL;
+        cudaError_t err = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+        if (err == cudaSuccess) {
+            c->capturing = true;
+            run_direct(a);
+            c->capturing = false;
+            err = cudaStreamEndCapture(c->stream, &g);
+            if (err == cudaSuccess && !c->failed)
+                err = cudaGraphInstantiate(&ex, g, 0);
+            if (g)
+                cudaGraphDestroy(g);
+        }
+        if (err == cudaSuccess && ex && !c->failed) {
+            err = cudaGraphLaunch(ex, c->stream);
+            if (err != cudaSuccess)
+                mr_cu_fail(c, "graph launch: %s", cudaGetErrorString(err));
+            if (a->cache.size() >= MAX_GRAPHS) {
+                cudaGraphExecDestroy(a->cache.front().ex);
+                a->cache.erase(a->cache.begin());
+            }
+            a->cache.push_back({a->sig, ex});
+            a->captures++;
+            done = true;
+        } else {
+            (void)cudaGetLastError();
+            if (ex)
+                cudaGraphExecDestroy(ex);
+            /* a capture that could not be made: run the ops themselves
+             * (unless an op itself failed; that error is kept) */
+            if (c->failed)
+                done = true;
+        }
+    }
+    if (!done)
+        run_direct(a);
+    a->last_sig.swap(a->sig);
+    a->sig.clear();
+    a->ops.clear();
+    a->capturable = true;
+}
+
+static inline mr_cu_auto *rec(mr_backend *be, int op)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    a->sig.push_back((uint64_t)op);
+    return a;
+}
+
+/* While an explicit capture (graph_begin..graph_end) runs, ops go straight
+ * to the stream: recording is for the implicit graphs only. */
+#define DIRECT(be) (mr_cu(be)->capturing)
+
+static void w_get_rows(mr_backend *be, const mr_weight *w, const int32_t *ids, int n, float *out)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.get_rows(be, w, ids, n, out);
+    rec(be, OP_GET_ROWS);
+    sp(a->sig, w); sp(a->sig, ids); sp(a->sig, n); sp(a->sig, out);
+    a->ops.push_back([=] { a->real.get_rows(be, w, ids, n, out); });
+}
+
+static void w_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, int n)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.matmul(be, w, x, y, n);
+    rec(be, OP_MATMUL);
+    sp(a->sig, w); sp(a->sig, x); sp(a->sig, y); sp(a->sig, n);
+    if (n > MR_CU_MATVEC_MAX) a->capturable = false; /* cuBLAS */
+    a->ops.push_back([=] { a->real.matmul(be, w, x, y, n); });
+}
+
+static void w_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
+                        const int32_t *ids, int k, float *y, int n)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.matmul_id(be, w, x, x_slots, ids, k, y, n);
+    rec(be, OP_MATMUL_ID);
+    sp(a->sig, w); sp(a->sig, x); sp(a->sig, x_slots); sp(a->sig, ids); sp(a->sig, k);
+    sp(a->sig, y); sp(a->sig, n);
+    a->ops.push_back([=] { a->real.matmul_id(be, w, x, x_slots, ids, k, y, n); });
+}
+
+static void w_rmsnorm(mr_backend *be, const float *x, const float *w, float *y, int n_rows,
+                      int dim, float eps)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.rmsnorm(be, x, w, y, n_rows, dim, eps);
+    rec(be, OP_RMSNORM);
+    sp(a->sig, x); sp(a->sig, w); sp(a->sig, y); sp(a->sig, n_rows); sp(a->sig, dim); sp(a->sig, eps);
+    a->ops.push_back([=] { a->real.rmsnorm(be, x, w, y, n_rows, dim, eps); });
+}
+
+static void w_add_rmsnorm(mr_backend *be, float *y, const float *x, const float *w, float *out,
+                          int n_rows, int dim, float eps)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.add_rmsnorm(be, y, x, w, out, n_rows, dim, eps);
+    rec(be, OP_ADD_RMSNORM);
+    sp(a->sig, y); sp(a->sig, x); sp(a->sig, w); sp(a->sig, out); sp(a->sig, n_rows);
+    sp(a->sig, dim); sp(a->sig, eps);
+    a->ops.push_back([=] { a->real.add_rmsnorm(be, y, x, w, out, n_rows, dim, eps); });
+}
+
+static void w_rope(mr_backend *be, float *x, const int32_t *pos, int n, int n_heads, int head_dim,
+                   int n_rot, float theta_base, enum mr_rope_mode mode)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.rope(be, x, pos, n, n_heads, head_dim, n_rot, theta_base, mode);
+    rec(be, OP_ROPE);
+    sp(a->sig, x); sp(a->sig, pos); sp(a->sig, n); sp(a->sig, n_heads); sp(a->sig, head_dim);
+    sp(a->sig, n_rot); sp(a->sig, theta_base); sp(a->sig, (int)mode);
+    a->ops.push_back([=] { a->real.rope(be, x, pos, n, n_heads, head_dim, n_rot, theta_base, mode); });
+}
+
+static void w_kv_store(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t *table,
+                       const float *k, const float *v, const int32_t *pos, int n)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.kv_store(be, kv, layer, table, k, v, pos, n);
+    rec(be, OP_KV_STORE);
+    sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, table); sp(a->sig, k); sp(a->sig, v);
+    sp(a->sig, pos); sp(a->sig, n);
+    a->ops.push_back([=] { a->real.kv_store(be, kv, layer, table, k, v, pos, n); });
+}
+
+static void w_attention(mr_backend *be, const mr_kv_cache *kv, int layer, const int32_t *table,
+                        const float *q, const int32_t *pos, int n, int n_heads, float scale,
+                        float *out)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.attention(be, kv, layer, table, q, pos, n, n_heads, scale, out);
+    rec(be, OP_ATTENTION);
+    sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, table); sp(a->sig, q); sp(a->sig, pos);
+    sp(a->sig, n); sp(a->sig, n_heads); sp(a->sig, scale); sp(a->sig, out);
+    a->ops.push_back([=] { a->real.attention(be, kv, layer, table, q, pos, n, n_heads, scale, out); });
+}
+
+static void w_swiglu(mr_backend *be, const float *g, const float *u, float *o, size_t n)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.swiglu(be, g, u, o, n);
+    rec(be, OP_SWIGLU);
+    sp(a->sig, g); sp(a->sig, u); sp(a->sig, o); sp(a->sig, n);
+    a->ops.push_back([=] { a->real.swiglu(be, g, u, o, n); });
+}
+
+static void w_add(mr_backend *be, float *y, const float *x, size_t n)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.add(be, y, x, n);
+    rec(be, OP_ADD);
+    sp(a->sig, y); sp(a->sig, x); sp(a->sig, n);
+    a->ops.push_back([=] { a->real.add(be, y, x, n); });
+}
+
+static void w_moe_route(mr_backend *be, const float *l, int n, int ne, int k, bool norm, int32_t *ids,
+                        float *w)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.moe_route(be, l, n, ne, k, norm, ids, w);
+    rec(be, OP_MOE_ROUTE);
+    sp(a->sig, l); sp(a->sig, n); sp(a->sig, ne); sp(a->sig, k); sp(a->sig, norm); sp(a->sig, ids);
+    sp(a->sig, w);
+    a->ops.push_back([=] { a->real.moe_route(be, l, n, ne, k, norm, ids, w); });
+}
+
+static void w_moe_combine(mr_backend *be, const float *y, const float *w, int n, int k, int rows,
+                          float *out)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.moe_combine(be, y, w, n, k, rows, out);
+    rec(be, OP_MOE_COMBINE);
+    sp(a->sig, y); sp(a->sig, w); sp(a->sig, n); sp(a->sig, k); sp(a->sig, rows); sp(a->sig, out);
+    a->ops.push_back([=] { a->real.moe_combine(be, y, w, n, k, rows, out); });
+}
+
+static void w_argmax(mr_backend *be, const float *x, int n, int dim, int32_t *ids)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.argmax(be, x, n, dim, ids);
+    rec(be, OP_ARGMAX);
+    sp(a->sig, x); sp(a->sig, n); sp(a->sig, dim); sp(a->sig, ids);
+    a->ops.push_back([=] { a->real.argmax(be, x, n, dim, ids); });
+}
+
+void mr_cu_autograph_install(mr_backend *be)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    const char *e = getenv("MEMRA_CUDA_AUTOGRAPH");
+    if (e && !strcmp(e, "0"))
+        return;
+    c->ag = new mr_cu_auto();
+    c->ag->real = *be;
+    be->get_rows = w_get_rows;
+    be->matmul = w_matmul;
+    be->matmul_id = w_matmul_id;
+    be->rmsnorm = w_rmsnorm;
+    be->add_rmsnorm = w_add_rmsnorm;
+    be->rope = w_rope;
+    be->kv_store = w_kv_store;
+    be->attention = w_attention;
+    be->swiglu = w_swiglu;
+    be->add = w_add;
+    be->moe_route = w_moe_route;
+    be->moe_combine = w_moe_combine;
+    be->argmax = w_argmax;
+}
+
+void mr_cu_autograph_free(mr_backend *be)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (!c->ag)
+        return;
+    for (auto &en : c->ag->cache) cudaGraphExecDestroy(en.ex);
+    delete c->ag;
+    c->ag = NULL;
+}
+
+extern "C" void mr_cu_autograph_stats(mr_backend *be, long *captures, long *replays)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    *captures = c->ag ? c->ag->captures : 0;
+    *replays = c->ag ? c->ag->replays : 0;
+}

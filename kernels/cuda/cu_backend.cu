@@ -1,0 +1,375 @@
+/* The CUDA backend: device memory, weights, paged KV cache, one stream,
+ * a sticky first error, CUDA graph capture/replay, and the op table. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/cu_common.cuh"
+#include "kernels/cuda/cu_quant.cuh"
+
+void mr_cu_fail(mr_cu_ctx *c, const char *fmt, ...)
+{
+    if (c->failed)
+        return;
+    c->failed = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err.msg, sizeof c->err.msg, fmt, ap);
+    va_end(ap);
+}
+
+bool mr_cu_reserve(mr_cu_ctx *c, mr_cu_buf *buf, size_t n, const char *what)
+{
+    if (buf->cap >= n)
+        return true;
+    if (c->capturing) {
+        mr_cu_fail(c, "%s: needs %zu bytes of scratch during graph capture (run the step once "
+                   "before capturing it)", what, n);
+        return false;
+    }
+    /* queued kernels may still read the old buffer */
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    if (e == cudaSuccess && buf->p)
+        e = cudaFree(buf->p);
+    buf->p = NULL;
+    buf->cap = 0;
+    size_t want = n + n / 4;
+    if (e == cudaSuccess)
+        e = cudaMalloc(&buf->p, want);
+    if (e != cudaSuccess) {
+        buf->p = NULL;
+        mr_cu_fail(c, "%s: cudaMalloc(%zu): %s", what, want, cudaGetErrorString(e));
+        return false;
+    }
+    buf->cap = want;
+    return true;
+}
+
+static int take_error(mr_cu_ctx *c, mr_err *err)
+{
+    if (!c->failed)
+        return 0;
+    return mr_errf(err, "cuda: %s", c->err.msg);
+}
+
+/* ---- memory ---- */
+
+static void *cu_alloc(mr_backend *be, size_t bytes)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    (void)c;
+    return p;
+}
+
+static void cu_free(mr_backend *be, void *p)
+{
+    if (!p)
+        return;
+    mr_cu_ctx *c = mr_cu(be);
+    mr_cu_flush(be); /* recorded ops may still use p */
+    /* cudaFree synchronizes with the device, so queued work has finished. */
+    MR_CU_TRY(c, cudaFree(p));
+}
+
+static int cu_copy(mr_backend *be, void *dst, const void *src, size_t n, cudaMemcpyKind kind,
+                   mr_err *err)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n == 0)
+        return 0;
+    mr_cu_flush(be);
+    if (c->capturing)
+        return mr_errf(err, "cuda: upload/download inside graph capture");
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) {
+        mr_cu_fail(c, "copy of %zu bytes: %s", n, cudaGetErrorString(e));
+        return take_error(c, err);
+    }
+    return take_error(c, err);
+}
+
+static int cu_upload(mr_backend *be, void *dst, const void *src, size_t n, mr_err *err)
+{
+    return cu_copy(be, dst, src, n, cudaMemcpyHostToDevice, err);
+}
+
+static int cu_download(mr_backend *be, void *dst, const void *src, size_t n, mr_err *err)
+{
+    return cu_copy(be, dst, src, n, cudaMemcpyDeviceToHost, err);
+}
+
+static int cu_sync(mr_backend *be, mr_err *err)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    mr_cu_flush(be);
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess)
+        mr_cu_fail(c, "sync: %s", cudaGetErrorString(e));
+    return take_error(c, err);
+}
+
+/* ---- weights ---- */
+
+static int cu_weight_load(mr_backend *be, mr_weight *w, const void *host, mr_err *err)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    mr_cu_flush(be);
+    const char *name = w->name ? w->name : "?";
+    mr_cu_tinfo ti = mr_cu_type_info(w->type);
+    if (ti.block_elems == 0)
+        return mr_errf(err, "cuda: weight %s: type %d is not supported", name, w->type);
+    if (w->cols <= 0 || w->rows <= 0 || w->n_mats <= 0 || w->cols % ti.block_elems)
+        return mr_errf(err, "cuda: weight %s: bad shape %lld x %lld x %lld for block size %d", name,
+                       (long long)w->cols, (long long)w->rows, (long long)w->n_mats, ti.block_elems);
+    size_t rb = (size_t)(w->cols / ti.block_elems) * (size_t)ti.block_bytes;
+    if (w->row_bytes != rb)
+        return mr_errf(err, "cuda: weight %s: row_bytes %zu, expected %zu", name, w->row_bytes, rb);
+    size_t n = rb * (size_t)w->rows * (size_t)w->n_mats;
+    void *d = NULL;
+    cudaError_t e = cudaMalloc(&d, n);
+    if (e != cudaSuccess)
+        return mr_errf(err, "cuda: weight %s: cudaMalloc(%zu): %s", name, n, cudaGetErrorString(e));
+    e = cudaMemcpy(d, host, n, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        cudaFree(d);
+        return mr_errf(err, "cuda: weight %s: copy of %zu bytes: %s", name, n, cudaGetErrorString(e));
+    }
+    w->data = d;
+    w->priv = NULL;
+    if (mr_cu_weight_prepare(be, w, err)) {
+        cudaFree(d);
+        w->data = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static void cu_weight_release(mr_backend *be, mr_weight *w)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    mr_cu_flush(be);
+    mr_cu_weight_free_priv(be, w);
+    if (w->data)
+        MR_CU_TRY(c, cudaFree((void *)w->data));
+    w->data = NULL;
+}
+
+/* ---- KV cache ---- */
+
+static size_t kv_elem_size(mr_kv_dtype t) { return t == MR_KV_F32 ? 4 : 2; }
+
+static void cu_kv_destroy(mr_backend *be, mr_kv_cache *kv)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    mr_cu_flush(be);
+    for (int l = 0; kv->k && l < kv->n_layers; l++) {
+        if (kv->k[l]) MR_CU_TRY(c, cudaFree(kv->k[l]));
+        if (kv->v && kv->v[l]) MR_CU_TRY(c, cudaFree(kv->v[l]));
+    }
+    free(kv->k);
+    free(kv->v);
+    kv->k = kv->v = NULL;
+}
+
+static int cu_kv_create(mr_backend *be, mr_kv_cache *kv, mr_err *err)
+{
+    mr_cu_flush(be);
+    if (kv->n_layers <= 0 || kv->n_blocks <= 0 || kv->block_tokens <= 0 || kv->n_kv_heads <= 0 ||
+        kv->head_dim <= 0 || kv->head_dim > 512 || kv->head_dim % 32)
+        return mr_errf(err, "cuda: kv cache: bad shape (layers %d, blocks %d, block_tokens %d, "
+                       "kv heads %d, head_dim %d; head_dim must be a multiple of 32 up to 512)",
+                       kv->n_layers, kv->n_blocks, kv->block_tokens, kv->n_kv_heads, kv->head_dim);
+    if (kv->dtype != MR_KV_F32 && kv->dtype != MR_KV_F16 && kv->dtype != MR_KV_BF16)
+        return mr_errf(err, "cuda: kv cache: unknown dtype %d", (int)kv->dtype);
+    size_t per = (size_t)kv->n_blocks * kv->block_tokens * kv->n_kv_heads * kv->head_dim *
+                 kv_elem_size(kv->dtype);
+    kv->k = (void **)calloc((size_t)kv->n_layers, sizeof(void *));
+    kv->v = (void **)calloc((size_t)kv->n_layers, sizeof(void *));
+    if (!kv->k || !kv->v) {
+        free(kv->k);
+        free(kv->v);
+        kv->k = kv->v = NULL;
+        return mr_errf(err, "cuda: kv cache: out of host memory");
+    }
+    for (int l = 0; l < kv->n_layers; l++) {
+        cudaError_t e = cudaMalloc(&kv->k[l], per);
+        if (e == cudaSuccess) e = cudaMalloc(&kv->v[l], per);
+        if (e == cudaSuccess) e = cudaMemset(kv->k[l], 0, per);
+        if (e == cudaSuccess) e = cudaMemset(kv->v[l], 0, per);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            cu_kv_destroy(be, kv);
+            return mr_errf(err, "cuda: kv cache layer %d: %zu bytes: %s", l, per,
+                           cudaGetErrorString(e));
+        }
+    }
+    return 0;
+}
+
+/* ---- CUDA graphs ---- */
+
+static int cu_graph_begin(mr_backend *be, mr_err *err)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (c->capturing)
+        return mr_errf(err, "cuda: graph_begin: already capturing");
+    mr_cu_flush(be);
+    cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess)
+        return mr_errf(err, "cuda: graph_begin: %s", cudaGetErrorString(e));
+    c->capturing = true;
+    return 0;
+}
+
+static int cu_graph_end(mr_backend *be, void **graph, mr_err *err)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    *graph = NULL;
+    if (!c->capturing)
+        return mr_errf(err, "cuda: graph_end without graph_begin");
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    c->capturing = false;
+    if (e != cudaSuccess)
+        return mr_errf(err, "cuda: graph_end: %s", cudaGetErrorString(e));
+    if (c->failed) {
+        cudaGraphDestroy(g);
+        return take_error(c, err);
+    }
+    cudaGraphExec_t ex = NULL;
+    e = cudaGraphInstantiate(&ex, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess)
+        return mr_errf(err, "cuda: graph instantiate: %s", cudaGetErrorString(e));
+    *graph = (void *)ex;
+    return 0;
+}
+
+static int cu_graph_launch(mr_backend *be, void *graph, mr_err *err)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    mr_cu_flush(be);
+    cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)graph, c->stream);
+    if (e != cudaSuccess) {
+        mr_cu_fail(c, "graph launch: %s", cudaGetErrorString(e));
+        return take_error(c, err);
+    }
+    return 0;
+}
+
+static void cu_graph_destroy(mr_backend *be, void *graph)
+{
+    if (graph)
+        cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
+/* ---- lifetime ---- */
+
+static void cu_destroy(mr_backend *be)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (c) {
+        if (c->stream) {
+            mr_cu_flush(be);
+            mr_cu_autograph_free(be);
+        }
+        cudaStreamSynchronize(c->stream);
+        if (c->scratch_w.p) cudaFree(c->scratch_w.p);
+        if (c->scratch_attn.p) cudaFree(c->scratch_attn.p);
+        if (c->scratch_act.p) cudaFree(c->scratch_act.p);
+        if (c->cublas) cublasDestroy(c->cublas);
+        if (c->stream) cudaStreamDestroy(c->stream);
+        free(c);
+    }
+    free(be);
+}
+
+extern "C" bool mr_backend_cuda_available(void)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return n > 0;
+}
+
+extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        (void)cudaGetLastError();
+        mr_errf(err, "cuda: no device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "count 0");
+        return NULL;
+    }
+    if (device < 0 || device >= n) {
+        mr_errf(err, "cuda: device %d does not exist (%d present)", device, n);
+        return NULL;
+    }
+    mr_backend *be = (mr_backend *)calloc(1, sizeof *be);
+    mr_cu_ctx *c = (mr_cu_ctx *)calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        mr_errf(err, "cuda: out of host memory");
+        return NULL;
+    }
+    be->ctx = c;
+    be->destroy = cu_destroy;
+    c->device = device;
+    cudaDeviceProp prop;
+    if ((e = cudaSetDevice(device)) != cudaSuccess ||
+        (e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        mr_errf(err, "cuda: device %d setup: %s", device, cudaGetErrorString(e));
+        cu_destroy(be);
+        return NULL;
+    }
+    c->n_sm = prop.multiProcessorCount;
+    const char *gen = getenv("MEMRA_CUDA_GENERIC");
+    c->no_fast = gen && *gen && strcmp(gen, "0");
+    const char *fr = getenv("MEMRA_CUDA_FAST_R");
+    c->fast_r = fr ? atoi(fr) : 0;
+    if (cublasCreate(&c->cublas) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetStream(c->cublas, c->stream) != CUBLAS_STATUS_SUCCESS) {
+        mr_errf(err, "cuda: cuBLAS init failed on device %d", device);
+        c->cublas = NULL;
+        cu_destroy(be);
+        return NULL;
+    }
+    /* float32 products stay float32: no TF32 shortcut. */
+    cublasSetMathMode(c->cublas, CUBLAS_PEDANTIC_MATH);
+
+    be->name = "cuda";
+    be->alloc = cu_alloc;
+    be->free = cu_free;
+    be->upload = cu_upload;
+    be->download = cu_download;
+    be->sync = cu_sync;
+    be->weight_load = cu_weight_load;
+    be->weight_release = cu_weight_release;
+    be->kv_create = cu_kv_create;
+    be->kv_destroy = cu_kv_destroy;
+    be->get_rows = mr_cu_get_rows;
+    be->matmul = mr_cu_matmul;
+    be->matmul_id = mr_cu_matmul_id;
+    be->graph_begin = cu_graph_begin;
+    be->graph_end = cu_graph_end;
+    be->graph_launch = cu_graph_launch;
+    be->graph_destroy = cu_graph_destroy;
+    mr_cu_install_ops(be);
+    mr_cu_install_attn(be);
+    mr_cu_autograph_install(be); /* last: it wraps the table above */
+    return be;
+}

@@ -1,0 +1,26 @@
+/* Measurement helpers for the GPU benchmark programs (C-callable). */
+#ifndef MR_CU_BENCH_H
+#define MR_CU_BENCH_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Device-to-device copy of `bytes` repeated `iters` times; returns GB/s
+ * counting bytes read plus bytes written, or a negative value on error. */
+double mr_cuda_copy_bandwidth(size_t bytes, int iters);
+/* Seconds per call of fn(arg) (already enqueued on the backend's stream),
+ * timed with device events over iters calls after warm warm-up calls. */
+struct mr_backend;
+double mr_cuda_time(struct mr_backend *be, void (*fn)(void *), void *arg, int warm, int iters);
+/* Graphs captured and replayed by the automatic graph layer so far. */
+void mr_cu_autograph_stats(struct mr_backend *be, long *captures, long *replays);
+/* Device name and multiprocessor count, for reports. */
+void mr_cuda_device_info(char *name, size_t n, int *sm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

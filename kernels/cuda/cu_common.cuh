@@ -1,0 +1,119 @@
+/* Shared state and helpers of the CUDA backend: the context (stream,
+ * cuBLAS handle, scratch buffers, sticky first error), the checked-call
+ * macros, and small device helpers. */
+#ifndef MR_CU_COMMON_CUH
+#define MR_CU_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include <stdint.h>
+
+extern "C" {
+#include "common/err.h"
+#include "kernels/ops.h"
+}
+
+/* A growable device buffer; grown only outside graph capture. */
+struct mr_cu_buf {
+    void *p;
+    size_t cap;
+};
+
+struct mr_cu_auto; /* cu_autograph.cu */
+
+/* Tokens at or below this count use the matvec kernels; above it, dequantize + SGEMM. */
+#define MR_CU_MATVEC_MAX 8
+
+struct mr_cu_ctx {
+    int device;
+    int n_sm;
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    bool failed;            /* sticky: first error kept in err */
+    mr_err err;
+    bool capturing;         /* inside graph_begin/graph_end */
+    bool no_fast;           /* MEMRA_CUDA_GENERIC=1: generic kernels only (for checks) */
+    int fast_r;             /* MEMRA_CUDA_FAST_R: force rows per block (1, 2, 4; 0 = auto) */
+    mr_cu_buf scratch_w;    /* dequantized weight chunk for the GEMM path */
+    mr_cu_buf scratch_attn; /* split-K attention partials */
+    mr_cu_buf scratch_act;  /* activation scratch (quantized x, etc.) */
+    mr_cu_auto *ag;         /* recorded ops and cached graphs, or NULL */
+};
+
+static inline mr_cu_ctx *mr_cu(mr_backend *be) { return (mr_cu_ctx *)be->ctx; }
+
+/* Records the first failure; later ones are dropped (the first is the cause). */
+void mr_cu_fail(mr_cu_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* After each launch: a bad configuration shows up here, not at sync. */
+#define MR_CU_LAUNCHED(c, what)                                                        \
+    do {                                                                               \
+        cudaError_t e_ = cudaGetLastError();                                           \
+        if (e_ != cudaSuccess)                                                         \
+            mr_cu_fail((c), "%s: launch failed: %s", (what), cudaGetErrorString(e_)); \
+    } while (0)
+
+#define MR_CU_TRY(c, call)                                                                   \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess)                                                               \
+            mr_cu_fail((c), "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+    } while (0)
+
+/* Makes buf at least n bytes; false (and a sticky error) when it cannot. */
+bool mr_cu_reserve(mr_cu_ctx *c, mr_cu_buf *buf, size_t n, const char *what);
+
+static inline unsigned mr_cu_blocks(size_t n, unsigned threads)
+{
+    return (unsigned)((n + threads - 1) / threads);
+}
+
+/* ---- device helpers ---- */
+__device__ __forceinline__ float mr_warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float mr_warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float mr_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float mr_bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+/* Little-endian loads at any alignment (GGUF blocks are packed). */
+__device__ __forceinline__ uint16_t mr_ld_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+__device__ __forceinline__ uint32_t mr_ld_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+/* Kernel entry points shared between files (host side launchers). */
+void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, int n);
+void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
+                     const int32_t *ids, int k, float *y, int n);
+void mr_cu_get_rows(mr_backend *be, const mr_weight *w, const int32_t *ids, int n, float *out);
+int mr_cu_weight_prepare(mr_backend *be, mr_weight *w, mr_err *err);
+void mr_cu_weight_free_priv(mr_backend *be, mr_weight *w);
+void mr_cu_install_ops(mr_backend *be);
+void mr_cu_install_attn(mr_backend *be);
+bool mr_cu_type_supported(int type);
+/* Automatic graphs (cu_autograph.cu): launches what the ops recorded. */
+void mr_cu_flush(mr_backend *be);
+void mr_cu_autograph_install(mr_backend *be);
+void mr_cu_autograph_free(mr_backend *be);
+extern "C" void mr_cu_autograph_stats(mr_backend *be, long *captures, long *replays);
+
+#endif

@@ -1,0 +1,353 @@
+/* Matrix products on GGUF weights: matvec kernels for decode (a few tokens:
+ * every weight byte read once for all of them), expert matvec driven by
+ * device-side expert ids, and a dequantize + cuBLAS SGEMM path for prompts.
+ * All accumulate in float32 with float32 activations. */
+#include "kernels/cuda/cu_fast.cuh"
+#include "kernels/cuda/cu_quant.cuh"
+
+#define MV_WARPS 4 /* rows per block in the generic kernels: one warp per row */
+
+/* Where job `job` reads its matrix and input and writes its output. */
+struct mv_job {
+    const uint8_t *W;  /* first matrix */
+    size_t mat_bytes;  /* bytes per matrix (stride between experts) */
+    size_t row_bytes;
+    int64_t cols, rows, n_mats;
+    const float *x;
+    float *y;
+    const int32_t *ids; /* NULL: plain matmul (one job) */
+    int k, x_slots;
+};
+
+/* Resolves job j (blockIdx.y) to its matrix, input and output pointers;
+ * false when the expert id is out of range (the output is then NaN). */
+__device__ __forceinline__ bool mv_resolve(const mv_job &a, int job, const uint8_t **W,
+                                           const float **x, float **y)
+{
+    if (!a.ids) {
+        *W = a.W;
+        *x = a.x;
+        *y = a.y;
+        return true;
+    }
+    int t = job / a.k, j = job % a.k;
+    int e = a.ids[job];
+    *x = a.x + ((int64_t)t * a.x_slots + (a.x_slots > 1 ? j : 0)) * a.cols;
+    *y = a.y + (int64_t)job * a.rows;
+    if (e < 0 || e >= a.n_mats)
+        return false;
+    *W = a.W + (size_t)e * a.mat_bytes;
+    return true;
+}
+
+/* Generic: one warp per row, lanes over 32-element groups. NT tokens. */
+template <int T, int NT>
+__global__ void __launch_bounds__(MV_WARPS * 32) k_mv_generic(mv_job a)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    const uint8_t *W;
+    const float *x;
+    float *y;
+    bool ok = mv_resolve(a, blockIdx.y, &W, &x, &y);
+    if (r >= a.rows)
+        return;
+    if (!ok) {
+        if (lane == 0) y[r] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const uint8_t *row = W + r * a.row_bytes;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    const int64_t ng = a.cols / 32;
+    for (int64_t g = lane; g < ng; g += 32) {
+        float v[32];
+        mr_dq32<T>(row, g, v);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float *xp = x + t * a.cols + g * 32;
+            float s = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 32; i++) s = fmaf(v[i], xp[i], s);
+            acc[t] += s;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float s = mr_warp_sum(acc[t]);
+        if (lane == 0) y[t * a.rows + r] = s;
+    }
+}
+
+/* Plain types with any column count: lanes stride over elements. */
+template <int T, int NT>
+__global__ void __launch_bounds__(MV_WARPS * 32) k_mv_plain(mv_job a)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    const uint8_t *W;
+    const float *x;
+    float *y;
+    bool ok = mv_resolve(a, blockIdx.y, &W, &x, &y);
+    if (r >= a.rows)
+        return;
+    if (!ok) {
+        if (lane == 0) y[r] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const uint8_t *row = W + r * a.row_bytes;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    for (int64_t c = lane; c < a.cols; c += 32) {
+        float w;
+        if constexpr (T == MR_TYPE_F32) w = ((const float *)row)[c];
+        else if constexpr (T == MR_TYPE_F16) w = mr_h2f(((const uint16_t *)row)[c]);
+        else w = mr_bf2f(((const uint16_t *)row)[c]);
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[t] = fmaf(w, x[t * a.cols + c], acc[t]);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float s = mr_warp_sum(acc[t]);
+        if (lane == 0) y[t * a.rows + r] = s;
+    }
+}
+
+/* Dequantizes rows [r0, r0+nr) of one matrix to float32 (row-major). */
+template <int T>
+__global__ void k_dequant_rows(const uint8_t *W, size_t row_bytes, int64_t cols, int64_t r0,
+                               int64_t nr, float *out)
+{
+    const int64_t gpr = cols / 32;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nr * gpr)
+        return;
+    const int64_t r = i / gpr, g = i % gpr;
+    float v[32];
+    mr_dq32<T>(W + (r0 + r) * row_bytes, g, v);
+    float4 *o = (float4 *)(out + r * cols + g * 32);
+#pragma unroll
+    for (int q = 0; q < 8; q++) o[q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+}
+
+template <int T>
+__global__ void k_dequant_plain(const uint8_t *W, size_t row_bytes, int64_t cols, int64_t r0,
+                                int64_t nr, float *out)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nr * cols)
+        return;
+    const int64_t r = i / cols, c = i % cols;
+    const uint8_t *row = W + (r0 + r) * row_bytes;
+    float w;
+    if constexpr (T == MR_TYPE_F32) w = ((const float *)row)[c];
+    else if constexpr (T == MR_TYPE_F16) w = mr_h2f(((const uint16_t *)row)[c]);
+    else w = mr_bf2f(((const uint16_t *)row)[c]);
+    out[i] = w;
+}
+
+/* out[t] = row ids[t] of the matrix, dequantized. Bad ids give NaN rows. */
+template <int T>
+__global__ void k_get_rows(const uint8_t *W, size_t row_bytes, int64_t cols, int64_t rows,
+                           const int32_t *ids, float *out)
+{
+    const int t = blockIdx.y;
+    const int32_t id = ids[t];
+    float *o = out + (int64_t)t * cols;
+    constexpr bool plain = T == MR_TYPE_F32 || T == MR_TYPE_F16 || T == MR_TYPE_BF16;
+    const int64_t units = plain ? cols : cols / 32;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= units)
+        return;
+    if (id < 0 || id >= rows) {
+        for (int q = 0; q < (plain ? 1 : 32); q++) o[i * (plain ? 1 : 32) + q] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const uint8_t *row = W + (int64_t)id * row_bytes;
+    if constexpr (plain) {
+        if constexpr (T == MR_TYPE_F32) o[i] = ((const float *)row)[i];
+        else if constexpr (T == MR_TYPE_F16) o[i] = mr_h2f(((const uint16_t *)row)[i]);
+        else o[i] = mr_bf2f(((const uint16_t *)row)[i]);
+    } else {
+        float v[32];
+        mr_dq32<T>(row, i, v);
+#pragma unroll
+        for (int q = 0; q < 32; q++) o[i * 32 + q] = v[q];
+    }
+}
+
+bool mr_cu_type_supported(int type)
+{
+    return mr_cu_type_info(type).block_elems > 0;
+}
+
+static bool is_plain(int t) { return t == MR_TYPE_F32 || t == MR_TYPE_F16 || t == MR_TYPE_BF16; }
+
+/* ---- host launchers ---- */
+
+template <int T, int NT>
+static void launch_generic(mr_cu_ctx *c, const mv_job &a, int jobs)
+{
+    dim3 grid(mr_cu_blocks((size_t)a.rows, MV_WARPS), jobs);
+    if (is_plain(T) && a.cols % 32)
+        k_mv_plain<T, NT><<<grid, MV_WARPS * 32, 0, c->stream>>>(a);
+    else
+        k_mv_generic<T, NT><<<grid, MV_WARPS * 32, 0, c->stream>>>(a);
+    MR_CU_LAUNCHED(c, "matvec");
+}
+
+template <int T>
+static void launch_generic_nt(mr_cu_ctx *c, const mv_job &a, int nt, int jobs)
+{
+    switch (nt) {
+    case 1: launch_generic<T, 1>(c, a, jobs); break;
+    case 2: launch_generic<T, 2>(c, a, jobs); break;
+    case 3: launch_generic<T, 3>(c, a, jobs); break;
+    case 4: launch_generic<T, 4>(c, a, jobs); break;
+    case 5: launch_generic<T, 5>(c, a, jobs); break;
+    case 6: launch_generic<T, 6>(c, a, jobs); break;
+    case 7: launch_generic<T, 7>(c, a, jobs); break;
+    case 8: launch_generic<T, 8>(c, a, jobs); break;
+    default: mr_cu_fail(c, "matvec: %d tokens per launch (max 8)", nt);
+    }
+}
+
+static void matvec_dispatch(mr_cu_ctx *c, int type, const mv_job &a, int nt, int jobs)
+{
+    switch (type) {
+#define X(TT) case TT: launch_generic_nt<TT>(c, a, nt, jobs); break;
+        MR_CU_TYPE_LIST(X)
+#undef X
+    default: mr_cu_fail(c, "matvec: unsupported type %d", type);
+    }
+}
+
+
+static bool weight_ok(mr_cu_ctx *c, const mr_weight *w, const char *op)
+{
+    if (!w || !w->data) {
+        mr_cu_fail(c, "%s: weight %s has no device data", op, w && w->name ? w->name : "?");
+        return false;
+    }
+    if (!mr_cu_type_supported(w->type)) {
+        mr_cu_fail(c, "%s: weight %s: type %d is not supported by the CUDA backend", op,
+                   w->name ? w->name : "?", w->type);
+        return false;
+    }
+    mr_cu_tinfo ti = mr_cu_type_info(w->type);
+    if (!is_plain(w->type) && w->cols % 32) {
+        mr_cu_fail(c, "%s: weight %s: %lld columns is not a whole number of blocks", op,
+                   w->name ? w->name : "?", (long long)w->cols);
+        return false;
+    }
+    (void)ti;
+    return true;
+}
+
+static void dequant_rows(mr_cu_ctx *c, int type, const uint8_t *W, size_t row_bytes, int64_t cols,
+                         int64_t r0, int64_t nr, float *out)
+{
+    const unsigned th = 256;
+    bool plain = is_plain(type);
+    size_t units = plain ? (size_t)(nr * cols) : (size_t)(nr * (cols / 32));
+    switch (type) {
+#define X(TT)                                                                                   \
+    case TT:                                                                                    \
+        if (plain)                                                                              \
+            k_dequant_plain<TT><<<mr_cu_blocks(units, th), th, 0, c->stream>>>(W, row_bytes, cols, r0, nr, out); \
+        else                                                                                    \
+            k_dequant_rows<TT><<<mr_cu_blocks(units, th), th, 0, c->stream>>>(W, row_bytes, cols, r0, nr, out); \
+        break;
+        MR_CU_TYPE_LIST(X)
+#undef X
+    default: mr_cu_fail(c, "dequant: unsupported type %d", type); return;
+    }
+    MR_CU_LAUNCHED(c, "dequant");
+}
+
+/* Prompt path: y[n][rows] = x[n][cols] * W^T through float32 SGEMM over
+ * dequantized row chunks (bounded scratch). */
+static void matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const uint8_t *W, const float *x,
+                        float *y, int n)
+{
+    const int64_t cols = w->cols, rows = w->rows;
+    int64_t chunk = ((int64_t)64 << 20) / (cols * 4); /* 64 MiB of float32 weights */
+    if (chunk < 1) chunk = 1;
+    if (chunk > rows) chunk = rows;
+    if (!mr_cu_reserve(c, &c->scratch_w, (size_t)(chunk * cols * 4), "matmul scratch"))
+        return;
+    float *wf = (float *)c->scratch_w.p;
+    const float one = 1.0f, zero = 0.0f;
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        int64_t nr = rows - r0 < chunk ? rows - r0 : chunk;
+        dequant_rows(c, w->type, W, w->row_bytes, cols, r0, nr, wf);
+        /* column-major view: C(nr x n, ld rows) = A^T(nr x cols) * B(cols x n) */
+        cublasStatus_t st = cublasSgemm(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)cols,
+                                        &one, wf, (int)cols, x, (int)cols, &zero, y + r0, (int)rows);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            mr_cu_fail(c, "matmul %s: cublasSgemm failed (%d)", w->name ? w->name : "?", (int)st);
+            return;
+        }
+    }
+}
+
+void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, int n)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n <= 0 || !weight_ok(c, w, "matmul"))
+        return;
+    if (n > MR_CU_MATVEC_MAX) {
+        matmul_gemm(c, w, (const uint8_t *)w->data, x, y, n);
+        return;
+    }
+    if (mr_cu_fast_matvec(c, w, x, y, n))
+        return;
+    mv_job a = {(const uint8_t *)w->data, w->row_bytes * (size_t)w->rows, w->row_bytes, w->cols,
+                w->rows, w->n_mats, x, y, NULL, 1, 1};
+    matvec_dispatch(c, w->type, a, n, 1);
+}
+
+void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
+                     const int32_t *ids, int k, float *y, int n)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n <= 0 || k <= 0 || !weight_ok(c, w, "matmul_id"))
+        return;
+    if (x_slots != 1 && x_slots != k) {
+        mr_cu_fail(c, "matmul_id: x_slots %d (expected 1 or k=%d)", x_slots, k);
+        return;
+    }
+    if ((int64_t)n * k > 65535) {
+        mr_cu_fail(c, "matmul_id: %d token-expert pairs (max 65535)", n * k);
+        return;
+    }
+    mv_job a = {(const uint8_t *)w->data, w->row_bytes * (size_t)w->rows, w->row_bytes, w->cols,
+                w->rows, w->n_mats, x, y, ids, k, x_slots};
+    if (mr_cu_fast_matvec_id(c, w, a.x, x_slots, ids, k, y, n))
+        return;
+    matvec_dispatch(c, w->type, a, 1, n * k);
+}
+
+void mr_cu_get_rows(mr_backend *be, const mr_weight *w, const int32_t *ids, int n, float *out)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n <= 0 || !weight_ok(c, w, "get_rows"))
+        return;
+    if (n > 65535) {
+        mr_cu_fail(c, "get_rows: %d rows (max 65535)", n);
+        return;
+    }
+    const unsigned th = 128;
+    int64_t units = is_plain(w->type) ? w->cols : w->cols / 32;
+    dim3 grid(mr_cu_blocks((size_t)units, th), n);
+    const uint8_t *W = (const uint8_t *)w->data;
+    switch (w->type) {
+#define X(TT) case TT: k_get_rows<TT><<<grid, th, 0, c->stream>>>(W, w->row_bytes, w->cols, w->rows, ids, out); break;
+        MR_CU_TYPE_LIST(X)
+#undef X
+    default: return;
+    }
+    MR_CU_LAUNCHED(c, "get_rows");
+}

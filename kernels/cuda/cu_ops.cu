@@ -1,0 +1,310 @@
+/* Elementwise and row ops: RMSNorm (plain and fused with the residual add),
+ * RoPE, SwiGLU, add, MoE routing and combine, argmax. */
+#include "kernels/cuda/cu_common.cuh"
+
+#define ROW_THREADS 256
+
+__device__ __forceinline__ float block_sum(float v, float *sh)
+{
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = mr_warp_sum(v);
+    __syncthreads(); /* sh may still be read from a previous call */
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < nw; i++) s += sh[i];
+    return s;
+}
+
+/* One block per row.  FUSED: y += x first (y is the residual stream),
+ * then out = norm(y) * w.  Plain: out = norm(in) * w, out may be in. */
+template <bool FUSED>
+__global__ void k_rmsnorm(float *y, const float *x, const float *w, float *out, int dim, float eps)
+{
+    __shared__ float sh[32];
+    const int64_t row = blockIdx.x;
+    float *yr = y + row * dim;
+    const float *xr = FUSED ? x + row * dim : NULL;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = yr[i];
+        if (FUSED) {
+            v += xr[i];
+            yr[i] = v;
+        }
+        ss = fmaf(v, v, ss);
+    }
+    ss = block_sum(ss, sh);
+    const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    float *o = out + row * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = yr[i] * inv * w[i];
+}
+
+static void cu_rmsnorm(mr_backend *be, const float *x, const float *w, float *y, int n_rows,
+                       int dim, float eps)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n_rows <= 0 || dim <= 0)
+        return;
+    /* in == out is fine: each thread reads its elements before writing them,
+     * and the sum is complete before any write. */
+    k_rmsnorm<false><<<n_rows, ROW_THREADS, 0, c->stream>>>((float *)x, NULL, w, y, dim, eps);
+    MR_CU_LAUNCHED(c, "rmsnorm");
+}
+
+static void cu_add_rmsnorm(mr_backend *be, float *y, const float *x, const float *w, float *out,
+                           int n_rows, int dim, float eps)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n_rows <= 0 || dim <= 0)
+        return;
+    k_rmsnorm<true><<<n_rows, ROW_THREADS, 0, c->stream>>>(y, x, w, out, dim, eps);
+    MR_CU_LAUNCHED(c, "add_rmsnorm");
+}
+
+/* Angle as the reference computes it: inv_freq rounded to float32, then
+ * pos * inv_freq in float32; sin/cos of that angle in double. */
+__global__ void k_rope(float *x, const int32_t *pos, int n_heads, int head_dim, int n_rot,
+                       float theta_base, int mode)
+{
+    const int t = blockIdx.y;
+    const int half = n_rot / 2;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x; /* over n_heads * half */
+    if (i >= n_heads * half)
+        return;
+    const int h = i / half, j = i % half;
+    const float inv = (float)(1.0 / pow((double)theta_base, (double)(2 * j) / (double)n_rot));
+    const float ang = (float)pos[t] * inv;
+    double sd, cd;
+    sincos((double)ang, &sd, &cd);
+    const float s = (float)sd, co = (float)cd;
+    float *xh = x + ((int64_t)t * n_heads + h) * head_dim;
+    const int a = mode == MR_ROPE_NEOX ? j : 2 * j;
+    const int b = mode == MR_ROPE_NEOX ? j + half : 2 * j + 1;
+    const float x0 = xh[a], x1 = xh[b];
+    xh[a] = x0 * co - x1 * s;
+    xh[b] = x0 * s + x1 * co;
+}
+
+static void cu_rope(mr_backend *be, float *x, const int32_t *pos, int n, int n_heads, int head_dim,
+                    int n_rot, float theta_base, enum mr_rope_mode mode)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n <= 0)
+        return;
+    if (n_rot <= 0 || n_rot > head_dim || n_rot % 2 || n > 65535) {
+        mr_cu_fail(c, "rope: bad n_rot %d for head_dim %d (n %d)", n_rot, head_dim, n);
+        return;
+    }
+    const unsigned th = 128;
+    dim3 grid(mr_cu_blocks((size_t)n_heads * (n_rot / 2), th), n);
+    k_rope<<<grid, th, 0, c->stream>>>(x, pos, n_heads, head_dim, n_rot, theta_base, (int)mode);
+    MR_CU_LAUNCHED(c, "rope");
+}
+
+__global__ void k_swiglu(const float *g, const float *u, float *o, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float a = g[i];
+        o[i] = a / (1.0f + expf(-a)) * u[i];
+    }
+}
+
+static unsigned ew_blocks(mr_cu_ctx *c, size_t n, unsigned th)
+{
+    size_t b = mr_cu_blocks(n, th), cap = (size_t)c->n_sm * 8;
+    return (unsigned)(b < cap ? b : cap);
+}
+
+static void cu_swiglu(mr_backend *be, const float *gate, const float *up, float *out, size_t n)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (!n)
+        return;
+    k_swiglu<<<ew_blocks(c, n, 256), 256, 0, c->stream>>>(gate, up, out, n);
+    MR_CU_LAUNCHED(c, "swiglu");
+}
+
+__global__ void k_add(float *y, const float *x, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
+static void cu_add(mr_backend *be, float *y, const float *x, size_t n)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (!n)
+        return;
+    k_add<<<ew_blocks(c, n, 256), 256, 0, c->stream>>>(y, x, n);
+    MR_CU_LAUNCHED(c, "add");
+}
+
+/* One warp per token; experts e = lane + 32*i.  Ranking by logit (softmax is
+ * monotonic), ties to the lower id; weights are the softmax probabilities. */
+#define ROUTE_MAX_PER_LANE 16
+__global__ void k_moe_route(const float *logits, int n, int n_expert, int k, bool norm,
+                            int32_t *ids, float *weights)
+{
+    const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (t >= n)
+        return;
+    const float *l = logits + (int64_t)t * n_expert;
+    float v[ROUTE_MAX_PER_LANE];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < ROUTE_MAX_PER_LANE; i++) {
+        int e = lane + 32 * i;
+        v[i] = e < n_expert ? l[e] : -INFINITY;
+        mx = fmaxf(mx, v[i]);
+    }
+    mx = mr_warp_max(mx);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ROUTE_MAX_PER_LANE; i++)
+        if (lane + 32 * i < n_expert) s += expf(v[i] - mx);
+    s = mr_warp_sum(s);
+    uint32_t taken = 0;
+    float wsum = 0.0f;
+    for (int j = 0; j < k; j++) {
+        float bv = -INFINITY;
+        int be = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < ROUTE_MAX_PER_LANE; i++) {
+            int e = lane + 32 * i;
+            if (e < n_expert && !(taken >> i & 1u) && (v[i] > bv || be == 0x7fffffff)) {
+                bv = v[i];
+                be = e;
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oe = __shfl_xor_sync(0xffffffffu, be, o);
+            if (oe != 0x7fffffff && (be == 0x7fffffff || ov > bv || (ov == bv && oe < be))) {
+                bv = ov;
+                be = oe;
+            }
+        }
+        if ((be & 31) == lane) taken |= 1u << (be >> 5);
+        float p = expf(bv - mx) / s;
+        wsum += p;
+        if (lane == 0) {
+            ids[(int64_t)t * k + j] = be;
+            weights[(int64_t)t * k + j] = p;
+        }
+    }
+    if (norm && lane == 0)
+        for (int j = 0; j < k; j++) weights[(int64_t)t * k + j] /= wsum;
+}
+
+static void cu_moe_route(mr_backend *be, const float *logits, int n, int n_expert, int k,
+                         bool norm_topk, int32_t *ids, float *weights)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n <= 0)
+        return;
+    if (n_expert <= 0 || n_expert > 32 * ROUTE_MAX_PER_LANE || k <= 0 || k > n_expert) {
+        mr_cu_fail(c, "moe_route: %d experts, k %d (at most %d experts)", n_expert, k,
+                   32 * ROUTE_MAX_PER_LANE);
+        return;
+    }
+    const int wpb = 4;
+    k_moe_route<<<mr_cu_blocks((size_t)n, wpb), wpb * 32, 0, c->stream>>>(logits, n, n_expert, k,
+                                                                          norm_topk, ids, weights);
+    MR_CU_LAUNCHED(c, "moe_route");
+}
+
+__global__ void k_moe_combine(const float *y, const float *w, int k, int rows, float *out)
+{
+    const int t = blockIdx.y;
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows)
+        return;
+    float s = 0.0f;
+    for (int j = 0; j < k; j++) s = fmaf(w[t * k + j], y[((int64_t)t * k + j) * rows + r], s);
+    out[(int64_t)t * rows + r] = s;
+}
+
+static void cu_moe_combine(mr_backend *be, const float *y, const float *weights, int n, int k,
+                           int rows, float *out)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n <= 0 || rows <= 0)
+        return;
+    if (n > 65535) {
+        mr_cu_fail(c, "moe_combine: %d tokens (max 65535)", n);
+        return;
+    }
+    dim3 grid(mr_cu_blocks((size_t)rows, 256), n);
+    k_moe_combine<<<grid, 256, 0, c->stream>>>(y, weights, k, rows, out);
+    MR_CU_LAUNCHED(c, "moe_combine");
+}
+
+/* One block per row; lowest index wins ties; NaN never wins over a number. */
+__global__ void k_argmax(const float *x, int dim, int32_t *ids)
+{
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const float *r = x + (int64_t)blockIdx.x * dim;
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = r[i];
+        /* strict >: the earlier index is kept on ties; a number beats NaN */
+        if (bi == 0x7fffffff || v > bv || (bv != bv && v == v)) {
+            bv = v;
+            bi = i;
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (oi != 0x7fffffff && (bi == 0x7fffffff || ov > bv || (ov == bv && oi < bi) || (bv != bv && ov == ov))) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) {
+        sv[w] = bv;
+        si[w] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int q = 1; q < (int)(blockDim.x >> 5); q++) {
+            float ov = sv[q];
+            int oi = si[q];
+            if (oi != 0x7fffffff && (bi == 0x7fffffff || ov > bv || (ov == bv && oi < bi) || (bv != bv && ov == ov))) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        ids[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+    }
+}
+
+static void cu_argmax(mr_backend *be, const float *x, int n, int dim, int32_t *ids)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n <= 0 || dim <= 0)
+        return;
+    k_argmax<<<n, 256, 0, c->stream>>>(x, dim, ids);
+    MR_CU_LAUNCHED(c, "argmax");
+}
+
+void mr_cu_install_ops(mr_backend *be)
+{
+    be->rmsnorm = cu_rmsnorm;
+    be->add_rmsnorm = cu_add_rmsnorm;
+    be->rope = cu_rope;
+    be->swiglu = cu_swiglu;
+    be->add = cu_add;
+    be->moe_route = cu_moe_route;
+    be->moe_combine = cu_moe_combine;
+    be->argmax = cu_argmax;
+}

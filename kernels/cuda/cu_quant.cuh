@@ -1,0 +1,252 @@
+/* Device-side decoding of the GGUF block formats, one group of 32
+ * consecutive elements at a time (every supported format splits its block
+ * into whole groups of 32).  Layouts follow ggml's block structs byte for
+ * byte; the fast matvec kernels decode the same bits their own way and are
+ * checked against these. */
+#ifndef MR_CU_QUANT_CUH
+#define MR_CU_QUANT_CUH
+
+#include "kernels/cuda/cu_common.cuh"
+
+__device__ __constant__ static const int8_t mr_kv_iq4nl[16] = {
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+/* E2M1 values times 2 (the scale decoders below carry the 1/2). */
+__device__ __constant__ static const int8_t mr_kv_fp4[16] = {
+    0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* Elements per block and bytes per block, for the types this backend runs. */
+struct mr_cu_tinfo {
+    int block_elems;
+    int block_bytes;
+};
+
+__host__ __device__ static inline mr_cu_tinfo mr_cu_type_info(int t)
+{
+    switch (t) {
+    case MR_TYPE_F32: return {1, 4};
+    case MR_TYPE_F16: return {1, 2};
+    case MR_TYPE_BF16: return {1, 2};
+    case MR_TYPE_Q4_0: return {32, 18};
+    case MR_TYPE_Q4_1: return {32, 20};
+    case MR_TYPE_Q5_0: return {32, 22};
+    case MR_TYPE_Q5_1: return {32, 24};
+    case MR_TYPE_Q8_0: return {32, 34};
+    case MR_TYPE_IQ4_NL: return {32, 18};
+    case MR_TYPE_MXFP4: return {32, 17};
+    case MR_TYPE_NVFP4: return {64, 36};
+    case MR_TYPE_Q2_K: return {256, 84};
+    case MR_TYPE_Q3_K: return {256, 110};
+    case MR_TYPE_Q4_K: return {256, 144};
+    case MR_TYPE_Q5_K: return {256, 176};
+    case MR_TYPE_Q6_K: return {256, 210};
+    case MR_TYPE_IQ4_XS: return {256, 136};
+    default: return {0, 0};
+    }
+}
+
+__device__ __forceinline__ float mr_e8m0_half(uint8_t e)
+{
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    return __uint_as_float(bits);
+}
+
+__device__ __forceinline__ float mr_ue4m3_half(uint8_t x)
+{
+    if (x == 0 || x == 0x7F)
+        return 0.0f;
+    int e = (x >> 3) & 0xF, m = x & 7;
+    float raw = e == 0 ? ldexpf((float)m, -9) : ldexpf(1.0f + (float)m / 8.0f, e - 7);
+    return raw * 0.5f;
+}
+
+/* K-quant 6-bit scale/min pair j (0..7) from the 12 packed bytes. */
+__device__ __forceinline__ void mr_k4_scale_min(int j, const uint8_t *q, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* Decodes group g (elements 32g..32g+31) of row `row` into v. */
+template <int T>
+__device__ __forceinline__ void mr_dq32(const uint8_t *row, int64_t g, float v[32])
+{
+    if constexpr (T == MR_TYPE_F32) {
+        const float *p = (const float *)row + g * 32;
+#pragma unroll
+        for (int i = 0; i < 32; i++) v[i] = p[i];
+    } else if constexpr (T == MR_TYPE_F16) {
+        const uint16_t *p = (const uint16_t *)row + g * 32;
+#pragma unroll
+        for (int i = 0; i < 32; i++) v[i] = mr_h2f(p[i]);
+    } else if constexpr (T == MR_TYPE_BF16) {
+        const uint16_t *p = (const uint16_t *)row + g * 32;
+#pragma unroll
+        for (int i = 0; i < 32; i++) v[i] = mr_bf2f(p[i]);
+    } else if constexpr (T == MR_TYPE_Q4_0 || T == MR_TYPE_IQ4_NL) {
+        const uint8_t *b = row + g * 18;
+        float d = mr_h2f(mr_ld_u16(b));
+        const uint8_t *qs = b + 2;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            int lo = qs[j] & 15, hi = qs[j] >> 4;
+            if constexpr (T == MR_TYPE_Q4_0) {
+                v[j] = (float)(lo - 8) * d;
+                v[j + 16] = (float)(hi - 8) * d;
+            } else {
+                v[j] = d * (float)mr_kv_iq4nl[lo];
+                v[j + 16] = d * (float)mr_kv_iq4nl[hi];
+            }
+        }
+    } else if constexpr (T == MR_TYPE_Q4_1) {
+        const uint8_t *b = row + g * 20;
+        float d = mr_h2f(mr_ld_u16(b)), m = mr_h2f(mr_ld_u16(b + 2));
+        const uint8_t *qs = b + 4;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            v[j] = (float)(qs[j] & 15) * d + m;
+            v[j + 16] = (float)(qs[j] >> 4) * d + m;
+        }
+    } else if constexpr (T == MR_TYPE_Q5_0 || T == MR_TYPE_Q5_1) {
+        constexpr int bs = T == MR_TYPE_Q5_0 ? 22 : 24;
+        const uint8_t *b = row + g * bs;
+        float d = mr_h2f(mr_ld_u16(b));
+        float m = T == MR_TYPE_Q5_1 ? mr_h2f(mr_ld_u16(b + 2)) : 0.0f;
+        const uint8_t *qhp = b + (T == MR_TYPE_Q5_0 ? 2 : 4);
+        uint32_t qh = mr_ld_u32(qhp);
+        const uint8_t *qs = qhp + 4;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            int lo = (qs[j] & 15) | (((qh >> j) & 1) << 4);
+            int hi = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+            if constexpr (T == MR_TYPE_Q5_0) {
+                v[j] = (float)(lo - 16) * d;
+                v[j + 16] = (float)(hi - 16) * d;
+            } else {
+                v[j] = (float)lo * d + m;
+                v[j + 16] = (float)hi * d + m;
+            }
+        }
+    } else if constexpr (T == MR_TYPE_Q8_0) {
+        const uint8_t *b = row + g * 34;
+        float d = mr_h2f(mr_ld_u16(b));
+        const int8_t *qs = (const int8_t *)(b + 2);
+#pragma unroll
+        for (int j = 0; j < 32; j++) v[j] = (float)qs[j] * d;
+    } else if constexpr (T == MR_TYPE_MXFP4) {
+        const uint8_t *b = row + g * 17;
+        float d = mr_e8m0_half(b[0]);
+        const uint8_t *qs = b + 1;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            v[j] = (float)mr_kv_fp4[qs[j] & 15] * d;
+            v[j + 16] = (float)mr_kv_fp4[qs[j] >> 4] * d;
+        }
+    } else if constexpr (T == MR_TYPE_NVFP4) {
+        const uint8_t *b = row + (g >> 1) * 36;
+        int s0 = (int)(g & 1) * 2;
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            float d = mr_ue4m3_half(b[s0 + s]);
+            const uint8_t *qs = b + 4 + 8 * (s0 + s);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                v[16 * s + j] = (float)mr_kv_fp4[qs[j] & 15] * d;
+                v[16 * s + j + 8] = (float)mr_kv_fp4[qs[j] >> 4] * d;
+            }
+        }
+    } else if constexpr (T == MR_TYPE_Q4_K) {
+        const uint8_t *b = row + (g >> 3) * 144;
+        int s = (int)(g & 7);
+        float d = mr_h2f(mr_ld_u16(b)), dmin = mr_h2f(mr_ld_u16(b + 2));
+        int sc, m;
+        mr_k4_scale_min(s, b + 4, &sc, &m);
+        float d1 = d * (float)sc, m1 = dmin * (float)m;
+        const uint8_t *qs = b + 16 + 32 * (s >> 1);
+        int sh = (s & 1) * 4;
+#pragma unroll
+        for (int l = 0; l < 32; l++) v[l] = d1 * (float)((qs[l] >> sh) & 15) - m1;
+    } else if constexpr (T == MR_TYPE_Q5_K) {
+        const uint8_t *b = row + (g >> 3) * 176;
+        int s = (int)(g & 7);
+        float d = mr_h2f(mr_ld_u16(b)), dmin = mr_h2f(mr_ld_u16(b + 2));
+        int sc, m;
+        mr_k4_scale_min(s, b + 4, &sc, &m);
+        float d1 = d * (float)sc, m1 = dmin * (float)m;
+        const uint8_t *qh = b + 16;
+        const uint8_t *qs = b + 48 + 32 * (s >> 1);
+        int sh = (s & 1) * 4;
+#pragma unroll
+        for (int l = 0; l < 32; l++) {
+            int q = ((qs[l] >> sh) & 15) | (((qh[l] >> s) & 1) << 4);
+            v[l] = d1 * (float)q - m1;
+        }
+    } else if constexpr (T == MR_TYPE_Q6_K) {
+        const uint8_t *b = row + (g >> 3) * 210;
+        int s = (int)(g & 7), n = s >> 2, qq = s & 3;
+        float d = mr_h2f(mr_ld_u16(b + 208));
+        const uint8_t *ql = b + 64 * n + (qq & 1) * 32;
+        const uint8_t *qh = b + 128 + 32 * n;
+        const int8_t *sc = (const int8_t *)(b + 192 + 8 * n);
+        int shl = (qq >> 1) * 4, shh = 2 * qq;
+#pragma unroll
+        for (int l = 0; l < 32; l++) {
+            int q = (((ql[l] >> shl) & 15) | (((qh[l] >> shh) & 3) << 4)) - 32;
+            v[l] = d * (float)sc[l / 16 + 2 * qq] * (float)q;
+        }
+    } else if constexpr (T == MR_TYPE_Q2_K) {
+        const uint8_t *b = row + (g >> 3) * 84;
+        int s = (int)(g & 7), n = s >> 2, j = s & 3;
+        float d = mr_h2f(mr_ld_u16(b + 80)), dmin = mr_h2f(mr_ld_u16(b + 82));
+        const uint8_t *q = b + 16 + 32 * n;
+#pragma unroll
+        for (int l = 0; l < 32; l++) {
+            int sc = b[2 * s + l / 16];
+            v[l] = d * (float)(sc & 15) * (float)((q[l] >> (2 * j)) & 3) - dmin * (float)(sc >> 4);
+        }
+    } else if constexpr (T == MR_TYPE_Q3_K) {
+        const uint8_t *b = row + (g >> 3) * 110;
+        int s = (int)(g & 7), n = s >> 2, j = s & 3;
+        const uint8_t *hm = b, *q = b + 32 + 32 * n, *scb = b + 96;
+        float d = mr_h2f(mr_ld_u16(b + 108));
+        float dl[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int i = 2 * s + h;
+            int lo = i < 8 ? (scb[i] & 15) : (scb[i - 8] >> 4);
+            int hi = (scb[8 + (i & 3)] >> (2 * (i >> 2))) & 3;
+            dl[h] = d * (float)((lo | (hi << 4)) - 32);
+        }
+#pragma unroll
+        for (int l = 0; l < 32; l++) {
+            int qv = ((q[l] >> (2 * j)) & 3) - ((hm[l] >> s) & 1 ? 0 : 4);
+            v[l] = dl[l / 16] * (float)qv;
+        }
+    } else if constexpr (T == MR_TYPE_IQ4_XS) {
+        const uint8_t *b = row + (g >> 3) * 136;
+        int ib = (int)(g & 7);
+        float d = mr_h2f(mr_ld_u16(b));
+        uint16_t sh = mr_ld_u16(b + 2);
+        int ls = ((b[4 + ib / 2] >> (4 * (ib & 1))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
+        float dl = d * (float)(ls - 32);
+        const uint8_t *qs = b + 8 + 16 * ib;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            v[j] = dl * (float)mr_kv_iq4nl[qs[j] & 15];
+            v[j + 16] = dl * (float)mr_kv_iq4nl[qs[j] >> 4];
+        }
+    }
+}
+
+/* Calls f.template operator()<T>() for the runtime type t; false if unsupported. */
+#define MR_CU_TYPE_LIST(X)                                                                  \
+    X(MR_TYPE_F32) X(MR_TYPE_F16) X(MR_TYPE_BF16) X(MR_TYPE_Q4_0) X(MR_TYPE_Q4_1)            \
+    X(MR_TYPE_Q5_0) X(MR_TYPE_Q5_1) X(MR_TYPE_Q8_0) X(MR_TYPE_IQ4_NL) X(MR_TYPE_MXFP4)        \
+    X(MR_TYPE_NVFP4) X(MR_TYPE_Q2_K) X(MR_TYPE_Q3_K) X(MR_TYPE_Q4_K) X(MR_TYPE_Q5_K)          \
+    X(MR_TYPE_Q6_K) X(MR_TYPE_IQ4_XS)
+
+#endif

@@ -1,0 +1,113 @@
+#!/bin/bash
+# GPU checks (needs a CUDA device): kernel-check, then logits parity of the
+# CUDA backend on the fixture models.
+#   BF16 files: against the transformers float32 logits (ref-logits-N.f32),
+#     median and worst row relative L2 over all positions of the 3 prompts,
+#     bound 5e-3 each (rows above it are listed with the reference top-2 gap);
+#     greedy continuation of prompt 0 against the reference's 24 ids.
+#   Quantized files: GPU against the CPU backend on the same file (prompt 2),
+#     and both against the reference for information.
+# Usage: scripts/gpu-test.sh BUILD FIXTURES      exit 0 = all passed
+set -u
+BUILD=${1:-build}
+FIXTURES=${2:-../shared/fixtures}
+BIN=$BUILD/bin
+fail=0
+
+echo "== kernel-check"
+"$BIN/kernel-check" > "$BUILD/kernel-check.log" 2>&1
+rc=$?
+grep -v " ok$" "$BUILD/kernel-check.log" | tail -40
+if [ $rc -eq 77 ]; then
+    echo "no CUDA device: GPU tests skipped"
+    exit 77
+fi
+[ $rc -eq 0 ] || fail=1
+
+echo "== fixture parity (run-gen --backend cuda)"
+python3 - "$BIN" "$FIXTURES" <<'EOF' || fail=1
+import json, math, os, struct, subprocess, sys, tempfile
+
+BIN, FIX = sys.argv[1], sys.argv[2]
+BOUND = 5e-3
+tmp = tempfile.mkdtemp()
+
+def run(model, toks, backend, out=None, n=None):
+    cmd = [os.path.join(BIN, "run-gen"), model, "--tokens", ",".join(map(str, toks)), "--backend", backend]
+    if out: cmd += ["--logits-out", out]
+    if n is not None: cmd += ["-n", str(n)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode:
+        raise RuntimeError("%s: %s" % (" ".join(cmd[:2] + cmd[4:]), p.stderr.strip()))
+    return p.stdout
+
+def load(path, vocab):
+    raw = open(path, "rb").read()
+    v = struct.unpack("<%df" % (len(raw) // 4), raw)
+    return [v[i:i + vocab] for i in range(0, len(v), vocab)]
+
+def rel(a, b):
+    num = den = 0.0
+    for x, y in zip(a, b):
+        if not math.isfinite(x): return float("inf")
+        num += (x - y) ** 2; den += y * y
+    return math.sqrt(num / den) if den else math.sqrt(num)
+
+def argmax(r): return max(range(len(r)), key=lambda i: (r[i], -i))
+def top2gap(r):
+    s = sorted(r, reverse=True); return s[0] - s[1]
+def med(v):
+    v = sorted(v); n = len(v); return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+ok = True
+print("%-9s %-8s %-10s %10s %10s %8s  %s" % ("model", "file", "vs", "median", "worst", "argmax", "result"))
+for name in ("qwen3", "qwen3moe"):
+    d = os.path.join(FIX, "models", name)
+    ref = json.load(open(os.path.join(d, "reference.json")))
+    vocab = ref["config"]["vocab_size"]
+    prompts = ref["prompts"]
+    # BF16 against transformers
+    errs, agree, rows, flagged = [], 0, 0, []
+    for i, pr in enumerate(prompts):
+        out = os.path.join(tmp, "%s-bf16-%d.f32" % (name, i))
+        run(os.path.join(d, "model-BF16.gguf"), pr, "cuda", out)
+        got, want = load(out, vocab), load(os.path.join(d, "ref-logits-%d.f32" % i), vocab)
+        for t, (g, w) in enumerate(zip(got, want)):
+            e = rel(g, w); errs.append(e); rows += 1
+            agree += argmax(g) == argmax(w)
+            if e > BOUND: flagged.append((i, t, e, top2gap(w)))
+    m, worst = med(errs), max(errs)
+    res = m <= BOUND and worst <= BOUND
+    print("%-9s %-8s %-10s %10.2e %10.2e %8.3f  %s" % (name, "BF16", "reference", m, worst, agree / rows, "ok" if res else "FAIL"))
+    for (i, t, e, gap) in flagged:
+        print("    row prompt %d pos %d: rel L2 %.2e, reference top-2 gap %.3g" % (i, t, e, gap))
+    ok &= res
+    greedy = list(map(int, run(os.path.join(d, "model-BF16.gguf"), prompts[0], "cuda", n=24).split()))
+    want = ref["greedy_continuation_of_prompt0"]
+    first = next((k for k in range(24) if greedy[k] != want[k]), None)
+    print("%-9s %-8s %-10s greedy continuation of prompt 0: %s" % (name, "BF16", "reference",
+          "identical (24 ids)" if first is None else "first differs at step %d" % first))
+    ok &= first is None
+    # quantized: GPU against the CPU backend on the same file
+    pr = prompts[2]
+    want = load(os.path.join(d, "ref-logits-2.f32"), vocab)
+    for q in ("Q8_0", "Q4_K_M", "IQ4_XS", "Q4_0"):
+        f = os.path.join(d, "model-%s.gguf" % q)
+        if not os.path.exists(f): continue
+        og, oc = os.path.join(tmp, "g.f32"), os.path.join(tmp, "c.f32")
+        run(f, pr, "cuda", og); run(f, pr, "cpu", oc)
+        g, c = load(og, vocab), load(oc, vocab)
+        e = [rel(a, b) for a, b in zip(g, c)]
+        ag = sum(argmax(a) == argmax(b) for a, b in zip(g, c)) / len(g)
+        res = med(e) <= 1e-3 and max(e) <= 1e-2
+        print("%-9s %-8s %-10s %10.2e %10.2e %8.3f  %s" % (name, q, "cpu", med(e), max(e), ag, "ok" if res else "FAIL"))
+        ok &= res
+        er = [rel(a, b) for a, b in zip(g, want)]
+        ec = [rel(a, b) for a, b in zip(c, want)]
+        print("%-9s %-8s %-10s %10.2e %10.2e          (info; cpu: median %.2e worst %.2e)" % (
+            name, q, "reference", med(er), max(er), med(ec), max(ec)))
+sys.exit(0 if ok else 1)
+EOF
+
+if [ $fail -eq 0 ]; then echo "gpu-test: ALL PASSED"; else echo "gpu-test: FAILED"; fi
+exit $fail
