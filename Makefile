@@ -131,9 +131,18 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/testutil.h $(BUILD)/libmemra-asan.a 
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -O1 $(SAN) $< -o $@ $(BUILD)/libmemra-asan.a $(CHECK_LIBS) $(LDLIBS)
 
-# ---- libFuzzer targets (clang), over the common/ sources ----
-FUZZ_LIB_SRC := $(wildcard common/*.c)
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_SRC) $(HDRS)
+# ---- libFuzzer targets (clang), over the common/ and proto/ sources ----
+# The library objects are compiled once with fuzzer instrumentation (no
+# libFuzzer main), then each target links them.
+FUZZ_LIB_SRC := $(wildcard common/*.c proto/*.c)
+FUZZ_LIB_OBJ := $(patsubst %.c,$(BUILD)/fuzzobj/%.o,$(FUZZ_LIB_SRC))
+FUZZ_CFLAGS  := $(CSTD) -O1 -g -Wall -Wextra -Werror -Wno-unused-parameter $(PKG_CFLAGS)
+
+$(BUILD)/fuzzobj/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(CLANG) $(CPPFLAGS) $(CSTD) -O1 -g -Wall -Wextra -Werror -Wno-unused-parameter $(PKG_CFLAGS) \
-	  -fsanitize=fuzzer,address,undefined $< $(FUZZ_LIB_SRC) -o $@ $(LDLIBS)
+	$(CLANG) $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_OBJ) $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined $< $(FUZZ_LIB_OBJ) -o $@ $(LDLIBS)
+.SECONDARY: $(FUZZ_LIB_OBJ)

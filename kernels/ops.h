@@ -147,6 +147,49 @@ struct mr_backend {
      * then out = rmsnorm(y) * w (as add then rmsnorm). */
     void (*add_rmsnorm)(mr_backend *be, float *y, const float *x, const float *w, float *out,
                         int n_rows, int dim, float eps);
+
+    /* ---- hybrid (Gated DeltaNet) models: Qwen3.5 / Qwen3.6 ----
+     * Required by the qwen35 / qwen35moe forward pass; NULL in a backend
+     * that does not run those models (loading one then fails). */
+
+    /* dst[r * dst_stride + i] = src[r * src_stride + i] for r < n_rows,
+     * i < dim (e.g. the query half of an interleaved query/gate projection). */
+    void (*copy_2d)(mr_backend *be, float *dst, int dst_stride, const float *src, int src_stride,
+                    int n_rows, int dim);
+
+    /* y[r][i] *= sigmoid(g[r * g_stride + (g_scalar ? 0 : i)]) for r < n_rows,
+     * i < dim; y rows are contiguous.  g_scalar: one gate per row (shared
+     * expert gate), else one per element (attention output gate). */
+    void (*sigmoid_mul)(mr_backend *be, float *y, const float *g, int n_rows, int dim, int g_stride,
+                        bool g_scalar);
+
+    /* Short causal depthwise convolution with carried state, then SiLU, for
+     * n consecutive tokens of one sequence:
+     *   y[t][c] = silu(sum_j w[c][j] * in(t - (k-1) + j, c)),  j < k
+     * where in(p, c) = x[p][c] for p >= 0 and state[k-1+p][c] for p < 0.
+     * x, y: [n][channels] (y may not alias x); w: [channels][k] (the GGUF
+     * ssm_conv1d layout, tap k-1 multiplies the current token); state:
+     * [k-1][channels], the previous k-1 inputs oldest first, owned by the
+     * sequence and replaced by the last k-1 inputs (zeros for a new one). */
+    void (*conv1d_silu)(mr_backend *be, const float *x, const float *w, float *state, int n,
+                        int channels, int k, float *y);
+
+    /* Gated delta rule (Gated DeltaNet core), recurrent form, n consecutive
+     * tokens of one sequence.  Token t reads qkv + t * stride:
+     *   q [n_k_heads][dk] | k [n_k_heads][dk] | v [n_v_heads][dv]
+     * (the conv output); value head h pairs with key head h % n_k_heads (the
+     * upstream converter stores value heads in that tiled order).  Per token
+     * and value head, with a[h] = -exp(A_log), alpha/beta the raw [n][n_v_heads]
+     * projections:
+     *   qn = q / sqrt(|q|^2 + eps) / sqrt(dk),  kn = k / sqrt(|k|^2 + eps)
+     *   decay = exp(a[h] * softplus(alpha[t][h] + dt_bias[h])),  b = sigmoid(beta[t][h])
+     *   S = decay * S;  S += kn (x) (b * (v - S^T kn));  out[t][h] = S^T qn
+     * state: [n_v_heads][dk][dv] float32 (S[h][i][j], i over key dims),
+     * owned by the sequence, updated in place (zeros for a new one).
+     * out: [n][n_v_heads * dv]. */
+    void (*gdn_scan)(mr_backend *be, const float *qkv, int stride, const float *alpha,
+                     const float *beta, const float *a, const float *dt_bias, float *state, int n,
+                     int n_k_heads, int n_v_heads, int dk, int dv, float eps, float *out);
 };
 
 /* Backends.  name: "cpu", "cuda" or "auto" (cuda when built with it and a

@@ -2,7 +2,7 @@
 # Installs the Debian packages the build and the tests need, when missing.
 set -eu
 PKGS="build-essential pkg-config libnng-dev libmsgpack-dev libh2o-evloop-dev libjansson-dev \
-check clang libclang-rt-14-dev unicode-data bzip2 libssl-dev zlib1g-dev curl"
+check clang libclang-rt-14-dev unicode-data bzip2 libssl-dev zlib1g-dev curl jq"
 missing=""
 for p in $PKGS; do
     dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Prints a markdown table of the CPU path's error against the transformers
-# float32 logits: for each qwen3/qwen3moe fixture file, the median and worst
+# float32 logits: for each qwen3/qwen3moe/qwen35/qwen35moe fixture file, the median and worst
 # per-row relative L2 error over every position of prompt 2 (run-gen
 # --logits-out on the CPU backend).
 #   scripts/numerics-table.sh [BUILD] [FIXTURES]
@@ -19,7 +19,7 @@ json_prompt() {
 
 echo "| model | file | rows | median row error | worst row error |"
 echo "|---|---|---|---|---|"
-for m in qwen3 qwen3moe; do
+for m in qwen3 qwen3moe qwen35 qwen35moe; do
     dir="$FIX/models/$m"
     prompt=$(json_prompt "$dir/reference.json" 2)
     vocab=$(($(stat -c %s "$dir/ref-logits-2.f32") / 4 / $(echo "$prompt" | tr ',' ' ' | wc -w)))

@@ -49,8 +49,12 @@ static int read_hparams(const mr_gguf *g, mr_hparams *hp, mr_err *err)
         hp->arch = MR_ARCH_QWEN3;
     else if (!strcmp(arch, "qwen3moe"))
         hp->arch = MR_ARCH_QWEN3MOE;
+    else if (!strcmp(arch, "qwen35"))
+        hp->arch = MR_ARCH_QWEN35;
+    else if (!strcmp(arch, "qwen35moe"))
+        hp->arch = MR_ARCH_QWEN35MOE;
     else {
-        mr_errf(err, "unknown architecture '%.64s' (supported: qwen3, qwen3moe)", arch);
+        mr_errf(err, "unknown architecture '%.64s' (supported: qwen3, qwen3moe, qwen35, qwen35moe)", arch);
         goto out;
     }
     snprintf(hp->arch_name, sizeof hp->arch_name, "%s", arch);
@@ -90,7 +94,7 @@ static int read_hparams(const mr_gguf *g, mr_hparams *hp, mr_err *err)
         goto out;
     }
 
-    if (hp->arch == MR_ARCH_QWEN3) {
+    if (hp->arch == MR_ARCH_QWEN3 || hp->arch == MR_ARCH_QWEN35) {
         if (key_u32(g, arch, "feed_forward_length", &hp->n_ff, true, 0, err))
             goto out;
         if (hp->n_ff <= 0) {
@@ -124,6 +128,9 @@ static int read_hparams(const mr_gguf *g, mr_hparams *hp, mr_err *err)
         if (mr_gguf_find(g, key) && mr_gguf_get_bool(g, key, &hp->norm_topk, err))
             goto out;
     }
+    if ((hp->arch == MR_ARCH_QWEN35 || hp->arch == MR_ARCH_QWEN35MOE) &&
+        mr_qwen35_read_hparams(g, arch, hp, err))
+        goto out;
     rc = 0;
 out:
     free(arch);
@@ -196,6 +203,36 @@ static int load_vector(mr_model *m, float **out, const char *name, int64_t n, mr
     return rc;
 }
 
+int mr_model_load_matrix(mr_model *m, mr_weight *w, const char *name, int64_t cols, int64_t rows,
+                         int64_t mats, mr_err *err)
+{
+    return load_matrix(m, w, name, cols, rows, mats, err);
+}
+
+int mr_model_load_floats(mr_model *m, float **out, const char *name, int64_t ne0, int64_t ne1,
+                         mr_err *err)
+{
+    const mr_gguf_tensor *t = find_tensor(m, name, ne0, ne1, 1, err);
+    if (!t)
+        return -1;
+    size_t n = (size_t)ne0 * (size_t)ne1, rb = mr_row_size(t->type, ne0);
+    float *host = malloc(sizeof(float) * n);
+    if (!host)
+        return mr_errf(err, "out of memory for '%s'", name);
+    for (int64_t r = 0; r < ne1; r++) {
+        if (mr_dequantize_row(t->type, (const uint8_t *)t->data + (size_t)r * rb, host + (size_t)r * (size_t)ne0,
+                              ne0)) {
+            free(host);
+            return mr_errf(err, "tensor '%s': type %s is not supported", name, mr_type_name(t->type));
+        }
+    }
+    *out = m->be->alloc(m->be, sizeof(float) * n);
+    int rc = *out ? m->be->upload(m->be, *out, host, sizeof(float) * n, err)
+                  : mr_errf(err, "out of backend memory for '%s'", name);
+    free(host);
+    return rc;
+}
+
 static int load_layer(mr_model *m, int il, mr_err *err)
 {
     const mr_hparams *hp = &m->hp;
@@ -254,6 +291,8 @@ static int load_weights(mr_model *m, mr_err *err)
     m->layers = calloc((size_t)m->hp.n_layers, sizeof *m->layers);
     if (!m->layers)
         return mr_errf(err, "out of memory");
+    if (m->hp.arch == MR_ARCH_QWEN35 || m->hp.arch == MR_ARCH_QWEN35MOE)
+        return mr_qwen35_load_layers(m, err);
     for (int il = 0; il < m->hp.n_layers; il++)
         if (load_layer(m, il, err))
             return -1;
@@ -271,19 +310,20 @@ static int create_kv(mr_model *m, const mr_model_opts *opts, mr_err *err)
     int bt = opts && opts->block_tokens > 0 ? opts->block_tokens : 16;
     m->n_ctx = n_ctx;
     m->max_blocks = (n_ctx + bt - 1) / bt;
+    int kv_layers = m->hp.n_kv_layers > 0 ? m->hp.n_kv_layers : m->hp.n_layers; /* hybrids: full-attention layers only */
     mr_kv_dtype dtype = opts ? opts->kv_dtype : MR_KV_F32;
     int64_t n_blocks = (int64_t)m->max_blocks * n_seqs;
     if (opts && opts->kv_blocks > 0)
         n_blocks = opts->kv_blocks;
     else if (opts && opts->kv_bytes > 0) {
-        size_t bb = mr_kv_block_bytes(m->hp.n_layers, bt, m->hp.n_kv_heads, m->hp.head_dim, dtype);
+        size_t bb = mr_kv_block_bytes(kv_layers, bt, m->hp.n_kv_heads, m->hp.head_dim, dtype);
         n_blocks = mr_kv_blocks_for_budget(opts->kv_bytes, bb, 1 << 24);
         if (n_blocks <= 0)
             return mr_errf(err, "a KV budget of %zu bytes holds no block of %zu bytes", opts->kv_bytes, bb);
     }
     if (n_blocks > (1 << 24))
         return mr_errf(err, "KV cache of %lld blocks of %d tokens is too large", (long long)n_blocks, bt);
-    m->kv.n_layers = m->hp.n_layers;
+    m->kv.n_layers = kv_layers;
     m->kv.n_blocks = (int)n_blocks;
     m->kv.block_tokens = bt;
     m->kv.n_kv_heads = m->hp.n_kv_heads;
@@ -340,6 +380,7 @@ void mr_model_free(mr_model *m)
         return;
     mr_backend *be = m->be;
     free_scratch(m);
+    mr_qwen35_free(m);
     if (m->layers) {
         for (int il = 0; il < m->hp.n_layers; il++) {
             mr_layer *L = &m->layers[il];
@@ -389,6 +430,19 @@ int mr_seq_new(mr_model *m, mr_seq **out, mr_err *err)
         mr_seq_free(s);
         return mr_errf(err, "out of memory for a block table of %d blocks", m->max_blocks);
     }
+    if (m->rstate_bytes) {
+        /* a new sequence starts from a zero recurrent state */
+        void *zeros = calloc(1, m->rstate_bytes);
+        s->rstate = m->be->alloc(m->be, m->rstate_bytes);
+        int rc = zeros && s->rstate ? m->be->upload(m->be, s->rstate, zeros, m->rstate_bytes, err)
+                                    : mr_errf(err, "out of memory for %zu bytes of recurrent state",
+                                              m->rstate_bytes);
+        free(zeros);
+        if (rc) {
+            mr_seq_free(s);
+            return -1;
+        }
+    }
     *out = s;
     return 0;
 }
@@ -403,11 +457,29 @@ void mr_seq_free(mr_seq *s)
     mr_kv_unreserve(m->pool, s->reserved);
     if (s->blocks_dev)
         m->be->free(m->be, s->blocks_dev);
+    if (s->rstate)
+        m->be->free(m->be, s->rstate);
     free(s->blocks);
     free(s);
 }
 
 int mr_seq_len(const mr_seq *s) { return s->len; }
+
+size_t mr_seq_state_bytes(const mr_model *m) { return m->rstate_bytes; }
+
+int mr_seq_state_save(const mr_seq *s, void *host, mr_err *err)
+{
+    if (!s->rstate)
+        return 0;
+    return s->m->be->download(s->m->be, host, s->rstate, s->m->rstate_bytes, err);
+}
+
+int mr_seq_state_load(mr_seq *s, const void *host, mr_err *err)
+{
+    if (!s->rstate)
+        return 0;
+    return s->m->be->upload(s->m->be, s->rstate, host, s->m->rstate_bytes, err);
+}
 
 static int blocks_for(const mr_model *m, int tokens)
 {
@@ -437,6 +509,21 @@ static int seq_grow(mr_seq *s, int len, mr_err *err)
     return m->be->upload(m->be, s->blocks_dev, s->blocks, sizeof(int32_t) * (size_t)s->n_blocks, err);
 }
 
+int mr_seq_grow(mr_seq *s, int len, mr_err *err) { return seq_grow(s, len, err); }
+
+int mr_seq_truncate(mr_seq *s, int len, mr_err *err)
+{
+    if (len < 0 || len > s->len)
+        return mr_errf(err, "truncate: length %d outside [0, %d]", len, s->len);
+    /* the entries past len get overwritten: not allowed in blocks another
+     * holder (a sequence, the prefix cache) shares */
+    for (int i = len / s->m->kv.block_tokens; i < s->n_blocks; i++)
+        if (mr_kv_refcount(s->m->pool, s->blocks[i]) > 1)
+            return mr_errf(err, "truncate: block %d (index %d) is shared", s->blocks[i], i);
+    s->len = len; /* later K/V entries are overwritten before anything reads them */
+    return 0;
+}
+
 int mr_seq_reserve(mr_seq *s, int n_tokens, mr_err *err)
 {
     mr_model *m = s->m;
@@ -461,6 +548,8 @@ int mr_seq_attach(mr_seq *s, const int32_t *blocks, int n_blocks, mr_err *err)
         return mr_errf(err, "attach: the sequence is not empty (%d tokens)", s->len);
     if (n_blocks < 0 || n_blocks > m->max_blocks)
         return mr_errf(err, "attach: %d blocks (a sequence holds at most %d)", n_blocks, m->max_blocks);
+    if (n_blocks > 0 && s->rstate)
+        return mr_errf(err, "attach: shared K/V blocks carry no recurrent state (%s)", m->hp.arch_name);
     for (int i = 0; i < n_blocks; i++)
         if (mr_kv_refcount(m->pool, blocks[i]) <= 0)
             return mr_errf(err, "attach: block %d (index %d) is not in use", blocks[i], i);
@@ -499,7 +588,7 @@ static int scratch_reserve(mr_model *m, int cap, int out_cap, mr_err *err)
     free_scratch(m);
     const mr_hparams *hp = &m->hp;
     size_t n = (size_t)cap, k = (size_t)(hp->n_expert_used > 0 ? hp->n_expert_used : 1);
-    size_t ff = hp->arch == MR_ARCH_QWEN3MOE ? k * (size_t)hp->n_ff_exp : (size_t)hp->n_ff;
+    size_t ff = hp->n_expert > 0 ? k * (size_t)hp->n_ff_exp : (size_t)hp->n_ff;
     size_t qd = (size_t)hp->n_heads * (size_t)hp->head_dim;
     size_t kvd = (size_t)hp->n_kv_heads * (size_t)hp->head_dim;
     size_t e = (size_t)hp->n_embd;
@@ -617,7 +706,7 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
     if (m->be->upload(m->be, m->sc.tokens, host, sizeof(int32_t) * (size_t)n, err) ||
         m->be->upload(m->be, m->sc.pos, pos, sizeof(int32_t) * (size_t)n, err))
         goto out;
-    if (mr_qwen3_forward_segs(m, segs, n_items, n, err))
+    if ((m->q35 ? mr_qwen35_forward_segs : mr_qwen3_forward_segs)(m, segs, n_items, n, err))
         goto out;
     if (any_argmax && out_row > 0)
         m->be->argmax(m->be, m->sc.logits, out_row, m->hp.n_vocab, m->sc.ids);

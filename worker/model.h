@@ -14,7 +14,12 @@
 #include "kernels/ops.h"
 #include "worker/kv.h"
 
-typedef enum mr_arch { MR_ARCH_QWEN3 = 0, MR_ARCH_QWEN3MOE = 1 } mr_arch;
+typedef enum mr_arch {
+    MR_ARCH_QWEN3 = 0,
+    MR_ARCH_QWEN3MOE = 1,
+    MR_ARCH_QWEN35 = 2,    /* Qwen3.5/3.6 dense hybrid (Gated DeltaNet + gated attention) */
+    MR_ARCH_QWEN35MOE = 3, /* the same hybrid with MoE and a shared expert */
+} mr_arch;
 
 typedef struct mr_hparams {
     mr_arch arch;
@@ -31,6 +36,18 @@ typedef struct mr_hparams {
     int n_ctx_train;       /* context_length */
     float rope_theta;      /* rope.freq_base */
     float rms_eps;         /* attention.layer_norm_rms_epsilon */
+    int n_kv_layers;       /* layers with K/V in the paged cache (0: all n_layers) */
+    /* Qwen3.5 hybrids only (zero otherwise).  n_layers counts the trunk;
+     * the n_nextn MTP blocks stored after it are not run by the forward pass. */
+    int n_nextn;           /* nextn_predict_layers */
+    int full_attn_interval;/* layer il is full attention when (il + 1) % interval == 0 */
+    int ssm_d_conv;        /* ssm.conv_kernel: taps of the short convolution */
+    int ssm_d_state;       /* ssm.state_size: key (= value) head dim of the linear layers */
+    int ssm_n_group;       /* ssm.group_count: key heads */
+    int ssm_dt_rank;       /* ssm.time_step_rank: value heads */
+    int ssm_d_inner;       /* ssm.inner_size: value heads * value head dim */
+    int n_ff_shexp;        /* expert_shared_feed_forward_length (qwen35moe) */
+    int rope_sections[4];  /* rope.dimension_sections (M-RoPE; text positions use one) */
 } mr_hparams;
 
 typedef struct mr_model_opts {
@@ -73,6 +90,20 @@ int mr_seq_new(mr_model *m, mr_seq **out, mr_err *err);
 /* Releases its KV blocks. */
 void mr_seq_free(mr_seq *s);
 int mr_seq_len(const mr_seq *s);
+
+/* Recurrent state (hybrid models: per linear-attention layer, the
+ * convolution history and the delta-rule state), which unlike the KV cache
+ * is not addressable by position: a snapshot taken after position p is what
+ * a prefix cache or a rejected speculation must restore.  0 bytes for
+ * attention-only models.  save/load copy it to/from host memory. */
+size_t mr_seq_state_bytes(const mr_model *m);
+int mr_seq_state_save(const mr_seq *s, void *host, mr_err *err);
+int mr_seq_state_load(mr_seq *s, const void *host, mr_err *err);
+
+/* Drops the tokens after the first len (speculation rejected, cached
+ * prefix reused).  KV positions need nothing more; the recurrent state is
+ * not rolled back: load a snapshot taken at len. */
+int mr_seq_truncate(mr_seq *s, int len, mr_err *err);
 
 /* Runs tokens[0..n) (host memory) at positions len..len+n-1 of s, stores
  * their K/V and, per mode, writes logits to host memory.  On error the

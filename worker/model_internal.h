@@ -48,6 +48,9 @@ struct mr_model {
     mr_kv_pool *pool;
 
     mr_scratch sc;
+
+    struct mr_q35 *q35;  /* hybrid-model weights and buffers (worker/arch/qwen35.c), or NULL */
+    size_t rstate_bytes; /* recurrent state per sequence (0: none) */
 };
 
 struct mr_seq {
@@ -57,6 +60,7 @@ struct mr_seq {
     int32_t *blocks;     /* host copy of the block table [max_blocks] */
     int32_t *blocks_dev; /* the same in backend memory */
     int reserved;        /* blocks promised to this sequence, not yet allocated */
+    void *rstate;        /* recurrent state in backend memory (m->rstate_bytes), or NULL */
 };
 
 /* A contiguous run of rows of one forward call that belongs to one sequence:
@@ -75,5 +79,39 @@ typedef struct mr_fwd_seg {
 int mr_qwen3_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err);
 /* The same over several sequences: n rows in all, split into segs. */
 int mr_qwen3_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n, mr_err *err);
+
+/* Weight binding for the architecture files (worker/model.c): a matrix
+ * ([cols, rows, mats] as GGUF writes it) through be->weight_load, and a
+ * small [ne0, ne1] tensor converted to float32 in backend memory. */
+int mr_model_load_matrix(mr_model *m, mr_weight *w, const char *name, int64_t cols, int64_t rows,
+                         int64_t mats, mr_err *err);
+int mr_model_load_floats(mr_model *m, float **out, const char *name, int64_t ne0, int64_t ne1,
+                         mr_err *err);
+
+/* Qwen3.5 hybrids (worker/arch/qwen35.c): the architecture's metadata
+ * (after the common keys), all per-layer weights (sets m->q35 and
+ * m->rstate_bytes), release, and one forward call over sequence segments as
+ * mr_qwen3_forward_segs. */
+int mr_qwen35_read_hparams(const mr_gguf *g, const char *arch, mr_hparams *hp, mr_err *err);
+int mr_qwen35_load_layers(mr_model *m, mr_err *err);
+void mr_qwen35_free(mr_model *m);
+int mr_qwen35_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n, mr_err *err);
+
+/* The MTP (nextn) draft block of the qwen35 hybrids.  Row t combines the
+ * hidden row h[t] (backend memory [n][n_embd], output-normed: the trunk
+ * leaves those of its logits rows in sc.xn after a forward call) with token
+ * tokens[t] (host) at position pos0 + t of s, whose K/V go to the block's
+ * own cache; the logits of every row go to host logits [n][vocab] and the
+ * block's normed output rows to mr_qwen35_mtp_hidden(m), the h of the next
+ * draft step.  n must fit the activations of the last forward call. */
+bool mr_qwen35_has_mtp(const mr_model *m);
+const float *mr_qwen35_mtp_hidden(const mr_model *m);
+int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens, int n, int pos0,
+                  float *logits, mr_err *err);
+
+/* Grows s to hold len tokens now (KV blocks allocated, drawing on its
+ * reservation first; block table uploaded).  mr_seq_reserve (model.h) only
+ * promises blocks. */
+int mr_seq_grow(mr_seq *s, int len, mr_err *err);
 
 #endif

@@ -85,6 +85,10 @@ int mr_sched_new(mr_model *m, const mr_sched_opts *opts, mr_sched_cb cb, void *u
     s->bt = mr_model_block_tokens(m);
     mr_kv_pool *pool = mr_model_kv_pool(m);
     int cap = o.prefix_blocks < 0 ? 0 : o.prefix_blocks == 0 ? mr_kv_pool_size(pool) : o.prefix_blocks;
+    /* K/V blocks alone do not hold a recurrent model's state at a block
+     * boundary: no prefix reuse for hybrids */
+    if (mr_seq_state_bytes(m) > 0)
+        cap = 0;
     if (mr_prefix_new(pool, s->bt, cap, &s->prefix, err) || mr_sampler_new(s->n_vocab, &s->sampler, err))
         goto fail;
     s->live = calloc((size_t)o.max_seqs, sizeof *s->live);

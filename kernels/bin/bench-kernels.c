@@ -157,25 +157,22 @@ int main(int argc, char **argv)
         {MR_TYPE_Q6_K, 4096, 12288}, {MR_TYPE_Q6_K, 1024, 4096}, {MR_TYPE_Q6_K, 151936, 4096},
         {MR_TYPE_Q4_K, 1024, 4096}, {MR_TYPE_Q8_0, 4096, 4096}, {MR_TYPE_BF16, 4096, 4096},
         {MR_TYPE_Q5_K, 4096, 4096}, {MR_TYPE_IQ4_XS, 4096, 4096}, {MR_TYPE_Q4_0, 4096, 4096},
+        {MR_TYPE_Q4_K, 768, 2048}, {MR_TYPE_Q4_K, 2048, 768}, {MR_TYPE_Q6_K, 2048, 768},
     };
     for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
         bench_mv(fast, "fast", sh[i].type, sh[i].rows, sh[i].cols, 1, iters, cbw);
         if (i < 2) bench_mv(gen, "generic", sh[i].type, sh[i].rows, sh[i].cols, 1, iters / 4 + 1, cbw);
     }
-    /* rows per block forced, to see what the automatic choice leaves */
-    const char *rs[3] = {"1", "2", "4"};
-    for (int i = 0; i < 3; i++) {
-        setenv("MEMRA_CUDA_FAST_R", rs[i], 1);
-        mr_backend *b = mr_backend_cuda_create(0, &err);
-        unsetenv("MEMRA_CUDA_FAST_R");
-        if (!b) return 1;
-        char lab[16];
-        snprintf(lab, sizeof lab, "fast-r%s", rs[i]);
-        bench_mv(b, lab, MR_TYPE_Q4_K, 4096, 4096, 1, iters, cbw);
-        bench_mv(b, lab, MR_TYPE_Q4_K, 1024, 4096, 1, iters, cbw);
-        bench_mv(b, lab, MR_TYPE_Q6_K, 4096, 12288, 1, iters, cbw);
-        b->destroy(b);
-    }
+    /* Q4_K with 8-weight lanes (before the 16-weight ones) */
+    setenv("MEMRA_CUDA_Q4K_WIDE", "0", 1);
+    mr_backend *nw = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_Q4K_WIDE");
+    if (!nw) return 1;
+    bench_mv(nw, "q4k-8w", MR_TYPE_Q4_K, 4096, 4096, 1, iters, cbw);
+    bench_mv(nw, "q4k-8w", MR_TYPE_Q4_K, 12288, 4096, 1, iters, cbw);
+    bench_mv(nw, "q4k-8w", MR_TYPE_Q4_K, 4096, 12288, 1, iters, cbw);
+    bench_mv(nw, "q4k-8w", MR_TYPE_Q4_K, 1024, 4096, 1, iters, cbw);
+    nw->destroy(nw);
     bench_mv(fast, "fast", MR_TYPE_Q4_K, 4096, 4096, 2, iters, cbw);
     bench_mv(fast, "fast", MR_TYPE_Q4_K, 4096, 4096, 4, iters, cbw);
     bench_mv(fast, "fast", MR_TYPE_Q4_K, 4096, 4096, 8, iters, cbw);

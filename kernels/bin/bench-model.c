@@ -100,9 +100,10 @@ int main(int argc, char **argv)
            hp->arch_name, hp->n_layers, hp->n_embd, hp->n_vocab, hp->n_expert ? ", MoE" : "",
            be->name, load_s);
     float *logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(pp > 0 ? pp : 1));
+    const int nt = pp > 8 ? pp : 8; /* the warm-up uses up to 8 */
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)nt);
     uint64_t r = 12345;
-    for (int i = 0; i < pp; i++) {
+    for (int i = 0; i < nt; i++) {
         r = r * 6364136223846793005ull + 1442695040888963407ull;
         toks[i] = (int32_t)((r >> 33) % (uint64_t)hp->n_vocab);
     }
@@ -111,7 +112,7 @@ int main(int argc, char **argv)
     /* warm-up: one short prompt and a few decode steps (module load, scratch sizing) */
     {
         mr_seq *s;
-        if (mr_seq_new(m, &s, &err) || mr_model_forward(m, s, toks, pp > 8 ? 8 : (pp ? pp : 1), MR_LOGITS_LAST, logits, &err)) {
+        if (mr_seq_new(m, &s, &err) || mr_model_forward(m, s, toks, 8, MR_LOGITS_LAST, logits, &err)) {
             fprintf(stderr, "bench-model: warm-up: %s\n", err.msg);
             return 1;
         }

@@ -902,11 +902,15 @@ int main(int argc, char **argv)
     gpu_generic = mr_backend_cuda_create(0, &err);
     unsetenv("MEMRA_CUDA_GENERIC");
     if (!gpu_generic) die("cuda (generic)");
+    /* the forced variants also take the 8-weight Q4_K lanes (the default
+     * takes 16-weight lanes where the columns allow) */
+    setenv("MEMRA_CUDA_Q4K_WIDE", "0", 1);
     setenv("MEMRA_CUDA_FAST_R", "4", 1);
     gpu_r4 = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_FAST_R", "2", 1);
     gpu_r2 = mr_backend_cuda_create(0, &err);
     unsetenv("MEMRA_CUDA_FAST_R");
+    unsetenv("MEMRA_CUDA_Q4K_WIDE");
     if (!gpu_r4 || !gpu_r2) die("cuda (forced rows per block)");
     cpu = mr_backend_cpu_create(&err);
     if (!cpu) die("cpu");
@@ -943,6 +947,11 @@ int main(int argc, char **argv)
     check_rmsnorm(1, 4096);
     check_rmsnorm(7, 256);
     check_rmsnorm(3, 1000);
+    check_rmsnorm(32, 128);
+    check_rmsnorm(2, 2048);
+    check_rmsnorm(1, 17000); /* longer than the register-held path */
+    check_rmsnorm(3, 4098);  /* not a multiple of 4 */
+    check_rmsnorm(130, 4096);
     check_rope(1, 32, 128, 128, MR_ROPE_NEOX);
     check_rope(9, 4, 64, 64, MR_ROPE_NEOX);
     check_rope(5, 8, 128, 64, MR_ROPE_NEOX);

@@ -49,5 +49,15 @@ void mr_cpu_moe_route(mr_backend *be, const float *logits, int n, int n_expert, 
 void mr_cpu_moe_combine(mr_backend *be, const float *y, const float *weights, int n, int k,
                         int rows, float *out);
 void mr_cpu_argmax(mr_backend *be, const float *x, int n, int dim, int32_t *ids);
+/* hybrid (Gated DeltaNet) ops: cpu_gdn.c */
+void mr_cpu_copy_2d(mr_backend *be, float *dst, int dst_stride, const float *src, int src_stride,
+                    int n_rows, int dim);
+void mr_cpu_sigmoid_mul(mr_backend *be, float *y, const float *g, int n_rows, int dim, int g_stride,
+                        bool g_scalar);
+void mr_cpu_conv1d_silu(mr_backend *be, const float *x, const float *w, float *state, int n,
+                        int channels, int k, float *y);
+void mr_cpu_gdn_scan(mr_backend *be, const float *qkv, int stride, const float *alpha,
+                     const float *beta, const float *a, const float *dt_bias, float *state, int n,
+                     int n_k_heads, int n_v_heads, int dk, int dv, float eps, float *out);
 
 #endif

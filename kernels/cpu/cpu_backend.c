@@ -180,5 +180,9 @@ mr_backend *mr_backend_cpu_create(mr_err *err)
     be->moe_route = mr_cpu_moe_route;
     be->moe_combine = mr_cpu_moe_combine;
     be->argmax = mr_cpu_argmax;
+    be->copy_2d = mr_cpu_copy_2d;
+    be->sigmoid_mul = mr_cpu_sigmoid_mul;
+    be->conv1d_silu = mr_cpu_conv1d_silu;
+    be->gdn_scan = mr_cpu_gdn_scan;
     return be;
 }

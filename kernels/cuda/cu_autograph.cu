@@ -14,10 +14,15 @@
  * same sequence is the same computation on new inputs: replay needs no
  * cooperation from the forward pass.  Sequences that call cuBLAS (prompt
  * GEMMs) are never captured.  MEMRA_CUDA_AUTOGRAPH=0 turns this off. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
 #include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/cu_common.cuh"
@@ -33,6 +38,18 @@ struct mr_cu_auto {
     std::vector<entry> cache;
     mr_backend real; /* the op table that launches */
     long replays = 0, captures = 0;
+    /* MEMRA_CUDA_PROFILE=1: no graphs; every op timed with events and
+     * summed per label (op, type, shape), printed at destroy */
+    bool prof = false;
+    std::vector<std::string> labels;
+    std::map<std::string, std::pair<double, long>> totals;
+    /* the last recorded op, when it was an add (for the add+RMSNorm fusion) */
+    int last_op = 0;
+    size_t add_sig_at = 0;
+    float *add_y = NULL;
+    const float *add_x = NULL;
+    size_t add_n = 0;
+    long fused = 0;
 };
 
 enum { OP_GET_ROWS = 1, OP_MATMUL, OP_MATMUL_ID, OP_RMSNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION,
@@ -72,9 +89,42 @@ static inline void sp_kv(std::vector<uint64_t> &s, const mr_kv_cache *kv, int la
     }
 }
 
-static void run_direct(mr_cu_auto *a)
+static void run_direct(mr_cu_auto *a, cudaStream_t st)
 {
-    for (auto &f : a->ops) f();
+    if (!a->prof || a->labels.size() != a->ops.size()) {
+        for (auto &f : a->ops) f();
+        return;
+    }
+    size_t n = a->ops.size();
+    std::vector<cudaEvent_t> ev(n + 1);
+    for (auto &e : ev) cudaEventCreate(&e);
+    cudaEventRecord(ev[0], st);
+    for (size_t i = 0; i < n; i++) {
+        a->ops[i]();
+        cudaEventRecord(ev[i + 1], st);
+    }
+    cudaEventSynchronize(ev[n]);
+    for (size_t i = 0; i < n; i++) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, ev[i], ev[i + 1]);
+        auto &t = a->totals[a->labels[i]];
+        t.first += ms;
+        t.second++;
+    }
+    for (auto &e : ev) cudaEventDestroy(e);
+}
+
+static void label(mr_cu_auto *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void label(mr_cu_auto *a, const char *fmt, ...)
+{
+    if (!a->prof)
+        return;
+    char buf[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    a->labels.push_back(buf);
 }
 
 void mr_cu_flush(mr_backend *be)
@@ -93,13 +143,13 @@ void mr_cu_flush(mr_backend *be)
             done = true;
             break;
         }
-    if (!done && a->capturable && !c->failed && a->sig == a->last_sig) {
+    if (!done && !a->prof && a->capturable && !c->failed && a->sig == a->last_sig) {
         cudaGraph_t g = NULL;
         cudaGraphExec_t ex = NULL;
         cudaError_t err = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
         if (err == cudaSuccess) {
             c->capturing = true;
-            run_direct(a);
+            run_direct(a, c->stream);
             c->capturing = false;
             err = cudaStreamEndCapture(c->stream, &g);
             if (err == cudaSuccess && !c->failed)
@@ -129,16 +179,19 @@ void mr_cu_flush(mr_backend *be)
         }
     }
     if (!done)
-        run_direct(a);
+        run_direct(a, c->stream);
     a->last_sig.swap(a->sig);
     a->sig.clear();
     a->ops.clear();
+    a->labels.clear();
+    a->last_op = 0;
     a->capturable = true;
 }
 
 static inline mr_cu_auto *rec(mr_backend *be, int op)
 {
     mr_cu_auto *a = mr_cu(be)->ag;
+    a->last_op = op;
     a->sig.push_back((uint64_t)op);
     return a;
 }
@@ -153,6 +206,7 @@ static void w_get_rows(mr_backend *be, const mr_weight *w, const int32_t *ids, i
     if (DIRECT(be)) return a->real.get_rows(be, w, ids, n, out);
     rec(be, OP_GET_ROWS);
     sp(a->sig, w); sp(a->sig, ids); sp(a->sig, n); sp(a->sig, out);
+    label(a, "get_rows t%d %lldx%lld n=%d", w->type, (long long)w->rows, (long long)w->cols, n);
     a->ops.push_back([=] { a->real.get_rows(be, w, ids, n, out); });
 }
 
@@ -163,6 +217,7 @@ static void w_matmul(mr_backend *be, const mr_weight *w, const float *x, float *
     rec(be, OP_MATMUL);
     sp(a->sig, w); sp(a->sig, x); sp(a->sig, y); sp(a->sig, n);
     if (n > MR_CU_MATVEC_MAX) a->capturable = false; /* cuBLAS */
+    label(a, "matmul t%d %lldx%lld n=%d", w->type, (long long)w->rows, (long long)w->cols, n);
     a->ops.push_back([=] { a->real.matmul(be, w, x, y, n); });
 }
 
@@ -174,16 +229,34 @@ static void w_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int 
     rec(be, OP_MATMUL_ID);
     sp(a->sig, w); sp(a->sig, x); sp(a->sig, x_slots); sp(a->sig, ids); sp(a->sig, k);
     sp(a->sig, y); sp(a->sig, n);
+    label(a, "matmul_id t%d %lldx%lldx%lld k=%d n=%d", w->type, (long long)w->n_mats, (long long)w->rows, (long long)w->cols, k, n);
     a->ops.push_back([=] { a->real.matmul_id(be, w, x, x_slots, ids, k, y, n); });
 }
+
+static void w_add_rmsnorm(mr_backend *be, float *y, const float *x, const float *w, float *out,
+                          int n_rows, int dim, float eps);
 
 static void w_rmsnorm(mr_backend *be, const float *x, const float *w, float *y, int n_rows,
                       int dim, float eps)
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.rmsnorm(be, x, w, y, n_rows, dim, eps);
+    /* add(r, d) straight before rmsnorm(r): one fused kernel (add_rmsnorm is
+     * specified as exactly that sequence, and computes the same floats) */
+    if (a->last_op == OP_ADD && a->add_y == x && a->add_n == (size_t)n_rows * (size_t)dim &&
+        !a->ops.empty() && a->add_sig_at < a->sig.size()) {
+        float *ry = a->add_y;
+        const float *rx = a->add_x;
+        a->ops.pop_back();
+        if (a->prof && !a->labels.empty()) a->labels.pop_back();
+        a->sig.resize(a->add_sig_at);
+        a->last_op = 0;
+        a->fused++;
+        return w_add_rmsnorm(be, ry, rx, w, y, n_rows, dim, eps);
+    }
     rec(be, OP_RMSNORM);
     sp(a->sig, x); sp(a->sig, w); sp(a->sig, y); sp(a->sig, n_rows); sp(a->sig, dim); sp(a->sig, eps);
+    label(a, "rmsnorm %dx%d", n_rows, dim);
     a->ops.push_back([=] { a->real.rmsnorm(be, x, w, y, n_rows, dim, eps); });
 }
 
@@ -195,6 +268,7 @@ static void w_add_rmsnorm(mr_backend *be, float *y, const float *x, const float 
     rec(be, OP_ADD_RMSNORM);
     sp(a->sig, y); sp(a->sig, x); sp(a->sig, w); sp(a->sig, out); sp(a->sig, n_rows);
     sp(a->sig, dim); sp(a->sig, eps);
+    label(a, "add_rmsnorm %dx%d", n_rows, dim);
     a->ops.push_back([=] { a->real.add_rmsnorm(be, y, x, w, out, n_rows, dim, eps); });
 }
 
@@ -206,6 +280,7 @@ static void w_rope(mr_backend *be, float *x, const int32_t *pos, int n, int n_he
     rec(be, OP_ROPE);
     sp(a->sig, x); sp(a->sig, pos); sp(a->sig, n); sp(a->sig, n_heads); sp(a->sig, head_dim);
     sp(a->sig, n_rot); sp(a->sig, theta_base); sp(a->sig, (int)mode);
+    label(a, "rope n=%d h=%d", n, n_heads);
     a->ops.push_back([=] { a->real.rope(be, x, pos, n, n_heads, head_dim, n_rot, theta_base, mode); });
 }
 
@@ -217,6 +292,7 @@ static void w_kv_store(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t
     rec(be, OP_KV_STORE);
     sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, table); sp(a->sig, k); sp(a->sig, v);
     sp(a->sig, pos); sp(a->sig, n);
+    label(a, "kv_store n=%d", n);
     a->ops.push_back([=] { a->real.kv_store(be, kv, layer, table, k, v, pos, n); });
 }
 
@@ -229,6 +305,7 @@ static void w_attention(mr_backend *be, const mr_kv_cache *kv, int layer, const 
     rec(be, OP_ATTENTION);
     sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, table); sp(a->sig, q); sp(a->sig, pos);
     sp(a->sig, n); sp(a->sig, n_heads); sp(a->sig, scale); sp(a->sig, out);
+    label(a, "attention n=%d h=%d", n, n_heads);
     a->ops.push_back([=] { a->real.attention(be, kv, layer, table, q, pos, n, n_heads, scale, out); });
 }
 
@@ -238,6 +315,7 @@ static void w_swiglu(mr_backend *be, const float *g, const float *u, float *o, s
     if (DIRECT(be)) return a->real.swiglu(be, g, u, o, n);
     rec(be, OP_SWIGLU);
     sp(a->sig, g); sp(a->sig, u); sp(a->sig, o); sp(a->sig, n);
+    label(a, "swiglu %zu", n);
     a->ops.push_back([=] { a->real.swiglu(be, g, u, o, n); });
 }
 
@@ -245,8 +323,13 @@ static void w_add(mr_backend *be, float *y, const float *x, size_t n)
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.add(be, y, x, n);
+    a->add_sig_at = a->sig.size();
+    a->add_y = y;
+    a->add_x = x;
+    a->add_n = n;
     rec(be, OP_ADD);
     sp(a->sig, y); sp(a->sig, x); sp(a->sig, n);
+    label(a, "add %zu", n);
     a->ops.push_back([=] { a->real.add(be, y, x, n); });
 }
 
@@ -258,6 +341,7 @@ static void w_moe_route(mr_backend *be, const float *l, int n, int ne, int k, bo
     rec(be, OP_MOE_ROUTE);
     sp(a->sig, l); sp(a->sig, n); sp(a->sig, ne); sp(a->sig, k); sp(a->sig, norm); sp(a->sig, ids);
     sp(a->sig, w);
+    label(a, "moe_route n=%d E=%d k=%d", n, ne, k);
     a->ops.push_back([=] { a->real.moe_route(be, l, n, ne, k, norm, ids, w); });
 }
 
@@ -268,6 +352,7 @@ static void w_moe_combine(mr_backend *be, const float *y, const float *w, int n,
     if (DIRECT(be)) return a->real.moe_combine(be, y, w, n, k, rows, out);
     rec(be, OP_MOE_COMBINE);
     sp(a->sig, y); sp(a->sig, w); sp(a->sig, n); sp(a->sig, k); sp(a->sig, rows); sp(a->sig, out);
+    label(a, "moe_combine n=%d k=%d", n, k);
     a->ops.push_back([=] { a->real.moe_combine(be, y, w, n, k, rows, out); });
 }
 
@@ -277,6 +362,7 @@ static void w_argmax(mr_backend *be, const float *x, int n, int dim, int32_t *id
     if (DIRECT(be)) return a->real.argmax(be, x, n, dim, ids);
     rec(be, OP_ARGMAX);
     sp(a->sig, x); sp(a->sig, n); sp(a->sig, dim); sp(a->sig, ids);
+    label(a, "argmax n=%d dim=%d", n, dim);
     a->ops.push_back([=] { a->real.argmax(be, x, n, dim, ids); });
 }
 
@@ -288,6 +374,8 @@ void mr_cu_autograph_install(mr_backend *be)
         return;
     c->ag = new mr_cu_auto();
     c->ag->real = *be;
+    const char *pe = getenv("MEMRA_CUDA_PROFILE");
+    c->ag->prof = pe && *pe && strcmp(pe, "0");
     be->get_rows = w_get_rows;
     be->matmul = w_matmul;
     be->matmul_id = w_matmul_id;
@@ -309,6 +397,20 @@ void mr_cu_autograph_free(mr_backend *be)
     if (!c->ag)
         return;
     for (auto &en : c->ag->cache) cudaGraphExecDestroy(en.ex);
+    if (c->ag->prof) {
+        double all = 0;
+        for (auto &t : c->ag->totals) all += t.second.first;
+        fprintf(stderr, "cuda op profile (event-timed, no graphs): %.3f ms in all; %ld add+rmsnorm fused\n",
+                all, c->ag->fused);
+        std::vector<std::pair<double, std::string>> v;
+        for (auto &t : c->ag->totals) v.push_back({t.second.first, t.first});
+        std::sort(v.rbegin(), v.rend());
+        for (auto &e : v) {
+            auto &t = c->ag->totals[e.second];
+            fprintf(stderr, "  %9.3f ms %5.1f%% %7ld calls %8.2f us/call  %s\n", t.first,
+                    100.0 * t.first / all, t.second, 1e3 * t.first / t.second, e.second.c_str());
+        }
+    }
     delete c->ag;
     c->ag = NULL;
 }

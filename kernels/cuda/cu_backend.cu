@@ -341,6 +341,8 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     c->no_fast = gen && *gen && strcmp(gen, "0");
     const char *fr = getenv("MEMRA_CUDA_FAST_R");
     c->fast_r = fr ? atoi(fr) : 0;
+    const char *qw = getenv("MEMRA_CUDA_Q4K_WIDE");
+    c->q4k_wide = !(qw && !strcmp(qw, "0"));
     if (cublasCreate(&c->cublas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(c->cublas, c->stream) != CUBLAS_STATUS_SUCCESS) {
         mr_errf(err, "cuda: cuBLAS init failed on device %d", device);
@@ -370,6 +372,10 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     be->graph_destroy = cu_graph_destroy;
     mr_cu_install_ops(be);
     mr_cu_install_attn(be);
-    mr_cu_autograph_install(be); /* last: it wraps the table above */
+    /* last: it wraps the table above.  Ops are recorded and launched at the
+     * next flush, so any op added to this table later must be wrapped in
+     * cu_autograph.cu too (or call mr_cu_flush(be) before launching), or it
+     * would run ahead of ops recorded before it. */
+    mr_cu_autograph_install(be);
     return be;
 }

@@ -36,6 +36,7 @@ struct mr_cu_ctx {
     bool capturing;         /* inside graph_begin/graph_end */
     bool no_fast;           /* MEMRA_CUDA_GENERIC=1: generic kernels only (for checks) */
     int fast_r;             /* MEMRA_CUDA_FAST_R: force rows per block (1, 2, 4; 0 = auto) */
+    bool q4k_wide;          /* 16-weight lanes for Q4_K (MEMRA_CUDA_Q4K_WIDE=0: off) */
     mr_cu_buf scratch_w;    /* dequantized weight chunk for the GEMM path */
     mr_cu_buf scratch_attn; /* split-K attention partials */
     mr_cu_buf scratch_act;  /* activation scratch (quantized x, etc.) */

@@ -28,11 +28,11 @@ __host__ __device__ constexpr int fast_stride(int t)
 {
     return t == MR_TYPE_Q4_K ? 148 : t == MR_TYPE_Q5_K ? 180 : t == MR_TYPE_Q6_K ? 212
          : t == MR_TYPE_Q8_0 ? 36 : t == MR_TYPE_Q4_0 ? 20 : t == MR_TYPE_IQ4_XS ? 136
-         : t == MR_TYPE_BF16 ? 2 : 0;
+         : t == MR_TYPE_BF16 ? 2 : t == MR_TYPE_F32 ? 4 : 0;
 }
 __host__ __device__ constexpr int fast_belems(int t)
 {
-    return t == MR_TYPE_BF16 ? 1 : (t == MR_TYPE_Q8_0 || t == MR_TYPE_Q4_0) ? 32 : 256;
+    return (t == MR_TYPE_BF16 || t == MR_TYPE_F32) ? 1 : (t == MR_TYPE_Q8_0 || t == MR_TYPE_Q4_0) ? 32 : 256;
 }
 static bool fast_has(int t) { return fast_stride(t) != 0; }
 static bool fast_padded(int t)
@@ -74,7 +74,7 @@ __device__ __forceinline__ void x_offsets(int lane, int *o1, int *o2)
         int ib = lane >> 2, l = 4 * (lane & 3);
         *o1 = 32 * ib + l;
         *o2 = 32 * ib + 16 + l;
-    } else { /* Q8_0, BF16: 8 consecutive */
+    } else { /* Q8_0, BF16, F32: 8 consecutive */
         *o1 = 8 * lane;
         *o2 = 8 * lane + 4;
     }
@@ -159,6 +159,9 @@ __device__ __forceinline__ float step_dot(const uint8_t *__restrict__ p, int lan
         const float M = MAGIC + 128.0f;
         return d * (dot4(xa, mag(q0, 0) - M, mag(q0, 1) - M, mag(q0, 2) - M, mag(q0, 3) - M) +
                     dot4(xb, mag(q1, 0) - M, mag(q1, 1) - M, mag(q1, 2) - M, mag(q1, 3) - M));
+    } else if constexpr (T == MR_TYPE_F32) { /* 8 consecutive, two 16-byte loads */
+        const float4 w0 = *(const float4 *)(p + 32 * lane), w1 = *(const float4 *)(p + 32 * lane + 16);
+        return dot4(xa, w0.x, w0.y, w0.z, w0.w) + dot4(xb, w1.x, w1.y, w1.z, w1.w);
     } else { /* BF16: 8 consecutive, one 16-byte load */
         const uint4 w = *(const uint4 *)(p + 16 * lane);
         return dot4(xa, __uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
@@ -250,6 +253,84 @@ __global__ void __launch_bounds__(FW * 32) k_fast(fast_job a)
     }
 }
 
+/* Q4_K, one token, 512 columns a step: each lane takes 16 weights of one
+ * 64-column group (two 4-byte loads, quads 4k and 16+4k of both nibble
+ * halves) so the scale/min work is paid once per 16 weights, not per 8. */
+template <int R>
+__global__ void __launch_bounds__(FW * 32) k_q4k_wide(fast_job a)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t r0 = (int64_t)blockIdx.x * R;
+    const uint8_t *W = a.W;
+    const float *x = a.x;
+    float *y = a.y;
+    if (a.ids) {
+        const int job = blockIdx.y, t = job / a.k, j = job % a.k;
+        const int e = a.ids[job];
+        x = a.x + ((int64_t)t * a.x_slots + (a.x_slots > 1 ? j : 0)) * a.cols;
+        y = a.y + (int64_t)job * a.rows;
+        if (e < 0 || e >= a.n_mats) {
+            if (threadIdx.x < R && r0 + threadIdx.x < a.rows) y[r0 + threadIdx.x] = __int_as_float(0x7fc00000);
+            return;
+        }
+        W = a.W + (size_t)e * a.mat_bytes;
+    }
+    const int blk = lane >> 4, j = (lane >> 2) & 3, k = lane & 3;
+    const int xo = 256 * blk + 64 * j + 4 * k;
+    const int po = 148 * blk; /* block inside the step */
+    const int nsteps = (int)(a.cols / 512);
+    const uint8_t *rp[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        int64_t r = r0 + i < a.rows ? r0 + i : a.rows - 1;
+        rp[i] = W + r * a.row_bytes + po;
+    }
+    float acc[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) acc[i] = 0.0f;
+#pragma unroll 2
+    for (int s = warp; s < nsteps; s += FW) {
+        const float *xs = x + 512 * s + xo;
+        const float4 a0 = __ldg((const float4 *)xs), a1 = __ldg((const float4 *)(xs + 16));
+        const float4 b0 = __ldg((const float4 *)(xs + 32)), b1 = __ldg((const float4 *)(xs + 48));
+        const float xs0 = (a0.x + a0.y) + (a0.z + a0.w) + (a1.x + a1.y) + (a1.z + a1.w);
+        const float xs1 = (b0.x + b0.y) + (b0.z + b0.w) + (b1.x + b1.y) + (b1.z + b1.w);
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            const uint8_t *p = rp[i] + (size_t)s * 296;
+            const uint32_t dd = *(const uint32_t *)p;
+            const uint32_t sm = *(const uint32_t *)(p + 4 + 4 * j);
+            const uint32_t q0 = *(const uint32_t *)(p + 20 + 32 * j + 4 * k);
+            const uint32_t q1 = *(const uint32_t *)(p + 20 + 32 * j + 16 + 4 * k);
+            const uint32_t l0 = q0 & 0x0F0F0F0Fu, h0 = (q0 >> 4) & 0x0F0F0F0Fu;
+            const uint32_t l1 = q1 & 0x0F0F0F0Fu, h1 = (q1 >> 4) & 0x0F0F0F0Fu;
+            const float f0 = dot4(a0, hq(l0, 0), hq(l0, 1), hq(l0, 2), hq(l0, 3)) +
+                             dot4(a1, hq(l1, 0), hq(l1, 1), hq(l1, 2), hq(l1, 3));
+            const float f1 = dot4(b0, hq(h0, 0), hq(h0, 1), hq(h0, 2), hq(h0, 3)) +
+                             dot4(b1, hq(h1, 0), hq(h1, 1), hq(h1, 2), hq(h1, 3));
+            const float s0 = 256.0f * f0 - 128.0f * xs0, s1 = 256.0f * f1 - 128.0f * xs1;
+            const float d = __half2float(__ushort_as_half((uint16_t)(dd & 0xffff)));
+            const float dm = __half2float(__ushort_as_half((uint16_t)(dd >> 16)));
+            const float sc0 = mag(sm, 0) - MAGIC, sc1 = mag(sm, 1) - MAGIC;
+            const float m0 = mag(sm, 2) - MAGIC, m1 = mag(sm, 3) - MAGIC;
+            acc[i] += d * (sc0 * s0 + sc1 * s1) - dm * (m0 * xs0 + m1 * xs1);
+        }
+    }
+    __shared__ float part[FW][R];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        float v = mr_warp_sum(acc[i]);
+        if (lane == 0) part[warp][i] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < R) {
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < FW; w++) v += part[w][threadIdx.x];
+        if (r0 + threadIdx.x < a.rows) y[r0 + threadIdx.x] = v;
+    }
+}
+
 /* ---- repack at load ---- */
 
 /* Same bytes, block stride padded to a multiple of 4.  Q8_0 and Q4_0 move
@@ -338,6 +419,16 @@ static void launch_fast_r(mr_cu_ctx *c, const fast_job &a, int jobs)
 template <int T, int NT>
 static void launch_fast(mr_cu_ctx *c, const fast_job &a, int jobs)
 {
+    if (T == MR_TYPE_Q4_K && NT == 1 && a.cols % 512 == 0 && c->q4k_wide) {
+        const int64_t units = a.rows * jobs, want = (int64_t)c->n_sm * 8;
+        if (units / 2 >= want) {
+            k_q4k_wide<2><<<dim3((unsigned)((a.rows + 1) / 2), jobs), FW * 32, 0, c->stream>>>(a);
+        } else {
+            k_q4k_wide<1><<<dim3((unsigned)a.rows, jobs), FW * 32, 0, c->stream>>>(a);
+        }
+        MR_CU_LAUNCHED(c, "q4_k wide matvec");
+        return;
+    }
     const int64_t want = (int64_t)c->n_sm * 8;
     const int64_t units = a.rows * jobs;
     if (NT == 1 && c->fast_r != 2 && c->fast_r != 1 && (c->fast_r == 4 || units / 4 >= want))
@@ -382,6 +473,7 @@ static bool fast_run(mr_cu_ctx *c, const mr_weight *w, fast_job a, int n, int jo
     case MR_TYPE_Q4_0: launch_fast_n<MR_TYPE_Q4_0>(c, a, n, jobs); break;
     case MR_TYPE_IQ4_XS: launch_fast_n<MR_TYPE_IQ4_XS>(c, a, n, jobs); break;
     case MR_TYPE_BF16: launch_fast_n<MR_TYPE_BF16>(c, a, n, jobs); break;
+    case MR_TYPE_F32: launch_fast_n<MR_TYPE_F32>(c, a, n, jobs); break;
     default: return false;
     }
     return true;
@@ -430,6 +522,7 @@ bool mr_cu_fast_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
     case MR_TYPE_Q4_0: launch_fast<MR_TYPE_Q4_0, 1>(c, a, n * k); break;
     case MR_TYPE_IQ4_XS: launch_fast<MR_TYPE_IQ4_XS, 1>(c, a, n * k); break;
     case MR_TYPE_BF16: launch_fast<MR_TYPE_BF16, 1>(c, a, n * k); break;
+    case MR_TYPE_F32: launch_fast<MR_TYPE_F32, 1>(c, a, n * k); break;
     default: return false;
     }
     return true;

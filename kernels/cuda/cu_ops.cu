@@ -40,6 +40,64 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *w, float *out, 
     for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = yr[i] * inv * w[i];
 }
 
+/* Rows whose length is a multiple of 4 and at most 4 x 4 x 1024: each
+ * thread keeps up to 4 float4 of its row in registers (one read of the
+ * row, 16-byte loads, enough threads that one row is not one slow SM). */
+#define RN_K 4
+template <bool FUSED>
+__global__ void __launch_bounds__(1024) k_rmsnorm4(float *y, const float *x, const float *w,
+                                                   float *out, int dim4, float eps)
+{
+    __shared__ float sh[32];
+    const int64_t row = blockIdx.x;
+    float4 *yr = (float4 *)(y + row * dim4 * 4);
+    const float4 *xr = FUSED ? (const float4 *)(x + row * dim4 * 4) : NULL;
+    float4 v[RN_K];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < RN_K; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        if (i < dim4) {
+            float4 a = yr[i];
+            if (FUSED) {
+                const float4 b = xr[i];
+                a.x += b.x; a.y += b.y; a.z += b.z; a.w += b.w;
+                yr[i] = a;
+            }
+            v[k] = a;
+            ss = fmaf(a.x, a.x, fmaf(a.y, a.y, fmaf(a.z, a.z, fmaf(a.w, a.w, ss))));
+        }
+    }
+    ss = block_sum(ss, sh);
+    const float inv = 1.0f / sqrtf(ss / (float)(dim4 * 4) + eps);
+    float4 *o = (float4 *)(out + row * dim4 * 4);
+    const float4 *w4 = (const float4 *)w;
+#pragma unroll
+    for (int k = 0; k < RN_K; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        if (i < dim4) {
+            const float4 g = w4[i];
+            o[i] = make_float4(v[k].x * inv * g.x, v[k].y * inv * g.y, v[k].z * inv * g.z,
+                               v[k].w * inv * g.w);
+        }
+    }
+}
+
+static bool rn_vec_ok(int dim, const void *a, const void *b, const void *c2, const void *d)
+{
+    return dim % 4 == 0 && dim <= 4 * RN_K * 1024 && !((uintptr_t)a & 15) && !((uintptr_t)b & 15) &&
+           !((uintptr_t)c2 & 15) && !((uintptr_t)d & 15);
+}
+
+static unsigned rn_threads(int dim)
+{
+    int d4 = dim / 4, t = (d4 + RN_K - 1) / RN_K;
+    t = (t + 31) / 32 * 32;
+    if (t < 32) t = 32;
+    if (t > 1024) t = 1024;
+    return (unsigned)t;
+}
+
 static void cu_rmsnorm(mr_backend *be, const float *x, const float *w, float *y, int n_rows,
                        int dim, float eps)
 {
@@ -48,7 +106,10 @@ static void cu_rmsnorm(mr_backend *be, const float *x, const float *w, float *y,
         return;
     /* in == out is fine: each thread reads its elements before writing them,
      * and the sum is complete before any write. */
-    k_rmsnorm<false><<<n_rows, ROW_THREADS, 0, c->stream>>>((float *)x, NULL, w, y, dim, eps);
+    if (rn_vec_ok(dim, x, w, y, x))
+        k_rmsnorm4<false><<<n_rows, rn_threads(dim), 0, c->stream>>>((float *)x, NULL, w, y, dim / 4, eps);
+    else
+        k_rmsnorm<false><<<n_rows, ROW_THREADS, 0, c->stream>>>((float *)x, NULL, w, y, dim, eps);
     MR_CU_LAUNCHED(c, "rmsnorm");
 }
 
@@ -58,7 +119,10 @@ static void cu_add_rmsnorm(mr_backend *be, float *y, const float *x, const float
     mr_cu_ctx *c = mr_cu(be);
     if (n_rows <= 0 || dim <= 0)
         return;
-    k_rmsnorm<true><<<n_rows, ROW_THREADS, 0, c->stream>>>(y, x, w, out, dim, eps);
+    if (rn_vec_ok(dim, y, x, w, out))
+        k_rmsnorm4<true><<<n_rows, rn_threads(dim), 0, c->stream>>>(y, x, w, out, dim / 4, eps);
+    else
+        k_rmsnorm<true><<<n_rows, ROW_THREADS, 0, c->stream>>>(y, x, w, out, dim, eps);
     MR_CU_LAUNCHED(c, "add_rmsnorm");
 }
 

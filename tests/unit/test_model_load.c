@@ -110,7 +110,7 @@ END_TEST
 START_TEST(unknown_architecture)
 {
     variant v = {.arch = "llama"};
-    expect_load_error(&v, "llama", "unknown architecture 'llama' (supported: qwen3, qwen3moe)");
+    expect_load_error(&v, "llama", "unknown architecture 'llama' (supported: qwen3, qwen3moe, qwen35, qwen35moe)");
 }
 END_TEST
 

@@ -1,0 +1,224 @@
+#include "gateway/codec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The tokenizer and chat-template modules are built in when present. */
+#if __has_include("common/tokenizer.h")
+#include "common/gguf.h"
+#include "common/tokenizer.h"
+#define MR_HAVE_TOKENIZER 1
+#endif
+#if __has_include("common/chat.h")
+#include "common/chat.h"
+#define MR_HAVE_CHAT 1
+#endif
+
+static int bytes_encode(mr_codec *c, const char *text, size_t len, bool chat, uint32_t **ids, uint32_t *n,
+                        mr_err *err)
+{
+    uint32_t *v = malloc((len ? len : 1) * sizeof *v);
+    if (!v)
+        return mr_errf(err, "out of memory");
+    for (size_t i = 0; i < len; i++)
+        v[i] = (unsigned char)text[i];
+    *ids = v;
+    *n = (uint32_t)len;
+    return 0;
+}
+
+static int bytes_piece(mr_codec *c, uint32_t id, mr_buf *out, mr_err *err)
+{
+    if (id > 255)
+        return mr_errf(err, "token id %u outside the byte vocabulary", id);
+    char ch = (char)id;
+    mr_buf_add(out, &ch, 1);
+    return 0;
+}
+
+/* ChatML: <|im_start|>role\ncontent<|im_end|>\n ... <|im_start|>assistant\n */
+static int chatml(mr_codec *c, const json_t *messages, mr_buf *prompt, mr_err *err)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m)
+    {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        json_t *content = json_object_get(m, "content");
+        mr_buf_printf(prompt, "<|im_start|>%s\n", role ? role : "user");
+        if (json_is_string(content)) {
+            mr_buf_add(prompt, json_string_value(content), json_string_length(content));
+        } else if (json_is_array(content)) {
+            size_t j;
+            json_t *part;
+            json_array_foreach(content, j, part)
+            {
+                json_t *tx = json_object_get(part, "text");
+                mr_buf_add(prompt, json_string_value(tx), json_string_length(tx));
+            }
+        }
+        mr_buf_adds(prompt, "<|im_end|>\n");
+    }
+    mr_buf_adds(prompt, "<|im_start|>assistant\n");
+    return 0;
+}
+
+static void bytes_destroy(mr_codec *c) { free(c); }
+
+mr_codec *mr_codec_bytes(void)
+{
+    mr_codec *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->kind = "bytes";
+    c->n_vocab = 256;
+    c->encode = bytes_encode;
+    c->piece = bytes_piece;
+    c->chat = chatml;
+    c->destroy = bytes_destroy;
+    return c;
+}
+
+#if MR_HAVE_TOKENIZER
+typedef struct gguf_codec {
+    mr_codec super;
+    mr_tokenizer *tok;
+#if MR_HAVE_CHAT
+    mr_chat_tmpl *tmpl;
+#endif
+} gguf_codec;
+
+static int gguf_encode(mr_codec *c, const char *text, size_t len, bool chat, uint32_t **ids, uint32_t *n,
+                       mr_err *err)
+{
+    gguf_codec *g = (gguf_codec *)c;
+    mr_tokens t = {0};
+    if (mr_tok_encode(g->tok, text, len, chat ? MR_TOK_PARSE_SPECIAL : MR_TOK_ADD_SPECIAL, &t, err)) {
+        mr_tokens_free(&t);
+        return -1;
+    }
+    uint32_t *v = malloc((t.n ? t.n : 1) * sizeof *v);
+    if (!v) {
+        mr_tokens_free(&t);
+        return mr_errf(err, "out of memory");
+    }
+    for (size_t i = 0; i < t.n; i++)
+        v[i] = (uint32_t)t.ids[i];
+    *ids = v;
+    *n = (uint32_t)t.n;
+    mr_tokens_free(&t);
+    return 0;
+}
+
+static int gguf_piece(mr_codec *c, uint32_t id, mr_buf *out, mr_err *err)
+{
+    gguf_codec *g = (gguf_codec *)c;
+    if (id >= mr_tok_n_vocab(g->tok))
+        return mr_errf(err, "token id %u outside the vocabulary (%u)", id, mr_tok_n_vocab(g->tok));
+    mr_bytes b = {0};
+    /* control tokens (end of turn, ...) decode to nothing */
+    int rc = mr_tok_piece(g->tok, (mr_token)id, 0, &b, err);
+    if (!rc)
+        mr_buf_add(out, b.data ? b.data : "", b.len);
+    mr_bytes_free(&b);
+    return rc;
+}
+
+#if MR_HAVE_CHAT
+static int gguf_chat(mr_codec *c, const json_t *messages, mr_buf *prompt, mr_err *err)
+{
+    gguf_codec *g = (gguf_codec *)c;
+    if (!g->tmpl)
+        return chatml(c, messages, prompt, err);
+    mr_chat_req req = {0};
+    req.messages = messages;
+    req.add_generation_prompt = 1;
+    req.enable_thinking = -1;
+    char *out = NULL;
+    size_t len = 0;
+    if (mr_chat_render(g->tmpl, &req, NULL, &out, &len, err))
+        return -1;
+    mr_buf_add(prompt, out, len);
+    free(out);
+    return 0;
+}
+#endif
+
+static void gguf_destroy(mr_codec *c)
+{
+    gguf_codec *g = (gguf_codec *)c;
+    mr_tok_free(g->tok);
+#if MR_HAVE_CHAT
+    mr_chat_tmpl_free(g->tmpl);
+#endif
+    free(g);
+}
+
+static mr_codec *gguf_open(const char *path, mr_err *err)
+{
+    gguf_codec *g = calloc(1, sizeof *g);
+    if (!g) {
+        mr_errf(err, "out of memory");
+        return NULL;
+    }
+    mr_gguf *f = NULL;
+    if (mr_gguf_open(path, &f, err) || mr_tok_load(f, &g->tok, err)) {
+        mr_gguf_close(f);
+        free(g);
+        return NULL;
+    }
+#if MR_HAVE_CHAT
+    char *src = NULL;
+    mr_err e2;
+    if (mr_gguf_find(f, "tokenizer.chat_template") && !mr_gguf_get_str(f, "tokenizer.chat_template", &src, &e2)) {
+        size_t bl = 0, el = 0;
+        mr_token bos = mr_tok_bos(g->tok), eos = mr_tok_eos(g->tok);
+        const char *bt = bos != MR_TOKEN_NULL ? mr_tok_text(g->tok, bos, &bl) : NULL;
+        const char *et = eos != MR_TOKEN_NULL ? mr_tok_text(g->tok, eos, &el) : NULL;
+        char *bs = bt ? strndup(bt, bl) : NULL, *es = et ? strndup(et, el) : NULL;
+        g->tmpl = mr_chat_tmpl_new(src, strlen(src), bs, es, err);
+        free(bs);
+        free(es);
+        free(src);
+        if (!g->tmpl) {
+            mr_err_wrap(err, "%s: chat template", path);
+            mr_gguf_close(f);
+            gguf_destroy(&g->super);
+            return NULL;
+        }
+    }
+#endif
+    mr_gguf_close(f);
+    g->super.kind = "gguf";
+    g->super.n_vocab = mr_tok_n_vocab(g->tok);
+    g->super.encode = gguf_encode;
+    g->super.piece = gguf_piece;
+#if MR_HAVE_CHAT
+    g->super.chat = gguf_chat;
+#else
+    g->super.chat = chatml;
+#endif
+    g->super.destroy = gguf_destroy;
+    for (uint32_t id = 0; id < g->super.n_vocab && g->super.n_stop_ids < 64; id++)
+        if (mr_tok_is_eog(g->tok, (mr_token)id))
+            g->super.stop_ids[g->super.n_stop_ids++] = id;
+    return &g->super;
+}
+#endif
+
+mr_codec *mr_codec_open(const char *kind, const char *gguf_path, mr_err *err)
+{
+    if (!kind || !strcmp(kind, "bytes")) {
+        mr_codec *c = mr_codec_bytes();
+        if (!c)
+            mr_errf(err, "out of memory");
+        return c;
+    }
+#if MR_HAVE_TOKENIZER
+    if (!strcmp(kind, "gguf"))
+        return gguf_open(gguf_path, err);
+#endif
+    mr_errf(err, "tokenizer \"%s\" for %s: not available in this build (use \"bytes\")", kind,
+            gguf_path ? gguf_path : "(no model file)");
+    return NULL;
+}

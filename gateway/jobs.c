@@ -1,0 +1,874 @@
+/* The life of one completion request in the gateway: admission (tenant and
+ * key caps, per-model bounded queue), dispatch to a worker, turning the
+ * worker's token stream into OpenAI responses (blocking JSON or SSE), and
+ * every way it can end: finish, stop string, worker error, worker death,
+ * client disconnect, drain. */
+#include <errno.h>
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "gateway/gw.h"
+
+enum { J_QUEUED, J_RUNNING, J_DONE };
+
+struct job_ref {
+    mr_job *job;
+};
+
+struct job_gen {
+    h2o_generator_t super;
+    struct job_ref *ref;
+};
+
+struct mr_job {
+    h2o_linklist_t all;
+    h2o_linklist_t qlink;
+    mr_gw *gw;
+    mr_gw_model *model;
+    mr_gw_worker *worker;
+    uint64_t id;
+    h2o_req_t *req;
+    struct job_ref *ref;
+    const char *route;
+    bool chat, stream, include_usage;
+    int wstate;
+    bool http_done;
+    mr_msg request;
+    char tenant[MR_TENANT_MAX + 1];
+    char key_id[32];
+    mr_textout tout;
+    bool text_stopped;
+    mr_buf text;
+    json_t *lp;           /* accumulated logprobs (blocking responses) */
+    uint32_t completion_tokens;
+    const char *finish;
+    char idstr[48];
+    long created;
+    /* streaming */
+    mr_buf out, wire;
+    bool sending, final_queued, headers_sent;
+    double t_start, t_last;
+    bool got_first;
+};
+
+/* ---------- helpers ---------- */
+
+static mr_job *find_job(mr_gw *gw, uint64_t id)
+{
+    for (h2o_linklist_t *l = gw->jobs.next; l != &gw->jobs; l = l->next) {
+        mr_job *j = H2O_STRUCT_FROM_MEMBER(mr_job, all, l);
+        if (j->id == id)
+            return j;
+    }
+    return NULL;
+}
+
+static void job_free(mr_job *j)
+{
+    mr_gw *gw = j->gw;
+    if (h2o_linklist_is_linked(&j->qlink)) {
+        h2o_linklist_unlink(&j->qlink);
+        j->model->queued--;
+    }
+    h2o_linklist_unlink(&j->all);
+    gw->n_jobs--;
+    mr_tenant_state *ts = mr_gw_tenant(gw, j->tenant);
+    if (ts)
+        ts->running--;
+    if (j->key_id[0]) {
+        mr_key_state *ks = mr_gw_key_state(gw, j->key_id);
+        if (ks)
+            ks->running--;
+    }
+    if (j->ref)
+        j->ref->job = NULL;
+    mr_msg_free(&j->request);
+    mr_textout_free(&j->tout);
+    mr_buf_free(&j->text);
+    mr_buf_free(&j->out);
+    mr_buf_free(&j->wire);
+    json_decref(j->lp);
+    free(j);
+}
+
+/* A job is freed when the worker is done with it and the HTTP side is
+ * finished (response sent, or the request is gone). */
+static void maybe_free(mr_job *j)
+{
+    if (j->wstate == J_DONE && (j->http_done || !j->req) && !j->sending)
+        job_free(j);
+    else if (j->wstate == J_DONE && !j->req)
+        job_free(j);
+}
+
+static void pump_queue(mr_gw_model *m);
+
+static void worker_release(mr_job *j)
+{
+    if (j->wstate == J_RUNNING && j->worker) {
+        j->worker->running--;
+        j->model->running--;
+    }
+    if (h2o_linklist_is_linked(&j->qlink)) {
+        h2o_linklist_unlink(&j->qlink);
+        j->model->queued--;
+    }
+    j->wstate = J_DONE;
+    pump_queue(j->model);
+}
+
+static void send_cancel(mr_job *j)
+{
+    if (j->wstate != J_RUNNING || !j->worker || !j->worker->connected)
+        return;
+    mr_msg m;
+    mr_msg_init(&m, MR_MSG_CANCEL, j->id);
+    mr_err err;
+    if (mr_chan_send(&j->worker->chan, &m, 100, &err))
+        MR_WARN("gateway: cancel %llu: %s", (unsigned long long)j->id, err.msg);
+}
+
+/* ---------- SSE output ---------- */
+
+static void stream_flush(mr_job *j);
+
+static void on_proceed(h2o_generator_t *g, h2o_req_t *req)
+{
+    struct job_gen *jg = (struct job_gen *)g;
+    mr_job *j = jg->ref->job;
+    if (!j)
+        return;
+    j->sending = false;
+    if (j->http_done) {
+        maybe_free(j);
+        return;
+    }
+    stream_flush(j);
+}
+
+static void on_stop(h2o_generator_t *g, h2o_req_t *req)
+{
+    struct job_gen *jg = (struct job_gen *)g;
+    mr_job *j = jg->ref->job;
+    if (!j)
+        return;
+    /* the connection broke mid-response */
+    j->sending = false;
+    j->http_done = true;
+    send_cancel(j);
+}
+
+static void stream_flush(mr_job *j)
+{
+    if (!j->req || j->sending || j->http_done)
+        return;
+    if (!j->out.len && !j->final_queued)
+        return;
+    mr_buf t = j->wire;
+    j->wire = j->out;
+    j->out = t;
+    j->out.len = 0;
+    h2o_iovec_t iov = h2o_iovec_init(j->wire.p ? j->wire.p : "", j->wire.len);
+    bool fin = j->final_queued;
+    j->sending = true;
+    if (fin)
+        j->http_done = true;
+    h2o_send(j->req, &iov, 1, fin ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
+}
+
+static void sse_event(mr_job *j, json_t *obj)
+{
+    char *s = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(obj);
+    if (!s)
+        return;
+    mr_buf_adds(&j->out, "data: ");
+    mr_buf_adds(&j->out, s);
+    mr_buf_adds(&j->out, "\n\n");
+    free(s);
+}
+
+static json_t *chunk_base(mr_job *j)
+{
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", j->idstr, "object",
+                          j->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)j->created,
+                          "model", j->model->conf->name, "system_fingerprint", "memra");
+    return o;
+}
+
+static void stream_chunk(mr_job *j, const char *text, size_t len, bool role, const char *finish, json_t *lp)
+{
+    json_t *o = chunk_base(j);
+    json_t *choice = json_object();
+    json_object_set_new(choice, "index", json_integer(0));
+    if (j->chat) {
+        json_t *delta = json_object();
+        if (role)
+            json_object_set_new(delta, "role", json_string("assistant"));
+        if (text && (len || role))
+            json_object_set_new(delta, "content", json_stringn(text, len));
+        json_object_set_new(choice, "delta", delta);
+        json_object_set_new(choice, "logprobs", lp ? json_pack("{s:o}", "content", lp) : json_null());
+    } else {
+        json_object_set_new(choice, "text", json_stringn(text ? text : "", text ? len : 0));
+        json_object_set_new(choice, "logprobs", lp ? lp : json_null());
+    }
+    json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
+    json_object_set_new(o, "choices", json_pack("[o]", choice));
+    if (j->include_usage)
+        json_object_set_new(o, "usage", json_null());
+    sse_event(j, o);
+}
+
+static json_t *usage_json(mr_job *j, uint32_t prompt, uint32_t completion, uint32_t cached)
+{
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", (int)prompt, "completion_tokens", (int)completion,
+                     "total_tokens", (int)(prompt + completion), "prompt_tokens_details", "cached_tokens",
+                     (int)cached);
+}
+
+/* ---------- responses ---------- */
+
+static void finish_ok(mr_job *j, const char *finish, uint32_t prompt, uint32_t completion, uint32_t cached)
+{
+    if (j->http_done || !j->req)
+        return;
+    mr_buf rest = {0};
+    if (!j->text_stopped)
+        mr_textout_finish(&j->tout, &rest);
+    mr_gw *gw = j->gw;
+    mr_gw_model *m = j->model;
+    m->prompt_tokens += prompt;
+    m->gen_tokens += completion;
+    mr_tenant_state *ts = mr_gw_tenant(gw, j->tenant);
+    if (ts) {
+        ts->prompt_tokens += prompt;
+        ts->gen_tokens += completion;
+    }
+    if (j->stream) {
+        if (rest.len)
+            stream_chunk(j, rest.p, rest.len, false, NULL, NULL);
+        stream_chunk(j, NULL, 0, false, finish, NULL);
+        if (j->include_usage) {
+            json_t *o = chunk_base(j);
+            json_object_set_new(o, "choices", json_array());
+            json_object_set_new(o, "usage", usage_json(j, prompt, completion, cached));
+            sse_event(j, o);
+        }
+        mr_buf_adds(&j->out, "data: [DONE]\n\n");
+        j->final_queued = true;
+        mr_metrics_request(&gw->metrics, j->route, 200);
+        stream_flush(j);
+    } else {
+        mr_buf_add(&j->text, rest.p ? rest.p : "", rest.len);
+        json_t *choice;
+        if (j->chat) {
+            choice = json_pack("{s:i, s:{s:s, s:s%}, s:o, s:s}", "index", 0, "message", "role", "assistant",
+                               "content", j->text.p ? j->text.p : "", j->text.len, "logprobs",
+                               j->lp ? json_pack("{s:O}", "content", j->lp) : json_null(), "finish_reason", finish);
+        } else {
+            choice = json_pack("{s:i, s:s%, s:O?, s:s}", "index", 0, "text", j->text.p ? j->text.p : "", j->text.len,
+                               "logprobs", j->lp, "finish_reason", finish);
+            if (!j->lp)
+                json_object_set_new(choice, "logprobs", json_null());
+        }
+        json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o}", "id", j->idstr, "object",
+                              j->chat ? "chat.completion" : "text_completion", "created", (json_int_t)j->created,
+                              "model", m->conf->name, "system_fingerprint", "memra", "choices", choice, "usage",
+                              usage_json(j, prompt, completion, cached));
+        char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        json_decref(o);
+        mr_gw_send_json(j->req, 200, s, strlen(s), j->route);
+        free(s);
+        j->http_done = true;
+    }
+    mr_buf_free(&rest);
+}
+
+static void finish_error(mr_job *j, int status, const char *code, const char *msg)
+{
+    if (j->http_done || !j->req)
+        return;
+    mr_oai_error e;
+    mr_oai_err(&e, status, NULL, code, "%s", msg);
+    if (j->stream && j->headers_sent) {
+        char *s = mr_oai_error_json(&e);
+        mr_buf_adds(&j->out, "data: ");
+        mr_buf_adds(&j->out, s);
+        mr_buf_adds(&j->out, "\n\ndata: [DONE]\n\n");
+        free(s);
+        j->final_queued = true;
+        mr_metrics_request(&j->gw->metrics, j->route, 200);
+        stream_flush(j);
+    } else {
+        mr_gw_send_error(j->req, &e, j->route, status == 503 || status == 429 ? j->gw->conf.retry_after_s : 0);
+        j->http_done = true;
+    }
+}
+
+/* ---------- request ref / disconnect ---------- */
+
+static void on_req_dispose(void *p)
+{
+    struct job_ref *ref = p;
+    mr_job *j = ref->job;
+    if (!j)
+        return;
+    j->req = NULL;
+    j->ref = NULL;
+    j->sending = false;
+    if (j->wstate == J_QUEUED) {
+        worker_release(j);
+    } else if (j->wstate == J_RUNNING) {
+        send_cancel(j);
+    }
+    maybe_free(j);
+}
+
+/* True when the client has closed its side (peeked without consuming). */
+static bool client_gone(h2o_req_t *req)
+{
+    h2o_socket_t *sock = req->conn->callbacks->get_socket ? req->conn->callbacks->get_socket(req->conn) : NULL;
+    if (!sock)
+        return false;
+    int fd = h2o_socket_get_fd(sock);
+    if (fd < 0)
+        return false;
+    char c;
+    ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static void check_disconnect(mr_job *j)
+{
+    if (!j->req || j->http_done || j->wstate == J_DONE)
+        return;
+    if (!client_gone(j->req))
+        return;
+    MR_DEBUG("gateway: client of %llu went away; cancelling", (unsigned long long)j->id);
+    if (j->wstate == J_RUNNING)
+        send_cancel(j);
+    /* answer anyway so that h2o notices the dead socket and releases it */
+    finish_error(j, 400, "client_closed", "client closed the connection");
+    if (j->wstate == J_QUEUED)
+        worker_release(j);
+}
+
+/* ---------- dispatch ---------- */
+
+static mr_gw_worker *pick_worker(mr_gw_model *m, bool *any_ready)
+{
+    mr_gw_worker *best = NULL;
+    *any_ready = false;
+    for (int i = 0; i < m->n_workers; i++) {
+        mr_gw_worker *w = &m->workers[i];
+        if (!w->connected || !w->ready)
+            continue;
+        *any_ready = true;
+        if (w->running >= (int)m->conf->max_running)
+            continue;
+        /* fewest running here; on a tie, the most free KV the worker reported */
+        if (!best || w->running < best->running ||
+            (w->running == best->running && w->cap.kv_free > best->cap.kv_free))
+            best = w;
+    }
+    return best;
+}
+
+static int dispatch(mr_job *j, mr_gw_worker *w)
+{
+    mr_err err;
+    if (mr_chan_send(&w->chan, &j->request, 200, &err)) {
+        MR_WARN("gateway: send to %s worker %d: %s", j->model->conf->name, w->index, err.msg);
+        return -1;
+    }
+    j->worker = w;
+    j->wstate = J_RUNNING;
+    w->running++;
+    j->model->running++;
+    return 0;
+}
+
+static void pump_queue(mr_gw_model *m)
+{
+    while (!h2o_linklist_is_empty(&m->queue)) {
+        bool any;
+        mr_gw_worker *w = pick_worker(m, &any);
+        if (!w)
+            return;
+        mr_job *j = H2O_STRUCT_FROM_MEMBER(mr_job, qlink, m->queue.next);
+        h2o_linklist_unlink(&j->qlink);
+        m->queued--;
+        if (dispatch(j, w)) {
+            j->wstate = J_DONE;
+            finish_error(j, 503, "worker_unavailable", "the worker for this model is not reachable");
+            maybe_free(j);
+        }
+    }
+}
+
+/* ---------- worker events ---------- */
+
+static void add_logprobs(mr_job *j, const mr_msg *m, uint32_t i, const char *piece, size_t plen, size_t offset,
+                         json_t *dst)
+{
+    mr_buf clean = {0};
+    mr_gw_utf8_sanitize(&clean, piece, plen);
+    const char *tok = clean.p ? clean.p : "";
+    double lp = m->logprobs ? m->logprobs[i] : 0;
+    if (j->chat) {
+        json_t *bytes = json_array();
+        for (size_t b = 0; b < plen; b++)
+            json_array_append_new(bytes, json_integer((unsigned char)piece[b]));
+        json_t *tops = json_array();
+        for (uint32_t k = 0; k < m->n_top; k++) {
+            mr_buf tp = {0}, tc = {0};
+            mr_err err;
+            uint32_t tid = m->top_ids[(size_t)i * m->n_top + k];
+            j->model->codec->piece(j->model->codec, tid, &tp, &err);
+            mr_gw_utf8_sanitize(&tc, tp.p ? tp.p : "", tp.len);
+            json_t *tb = json_array();
+            for (size_t b = 0; b < tp.len; b++)
+                json_array_append_new(tb, json_integer((unsigned char)tp.p[b]));
+            json_array_append_new(tops, json_pack("{s:s, s:f, s:o}", "token", tc.p ? tc.p : "", "logprob",
+                                                  (double)m->top_lps[(size_t)i * m->n_top + k], "bytes", tb));
+            mr_buf_free(&tp);
+            mr_buf_free(&tc);
+        }
+        json_array_append_new(dst, json_pack("{s:s, s:f, s:o, s:o}", "token", tok, "logprob", lp, "bytes", bytes,
+                                             "top_logprobs", tops));
+    } else {
+        json_array_append_new(json_object_get(dst, "tokens"), json_string(tok));
+        json_array_append_new(json_object_get(dst, "token_logprobs"), json_real(lp));
+        json_t *top = json_object();
+        for (uint32_t k = 0; k < m->n_top; k++) {
+            mr_buf tp = {0}, tc = {0};
+            mr_err err;
+            j->model->codec->piece(j->model->codec, m->top_ids[(size_t)i * m->n_top + k], &tp, &err);
+            mr_gw_utf8_sanitize(&tc, tp.p ? tp.p : "", tp.len);
+            json_object_set_new(top, tc.p ? tc.p : "", json_real(m->top_lps[(size_t)i * m->n_top + k]));
+            mr_buf_free(&tp);
+            mr_buf_free(&tc);
+        }
+        json_array_append_new(json_object_get(dst, "top_logprobs"), top);
+        json_array_append_new(json_object_get(dst, "text_offset"), json_integer((json_int_t)offset));
+    }
+    mr_buf_free(&clean);
+}
+
+static json_t *new_lp_container(mr_job *j)
+{
+    if (j->chat)
+        return json_array();
+    return json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
+}
+
+static void on_tokens(mr_job *j, mr_msg *m)
+{
+    if (j->http_done || !j->req || j->text_stopped)
+        return;
+    double now = mr_now();
+    mr_gw_model *model = j->model;
+    mr_buf released = {0};
+    json_t *lp = j->request.samp.logprobs ? new_lp_container(j) : NULL;
+    /* tokens that arrive together share the gap since the previous message */
+    double gap = j->got_first ? (now - j->t_last) / m->n_tokens : 0;
+    for (uint32_t i = 0; i < m->n_tokens; i++) {
+        mr_buf piece = {0};
+        mr_err err;
+        if (model->codec->piece(model->codec, m->tokens[i], &piece, &err)) {
+            mr_buf_free(&piece);
+            mr_buf_free(&released);
+            json_decref(lp);
+            send_cancel(j);
+            finish_error(j, 500, "engine_error", err.msg);
+            return;
+        }
+        j->completion_tokens++;
+        if (!j->got_first) {
+            mr_hist_observe(&model->ttft, now - j->t_start);
+            j->got_first = true;
+        } else {
+            mr_hist_observe(&model->itl, gap);
+        }
+        size_t before = released.len;
+        bool stopped = mr_textout_push(&j->tout, piece.p ? piece.p : "", piece.len, &released);
+        if (lp)
+            add_logprobs(j, m, i, piece.p ? piece.p : "", piece.len, j->text.len + before, lp);
+        mr_buf_free(&piece);
+        if (stopped) {
+            j->text_stopped = true;
+            break;
+        }
+    }
+    if (j->stream) {
+        if (released.len || lp)
+            stream_chunk(j, released.p ? released.p : "", released.len, false, NULL, lp ? json_incref(lp) : NULL);
+    } else {
+        mr_buf_add(&j->text, released.p ? released.p : "", released.len);
+        if (lp) {
+            if (!j->lp)
+                j->lp = new_lp_container(j);
+            if (j->chat)
+                json_array_extend(j->lp, lp);
+            else {
+                const char *k;
+                json_t *v;
+                json_object_foreach(lp, k, v) json_array_extend(json_object_get(j->lp, k), v);
+            }
+        }
+    }
+    json_decref(lp);
+    mr_buf_free(&released);
+    j->t_last = now;
+    if (j->text_stopped) {
+        /* a stop string ended it: the worker need not go on */
+        send_cancel(j);
+        finish_ok(j, "stop", j->request.n_tokens, j->completion_tokens, 0);
+    } else if (j->stream) {
+        stream_flush(j);
+    }
+    check_disconnect(j);
+}
+
+static int error_status(const char *code)
+{
+    if (!strcmp(code, "context_length_exceeded") || !strcmp(code, "bad_request"))
+        return 400;
+    if (!strcmp(code, "overloaded") || !strcmp(code, "unavailable"))
+        return 503;
+    return 500;
+}
+
+void mr_gw_on_worker_event(mr_gw_worker *w, mr_wevent *ev)
+{
+    mr_gw_model *model = w->model;
+    if (ev->kind == MR_WEV_UP) {
+        w->connected = true;
+        w->ready = false;
+        mr_msg h;
+        mr_msg_init(&h, MR_MSG_HELLO, 0);
+        snprintf(h.model, sizeof h.model, "gateway");
+        h.n_ctx = model->conf->context_length;
+        mr_err err;
+        if (mr_chan_send(&w->chan, &h, 200, &err))
+            MR_WARN("gateway: hello to %s worker %d: %s", model->conf->name, w->index, err.msg);
+        return;
+    }
+    if (ev->kind == MR_WEV_DOWN) {
+        if (w->connected)
+            MR_WARN("gateway: %s worker %d disconnected", model->conf->name, w->index);
+        w->connected = false;
+        w->ready = false;
+        mr_gw_fail_worker_jobs(w, "the worker serving this request exited");
+        return;
+    }
+    mr_msg *m = &ev->msg;
+    switch (m->type) {
+    case MR_MSG_HELLO:
+        w->ready = true;
+        w->n_ctx = m->n_ctx;
+        MR_INFO("gateway: %s worker %d ready (model %s, ctx %u, pid %u)", model->conf->name, w->index, m->model,
+                m->n_ctx, m->pid);
+        pump_queue(model);
+        return;
+    case MR_MSG_CAPACITY:
+        mr_msg_free(&w->cap);
+        w->cap = *m;
+        mr_msg_init(m, MR_MSG_NONE, 0);
+        return;
+    default:
+        break;
+    }
+    mr_job *j = m->id ? find_job(w->gw, m->id) : NULL;
+    if (!j || j->worker != w) {
+        if (m->type == MR_MSG_ERROR)
+            MR_WARN("gateway: %s worker %d error: %s: %s", model->conf->name, w->index, m->code, m->text);
+        return; /* a job that already ended (cancelled, failed over) */
+    }
+    switch (m->type) {
+    case MR_MSG_TOKENS:
+        on_tokens(j, m);
+        break;
+    case MR_MSG_FINAL: {
+        worker_release(j);
+        if (!j->text_stopped) {
+            const char *fin = m->finish == MR_FINISH_LENGTH ? "length" : "stop";
+            uint32_t completion = m->completion_tokens > j->completion_tokens ? m->completion_tokens : j->completion_tokens;
+            finish_ok(j, fin, m->prompt_tokens ? m->prompt_tokens : j->request.n_tokens, completion,
+                      m->cached_tokens);
+        }
+        maybe_free(j);
+        break;
+    }
+    case MR_MSG_ERROR:
+        /* an undecodable message about this request: the worker may still be
+         * running it, so stop it there too */
+        if (!strcmp(m->code, "bad_message"))
+            send_cancel(j);
+        worker_release(j);
+        finish_error(j, error_status(m->code), m->code, m->text);
+        maybe_free(j);
+        break;
+    default:
+        break;
+    }
+}
+
+void mr_gw_fail_worker_jobs(mr_gw_worker *w, const char *why)
+{
+    mr_gw *gw = w->gw;
+    h2o_linklist_t *l = gw->jobs.next;
+    while (l != &gw->jobs) {
+        mr_job *j = H2O_STRUCT_FROM_MEMBER(mr_job, all, l);
+        l = l->next;
+        if (j->worker == w && j->wstate == J_RUNNING) {
+            worker_release(j);
+            finish_error(j, 503, "worker_lost", why);
+            maybe_free(j);
+        }
+    }
+    w->running = 0;
+    /* queued jobs of a model with no live worker left cannot be served */
+    bool any;
+    pick_worker(w->model, &any);
+    if (!any) {
+        l = gw->jobs.next;
+        while (l != &gw->jobs) {
+            mr_job *j = H2O_STRUCT_FROM_MEMBER(mr_job, all, l);
+            l = l->next;
+            if (j->model == w->model && j->wstate == J_QUEUED) {
+                worker_release(j);
+                finish_error(j, 503, "worker_unavailable", "no live worker for this model");
+                maybe_free(j);
+            }
+        }
+    }
+}
+
+void mr_gw_jobs_tick(mr_gw *gw)
+{
+    h2o_linklist_t *l = gw->jobs.next;
+    while (l != &gw->jobs) {
+        mr_job *j = H2O_STRUCT_FROM_MEMBER(mr_job, all, l);
+        l = l->next;
+        check_disconnect(j);
+        maybe_free(j);
+    }
+    if (gw->draining && (gw->n_jobs == 0 || mr_now() > gw->drain_deadline)) {
+        /* past the deadline: end what is left */
+        l = gw->jobs.next;
+        while (l != &gw->jobs) {
+            mr_job *j = H2O_STRUCT_FROM_MEMBER(mr_job, all, l);
+            l = l->next;
+            send_cancel(j);
+            worker_release(j);
+            finish_error(j, 503, "draining", "the server is shutting down");
+            maybe_free(j);
+        }
+        gw->stop = true;
+    }
+}
+
+/* ---------- admission ---------- */
+
+static int build_prompt(mr_job *j, mr_oai_req *r, mr_oai_error *e)
+{
+    mr_codec *c = j->model->codec;
+    mr_err err;
+    uint32_t *ids = NULL, n = 0;
+    if (r->prompt_ids) {
+        for (uint32_t i = 0; i < r->n_prompt_ids; i++)
+            if (r->prompt_ids[i] >= c->n_vocab)
+                return mr_oai_err(e, 400, "prompt", NULL, "token id %u is outside the vocabulary (%u)",
+                                  r->prompt_ids[i], c->n_vocab);
+        ids = r->prompt_ids;
+        n = r->n_prompt_ids;
+        r->prompt_ids = NULL;
+    } else {
+        mr_buf text = {0};
+        const char *src = r->prompt;
+        size_t len = r->prompt_len;
+        if (r->chat) {
+            if (c->chat(c, r->messages, &text, &err)) {
+                mr_buf_free(&text);
+                return mr_oai_err(e, 400, "messages", NULL, "chat template: %s", err.msg);
+            }
+            src = text.p;
+            len = text.len;
+        }
+        int rc = c->encode(c, src ? src : "", len, r->chat, &ids, &n, &err);
+        mr_buf_free(&text);
+        if (rc)
+            return mr_oai_err(e, 400, r->chat ? "messages" : "prompt", NULL, "tokenizer: %s", err.msg);
+        if (n == 0) {
+            free(ids);
+            return mr_oai_err(e, 400, r->chat ? "messages" : "prompt", NULL, "the prompt has no tokens");
+        }
+    }
+    j->request.tokens = ids;
+    j->request.n_tokens = n;
+    return 0;
+}
+
+static uint32_t model_ctx(mr_gw_model *m)
+{
+    uint32_t ctx = m->conf->context_length;
+    for (int i = 0; i < m->n_workers; i++)
+        if (m->workers[i].ready && m->workers[i].n_ctx && m->workers[i].n_ctx < ctx)
+            ctx = m->workers[i].n_ctx;
+    return ctx;
+}
+
+mr_gw_model *mr_gw_find_model(mr_gw *gw, const char *name);
+
+int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, const mr_key *key, const char *route)
+{
+    mr_oai_error e;
+    mr_gw_model *model = mr_gw_find_model(gw, r->model);
+    if (!model) {
+        mr_oai_err(&e, 404, "model", "model_not_found", "The model '%s' does not exist", r->model);
+        mr_gw_send_error(req, &e, route, 0);
+        return 0;
+    }
+    mr_tenant_state *ts = mr_gw_tenant(gw, tenant);
+    mr_key_state *ks = key ? mr_gw_key_state(gw, key->id) : NULL;
+    if (ts)
+        ts->requests++;
+    if (ts && ts->cap && ts->running >= ts->cap) {
+        ts->rejected++;
+        mr_oai_err(&e, 429, NULL, "rate_limit_exceeded", "tenant '%s' is at its concurrency limit (%d)", tenant,
+                   ts->cap);
+        mr_gw_send_error(req, &e, route, gw->conf.retry_after_s);
+        return 0;
+    }
+    if (ks && key->max_concurrency && ks->running >= key->max_concurrency) {
+        if (ts)
+            ts->rejected++;
+        mr_oai_err(&e, 429, NULL, "rate_limit_exceeded", "this API key is at its concurrency limit (%d)",
+                   key->max_concurrency);
+        mr_gw_send_error(req, &e, route, gw->conf.retry_after_s);
+        return 0;
+    }
+    bool any_ready;
+    mr_gw_worker *w = pick_worker(model, &any_ready);
+    if (!any_ready) {
+        mr_oai_err(&e, 503, NULL, "worker_unavailable", "no live worker for model '%s'", model->conf->name);
+        mr_gw_send_error(req, &e, route, gw->conf.retry_after_s);
+        return 0;
+    }
+    if (!w && (uint32_t)model->queued >= model->conf->queue_max) {
+        if (ts)
+            ts->rejected++;
+        mr_oai_err(&e, 429, NULL, "rate_limit_exceeded", "model '%s' is overloaded; retry later", model->conf->name);
+        mr_gw_send_error(req, &e, route, gw->conf.retry_after_s);
+        return 0;
+    }
+
+    mr_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        mr_oai_err(&e, 500, NULL, NULL, "out of memory");
+        mr_gw_send_error(req, &e, route, 0);
+        return 0;
+    }
+    j->gw = gw;
+    j->model = model;
+    j->route = route;
+    j->chat = r->chat;
+    j->stream = r->stream;
+    j->include_usage = r->include_usage;
+    j->id = ++gw->next_id;
+    j->created = (long)time(NULL);
+    j->t_start = mr_now();
+    unsigned char rnd[16];
+    RAND_bytes(rnd, sizeof rnd);
+    int off = snprintf(j->idstr, sizeof j->idstr, "%s", r->chat ? "chatcmpl-" : "cmpl-");
+    for (int i = 0; i < 16; i++)
+        off += snprintf(j->idstr + off, sizeof j->idstr - (size_t)off, "%02x", rnd[i]);
+    mr_msg_init(&j->request, MR_MSG_REQUEST, j->id);
+    mr_textout_init(&j->tout);
+    snprintf(j->tenant, sizeof j->tenant, "%s", tenant);
+    if (key)
+        snprintf(j->key_id, sizeof j->key_id, "%s", key->id);
+    if (build_prompt(j, r, &e)) {
+        mr_msg_free(&j->request);
+        mr_textout_free(&j->tout);
+        free(j);
+        mr_gw_send_error(req, &e, route, 0);
+        return 0;
+    }
+    uint32_t ctx = model_ctx(model);
+    uint32_t np = j->request.n_tokens;
+    if (np >= ctx || (r->has_max_tokens && (uint64_t)np + r->max_tokens > ctx)) {
+        mr_oai_err(&e, 400, r->has_max_tokens && np < ctx ? "max_tokens" : (r->chat ? "messages" : "prompt"),
+                   "context_length_exceeded",
+                   "This model's maximum context length is %u tokens; the prompt has %u tokens%s", ctx, np,
+                   r->has_max_tokens ? " plus the requested max_tokens" : "");
+        mr_msg_free(&j->request);
+        mr_textout_free(&j->tout);
+        free(j);
+        mr_gw_send_error(req, &e, route, 0);
+        return 0;
+    }
+    uint32_t room = ctx - np;
+    uint32_t maxt = r->has_max_tokens ? r->max_tokens : model->conf->max_tokens_default;
+    j->request.max_tokens = maxt < room ? maxt : room;
+    j->request.samp = r->samp;
+    if (model->codec->n_stop_ids) {
+        j->request.stop_ids = malloc(model->codec->n_stop_ids * sizeof *j->request.stop_ids);
+        if (j->request.stop_ids) {
+            memcpy(j->request.stop_ids, model->codec->stop_ids, model->codec->n_stop_ids * sizeof *j->request.stop_ids);
+            j->request.n_stop_ids = model->codec->n_stop_ids;
+        }
+    }
+    snprintf(j->request.tenant, sizeof j->request.tenant, "%s", tenant);
+    snprintf(j->request.cache_salt, sizeof j->request.cache_salt, "%s", r->cache_salt ? r->cache_salt : "");
+    for (int i = 0; i < r->n_stops; i++)
+        mr_textout_add_stop(&j->tout, r->stops[i]);
+
+    h2o_linklist_insert(&gw->jobs, &j->all);
+    gw->n_jobs++;
+    if (ts)
+        ts->running++;
+    if (ks)
+        ks->running++;
+    j->req = req;
+    j->ref = h2o_mem_alloc_shared(&req->pool, sizeof *j->ref, on_req_dispose);
+    j->ref->job = j;
+
+    if (j->stream) {
+        struct job_gen *g = h2o_mem_alloc_pool(&req->pool, sizeof *g);
+        g->super.proceed = on_proceed;
+        g->super.stop = on_stop;
+        g->ref = j->ref;
+        req->res.status = 200;
+        req->res.reason = "OK";
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("text/event-stream"));
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-cache"));
+        h2o_iovec_t rid = h2o_strdup(&req->pool, j->idstr, strlen(j->idstr)); /* h2o keeps the pointer */
+        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL, rid.base, rid.len);
+        h2o_start_response(req, &g->super);
+        j->headers_sent = true;
+        if (j->chat)
+            stream_chunk(j, "", 0, true, NULL, NULL);
+        else
+            mr_buf_adds(&j->out, ": memra\n\n");
+        stream_flush(j);
+    }
+    if (w) {
+        if (dispatch(j, w)) {
+            j->wstate = J_DONE;
+            finish_error(j, 503, "worker_unavailable", "the worker for this model is not reachable");
+            maybe_free(j);
+        }
+    } else {
+        h2o_linklist_insert(&model->queue, &j->qlink);
+        model->queued++;
+    }
+    return 0;
+}

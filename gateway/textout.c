@@ -1,0 +1,71 @@
+#include "gateway/textout.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void mr_textout_init(mr_textout *t) { memset(t, 0, sizeof *t); }
+
+void mr_textout_add_stop(mr_textout *t, const char *s)
+{
+    size_t n = strlen(s);
+    if (t->n_stops < MR_MAX_STOPS && n > 0 && n <= MR_MAX_STOP_LEN)
+        t->stops[t->n_stops++] = strdup(s);
+}
+
+void mr_textout_free(mr_textout *t)
+{
+    for (size_t i = 0; i < t->n_stops; i++)
+        free(t->stops[i]);
+    mr_buf_free(&t->pending);
+    memset(t, 0, sizeof *t);
+}
+
+/* Longest suffix of s[0..n) that is a proper prefix of some stop string. */
+static size_t holdback(const mr_textout *t, const char *s, size_t n)
+{
+    size_t best = 0;
+    for (size_t i = 0; i < t->n_stops; i++) {
+        size_t sl = strlen(t->stops[i]);
+        size_t k = sl - 1 < n ? sl - 1 : n;
+        for (; k > best; k--)
+            if (memcmp(s + n - k, t->stops[i], k) == 0) {
+                best = k;
+                break;
+            }
+    }
+    return best;
+}
+
+bool mr_textout_push(mr_textout *t, const char *bytes, size_t n, mr_buf *out)
+{
+    if (t->stopped)
+        return true;
+    mr_buf_add(&t->pending, bytes, n);
+    const char *s = t->pending.p;
+    size_t len = t->pending.len;
+    /* earliest stop occurrence */
+    size_t at = len + 1;
+    for (size_t i = 0; i < t->n_stops; i++) {
+        const char *hit = memmem(s, len, t->stops[i], strlen(t->stops[i]));
+        if (hit && (size_t)(hit - s) < at)
+            at = (size_t)(hit - s);
+    }
+    if (at <= len) {
+        mr_gw_utf8_sanitize(out, s, at);
+        t->stopped = true;
+        mr_buf_consume(&t->pending, len);
+        return true;
+    }
+    size_t keep = holdback(t, s, len);
+    size_t rel = mr_gw_utf8_complete_prefix(s, len - keep);
+    mr_gw_utf8_sanitize(out, s, rel);
+    mr_buf_consume(&t->pending, rel);
+    return false;
+}
+
+void mr_textout_finish(mr_textout *t, mr_buf *out)
+{
+    if (!t->stopped)
+        mr_gw_utf8_sanitize(out, t->pending.p ? t->pending.p : "", t->pending.len);
+    mr_buf_consume(&t->pending, t->pending.len);
+}

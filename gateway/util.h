@@ -1,0 +1,32 @@
+/* Small helpers of the gateway: a growable byte buffer, UTF-8 checks,
+ * monotonic time. */
+#ifndef MR_GW_UTIL_H
+#define MR_GW_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct mr_buf {
+    char *p;
+    size_t len, cap;
+} mr_buf;
+
+void mr_buf_reserve(mr_buf *b, size_t extra);
+void mr_buf_add(mr_buf *b, const void *p, size_t n);
+void mr_buf_adds(mr_buf *b, const char *s);
+void mr_buf_printf(mr_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void mr_buf_free(mr_buf *b);
+void mr_buf_consume(mr_buf *b, size_t n); /* drops the first n bytes */
+
+/* Length of the longest prefix of s[0..n) that ends on a UTF-8 character
+ * boundary, treating an incomplete sequence at the very end as not yet
+ * complete (so streamed text never splits a character). */
+size_t mr_gw_utf8_complete_prefix(const char *s, size_t n);
+/* Appends s to out, replacing every invalid UTF-8 sequence by U+FFFD. */
+void mr_gw_utf8_sanitize(mr_buf *out, const char *s, size_t n);
+bool mr_gw_utf8_valid(const char *s, size_t n);
+
+double mr_now(void); /* monotonic seconds */
+
+#endif

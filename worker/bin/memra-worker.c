@@ -1,0 +1,152 @@
+/* memra-worker: serves one model on one device to the gateway over nng.
+ *   memra-worker --listen ipc:///run/memra/w0.sock --model M.gguf [--device N] [--backend auto|cpu|cuda]
+ *   memra-worker --config /etc/memra/memra.json --instance N   (the Nth worker of the config)
+ *   memra-worker --listen URL --backend fake [--ctx N] [--vocab N] [--fake-eos ID] [--fake-delay-ms MS]
+ * Flags given on the command line override the config.  The fake backend is
+ * the protocol test double: it echoes the prompt. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway/config.h"
+#include "worker/server.h"
+
+typedef struct args {
+    const char *listen, *model, *backend, *name;
+    mr_worker_opts o;
+    long ctx, vocab, eos, delay;
+    bool ctx_set;
+} args;
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: memra-worker --listen URL (--model FILE.gguf | --backend fake) [--device N]\n"
+                    "       [--backend auto|cpu|cuda|fake] [--name NAME] [--max-running N] [--max-queued N]\n"
+                    "       [--ctx N] [--vocab N] [--fake-eos ID] [--fake-delay-ms MS]\n"
+                    "   or: memra-worker --config FILE --instance N [flags that override it]\n");
+    return 2;
+}
+
+/* Applies flag/value pairs; --config and --instance are skipped here. */
+static int parse(args *a, int n, char **v)
+{
+    for (int i = 0; i < n; i += 2) {
+        const char *k = v[i];
+        if (i + 1 >= n)
+            return -1;
+        const char *x = v[i + 1];
+        if (!strcmp(k, "--config") || !strcmp(k, "--instance"))
+            continue;
+        else if (!strcmp(k, "--listen"))
+            a->listen = x;
+        else if (!strcmp(k, "--model"))
+            a->model = x;
+        else if (!strcmp(k, "--backend"))
+            a->backend = x;
+        else if (!strcmp(k, "--name"))
+            a->name = x;
+        else if (!strcmp(k, "--device"))
+            a->o.device = atoi(x);
+        else if (!strcmp(k, "--max-running"))
+            a->o.max_running = (uint32_t)atoi(x);
+        else if (!strcmp(k, "--max-queued"))
+            a->o.max_queued = (uint32_t)atoi(x);
+        else if (!strcmp(k, "--ctx")) {
+            a->ctx = atol(x);
+            a->ctx_set = true;
+        }
+        else if (!strcmp(k, "--vocab"))
+            a->vocab = atol(x);
+        else if (!strcmp(k, "--fake-eos"))
+            a->eos = atol(x);
+        else if (!strcmp(k, "--fake-delay-ms"))
+            a->delay = atol(x);
+        else if (!strcmp(k, "--fake-corrupt-token"))
+            mr_engine_fake_corrupt(atol(x));
+        else
+            return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    args a = {0};
+    a.backend = "auto";
+    a.o.device = -1;
+    a.o.max_running = 64;
+    a.o.max_queued = 1024;
+    a.ctx = 4096;
+    a.vocab = 256;
+    a.eos = -1;
+    const char *config = NULL;
+    int instance = -1;
+    for (int i = 1; i + 1 < argc; i++) {
+        if (!strcmp(argv[i], "--config"))
+            config = argv[i + 1];
+        else if (!strcmp(argv[i], "--instance"))
+            instance = atoi(argv[i + 1]);
+    }
+    static mr_config c;
+    if (config) {
+        mr_err err;
+        if (instance < 0) {
+            fprintf(stderr, "memra-worker: --config needs --instance N\n");
+            return 2;
+        }
+        if (mr_config_load(config, &c, &err)) {
+            fprintf(stderr, "memra-worker: %s\n", err.msg);
+            return 1;
+        }
+        int k = 0;
+        bool found = false;
+        for (int m = 0; m < c.n_models && !found; m++)
+            for (int w = 0; w < c.models[m].n_workers && !found; w++, k++)
+                if (k == instance) {
+                    mr_model_conf *mc = &c.models[m];
+                    a.listen = mc->workers[w].url;
+                    a.o.device = mc->workers[w].device;
+                    a.model = mc->path[0] ? mc->path : NULL;
+                    a.backend = mc->backend;
+                    a.name = mc->name;
+                    a.o.max_running = mc->max_running;
+                    a.ctx = mc->context_length;
+                    a.ctx_set = true;
+                    if (parse(&a, mc->n_worker_args, mc->worker_args)) {
+                        fprintf(stderr, "memra-worker: %s: bad worker_args for model %s\n", config, mc->name);
+                        return 2;
+                    }
+                    found = true;
+                }
+        if (!found) {
+            fprintf(stderr, "memra-worker: %s has no worker number %d (it has %d)\n", config, instance, k);
+            return 2;
+        }
+    }
+    if ((argc - 1) % 2 || parse(&a, argc - 1, argv + 1))
+        return usage();
+    if (!a.listen || a.o.max_running < 1 || a.ctx < 2 || a.vocab < 1)
+        return usage();
+    a.o.listen = a.listen;
+    mr_engine *e = NULL;
+    if (!strcmp(a.backend, "fake")) {
+        e = mr_engine_fake(a.name ? a.name : "fake", (uint32_t)a.ctx, (uint32_t)a.vocab, (int)a.eos, (int)a.delay);
+    } else {
+        if (!a.model) {
+            fprintf(stderr, "memra-worker: --model FILE.gguf is required (or --backend fake)\n");
+            return 2;
+        }
+        mr_err err;
+        e = mr_engine_model(a.model, a.backend, a.o.device, a.name, a.ctx_set ? (int)a.ctx : 0, (int)a.o.max_running,
+                            &err);
+        if (!e) {
+            fprintf(stderr, "memra-worker: %s\n", err.msg);
+            return 1;
+        }
+    }
+    if (!e)
+        return 1;
+    int rc = mr_worker_serve(e, &a.o);
+    e->destroy(e);
+    return rc;
+}
