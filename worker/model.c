@@ -310,26 +310,30 @@ static int create_kv(mr_model *m, const mr_model_opts *opts, mr_err *err)
     int bt = opts && opts->block_tokens > 0 ? opts->block_tokens : 16;
     m->n_ctx = n_ctx;
     m->max_blocks = (n_ctx + bt - 1) / bt;
-    if ((int64_t)m->max_blocks * n_seqs > (1 << 24))
-        return mr_errf(err, "KV cache of %d sequences x %d tokens is too large", n_seqs, n_ctx);
-    m->kv.n_layers = m->hp.n_kv_layers > 0 ? m->hp.n_kv_layers : m->hp.n_layers;
-    m->kv.n_blocks = m->max_blocks * n_seqs;
+    int kv_layers = m->hp.n_kv_layers > 0 ? m->hp.n_kv_layers : m->hp.n_layers; /* hybrids: full-attention layers only */
+    mr_kv_dtype dtype = opts ? opts->kv_dtype : MR_KV_F32;
+    int64_t n_blocks = (int64_t)m->max_blocks * n_seqs;
+    if (opts && opts->kv_blocks > 0)
+        n_blocks = opts->kv_blocks;
+    else if (opts && opts->kv_bytes > 0) {
+        size_t bb = mr_kv_block_bytes(kv_layers, bt, m->hp.n_kv_heads, m->hp.head_dim, dtype);
+        n_blocks = mr_kv_blocks_for_budget(opts->kv_bytes, bb, 1 << 24);
+        if (n_blocks <= 0)
+            return mr_errf(err, "a KV budget of %zu bytes holds no block of %zu bytes", opts->kv_bytes, bb);
+    }
+    if (n_blocks > (1 << 24))
+        return mr_errf(err, "KV cache of %lld blocks of %d tokens is too large", (long long)n_blocks, bt);
+    m->kv.n_layers = kv_layers;
+    m->kv.n_blocks = (int)n_blocks;
     m->kv.block_tokens = bt;
     m->kv.n_kv_heads = m->hp.n_kv_heads;
     m->kv.head_dim = m->hp.head_dim;
-    m->kv.dtype = opts ? opts->kv_dtype : MR_KV_F32;
+    m->kv.dtype = dtype;
     if (m->be->kv_create(m->be, &m->kv, err)) {
         memset(&m->kv, 0, sizeof m->kv);
         return mr_err_wrap(err, "creating the KV cache");
     }
-    m->free_blocks = malloc(sizeof(int32_t) * (size_t)m->kv.n_blocks);
-    if (!m->free_blocks)
-        return mr_errf(err, "out of memory");
-    /* a stack: pop from the end, so blocks are handed out in increasing order */
-    for (int i = 0; i < m->kv.n_blocks; i++)
-        m->free_blocks[i] = m->kv.n_blocks - 1 - i;
-    m->n_free = m->kv.n_blocks;
-    return 0;
+    return mr_kv_pool_new(m->kv.n_blocks, &m->pool, err);
 }
 
 /* ---- model ---- */
@@ -398,7 +402,7 @@ void mr_model_free(mr_model *m)
     release(m, &m->tok_embd);
     if (m->kv.k || m->kv.v)
         be->kv_destroy(be, &m->kv);
-    free(m->free_blocks);
+    mr_kv_pool_free(m->pool);
     mr_gguf_close(m->gguf);
     free(m);
 }
@@ -406,6 +410,10 @@ void mr_model_free(mr_model *m)
 const mr_hparams *mr_model_hparams(const mr_model *m) { return &m->hp; }
 
 int mr_model_n_ctx(const mr_model *m) { return m->n_ctx; }
+
+mr_kv_pool *mr_model_kv_pool(mr_model *m) { return m->pool; }
+
+int mr_model_block_tokens(const mr_model *m) { return m->kv.block_tokens; }
 
 /* ---- sequences ---- */
 
@@ -445,7 +453,8 @@ void mr_seq_free(mr_seq *s)
         return;
     mr_model *m = s->m;
     for (int i = s->n_blocks - 1; i >= 0; i--)
-        m->free_blocks[m->n_free++] = s->blocks[i];
+        mr_kv_unref(m->pool, s->blocks[i]);
+    mr_kv_unreserve(m->pool, s->reserved);
     if (s->blocks_dev)
         m->be->free(m->be, s->blocks_dev);
     if (s->rstate)
@@ -472,35 +481,110 @@ int mr_seq_state_load(mr_seq *s, const void *host, mr_err *err)
     return s->m->be->upload(s->m->be, s->rstate, host, s->m->rstate_bytes, err);
 }
 
-/* Grows s to hold `len` tokens and uploads its block table. */
-static int seq_reserve(mr_seq *s, int len, mr_err *err)
+static int blocks_for(const mr_model *m, int tokens)
+{
+    return (tokens + m->kv.block_tokens - 1) / m->kv.block_tokens;
+}
+
+/* Grows s to hold `len` tokens, drawing on its reservation first, and
+ * uploads its block table. */
+static int seq_grow(mr_seq *s, int len, mr_err *err)
 {
     mr_model *m = s->m;
-    int need = (len + m->kv.block_tokens - 1) / m->kv.block_tokens;
+    int need = blocks_for(m, len);
     if (need <= s->n_blocks)
         return 0;
-    if (need - s->n_blocks > m->n_free)
-        return mr_errf(err, "KV cache full: %d more blocks needed, %d free", need - s->n_blocks, m->n_free);
-    while (s->n_blocks < need)
-        s->blocks[s->n_blocks++] = m->free_blocks[--m->n_free];
+    int avail = s->reserved + mr_kv_pool_available(m->pool);
+    if (need - s->n_blocks > avail)
+        return mr_errf(err, "KV cache full: %d more blocks needed, %d free", need - s->n_blocks, avail);
+    while (s->n_blocks < need) {
+        int from_res = s->reserved > 0;
+        int32_t b = mr_kv_alloc(m->pool, from_res);
+        if (b < 0)
+            return mr_errf(err, "KV cache full: no free block");
+        if (from_res)
+            s->reserved--;
+        s->blocks[s->n_blocks++] = b;
+    }
     return m->be->upload(m->be, s->blocks_dev, s->blocks, sizeof(int32_t) * (size_t)s->n_blocks, err);
 }
 
-int mr_seq_reserve(mr_seq *s, int len, mr_err *err) { return seq_reserve(s, len, err); }
+int mr_seq_grow(mr_seq *s, int len, mr_err *err) { return seq_grow(s, len, err); }
 
 int mr_seq_truncate(mr_seq *s, int len, mr_err *err)
 {
     if (len < 0 || len > s->len)
         return mr_errf(err, "truncate: length %d outside [0, %d]", len, s->len);
+    /* the entries past len get overwritten: not allowed in blocks another
+     * holder (a sequence, the prefix cache) shares */
+    for (int i = len / s->m->kv.block_tokens; i < s->n_blocks; i++)
+        if (mr_kv_refcount(s->m->pool, s->blocks[i]) > 1)
+            return mr_errf(err, "truncate: block %d (index %d) is shared", s->blocks[i], i);
     s->len = len; /* later K/V entries are overwritten before anything reads them */
     return 0;
 }
 
-/* Carves the activation buffers for up to cap tokens out of one allocation. */
-static int scratch_reserve(mr_model *m, int cap, mr_err *err)
+int mr_seq_reserve(mr_seq *s, int n_tokens, mr_err *err)
 {
-    if (cap <= m->sc.cap)
+    mr_model *m = s->m;
+    if (n_tokens > m->n_ctx)
+        return mr_errf(err, "reserve: %d tokens exceed the context of %d tokens", n_tokens, m->n_ctx);
+    int more = blocks_for(m, n_tokens) - s->n_blocks - s->reserved;
+    if (more <= 0)
         return 0;
+    if (mr_kv_reserve(m->pool, more))
+        return mr_errf(err, "KV cache full: %d more blocks needed, %d available", more,
+                       mr_kv_pool_available(m->pool));
+    s->reserved += more;
+    return 0;
+}
+
+int mr_seq_reserved(const mr_seq *s) { return s->reserved; }
+
+int mr_seq_attach(mr_seq *s, const int32_t *blocks, int n_blocks, mr_err *err)
+{
+    mr_model *m = s->m;
+    if (s->len != 0 || s->n_blocks != 0)
+        return mr_errf(err, "attach: the sequence is not empty (%d tokens)", s->len);
+    if (n_blocks < 0 || n_blocks > m->max_blocks)
+        return mr_errf(err, "attach: %d blocks (a sequence holds at most %d)", n_blocks, m->max_blocks);
+    if (n_blocks > 0 && s->rstate)
+        return mr_errf(err, "attach: shared K/V blocks carry no recurrent state (%s)", m->hp.arch_name);
+    for (int i = 0; i < n_blocks; i++)
+        if (mr_kv_refcount(m->pool, blocks[i]) <= 0)
+            return mr_errf(err, "attach: block %d (index %d) is not in use", blocks[i], i);
+    if (n_blocks == 0)
+        return 0;
+    if (m->be->upload(m->be, s->blocks_dev, blocks, sizeof(int32_t) * (size_t)n_blocks, err))
+        return -1;
+    for (int i = 0; i < n_blocks; i++) {
+        mr_kv_ref(m->pool, blocks[i]);
+        s->blocks[i] = blocks[i];
+    }
+    s->n_blocks = n_blocks;
+    s->len = n_blocks * m->kv.block_tokens;
+    return 0;
+}
+
+int mr_seq_blocks(const mr_seq *s, const int32_t **blocks)
+{
+    *blocks = s->blocks;
+    return s->n_blocks;
+}
+
+/* Carves the activation buffers for up to cap tokens, out_cap of them with
+ * logits, out of one allocation. */
+static int scratch_reserve(mr_model *m, int cap, int out_cap, mr_err *err)
+{
+    if (out_cap < 1)
+        out_cap = 1;
+    if (cap <= m->sc.cap && out_cap <= m->sc.out_cap)
+        return 0;
+    /* grow both to at least what they were, so alternating shapes settle */
+    if (cap < m->sc.cap)
+        cap = m->sc.cap;
+    if (out_cap < m->sc.out_cap)
+        out_cap = m->sc.out_cap;
     free_scratch(m);
     const mr_hparams *hp = &m->hp;
     size_t n = (size_t)cap, k = (size_t)(hp->n_expert_used > 0 ? hp->n_expert_used : 1);
@@ -524,7 +608,8 @@ static int scratch_reserve(mr_model *m, int cap, mr_err *err)
         {(void **)&m->sc.exp_ids, n * k},
         {(void **)&m->sc.exp_w, n * k},
         {(void **)&m->sc.exp_out, n * k * e},
-        {(void **)&m->sc.logits, n * (size_t)hp->n_vocab},
+        {(void **)&m->sc.logits, (size_t)out_cap * (size_t)hp->n_vocab}, /* only rows with logits wanted */
+        {(void **)&m->sc.ids, (size_t)out_cap},
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
@@ -539,45 +624,112 @@ static int scratch_reserve(mr_model *m, int cap, mr_err *err)
     }
     m->sc.block = base;
     m->sc.cap = cap;
+    m->sc.out_cap = out_cap;
     return 0;
 }
 
 int mr_model_forward(mr_model *m, mr_seq *s, const int32_t *tokens, int n, mr_logits_mode mode,
                      float *logits, mr_err *err)
 {
-    if (n <= 0)
-        return mr_errf(err, "forward: %d tokens (need at least one)", n);
-    if (n > m->n_ctx - s->len)
-        return mr_errf(err, "forward: %d tokens at position %d exceed the context of %d tokens", n,
-                       s->len, m->n_ctx);
-    for (int t = 0; t < n; t++)
-        if (tokens[t] < 0 || tokens[t] >= m->hp.n_vocab)
-            return mr_errf(err, "forward: token id %d (index %d) is out of range [0, %d)", tokens[t], t,
+    mr_batch_item it = {.seq = s, .tokens = tokens, .n = n, .mode = mode, .logits = logits};
+    return mr_model_forward_batch(m, &it, 1, err);
+}
+
+static int check_item(const mr_model *m, const mr_batch_item *it, int idx, mr_err *err)
+{
+    if (!it->seq || it->seq->m != m)
+        return mr_errf(err, "forward: item %d has no sequence of this model", idx);
+    if (it->n <= 0)
+        return mr_errf(err, "forward: %d tokens (need at least one)", it->n);
+    if (it->n > m->n_ctx - it->seq->len)
+        return mr_errf(err, "forward: %d tokens at position %d exceed the context of %d tokens", it->n,
+                       it->seq->len, m->n_ctx);
+    for (int t = 0; t < it->n; t++)
+        if (it->tokens[t] < 0 || it->tokens[t] >= m->hp.n_vocab)
+            return mr_errf(err, "forward: token id %d (index %d) is out of range [0, %d)", it->tokens[t], t,
                            m->hp.n_vocab);
-    if (mode != MR_LOGITS_NONE && !logits)
+    if (it->mode != MR_LOGITS_NONE && it->mode != MR_LOGITS_LAST && it->mode != MR_LOGITS_ALL &&
+        it->mode != MR_LOGITS_ARGMAX)
+        return mr_errf(err, "forward: unknown logits mode %d", (int)it->mode);
+    if ((it->mode == MR_LOGITS_LAST || it->mode == MR_LOGITS_ALL) && !it->logits)
         return mr_errf(err, "forward: logits requested without an output buffer");
-    if (seq_reserve(s, s->len + n, err) || scratch_reserve(m, n, err))
-        return -1;
-    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
-    if (!pos)
-        return mr_errf(err, "out of memory");
-    for (int t = 0; t < n; t++)
-        pos[t] = s->len + t;
-    int rc = m->be->upload(m->be, m->sc.tokens, tokens, sizeof(int32_t) * (size_t)n, err);
-    if (!rc)
-        rc = m->be->upload(m->be, m->sc.pos, pos, sizeof(int32_t) * (size_t)n, err);
-    free(pos);
-    if (rc)
-        return -1;
-    int out_first = mode == MR_LOGITS_ALL ? 0 : mode == MR_LOGITS_LAST ? n - 1 : n;
-    if ((m->q35 ? mr_qwen35_forward : mr_qwen3_forward)(m, s, n, out_first, err))
-        return -1;
-    if (m->be->sync(m->be, err))
-        return mr_err_wrap(err, "forward");
-    if (out_first < n &&
-        m->be->download(m->be, logits, m->sc.logits,
-                        sizeof(float) * (size_t)(n - out_first) * (size_t)m->hp.n_vocab, err))
-        return -1;
-    s->len += n;
+    if (it->mode == MR_LOGITS_ARGMAX && !it->argmax)
+        return mr_errf(err, "forward: argmax requested without an output buffer");
     return 0;
+}
+
+int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items, mr_err *err)
+{
+    if (n_items <= 0 || !items)
+        return mr_errf(err, "forward: %d sequences (need at least one)", n_items);
+    int64_t total = 0;
+    for (int i = 0; i < n_items; i++) {
+        if (check_item(m, &items[i], i, err))
+            return mr_err_wrap(err, "batch item %d", i);
+        for (int j = 0; j < i; j++)
+            if (items[j].seq == items[i].seq)
+                return mr_errf(err, "forward: sequence appears twice in one batch (items %d and %d)", j, i);
+        total += items[i].n;
+    }
+    if (total > (1 << 24))
+        return mr_errf(err, "forward: %lld tokens in one step are too many", (long long)total);
+    int n = (int)total, n_out = 0;
+    for (int i = 0; i < n_items; i++)
+        n_out += items[i].mode == MR_LOGITS_ALL ? items[i].n : items[i].mode == MR_LOGITS_NONE ? 0 : 1;
+    for (int i = 0; i < n_items; i++)
+        if (seq_grow(items[i].seq, items[i].seq->len + items[i].n, err))
+            return -1;
+    if (scratch_reserve(m, n, n_out, err))
+        return -1;
+    int32_t *host = malloc(sizeof(int32_t) * 2 * (size_t)n);
+    mr_fwd_seg *segs = malloc(sizeof *segs * (size_t)n_items);
+    int rc = -1;
+    if (!host || !segs) {
+        mr_errf(err, "out of memory");
+        goto out;
+    }
+    int32_t *pos = host + n;
+    int row = 0, out_row = 0;
+    bool any_argmax = false;
+    for (int i = 0; i < n_items; i++) {
+        const mr_batch_item *it = &items[i];
+        for (int t = 0; t < it->n; t++) {
+            host[row + t] = it->tokens[t];
+            pos[row + t] = it->seq->len + t;
+        }
+        int of = it->mode == MR_LOGITS_ALL ? 0 : it->mode == MR_LOGITS_NONE ? it->n : it->n - 1;
+        any_argmax |= it->mode == MR_LOGITS_ARGMAX;
+        segs[i] = (mr_fwd_seg){.s = it->seq, .start = row, .n = it->n, .out_first = of, .out_row = out_row};
+        row += it->n;
+        out_row += it->n - of;
+    }
+    if (m->be->upload(m->be, m->sc.tokens, host, sizeof(int32_t) * (size_t)n, err) ||
+        m->be->upload(m->be, m->sc.pos, pos, sizeof(int32_t) * (size_t)n, err))
+        goto out;
+    if ((m->q35 ? mr_qwen35_forward_segs : mr_qwen3_forward_segs)(m, segs, n_items, n, err))
+        goto out;
+    if (any_argmax && out_row > 0)
+        m->be->argmax(m->be, m->sc.logits, out_row, m->hp.n_vocab, m->sc.ids);
+    if (m->be->sync(m->be, err)) {
+        mr_err_wrap(err, "forward");
+        goto out;
+    }
+    size_t vocab = (size_t)m->hp.n_vocab;
+    for (int i = 0; i < n_items; i++) {
+        int rows = segs[i].n - segs[i].out_first;
+        if (items[i].mode == MR_LOGITS_ARGMAX) {
+            if (m->be->download(m->be, items[i].argmax, m->sc.ids + segs[i].out_row, sizeof(int32_t), err))
+                goto out;
+        } else if (rows > 0 &&
+                   m->be->download(m->be, items[i].logits, m->sc.logits + (size_t)segs[i].out_row * vocab,
+                                   sizeof(float) * (size_t)rows * vocab, err))
+            goto out;
+    }
+    for (int i = 0; i < n_items; i++)
+        items[i].seq->len += items[i].n;
+    rc = 0;
+out:
+    free(host);
+    free(segs);
+    return rc;
 }

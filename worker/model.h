@@ -12,6 +12,7 @@
 
 #include "common/err.h"
 #include "kernels/ops.h"
+#include "worker/kv.h"
 
 typedef enum mr_arch {
     MR_ARCH_QWEN3 = 0,
@@ -54,6 +55,11 @@ typedef struct mr_model_opts {
     int n_seqs;       /* sequences that may hold n_ctx tokens at once; 0: 1 */
     int block_tokens; /* KV block size in tokens; 0: 16 */
     mr_kv_dtype kv_dtype; /* KV element type (MR_KV_F32 = 0 is the default; the CPU backend has only it) */
+    /* KV pool size.  kv_blocks > 0 sets the block count; else kv_bytes > 0
+     * sizes the pool from a byte budget (on a GPU: a fraction of the free
+     * memory minus a reserve, measured by the caller); else n_seqs * n_ctx. */
+    int kv_blocks;
+    size_t kv_bytes;
 } mr_model_opts;
 
 typedef struct mr_model mr_model;
@@ -63,6 +69,10 @@ typedef enum mr_logits_mode {
     MR_LOGITS_NONE = 0, /* no logits (e.g. a prefill chunk that is not the last) */
     MR_LOGITS_LAST = 1, /* logits of the last token: [vocab] */
     MR_LOGITS_ALL = 2,  /* logits of every token: [n][vocab] */
+    /* only the id of the largest logit of the last token (lowest id on
+     * ties), found by the backend: one int32 comes back instead of a row
+     * (mr_model_forward_batch only, into mr_batch_item.argmax) */
+    MR_LOGITS_ARGMAX = 3,
 } mr_logits_mode;
 
 /* Opens path, reads the hyperparameters, binds every weight on be and
@@ -100,5 +110,42 @@ int mr_seq_truncate(mr_seq *s, int len, mr_err *err);
  * sequence length is unchanged. */
 int mr_model_forward(mr_model *m, mr_seq *s, const int32_t *tokens, int n, mr_logits_mode mode,
                      float *logits, mr_err *err);
+
+/* ---- paged KV and batching (used by the scheduler) ---- */
+
+/* The model's KV block pool and its block size in tokens. */
+mr_kv_pool *mr_model_kv_pool(mr_model *m);
+int mr_model_block_tokens(const mr_model *m);
+
+/* Promises s enough blocks to hold n_tokens tokens in all, counting the
+ * blocks it has and the promise it already holds; fails without change when
+ * the pool cannot.  Growth draws on the promise first; mr_seq_free returns
+ * what is left of it. */
+int mr_seq_reserve(mr_seq *s, int n_tokens, mr_err *err);
+/* Blocks promised to s and not yet allocated. */
+int mr_seq_reserved(const mr_seq *s);
+/* Starts an empty sequence on n_blocks full blocks that hold the K/V of its
+ * first n_blocks * block_tokens tokens (shared prefix blocks: s takes one
+ * reference on each; nothing is ever written into them). */
+int mr_seq_attach(mr_seq *s, const int32_t *blocks, int n_blocks, mr_err *err);
+/* The block table of s (host memory, valid until s grows or is freed). */
+int mr_seq_blocks(const mr_seq *s, const int32_t **blocks);
+
+/* One sequence's part of a batched step. */
+typedef struct mr_batch_item {
+    mr_seq *seq;
+    const int32_t *tokens; /* host memory, n tokens appended at seq's length */
+    int n;
+    mr_logits_mode mode;
+    float *logits;         /* host memory: [vocab] (LAST) or [n][vocab] (ALL) */
+    int32_t *argmax;       /* host memory: one id (ARGMAX) */
+} mr_batch_item;
+
+/* One forward step over several distinct sequences: every matmul runs over
+ * the tokens of all items at once (each weight is read once per step),
+ * attention runs per item over its own blocks.  A sequence's logits do not
+ * depend on its batchmates or on how its tokens are split into calls (on
+ * the CPU backend bit for bit).  On error no sequence length changes. */
+int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items, mr_err *err);
 
 #endif

@@ -19,7 +19,8 @@ typedef struct mr_layer {
 
 /* Activations for one forward call of up to cap tokens, in backend memory. */
 typedef struct mr_scratch {
-    int cap;
+    int cap;           /* tokens */
+    int out_cap;       /* rows of logits */
     void *block;       /* one allocation, carved below */
     int32_t *tokens, *pos;
     float *x, *xn, *q, *k, *v, *att, *proj;
@@ -28,7 +29,8 @@ typedef struct mr_scratch {
     int32_t *exp_ids;  /* [n][k] */
     float *exp_w;      /* [n][k] */
     float *exp_out;    /* [n][k][n_embd] */
-    float *logits;     /* [n][n_vocab] */
+    float *logits;     /* [out_cap][n_vocab] */
+    int32_t *ids;      /* [out_cap] argmax of logits rows */
 } mr_scratch;
 
 struct mr_model {
@@ -43,8 +45,7 @@ struct mr_model {
     mr_kv_cache kv;
     int n_ctx;
     int max_blocks;    /* blocks per sequence: ceil(n_ctx / block_tokens) */
-    int32_t *free_blocks;
-    int n_free;
+    mr_kv_pool *pool;
 
     mr_scratch sc;
 
@@ -58,12 +59,26 @@ struct mr_seq {
     int n_blocks;
     int32_t *blocks;     /* host copy of the block table [max_blocks] */
     int32_t *blocks_dev; /* the same in backend memory */
+    int reserved;        /* blocks promised to this sequence, not yet allocated */
     void *rstate;        /* recurrent state in backend memory (m->rstate_bytes), or NULL */
 };
+
+/* A contiguous run of rows of one forward call that belongs to one sequence:
+ * rows start..start+n-1 (tokens at sc.tokens/sc.pos + start); logits of its
+ * rows from out_first (relative, == n for none) go to sc.logits from row
+ * out_row on. */
+typedef struct mr_fwd_seg {
+    mr_seq *s;
+    int start, n;
+    int out_first;
+    int out_row;
+} mr_fwd_seg;
 
 /* One forward call: n tokens already in sc.tokens / sc.pos; logits of rows
  * out_first..n-1 (none when out_first == n) go to sc.logits. */
 int mr_qwen3_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err);
+/* The same over several sequences: n rows in all, split into segs. */
+int mr_qwen3_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n, mr_err *err);
 
 /* Weight binding for the architecture files (worker/model.c): a matrix
  * ([cols, rows, mats] as GGUF writes it) through be->weight_load, and a
@@ -75,11 +90,12 @@ int mr_model_load_floats(mr_model *m, float **out, const char *name, int64_t ne0
 
 /* Qwen3.5 hybrids (worker/arch/qwen35.c): the architecture's metadata
  * (after the common keys), all per-layer weights (sets m->q35 and
- * m->rstate_bytes), release, and one forward call as mr_qwen3_forward. */
+ * m->rstate_bytes), release, and one forward call over sequence segments as
+ * mr_qwen3_forward_segs. */
 int mr_qwen35_read_hparams(const mr_gguf *g, const char *arch, mr_hparams *hp, mr_err *err);
 int mr_qwen35_load_layers(mr_model *m, mr_err *err);
 void mr_qwen35_free(mr_model *m);
-int mr_qwen35_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err);
+int mr_qwen35_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n, mr_err *err);
 
 /* The MTP (nextn) draft block of the qwen35 hybrids.  Row t combines the
  * hidden row h[t] (backend memory [n][n_embd], output-normed: the trunk
@@ -93,7 +109,9 @@ const float *mr_qwen35_mtp_hidden(const mr_model *m);
 int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens, int n, int pos0,
                   float *logits, mr_err *err);
 
-/* Grows s to hold len tokens (KV blocks, block table uploaded). */
-int mr_seq_reserve(mr_seq *s, int len, mr_err *err);
+/* Grows s to hold len tokens now (KV blocks allocated, drawing on its
+ * reservation first; block table uploaded).  mr_seq_reserve (model.h) only
+ * promises blocks. */
+int mr_seq_grow(mr_seq *s, int len, mr_err *err);
 
 #endif

@@ -347,6 +347,33 @@ START_TEST(prefill_chunked_and_decode_agree)
     ck_assert_double_lt(rel_l2(la, one + (size_t)(n - 1) * V, V), 1e-5);
     mr_seq_free(a);
     mr_seq_free(b);
+
+    /* one batched step over two sequences (a's continuation with all its
+     * logits, a fresh one's prompt with the argmax of its last row) gives
+     * what each gives alone; the argmax is that of its own last row */
+    int32_t ref_id = -1, got_id = -1;
+    ck_assert_int_eq(mr_seq_new(model, &b, &err), 0);
+    ck_assert_int_eq(mr_model_forward(model, b, r.prompt[2], 10, MR_LOGITS_LAST, la, &err), 0);
+    ref_id = argmax(la, V);
+    mr_seq_free(b);
+    ck_assert_int_eq(mr_seq_new(model, &a, &err), 0);
+    ck_assert_int_eq(mr_seq_new(model, &b, &err), 0);
+    ck_assert_int_eq(mr_model_forward(model, a, tok, 10, MR_LOGITS_NONE, NULL, &err), 0);
+    float *rest = malloc(sizeof(float) * (size_t)(n - 10) * (size_t)V);
+    mr_batch_item items[2] = {
+        {.seq = a, .tokens = tok + 10, .n = n - 10, .mode = MR_LOGITS_ALL, .logits = rest},
+        {.seq = b, .tokens = r.prompt[2], .n = 10, .mode = MR_LOGITS_ARGMAX, .argmax = &got_id},
+    };
+    ck_assert_msg(mr_model_forward_batch(model, items, 2, &err) == 0, "%s", err.msg);
+    for (int t = 10; t < n; t++)
+        ck_assert_msg(rel_l2(rest + (size_t)(t - 10) * V, one + (size_t)t * V, V) < 1e-5, "%s batched row %d",
+                      name, t);
+    ck_assert_int_eq(got_id, ref_id);
+    ck_assert_int_eq(mr_seq_len(a), n);
+    ck_assert_int_eq(mr_seq_len(b), 10);
+    mr_seq_free(a);
+    mr_seq_free(b);
+    free(rest);
     free(la);
 
     free(chunked);

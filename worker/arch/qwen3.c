@@ -8,7 +8,7 @@
 
 #include "worker/model_internal.h"
 
-static void attention_block(mr_model *m, mr_seq *s, int il, int n)
+static void attention_block(mr_model *m, const mr_fwd_seg *segs, int n_segs, int il, int n)
 {
     mr_backend *be = m->be;
     const mr_hparams *hp = &m->hp;
@@ -26,9 +26,17 @@ static void attention_block(mr_model *m, mr_seq *s, int il, int n)
     be->rope(be, sc->q, sc->pos, n, hp->n_heads, hp->head_dim, hp->n_rot, hp->rope_theta, MR_ROPE_NEOX);
     be->rope(be, sc->k, sc->pos, n, hp->n_kv_heads, hp->head_dim, hp->n_rot, hp->rope_theta, MR_ROPE_NEOX);
 
-    be->kv_store(be, &m->kv, il, s->blocks_dev, sc->k, sc->v, sc->pos, n);
-    be->attention(be, &m->kv, il, s->blocks_dev, sc->q, sc->pos, n, hp->n_heads,
-                  1.0f / sqrtf((float)hp->head_dim), sc->att);
+    /* K/V stores and attention are per sequence: each reads its own blocks */
+    size_t qd = (size_t)hp->n_heads * (size_t)hp->head_dim;
+    size_t kvd = (size_t)hp->n_kv_heads * (size_t)hp->head_dim;
+    for (int i = 0; i < n_segs; i++) {
+        const mr_fwd_seg *g = &segs[i];
+        size_t r = (size_t)g->start;
+        be->kv_store(be, &m->kv, il, g->s->blocks_dev, sc->k + r * kvd, sc->v + r * kvd, sc->pos + r,
+                     g->n);
+        be->attention(be, &m->kv, il, g->s->blocks_dev, sc->q + r * qd, sc->pos + r, g->n,
+                      hp->n_heads, 1.0f / sqrtf((float)hp->head_dim), sc->att + r * qd);
+    }
 
     be->matmul(be, &L->wo, sc->att, sc->proj, n);
     be->add(be, sc->x, sc->proj, (size_t)n * (size_t)hp->n_embd);
@@ -64,6 +72,12 @@ static void moe_ffn(mr_model *m, const mr_layer *L, int n)
 
 int mr_qwen3_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err)
 {
+    mr_fwd_seg seg = {.s = s, .start = 0, .n = n, .out_first = out_first, .out_row = 0};
+    return mr_qwen3_forward_segs(m, &seg, 1, n, err);
+}
+
+int mr_qwen3_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n, mr_err *err)
+{
     (void)err;
     mr_backend *be = m->be;
     const mr_hparams *hp = &m->hp;
@@ -72,7 +86,7 @@ int mr_qwen3_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err)
     be->get_rows(be, &m->tok_embd, sc->tokens, n, sc->x);
     for (int il = 0; il < hp->n_layers; il++) {
         const mr_layer *L = &m->layers[il];
-        attention_block(m, s, il, n);
+        attention_block(m, segs, n_segs, il, n);
         be->rmsnorm(be, sc->x, L->ffn_norm, sc->xn, n, hp->n_embd, hp->rms_eps);
         if (hp->arch == MR_ARCH_QWEN3MOE)
             moe_ffn(m, L, n);
@@ -80,12 +94,22 @@ int mr_qwen3_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err)
             dense_ffn(m, L, n);
         be->add(be, sc->x, sc->proj, (size_t)n * (size_t)hp->n_embd);
     }
-    if (out_first < n) {
-        /* only the rows whose logits are wanted go through the output head */
-        size_t off = (size_t)out_first * (size_t)hp->n_embd;
-        int rows = n - out_first;
-        be->rmsnorm(be, sc->x + off, m->output_norm, sc->xn, rows, hp->n_embd, hp->rms_eps);
-        be->matmul(be, &m->output, sc->xn, sc->logits, rows);
+    /* only the rows whose logits are wanted go through the output head: each
+     * segment's rows are normalised into consecutive rows of xn, then one
+     * matmul reads the output matrix once for all of them */
+    int rows = 0;
+    for (int i = 0; i < n_segs; i++) {
+        const mr_fwd_seg *g = &segs[i];
+        int r = g->n - g->out_first;
+        if (r <= 0)
+            continue;
+        size_t e = (size_t)hp->n_embd;
+        be->rmsnorm(be, sc->x + (size_t)(g->start + g->out_first) * e, m->output_norm,
+                    sc->xn + (size_t)g->out_row * e, r, hp->n_embd, hp->rms_eps);
+        if (g->out_row + r > rows)
+            rows = g->out_row + r;
     }
+    if (rows > 0)
+        be->matmul(be, &m->output, sc->xn, sc->logits, rows);
     return 0;
 }

@@ -376,20 +376,12 @@ static int scratch_reserve(mr_model *m, int cap, mr_err *err)
     return 0;
 }
 
-/* A run of rows of one forward call that belongs to one sequence: rows
- * start..start+n-1; rows from out_first (relative; == n for none) go through
- * the output head into logits rows from out_row on.  The layout of the
- * scheduler's multi-sequence forward segments: row-wise ops run over all
- * rows at once, the K/V and recurrent-state ops per segment. */
-typedef struct q35_seg {
-    mr_seq *s;
-    int start, n;
-    int out_first;
-    int out_row;
-} q35_seg;
+/* Forward segments are the scheduler's mr_fwd_seg (worker/model_internal.h):
+ * row-wise ops run over all rows at once, the K/V and recurrent-state ops
+ * per segment. */
 
 static void full_attention(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int kv_layer,
-                           const q35_seg *segs, int n_segs, int n)
+                           const mr_fwd_seg *segs, int n_segs, int n)
 {
     mr_backend *be = m->be;
     const mr_hparams *hp = &m->hp;
@@ -407,7 +399,7 @@ static void full_attention(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int 
     be->rope(be, sc->k, sc->pos, n, hp->n_kv_heads, hd, hp->n_rot, hp->rope_theta, MR_ROPE_NEOX);
     size_t qd = (size_t)hp->n_heads * (size_t)hd, kvd = (size_t)hp->n_kv_heads * (size_t)hd;
     for (int i = 0; i < n_segs; i++) {
-        const q35_seg *g = &segs[i];
+        const mr_fwd_seg *g = &segs[i];
         size_t r = (size_t)g->start;
         be->kv_store(be, kv, kv_layer, g->s->blocks_dev, sc->k + r * kvd, sc->v + r * kvd, sc->pos + r,
                      g->n);
@@ -419,7 +411,7 @@ static void full_attention(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int 
     be->matmul(be, &L->wo, sc->att, sc->proj, n);
 }
 
-static void linear_attention(mr_model *m, int il, const q35_seg *segs, int n_segs, int n)
+static void linear_attention(mr_model *m, int il, const mr_fwd_seg *segs, int n_segs, int n)
 {
     mr_backend *be = m->be;
     const mr_hparams *hp = &m->hp;
@@ -433,7 +425,7 @@ static void linear_attention(mr_model *m, int il, const q35_seg *segs, int n_seg
     be->matmul(be, &Q->wbeta, sc->xn, q->beta, n);
     size_t cd = (size_t)q->conv_dim, nv = (size_t)hp->ssm_dt_rank, di = (size_t)hp->ssm_d_inner;
     for (int i = 0; i < n_segs; i++) {
-        const q35_seg *g = &segs[i];
+        const mr_fwd_seg *g = &segs[i];
         size_t r = (size_t)g->start;
         float *conv_state = (float *)g->s->rstate + Q->conv_off;
         float *ssm_state = (float *)g->s->rstate + Q->ssm_off;
@@ -500,7 +492,7 @@ static void ffn_block(mr_model *m, const mr_layer *L, const mr_q35_layer *Q, int
     be->add(be, sc->x, sc->proj, (size_t)n * (size_t)hp->n_embd);
 }
 
-static int forward_segs(mr_model *m, const q35_seg *segs, int n_segs, int n, mr_err *err)
+int mr_qwen35_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n, mr_err *err)
 {
     if (scratch_reserve(m, n, err))
         return -1;
@@ -524,7 +516,7 @@ static int forward_segs(mr_model *m, const q35_seg *segs, int n_segs, int n, mr_
     int rows = 0;
     size_t E = (size_t)hp->n_embd;
     for (int i = 0; i < n_segs; i++) {
-        const q35_seg *g = &segs[i];
+        const mr_fwd_seg *g = &segs[i];
         int r = g->n - g->out_first;
         if (r <= 0)
             continue;
@@ -536,12 +528,6 @@ static int forward_segs(mr_model *m, const q35_seg *segs, int n_segs, int n, mr_
     if (rows > 0)
         be->matmul(be, &m->output, sc->xn, sc->logits, rows);
     return 0;
-}
-
-int mr_qwen35_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err)
-{
-    q35_seg seg = {.s = s, .start = 0, .n = n, .out_first = out_first, .out_row = 0};
-    return forward_segs(m, &seg, 1, n, err);
 }
 
 /* ---- MTP draft head ---- */
@@ -559,9 +545,9 @@ int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens,
     mr_scratch *sc = &m->sc;
     if (!q || !q->has_mtp)
         return mr_errf(err, "%s: the model has no MTP block", hp->arch_name);
-    if (n <= 0 || n > sc->cap || pos0 < 0 || pos0 + n > m->n_ctx)
-        return mr_errf(err, "mtp: %d rows at position %d (activations for %d, context %d)", n, pos0,
-                       sc->cap, m->n_ctx);
+    if (n <= 0 || n > sc->cap || n > sc->out_cap || pos0 < 0 || pos0 + n > m->n_ctx)
+        return mr_errf(err, "mtp: %d rows at position %d (activations for %d, logits rows %d, context %d)",
+                       n, pos0, sc->cap, sc->out_cap, m->n_ctx);
     for (int t = 0; t < n; t++)
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return mr_errf(err, "mtp: token id %d is out of range [0, %d)", tokens[t], hp->n_vocab);
@@ -574,7 +560,7 @@ int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens,
             return mr_err_wrap(err, "creating the MTP KV cache");
         }
     }
-    if (mr_seq_reserve(s, pos0 + n, err) || scratch_reserve(m, n, err))
+    if (mr_seq_grow(s, pos0 + n, err) || scratch_reserve(m, n, err))
         return -1;
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
     if (!pos)
@@ -601,7 +587,7 @@ int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens,
     be->matmul(be, &q->eh_proj, q->mtp_cat, sc->x, n);
 
     be->rmsnorm(be, sc->x, q->mtp.attn_norm, sc->xn, n, E, hp->rms_eps);
-    q35_seg seg = {.s = s, .start = 0, .n = n, .out_first = 0, .out_row = 0};
+    mr_fwd_seg seg = {.s = s, .start = 0, .n = n, .out_first = 0, .out_row = 0};
     full_attention(m, &q->mtp, &q->mtp_kv, 0, &seg, 1, n);
     be->add(be, sc->x, sc->proj, (size_t)n * (size_t)E);
     ffn_block(m, &q->mtp, &q->mtp_q, n);

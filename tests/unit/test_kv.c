@@ -1,0 +1,354 @@
+/* Paged KV pool (reference counts, reservations, budget sizing), sequences
+ * on shared blocks, and the batched forward: a sequence's logits are bit
+ * for bit the same alone, batched with others, and for any chunking. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/ops.h"
+#include "tests/unit/testutil.h"
+#include "worker/kv.h"
+#include "worker/model.h"
+
+START_TEST(pool_refcounts_and_reservations)
+{
+    mr_err err;
+    mr_kv_pool *p;
+    ck_assert_int_ne(mr_kv_pool_new(0, &p, &err), 0);
+    ck_assert_int_eq(mr_kv_pool_new(6, &p, &err), 0);
+    ck_assert_int_eq(mr_kv_pool_size(p), 6);
+    int32_t a = mr_kv_alloc(p, 0), b = mr_kv_alloc(p, 0);
+    ck_assert_int_eq(a, 0);
+    ck_assert_int_eq(b, 1);
+    ck_assert_int_eq(mr_kv_refcount(p, a), 1);
+    mr_kv_ref(p, a);
+    ck_assert_int_eq(mr_kv_refcount(p, a), 2);
+    mr_kv_unref(p, a);
+    ck_assert_int_eq(mr_kv_pool_n_free(p), 4);
+    mr_kv_unref(p, a);
+    ck_assert_int_eq(mr_kv_refcount(p, a), 0);
+    ck_assert_int_eq(mr_kv_pool_n_free(p), 5);
+    /* references on a free block and ids out of range change nothing */
+    mr_kv_unref(p, a);
+    mr_kv_ref(p, a);
+    mr_kv_unref(p, 99);
+    mr_kv_ref(p, -1);
+    ck_assert_int_eq(mr_kv_refcount(p, a), 0);
+    ck_assert_int_eq(mr_kv_pool_n_free(p), 5);
+
+    /* 5 free: promise 3, then only 2 are available to others */
+    ck_assert_int_eq(mr_kv_reserve(p, 3), 0);
+    ck_assert_int_eq(mr_kv_pool_available(p), 2);
+    ck_assert_int_ne(mr_kv_reserve(p, 3), 0);
+    ck_assert_int_eq(mr_kv_pool_n_reserved(p), 3);
+    ck_assert_int_ge(mr_kv_alloc(p, 0), 0);
+    ck_assert_int_ge(mr_kv_alloc(p, 0), 0);
+    ck_assert_int_eq(mr_kv_alloc(p, 0), -1); /* the rest is promised */
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_ge(mr_kv_alloc(p, 1), 0);
+    ck_assert_int_eq(mr_kv_alloc(p, 1), -1); /* no promise left */
+    ck_assert_int_eq(mr_kv_pool_n_free(p), 0);
+    ck_assert_int_eq(mr_kv_pool_n_reserved(p), 0);
+    mr_kv_unreserve(p, 5); /* more than held: clamps */
+    ck_assert_int_eq(mr_kv_pool_n_reserved(p), 0);
+    mr_kv_pool_free(p);
+}
+END_TEST
+
+START_TEST(budget_sizing)
+{
+    /* 2 (K and V) x layers x tokens x heads x dim x element bytes */
+    ck_assert_uint_eq(mr_kv_block_bytes(2, 16, 2, 64, MR_KV_F32), 2u * 2 * 16 * 2 * 64 * 4);
+    ck_assert_uint_eq(mr_kv_block_bytes(48, 16, 4, 128, MR_KV_BF16), 2u * 48 * 16 * 4 * 128 * 2);
+    ck_assert_uint_eq(mr_kv_block_bytes(0, 16, 4, 128, MR_KV_F16), 0);
+    ck_assert_int_eq(mr_kv_blocks_for_budget(1000, 100, 0), 10);
+    ck_assert_int_eq(mr_kv_blocks_for_budget(1099, 100, 0), 10);
+    ck_assert_int_eq(mr_kv_blocks_for_budget(1000, 100, 4), 4);
+    ck_assert_int_eq(mr_kv_blocks_for_budget(99, 100, 0), 0);
+    ck_assert_int_eq(mr_kv_blocks_for_budget(1000, 0, 0), 0);
+    /* 90% of 100 GiB free, less a 4 GiB reserve */
+    ck_assert_uint_eq(mr_kv_budget_bytes(100ull << 30, 0.9, 4ull << 30), (size_t)(0.9 * (100ull << 30)) - (4ull << 30));
+    ck_assert_uint_eq(mr_kv_budget_bytes(1000, 0.5, 600), 0);
+    ck_assert_uint_eq(mr_kv_budget_bytes(1000, 0.0, 0), 0);
+    ck_assert_uint_eq(mr_kv_budget_bytes(1000, 2.0, 100), 900);
+    /* a 40 GB budget of 1.5 MB blocks */
+    ck_assert_int_eq(mr_kv_blocks_for_budget(40ull << 30, 1536u << 10, 0), (int)((40ull << 30) / (1536u << 10)));
+}
+END_TEST
+
+static mr_backend *be;
+static mr_model *model;
+
+static void open_model(const char *arch, const mr_model_opts *o)
+{
+    char rel[128];
+    snprintf(rel, sizeof rel, "models/%s/model-BF16.gguf", arch);
+    mr_err err;
+    be = mr_backend_cpu_create(&err);
+    ck_assert_msg(be != NULL, "%s", err.msg);
+    ck_assert_msg(mr_model_load(fixture_path(rel), be, o, &model, &err) == 0, "%s", err.msg);
+}
+
+static void close_model(void)
+{
+    mr_model_free(model);
+    mr_backend_destroy(be);
+}
+
+START_TEST(model_pool_from_budget_and_shared_blocks)
+{
+    mr_err err;
+    const mr_hparams *hp;
+    /* a byte budget of 10.5 blocks gives 10 blocks */
+    mr_model_opts probe = {.n_ctx = 128, .block_tokens = 8};
+    open_model("qwen3", &probe);
+    hp = mr_model_hparams(model);
+    size_t bb = mr_kv_block_bytes(hp->n_layers, 8, hp->n_kv_heads, hp->head_dim, MR_KV_F32);
+    close_model();
+    mr_model_opts o = {.n_ctx = 128, .block_tokens = 8, .kv_bytes = bb * 10 + bb / 2};
+    open_model("qwen3", &o);
+    hp = mr_model_hparams(model);
+    mr_kv_pool *pool = mr_model_kv_pool(model);
+    ck_assert_int_eq(mr_kv_pool_size(pool), 10);
+    ck_assert_int_eq(mr_model_block_tokens(model), 8);
+
+    mr_seq *a, *b;
+    ck_assert_int_eq(mr_seq_new(model, &a, &err), 0);
+    ck_assert_int_eq(mr_seq_new(model, &b, &err), 0);
+    ck_assert_int_eq(mr_seq_reserve(a, 20, &err), 0); /* 3 blocks promised */
+    ck_assert_int_eq(mr_seq_reserved(a), 3);
+    ck_assert_int_eq(mr_kv_pool_available(pool), 7);
+    ck_assert_int_ne(mr_seq_reserve(b, 64, &err), 0); /* 8 > 7 */
+    ck_assert_msg(strstr(err.msg, "KV cache full") != NULL, "%s", err.msg);
+    int32_t toks[17];
+    for (int i = 0; i < 17; i++)
+        toks[i] = (int32_t)(i * 37 % 1000);
+    ck_assert_int_eq(mr_model_forward(model, a, toks, 17, MR_LOGITS_NONE, NULL, &err), 0);
+    ck_assert_int_eq(mr_seq_reserved(a), 0); /* drew on its promise */
+    ck_assert_int_eq(mr_kv_pool_available(pool), 7);
+
+    /* b starts on a's two full blocks */
+    const int32_t *blocks;
+    ck_assert_int_eq(mr_seq_blocks(a, &blocks), 3);
+    ck_assert_int_eq(mr_seq_attach(b, blocks, 2, &err), 0);
+    ck_assert_int_eq(mr_seq_len(b), 16);
+    ck_assert_int_eq(mr_kv_refcount(pool, blocks[0]), 2);
+    ck_assert_int_ne(mr_seq_attach(b, blocks, 1, &err), 0); /* not empty any more */
+    float *la = malloc(sizeof(float) * (size_t)hp->n_vocab * 2), *lb = la + hp->n_vocab;
+    int32_t next = 5;
+    /* a holds 17 tokens; b holds 16 shared + the 17th: the same next logits */
+    ck_assert_int_eq(mr_model_forward(model, b, &toks[16], 1, MR_LOGITS_LAST, lb, &err), 0);
+    ck_assert_int_eq(mr_model_forward(model, a, &next, 1, MR_LOGITS_LAST, la, &err), 0);
+    mr_seq *c;
+    ck_assert_int_eq(mr_seq_new(model, &c, &err), 0);
+    float *lc = malloc(sizeof(float) * (size_t)hp->n_vocab * 17);
+    ck_assert_int_eq(mr_model_forward(model, c, toks, 17, MR_LOGITS_ALL, lc, &err), 0);
+    ck_assert(memcmp(lb, lc + (size_t)16 * hp->n_vocab, sizeof(float) * (size_t)hp->n_vocab) == 0);
+    mr_seq_free(c);
+    int32_t first = blocks[0];
+    mr_seq_free(a);
+    ck_assert_int_eq(mr_kv_refcount(pool, first), 1); /* b still holds it */
+    mr_seq_free(b);
+    ck_assert_int_eq(mr_kv_pool_n_free(pool), 10);
+    ck_assert_int_eq(mr_kv_pool_n_reserved(pool), 0);
+    free(la);
+    free(lc);
+    close_model();
+}
+END_TEST
+
+/* ---- batched forward exactness ---- */
+
+static void make_prompt(int32_t *t, int n, uint32_t seed, int vocab)
+{
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        t[i] = (int32_t)((seed >> 8) % (uint32_t)vocab);
+    }
+}
+
+START_TEST(batched_and_chunked_logits_are_bit_identical)
+{
+    static const char *const arch[] = {"qwen3", "qwen3moe"};
+    mr_model_opts o = {.n_ctx = 128, .n_seqs = 8, .block_tokens = 8};
+    open_model(arch[_i], &o);
+    mr_err err;
+    int V = mr_model_hparams(model)->n_vocab;
+    enum { NA = 5, NB = 26, NC = 23, DEC = 3 };
+    int32_t pa[NA + DEC], pb[NB + DEC], pc[NC + DEC];
+    make_prompt(pa, NA + DEC, 1, V);
+    make_prompt(pb, NB + DEC, 2, V);
+    make_prompt(pc, NC + DEC, 3, V);
+    int32_t *p[3] = {pa, pb, pc};
+    int n[3] = {NA, NB, NC};
+    size_t row = (size_t)V * sizeof(float);
+
+    /* solo: every position of prompt + DEC teacher-forced tokens, one call each */
+    float *solo[3];
+    for (int s = 0; s < 3; s++) {
+        mr_seq *q;
+        ck_assert_int_eq(mr_seq_new(model, &q, &err), 0);
+        solo[s] = malloc(row * (size_t)(n[s] + DEC));
+        ck_assert_int_eq(mr_model_forward(model, q, p[s], n[s], MR_LOGITS_ALL, solo[s], &err), 0);
+        for (int d = 0; d < DEC; d++)
+            ck_assert_int_eq(mr_model_forward(model, q, &p[s][n[s] + d], 1, MR_LOGITS_LAST,
+                                              solo[s] + (size_t)(n[s] + d) * V, &err), 0);
+        mr_seq_free(q);
+    }
+
+    /* batched: all three prompts in one call, then decode steps together */
+    mr_seq *q[3];
+    float *out[3];
+    for (int s = 0; s < 3; s++) {
+        ck_assert_int_eq(mr_seq_new(model, &q[s], &err), 0);
+        out[s] = malloc(row * (size_t)(n[s] + DEC));
+    }
+    mr_batch_item it[3];
+    for (int s = 0; s < 3; s++)
+        it[s] = (mr_batch_item){q[s], p[s], n[s], MR_LOGITS_ALL, out[s], NULL};
+    ck_assert_msg(mr_model_forward_batch(model, it, 3, &err) == 0, "%s", err.msg);
+    for (int d = 0; d < DEC; d++) {
+        for (int s = 0; s < 3; s++)
+            it[s] = (mr_batch_item){q[s], &p[s][n[s] + d], 1, MR_LOGITS_LAST, out[s] + (size_t)(n[s] + d) * V, NULL};
+        ck_assert_int_eq(mr_model_forward_batch(model, it, 3, &err), 0);
+    }
+    for (int s = 0; s < 3; s++) {
+        ck_assert_msg(memcmp(out[s], solo[s], row * (size_t)(n[s] + DEC)) == 0, "%s seq %d: batched differs",
+                      arch[_i], s);
+        mr_seq_free(q[s]);
+    }
+
+    /* chunked: b's prompt in chunks of 1, 7 and 64 while a decodes and c
+     * prefills in chunks of 5 in the same steps; every chunk's last row
+     * must equal the solo row of that position */
+    static const int chunks[] = {1, 7, 64};
+    for (size_t ci = 0; ci < 3; ci++) {
+        int chunk = chunks[ci];
+        for (int s = 0; s < 3; s++)
+            ck_assert_int_eq(mr_seq_new(model, &q[s], &err), 0);
+        float *last = malloc(row * 3);
+        /* a: prompt alone first, so it decodes alongside the others */
+        ck_assert_int_eq(mr_model_forward(model, q[0], pa, NA, MR_LOGITS_NONE, NULL, &err), 0);
+        int done_b = 0, done_c = 0, dec_a = 0;
+        while (done_b < NB) {
+            int k = 0;
+            if (dec_a < DEC) {
+                it[k++] = (mr_batch_item){q[0], &pa[NA + dec_a], 1, MR_LOGITS_LAST, last, NULL};
+            }
+            int nb = NB - done_b < chunk ? NB - done_b : chunk;
+            it[k++] = (mr_batch_item){q[1], &pb[done_b], nb, MR_LOGITS_LAST, last + V, NULL};
+            int nc = NC - done_c < 5 ? NC - done_c : 5;
+            if (nc > 0)
+                it[k++] = (mr_batch_item){q[2], &pc[done_c], nc, MR_LOGITS_LAST, last + 2 * V, NULL};
+            ck_assert_int_eq(mr_model_forward_batch(model, it, k, &err), 0);
+            if (dec_a < DEC) {
+                ck_assert(memcmp(last, solo[0] + (size_t)(NA + dec_a) * V, row) == 0);
+                dec_a++;
+            }
+            done_b += nb;
+            ck_assert_msg(memcmp(last + V, solo[1] + (size_t)(done_b - 1) * V, row) == 0,
+                          "%s chunk %d: row %d differs", arch[_i], chunk, done_b - 1);
+            if (nc > 0) {
+                done_c += nc;
+                ck_assert(memcmp(last + 2 * V, solo[2] + (size_t)(done_c - 1) * V, row) == 0);
+            }
+        }
+        for (int s = 0; s < 3; s++)
+            mr_seq_free(q[s]);
+        free(last);
+    }
+    for (int s = 0; s < 3; s++) {
+        free(solo[s]);
+        free(out[s]);
+    }
+    close_model();
+}
+END_TEST
+
+START_TEST(argmax_mode_matches_host_argmax)
+{
+    mr_model_opts o = {.n_ctx = 64, .n_seqs = 4, .block_tokens = 8};
+    open_model("qwen3", &o);
+    mr_err err;
+    int V = mr_model_hparams(model)->n_vocab;
+    int32_t pa[9], pb[7];
+    make_prompt(pa, 9, 41, V);
+    make_prompt(pb, 7, 42, V);
+    /* solo references: last-row logits of a, all rows of b */
+    float *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V * 7);
+    float *lb2 = malloc(sizeof(float) * (size_t)V * 7);
+    mr_seq *q;
+    ck_assert_int_eq(mr_seq_new(model, &q, &err), 0);
+    ck_assert_int_eq(mr_model_forward(model, q, pa, 9, MR_LOGITS_LAST, la, &err), 0);
+    mr_seq_free(q);
+    ck_assert_int_eq(mr_seq_new(model, &q, &err), 0);
+    ck_assert_int_eq(mr_model_forward(model, q, pb, 7, MR_LOGITS_ALL, lb, &err), 0);
+    mr_seq_free(q);
+    int want = 0;
+    for (int i = 1; i < V; i++)
+        if (la[i] > la[want])
+            want = i;
+    /* one batch: b's rows, a's argmax, and c with no output in between */
+    mr_seq *a, *b, *c;
+    ck_assert_int_eq(mr_seq_new(model, &a, &err), 0);
+    ck_assert_int_eq(mr_seq_new(model, &b, &err), 0);
+    ck_assert_int_eq(mr_seq_new(model, &c, &err), 0);
+    int32_t id = -1;
+    mr_batch_item it[3] = {
+        {.seq = b, .tokens = pb, .n = 7, .mode = MR_LOGITS_ALL, .logits = lb2},
+        {.seq = c, .tokens = pa, .n = 4, .mode = MR_LOGITS_NONE},
+        {.seq = a, .tokens = pa, .n = 9, .mode = MR_LOGITS_ARGMAX, .argmax = &id},
+    };
+    ck_assert_msg(mr_model_forward_batch(model, it, 3, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(id, want);
+    ck_assert(memcmp(lb, lb2, sizeof(float) * (size_t)V * 7) == 0);
+    /* ARGMAX needs its output; the one-sequence call has none */
+    ck_assert_int_ne(mr_model_forward(model, a, pa, 1, MR_LOGITS_ARGMAX, la, &err), 0);
+    mr_seq_free(a);
+    mr_seq_free(b);
+    mr_seq_free(c);
+    free(la);
+    free(lb);
+    free(lb2);
+    close_model();
+}
+END_TEST
+
+START_TEST(batch_rejects_bad_items)
+{
+    mr_model_opts o = {.n_ctx = 32, .n_seqs = 2, .block_tokens = 8};
+    open_model("qwen3", &o);
+    mr_err err;
+    mr_seq *a, *b;
+    ck_assert_int_eq(mr_seq_new(model, &a, &err), 0);
+    ck_assert_int_eq(mr_seq_new(model, &b, &err), 0);
+    int32_t t[4] = {1, 2, 3, 4}, bad[1] = {5000};
+    float lg[1024 * 4];
+    mr_batch_item same[2] = {{a, t, 2, MR_LOGITS_NONE, NULL, NULL}, {a, t + 2, 2, MR_LOGITS_NONE, NULL, NULL}};
+    ck_assert_int_ne(mr_model_forward_batch(model, same, 2, &err), 0);
+    ck_assert_msg(strstr(err.msg, "twice") != NULL, "%s", err.msg);
+    mr_batch_item oob[2] = {{a, t, 2, MR_LOGITS_LAST, lg, NULL}, {b, bad, 1, MR_LOGITS_LAST, lg + 1024, NULL}};
+    ck_assert_int_ne(mr_model_forward_batch(model, oob, 2, &err), 0);
+    ck_assert_int_eq(mr_seq_len(a), 0); /* nothing changed */
+    mr_batch_item nolog[1] = {{a, t, 2, MR_LOGITS_ALL, NULL, NULL}};
+    ck_assert_int_ne(mr_model_forward_batch(model, nolog, 1, &err), 0);
+    ck_assert_int_ne(mr_model_forward_batch(model, nolog, 0, &err), 0);
+    mr_seq_free(a);
+    mr_seq_free(b);
+    close_model();
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("kv");
+    TCase *tc = tcase_create("kv");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, pool_refcounts_and_reservations);
+    tcase_add_test(tc, budget_sizing);
+    tcase_add_test(tc, model_pool_from_budget_and_shared_blocks);
+    tcase_add_loop_test(tc, batched_and_chunked_logits_are_bit_identical, 0, 2);
+    tcase_add_test(tc, argmax_mode_matches_host_argmax);
+    tcase_add_test(tc, batch_rejects_bad_items);
+    suite_add_tcase(s, tc);
+    return run_suite(s);
+}

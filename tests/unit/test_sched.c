@@ -1,0 +1,590 @@
+/* Scheduler: greedy outputs identical alone, joined mid-generation, started
+ * batched, for prefill chunks 1, 7 and 64, against an independent solo loop
+ * (and the transformers greedy continuation); prefix hits, tenant isolation,
+ * session reuse, eviction, admission refusal and recovery, cancellation,
+ * stop ids, seeded sampling independent of batchmates. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/ops.h"
+#include "tests/unit/testutil.h"
+#include "worker/model.h"
+#include "worker/sched.h"
+
+enum { MAXR = 16, MAXT = 256 };
+
+typedef struct {
+    uint64_t id;
+    int32_t toks[MAXT];
+    int n;
+    int finished;
+    mr_finish_reason reason;
+    int32_t stop_token;
+    mr_usage usage;
+    int events_after_finish;
+} out_t;
+
+typedef struct {
+    out_t r[MAXR];
+    int n;
+    uint64_t cancel_at_token_id; /* cancel this request from the callback ... */
+    int cancel_after;            /* ... once it has this many tokens */
+} sink_t;
+
+static out_t *find(sink_t *k, uint64_t id)
+{
+    for (int i = 0; i < k->n; i++)
+        if (k->r[i].id == id)
+            return &k->r[i];
+    ck_assert_int_lt(k->n, MAXR);
+    out_t *o = &k->r[k->n++];
+    memset(o, 0, sizeof *o);
+    o->id = id;
+    return o;
+}
+
+static mr_sched *cur_sched;
+
+static void on_event(void *user, const mr_sched_event *ev)
+{
+    sink_t *k = user;
+    out_t *o = find(k, ev->id);
+    if (o->finished) {
+        o->events_after_finish++;
+        return;
+    }
+    if (ev->type == MR_EV_TOKEN) {
+        ck_assert_int_lt(o->n, MAXT);
+        o->toks[o->n++] = ev->token;
+        if (k->cancel_at_token_id == ev->id && o->n == k->cancel_after)
+            ck_assert_int_eq(mr_sched_cancel(cur_sched, ev->id), 0);
+    } else {
+        o->finished = 1;
+        o->reason = ev->reason;
+        o->stop_token = ev->token;
+        o->usage = ev->usage;
+    }
+}
+
+static mr_backend *be;
+static mr_model *model;
+static int V;
+
+static void open_model(const mr_model_opts *o)
+{
+    mr_err err;
+    be = mr_backend_cpu_create(&err);
+    ck_assert_msg(be != NULL, "%s", err.msg);
+    ck_assert_msg(mr_model_load(fixture_path("models/qwen3/model-BF16.gguf"), be, o, &model, &err) == 0, "%s",
+                  err.msg);
+    V = mr_model_hparams(model)->n_vocab;
+}
+
+static void close_model(void)
+{
+    mr_model_free(model);
+    mr_backend_destroy(be);
+}
+
+static void make_prompt(int32_t *t, int n, uint32_t seed)
+{
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        t[i] = (int32_t)((seed >> 8) % (uint32_t)V);
+    }
+}
+
+static int argmax_ref(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+/* Greedy generation with the plain one-sequence API, no scheduler. */
+static void solo_greedy(const int32_t *prompt, int n_prompt, int n_gen, int32_t *out)
+{
+    mr_err err;
+    mr_seq *s;
+    ck_assert_int_eq(mr_seq_new(model, &s, &err), 0);
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    ck_assert_int_eq(mr_model_forward(model, s, prompt, n_prompt, MR_LOGITS_LAST, lg, &err), 0);
+    for (int i = 0; i < n_gen; i++) {
+        out[i] = argmax_ref(lg, V);
+        if (i + 1 < n_gen)
+            ck_assert_int_eq(mr_model_forward(model, s, &out[i], 1, MR_LOGITS_LAST, lg, &err), 0);
+    }
+    free(lg);
+    mr_seq_free(s);
+}
+
+static mr_sched *new_sched(const mr_sched_opts *o, sink_t *k)
+{
+    mr_err err;
+    mr_sched *s;
+    memset(k, 0, sizeof *k);
+    ck_assert_msg(mr_sched_new(model, o, on_event, k, &s, &err) == 0, "%s", err.msg);
+    cur_sched = s;
+    return s;
+}
+
+static int submit(mr_sched *s, uint64_t id, const int32_t *p, int n, int max_tokens, const char *tenant,
+                  const char *salt)
+{
+    mr_err err;
+    mr_request r = {.id = id, .prompt = p, .n_prompt = n, .max_tokens = max_tokens, .tenant = tenant,
+                    .cache_salt = salt};
+    return mr_sched_submit(s, &r, &err);
+}
+
+static void run_all(mr_sched *s)
+{
+    mr_err err;
+    int live, guard = 0;
+    while ((live = mr_sched_step(s, &err)) > 0)
+        ck_assert_int_lt(++guard, 10000);
+    ck_assert_msg(live == 0, "%s", err.msg);
+}
+
+static void expect_tokens(sink_t *k, uint64_t id, const int32_t *want, int n)
+{
+    out_t *o = find(k, id);
+    ck_assert_msg(o->finished, "request %llu did not finish", (unsigned long long)id);
+    ck_assert_int_eq(o->events_after_finish, 0);
+    ck_assert_int_eq(o->n, n);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(o->toks[i] == want[i], "request %llu token %d: %d, want %d", (unsigned long long)id, i,
+                      o->toks[i], want[i]);
+}
+
+/* ---- greedy exactness ---- */
+
+START_TEST(alone_matches_transformers_greedy)
+{
+    json_error_t jerr;
+    json_t *ref = json_load_file(fixture_path("models/qwen3/reference.json"), 0, &jerr);
+    ck_assert_msg(ref != NULL, "%s", jerr.text);
+    json_t *p0 = json_array_get(json_object_get(ref, "prompts"), 0);
+    json_t *cont = json_object_get(ref, "greedy_continuation_of_prompt0");
+    int np = (int)json_array_size(p0), nc = (int)json_array_size(cont);
+    ck_assert(np > 0 && np < 64 && nc > 0 && nc <= 24);
+    int32_t prompt[64], want[24];
+    for (int i = 0; i < np; i++)
+        prompt[i] = (int32_t)json_integer_value(json_array_get(p0, (size_t)i));
+    for (int i = 0; i < nc; i++)
+        want[i] = (int32_t)json_integer_value(json_array_get(cont, (size_t)i));
+    json_decref(ref);
+
+    mr_model_opts mo = {.n_ctx = 128, .n_seqs = 2, .block_tokens = 4};
+    open_model(&mo);
+    static const int chunks[] = {3, 64};
+    for (int c = 0; c < 2; c++) {
+        sink_t k;
+        mr_sched_opts so = {.max_seqs = 2, .chunk_tokens = chunks[c]};
+        mr_sched *s = new_sched(&so, &k);
+        ck_assert_int_eq(submit(s, 1, prompt, np, nc, "t", NULL), MR_SCHED_OK);
+        run_all(s);
+        expect_tokens(&k, 1, want, nc);
+        ck_assert_int_eq(find(&k, 1)->reason, MR_FINISH_LENGTH);
+        ck_assert_int_eq(find(&k, 1)->usage.prompt_tokens, np);
+        ck_assert_int_eq(find(&k, 1)->usage.completion_tokens, nc);
+        mr_sched_free(s);
+    }
+    close_model();
+}
+END_TEST
+
+enum { NREQ = 6, GEN = 8 };
+static const int plen[NREQ] = {9, 24, 3, 15, 12, 20};
+
+START_TEST(batched_joined_and_chunked_match_solo)
+{
+    mr_model_opts mo = {.n_ctx = 128, .n_seqs = 8, .block_tokens = 8};
+    open_model(&mo);
+    int32_t prompt[NREQ][80], want[NREQ][GEN];
+    for (int r = 0; r < NREQ; r++) {
+        make_prompt(prompt[r], plen[r], 100u + (uint32_t)r);
+        solo_greedy(prompt[r], plen[r], GEN, want[r]);
+    }
+    static const int chunks[] = {1, 7, 64};
+    for (int c = 0; c < 3; c++) {
+        /* the prefix cache is off so that every run computes everything */
+        mr_sched_opts so = {.max_seqs = 4, .chunk_tokens = chunks[c], .prefix_blocks = -1};
+        sink_t k;
+
+        /* started batched: four at once */
+        mr_sched *s = new_sched(&so, &k);
+        for (int r = 0; r < 4; r++)
+            ck_assert_int_eq(submit(s, (uint64_t)r, prompt[r], plen[r], GEN, "t", NULL), MR_SCHED_OK);
+        run_all(s);
+        for (int r = 0; r < 4; r++)
+            expect_tokens(&k, (uint64_t)r, want[r], GEN);
+        mr_sched_free(s);
+
+        /* joining a full batch mid-generation: a slot frees when request 2
+         * (short max_tokens) ends, and 4 and 5 join while the rest decode */
+        s = new_sched(&so, &k);
+        ck_assert_int_eq(submit(s, 0, prompt[0], plen[0], GEN, "t", NULL), MR_SCHED_OK);
+        ck_assert_int_eq(submit(s, 1, prompt[1], plen[1], GEN, "t", NULL), MR_SCHED_OK);
+        ck_assert_int_eq(submit(s, 2, prompt[2], plen[2], 3, "t", NULL), MR_SCHED_OK);
+        ck_assert_int_eq(submit(s, 3, prompt[3], plen[3], GEN, "t", NULL), MR_SCHED_OK);
+        ck_assert_int_eq(submit(s, 4, prompt[4], plen[4], GEN, "t", NULL), MR_SCHED_NO_CAPACITY);
+        mr_err err;
+        int joined4 = 0, joined5 = 0, guard = 0;
+        int live;
+        while ((live = mr_sched_step(s, &err)) > 0 || !joined4 || !joined5) {
+            ck_assert_int_ge(live, 0);
+            ck_assert_int_lt(++guard, 10000);
+            /* join only while some batchmate is in mid-generation */
+            int mid = 0;
+            for (int r = 0; r < NREQ; r++) {
+                out_t *o = find(&k, (uint64_t)r);
+                mid += !o->finished && o->n > 0;
+            }
+            if (!mid)
+                continue;
+            if (!joined4 && submit(s, 4, prompt[4], plen[4], GEN, "t", NULL) == MR_SCHED_OK)
+                joined4 = 1;
+            else if (joined4 && !joined5 && submit(s, 5, prompt[5], plen[5], GEN, "t", NULL) == MR_SCHED_OK)
+                joined5 = 1;
+        }
+        expect_tokens(&k, 2, want[2], 3);
+        for (int r = 0; r < NREQ; r++)
+            if (r != 2)
+                expect_tokens(&k, (uint64_t)r, want[r], GEN);
+        mr_sched_stats st;
+        mr_sched_get_stats(s, &st);
+        ck_assert_int_eq(st.kv_free, st.kv_blocks); /* every block returned */
+        ck_assert_int_eq(st.kv_reserved, 0);
+        mr_sched_free(s);
+    }
+    close_model();
+}
+END_TEST
+
+START_TEST(long_prompt_does_not_stall_decoding)
+{
+    mr_model_opts mo = {.n_ctx = 256, .n_seqs = 4, .block_tokens = 8};
+    open_model(&mo);
+    int32_t a[8], b[200];
+    make_prompt(a, 8, 1);
+    make_prompt(b, 200, 2);
+    sink_t k;
+    mr_sched_opts so = {.max_seqs = 2, .chunk_tokens = 16};
+    mr_sched *s = new_sched(&so, &k);
+    mr_err err;
+    ck_assert_int_eq(submit(s, 1, a, 8, 16, "t", NULL), MR_SCHED_OK);
+    ck_assert_int_eq(mr_sched_step(s, &err), 1);
+    ck_assert_int_eq(find(&k, 1)->n, 1);
+    ck_assert_int_eq(submit(s, 2, b, 200, 4, "t", NULL), MR_SCHED_OK);
+    /* while b's 200 tokens are prefilled in chunks of 16, a gains one token a step */
+    for (int step = 0; step < 12; step++) {
+        ck_assert_int_eq(mr_sched_step(s, &err), 2);
+        ck_assert_int_eq(find(&k, 1)->n, 2 + step);
+        ck_assert_int_eq(find(&k, 2)->n, 0);
+    }
+    ck_assert_int_eq(mr_sched_step(s, &err), 2);
+    ck_assert_int_eq(find(&k, 2)->n, 1); /* 13 chunks: 200 tokens */
+    run_all(s);
+    int32_t want[16];
+    solo_greedy(a, 8, 16, want);
+    expect_tokens(&k, 1, want, 16);
+    solo_greedy(b, 200, 4, want);
+    expect_tokens(&k, 2, want, 4);
+    mr_sched_free(s);
+    close_model();
+}
+END_TEST
+
+/* ---- prefix cache ---- */
+
+START_TEST(prefix_hits_isolation_and_sessions)
+{
+    mr_model_opts mo = {.n_ctx = 128, .n_seqs = 6, .block_tokens = 8};
+    open_model(&mo);
+    int32_t p[100], want[GEN];
+    make_prompt(p, 41, 7);
+    solo_greedy(p, 41, GEN, want);
+    sink_t k;
+    mr_sched_opts so = {.max_seqs = 4, .chunk_tokens = 7};
+    mr_sched *s = new_sched(&so, &k);
+
+    mr_err err;
+    mr_request r1 = {.id = 1, .prompt = p, .n_prompt = 41, .max_tokens = GEN, .tenant = "acme",
+                     .cache_salt = "x", .session = "conversation-1"};
+    ck_assert_int_eq(mr_sched_submit(s, &r1, &err), MR_SCHED_OK); /* cold, a session's first turn */
+    run_all(s);
+    expect_tokens(&k, 1, want, GEN);
+    ck_assert_int_eq(find(&k, 1)->usage.cached_tokens, 0);
+
+    ck_assert_int_eq(submit(s, 2, p, 41, GEN, "acme", "x"), MR_SCHED_OK); /* warm: 5 full blocks */
+    ck_assert_int_eq(submit(s, 3, p, 41, GEN, "other", "x"), MR_SCHED_OK); /* other tenant */
+    ck_assert_int_eq(submit(s, 4, p, 41, GEN, "acme", "y"), MR_SCHED_OK);  /* other salt */
+    ck_assert_int_eq(submit(s, 5, p, 40, GEN, "acme", "x"), MR_SCHED_OK);  /* 40 tokens: 4 blocks, last token computed */
+    run_all(s);
+    for (uint64_t id = 2; id <= 4; id++)
+        expect_tokens(&k, id, want, GEN);
+    ck_assert_int_eq(find(&k, 2)->usage.cached_tokens, 40);
+    ck_assert_int_eq(find(&k, 3)->usage.cached_tokens, 0);
+    ck_assert_int_eq(find(&k, 4)->usage.cached_tokens, 0);
+    ck_assert_int_eq(find(&k, 5)->usage.cached_tokens, 32);
+    int32_t want40[GEN];
+    solo_greedy(p, 40, GEN, want40);
+    expect_tokens(&k, 5, want40, GEN);
+
+    /* a follow-up turn: the first conversation, its reply, and 9 new tokens */
+    int n2 = 41 + GEN;
+    memcpy(p + 41, want, sizeof want);
+    make_prompt(p + n2, 9, 99);
+    n2 += 9;
+    int32_t want2[GEN];
+    solo_greedy(p, n2, GEN, want2);
+    ck_assert_int_eq(submit(s, 6, p, n2, GEN, "acme", "x"), MR_SCHED_OK);
+    run_all(s);
+    expect_tokens(&k, 6, want2, GEN);
+    /* the reply's blocks were cached too: 41 + GEN - 1 = 48 tokens had K/V: 6 full blocks */
+    ck_assert_int_eq(find(&k, 6)->usage.cached_tokens, 48);
+
+    mr_sched_stats st;
+    mr_sched_get_stats(s, &st);
+    ck_assert_int_eq(st.prefix.prompt_tokens, 41 * 4 + 40 + (uint64_t)n2);
+    ck_assert_int_eq(st.prefix.hit_tokens, 40 + 32 + 48);
+    ck_assert_int_gt(st.prefix.n_blocks, 0);
+    ck_assert_int_eq(st.prefix.n_in_use, 0);
+    ck_assert_int_eq(st.kv_free + st.prefix.n_blocks, st.kv_blocks);
+    mr_sched_free(s);
+    close_model();
+}
+END_TEST
+
+/* ---- admission ---- */
+
+START_TEST(admission_refusal_recovery_and_eviction)
+{
+    /* 12 blocks of 8 tokens */
+    mr_model_opts mo = {.n_ctx = 128, .block_tokens = 8, .kv_blocks = 12};
+    open_model(&mo);
+    int32_t a[40], b[40], c[100];
+    make_prompt(a, 40, 11);
+    make_prompt(b, 40, 12);
+    make_prompt(c, 100, 13);
+    sink_t k;
+    mr_sched_opts so = {.max_seqs = 4, .chunk_tokens = 16};
+    mr_sched *s = new_sched(&so, &k);
+    mr_err err;
+    mr_request big = {.id = 9, .prompt = c, .n_prompt = 100, .max_tokens = 8};
+    ck_assert_int_eq(mr_sched_submit(s, &big, &err), MR_SCHED_NO_CAPACITY); /* 14 blocks > 12 */
+    ck_assert_msg(strstr(err.msg, "KV blocks") != NULL, "%s", err.msg);
+
+    /* a needs ceil((40 + 24 - 1) / 8) = 8 blocks; b the same: only one fits */
+    ck_assert_int_eq(submit(s, 1, a, 40, 24, "t", NULL), MR_SCHED_OK);
+    ck_assert_int_eq(submit(s, 2, b, 40, 24, "t", NULL), MR_SCHED_NO_CAPACITY);
+    mr_sched_stats st;
+    mr_sched_get_stats(s, &st);
+    ck_assert_int_eq(st.kv_available, 4);
+    ck_assert_int_eq(st.refused, 2);
+    run_all(s);
+    /* a left its 7 full blocks (62 tokens of K/V) in the cache: only 5 are
+     * free, so b is admitted by evicting a's least recently used entries */
+    mr_sched_get_stats(s, &st);
+    ck_assert_int_eq(st.prefix.n_blocks, 7);
+    /* the 14-block request does not fit even with the whole cache evicted:
+     * refused, and the cache is left alone */
+    ck_assert_int_eq(mr_sched_submit(s, &big, &err), MR_SCHED_NO_CAPACITY);
+    mr_sched_get_stats(s, &st);
+    ck_assert_int_eq(st.prefix.n_blocks, 7);
+    ck_assert_int_eq(st.prefix.evictions, 0);
+    ck_assert_int_eq(submit(s, 2, b, 40, 24, "t", NULL), MR_SCHED_OK);
+    mr_sched_get_stats(s, &st);
+    ck_assert_int_eq(st.prefix.evictions, 3);
+    run_all(s);
+    mr_sched_free(s); /* its cached blocks go back to the pool for the solo run */
+    int32_t want24[24];
+    solo_greedy(b, 40, 24, want24);
+    expect_tokens(&k, 2, want24, 24);
+    solo_greedy(a, 40, 24, want24);
+    expect_tokens(&k, 1, want24, 24);
+    close_model();
+}
+END_TEST
+
+START_TEST(slots_cancellation_stop_and_errors)
+{
+    mr_model_opts mo = {.n_ctx = 64, .n_seqs = 4, .block_tokens = 8};
+    open_model(&mo);
+    int32_t a[10], b[12], want[GEN];
+    make_prompt(a, 10, 21);
+    make_prompt(b, 12, 22);
+    solo_greedy(b, 12, GEN, want);
+    sink_t k;
+    mr_sched_opts so = {.max_seqs = 2, .chunk_tokens = 8};
+    mr_sched *s = new_sched(&so, &k);
+    mr_err err;
+
+    /* bad requests */
+    int32_t bad[2] = {1, 4096};
+    ck_assert_int_eq(submit(s, 7, bad, 2, 4, "t", NULL), MR_SCHED_INVALID);
+    int32_t longp[64] = {0};
+    ck_assert_int_eq(submit(s, 7, longp, 64, 4, "t", NULL), MR_SCHED_INVALID);
+    ck_assert_int_eq(submit(s, 7, a, 0, 4, "t", NULL), MR_SCHED_INVALID);
+    mr_request badp = {.id = 7, .prompt = a, .n_prompt = 10, .sampling = {.top_p = 2.0f}};
+    ck_assert_int_eq(mr_sched_submit(s, &badp, &err), MR_SCHED_INVALID);
+
+    /* a is cancelled by the step after its 3rd token; b goes on unchanged */
+    ck_assert_int_eq(submit(s, 1, a, 10, 40, "t", NULL), MR_SCHED_OK);
+    ck_assert_int_eq(submit(s, 1, b, 12, GEN, "t", NULL), MR_SCHED_INVALID); /* id in use */
+    ck_assert_int_eq(submit(s, 2, b, 12, GEN, "t", NULL), MR_SCHED_OK);
+    ck_assert_int_eq(submit(s, 3, b, 12, GEN, "t", NULL), MR_SCHED_NO_CAPACITY); /* 2 slots */
+    ck_assert_int_eq(mr_sched_cancel(s, 99), -1);
+    for (int i = 0; i < 3; i++)
+        mr_sched_step(s, &err);
+    ck_assert_int_eq(find(&k, 1)->n, 2); /* prompt over two steps (chunk 8), then decode */
+    ck_assert_int_eq(mr_sched_cancel(s, 1), 0);
+    ck_assert(!find(&k, 1)->finished);
+    ck_assert_int_eq(mr_sched_step(s, &err), 1);
+    ck_assert(find(&k, 1)->finished);
+    ck_assert_int_eq(find(&k, 1)->reason, MR_FINISH_CANCELLED);
+    ck_assert_int_eq(find(&k, 1)->n, 2);
+    ck_assert_int_eq(submit(s, 3, a, 10, 40, "t", NULL), MR_SCHED_OK); /* the slot is free again */
+    /* 3 is cancelled from inside the callback at its 2nd token */
+    k.cancel_at_token_id = 3;
+    k.cancel_after = 2;
+    run_all(s);
+    expect_tokens(&k, 2, want, GEN);
+    ck_assert_int_eq(find(&k, 3)->reason, MR_FINISH_CANCELLED);
+    ck_assert_int_eq(find(&k, 3)->n, 2);
+    ck_assert_int_eq(find(&k, 3)->usage.completion_tokens, 2);
+
+    /* a stop id: the solo run's 4th token ends the request after 3 */
+    int32_t stop[2] = {V - 1, want[3]};
+    int first = 0;
+    while (want[first] != want[3])
+        first++; /* the stop id may occur earlier */
+    mr_request r = {.id = 4, .prompt = b, .n_prompt = 12, .max_tokens = GEN, .stop_ids = stop, .n_stop = 2};
+    ck_assert_int_eq(mr_sched_submit(s, &r, &err), MR_SCHED_OK);
+    run_all(s);
+    expect_tokens(&k, 4, want, first);
+    ck_assert_int_eq(find(&k, 4)->reason, MR_FINISH_STOP);
+    ck_assert_int_eq(find(&k, 4)->stop_token, want[3]);
+    ck_assert_int_eq(find(&k, 4)->usage.completion_tokens, first + 1);
+
+    mr_sched_stats st;
+    mr_sched_get_stats(s, &st);
+    ck_assert_int_eq(st.live, 0);
+    ck_assert_int_eq(st.kv_reserved, 0);
+    ck_assert_int_eq(st.kv_free + st.prefix.n_blocks, st.kv_blocks);
+    mr_sched_free(s);
+    close_model();
+}
+END_TEST
+
+/* ---- sampling ---- */
+
+START_TEST(seeded_sampling_is_independent_of_batchmates)
+{
+    mr_model_opts mo = {.n_ctx = 96, .n_seqs = 4, .block_tokens = 8};
+    open_model(&mo);
+    int32_t p[3][20];
+    for (int i = 0; i < 3; i++)
+        make_prompt(p[i], 20, 31u + (uint32_t)i);
+    mr_sampling sp = {.temperature = 0.9f, .top_k = 50, .top_p = 0.95f, .min_p = 0.01f,
+                      .presence_penalty = 0.3f, .frequency_penalty = 0.2f, .repetition_penalty = 1.1f,
+                      .seed = 12345};
+    mr_err err;
+    out_t alone;
+    for (int run = 0; run < 2; run++) {
+        sink_t k;
+        mr_sched_opts so = {.max_seqs = 3, .chunk_tokens = run ? 3 : 64};
+        mr_sched *s = new_sched(&so, &k);
+        mr_request r = {.id = 1, .prompt = p[0], .n_prompt = 20, .max_tokens = 16, .sampling = sp};
+        ck_assert_int_eq(mr_sched_submit(s, &r, &err), MR_SCHED_OK);
+        if (run) {
+            /* batchmates with other seeds and prompts */
+            for (int j = 1; j < 3; j++) {
+                mr_request o = {.id = (uint64_t)(10 + j), .prompt = p[j], .n_prompt = 20, .max_tokens = 16,
+                                .sampling = sp};
+                o.sampling.seed = (uint64_t)j;
+                ck_assert_int_eq(mr_sched_submit(s, &o, &err), MR_SCHED_OK);
+            }
+        }
+        run_all(s);
+        out_t *o = find(&k, 1);
+        ck_assert_int_eq(o->n, 16);
+        if (!run)
+            alone = *o;
+        else
+            for (int i = 0; i < 16; i++)
+                ck_assert_int_eq(o->toks[i], alone.toks[i]);
+        mr_sched_free(s);
+    }
+    close_model();
+}
+END_TEST
+
+/* ---- a failing step ---- */
+
+static int fail_steps;
+static void failing_add(mr_backend *b, float *y, const float *x, size_t n)
+{
+    if (fail_steps > 0)
+        mr_cpu_fail(b, "injected failure");
+    mr_cpu_add(b, y, x, n);
+}
+
+START_TEST(failed_step_finishes_its_requests_cleanly)
+{
+    mr_model_opts mo = {.n_ctx = 64, .n_seqs = 4, .block_tokens = 8};
+    open_model(&mo);
+    int32_t a[10], b[12], want[GEN];
+    make_prompt(a, 10, 51);
+    make_prompt(b, 12, 52);
+    solo_greedy(b, 12, GEN, want);
+    sink_t k;
+    mr_sched_opts so = {.max_seqs = 4};
+    mr_sched *s = new_sched(&so, &k);
+    mr_err err;
+    ck_assert_int_eq(submit(s, 1, a, 10, GEN, "t", NULL), MR_SCHED_OK);
+    ck_assert_int_eq(mr_sched_step(s, &err), 1);
+    ck_assert_int_eq(mr_sched_step(s, &err), 1);
+    /* the backend fails during the next step: its requests end with ERROR */
+    be->add = failing_add;
+    fail_steps = 1;
+    ck_assert_int_eq(mr_sched_step(s, &err), -1);
+    ck_assert_msg(strstr(err.msg, "injected failure") != NULL, "%s", err.msg);
+    ck_assert(find(&k, 1)->finished);
+    ck_assert_int_eq(find(&k, 1)->reason, MR_FINISH_ERROR);
+    ck_assert_int_eq(find(&k, 1)->n, 2);
+    /* the scheduler goes on: a new request runs as if nothing happened */
+    fail_steps = 0;
+    ck_assert_int_eq(submit(s, 2, b, 12, GEN, "t", NULL), MR_SCHED_OK);
+    run_all(s);
+    expect_tokens(&k, 2, want, GEN);
+    mr_sched_stats st;
+    mr_sched_get_stats(s, &st);
+    ck_assert_int_eq(st.kv_reserved, 0);
+    ck_assert_int_eq(st.kv_free + st.prefix.n_blocks, st.kv_blocks);
+    mr_sched_free(s);
+    close_model();
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("sched");
+    TCase *tc = tcase_create("sched");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, alone_matches_transformers_greedy);
+    tcase_add_test(tc, batched_joined_and_chunked_match_solo);
+    tcase_add_test(tc, long_prompt_does_not_stall_decoding);
+    tcase_add_test(tc, prefix_hits_isolation_and_sessions);
+    tcase_add_test(tc, admission_refusal_recovery_and_eviction);
+    tcase_add_test(tc, slots_cancellation_stop_and_errors);
+    tcase_add_test(tc, seeded_sampling_is_independent_of_batchmates);
+    tcase_add_test(tc, failed_step_finishes_its_requests_cleanly);
+    suite_add_tcase(s, tc);
+    return run_suite(s);
+}

@@ -1,0 +1,320 @@
+/* sched-bench: drives the scheduler directly (no gateway, no sockets) with
+ * synthetic requests and reports throughput and latency, to measure
+ * continuous batching and the prefix cache on a backend.
+ *
+ *   sched-bench MODEL.gguf [-c CONC] [-r REQUESTS] [-p PROMPT] [-n GEN]
+ *               [--shared-prefix N] [--chunk N] [--kv-mib N] [--temperature PERCENT]
+ *               [--check] [--backend cpu|cuda|auto]
+ *
+ * CONC requests are kept in flight (a refused one is retried after the next
+ * step); prompts are random ids, the first N of them shared by all requests
+ * (one tenant), so the prefix cache can serve them.  Prints one summary.
+ *
+ * --check (greedy only): first generates every request alone with
+ * mr_model_forward, then fails unless the scheduled run produced the same
+ * ids: the exactness rule (batchmates, chunking and prefix hits change
+ * nothing) on whatever backend runs it. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/ops.h"
+#include "worker/model.h"
+#include "worker/sched.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    double submitted, first, last, done;
+    int n_tok;
+    int32_t *ids; /* --check: what the scheduler generated */
+} rq;
+
+typedef struct {
+    rq *r;
+    double *itl;  /* inter-token gaps */
+    size_t n_itl, cap_itl;
+    long out_tokens;
+    int finished, errors;
+} bench;
+
+static void on_event(void *user, const mr_sched_event *ev)
+{
+    bench *b = user;
+    rq *q = &b->r[ev->id];
+    double t = now_s();
+    if (ev->type == MR_EV_TOKEN) {
+        if (q->n_tok == 0)
+            q->first = t;
+        else if (b->n_itl < b->cap_itl)
+            b->itl[b->n_itl++] = t - q->last;
+        q->last = t;
+        if (q->ids)
+            q->ids[q->n_tok] = ev->token;
+        q->n_tok++;
+        b->out_tokens++;
+    } else {
+        q->done = t;
+        b->finished++;
+        if (ev->reason == MR_FINISH_ERROR) {
+            b->errors++;
+            fprintf(stderr, "sched-bench: request %llu failed: %s\n", (unsigned long long)ev->id,
+                    ev->error ? ev->error : "?");
+        }
+    }
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, size_t n, double p)
+{
+    if (n == 0)
+        return 0.0;
+    qsort(v, n, sizeof *v, cmp_d);
+    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    return v[i];
+}
+
+/* Prompt of request `idx`: the shared head, then ids unique to it. */
+static void make_prompt(int32_t *prompt, int n_prompt, int shared, int idx, int V)
+{
+    uint32_t seed = 12345;
+    for (int i = 0; i < shared; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        prompt[i] = (int32_t)((seed >> 8) % (uint32_t)V);
+    }
+    for (int i = shared; i < n_prompt; i++) {
+        uint32_t x = (uint32_t)idx * 2654435761u + (uint32_t)i * 40503u + 7u;
+        x ^= x >> 13;
+        x *= 0x5bd1e995u;
+        prompt[i] = (int32_t)((x ^ (x >> 15)) % (uint32_t)V);
+    }
+}
+
+/* Greedy ids of one request alone (no scheduler); 0 or -1. */
+static int solo(mr_model *m, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out, mr_err *err)
+{
+    int V = mr_model_hparams(m)->n_vocab;
+    mr_seq *s;
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    if (!lg || mr_seq_new(m, &s, err)) {
+        free(lg);
+        return lg ? -1 : mr_errf(err, "out of memory");
+    }
+    int rc = mr_model_forward(m, s, prompt, n_prompt, MR_LOGITS_LAST, lg, err);
+    for (int i = 0; !rc && i < n_gen; i++) {
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (lg[v] > lg[best])
+                best = v;
+        out[i] = best;
+        if (i + 1 < n_gen)
+            rc = mr_model_forward(m, s, &out[i], 1, MR_LOGITS_LAST, lg, err);
+    }
+    mr_seq_free(s);
+    free(lg);
+    return rc;
+}
+
+static int arg_int(const char *name, const char *v, int lo, int hi)
+{
+    char *end;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || errno || *end || x < lo || x > hi) {
+        fprintf(stderr, "sched-bench: %s: expected an integer in [%d, %d], got '%s'\n", name, lo, hi,
+                v ? v : "");
+        exit(2);
+    }
+    return (int)x;
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = NULL, *backend = "auto";
+    int conc = 16, n_req = -1, n_prompt = 512, n_gen = 128, shared = 0, chunk = 512, kv_mib = 0;
+    float temperature = 0.0f;
+    int check = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: sched-bench MODEL.gguf [-c CONC] [-r REQUESTS] [-p PROMPT] [-n GEN] "
+                   "[--shared-prefix N] [--chunk N] [--kv-mib N] [--temperature PERCENT] [--check] [--backend B]\n");
+            return 0;
+        } else if (!strcmp(a, "-c"))
+            conc = arg_int(a, v, 1, 4096), i++;
+        else if (!strcmp(a, "-r"))
+            n_req = arg_int(a, v, 1, 1 << 20), i++;
+        else if (!strcmp(a, "-p"))
+            n_prompt = arg_int(a, v, 1, 1 << 20), i++;
+        else if (!strcmp(a, "-n"))
+            n_gen = arg_int(a, v, 1, 1 << 20), i++;
+        else if (!strcmp(a, "--shared-prefix"))
+            shared = arg_int(a, v, 0, 1 << 20), i++;
+        else if (!strcmp(a, "--chunk"))
+            chunk = arg_int(a, v, 1, 1 << 20), i++;
+        else if (!strcmp(a, "--kv-mib"))
+            kv_mib = arg_int(a, v, 1, 1 << 30), i++;
+        else if (!strcmp(a, "--check"))
+            check = 1;
+        else if (!strcmp(a, "--temperature"))
+            temperature = (float)arg_int(a, v, 0, 100) / 100.0f, i++;
+        else if (!strcmp(a, "--backend")) {
+            if (!v) {
+                fprintf(stderr, "sched-bench: --backend needs a value\n");
+                return 2;
+            }
+            backend = v, i++;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "sched-bench: unknown option '%s' (see --help)\n", a);
+            return 2;
+        } else
+            path = a;
+    }
+    if (!path) {
+        fprintf(stderr, "sched-bench: a model path is required (see --help)\n");
+        return 2;
+    }
+    if (n_req < 0)
+        n_req = conc;
+    if (shared > n_prompt - 1)
+        shared = n_prompt - 1;
+    if (check && temperature > 0.0f) {
+        fprintf(stderr, "sched-bench: --check compares greedy ids (no --temperature)\n");
+        return 2;
+    }
+
+    mr_err err;
+    mr_backend *be = mr_backend_create(backend, &err);
+    if (!be) {
+        fprintf(stderr, "sched-bench: %s\n", err.msg);
+        return 1;
+    }
+    mr_model_opts mo = {.n_ctx = n_prompt + n_gen, .n_seqs = conc, .kv_bytes = (size_t)kv_mib << 20};
+    mr_model *m;
+    double t0 = now_s();
+    if (mr_model_load(path, be, &mo, &m, &err)) {
+        fprintf(stderr, "sched-bench: %s\n", err.msg);
+        mr_backend_destroy(be);
+        return 1;
+    }
+    double t_load = now_s() - t0;
+    int V = mr_model_hparams(m)->n_vocab;
+
+    bench b = {0};
+    b.r = calloc((size_t)n_req, sizeof *b.r);
+    b.cap_itl = (size_t)n_req * (size_t)n_gen;
+    b.itl = malloc(sizeof(double) * (b.cap_itl ? b.cap_itl : 1));
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n_prompt);
+    mr_sched_opts so = {.max_seqs = conc, .chunk_tokens = chunk};
+    mr_sched *s;
+    if (!b.r || !b.itl || !prompt || mr_sched_new(m, &so, on_event, &b, &s, &err)) {
+        fprintf(stderr, "sched-bench: %s\n", b.r && b.itl && prompt ? err.msg : "out of memory");
+        return 1;
+    }
+    int32_t *want = NULL;
+    if (check) {
+        want = malloc(sizeof(int32_t) * (size_t)n_req * (size_t)n_gen);
+        for (int i = 0; want && i < n_req; i++) {
+            b.r[i].ids = malloc(sizeof(int32_t) * (size_t)n_gen);
+            make_prompt(prompt, n_prompt, shared, i, V);
+            if (!b.r[i].ids || solo(m, prompt, n_prompt, n_gen, want + (size_t)i * (size_t)n_gen, &err)) {
+                fprintf(stderr, "sched-bench: solo run %d: %s\n", i, b.r[i].ids ? err.msg : "out of memory");
+                return 1;
+            }
+        }
+        if (!want) {
+            fprintf(stderr, "sched-bench: out of memory\n");
+            return 1;
+        }
+    }
+
+    int next = 0, refused = 0, rc = 0;
+    double start = now_s();
+    while (b.finished < n_req) {
+        while (next < n_req) {
+            make_prompt(prompt, n_prompt, shared, next, V);
+            mr_request r = {.id = (uint64_t)next, .prompt = prompt, .n_prompt = n_prompt, .max_tokens = n_gen,
+                            .sampling = {.temperature = temperature, .seed = (uint64_t)next},
+                            .tenant = "bench"};
+            b.r[next].submitted = now_s();
+            int st = mr_sched_submit(s, &r, &err);
+            if (st == MR_SCHED_NO_CAPACITY) {
+                refused++;
+                break;
+            }
+            if (st != MR_SCHED_OK) {
+                fprintf(stderr, "sched-bench: %s\n", err.msg);
+                return 1;
+            }
+            next++;
+        }
+        if (mr_sched_step(s, &err) < 0) {
+            fprintf(stderr, "sched-bench: step: %s\n", err.msg);
+            rc = 1;
+        }
+    }
+    double wall = now_s() - start;
+
+    double *ttft = malloc(sizeof(double) * (size_t)n_req), *lat = malloc(sizeof(double) * (size_t)n_req);
+    for (int i = 0; i < n_req; i++) {
+        ttft[i] = b.r[i].n_tok ? b.r[i].first - b.r[i].submitted : 0.0;
+        lat[i] = b.r[i].done - b.r[i].submitted;
+    }
+    mr_sched_stats st;
+    mr_sched_get_stats(s, &st);
+    printf("backend %s, load %.2f s, %d requests, concurrency %d, prompt %d (shared %d), gen %d, chunk %d\n",
+           be->name, t_load, n_req, conc, n_prompt, shared, n_gen, chunk);
+    printf("wall %.3f s: %.1f output tok/s, %.2f req/s, %llu steps (%.1f tokens/step)\n", wall,
+           (double)b.out_tokens / wall, (double)n_req / wall, (unsigned long long)st.steps,
+           st.steps ? (double)st.step_tokens_total / (double)st.steps : 0.0);
+    printf("latency p50 %.3f s p99 %.3f s; TTFT p50 %.3f s p99 %.3f s; inter-token p50 %.2f ms p99 %.2f ms\n",
+           pct(lat, (size_t)n_req, 0.5), pct(lat, (size_t)n_req, 0.99), pct(ttft, (size_t)n_req, 0.5),
+           pct(ttft, (size_t)n_req, 0.99), 1e3 * pct(b.itl, b.n_itl, 0.5), 1e3 * pct(b.itl, b.n_itl, 0.99));
+    printf("prefix cache: %llu of %llu prompt tokens hit (%.1f%%), %d blocks held, %llu evictions; "
+           "KV pool %d blocks of %d tokens; %d submissions deferred (no capacity); %d errors\n",
+           (unsigned long long)st.prefix.hit_tokens, (unsigned long long)st.prefix.prompt_tokens,
+           st.prefix.prompt_tokens ? 100.0 * (double)st.prefix.hit_tokens / (double)st.prefix.prompt_tokens : 0.0,
+           st.prefix.n_blocks, (unsigned long long)st.prefix.evictions, st.kv_blocks, st.block_tokens, refused,
+           b.errors);
+    if (check) {
+        int bad = 0;
+        for (int i = 0; i < n_req; i++) {
+            const int32_t *w = want + (size_t)i * (size_t)n_gen;
+            int same = b.r[i].n_tok == n_gen && !memcmp(b.r[i].ids, w, sizeof(int32_t) * (size_t)n_gen);
+            if (!same && bad++ < 5) {
+                int at = 0;
+                while (at < b.r[i].n_tok && at < n_gen && b.r[i].ids[at] == w[at])
+                    at++;
+                fprintf(stderr, "sched-bench: request %d differs from its solo run at token %d of %d\n", i, at,
+                        b.r[i].n_tok);
+            }
+        }
+        printf("check: %d of %d requests identical to their solo runs\n", n_req - bad, n_req);
+        rc |= bad != 0;
+        for (int i = 0; i < n_req; i++)
+            free(b.r[i].ids);
+        free(want);
+    }
+    free(ttft);
+    free(lat);
+    free(prompt);
+    free(b.itl);
+    free(b.r);
+    mr_sched_free(s);
+    mr_model_free(m);
+    mr_backend_destroy(be);
+    return rc || b.errors ? 1 : 0;
+}

@@ -1,0 +1,426 @@
+/* Continuous batching: admission with KV reservations, chunked prefill
+ * interleaved with decode, sampling, events, prefix-cache publishing. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/sched.h"
+
+typedef struct req {
+    uint64_t id;
+    int32_t *tokens;       /* prompt, then generated ids: [n_prompt + max_tokens] */
+    int n_prompt, n_gen, max_tokens;
+    int32_t *stop;
+    int n_stop;
+    mr_sampling sp;
+    mr_rng rng;
+    char *tenant, *salt;
+    mr_seq *seq;           /* its length: tokens already through forward */
+    int cached;            /* prompt tokens that came from the prefix cache */
+    bool session;          /* publish as session entries */
+    bool cancelled;
+    bool done;
+    mr_finish_reason reason;
+    int32_t stop_token;
+} req;
+
+struct mr_sched {
+    mr_model *m;
+    mr_sched_opts o;
+    mr_sched_cb cb;
+    void *user;
+    int n_vocab, n_ctx, bt;
+    mr_prefix *prefix;
+    mr_sampler *sampler;
+    req **live;            /* [max_seqs], admission order */
+    int n_live;
+    mr_batch_item *items;  /* [max_seqs] */
+    req **item_req;        /* [max_seqs] */
+    float *logits;         /* [max_seqs][n_vocab] */
+    int32_t *argmax;       /* [max_seqs] ids picked by the backend (greedy without penalties) */
+    uint64_t steps, step_tokens_total, admitted, refused, finished;
+};
+
+static void req_free(req *r)
+{
+    if (!r)
+        return;
+    mr_seq_free(r->seq);
+    free(r->tokens);
+    free(r->stop);
+    free(r->tenant);
+    free(r->salt);
+    free(r);
+}
+
+int mr_sched_new(mr_model *m, const mr_sched_opts *opts, mr_sched_cb cb, void *user, mr_sched **out,
+                 mr_err *err)
+{
+    *out = NULL;
+    if (!m || !cb)
+        return mr_errf(err, "scheduler: needs a model and a callback");
+    mr_sched_opts o = opts ? *opts : (mr_sched_opts){0};
+    if (o.max_seqs <= 0)
+        o.max_seqs = 64;
+    if (o.chunk_tokens <= 0)
+        o.chunk_tokens = 256;
+    if (o.step_tokens <= 0)
+        o.step_tokens = o.max_seqs + o.chunk_tokens;
+    if (o.max_seqs > 65536 || o.step_tokens > (1 << 20))
+        return mr_errf(err, "scheduler: max_seqs %d / step_tokens %d too large", o.max_seqs, o.step_tokens);
+    if (o.step_tokens < o.max_seqs)
+        return mr_errf(err, "scheduler: step_tokens %d must be at least max_seqs %d (one decode token each)",
+                       o.step_tokens, o.max_seqs);
+    if (o.default_max_tokens < 0)
+        o.default_max_tokens = 0;
+    mr_sched *s = calloc(1, sizeof *s);
+    if (!s)
+        return mr_errf(err, "out of memory");
+    s->m = m;
+    s->o = o;
+    s->cb = cb;
+    s->user = user;
+    s->n_vocab = mr_model_hparams(m)->n_vocab;
+    s->n_ctx = mr_model_n_ctx(m);
+    s->bt = mr_model_block_tokens(m);
+    mr_kv_pool *pool = mr_model_kv_pool(m);
+    int cap = o.prefix_blocks < 0 ? 0 : o.prefix_blocks == 0 ? mr_kv_pool_size(pool) : o.prefix_blocks;
+    /* K/V blocks alone do not hold a recurrent model's state at a block
+     * boundary: no prefix reuse for hybrids */
+    if (mr_seq_state_bytes(m) > 0)
+        cap = 0;
+    if (mr_prefix_new(pool, s->bt, cap, &s->prefix, err) || mr_sampler_new(s->n_vocab, &s->sampler, err))
+        goto fail;
+    s->live = calloc((size_t)o.max_seqs, sizeof *s->live);
+    s->items = calloc((size_t)o.max_seqs, sizeof *s->items);
+    s->item_req = calloc((size_t)o.max_seqs, sizeof *s->item_req);
+    s->logits = malloc(sizeof(float) * (size_t)o.max_seqs * (size_t)s->n_vocab);
+    s->argmax = calloc((size_t)o.max_seqs, sizeof *s->argmax);
+    if (!s->live || !s->items || !s->item_req || !s->logits || !s->argmax) {
+        mr_errf(err, "scheduler: out of memory for %d sequences", o.max_seqs);
+        goto fail;
+    }
+    *out = s;
+    return 0;
+fail:
+    mr_sched_free(s);
+    return -1;
+}
+
+void mr_sched_free(mr_sched *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < s->n_live; i++)
+        req_free(s->live[i]);
+    mr_prefix_free(s->prefix);
+    mr_sampler_free(s->sampler);
+    free(s->live);
+    free(s->items);
+    free(s->item_req);
+    free(s->logits);
+    free(s->argmax);
+    free(s);
+}
+
+/* ---- admission ---- */
+
+static int validate(const mr_sched *s, const mr_request *r, mr_err *err)
+{
+    if (!r->prompt || r->n_prompt <= 0)
+        return mr_errf(err, "request %llu: empty prompt", (unsigned long long)r->id);
+    if (r->n_prompt >= s->n_ctx)
+        return mr_errf(err, "request %llu: prompt of %d tokens leaves no room in the context of %d",
+                       (unsigned long long)r->id, r->n_prompt, s->n_ctx);
+    for (int i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= s->n_vocab)
+            return mr_errf(err, "request %llu: token id %d (index %d) is out of range [0, %d)",
+                           (unsigned long long)r->id, r->prompt[i], i, s->n_vocab);
+    if (r->n_stop < 0 || r->n_stop > 1024 || (r->n_stop > 0 && !r->stop_ids))
+        return mr_errf(err, "request %llu: %d stop ids (at most 1024)", (unsigned long long)r->id, r->n_stop);
+    if (mr_sampling_check(&r->sampling, err))
+        return mr_err_wrap(err, "request %llu", (unsigned long long)r->id);
+    for (int i = 0; i < s->n_live; i++)
+        if (s->live[i]->id == r->id)
+            return mr_errf(err, "request %llu: id already in use", (unsigned long long)r->id);
+    return 0;
+}
+
+static char *dup_or_empty(const char *x) { return strdup(x ? x : ""); }
+
+int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
+{
+    if (validate(s, r, err))
+        return MR_SCHED_INVALID;
+    if (s->n_live >= s->o.max_seqs) {
+        s->refused++;
+        mr_errf(err, "request %llu: all %d sequence slots are busy", (unsigned long long)r->id, s->o.max_seqs);
+        return MR_SCHED_NO_CAPACITY;
+    }
+    int max_tokens = r->max_tokens > 0 ? r->max_tokens : s->o.default_max_tokens;
+    if (max_tokens <= 0 || max_tokens > s->n_ctx - r->n_prompt)
+        max_tokens = s->n_ctx - r->n_prompt;
+
+    req *q = calloc(1, sizeof *q);
+    if (!q)
+        goto oom;
+    q->id = r->id;
+    q->n_prompt = r->n_prompt;
+    q->max_tokens = max_tokens;
+    q->sp = r->sampling;
+    mr_rng_seed(&q->rng, r->sampling.seed);
+    q->stop_token = -1;
+    q->tokens = malloc(sizeof(int32_t) * ((size_t)r->n_prompt + (size_t)max_tokens));
+    q->stop = malloc(sizeof(int32_t) * (size_t)(r->n_stop > 0 ? r->n_stop : 1));
+    q->tenant = dup_or_empty(r->tenant);
+    q->salt = dup_or_empty(r->cache_salt);
+    if (!q->tokens || !q->stop || !q->tenant || !q->salt)
+        goto oom;
+    memcpy(q->tokens, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
+    if (r->n_stop > 0)
+        memcpy(q->stop, r->stop_ids, sizeof(int32_t) * (size_t)r->n_stop);
+    q->n_stop = r->n_stop;
+    q->session = r->session && r->session[0];
+    if (mr_seq_new(s->m, &q->seq, err))
+        goto fail;
+
+    /* Cached full blocks of the prompt; at least its last token is always
+     * computed, because its logits are needed. */
+    int max_hit = (r->n_prompt - 1) / s->bt;
+    int32_t *hit = malloc(sizeof(int32_t) * (size_t)(max_hit > 0 ? max_hit : 1));
+    if (!hit)
+        goto oom;
+    int n_hit = mr_prefix_lookup(s->prefix, q->tenant, q->salt, q->tokens, r->n_prompt, max_hit, hit);
+    int rc = mr_seq_attach(q->seq, hit, n_hit, err);
+    free(hit);
+    if (rc)
+        goto fail;
+    q->cached = n_hit * s->bt;
+
+    /* Reserve the K/V of every position it may fill: the prompt and all but
+     * the last generated token.  Unused cached blocks make way if needed. */
+    int need_tokens = r->n_prompt + max_tokens - 1;
+    int need = (need_tokens + s->bt - 1) / s->bt - n_hit;
+    mr_kv_pool *pool = mr_model_kv_pool(s->m);
+    mr_err tmp;
+    bool fits = mr_seq_reserve(q->seq, need_tokens, &tmp) == 0;
+    if (!fits) {
+        /* cached blocks no sequence holds bound what eviction can free: when
+         * even all of them would not do, refuse without evicting anything */
+        mr_prefix_stats ps;
+        mr_prefix_get_stats(s->prefix, &ps);
+        fits = need <= mr_kv_pool_available(pool) + (ps.n_blocks - ps.n_in_use);
+        while (fits && mr_seq_reserve(q->seq, need_tokens, &tmp))
+            fits = mr_prefix_evict_one(s->prefix);
+    }
+    if (!fits) {
+        mr_errf(err, "request %llu: needs %d KV blocks (%d prompt + %d max tokens), %d available",
+                (unsigned long long)r->id, need, r->n_prompt, max_tokens, mr_kv_pool_available(pool));
+        req_free(q);
+        s->refused++;
+        return MR_SCHED_NO_CAPACITY;
+    }
+    mr_prefix_count(s->prefix, r->n_prompt, q->cached);
+    s->live[s->n_live++] = q;
+    s->admitted++;
+    return MR_SCHED_OK;
+oom:
+    mr_errf(err, "request %llu: out of memory", (unsigned long long)r->id);
+fail:
+    req_free(q);
+    return MR_SCHED_INVALID;
+}
+
+int mr_sched_cancel(mr_sched *s, uint64_t id)
+{
+    for (int i = 0; i < s->n_live; i++)
+        if (s->live[i]->id == id && !s->live[i]->done) {
+            s->live[i]->cancelled = true;
+            return 0;
+        }
+    return -1;
+}
+
+/* ---- retiring ---- */
+
+/* Offers the full blocks that hold the K/V of tokens[0..len) to the cache. */
+static void publish(mr_sched *s, req *q)
+{
+    const int32_t *blocks;
+    int nb = mr_seq_blocks(q->seq, &blocks);
+    int full = mr_seq_len(q->seq) / s->bt;
+    if (full > nb)
+        full = nb;
+    if (full > 0 && q->session)
+        mr_prefix_insert_session(s->prefix, q->tenant, q->salt, q->tokens, full, blocks);
+    else if (full > 0)
+        mr_prefix_insert(s->prefix, q->tenant, q->salt, q->tokens, full, blocks);
+}
+
+static void finish(mr_sched *s, req *q, mr_finish_reason reason, const char *error)
+{
+    if (reason != MR_FINISH_ERROR)
+        publish(s, q);
+    mr_sched_event ev = {
+        .type = MR_EV_FINISH,
+        .id = q->id,
+        .token = reason == MR_FINISH_STOP ? q->stop_token : -1,
+        .reason = reason,
+        .usage = {.prompt_tokens = q->n_prompt, .completion_tokens = q->n_gen, .cached_tokens = q->cached},
+        .error = error,
+    };
+    q->done = true;
+    s->finished++;
+    s->cb(s->user, &ev);
+}
+
+/* Frees the requests that are done, keeping the others in order. */
+static void sweep(mr_sched *s)
+{
+    int k = 0;
+    for (int i = 0; i < s->n_live; i++) {
+        if (s->live[i]->done)
+            req_free(s->live[i]);
+        else
+            s->live[k++] = s->live[i];
+    }
+    s->n_live = k;
+}
+
+static void drop_cancelled(mr_sched *s)
+{
+    for (int i = 0; i < s->n_live; i++)
+        if (s->live[i]->cancelled && !s->live[i]->done)
+            finish(s, s->live[i], MR_FINISH_CANCELLED, NULL);
+    sweep(s);
+}
+
+/* ---- one step ---- */
+
+static bool is_stop(const req *q, int32_t id)
+{
+    for (int i = 0; i < q->n_stop; i++)
+        if (q->stop[i] == id)
+            return true;
+    return false;
+}
+
+/* Greedy without penalties needs no logits on the host: the backend's
+ * argmax (lowest id on ties, as mr_sample_argmax) picks the id. */
+static bool plain_greedy(const mr_sampling *p)
+{
+    return !(p->temperature > 0.0f) && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f &&
+           (p->repetition_penalty <= 0.0f || p->repetition_penalty == 1.0f);
+}
+
+/* Picks the next id of q (from the backend's argmax or by sampling its
+ * logits row) and delivers it. */
+static void advance(mr_sched *s, req *q, const mr_batch_item *it)
+{
+    int32_t id = it->mode == MR_LOGITS_ARGMAX
+                     ? *it->argmax
+                     : mr_sample(s->sampler, &q->sp, &q->rng, it->logits, q->tokens, q->n_prompt,
+                                 q->tokens + q->n_prompt, q->n_gen);
+    q->tokens[q->n_prompt + q->n_gen++] = id;
+    if (is_stop(q, id)) {
+        q->stop_token = id;
+        finish(s, q, MR_FINISH_STOP, NULL);
+        return;
+    }
+    mr_sched_event ev = {.type = MR_EV_TOKEN, .id = q->id, .token = id};
+    s->cb(s->user, &ev);
+    if (q->n_gen >= q->max_tokens)
+        finish(s, q, MR_FINISH_LENGTH, NULL);
+}
+
+int mr_sched_step(mr_sched *s, mr_err *err)
+{
+    mr_err local;
+    if (!err)
+        err = &local;
+    drop_cancelled(s);
+    if (s->n_live == 0)
+        return 0;
+    int budget = s->o.step_tokens, n_items = 0;
+    /* decoding requests first: one token each (the last id sampled) */
+    for (int i = 0; i < s->n_live && budget > 0; i++) {
+        req *q = s->live[i];
+        int len = mr_seq_len(q->seq);
+        if (len < q->n_prompt)
+            continue;
+        s->item_req[n_items] = q;
+        s->items[n_items] = (mr_batch_item){.seq = q->seq, .tokens = q->tokens + len, .n = 1,
+                                            .mode = plain_greedy(&q->sp) ? MR_LOGITS_ARGMAX : MR_LOGITS_LAST,
+                                            .logits = s->logits + (size_t)n_items * (size_t)s->n_vocab,
+                                            .argmax = s->argmax + n_items};
+        n_items++;
+        budget--;
+    }
+    /* then prompt chunks, oldest admission first */
+    for (int i = 0; i < s->n_live && budget > 0; i++) {
+        req *q = s->live[i];
+        int len = mr_seq_len(q->seq);
+        if (len >= q->n_prompt)
+            continue;
+        int n = q->n_prompt - len;
+        if (n > s->o.chunk_tokens)
+            n = s->o.chunk_tokens;
+        if (n > budget)
+            n = budget;
+        bool last = len + n == q->n_prompt;
+        mr_logits_mode mode = !last ? MR_LOGITS_NONE : plain_greedy(&q->sp) ? MR_LOGITS_ARGMAX : MR_LOGITS_LAST;
+        s->item_req[n_items] = q;
+        s->items[n_items] = (mr_batch_item){.seq = q->seq, .tokens = q->tokens + len, .n = n, .mode = mode,
+                                            .logits = s->logits + (size_t)n_items * (size_t)s->n_vocab,
+                                            .argmax = s->argmax + n_items};
+        n_items++;
+        budget -= n;
+    }
+    int rc = 0;
+    if (mr_model_forward_batch(s->m, s->items, n_items, err)) {
+        for (int i = 0; i < n_items; i++)
+            finish(s, s->item_req[i], MR_FINISH_ERROR, err->msg);
+        rc = -1;
+    } else {
+        s->steps++;
+        s->step_tokens_total += (uint64_t)(s->o.step_tokens - budget);
+        for (int i = 0; i < n_items; i++) {
+            req *q = s->item_req[i];
+            if (q->done)
+                continue;
+            if (s->items[i].mode == MR_LOGITS_NONE)
+                continue;
+            if (mr_seq_len(q->seq) == q->n_prompt)
+                publish(s, q); /* the prompt is complete: let others share it now */
+            advance(s, q, &s->items[i]);
+        }
+    }
+    /* cancellations made from the callbacks take effect now */
+    drop_cancelled(s);
+    return rc ? -1 : s->n_live;
+}
+
+void mr_sched_get_stats(const mr_sched *s, mr_sched_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->live = s->n_live;
+    for (int i = 0; i < s->n_live; i++) {
+        if (mr_seq_len(s->live[i]->seq) < s->live[i]->n_prompt)
+            out->prefilling++;
+        else
+            out->decoding++;
+    }
+    out->max_seqs = s->o.max_seqs;
+    mr_kv_pool *pool = mr_model_kv_pool(s->m);
+    out->kv_blocks = mr_kv_pool_size(pool);
+    out->kv_free = mr_kv_pool_n_free(pool);
+    out->kv_reserved = mr_kv_pool_n_reserved(pool);
+    out->kv_available = mr_kv_pool_available(pool);
+    out->block_tokens = s->bt;
+    out->steps = s->steps;
+    out->step_tokens_total = s->step_tokens_total;
+    out->admitted = s->admitted;
+    out->refused = s->refused;
+    out->finished = s->finished;
+    mr_prefix_get_stats(s->prefix, &out->prefix);
+}
