@@ -1,8 +1,7 @@
 /* Byte-level BPE: each pre-tokenized word starts as one symbol per byte
  * and the adjacent pair with the lowest merge rank is merged until none is
- * left (leftmost first on equal ranks).  Pairs live in a binary heap; a
- * popped pair that no longer matches its two symbols is stale and skipped,
- * so a word of n bytes costs O(n log n), not one rescan per merge. */
+ * left (leftmost first on equal ranks).  Pairs live in the shared merge
+ * heap (tok_internal.h) with the rank as priority. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,12 +13,6 @@ typedef struct sym {
     int32_t prev, next; /* -1: none */
     uint32_t off, len;  /* bytes of the initial symbol in the word */
 } sym;
-
-typedef struct pair {
-    uint32_t rank;
-    int32_t left, right;
-    mr_token lid, rid, res;
-} pair;
 
 /* Words repeat a lot in long texts; a per-call cache of recent short words
  * (exact byte comparison, so a hit gives exactly what BPE would) skips the
@@ -41,58 +34,10 @@ typedef struct bpe_ctx {
     mr_tokens *out;
     sym *sy;
     size_t sy_cap;
-    pair *heap;
-    size_t heap_n, heap_cap;
+    mr_tok_heap heap;
     char *word;
     size_t word_cap;
 } bpe_ctx;
-
-static inline bool pair_less(const pair *a, const pair *b)
-{
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static int heap_push(bpe_ctx *c, pair p)
-{
-    if (c->heap_n == c->heap_cap) {
-        size_t cap = c->heap_cap ? c->heap_cap * 2 : 64;
-        pair *h = realloc(c->heap, cap * sizeof *h);
-        if (!h)
-            return -1;
-        c->heap = h;
-        c->heap_cap = cap;
-    }
-    size_t i = c->heap_n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!pair_less(&p, &c->heap[parent]))
-            break;
-        c->heap[i] = c->heap[parent];
-        i = parent;
-    }
-    c->heap[i] = p;
-    return 0;
-}
-
-static pair heap_pop(bpe_ctx *c)
-{
-    pair top = c->heap[0];
-    pair last = c->heap[--c->heap_n];
-    size_t i = 0, n = c->heap_n;
-    for (;;) {
-        size_t l = 2 * i + 1;
-        if (l >= n)
-            break;
-        size_t m = (l + 1 < n && pair_less(&c->heap[l + 1], &c->heap[l])) ? l + 1 : l;
-        if (!pair_less(&c->heap[m], &last))
-            break;
-        c->heap[i] = c->heap[m];
-        i = m;
-    }
-    if (n)
-        c->heap[i] = last;
-    return top;
-}
 
 static inline bool merge_find(const mr_tokenizer *t, mr_token a, mr_token b, uint32_t *rank,
                               mr_token *res)
@@ -118,14 +63,11 @@ static int try_pair(bpe_ctx *c, int32_t l, int32_t r)
 {
     if (l < 0 || r < 0)
         return 0;
-    pair p;
-    if (!merge_find(c->t, c->sy[l].id, c->sy[r].id, &p.rank, &p.res))
+    mr_token a = c->sy[l].id, b = c->sy[r].id, res;
+    uint32_t rank;
+    if (!merge_find(c->t, a, b, &rank, &res))
         return 0;
-    p.left = l;
-    p.right = r;
-    p.lid = c->sy[l].id;
-    p.rid = c->sy[r].id;
-    return heap_push(c, p);
+    return mr_tok_heap_push(&c->heap, (mr_tok_pair){rank, l, r, (uint32_t)a, (uint32_t)b, res});
 }
 
 static int emit(bpe_ctx *c, mr_token id)
@@ -222,14 +164,14 @@ static int bpe_merge(bpe_ctx *c, const char *w, size_t n)
         ns = n;
     }
     c->sy[ns - 1].next = -1;
-    c->heap_n = 0;
+    c->heap.n = 0;
     for (size_t i = 1; i < ns; i++)
         if (try_pair(c, (int32_t)i - 1, (int32_t)i))
             return -1;
-    while (c->heap_n > 0) {
-        pair p = heap_pop(c);
+    while (c->heap.n > 0) {
+        mr_tok_pair p = mr_tok_heap_pop(&c->heap);
         sym *l = &c->sy[p.left], *r = &c->sy[p.right];
-        if (l->id != p.lid || l->next != p.right || r->id != p.rid)
+        if ((uint32_t)l->id != p.a || l->next != p.right || (uint32_t)r->id != p.b)
             continue; /* stale: one side has merged since */
         l->id = p.res;
         l->next = r->next;
@@ -266,7 +208,7 @@ int mr_bpe_encode(const mr_tokenizer *t, const char *text, size_t len, mr_tokens
         mr_errf(err, "%s", perr.msg[0] ? perr.msg : "tokenize: out of memory");
     free(c.cache);
     free(c.sy);
-    free(c.heap);
+    free(c.heap.v);
     free(c.word);
     return rc ? -1 : 0;
 }

@@ -2,6 +2,8 @@
 #ifndef MR_TOK_INTERNAL_H
 #define MR_TOK_INTERNAL_H
 
+#include <stdlib.h>
+
 #include "common/tokenizer.h"
 
 /* Pre-tokenizers: each is a list of passes (one regex of upstream's list
@@ -72,6 +74,71 @@ struct mr_tokenizer {
     mr_token *eog;
     size_t n_eog;
 };
+
+/* Candidate merges of BPE and SPM, kept in a binary min-heap so that a word
+ * of n symbols costs O(n log n) rather than one rescan per merge.  A popped
+ * pair whose two symbols have changed since it was queued is stale: the
+ * encoder checks that with a and b (what each side was) and skips it. */
+typedef struct mr_tok_pair {
+    uint32_t prio;         /* lower pops first; on ties the leftmost pair */
+    int32_t left, right;   /* symbol indices */
+    uint32_t a, b;         /* the encoder's record of the left and right symbol */
+    mr_token res;          /* the merged token, where the encoder knows it */
+} mr_tok_pair;
+
+typedef struct mr_tok_heap {
+    mr_tok_pair *v;
+    size_t n, cap;
+} mr_tok_heap;
+
+static inline bool mr_tok_pair_before(const mr_tok_pair *x, const mr_tok_pair *y)
+{
+    return x->prio < y->prio || (x->prio == y->prio && x->left < y->left);
+}
+
+/* -1 when out of memory */
+static inline int mr_tok_heap_push(mr_tok_heap *h, mr_tok_pair p)
+{
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 64;
+        mr_tok_pair *v = realloc(h->v, cap * sizeof *v);
+        if (!v)
+            return -1;
+        h->v = v;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!mr_tok_pair_before(&p, &h->v[parent]))
+            break;
+        h->v[i] = h->v[parent];
+        i = parent;
+    }
+    h->v[i] = p;
+    return 0;
+}
+
+/* h->n > 0 */
+static inline mr_tok_pair mr_tok_heap_pop(mr_tok_heap *h)
+{
+    mr_tok_pair top = h->v[0];
+    mr_tok_pair last = h->v[--h->n];
+    size_t i = 0, n = h->n;
+    for (;;) {
+        size_t l = 2 * i + 1;
+        if (l >= n)
+            break;
+        size_t m = (l + 1 < n && mr_tok_pair_before(&h->v[l + 1], &h->v[l])) ? l + 1 : l;
+        if (!mr_tok_pair_before(&h->v[m], &last))
+            break;
+        h->v[i] = h->v[m];
+        i = m;
+    }
+    if (n)
+        h->v[i] = last;
+    return top;
+}
 
 /* model encoders (one raw-text fragment, no specials) */
 int mr_bpe_encode(const mr_tokenizer *t, const char *text, size_t len, mr_tokens *out,

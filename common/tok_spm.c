@@ -1,8 +1,9 @@
 /* SentencePiece-style encoding (tokenizer.ggml.model = llama): start from
  * one symbol per UTF-8 character and repeatedly merge the adjacent pair
  * whose concatenation is the vocabulary token with the highest score
- * (leftmost first on equal scores).  A final symbol that is not a token is
- * written as <0xNN> byte tokens. */
+ * (leftmost first on equal scores), through the merge heap of
+ * tok_internal.h.  A final symbol that is not a token is written as <0xNN>
+ * byte tokens. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,65 +15,23 @@ typedef struct ssym {
     int32_t prev, next;
 } ssym;
 
-typedef struct spair {
-    float score;
-    int32_t left, right;
-    uint32_t size; /* byte length of the pair when queued */
-} spair;
-
 typedef struct spm_ctx {
     const mr_tokenizer *t;
     const char *text;
     ssym *sy;
-    spair *heap;
-    size_t heap_n, heap_cap;
+    mr_tok_heap heap;
 } spm_ctx;
 
-static inline bool spair_before(const spair *a, const spair *b)
+/* Heap priority of a score: higher scores pop first, so the order of the
+ * float is mapped onto the unsigned order and reversed.  -0 counts as +0
+ * (equal scores stay ties, broken leftmost first). */
+static uint32_t score_prio(float score)
 {
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static int sheap_push(spm_ctx *c, spair p)
-{
-    if (c->heap_n == c->heap_cap) {
-        size_t cap = c->heap_cap ? c->heap_cap * 2 : 64;
-        spair *h = realloc(c->heap, cap * sizeof *h);
-        if (!h)
-            return -1;
-        c->heap = h;
-        c->heap_cap = cap;
-    }
-    size_t i = c->heap_n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!spair_before(&p, &c->heap[parent]))
-            break;
-        c->heap[i] = c->heap[parent];
-        i = parent;
-    }
-    c->heap[i] = p;
-    return 0;
-}
-
-static spair sheap_pop(spm_ctx *c)
-{
-    spair top = c->heap[0];
-    spair last = c->heap[--c->heap_n];
-    size_t i = 0, n = c->heap_n;
-    for (;;) {
-        size_t l = 2 * i + 1;
-        if (l >= n)
-            break;
-        size_t m = (l + 1 < n && spair_before(&c->heap[l + 1], &c->heap[l])) ? l + 1 : l;
-        if (!spair_before(&c->heap[m], &last))
-            break;
-        c->heap[i] = c->heap[m];
-        i = m;
-    }
-    if (n)
-        c->heap[i] = last;
-    return top;
+    uint32_t u;
+    score += 0.0f;
+    memcpy(&u, &score, sizeof u);
+    u = (u & 0x80000000u) ? ~u : u | 0x80000000u; /* ascending with the float */
+    return ~u;
 }
 
 static int try_pair(spm_ctx *c, int32_t l, int32_t r)
@@ -83,7 +42,8 @@ static int try_pair(spm_ctx *c, int32_t l, int32_t r)
     mr_token id = mr_tok_find(c->t, c->text + c->sy[l].off, size);
     if (id == MR_TOKEN_NULL)
         return 0;
-    return sheap_push(c, (spair){c->t->score[id], l, r, size});
+    mr_tok_pair p = {score_prio(c->t->score[id]), l, r, c->sy[l].len, c->sy[r].len, id};
+    return mr_tok_heap_push(&c->heap, p);
 }
 
 int mr_spm_encode(const mr_tokenizer *t, const char *text, size_t len, mr_tokens *out,
@@ -110,11 +70,11 @@ int mr_spm_encode(const mr_tokenizer *t, const char *text, size_t len, mr_tokens
     int rc = 0;
     for (size_t i = 1; i < n && rc == 0; i++)
         rc = try_pair(&c, (int32_t)i - 1, (int32_t)i);
-    while (rc == 0 && c.heap_n > 0) {
-        spair p = sheap_pop(&c);
+    while (rc == 0 && c.heap.n > 0) {
+        mr_tok_pair p = mr_tok_heap_pop(&c.heap);
         ssym *l = &c.sy[p.left], *r = &c.sy[p.right];
-        if (l->len == 0 || r->len == 0 || l->len + r->len != p.size || l->next != p.right)
-            continue; /* stale */
+        if (l->len != p.a || r->len != p.b || l->next != p.right)
+            continue; /* stale: one side has merged since (a merged-away symbol has len 0) */
         l->len += r->len;
         r->len = 0;
         l->next = r->next;
@@ -140,6 +100,6 @@ int mr_spm_encode(const mr_tokenizer *t, const char *text, size_t len, mr_tokens
         }
     }
     free(c.sy);
-    free(c.heap);
+    free(c.heap.v);
     return rc ? mr_errf(err, "tokenize: out of memory") : 0;
 }
