@@ -5,19 +5,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-uint32_t mr_unicode_tolower(uint32_t cp)
+/* Row of a generated table (rows of `width` words, sorted by the code point
+ * in word 0) whose code point is cp; NULL when none. */
+static const uint32_t *find_row(const uint32_t *tab, size_t n, size_t width, uint32_t cp)
 {
-    size_t lo = 0, hi = mr_ucd_lower_n;
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (mr_ucd_lower[mid][0] < cp)
+        if (tab[mid * width] < cp)
             lo = mid + 1;
         else
             hi = mid;
     }
-    if (lo < mr_ucd_lower_n && mr_ucd_lower[lo][0] == cp)
-        return mr_ucd_lower[lo][1];
-    return cp;
+    return (lo < n && tab[lo * width] == cp) ? tab + lo * width : NULL;
+}
+
+uint32_t mr_unicode_tolower(uint32_t cp)
+{
+    const uint32_t *r = find_row(mr_ucd_lower[0], mr_ucd_lower_n, 2, cp);
+    return r ? r[1] : cp;
 }
 
 uint32_t mr_utf8_decode(const uint8_t *s, size_t n, size_t *len)
@@ -120,15 +126,8 @@ unsigned mr_unicode_ccc(uint32_t cp)
 {
     if (cp < 0x300)
         return 0;
-    size_t lo = 0, hi = mr_ucd_ccc_n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (mr_ucd_ccc[mid][0] < cp)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return (lo < mr_ucd_ccc_n && mr_ucd_ccc[lo][0] == cp) ? mr_ucd_ccc[lo][1] : 0;
+    const uint32_t *r = find_row(mr_ucd_ccc[0], mr_ucd_ccc_n, 2, cp);
+    return r ? r[1] : 0;
 }
 
 enum { S_BASE = 0xAC00, L_BASE = 0x1100, V_BASE = 0x1161, T_BASE = 0x11A7,
@@ -154,19 +153,6 @@ static int cp_push(cpbuf *b, uint32_t c)
     return 0;
 }
 
-static const uint32_t *find_decomp(uint32_t cp)
-{
-    size_t lo = 0, hi = mr_ucd_decomp_n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (mr_ucd_decomp[mid][0] < cp)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return (lo < mr_ucd_decomp_n && mr_ucd_decomp[lo][0] == cp) ? mr_ucd_decomp[lo] : NULL;
-}
-
 static int decompose(cpbuf *b, uint32_t cp, int depth)
 {
     if (cp >= S_BASE && cp < S_BASE + S_COUNT) {
@@ -177,7 +163,7 @@ static int decompose(cpbuf *b, uint32_t cp, int depth)
             return -1;
         return 0;
     }
-    const uint32_t *d = depth < 8 ? find_decomp(cp) : NULL;
+    const uint32_t *d = depth < 8 ? find_row(mr_ucd_decomp[0], mr_ucd_decomp_n, 3, cp) : NULL;
     if (!d)
         return cp_push(b, cp);
     if (decompose(b, d[1], depth + 1))
