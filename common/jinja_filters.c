@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "common/jinja_int.h"
+#include "common/unicode.h"
 
 /* ---------------- helpers ---------------- */
 
@@ -101,7 +102,7 @@ jval jz_map_case(jrt *r, jval s, bool upper)
         } else {
             for (int k = 0; k < 3 && m->to[k]; k++) {
                 char e[4];
-                jsb_add(c, &b, e, jz_utf8_enc(m->to[k], e));
+                jsb_add(c, &b, e, mr_utf8_encode(m->to[k], e));
             }
         }
         i += l;

@@ -273,9 +273,8 @@ void jv_to_json(jrt *r, const jnode *at, jval v, const jz_json_opts *o, int dept
 struct json_t;
 jval jv_from_json(jz_ctx *c, const struct json_t *j, unsigned depth);
 
-/* UTF-8 helpers */
+/* UTF-8 helpers (encoding: mr_utf8_encode of common/unicode.h) */
 size_t jz_utf8_dec(const char *s, size_t n, uint32_t *cp);
-size_t jz_utf8_enc(uint32_t cp, char *out);
 /* length of the JavaScript whitespace (\s) character at s, 0 if none */
 size_t jz_ws_at(const char *s, size_t n);
 /* length of the whitespace character ending at s+n, 0 if none */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/jinja_int.h"
+#include "common/unicode.h"
 
 typedef struct pbuf {
     char *s;
@@ -332,7 +333,7 @@ static void lex_string(lexer *L, char q)
             char enc[4];
             if (hi && unit >= 0xdc00 && unit <= 0xdfff) {
                 uint32_t cp = 0x10000 + ((hi - 0xd800) << 10) + (unit - 0xdc00);
-                jsb_add(L->c, &b, enc, jz_utf8_enc(cp, enc));
+                jsb_add(L->c, &b, enc, mr_utf8_encode(cp, enc));
                 hi = 0;
                 continue;
             }
@@ -346,7 +347,7 @@ static void lex_string(lexer *L, char q)
             } else if (unit >= 0xdc00 && unit <= 0xdfff) {
                 jsb_adds(L->c, &b, "\xef\xbf\xbd");
             } else {
-                jsb_add(L->c, &b, enc, jz_utf8_enc(unit, enc));
+                jsb_add(L->c, &b, enc, mr_utf8_encode(unit, enc));
             }
         }
     }

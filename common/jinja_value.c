@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/jinja_int.h"
+#include "common/unicode.h"
 
 /* ---------------- arena ---------------- */
 
@@ -150,70 +151,19 @@ jstr *jsb_str(jz_ctx *c, jsb *b) { return jz_str(c, b->p ? b->p : "", b->len); }
 
 /* ---------------- UTF-8 ---------------- */
 
-/* Decodes one code point; an invalid byte decodes as itself (one byte). */
+/* mr_utf8_decode, except that an invalid byte decodes as itself (one byte,
+ * code point = the byte's value) rather than as U+FFFD, and n may be 0. */
 size_t jz_utf8_dec(const char *s, size_t n, uint32_t *cp)
 {
-    const unsigned char *u = (const unsigned char *)s;
     if (n == 0) {
         *cp = 0;
         return 0;
     }
-    if (u[0] < 0x80) {
-        *cp = u[0];
-        return 1;
-    }
     size_t len;
-    uint32_t c;
-    if ((u[0] & 0xe0) == 0xc0) {
-        len = 2;
-        c = u[0] & 0x1f;
-    } else if ((u[0] & 0xf0) == 0xe0) {
-        len = 3;
-        c = u[0] & 0x0f;
-    } else if ((u[0] & 0xf8) == 0xf0) {
-        len = 4;
-        c = u[0] & 0x07;
-    } else {
-        *cp = u[0];
-        return 1;
-    }
-    if (len > n) {
-        *cp = u[0];
-        return 1;
-    }
-    for (size_t i = 1; i < len; i++) {
-        if ((u[i] & 0xc0) != 0x80) {
-            *cp = u[0];
-            return 1;
-        }
-        c = (c << 6) | (u[i] & 0x3f);
-    }
-    *cp = c;
+    *cp = mr_utf8_decode((const uint8_t *)s, n, &len);
+    if (len == 1 && *cp == MR_UNICODE_REPLACEMENT) /* a real U+FFFD is 3 bytes */
+        *cp = (unsigned char)s[0];
     return len;
-}
-
-size_t jz_utf8_enc(uint32_t cp, char *out)
-{
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xc0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xe0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-        out[2] = (char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    out[0] = (char)(0xf0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-    out[3] = (char)(0x80 | (cp & 0x3f));
-    return 4;
 }
 
 /* JavaScript's \s: WhiteSpace and LineTerminator code points. */
