@@ -6,6 +6,7 @@
 #ifndef MR_QUANT_IMPL_H
 #define MR_QUANT_IMPL_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "common/half.h"
@@ -48,6 +49,27 @@ static inline float mr_wrf16(uint8_t *p, float v)
 /* Round half away from zero, as C's roundf, returned as int (callers clamp
  * the argument to a small range first). */
 static inline int mr_iround(float v) { return (int)lroundf(v); }
+
+static inline int mr_clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* The element of largest magnitude, with its sign (the first one on ties);
+ * 0 when every element is 0. */
+static inline float mr_signed_absmax(const float *x, int n)
+{
+    float best = 0.0f, amax = 0.0f;
+    for (int i = 0; i < n; i++) {
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            best = x[i];
+        }
+    }
+    return best;
+}
+
+/* Signed sub-block scales v[0..n) against one fp16 scale d stored at d16:
+ * the largest magnitude maps to -qneg (the wider end), code[j] in
+ * [-qneg, qpos].  Returns the stored d.  (quant_k.c) */
+float mr_quant_signed_scales(uint8_t *d16, const float *v, int n, int qneg, int qpos, int *code);
 
 /* quant_legacy.c: 32-element blocks (and Q1_0 / Q2_0) */
 void mr_dq_q4_0(const uint8_t *s, float *d, int64_t nb);

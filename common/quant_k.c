@@ -27,8 +27,6 @@
 
 #include "common/quant_impl.h"
 
-static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
-
 /* ---- scale packing ---- */
 
 static void get_scale_min_k4(const uint8_t *q, int j, int *sc, int *m)
@@ -209,7 +207,7 @@ static float fit_affine(const float *x, int n, int nmax, float *m_out)
         double sl = 0, sll = 0, sx = 0, slx = 0;
         int L[32];
         for (int i = 0; i < n; i++) {
-            L[i] = clampi(mr_iround((x[i] - lo) * iscale), 0, nmax);
+            L[i] = mr_clampi(mr_iround((x[i] - lo) * iscale), 0, nmax);
             sl += L[i];
             sll += (double)L[i] * L[i];
             sx += x[i];
@@ -244,14 +242,8 @@ static float fit_affine(const float *x, int n, int nmax, float *m_out)
 /* x ~ a*L with L in [-nneg, npos]; a may be negative. */
 static float fit_symmetric(const float *x, int n, int nneg, int npos)
 {
-    float amax = 0.0f, max = 0.0f;
-    for (int i = 0; i < n; i++) {
-        if (fabsf(x[i]) > amax) {
-            amax = fabsf(x[i]);
-            max = x[i];
-        }
-    }
-    if (amax == 0.0f)
+    const float max = mr_signed_absmax(x, n);
+    if (max == 0.0f)
         return 0.0f;
     float best_a = max / (float)-nneg;
     double best_err = INFINITY;
@@ -263,7 +255,7 @@ static float fit_symmetric(const float *x, int n, int nneg, int npos)
             double sll = 0, slx = 0;
             int L[32];
             for (int i = 0; i < n; i++) {
-                L[i] = clampi(mr_iround(x[i] * iscale), -nneg, npos);
+                L[i] = mr_clampi(mr_iround(x[i] * iscale), -nneg, npos);
                 sll += (double)L[i] * L[i];
                 slx += (double)L[i] * x[i];
             }
@@ -294,23 +286,15 @@ static float quant_unsigned_scales(uint8_t *d16, const float *v, int n, int qmax
             vmax = v[j];
     const float d = mr_wrf16(d16, vmax / (float)qmax);
     for (int j = 0; j < n; j++)
-        code[j] = d > 0.0f ? clampi(mr_iround(v[j] / d), 0, qmax) : 0;
+        code[j] = d > 0.0f ? mr_clampi(mr_iround(v[j] / d), 0, qmax) : 0;
     return d;
 }
 
-/* Signed scales: the largest magnitude maps to -qneg (the wider end). */
-static float quant_signed_scales(uint8_t *d16, const float *v, int n, int qneg, int qpos, int *code)
+float mr_quant_signed_scales(uint8_t *d16, const float *v, int n, int qneg, int qpos, int *code)
 {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < n; j++) {
-        if (fabsf(v[j]) > amax) {
-            amax = fabsf(v[j]);
-            max = v[j];
-        }
-    }
-    const float d = mr_wrf16(d16, max / (float)-qneg);
+    const float d = mr_wrf16(d16, mr_signed_absmax(v, n) / (float)-qneg);
     for (int j = 0; j < n; j++)
-        code[j] = d != 0.0f ? clampi(mr_iround(v[j] / d), -qneg, qpos) : 0;
+        code[j] = d != 0.0f ? mr_clampi(mr_iround(v[j] / d), -qneg, qpos) : 0;
     return d;
 }
 
@@ -318,7 +302,7 @@ static float quant_signed_scales(uint8_t *d16, const float *v, int n, int qneg, 
 static void codes_affine(const float *x, int n, float s, float m, int nmax, uint8_t *L)
 {
     for (int i = 0; i < n; i++)
-        L[i] = (uint8_t)(s > 0.0f ? clampi(mr_iround((x[i] + m) / s), 0, nmax) : 0);
+        L[i] = (uint8_t)(s > 0.0f ? mr_clampi(mr_iround((x[i] + m) / s), 0, nmax) : 0);
 }
 
 /* ---- quantize ---- */
@@ -341,23 +325,34 @@ void mr_qz_q2_k(const float *x, uint8_t *y, int64_t nb)
     }
 }
 
+/* Shared by Q3_K (codes -4..3, scale codes -32..31) and Q6_K (-32..31,
+ * -128..127): fits the 16 sub-block scales, writes d at d16, the scale codes
+ * in code and the element codes, offset by nneg to 0..nneg+npos, in L. */
+static void qz_k_symmetric(const float *x, uint8_t *d16, int nneg, int npos, int sneg, int spos,
+                           int code[16], uint8_t L[256])
+{
+    float sc[16];
+    for (int j = 0; j < 16; j++)
+        sc[j] = fit_symmetric(x + 16 * j, 16, nneg, npos);
+    const float d = mr_quant_signed_scales(d16, sc, 16, sneg, spos, code);
+    for (int e = 0; e < 256; e++) {
+        const float s = d * (float)code[e / 16];
+        L[e] = (uint8_t)((s != 0.0f ? mr_clampi(mr_iround(x[e] / s), -nneg, npos) : 0) + nneg);
+    }
+}
+
 void mr_qz_q3_k(const float *x, uint8_t *y, int64_t nb)
 {
     for (int64_t b = 0; b < nb; b++, x += 256, y += 110) {
-        float sc[16];
         int code[16];
-        for (int j = 0; j < 16; j++)
-            sc[j] = fit_symmetric(x + 16 * j, 16, 4, 3);
-        const float d = quant_signed_scales(y + 108, sc, 16, 32, 31, code);
         uint8_t L[256];
+        qz_k_symmetric(x, y + 108, 4, 3, 32, 31, code, L);
         memset(y, 0, 32); /* hmask */
         for (int e = 0; e < 256; e++) {
-            const float s = d * (float)code[e / 16];
-            int q = s != 0.0f ? clampi(mr_iround(x[e] / s), -4, 3) : 0;
-            q += 4; /* 0..7: bit 2 goes to hmask, the low 2 bits to qs */
-            if (q & 4)
+            /* 0..7: bit 2 goes to hmask, the low 2 bits to qs */
+            if (L[e] & 4)
                 y[e % 32] |= (uint8_t)(1u << (e / 32));
-            L[e] = (uint8_t)(q & 3);
+            L[e] &= 3;
         }
         for (int j = 0; j < 16; j++)
             code[j] += 32;
@@ -408,17 +403,14 @@ void mr_qz_q5_k(const float *x, uint8_t *y, int64_t nb)
 void mr_qz_q6_k(const float *x, uint8_t *y, int64_t nb)
 {
     for (int64_t b = 0; b < nb; b++, x += 256, y += 210) {
-        float sc[16];
         int code[16];
-        for (int j = 0; j < 16; j++)
-            sc[j] = fit_symmetric(x + 16 * j, 16, 32, 31);
-        const float d = quant_signed_scales(y + 208, sc, 16, 128, 127, code);
+        uint8_t L[256];
+        qz_k_symmetric(x, y + 208, 32, 31, 128, 127, code, L);
         memset(y, 0, 192);
         for (int j = 0; j < 16; j++)
             y[192 + j] = (uint8_t)(int8_t)code[j];
         for (int e = 0; e < 256; e++) {
-            const float s = d * (float)code[e / 16];
-            const int q = (s != 0.0f ? clampi(mr_iround(x[e] / s), -32, 31) : 0) + 32;
+            const int q = L[e];
             const int h = e / 128, r = (e % 128) / 32, l = e % 32;
             y[64 * h + 32 * (r % 2) + l] |= (uint8_t)((q & 0xf) << (4 * (r / 2)));
             y[128 + 32 * h + l] |= (uint8_t)((q >> 4) << (2 * r));
@@ -429,19 +421,12 @@ void mr_qz_q6_k(const float *x, uint8_t *y, int64_t nb)
 void mr_qz_q8_k(const float *x, uint8_t *y, int64_t nb)
 {
     for (int64_t b = 0; b < nb; b++, x += 256, y += 292) {
-        float amax = 0.0f, max = 0.0f;
-        for (int e = 0; e < 256; e++) {
-            if (fabsf(x[e]) > amax) {
-                amax = fabsf(x[e]);
-                max = x[e];
-            }
-        }
-        const float d = max / -127.0f; /* a float32 scale: no rounding */
+        const float d = mr_signed_absmax(x, 256) / -127.0f; /* a float32 scale: no rounding */
         mr_wr32(y, mr_f32_to_bits(d));
         for (int j = 0; j < 16; j++) {
             int sum = 0;
             for (int e = 16 * j; e < 16 * j + 16; e++) {
-                int q = d != 0.0f ? clampi(mr_iround(x[e] / d), -128, 127) : 0;
+                int q = d != 0.0f ? mr_clampi(mr_iround(x[e] / d), -128, 127) : 0;
                 y[4 + e] = (uint8_t)(int8_t)q;
                 sum += q;
             }

@@ -18,21 +18,6 @@
 
 #include "common/quant_impl.h"
 
-static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
-
-/* The element of largest magnitude, with its sign (the first one on ties). */
-static float signed_absmax(const float *x, int n)
-{
-    float best = 0.0f, amax = 0.0f;
-    for (int i = 0; i < n; i++) {
-        if (fabsf(x[i]) > amax) {
-            amax = fabsf(x[i]);
-            best = x[i];
-        }
-    }
-    return best;
-}
-
 static void min_max(const float *x, int n, float *mn, float *mx)
 {
     *mn = x[0];
@@ -64,11 +49,11 @@ void mr_qz_q4_0(const float *s, uint8_t *d, int64_t nb)
 {
     for (int64_t b = 0; b < nb; b++, s += 32, d += 18) {
         /* the largest magnitude maps to -8, using the whole signed range */
-        const float sc = mr_wrf16(d, signed_absmax(s, 32) / -8.0f);
+        const float sc = mr_wrf16(d, mr_signed_absmax(s, 32) / -8.0f);
         const float id = inv(sc);
         for (int j = 0; j < 16; j++) {
-            int lo = clampi(mr_iround(s[j] * id) + 8, 0, 15);
-            int hi = clampi(mr_iround(s[j + 16] * id) + 8, 0, 15);
+            int lo = mr_clampi(mr_iround(s[j] * id) + 8, 0, 15);
+            int hi = mr_clampi(mr_iround(s[j + 16] * id) + 8, 0, 15);
             d[2 + j] = (uint8_t)(lo | (hi << 4));
         }
     }
@@ -96,8 +81,8 @@ void mr_qz_q4_1(const float *s, uint8_t *d, int64_t nb)
         const float m = mr_wrf16(d + 2, mn);
         const float id = inv(sc);
         for (int j = 0; j < 16; j++) {
-            int lo = clampi(mr_iround((s[j] - m) * id), 0, 15);
-            int hi = clampi(mr_iround((s[j + 16] - m) * id), 0, 15);
+            int lo = mr_clampi(mr_iround((s[j] - m) * id), 0, 15);
+            int hi = mr_clampi(mr_iround((s[j + 16] - m) * id), 0, 15);
             d[4 + j] = (uint8_t)(lo | (hi << 4));
         }
     }
@@ -140,10 +125,10 @@ void mr_qz_q5_0(const float *s, uint8_t *d, int64_t nb)
 {
     int q[32];
     for (int64_t b = 0; b < nb; b++, s += 32, d += 22) {
-        const float sc = mr_wrf16(d, signed_absmax(s, 32) / -16.0f);
+        const float sc = mr_wrf16(d, mr_signed_absmax(s, 32) / -16.0f);
         const float id = inv(sc);
         for (int j = 0; j < 32; j++)
-            q[j] = clampi(mr_iround(s[j] * id) + 16, 0, 31);
+            q[j] = mr_clampi(mr_iround(s[j] * id) + 16, 0, 31);
         pack5(q, d + 2, d + 6);
     }
 }
@@ -169,7 +154,7 @@ void mr_qz_q5_1(const float *s, uint8_t *d, int64_t nb)
         const float m = mr_wrf16(d + 2, mn);
         const float id = inv(sc);
         for (int j = 0; j < 32; j++)
-            q[j] = clampi(mr_iround((s[j] - m) * id), 0, 31);
+            q[j] = mr_clampi(mr_iround((s[j] - m) * id), 0, 31);
         pack5(q, d + 4, d + 8);
     }
 }
@@ -191,7 +176,7 @@ static int quant8(const float *x, float sc, uint8_t *q)
     const float id = inv(sc);
     int sum = 0;
     for (int j = 0; j < 32; j++) {
-        int v = clampi(mr_iround(x[j] * id), -127, 127);
+        int v = mr_clampi(mr_iround(x[j] * id), -127, 127);
         q[j] = (uint8_t)(int8_t)v;
         sum += v;
     }
@@ -275,12 +260,12 @@ void mr_qz_q2_0(const float *s, uint8_t *d, int64_t nb)
     for (int64_t b = 0; b < nb; b++, s += 64, d += 18) {
         /* levels are -1, 0, 1, 2 (times d, d > 0): a positive extreme maps
          * to 2, a negative one to -1 */
-        const float m = signed_absmax(s, 64);
+        const float m = mr_signed_absmax(s, 64);
         const float sc = mr_wrf16(d, m >= 0.0f ? m / 2.0f : -m);
         const float id = inv(sc);
         memset(d + 2, 0, 16);
         for (int j = 0; j < 64; j++) {
-            int q = clampi(mr_iround(s[j] * id) + 1, 0, 3);
+            int q = mr_clampi(mr_iround(s[j] * id) + 1, 0, 3);
             d[2 + j / 4] |= (uint8_t)(q << (2 * (j % 4)));
         }
     }

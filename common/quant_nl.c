@@ -20,8 +20,6 @@
 
 #include "common/quant_impl.h"
 
-static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
-
 static const int8_t k_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                    1,    13,   25,  38,  53,  69,  89,  113};
 
@@ -120,14 +118,8 @@ void mr_dq_nvfp4(const uint8_t *s, float *y, int64_t nb)
  * for its codes; the one with the least squared error wins. */
 static float fit_iq4(const float *x, int n)
 {
-    float amax = 0.0f, max = 0.0f;
-    for (int i = 0; i < n; i++) {
-        if (fabsf(x[i]) > amax) {
-            amax = fabsf(x[i]);
-            max = x[i];
-        }
-    }
-    if (amax == 0.0f)
+    const float max = mr_signed_absmax(x, n);
+    if (max == 0.0f)
         return 0.0f;
     float best = max / (float)k_iq4nl[0];
     double best_err = INFINITY;
@@ -171,25 +163,19 @@ void mr_qz_iq4_nl(const float *x, uint8_t *y, int64_t nb)
 void mr_qz_iq4_xs(const float *x, uint8_t *y, int64_t nb)
 {
     for (int64_t b = 0; b < nb; b++, x += 256, y += 136) {
-        float sc[8], amax = 0.0f, max = 0.0f;
-        for (int ib = 0; ib < 8; ib++) {
+        float sc[8];
+        int q[8];
+        for (int ib = 0; ib < 8; ib++)
             sc[ib] = fit_iq4(x + 32 * ib, 32);
-            if (fabsf(sc[ib]) > amax) {
-                amax = fabsf(sc[ib]);
-                max = sc[ib];
-            }
-        }
-        /* sub-block scales are (ls - 32) * d with ls in 0..63: the largest
-         * magnitude maps to -32 */
-        const float d = mr_wrf16(y, max / -32.0f);
+        /* sub-block scales are (ls - 32) * d with ls in 0..63 */
+        const float d = mr_quant_signed_scales(y, sc, 8, 32, 31, q);
         uint16_t sh = 0;
         memset(y + 4, 0, 4);
         for (int ib = 0; ib < 8; ib++) {
-            const int q = d != 0.0f ? clampi(mr_iround(sc[ib] / d), -32, 31) : 0;
-            const int ls = q + 32;
+            const int ls = q[ib] + 32;
             y[4 + ib / 2] |= (uint8_t)((ls & 0xf) << (4 * (ib % 2)));
             sh |= (uint16_t)((ls >> 4) << (2 * ib));
-            put_nibbles(x + 32 * ib, 32, d * (float)q, k_iq4nl, y + 8 + 16 * ib);
+            put_nibbles(x + 32 * ib, 32, d * (float)q[ib], k_iq4nl, y + 8 + 16 * ib);
         }
         mr_wr16(y + 2, sh);
     }
@@ -208,7 +194,7 @@ void mr_qz_mxfp4(const float *x, uint8_t *y, int64_t nb)
         if (amax > 0.0f && isfinite(amax)) {
             int ex;
             frexpf(amax, &ex); /* amax = f * 2^ex, f in [0.5, 1) */
-            e = clampi(ex - 1 - 2 + 127, 0, 254);
+            e = mr_clampi(ex - 1 - 2 + 127, 0, 254);
         }
         y[0] = (uint8_t)e;
         put_nibbles(x, 32, mr_e8m0_half_to_f32((uint8_t)e), k_fp4x2, y + 1);
