@@ -630,19 +630,29 @@ static int build_pieces(mr_tokenizer *t, mr_err *err)
     return t->piece ? 0 : mr_errf(err, "tokenizer: out of memory");
 }
 
-int mr_tok_piece(const mr_tokenizer *t, mr_token id, unsigned flags, mr_bytes *out, mr_err *err)
+const char *mr_tok_piece_view(const mr_tokenizer *t, mr_token id, unsigned flags, size_t *len)
 {
     if (id < 0 || (uint32_t)id >= t->n)
-        return mr_errf(err, "detokenize: token id %d out of range (vocabulary of %u)", id, t->n);
-    uint8_t ty = t->type[id];
-    if ((ty == MR_TOKTYPE_CONTROL || ty == MR_TOKTYPE_UNKNOWN) && !(flags & MR_DETOK_SPECIAL))
-        return 0;
+        return NULL;
     const char *p = t->piece + t->poff[id];
     size_t n = t->plen[id];
+    uint8_t ty = t->type[id];
+    if ((ty == MR_TOKTYPE_CONTROL || ty == MR_TOKTYPE_UNKNOWN) && !(flags & MR_DETOK_SPECIAL))
+        n = 0;
     if ((flags & MR_DETOK_STRIP_LEADING_SPACE) && n > 0 && p[0] == ' ') {
         p++;
         n--;
     }
+    *len = n;
+    return p;
+}
+
+int mr_tok_piece(const mr_tokenizer *t, mr_token id, unsigned flags, mr_bytes *out, mr_err *err)
+{
+    size_t n;
+    const char *p = mr_tok_piece_view(t, id, flags, &n);
+    if (!p)
+        return mr_errf(err, "detokenize: token id %d out of range (vocabulary of %u)", id, t->n);
     if (mr_bytes_append(out, p, n))
         return mr_errf(err, "detokenize: out of memory");
     return 0;

@@ -110,6 +110,10 @@ enum {
 };
 /* Appends the bytes of one token (may be part of a UTF-8 sequence). */
 int mr_tok_piece(const mr_tokenizer *t, mr_token id, unsigned flags, mr_bytes *out, mr_err *err);
+/* The same bytes without a copy: *len bytes inside the tokenizer (valid as
+ * long as it is; not NUL-terminated); NULL when id is out of range.  For the
+ * per-token path of a caller that has its own output buffer. */
+const char *mr_tok_piece_view(const mr_tokenizer *t, mr_token id, unsigned flags, size_t *len);
 /* Appends the bytes of ids[0..n), exactly (no UTF-8 repair). */
 int mr_tok_decode(const mr_tokenizer *t, const mr_token *ids, size_t n, unsigned flags,
                   mr_bytes *out, mr_err *err);
