@@ -15,45 +15,9 @@
 #include <dirent.h>
 #include <string.h>
 
+#include "common/file.h"
 #include "common/gguf.h"
 #include "common/jinja.h"
-
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) {
-            fclose(f);
-            return NULL;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-        if (n == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
 
 static int usage(void)
 {
@@ -176,11 +140,12 @@ int main(int argc, char **argv)
     }
     if (bdir) {
         size_t n;
-        char *s = model_template ? strdup(model_template) : read_file(tpath, &n);
+        mr_err ferr = {{0}};
+        char *s = model_template ? strdup(model_template) : mr_file_read(tpath, &n, &ferr);
         if (s && model_template)
             n = strlen(s);
         if (!s) {
-            fprintf(stderr, "chat-template: cannot read %s\n", tpath);
+            fprintf(stderr, "chat-template: cannot read %s\n", model_template ? tpath : ferr.msg);
             return 1;
         }
         mr_err perr = {{0}};
@@ -192,9 +157,10 @@ int main(int argc, char **argv)
         return rc;
     }
     size_t tlen = model_template ? strlen(model_template) : 0;
-    char *src = model_template ? model_template : read_file(tpath, &tlen);
+    mr_err ferr = {{0}};
+    char *src = model_template ? model_template : mr_file_read(tpath, &tlen, &ferr);
     if (!src) {
-        fprintf(stderr, "chat-template: cannot read %s\n", tpath);
+        fprintf(stderr, "chat-template: cannot read %s\n", ferr.msg);
         return 1;
     }
     json_error_t jerr;

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/file.h"
 #include "common/tokenizer.h"
 
 static void usage(void)
@@ -22,38 +23,6 @@ static void usage(void)
             "usage: tokenize --model VOCAB.gguf (--text S | --file F | --ids \"1 2 3\" |\n"
             "                --ggml-vocab-test F.inp) [--add-special] [--no-parse-special]\n"
             "                [--show] [--time N]\n");
-}
-
-static char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0)
-            break;
-    }
-    if (buf && ferror(f)) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *len = n;
-    return buf;
 }
 
 static int print_ids(const mr_tokens *t)
@@ -170,9 +139,9 @@ int main(int argc, char **argv)
         size_t len;
         char *buf = NULL;
         if (file) {
-            buf = read_all(file, &len);
+            buf = mr_file_read(file, &len, &err);
             if (!buf) {
-                fprintf(stderr, "tokenize: cannot read %s: %s\n", file, strerror(errno));
+                fprintf(stderr, "tokenize: cannot read %s\n", err.msg);
                 mr_tok_free(tok);
                 return 1;
             }
@@ -207,9 +176,9 @@ int main(int argc, char **argv)
         free(buf);
     } else {
         size_t len;
-        char *buf = read_all(vt, &len);
+        char *buf = mr_file_read(vt, &len, &err);
         if (!buf) {
-            fprintf(stderr, "tokenize: cannot read %s: %s\n", vt, strerror(errno));
+            fprintf(stderr, "tokenize: cannot read %s\n", err.msg);
             mr_tok_free(tok);
             return 1;
         }
