@@ -96,14 +96,13 @@ jval jz_map_case(jrt *r, jval s, bool upper)
     while (i < n) {
         uint32_t cp;
         size_t l = jz_utf8_dec(p + i, n - i, &cp);
-        const jz_case_map *m = (l == 1 && cp >= 0x80) ? NULL : jz_case_lookup(cp, upper);
-        if (!m) {
+        uint32_t to[3];
+        size_t nt = (l == 1 && cp >= 0x80) ? 0 : jz_case_map_cp(cp, upper, to);
+        if (nt == 0)
             jsb_add(c, &b, p + i, l);
-        } else {
-            for (int k = 0; k < 3 && m->to[k]; k++) {
-                char e[4];
-                jsb_add(c, &b, e, mr_utf8_encode(m->to[k], e));
-            }
+        for (size_t k = 0; k < nt; k++) {
+            char e[4];
+            jsb_add(c, &b, e, mr_utf8_encode(to[k], e));
         }
         i += l;
     }

@@ -280,13 +280,10 @@ size_t jz_ws_at(const char *s, size_t n);
 /* length of the whitespace character ending at s+n, 0 if none */
 size_t jz_ws_before(const char *s, size_t n);
 size_t jz_utf16_len(const char *s, size_t n);
-/* Unicode case mapping (generated table, common/jinja_case.c): up to three
- * code points, 0-padded; NULL when the code point maps to itself. */
-typedef struct jz_case_map {
-    uint32_t cp;
-    uint32_t to[3];
-} jz_case_map;
-const jz_case_map *jz_case_lookup(uint32_t cp, bool upper);
+/* Unicode case mapping of one code point (JavaScript's toUpperCase /
+ * toLowerCase; common/jinja_case.c, generated): writes up to three code
+ * points to `to` and returns how many; 0 when cp maps to itself. */
+size_t jz_case_map_cp(uint32_t cp, bool upper, uint32_t to[3]);
 /* toUpperCase / toLowerCase of a string value */
 jval jz_map_case(jrt *r, jval s, bool upper);
 
