@@ -104,11 +104,14 @@ enum { S_BASE = 0xAC00, L_BASE = 0x1100, V_BASE = 0x1161, T_BASE = 0x11A7,
 typedef struct cpbuf {
     uint32_t *v;
     size_t n, cap;
+    bool fixed; /* v is the caller's array: once it is full, the rest is dropped */
 } cpbuf;
 
 static int cp_push(cpbuf *b, uint32_t c)
 {
     if (b->n == b->cap) {
+        if (b->fixed)
+            return 0;
         size_t cap = b->cap ? b->cap * 2 : 64;
         uint32_t *v = realloc(b->v, cap * sizeof *v);
         if (!v)
@@ -144,17 +147,11 @@ size_t mr_unicode_decompose(uint32_t cp, uint32_t *out, size_t cap)
         out[0] = cp;
         return 1;
     }
-    cpbuf b = {0};
-    if (decompose(&b, cp, 0)) {
-        free(b.v);
-        if (cap > 0)
-            out[0] = cp;
-        return cap > 0;
-    }
-    size_t n = b.n < cap ? b.n : cap;
-    memcpy(out, b.v, n * sizeof *out);
-    free(b.v);
-    return n;
+    /* straight into out: no allocation per character (WordPiece calls this
+     * for every character it encodes) */
+    cpbuf b = {out, 0, cap, true};
+    decompose(&b, cp, 0); /* cannot fail: nothing is allocated */
+    return b.n;
 }
 
 static uint32_t compose_pair(uint32_t a, uint32_t b)
