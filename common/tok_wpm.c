@@ -20,40 +20,18 @@ static bool is_cjk(uint32_t c)
            (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
-typedef struct wbuf {
-    char *p;
-    size_t n, cap;
-} wbuf;
-
-static int wput(wbuf *w, const char *s, size_t n)
-{
-    if (w->cap - w->n < n) {
-        size_t cap = w->cap ? w->cap * 2 : 64;
-        while (cap - w->n < n)
-            cap *= 2;
-        char *q = realloc(w->p, cap);
-        if (!q)
-            return -1;
-        w->p = q;
-        w->cap = cap;
-    }
-    memcpy(w->p + w->n, s, n);
-    w->n += n;
-    return 0;
-}
-
 /* word (with its U+2581 prefix) -> longest-match tokens, or [UNK] */
-static int emit_word(const mr_tokenizer *t, const wbuf *w, mr_tokens *out)
+static int emit_word(const mr_tokenizer *t, const mr_bytes *w, mr_tokens *out)
 {
-    if (w->n <= 3)
+    if (w->len <= 3)
         return 0; /* just the prefix: no word */
     size_t start = out->n;
-    size_t n = w->n;
+    size_t n = w->len;
     for (size_t i = 0; i < n;) {
         size_t j = i + t->max_len < n ? i + t->max_len : n;
         mr_token id = MR_TOKEN_NULL;
         for (; j > i; j--) {
-            id = mr_tok_find(t, w->p + i, j - i);
+            id = mr_tok_find(t, w->data + i, j - i);
             if (id != MR_TOKEN_NULL)
                 break;
         }
@@ -74,8 +52,8 @@ int mr_wpm_encode(const mr_tokenizer *t, const char *text, size_t len, mr_tokens
                   mr_err *err)
 {
     static const char mark[] = "\xe2\x96\x81";
-    wbuf w = {0};
-    int rc = wput(&w, mark, 3);
+    mr_bytes w = {0};
+    int rc = mr_bytes_append(&w, mark, 3);
     const uint8_t *s = (const uint8_t *)text;
     for (size_t i = 0; i < len && rc == 0;) {
         size_t l;
@@ -84,7 +62,7 @@ int mr_wpm_encode(const mr_tokenizer *t, const char *text, size_t len, mr_tokens
         unsigned f = mr_unicode_flags(c);
         if (f & MR_UFLAG_WS) {
             rc = emit_word(t, &w, out);
-            w.n = 3;
+            w.len = 3;
             continue;
         }
         if (c == 0 || c == MR_UNICODE_REPLACEMENT || (f & MR_UFLAG_CAT) == MR_UCAT_C)
@@ -100,19 +78,19 @@ int mr_wpm_encode(const mr_tokenizer *t, const char *text, size_t len, mr_tokens
             enum mr_ucat cat = (enum mr_ucat)(fk & MR_UFLAG_CAT);
             if (cat == MR_UCAT_P || (d[k] < 0x7F && cat == MR_UCAT_S) || is_cjk(d[k])) {
                 rc = emit_word(t, &w, out);
-                w.n = 3;
+                w.len = 3;
                 if (rc == 0)
-                    rc = wput(&w, u, ul);
+                    rc = mr_bytes_append(&w, u, ul);
                 if (rc == 0)
                     rc = emit_word(t, &w, out);
-                w.n = 3;
+                w.len = 3;
             } else {
-                rc = wput(&w, u, ul);
+                rc = mr_bytes_append(&w, u, ul);
             }
         }
     }
     if (rc == 0)
         rc = emit_word(t, &w, out);
-    free(w.p);
+    mr_bytes_free(&w);
     return rc ? mr_errf(err, "tokenize: out of memory") : 0;
 }
