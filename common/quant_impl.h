@@ -66,6 +66,9 @@ static inline float mr_signed_absmax(const float *x, int n)
     return best;
 }
 
+/* The largest magnitude of x[0..n); 0 when every element is 0. */
+static inline float mr_absmax(const float *x, int n) { return fabsf(mr_signed_absmax(x, n)); }
+
 /* Signed sub-block scales v[0..n) against one fp16 scale d stored at d16:
  * the largest magnitude maps to -qneg (the wider end), code[j] in
  * [-qneg, qpos].  Returns the stored d.  (quant_k.c) */

@@ -183,19 +183,10 @@ static int quant8(const float *x, float sc, uint8_t *q)
     return sum;
 }
 
-static float absmax(const float *x, int n)
-{
-    float a = 0.0f;
-    for (int i = 0; i < n; i++)
-        if (fabsf(x[i]) > a)
-            a = fabsf(x[i]);
-    return a;
-}
-
 void mr_qz_q8_0(const float *s, uint8_t *d, int64_t nb)
 {
     for (int64_t b = 0; b < nb; b++, s += 32, d += 34) {
-        const float sc = mr_wrf16(d, absmax(s, 32) / 127.0f);
+        const float sc = mr_wrf16(d, mr_absmax(s, 32) / 127.0f);
         quant8(s, sc, d + 2);
     }
 }
@@ -212,7 +203,7 @@ void mr_dq_q8_1(const uint8_t *s, float *d, int64_t nb)
 void mr_qz_q8_1(const float *s, uint8_t *d, int64_t nb)
 {
     for (int64_t b = 0; b < nb; b++, s += 32, d += 36) {
-        const float sc = mr_wrf16(d, absmax(s, 32) / 127.0f);
+        const float sc = mr_wrf16(d, mr_absmax(s, 32) / 127.0f);
         int sum = quant8(s, sc, d + 4);
         mr_wrf16(d + 2, sc * (float)sum);
     }

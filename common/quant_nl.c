@@ -184,10 +184,7 @@ void mr_qz_iq4_xs(const float *x, uint8_t *y, int64_t nb)
 void mr_qz_mxfp4(const float *x, uint8_t *y, int64_t nb)
 {
     for (int64_t b = 0; b < nb; b++, x += 32, y += 17) {
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++)
-            if (fabsf(x[j]) > amax)
-                amax = fabsf(x[j]);
+        const float amax = mr_absmax(x, 32);
         /* OCP MX rule: shared exponent floor(log2(amax)) - 2, the exponent
          * of the largest E2M1 value (6 = 1.5 * 2^2) */
         int e = 0;
@@ -221,12 +218,8 @@ void mr_qz_nvfp4(const float *x, uint8_t *y, int64_t nb)
     for (int64_t b = 0; b < nb; b++, x += 64, y += 36) {
         for (int sb = 0; sb < 4; sb++) {
             const float *xs = x + 16 * sb;
-            float amax = 0.0f;
-            for (int j = 0; j < 16; j++)
-                if (fabsf(xs[j]) > amax)
-                    amax = fabsf(xs[j]);
-            /* the largest E2M1 magnitude, 6, lands on amax */
-            y[sb] = nearest_ue4m3(amax / 6.0f);
+            /* the largest E2M1 magnitude, 6, lands on the largest magnitude */
+            y[sb] = nearest_ue4m3(mr_absmax(xs, 16) / 6.0f);
             put_nibbles(xs, 16, 0.5f * mr_ue4m3_to_f32(y[sb]), k_fp4x2, y + 4 + 8 * sb);
         }
     }
