@@ -109,18 +109,6 @@ static int seq_len(const unsigned char *s, size_t n)
     return len;
 }
 
-size_t mr_gw_utf8_complete_prefix(const char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        int l = seq_len((const unsigned char *)s + i, n - i);
-        if (l < 0)
-            return i;
-        i += l == 0 ? 1 : (size_t)l;
-    }
-    return n;
-}
-
 void mr_gw_utf8_sanitize(mr_buf *out, const char *s, size_t n)
 {
     size_t i = 0;
