@@ -96,6 +96,10 @@ struct mr_gw {
     uint64_t next_id;
     h2o_linklist_t jobs; /* every live job */
     int n_jobs;
+    /* the same jobs by id (open addressing, linear probing; power-of-two
+     * size): each worker message finds its job without walking them all */
+    mr_job **job_slots;
+    size_t job_slots_cap;
     h2o_timeout_t tick_timeout;
     h2o_timeout_entry_t tick;
 };

@@ -58,14 +58,70 @@ struct mr_job {
 
 /* ---------- helpers ---------- */
 
+static size_t job_home(uint64_t id, size_t mask)
+{
+    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+}
+
 static mr_job *find_job(mr_gw *gw, uint64_t id)
 {
-    for (h2o_linklist_t *l = gw->jobs.next; l != &gw->jobs; l = l->next) {
-        mr_job *j = H2O_STRUCT_FROM_MEMBER(mr_job, all, l);
-        if (j->id == id)
-            return j;
-    }
+    if (!gw->job_slots_cap)
+        return NULL;
+    size_t mask = gw->job_slots_cap - 1;
+    for (size_t i = job_home(id, mask); gw->job_slots[i]; i = (i + 1) & mask)
+        if (gw->job_slots[i]->id == id)
+            return gw->job_slots[i];
     return NULL;
+}
+
+static void job_slot_put(mr_job **slots, size_t mask, mr_job *j)
+{
+    size_t i = job_home(j->id, mask);
+    while (slots[i])
+        i = (i + 1) & mask;
+    slots[i] = j;
+}
+
+/* Adds j to the id table (kept at most half full); -1 when out of memory. */
+static int job_index(mr_gw *gw, mr_job *j)
+{
+    if ((size_t)(gw->n_jobs + 1) * 2 > gw->job_slots_cap) {
+        size_t cap = gw->job_slots_cap ? gw->job_slots_cap * 2 : 64;
+        mr_job **slots = calloc(cap, sizeof *slots);
+        if (!slots)
+            return -1;
+        for (size_t i = 0; i < gw->job_slots_cap; i++)
+            if (gw->job_slots[i])
+                job_slot_put(slots, cap - 1, gw->job_slots[i]);
+        free(gw->job_slots);
+        gw->job_slots = slots;
+        gw->job_slots_cap = cap;
+    }
+    job_slot_put(gw->job_slots, gw->job_slots_cap - 1, j);
+    return 0;
+}
+
+/* Removes j, shifting later entries of its probe run back into the hole so
+ * that no lookup stops early (no tombstones). */
+static void job_unindex(mr_gw *gw, mr_job *j)
+{
+    if (!gw->job_slots_cap)
+        return;
+    mr_job **slots = gw->job_slots;
+    size_t mask = gw->job_slots_cap - 1, hole = job_home(j->id, mask);
+    while (slots[hole] && slots[hole] != j)
+        hole = (hole + 1) & mask;
+    if (!slots[hole])
+        return;
+    for (size_t k = (hole + 1) & mask; slots[k]; k = (k + 1) & mask) {
+        /* slots[k] may move back unless its home lies after the hole */
+        size_t home = job_home(slots[k]->id, mask);
+        if (((k - home) & mask) >= ((k - hole) & mask)) {
+            slots[hole] = slots[k];
+            hole = k;
+        }
+    }
+    slots[hole] = NULL;
 }
 
 static void job_free(mr_job *j)
@@ -76,6 +132,7 @@ static void job_free(mr_job *j)
         j->model->queued--;
     }
     h2o_linklist_unlink(&j->all);
+    job_unindex(gw, j);
     gw->n_jobs--;
     mr_tenant_state *ts = mr_gw_tenant(gw, j->tenant);
     if (ts)
@@ -727,6 +784,14 @@ static uint32_t model_ctx(mr_gw_model *m)
 
 mr_gw_model *mr_gw_find_model(mr_gw *gw, const char *name);
 
+/* A job refused before it was admitted (nothing else points to it yet). */
+static void job_discard(mr_job *j)
+{
+    mr_msg_free(&j->request);
+    mr_textout_free(&j->tout);
+    free(j);
+}
+
 int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, const mr_key *key, const char *route)
 {
     mr_oai_error e;
@@ -796,9 +861,7 @@ int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, co
     if (key)
         snprintf(j->key_id, sizeof j->key_id, "%s", key->id);
     if (build_prompt(j, r, &e)) {
-        mr_msg_free(&j->request);
-        mr_textout_free(&j->tout);
-        free(j);
+        job_discard(j);
         mr_gw_send_error(req, &e, route, 0);
         return 0;
     }
@@ -809,9 +872,7 @@ int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, co
                    "context_length_exceeded",
                    "This model's maximum context length is %u tokens; the prompt has %u tokens%s", ctx, np,
                    r->has_max_tokens ? " plus the requested max_tokens" : "");
-        mr_msg_free(&j->request);
-        mr_textout_free(&j->tout);
-        free(j);
+        job_discard(j);
         mr_gw_send_error(req, &e, route, 0);
         return 0;
     }
@@ -830,6 +891,12 @@ int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, co
     snprintf(j->request.cache_salt, sizeof j->request.cache_salt, "%s", r->cache_salt ? r->cache_salt : "");
     for (int i = 0; i < r->n_stops; i++)
         mr_textout_add_stop(&j->tout, r->stops[i]);
+    if (job_index(gw, j)) {
+        job_discard(j);
+        mr_oai_err(&e, 500, NULL, NULL, "out of memory");
+        mr_gw_send_error(req, &e, route, 0);
+        return 0;
+    }
 
     h2o_linklist_insert(&gw->jobs, &j->all);
     gw->n_jobs++;
