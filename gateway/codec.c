@@ -84,6 +84,7 @@ mr_codec *mr_codec_bytes(void)
 typedef struct gguf_codec {
     mr_codec super;
     mr_tokenizer *tok;
+    mr_bytes piece; /* reused by every piece() call (all on the event loop) */
 #if MR_HAVE_CHAT
     mr_chat_tmpl *tmpl;
 #endif
@@ -116,13 +117,12 @@ static int gguf_piece(mr_codec *c, uint32_t id, mr_buf *out, mr_err *err)
     gguf_codec *g = (gguf_codec *)c;
     if (id >= mr_tok_n_vocab(g->tok))
         return mr_errf(err, "token id %u outside the vocabulary (%u)", id, mr_tok_n_vocab(g->tok));
-    mr_bytes b = {0};
     /* control tokens (end of turn, ...) decode to nothing */
-    int rc = mr_tok_piece(g->tok, (mr_token)id, 0, &b, err);
-    if (!rc)
-        mr_buf_add(out, b.data ? b.data : "", b.len);
-    mr_bytes_free(&b);
-    return rc;
+    g->piece.len = 0;
+    if (mr_tok_piece(g->tok, (mr_token)id, 0, &g->piece, err))
+        return -1;
+    mr_buf_add(out, g->piece.data ? g->piece.data : "", g->piece.len);
+    return 0;
 }
 
 #if MR_HAVE_CHAT
@@ -148,6 +148,7 @@ static void gguf_destroy(mr_codec *c)
 {
     gguf_codec *g = (gguf_codec *)c;
     mr_tok_free(g->tok);
+    mr_bytes_free(&g->piece);
 #if MR_HAVE_CHAT
     mr_chat_tmpl_free(g->tmpl);
 #endif

@@ -51,6 +51,8 @@ struct mr_job {
     long created;
     /* streaming */
     mr_buf out, wire;
+    /* per-token scratch, reused across worker messages */
+    mr_buf piece, released, tok_text, top_raw, top_text;
     bool sending, final_queued, headers_sent;
     double t_start, t_last;
     bool got_first;
@@ -149,6 +151,11 @@ static void job_free(mr_job *j)
     mr_buf_free(&j->text);
     mr_buf_free(&j->out);
     mr_buf_free(&j->wire);
+    mr_buf_free(&j->piece);
+    mr_buf_free(&j->released);
+    mr_buf_free(&j->tok_text);
+    mr_buf_free(&j->top_raw);
+    mr_buf_free(&j->top_text);
     json_decref(j->lp);
     free(j);
 }
@@ -471,51 +478,55 @@ static void pump_queue(mr_gw_model *m)
 
 /* ---------- worker events ---------- */
 
+/* Top candidate k of token i: raw bytes into j->top_raw, text (invalid
+ * UTF-8 as U+FFFD) into j->top_text. */
+static void top_piece(mr_job *j, const mr_msg *m, uint32_t i, uint32_t k)
+{
+    mr_err err;
+    mr_buf_clear(&j->top_raw);
+    mr_buf_clear(&j->top_text);
+    j->model->codec->piece(j->model->codec, m->top_ids[(size_t)i * m->n_top + k], &j->top_raw, &err);
+    mr_gw_utf8_sanitize(&j->top_text, j->top_raw.p ? j->top_raw.p : "", j->top_raw.len);
+}
+
+static json_t *byte_array(const char *p, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t b = 0; b < n; b++)
+        json_array_append_new(a, json_integer((unsigned char)p[b]));
+    return a;
+}
+
 static void add_logprobs(mr_job *j, const mr_msg *m, uint32_t i, const char *piece, size_t plen, size_t offset,
                          json_t *dst)
 {
-    mr_buf clean = {0};
-    mr_gw_utf8_sanitize(&clean, piece, plen);
-    const char *tok = clean.p ? clean.p : "";
+    mr_buf_clear(&j->tok_text);
+    mr_gw_utf8_sanitize(&j->tok_text, piece, plen);
+    const char *tok = j->tok_text.p ? j->tok_text.p : "";
     double lp = m->logprobs ? m->logprobs[i] : 0;
     if (j->chat) {
-        json_t *bytes = json_array();
-        for (size_t b = 0; b < plen; b++)
-            json_array_append_new(bytes, json_integer((unsigned char)piece[b]));
         json_t *tops = json_array();
         for (uint32_t k = 0; k < m->n_top; k++) {
-            mr_buf tp = {0}, tc = {0};
-            mr_err err;
-            uint32_t tid = m->top_ids[(size_t)i * m->n_top + k];
-            j->model->codec->piece(j->model->codec, tid, &tp, &err);
-            mr_gw_utf8_sanitize(&tc, tp.p ? tp.p : "", tp.len);
-            json_t *tb = json_array();
-            for (size_t b = 0; b < tp.len; b++)
-                json_array_append_new(tb, json_integer((unsigned char)tp.p[b]));
-            json_array_append_new(tops, json_pack("{s:s, s:f, s:o}", "token", tc.p ? tc.p : "", "logprob",
-                                                  (double)m->top_lps[(size_t)i * m->n_top + k], "bytes", tb));
-            mr_buf_free(&tp);
-            mr_buf_free(&tc);
+            top_piece(j, m, i, k);
+            json_array_append_new(tops, json_pack("{s:s%, s:f, s:o}", "token", j->top_text.p ? j->top_text.p : "",
+                                                  j->top_text.len, "logprob",
+                                                  (double)m->top_lps[(size_t)i * m->n_top + k], "bytes",
+                                                  byte_array(j->top_raw.p, j->top_raw.len)));
         }
-        json_array_append_new(dst, json_pack("{s:s, s:f, s:o, s:o}", "token", tok, "logprob", lp, "bytes", bytes,
-                                             "top_logprobs", tops));
+        json_array_append_new(dst, json_pack("{s:s%, s:f, s:o, s:o}", "token", tok, j->tok_text.len, "logprob", lp,
+                                             "bytes", byte_array(piece, plen), "top_logprobs", tops));
     } else {
-        json_array_append_new(json_object_get(dst, "tokens"), json_string(tok));
+        json_array_append_new(json_object_get(dst, "tokens"), json_stringn(tok, j->tok_text.len));
         json_array_append_new(json_object_get(dst, "token_logprobs"), json_real(lp));
         json_t *top = json_object();
         for (uint32_t k = 0; k < m->n_top; k++) {
-            mr_buf tp = {0}, tc = {0};
-            mr_err err;
-            j->model->codec->piece(j->model->codec, m->top_ids[(size_t)i * m->n_top + k], &tp, &err);
-            mr_gw_utf8_sanitize(&tc, tp.p ? tp.p : "", tp.len);
-            json_object_set_new(top, tc.p ? tc.p : "", json_real(m->top_lps[(size_t)i * m->n_top + k]));
-            mr_buf_free(&tp);
-            mr_buf_free(&tc);
+            top_piece(j, m, i, k);
+            json_object_set_new(top, j->top_text.p ? j->top_text.p : "",
+                                json_real(m->top_lps[(size_t)i * m->n_top + k]));
         }
         json_array_append_new(json_object_get(dst, "top_logprobs"), top);
         json_array_append_new(json_object_get(dst, "text_offset"), json_integer((json_int_t)offset));
     }
-    mr_buf_free(&clean);
 }
 
 static json_t *new_lp_container(mr_job *j)
@@ -531,16 +542,16 @@ static void on_tokens(mr_job *j, mr_msg *m)
         return;
     double now = mr_now();
     mr_gw_model *model = j->model;
-    mr_buf released = {0};
+    mr_buf *released = &j->released;
+    mr_buf_clear(released);
     json_t *lp = j->request.samp.logprobs ? new_lp_container(j) : NULL;
     /* tokens that arrive together share the gap since the previous message */
     double gap = j->got_first ? (now - j->t_last) / m->n_tokens : 0;
     for (uint32_t i = 0; i < m->n_tokens; i++) {
-        mr_buf piece = {0};
+        mr_buf *piece = &j->piece;
         mr_err err;
-        if (model->codec->piece(model->codec, m->tokens[i], &piece, &err)) {
-            mr_buf_free(&piece);
-            mr_buf_free(&released);
+        mr_buf_clear(piece);
+        if (model->codec->piece(model->codec, m->tokens[i], piece, &err)) {
             json_decref(lp);
             send_cancel(j);
             finish_error(j, 500, "engine_error", err.msg);
@@ -553,21 +564,22 @@ static void on_tokens(mr_job *j, mr_msg *m)
         } else {
             mr_hist_observe(&model->itl, gap);
         }
-        size_t before = released.len;
-        bool stopped = mr_textout_push(&j->tout, piece.p ? piece.p : "", piece.len, &released);
+        size_t before = released->len;
+        const char *pp = piece->p ? piece->p : "";
+        bool stopped = mr_textout_push(&j->tout, pp, piece->len, released);
         if (lp)
-            add_logprobs(j, m, i, piece.p ? piece.p : "", piece.len, j->text.len + before, lp);
-        mr_buf_free(&piece);
+            add_logprobs(j, m, i, pp, piece->len, j->text.len + before, lp);
         if (stopped) {
             j->text_stopped = true;
             break;
         }
     }
+    const char *rel = released->p ? released->p : "";
     if (j->stream) {
-        if (released.len || lp)
-            stream_chunk(j, released.p ? released.p : "", released.len, false, NULL, lp ? json_incref(lp) : NULL);
+        if (released->len || lp)
+            stream_chunk(j, rel, released->len, false, NULL, lp ? json_incref(lp) : NULL);
     } else {
-        mr_buf_add(&j->text, released.p ? released.p : "", released.len);
+        mr_buf_add(&j->text, rel, released->len);
         if (lp) {
             if (!j->lp)
                 j->lp = new_lp_container(j);
@@ -581,7 +593,6 @@ static void on_tokens(mr_job *j, mr_msg *m)
         }
     }
     json_decref(lp);
-    mr_buf_free(&released);
     j->t_last = now;
     if (j->text_stopped) {
         /* a stop string ended it: the worker need not go on */

@@ -65,6 +65,13 @@ void mr_buf_consume(mr_buf *b, size_t n)
         b->p[b->len] = 0;
 }
 
+void mr_buf_clear(mr_buf *b)
+{
+    b->len = 0;
+    if (b->p)
+        b->p[0] = 0;
+}
+
 /* Length of a valid sequence at s (1..4), 0 if invalid, -1 if valid so far
  * but cut off by the end of the buffer. */
 static int seq_len(const unsigned char *s, size_t n)

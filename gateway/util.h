@@ -18,6 +18,7 @@ void mr_buf_adds(mr_buf *b, const char *s);
 void mr_buf_printf(mr_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mr_buf_free(mr_buf *b);
 void mr_buf_consume(mr_buf *b, size_t n); /* drops the first n bytes */
+void mr_buf_clear(mr_buf *b);              /* empty (""), capacity kept for reuse */
 
 /* Appends s to out, replacing every invalid UTF-8 sequence by U+FFFD.
  * Strict (no overlongs, surrogates or > U+10FFFF: the text goes into JSON),
