@@ -51,6 +51,7 @@ struct mr_job {
     long created;
     /* streaming */
     mr_buf out, wire;
+    mr_buf chunk_head; /* {"id":...,"system_fingerprint":"memra" of every chunk */
     /* per-token scratch, reused across worker messages */
     mr_buf piece, released, tok_text, top_raw, top_text;
     bool sending, final_queued, headers_sent;
@@ -151,6 +152,7 @@ static void job_free(mr_job *j)
     mr_buf_free(&j->text);
     mr_buf_free(&j->out);
     mr_buf_free(&j->wire);
+    mr_buf_free(&j->chunk_head);
     mr_buf_free(&j->piece);
     mr_buf_free(&j->released);
     mr_buf_free(&j->tok_text);
@@ -245,29 +247,35 @@ static void stream_flush(mr_job *j)
     h2o_send(j->req, &iov, 1, fin ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
 }
 
-static void sse_event(mr_job *j, json_t *obj)
+/* Appends one SSE event: the chunk fields every event of this job shares
+ * (serialized once, j->chunk_head), then the fields of rest, which it frees. */
+static void sse_chunk(mr_job *j, json_t *rest)
 {
-    char *s = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(obj);
+    if (!j->chunk_head.len) {
+        json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", j->idstr, "object",
+                              j->chat ? "chat.completion.chunk" : "text_completion", "created",
+                              (json_int_t)j->created, "model", j->model->conf->name, "system_fingerprint", "memra");
+        char *h = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        json_decref(o);
+        if (!h)
+            return;
+        mr_buf_add(&j->chunk_head, h, strlen(h) - 1); /* open: without the closing brace */
+        free(h);
+    }
+    char *s = json_dumps(rest, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(rest);
     if (!s)
         return;
     mr_buf_adds(&j->out, "data: ");
-    mr_buf_adds(&j->out, s);
+    mr_buf_add(&j->out, j->chunk_head.p, j->chunk_head.len);
+    mr_buf_adds(&j->out, ",");
+    mr_buf_adds(&j->out, s + 1); /* rest's members, with its closing brace */
     mr_buf_adds(&j->out, "\n\n");
     free(s);
 }
 
-static json_t *chunk_base(mr_job *j)
-{
-    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", j->idstr, "object",
-                          j->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)j->created,
-                          "model", j->model->conf->name, "system_fingerprint", "memra");
-    return o;
-}
-
 static void stream_chunk(mr_job *j, const char *text, size_t len, bool role, const char *finish, json_t *lp)
 {
-    json_t *o = chunk_base(j);
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
     if (j->chat) {
@@ -283,10 +291,10 @@ static void stream_chunk(mr_job *j, const char *text, size_t len, bool role, con
         json_object_set_new(choice, "logprobs", lp ? lp : json_null());
     }
     json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
-    json_object_set_new(o, "choices", json_pack("[o]", choice));
+    json_t *rest = json_pack("{s:[o]}", "choices", choice);
     if (j->include_usage)
-        json_object_set_new(o, "usage", json_null());
-    sse_event(j, o);
+        json_object_set_new(rest, "usage", json_null());
+    sse_chunk(j, rest);
 }
 
 static json_t *usage_json(mr_job *j, uint32_t prompt, uint32_t completion, uint32_t cached)
@@ -318,12 +326,8 @@ static void finish_ok(mr_job *j, const char *finish, uint32_t prompt, uint32_t c
         if (rest.len)
             stream_chunk(j, rest.p, rest.len, false, NULL, NULL);
         stream_chunk(j, NULL, 0, false, finish, NULL);
-        if (j->include_usage) {
-            json_t *o = chunk_base(j);
-            json_object_set_new(o, "choices", json_array());
-            json_object_set_new(o, "usage", usage_json(j, prompt, completion, cached));
-            sse_event(j, o);
-        }
+        if (j->include_usage)
+            sse_chunk(j, json_pack("{s:[], s:o}", "choices", "usage", usage_json(j, prompt, completion, cached)));
         mr_buf_adds(&j->out, "data: [DONE]\n\n");
         j->final_queued = true;
         mr_metrics_request(&gw->metrics, j->route, 200);
