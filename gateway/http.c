@@ -319,18 +319,18 @@ static void route_tokenize(mr_gw *gw, h2o_req_t *req, bool detok, const char *ro
         if (json_is_string(p)) {
             mr_buf_add(&text, json_string_value(p), json_string_length(p));
         } else if (json_is_array(msgs)) {
+            /* validated as a chat request; the template renders the whole
+             * body (messages, tools, chat_template_kwargs, ...) */
             mr_oai_error e;
             mr_oai_req r;
-            char *body = json_dumps(o, JSON_COMPACT);
-            if (mr_oai_parse(body, strlen(body), true, &r, &e)) {
+            if (mr_oai_parse(req->entity.base, req->entity.len, true, &r, &e)) {
                 mr_gw_send_error(req, &e, route, 0);
                 ok = 0;
-            } else if (m->codec->chat(m->codec, r.messages, &text, &err)) {
+            } else if (m->codec->chat(m->codec, r.root, &text, &err)) {
                 send_err(req, 400, "messages", NULL, route, 0, err.msg);
                 ok = 0;
             }
             mr_oai_req_free(&r);
-            free(body);
         } else {
             send_err(req, 400, "prompt", NULL, route, 0, "'prompt' (a string) or 'messages' is required");
             ok = 0;
