@@ -17,8 +17,6 @@
 #include "common/log.h"
 #include "gateway/gw.h"
 
-int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, const mr_key *key, const char *route);
-
 static volatile sig_atomic_t g_sigterm;
 static mr_gw *g_gw; /* the handler and filter reach the gateway through it */
 
@@ -175,10 +173,7 @@ static json_t *models_json(mr_gw *gw)
     json_t *data = json_array();
     for (int m = 0; m < gw->n_models; m++) {
         mr_gw_model *md = &gw->models[m];
-        uint32_t ctx = md->conf->context_length;
-        for (int i = 0; i < md->n_workers; i++)
-            if (md->workers[i].ready && md->workers[i].n_ctx && md->workers[i].n_ctx < ctx)
-                ctx = md->workers[i].n_ctx;
+        uint32_t ctx = mr_gw_model_ctx(md);
         json_t *params = json_pack("[s,s,s,s,s,s,s,s,s,s,s,s,s,s]", "max_tokens", "max_completion_tokens",
                                    "temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty",
                                    "frequency_penalty", "repetition_penalty", "logprobs", "top_logprobs",

@@ -788,7 +788,7 @@ static int build_prompt(mr_job *j, mr_oai_req *r, mr_oai_error *e)
     return 0;
 }
 
-static uint32_t model_ctx(mr_gw_model *m)
+uint32_t mr_gw_model_ctx(const mr_gw_model *m)
 {
     uint32_t ctx = m->conf->context_length;
     for (int i = 0; i < m->n_workers; i++)
@@ -796,8 +796,6 @@ static uint32_t model_ctx(mr_gw_model *m)
             ctx = m->workers[i].n_ctx;
     return ctx;
 }
-
-mr_gw_model *mr_gw_find_model(mr_gw *gw, const char *name);
 
 /* A job refused before it was admitted (nothing else points to it yet). */
 static void job_discard(mr_job *j)
@@ -880,7 +878,7 @@ int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, co
         mr_gw_send_error(req, &e, route, 0);
         return 0;
     }
-    uint32_t ctx = model_ctx(model);
+    uint32_t ctx = mr_gw_model_ctx(model);
     uint32_t np = j->request.n_tokens;
     if (np >= ctx || (r->has_max_tokens && (uint64_t)np + r->max_tokens > ctx)) {
         mr_oai_err(&e, 400, r->has_max_tokens && np < ctx ? "max_tokens" : (r->chat ? "messages" : "prompt"),
