@@ -60,49 +60,31 @@ static int check_count(mr_mpk *r, uint64_t n, size_t per, mr_err *err)
     return 0;
 }
 
-int mr_mpk_map(mr_mpk *r, uint32_t *n, mr_err *err)
+/* A map or an array header: fix form (tag & 0xf0) == fix, or the 16-bit
+ * (tag16) and 32-bit (tag16 + 1) forms; `per` values follow each entry. */
+static int container(mr_mpk *r, uint8_t fix, uint8_t tag16, size_t per, const char *what, uint32_t *n,
+                     mr_err *err)
 {
     uint8_t t;
     uint64_t v;
     if (tag(r, &t, err))
         return -1;
-    if ((t & 0xf0) == 0x80)
+    if ((t & 0xf0) == fix)
         v = t & 0x0f;
-    else if (t == 0xde) {
-        if (take(r, 2, &v, err))
-            return -1;
-    } else if (t == 0xdf) {
-        if (take(r, 4, &v, err))
+    else if (t == tag16 || t == tag16 + 1) {
+        if (take(r, t == tag16 ? 2 : 4, &v, err))
             return -1;
     } else
-        return kind_err(r, "map", t, err);
-    if (check_count(r, v, 2, err))
+        return kind_err(r, what, t, err);
+    if (check_count(r, v, per, err))
         return -1;
     *n = (uint32_t)v;
     return 0;
 }
 
-int mr_mpk_array(mr_mpk *r, uint32_t *n, mr_err *err)
-{
-    uint8_t t;
-    uint64_t v;
-    if (tag(r, &t, err))
-        return -1;
-    if ((t & 0xf0) == 0x90)
-        v = t & 0x0f;
-    else if (t == 0xdc) {
-        if (take(r, 2, &v, err))
-            return -1;
-    } else if (t == 0xdd) {
-        if (take(r, 4, &v, err))
-            return -1;
-    } else
-        return kind_err(r, "array", t, err);
-    if (check_count(r, v, 1, err))
-        return -1;
-    *n = (uint32_t)v;
-    return 0;
-}
+int mr_mpk_map(mr_mpk *r, uint32_t *n, mr_err *err) { return container(r, 0x80, 0xde, 2, "map", n, err); }
+
+int mr_mpk_array(mr_mpk *r, uint32_t *n, mr_err *err) { return container(r, 0x90, 0xdc, 1, "array", n, err); }
 
 static int raw(mr_mpk *r, uint64_t n, const char **s, uint32_t *len, mr_err *err)
 {
