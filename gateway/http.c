@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -535,13 +534,7 @@ static void reload_keys(mr_gw *gw)
     if (mr_keyring_load(gw->conf.keyring, &nk, &err)) {
         /* never fail open: keep serving with the keys we had */
         MR_WARN("gateway: keyring reload failed, keeping the previous keys: %s", err.msg);
-        struct stat st;
-        if (stat(gw->conf.keyring, &st) == 0) {
-            gw->keys.mtime = st.st_mtim.tv_sec;
-            gw->keys.mtime_ns = st.st_mtim.tv_nsec;
-            gw->keys.size = st.st_size;
-            gw->keys.ino = st.st_ino;
-        }
+        mr_keyring_stat(gw->conf.keyring, &gw->keys); /* warn once per rewrite */
         return;
     }
     mr_keyring_free(&gw->keys);
