@@ -39,8 +39,9 @@ struct mr_job {
     int wstate;
     bool http_done;
     mr_msg request;
-    char tenant[MR_TENANT_MAX + 1];
-    char key_id[32];
+    /* looked up once at admission (the tables never drop entries) */
+    mr_tenant_state *ts;
+    mr_key_state *ks;
     mr_textout tout;
     bool text_stopped;
     mr_buf text;
@@ -137,14 +138,10 @@ static void job_free(mr_job *j)
     h2o_linklist_unlink(&j->all);
     job_unindex(gw, j);
     gw->n_jobs--;
-    mr_tenant_state *ts = mr_gw_tenant(gw, j->tenant);
-    if (ts)
-        ts->running--;
-    if (j->key_id[0]) {
-        mr_key_state *ks = mr_gw_key_state(gw, j->key_id);
-        if (ks)
-            ks->running--;
-    }
+    if (j->ts)
+        j->ts->running--;
+    if (j->ks)
+        j->ks->running--;
     if (j->ref)
         j->ref->job = NULL;
     mr_msg_free(&j->request);
@@ -317,10 +314,9 @@ static void finish_ok(mr_job *j, const char *finish, uint32_t prompt, uint32_t c
     mr_gw_model *m = j->model;
     m->prompt_tokens += prompt;
     m->gen_tokens += completion;
-    mr_tenant_state *ts = mr_gw_tenant(gw, j->tenant);
-    if (ts) {
-        ts->prompt_tokens += prompt;
-        ts->gen_tokens += completion;
+    if (j->ts) {
+        j->ts->prompt_tokens += prompt;
+        j->ts->gen_tokens += completion;
     }
     if (j->stream) {
         if (rest.len)
@@ -870,9 +866,8 @@ int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, co
         off += snprintf(j->idstr + off, sizeof j->idstr - (size_t)off, "%02x", rnd[i]);
     mr_msg_init(&j->request, MR_MSG_REQUEST, j->id);
     mr_textout_init(&j->tout);
-    snprintf(j->tenant, sizeof j->tenant, "%s", tenant);
-    if (key)
-        snprintf(j->key_id, sizeof j->key_id, "%s", key->id);
+    j->ts = ts;
+    j->ks = ks;
     if (build_prompt(j, r, &e)) {
         job_discard(j);
         mr_gw_send_error(req, &e, route, 0);
