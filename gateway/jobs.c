@@ -44,7 +44,8 @@ struct mr_job {
     mr_key_state *ks;
     mr_textout tout;
     bool text_stopped;
-    mr_buf text;
+    mr_buf text;          /* the whole text (blocking responses) */
+    size_t text_len;      /* bytes of text released so far (logprobs text_offset) */
     json_t *lp;           /* accumulated logprobs (blocking responses) */
     uint32_t completion_tokens;
     const char *finish;
@@ -568,13 +569,14 @@ static void on_tokens(mr_job *j, mr_msg *m)
         const char *pp = piece->p ? piece->p : "";
         bool stopped = mr_textout_push(&j->tout, pp, piece->len, released);
         if (lp)
-            add_logprobs(j, m, i, pp, piece->len, j->text.len + before, lp);
+            add_logprobs(j, m, i, pp, piece->len, j->text_len + before, lp);
         if (stopped) {
             j->text_stopped = true;
             break;
         }
     }
     const char *rel = released->p ? released->p : "";
+    j->text_len += released->len;
     if (j->stream) {
         if (released->len || lp)
             stream_chunk(j, rel, released->len, false, NULL, lp ? json_incref(lp) : NULL);
