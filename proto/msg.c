@@ -27,15 +27,21 @@ const char *mr_finish_name(enum mr_finish f)
     return (unsigned)f <= MR_FINISH_CANCELLED ? finish_names[f] : "?";
 }
 
+void mr_sampling_init(mr_sampling *s)
+{
+    memset(s, 0, sizeof *s);
+    s->temperature = 1.0f;
+    s->top_p = 1.0f;
+    s->repetition_penalty = 1.0f;
+}
+
 void mr_msg_init(mr_msg *m, enum mr_msg_type type, uint64_t id)
 {
     memset(m, 0, sizeof *m);
     m->type = type;
     m->version = MR_PROTO_VERSION;
     m->id = id;
-    m->samp.temperature = 1.0f;
-    m->samp.top_p = 1.0f;
-    m->samp.repetition_penalty = 1.0f;
+    mr_sampling_init(&m->samp);
     m->max_tokens = 1;
 }
 

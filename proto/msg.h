@@ -107,6 +107,10 @@ typedef struct mr_msg {
     int32_t device;
 } mr_msg;
 
+/* Sampling as requested when nothing is said: temperature 1, top_p 1,
+ * repetition_penalty 1, everything else off. */
+void mr_sampling_init(mr_sampling *s);
+
 /* A zeroed message of a type with the version set and default sampling
  * (temperature 1, top_p 1, repetition_penalty 1). */
 void mr_msg_init(mr_msg *m, enum mr_msg_type type, uint64_t id);
