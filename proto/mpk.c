@@ -113,7 +113,8 @@ int mr_mpk_str(mr_mpk *r, const char **s, uint32_t *n, mr_err *err)
 }
 
 /* Reads any integer; *neg says whether it was a negative one (then *v holds
- * the two's complement bits of the int64). */
+ * the two's complement bits of the int64).  Returns 1 when the tag it
+ * consumed (*t) is not an integer's. */
 static int any_int(mr_mpk *r, uint64_t *v, bool *neg, uint8_t *t, mr_err *err)
 {
     if (tag(r, t, err))
@@ -147,8 +148,7 @@ static int any_int(mr_mpk *r, uint64_t *v, bool *neg, uint8_t *t, mr_err *err)
         *v = (uint64_t)s;
         return 0;
     }
-    r->off--;
-    return 1; /* not an integer; cursor restored */
+    return 1; /* not an integer: the caller reads tag *t another way */
 }
 
 int mr_mpk_uint(mr_mpk *r, uint64_t *v, mr_err *err)
@@ -158,10 +158,8 @@ int mr_mpk_uint(mr_mpk *r, uint64_t *v, mr_err *err)
     int rc = any_int(r, v, &neg, &t, err);
     if (rc < 0)
         return -1;
-    if (rc > 0) {
-        r->off++;
+    if (rc > 0)
         return kind_err(r, "unsigned integer", t, err);
-    }
     if (neg)
         return mr_errf(err, "msgpack: expected unsigned integer at byte %zu, found a negative one", r->off);
     return 0;
@@ -175,10 +173,8 @@ int mr_mpk_int(mr_mpk *r, int64_t *v, mr_err *err)
     int rc = any_int(r, &u, &neg, &t, err);
     if (rc < 0)
         return -1;
-    if (rc > 0) {
-        r->off++;
+    if (rc > 0)
         return kind_err(r, "integer", t, err);
-    }
     if (!neg && u > INT64_MAX)
         return mr_errf(err, "msgpack: integer at byte %zu does not fit int64", r->off);
     *v = (int64_t)u;
@@ -197,7 +193,6 @@ int mr_mpk_num(mr_mpk *r, double *v, mr_err *err)
         *v = neg ? (double)(int64_t)u : (double)u;
         return 0;
     }
-    r->off++;
     if (t == 0xca) {
         if (take(r, 4, &u, err))
             return -1;
