@@ -59,7 +59,7 @@ void mr_keyring_free(mr_keyring *kr)
     memset(kr, 0, sizeof *kr);
 }
 
-static void stat_into(const char *path, mr_keyring *kr)
+void mr_keyring_stat(const char *path, mr_keyring *kr)
 {
     struct stat st;
     if (stat(path, &st) == 0) {
@@ -83,7 +83,7 @@ int mr_keyring_load(const char *path, mr_keyring *out, mr_err *err)
 {
     memset(out, 0, sizeof *out);
     mr_keyring kr = {0};
-    stat_into(path, &kr);
+    mr_keyring_stat(path, &kr);
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root)

@@ -44,6 +44,8 @@ bool mr_tenant_valid(const char *s);
 int mr_keyring_load(const char *path, mr_keyring *kr, mr_err *err);
 int mr_keyring_save(const char *path, const mr_keyring *kr, mr_err *err);
 void mr_keyring_free(mr_keyring *kr);
+/* Records the identity (mtime, size, inode) of the file at path in kr. */
+void mr_keyring_stat(const char *path, mr_keyring *kr);
 /* True when the file at path differs (mtime, size or inode) from kr. */
 bool mr_keyring_changed(const char *path, const mr_keyring *kr);
 

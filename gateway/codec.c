@@ -3,16 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The tokenizer and chat-template modules are built in when present. */
-#if __has_include("common/tokenizer.h")
+#include "common/chat.h"
 #include "common/gguf.h"
 #include "common/tokenizer.h"
-#define MR_HAVE_TOKENIZER 1
-#endif
-#if __has_include("common/chat.h")
-#include "common/chat.h"
-#define MR_HAVE_CHAT 1
-#endif
 
 static int bytes_encode(mr_codec *c, const char *text, size_t len, bool chat, uint32_t **ids, uint32_t *n,
                         mr_err *err)
@@ -80,13 +73,11 @@ mr_codec *mr_codec_bytes(void)
     return c;
 }
 
-#if MR_HAVE_TOKENIZER
 typedef struct gguf_codec {
     mr_codec super;
     mr_tokenizer *tok;
-#if MR_HAVE_CHAT
+    mr_bytes piece; /* reused by every piece() call (all on the event loop) */
     mr_chat_tmpl *tmpl;
-#endif
 } gguf_codec;
 
 static int gguf_encode(mr_codec *c, const char *text, size_t len, bool chat, uint32_t **ids, uint32_t *n,
@@ -116,16 +107,14 @@ static int gguf_piece(mr_codec *c, uint32_t id, mr_buf *out, mr_err *err)
     gguf_codec *g = (gguf_codec *)c;
     if (id >= mr_tok_n_vocab(g->tok))
         return mr_errf(err, "token id %u outside the vocabulary (%u)", id, mr_tok_n_vocab(g->tok));
-    mr_bytes b = {0};
     /* control tokens (end of turn, ...) decode to nothing */
-    int rc = mr_tok_piece(g->tok, (mr_token)id, 0, &b, err);
-    if (!rc)
-        mr_buf_add(out, b.data ? b.data : "", b.len);
-    mr_bytes_free(&b);
-    return rc;
+    g->piece.len = 0;
+    if (mr_tok_piece(g->tok, (mr_token)id, 0, &g->piece, err))
+        return -1;
+    mr_buf_add(out, g->piece.data ? g->piece.data : "", g->piece.len);
+    return 0;
 }
 
-#if MR_HAVE_CHAT
 static int gguf_chat(mr_codec *c, const json_t *body, mr_buf *prompt, mr_err *err)
 {
     gguf_codec *g = (gguf_codec *)c;
@@ -142,15 +131,13 @@ static int gguf_chat(mr_codec *c, const json_t *body, mr_buf *prompt, mr_err *er
     free(out);
     return 0;
 }
-#endif
 
 static void gguf_destroy(mr_codec *c)
 {
     gguf_codec *g = (gguf_codec *)c;
     mr_tok_free(g->tok);
-#if MR_HAVE_CHAT
+    mr_bytes_free(&g->piece);
     mr_chat_tmpl_free(g->tmpl);
-#endif
     free(g);
 }
 
@@ -167,7 +154,6 @@ static mr_codec *gguf_open(const char *path, const char *tmpl_override, mr_err *
         free(g);
         return NULL;
     }
-#if MR_HAVE_CHAT
     /* models without a template (and no override) fall back to ChatML */
     if (tmpl_override || mr_gguf_find(f, "tokenizer.chat_template")) {
         g->tmpl = mr_chat_tmpl_from_gguf(f, tmpl_override, tmpl_override ? strlen(tmpl_override) : 0, err);
@@ -178,24 +164,18 @@ static mr_codec *gguf_open(const char *path, const char *tmpl_override, mr_err *
             return NULL;
         }
     }
-#endif
     mr_gguf_close(f);
     g->super.kind = "gguf";
     g->super.n_vocab = mr_tok_n_vocab(g->tok);
     g->super.encode = gguf_encode;
     g->super.piece = gguf_piece;
-#if MR_HAVE_CHAT
     g->super.chat = gguf_chat;
-#else
-    g->super.chat = chatml;
-#endif
     g->super.destroy = gguf_destroy;
     for (uint32_t id = 0; id < g->super.n_vocab && g->super.n_stop_ids < 64; id++)
         if (mr_tok_is_eog(g->tok, (mr_token)id))
             g->super.stop_ids[g->super.n_stop_ids++] = id;
     return &g->super;
 }
-#endif
 
 mr_codec *mr_codec_open(const char *kind, const char *gguf_path, const char *tmpl_override, mr_err *err)
 {
@@ -205,11 +185,8 @@ mr_codec *mr_codec_open(const char *kind, const char *gguf_path, const char *tmp
             mr_errf(err, "out of memory");
         return c;
     }
-#if MR_HAVE_TOKENIZER
     if (!strcmp(kind, "gguf"))
         return gguf_open(gguf_path, tmpl_override, err);
-#endif
-    mr_errf(err, "tokenizer \"%s\" for %s: not available in this build (use \"bytes\")", kind,
-            gguf_path ? gguf_path : "(no model file)");
+    mr_errf(err, "tokenizer \"%s\" for %s: not one of gguf, bytes", kind, gguf_path ? gguf_path : "(no model file)");
     return NULL;
 }

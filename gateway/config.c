@@ -67,6 +67,26 @@ static int get_int(json_t *o, const char *key, const char *path, long long lo, l
     return 0;
 }
 
+/* get_int into the config's narrower fields (the bounds fit them). */
+static int get_u32(json_t *o, const char *key, const char *path, long long lo, long long hi, uint32_t *dst,
+                   mr_err *err)
+{
+    long long v = *dst;
+    if (get_int(o, key, path, lo, hi, &v, err))
+        return -1;
+    *dst = (uint32_t)v;
+    return 0;
+}
+
+static int get_i32(json_t *o, const char *key, const char *path, long long lo, long long hi, int *dst, mr_err *err)
+{
+    long long v = *dst;
+    if (get_int(o, key, path, lo, hi, &v, err))
+        return -1;
+    *dst = (int)v;
+    return 0;
+}
+
 static int get_bool(json_t *o, const char *key, const char *path, bool *dst, mr_err *err)
 {
     json_t *v = json_object_get(o, key);
@@ -126,23 +146,14 @@ static int parse_model(json_t *m, int idx, mr_model_conf *mc, mr_err *err)
     }
     if (strcmp(mc->tokenizer, "gguf") && strcmp(mc->tokenizer, "bytes"))
         return mr_errf(err, "%stokenizer: \"%s\" is not one of gguf, bytes", path, mc->tokenizer);
-    long long v;
-    v = mc->context_length;
-    if (get_int(m, "context_length", path, 16, 1 << 24, &v, err))
+    if (get_u32(m, "context_length", path, 16, 1 << 24, &mc->context_length, err))
         return -1;
-    mc->context_length = (uint32_t)v;
-    v = mc->max_tokens_default;
-    if (get_int(m, "max_tokens_default", path, 1, 1 << 24, &v, err))
+    if (get_u32(m, "max_tokens_default", path, 1, 1 << 24, &mc->max_tokens_default, err))
         return -1;
-    mc->max_tokens_default = (uint32_t)v;
-    v = mc->queue_max;
-    if (get_int(m, "queue_max", path, 0, 1 << 20, &v, err))
+    if (get_u32(m, "queue_max", path, 0, 1 << 20, &mc->queue_max, err))
         return -1;
-    mc->queue_max = (uint32_t)v;
-    v = mc->max_running;
-    if (get_int(m, "max_running", path, 1, 1 << 16, &v, err))
+    if (get_u32(m, "max_running", path, 1, 1 << 16, &mc->max_running, err))
         return -1;
-    mc->max_running = (uint32_t)v;
     json_t *ws = json_object_get(m, "workers");
     if (!json_is_array(ws) || json_array_size(ws) == 0 || json_array_size(ws) > MR_MAX_WORKERS)
         return mr_errf(err, "%sworkers: expected an array of 1..%d workers", path, MR_MAX_WORKERS);
@@ -162,10 +173,8 @@ static int parse_model(json_t *m, int idx, mr_model_conf *mc, mr_err *err)
             return mr_errf(err, "%slisten: required (e.g. \"ipc:///run/memra/w0.sock\")", wp);
         if (strncmp(wc->url, "ipc://", 6) && strncmp(wc->url, "tcp://", 6))
             return mr_errf(err, "%slisten: \"%s\" must start with ipc:// or tcp://", wp, wc->url);
-        v = -1;
-        if (get_int(w, "device", wp, -1, 255, &v, err))
+        if (get_i32(w, "device", wp, -1, 255, &wc->device, err))
             return -1;
-        wc->device = (int)v;
     }
     mc->n_workers = (int)json_array_size(ws);
     json_t *args = json_object_get(m, "worker_args");
@@ -198,30 +207,20 @@ static int parse_root(json_t *root, mr_config *c, mr_err *err)
     if (get_int(root, "max_body_bytes", "", 1024, 1ll << 30, &v, err))
         return -1;
     c->max_body_bytes = (uint64_t)v;
-    v = c->request_timeout_ms;
-    if (get_int(root, "request_timeout_ms", "", 100, 3600000, &v, err))
+    if (get_i32(root, "request_timeout_ms", "", 100, 3600000, &c->request_timeout_ms, err))
         return -1;
-    c->request_timeout_ms = (int)v;
-    v = c->drain_timeout_ms;
-    if (get_int(root, "drain_timeout_ms", "", 0, 3600000, &v, err))
+    if (get_i32(root, "drain_timeout_ms", "", 0, 3600000, &c->drain_timeout_ms, err))
         return -1;
-    c->drain_timeout_ms = (int)v;
-    v = c->retry_after_s;
-    if (get_int(root, "retry_after_s", "", 1, 60, &v, err))
+    if (get_i32(root, "retry_after_s", "", 1, 60, &c->retry_after_s, err))
         return -1;
-    c->retry_after_s = (int)v;
     if (get_str(root, "keyring", "", c->keyring, sizeof c->keyring, err) ||
         get_bool(root, "supervise", "", &c->supervise, err) ||
         get_str(root, "worker_bin", "", c->worker_bin, sizeof c->worker_bin, err))
         return -1;
-    v = c->backoff_min_ms;
-    if (get_int(root, "restart_backoff_min_ms", "", 10, 600000, &v, err))
+    if (get_i32(root, "restart_backoff_min_ms", "", 10, 600000, &c->backoff_min_ms, err))
         return -1;
-    c->backoff_min_ms = (int)v;
-    v = c->backoff_max_ms;
-    if (get_int(root, "restart_backoff_max_ms", "", 10, 600000, &v, err))
+    if (get_i32(root, "restart_backoff_max_ms", "", 10, 600000, &c->backoff_max_ms, err))
         return -1;
-    c->backoff_max_ms = (int)v;
     if (c->backoff_max_ms < c->backoff_min_ms)
         return mr_errf(err, "restart_backoff_max_ms: must be >= restart_backoff_min_ms");
     json_t *t = json_object_get(root, "tenants");

@@ -96,6 +96,10 @@ struct mr_gw {
     uint64_t next_id;
     h2o_linklist_t jobs; /* every live job */
     int n_jobs;
+    /* the same jobs by id (open addressing, linear probing; power-of-two
+     * size): each worker message finds its job without walking them all */
+    mr_job **job_slots;
+    size_t job_slots_cap;
     h2o_timeout_t tick_timeout;
     h2o_timeout_entry_t tick;
 };
@@ -109,7 +113,11 @@ typedef struct mr_wevent {
 } mr_wevent;
 
 /* gateway/jobs.c */
-int mr_gw_handle_generate(mr_gw *gw, h2o_req_t *req, bool chat, const char *route);
+/* Admits a validated request (answers it when refused). */
+int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, const mr_key *key, const char *route);
+/* The context a request may use: the configured length, or less when a
+ * ready worker reported less. */
+uint32_t mr_gw_model_ctx(const mr_gw_model *m);
 void mr_gw_on_worker_event(mr_gw_worker *w, mr_wevent *ev);
 void mr_gw_fail_worker_jobs(mr_gw_worker *w, const char *why);
 void mr_gw_jobs_tick(mr_gw *gw);
@@ -117,6 +125,7 @@ void mr_gw_jobs_tick(mr_gw *gw);
 /* gateway/http.c */
 void mr_gw_send_json(h2o_req_t *req, int status, const char *body, size_t len, const char *route);
 void mr_gw_send_error(h2o_req_t *req, const mr_oai_error *e, const char *route, int retry_after);
+mr_gw_model *mr_gw_find_model(mr_gw *gw, const char *name);
 mr_tenant_state *mr_gw_tenant(mr_gw *gw, const char *name);
 mr_key_state *mr_gw_key_state(mr_gw *gw, const char *id);
 
@@ -126,7 +135,7 @@ void mr_sup_tick(mr_gw *gw);
 void mr_sup_stop_all(mr_gw *gw, int grace_ms);
 bool mr_sup_all_exited(mr_gw *gw);
 
-/* gateway/gateway.c */
+/* gateway/http.c: the listener and event loop */
 int mr_gateway_main(const char *config_path);
 
 #endif

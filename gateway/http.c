@@ -10,14 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
 #include "gateway/gw.h"
-
-int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, const mr_key *key, const char *route);
 
 static volatile sig_atomic_t g_sigterm;
 static mr_gw *g_gw; /* the handler and filter reach the gateway through it */
@@ -175,10 +172,7 @@ static json_t *models_json(mr_gw *gw)
     json_t *data = json_array();
     for (int m = 0; m < gw->n_models; m++) {
         mr_gw_model *md = &gw->models[m];
-        uint32_t ctx = md->conf->context_length;
-        for (int i = 0; i < md->n_workers; i++)
-            if (md->workers[i].ready && md->workers[i].n_ctx && md->workers[i].n_ctx < ctx)
-                ctx = md->workers[i].n_ctx;
+        uint32_t ctx = mr_gw_model_ctx(md);
         json_t *params = json_pack("[s,s,s,s,s,s,s,s,s,s,s,s,s,s]", "max_tokens", "max_completion_tokens",
                                    "temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty",
                                    "frequency_penalty", "repetition_penalty", "logprobs", "top_logprobs",
@@ -319,18 +313,18 @@ static void route_tokenize(mr_gw *gw, h2o_req_t *req, bool detok, const char *ro
         if (json_is_string(p)) {
             mr_buf_add(&text, json_string_value(p), json_string_length(p));
         } else if (json_is_array(msgs)) {
+            /* validated as a chat request; the template renders the whole
+             * body (messages, tools, chat_template_kwargs, ...) */
             mr_oai_error e;
             mr_oai_req r;
-            char *body = json_dumps(o, JSON_COMPACT);
-            if (mr_oai_parse(body, strlen(body), true, &r, &e)) {
+            if (mr_oai_parse(req->entity.base, req->entity.len, true, &r, &e)) {
                 mr_gw_send_error(req, &e, route, 0);
                 ok = 0;
-            } else if (m->codec->chat(m->codec, r.messages, &text, &err)) {
+            } else if (m->codec->chat(m->codec, r.root, &text, &err)) {
                 send_err(req, 400, "messages", NULL, route, 0, err.msg);
                 ok = 0;
             }
             mr_oai_req_free(&r);
-            free(body);
         } else {
             send_err(req, 400, "prompt", NULL, route, 0, "'prompt' (a string) or 'messages' is required");
             ok = 0;
@@ -540,13 +534,7 @@ static void reload_keys(mr_gw *gw)
     if (mr_keyring_load(gw->conf.keyring, &nk, &err)) {
         /* never fail open: keep serving with the keys we had */
         MR_WARN("gateway: keyring reload failed, keeping the previous keys: %s", err.msg);
-        struct stat st;
-        if (stat(gw->conf.keyring, &st) == 0) {
-            gw->keys.mtime = st.st_mtim.tv_sec;
-            gw->keys.mtime_ns = st.st_mtim.tv_nsec;
-            gw->keys.size = st.st_size;
-            gw->keys.ino = st.st_ino;
-        }
+        mr_keyring_stat(gw->conf.keyring, &gw->keys); /* warn once per rewrite */
         return;
     }
     mr_keyring_free(&gw->keys);

@@ -39,11 +39,13 @@ struct mr_job {
     int wstate;
     bool http_done;
     mr_msg request;
-    char tenant[MR_TENANT_MAX + 1];
-    char key_id[32];
+    /* looked up once at admission (the tables never drop entries) */
+    mr_tenant_state *ts;
+    mr_key_state *ks;
     mr_textout tout;
     bool text_stopped;
-    mr_buf text;
+    mr_buf text;          /* the whole text (blocking responses) */
+    size_t text_len;      /* bytes of text released so far (logprobs text_offset) */
     json_t *lp;           /* accumulated logprobs (blocking responses) */
     uint32_t completion_tokens;
     const char *finish;
@@ -51,6 +53,9 @@ struct mr_job {
     long created;
     /* streaming */
     mr_buf out, wire;
+    mr_buf chunk_head; /* {"id":...,"system_fingerprint":"memra" of every chunk */
+    /* per-token scratch, reused across worker messages */
+    mr_buf piece, released, tok_text, top_raw, top_text;
     bool sending, final_queued, headers_sent;
     double t_start, t_last;
     bool got_first;
@@ -58,14 +63,70 @@ struct mr_job {
 
 /* ---------- helpers ---------- */
 
+static size_t job_home(uint64_t id, size_t mask)
+{
+    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+}
+
 static mr_job *find_job(mr_gw *gw, uint64_t id)
 {
-    for (h2o_linklist_t *l = gw->jobs.next; l != &gw->jobs; l = l->next) {
-        mr_job *j = H2O_STRUCT_FROM_MEMBER(mr_job, all, l);
-        if (j->id == id)
-            return j;
-    }
+    if (!gw->job_slots_cap)
+        return NULL;
+    size_t mask = gw->job_slots_cap - 1;
+    for (size_t i = job_home(id, mask); gw->job_slots[i]; i = (i + 1) & mask)
+        if (gw->job_slots[i]->id == id)
+            return gw->job_slots[i];
     return NULL;
+}
+
+static void job_slot_put(mr_job **slots, size_t mask, mr_job *j)
+{
+    size_t i = job_home(j->id, mask);
+    while (slots[i])
+        i = (i + 1) & mask;
+    slots[i] = j;
+}
+
+/* Adds j to the id table (kept at most half full); -1 when out of memory. */
+static int job_index(mr_gw *gw, mr_job *j)
+{
+    if ((size_t)(gw->n_jobs + 1) * 2 > gw->job_slots_cap) {
+        size_t cap = gw->job_slots_cap ? gw->job_slots_cap * 2 : 64;
+        mr_job **slots = calloc(cap, sizeof *slots);
+        if (!slots)
+            return -1;
+        for (size_t i = 0; i < gw->job_slots_cap; i++)
+            if (gw->job_slots[i])
+                job_slot_put(slots, cap - 1, gw->job_slots[i]);
+        free(gw->job_slots);
+        gw->job_slots = slots;
+        gw->job_slots_cap = cap;
+    }
+    job_slot_put(gw->job_slots, gw->job_slots_cap - 1, j);
+    return 0;
+}
+
+/* Removes j, shifting later entries of its probe run back into the hole so
+ * that no lookup stops early (no tombstones). */
+static void job_unindex(mr_gw *gw, mr_job *j)
+{
+    if (!gw->job_slots_cap)
+        return;
+    mr_job **slots = gw->job_slots;
+    size_t mask = gw->job_slots_cap - 1, hole = job_home(j->id, mask);
+    while (slots[hole] && slots[hole] != j)
+        hole = (hole + 1) & mask;
+    if (!slots[hole])
+        return;
+    for (size_t k = (hole + 1) & mask; slots[k]; k = (k + 1) & mask) {
+        /* slots[k] may move back unless its home lies after the hole */
+        size_t home = job_home(slots[k]->id, mask);
+        if (((k - home) & mask) >= ((k - hole) & mask)) {
+            slots[hole] = slots[k];
+            hole = k;
+        }
+    }
+    slots[hole] = NULL;
 }
 
 static void job_free(mr_job *j)
@@ -76,15 +137,12 @@ static void job_free(mr_job *j)
         j->model->queued--;
     }
     h2o_linklist_unlink(&j->all);
+    job_unindex(gw, j);
     gw->n_jobs--;
-    mr_tenant_state *ts = mr_gw_tenant(gw, j->tenant);
-    if (ts)
-        ts->running--;
-    if (j->key_id[0]) {
-        mr_key_state *ks = mr_gw_key_state(gw, j->key_id);
-        if (ks)
-            ks->running--;
-    }
+    if (j->ts)
+        j->ts->running--;
+    if (j->ks)
+        j->ks->running--;
     if (j->ref)
         j->ref->job = NULL;
     mr_msg_free(&j->request);
@@ -92,6 +150,12 @@ static void job_free(mr_job *j)
     mr_buf_free(&j->text);
     mr_buf_free(&j->out);
     mr_buf_free(&j->wire);
+    mr_buf_free(&j->chunk_head);
+    mr_buf_free(&j->piece);
+    mr_buf_free(&j->released);
+    mr_buf_free(&j->tok_text);
+    mr_buf_free(&j->top_raw);
+    mr_buf_free(&j->top_text);
     json_decref(j->lp);
     free(j);
 }
@@ -181,29 +245,35 @@ static void stream_flush(mr_job *j)
     h2o_send(j->req, &iov, 1, fin ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
 }
 
-static void sse_event(mr_job *j, json_t *obj)
+/* Appends one SSE event: the chunk fields every event of this job shares
+ * (serialized once, j->chunk_head), then the fields of rest, which it frees. */
+static void sse_chunk(mr_job *j, json_t *rest)
 {
-    char *s = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(obj);
+    if (!j->chunk_head.len) {
+        json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", j->idstr, "object",
+                              j->chat ? "chat.completion.chunk" : "text_completion", "created",
+                              (json_int_t)j->created, "model", j->model->conf->name, "system_fingerprint", "memra");
+        char *h = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        json_decref(o);
+        if (!h)
+            return;
+        mr_buf_add(&j->chunk_head, h, strlen(h) - 1); /* open: without the closing brace */
+        free(h);
+    }
+    char *s = json_dumps(rest, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(rest);
     if (!s)
         return;
     mr_buf_adds(&j->out, "data: ");
-    mr_buf_adds(&j->out, s);
+    mr_buf_add(&j->out, j->chunk_head.p, j->chunk_head.len);
+    mr_buf_adds(&j->out, ",");
+    mr_buf_adds(&j->out, s + 1); /* rest's members, with its closing brace */
     mr_buf_adds(&j->out, "\n\n");
     free(s);
 }
 
-static json_t *chunk_base(mr_job *j)
-{
-    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", j->idstr, "object",
-                          j->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)j->created,
-                          "model", j->model->conf->name, "system_fingerprint", "memra");
-    return o;
-}
-
 static void stream_chunk(mr_job *j, const char *text, size_t len, bool role, const char *finish, json_t *lp)
 {
-    json_t *o = chunk_base(j);
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
     if (j->chat) {
@@ -219,10 +289,10 @@ static void stream_chunk(mr_job *j, const char *text, size_t len, bool role, con
         json_object_set_new(choice, "logprobs", lp ? lp : json_null());
     }
     json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
-    json_object_set_new(o, "choices", json_pack("[o]", choice));
+    json_t *rest = json_pack("{s:[o]}", "choices", choice);
     if (j->include_usage)
-        json_object_set_new(o, "usage", json_null());
-    sse_event(j, o);
+        json_object_set_new(rest, "usage", json_null());
+    sse_chunk(j, rest);
 }
 
 static json_t *usage_json(mr_job *j, uint32_t prompt, uint32_t completion, uint32_t cached)
@@ -245,21 +315,16 @@ static void finish_ok(mr_job *j, const char *finish, uint32_t prompt, uint32_t c
     mr_gw_model *m = j->model;
     m->prompt_tokens += prompt;
     m->gen_tokens += completion;
-    mr_tenant_state *ts = mr_gw_tenant(gw, j->tenant);
-    if (ts) {
-        ts->prompt_tokens += prompt;
-        ts->gen_tokens += completion;
+    if (j->ts) {
+        j->ts->prompt_tokens += prompt;
+        j->ts->gen_tokens += completion;
     }
     if (j->stream) {
         if (rest.len)
             stream_chunk(j, rest.p, rest.len, false, NULL, NULL);
         stream_chunk(j, NULL, 0, false, finish, NULL);
-        if (j->include_usage) {
-            json_t *o = chunk_base(j);
-            json_object_set_new(o, "choices", json_array());
-            json_object_set_new(o, "usage", usage_json(j, prompt, completion, cached));
-            sse_event(j, o);
-        }
+        if (j->include_usage)
+            sse_chunk(j, json_pack("{s:[], s:o}", "choices", "usage", usage_json(j, prompt, completion, cached)));
         mr_buf_adds(&j->out, "data: [DONE]\n\n");
         j->final_queued = true;
         mr_metrics_request(&gw->metrics, j->route, 200);
@@ -414,51 +479,55 @@ static void pump_queue(mr_gw_model *m)
 
 /* ---------- worker events ---------- */
 
+/* Top candidate k of token i: raw bytes into j->top_raw, text (invalid
+ * UTF-8 as U+FFFD) into j->top_text. */
+static void top_piece(mr_job *j, const mr_msg *m, uint32_t i, uint32_t k)
+{
+    mr_err err;
+    mr_buf_clear(&j->top_raw);
+    mr_buf_clear(&j->top_text);
+    j->model->codec->piece(j->model->codec, m->top_ids[(size_t)i * m->n_top + k], &j->top_raw, &err);
+    mr_gw_utf8_sanitize(&j->top_text, j->top_raw.p ? j->top_raw.p : "", j->top_raw.len);
+}
+
+static json_t *byte_array(const char *p, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t b = 0; b < n; b++)
+        json_array_append_new(a, json_integer((unsigned char)p[b]));
+    return a;
+}
+
 static void add_logprobs(mr_job *j, const mr_msg *m, uint32_t i, const char *piece, size_t plen, size_t offset,
                          json_t *dst)
 {
-    mr_buf clean = {0};
-    mr_gw_utf8_sanitize(&clean, piece, plen);
-    const char *tok = clean.p ? clean.p : "";
+    mr_buf_clear(&j->tok_text);
+    mr_gw_utf8_sanitize(&j->tok_text, piece, plen);
+    const char *tok = j->tok_text.p ? j->tok_text.p : "";
     double lp = m->logprobs ? m->logprobs[i] : 0;
     if (j->chat) {
-        json_t *bytes = json_array();
-        for (size_t b = 0; b < plen; b++)
-            json_array_append_new(bytes, json_integer((unsigned char)piece[b]));
         json_t *tops = json_array();
         for (uint32_t k = 0; k < m->n_top; k++) {
-            mr_buf tp = {0}, tc = {0};
-            mr_err err;
-            uint32_t tid = m->top_ids[(size_t)i * m->n_top + k];
-            j->model->codec->piece(j->model->codec, tid, &tp, &err);
-            mr_gw_utf8_sanitize(&tc, tp.p ? tp.p : "", tp.len);
-            json_t *tb = json_array();
-            for (size_t b = 0; b < tp.len; b++)
-                json_array_append_new(tb, json_integer((unsigned char)tp.p[b]));
-            json_array_append_new(tops, json_pack("{s:s, s:f, s:o}", "token", tc.p ? tc.p : "", "logprob",
-                                                  (double)m->top_lps[(size_t)i * m->n_top + k], "bytes", tb));
-            mr_buf_free(&tp);
-            mr_buf_free(&tc);
+            top_piece(j, m, i, k);
+            json_array_append_new(tops, json_pack("{s:s%, s:f, s:o}", "token", j->top_text.p ? j->top_text.p : "",
+                                                  j->top_text.len, "logprob",
+                                                  (double)m->top_lps[(size_t)i * m->n_top + k], "bytes",
+                                                  byte_array(j->top_raw.p, j->top_raw.len)));
         }
-        json_array_append_new(dst, json_pack("{s:s, s:f, s:o, s:o}", "token", tok, "logprob", lp, "bytes", bytes,
-                                             "top_logprobs", tops));
+        json_array_append_new(dst, json_pack("{s:s%, s:f, s:o, s:o}", "token", tok, j->tok_text.len, "logprob", lp,
+                                             "bytes", byte_array(piece, plen), "top_logprobs", tops));
     } else {
-        json_array_append_new(json_object_get(dst, "tokens"), json_string(tok));
+        json_array_append_new(json_object_get(dst, "tokens"), json_stringn(tok, j->tok_text.len));
         json_array_append_new(json_object_get(dst, "token_logprobs"), json_real(lp));
         json_t *top = json_object();
         for (uint32_t k = 0; k < m->n_top; k++) {
-            mr_buf tp = {0}, tc = {0};
-            mr_err err;
-            j->model->codec->piece(j->model->codec, m->top_ids[(size_t)i * m->n_top + k], &tp, &err);
-            mr_gw_utf8_sanitize(&tc, tp.p ? tp.p : "", tp.len);
-            json_object_set_new(top, tc.p ? tc.p : "", json_real(m->top_lps[(size_t)i * m->n_top + k]));
-            mr_buf_free(&tp);
-            mr_buf_free(&tc);
+            top_piece(j, m, i, k);
+            json_object_set_new(top, j->top_text.p ? j->top_text.p : "",
+                                json_real(m->top_lps[(size_t)i * m->n_top + k]));
         }
         json_array_append_new(json_object_get(dst, "top_logprobs"), top);
         json_array_append_new(json_object_get(dst, "text_offset"), json_integer((json_int_t)offset));
     }
-    mr_buf_free(&clean);
 }
 
 static json_t *new_lp_container(mr_job *j)
@@ -474,16 +543,16 @@ static void on_tokens(mr_job *j, mr_msg *m)
         return;
     double now = mr_now();
     mr_gw_model *model = j->model;
-    mr_buf released = {0};
+    mr_buf *released = &j->released;
+    mr_buf_clear(released);
     json_t *lp = j->request.samp.logprobs ? new_lp_container(j) : NULL;
     /* tokens that arrive together share the gap since the previous message */
     double gap = j->got_first ? (now - j->t_last) / m->n_tokens : 0;
     for (uint32_t i = 0; i < m->n_tokens; i++) {
-        mr_buf piece = {0};
+        mr_buf *piece = &j->piece;
         mr_err err;
-        if (model->codec->piece(model->codec, m->tokens[i], &piece, &err)) {
-            mr_buf_free(&piece);
-            mr_buf_free(&released);
+        mr_buf_clear(piece);
+        if (model->codec->piece(model->codec, m->tokens[i], piece, &err)) {
             json_decref(lp);
             send_cancel(j);
             finish_error(j, 500, "engine_error", err.msg);
@@ -496,21 +565,23 @@ static void on_tokens(mr_job *j, mr_msg *m)
         } else {
             mr_hist_observe(&model->itl, gap);
         }
-        size_t before = released.len;
-        bool stopped = mr_textout_push(&j->tout, piece.p ? piece.p : "", piece.len, &released);
+        size_t before = released->len;
+        const char *pp = piece->p ? piece->p : "";
+        bool stopped = mr_textout_push(&j->tout, pp, piece->len, released);
         if (lp)
-            add_logprobs(j, m, i, piece.p ? piece.p : "", piece.len, j->text.len + before, lp);
-        mr_buf_free(&piece);
+            add_logprobs(j, m, i, pp, piece->len, j->text_len + before, lp);
         if (stopped) {
             j->text_stopped = true;
             break;
         }
     }
+    const char *rel = released->p ? released->p : "";
+    j->text_len += released->len;
     if (j->stream) {
-        if (released.len || lp)
-            stream_chunk(j, released.p ? released.p : "", released.len, false, NULL, lp ? json_incref(lp) : NULL);
+        if (released->len || lp)
+            stream_chunk(j, rel, released->len, false, NULL, lp ? json_incref(lp) : NULL);
     } else {
-        mr_buf_add(&j->text, released.p ? released.p : "", released.len);
+        mr_buf_add(&j->text, rel, released->len);
         if (lp) {
             if (!j->lp)
                 j->lp = new_lp_container(j);
@@ -524,7 +595,6 @@ static void on_tokens(mr_job *j, mr_msg *m)
         }
     }
     json_decref(lp);
-    mr_buf_free(&released);
     j->t_last = now;
     if (j->text_stopped) {
         /* a stop string ended it: the worker need not go on */
@@ -716,7 +786,7 @@ static int build_prompt(mr_job *j, mr_oai_req *r, mr_oai_error *e)
     return 0;
 }
 
-static uint32_t model_ctx(mr_gw_model *m)
+uint32_t mr_gw_model_ctx(const mr_gw_model *m)
 {
     uint32_t ctx = m->conf->context_length;
     for (int i = 0; i < m->n_workers; i++)
@@ -725,7 +795,13 @@ static uint32_t model_ctx(mr_gw_model *m)
     return ctx;
 }
 
-mr_gw_model *mr_gw_find_model(mr_gw *gw, const char *name);
+/* A job refused before it was admitted (nothing else points to it yet). */
+static void job_discard(mr_job *j)
+{
+    mr_msg_free(&j->request);
+    mr_textout_free(&j->tout);
+    free(j);
+}
 
 int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, const mr_key *key, const char *route)
 {
@@ -792,26 +868,21 @@ int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, co
         off += snprintf(j->idstr + off, sizeof j->idstr - (size_t)off, "%02x", rnd[i]);
     mr_msg_init(&j->request, MR_MSG_REQUEST, j->id);
     mr_textout_init(&j->tout);
-    snprintf(j->tenant, sizeof j->tenant, "%s", tenant);
-    if (key)
-        snprintf(j->key_id, sizeof j->key_id, "%s", key->id);
+    j->ts = ts;
+    j->ks = ks;
     if (build_prompt(j, r, &e)) {
-        mr_msg_free(&j->request);
-        mr_textout_free(&j->tout);
-        free(j);
+        job_discard(j);
         mr_gw_send_error(req, &e, route, 0);
         return 0;
     }
-    uint32_t ctx = model_ctx(model);
+    uint32_t ctx = mr_gw_model_ctx(model);
     uint32_t np = j->request.n_tokens;
     if (np >= ctx || (r->has_max_tokens && (uint64_t)np + r->max_tokens > ctx)) {
         mr_oai_err(&e, 400, r->has_max_tokens && np < ctx ? "max_tokens" : (r->chat ? "messages" : "prompt"),
                    "context_length_exceeded",
                    "This model's maximum context length is %u tokens; the prompt has %u tokens%s", ctx, np,
                    r->has_max_tokens ? " plus the requested max_tokens" : "");
-        mr_msg_free(&j->request);
-        mr_textout_free(&j->tout);
-        free(j);
+        job_discard(j);
         mr_gw_send_error(req, &e, route, 0);
         return 0;
     }
@@ -830,6 +901,12 @@ int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, co
     snprintf(j->request.cache_salt, sizeof j->request.cache_salt, "%s", r->cache_salt ? r->cache_salt : "");
     for (int i = 0; i < r->n_stops; i++)
         mr_textout_add_stop(&j->tout, r->stops[i]);
+    if (job_index(gw, j)) {
+        job_discard(j);
+        mr_oai_err(&e, 500, NULL, NULL, "out of memory");
+        mr_gw_send_error(req, &e, route, 0);
+        return 0;
+    }
 
     h2o_linklist_insert(&gw->jobs, &j->all);
     gw->n_jobs++;

@@ -207,9 +207,7 @@ int mr_oai_parse(const char *body, size_t len, bool chat, mr_oai_req *r, mr_oai_
 {
     memset(r, 0, sizeof *r);
     r->chat = chat;
-    r->samp.temperature = 1.0f;
-    r->samp.top_p = 1.0f;
-    r->samp.repetition_penalty = 1.0f;
+    mr_sampling_init(&r->samp);
     json_error_t je;
     /* jansson checks UTF-8 and refuses NUL bytes in strings */
     r->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);

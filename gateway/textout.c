@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/unicode.h"
+
 void mr_textout_init(mr_textout *t) { memset(t, 0, sizeof *t); }
 
 void mr_textout_add_stop(mr_textout *t, const char *s)
@@ -57,7 +59,8 @@ bool mr_textout_push(mr_textout *t, const char *bytes, size_t n, mr_buf *out)
         return true;
     }
     size_t keep = holdback(t, s, len);
-    size_t rel = mr_gw_utf8_complete_prefix(s, len - keep);
+    /* never split a character; what can never be valid is released (as U+FFFD) */
+    size_t rel = mr_utf8_complete_prefix((const uint8_t *)s, len - keep);
     mr_gw_utf8_sanitize(out, s, rel);
     mr_buf_consume(&t->pending, rel);
     return false;

@@ -65,6 +65,13 @@ void mr_buf_consume(mr_buf *b, size_t n)
         b->p[b->len] = 0;
 }
 
+void mr_buf_clear(mr_buf *b)
+{
+    b->len = 0;
+    if (b->p)
+        b->p[0] = 0;
+}
+
 /* Length of a valid sequence at s (1..4), 0 if invalid, -1 if valid so far
  * but cut off by the end of the buffer. */
 static int seq_len(const unsigned char *s, size_t n)
@@ -107,18 +114,6 @@ static int seq_len(const unsigned char *s, size_t n)
     if (cp < min)
         return 0;
     return len;
-}
-
-size_t mr_gw_utf8_complete_prefix(const char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        int l = seq_len((const unsigned char *)s + i, n - i);
-        if (l < 0)
-            return i;
-        i += l == 0 ? 1 : (size_t)l;
-    }
-    return n;
 }
 
 void mr_gw_utf8_sanitize(mr_buf *out, const char *s, size_t n)

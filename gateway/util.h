@@ -18,12 +18,11 @@ void mr_buf_adds(mr_buf *b, const char *s);
 void mr_buf_printf(mr_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mr_buf_free(mr_buf *b);
 void mr_buf_consume(mr_buf *b, size_t n); /* drops the first n bytes */
+void mr_buf_clear(mr_buf *b);              /* empty (""), capacity kept for reuse */
 
-/* Length of the longest prefix of s[0..n) that ends on a UTF-8 character
- * boundary, treating an incomplete sequence at the very end as not yet
- * complete (so streamed text never splits a character). */
-size_t mr_gw_utf8_complete_prefix(const char *s, size_t n);
-/* Appends s to out, replacing every invalid UTF-8 sequence by U+FFFD. */
+/* Appends s to out, replacing every invalid UTF-8 sequence by U+FFFD.
+ * Strict (no overlongs, surrogates or > U+10FFFF: the text goes into JSON),
+ * unlike the lenient mr_utf8_decode of common/unicode.h. */
 void mr_gw_utf8_sanitize(mr_buf *out, const char *s, size_t n);
 bool mr_gw_utf8_valid(const char *s, size_t n);
 

@@ -1,6 +1,7 @@
 #include "proto/chan.h"
 
 #include <nng/protocol/pair0/pair.h>
+#include <limits.h>
 #include <stdlib.h>
 
 static int open_sock(mr_chan *c, mr_err *err)
@@ -13,6 +14,7 @@ static int open_sock(mr_chan *c, mr_err *err)
     nng_socket_set_int(c->sock, NNG_OPT_RECVBUF, 1024);
     nng_socket_set_int(c->sock, NNG_OPT_SENDBUF, 1024);
     c->open = 1;
+    c->send_timeout_ms = c->recv_timeout_ms = INT_MIN; /* none set yet */
     return 0;
 }
 
@@ -62,23 +64,41 @@ int mr_chan_send_raw(mr_chan *c, const void *buf, size_t len, mr_err *err)
     return 0;
 }
 
+/* Socket timeouts are set only when they change: most calls (one per
+ * generated token on a busy channel) reuse the previous one. */
+static void set_timeout(mr_chan *c, const char *opt, int *cur, int timeout_ms)
+{
+    if (*cur == timeout_ms)
+        return;
+    nng_socket_set_ms(c->sock, opt, timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
+    *cur = timeout_ms;
+}
+
+static int append_nng(void *data, const char *buf, size_t len) { return nng_msg_append(data, buf, len); }
+
 int mr_chan_send(mr_chan *c, const mr_msg *m, int timeout_ms, mr_err *err)
 {
-    void *buf;
-    size_t len;
-    if (mr_msg_encode(m, &buf, &len, err))
-        return -1;
-    nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
-    int rv = nng_send(c->sock, buf, len, 0);
-    free(buf);
+    /* encoded straight into the nng message: no intermediate buffer or copy */
+    nng_msg *msg;
+    int rv = nng_msg_alloc(&msg, 0);
     if (rv)
         return mr_errf(err, "nng send %s: %s", mr_msg_type_name(m->type), nng_strerror(rv));
+    if (mr_msg_pack(m, append_nng, msg, err)) {
+        nng_msg_free(msg);
+        return -1;
+    }
+    set_timeout(c, NNG_OPT_SENDTIMEO, &c->send_timeout_ms, timeout_ms);
+    rv = nng_sendmsg(c->sock, msg, 0);
+    if (rv) {
+        nng_msg_free(msg); /* still ours when the send failed */
+        return mr_errf(err, "nng send %s: %s", mr_msg_type_name(m->type), nng_strerror(rv));
+    }
     return 0;
 }
 
 int mr_chan_recv(mr_chan *c, mr_msg *m, int timeout_ms, uint64_t *bad_id, mr_err *err)
 {
-    nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
+    set_timeout(c, NNG_OPT_RECVTIMEO, &c->recv_timeout_ms, timeout_ms);
     void *buf = NULL;
     size_t len = 0;
     int rv = nng_recv(c->sock, &buf, &len, NNG_FLAG_ALLOC);

@@ -19,6 +19,7 @@ typedef struct mr_chan {
     int open;
     mr_chan_pipe_cb cb;
     void *cb_arg;
+    int send_timeout_ms, recv_timeout_ms; /* as last set on the socket */
 } mr_chan;
 
 int mr_chan_listen(mr_chan *c, const char *url, mr_err *err);

@@ -60,49 +60,31 @@ static int check_count(mr_mpk *r, uint64_t n, size_t per, mr_err *err)
     return 0;
 }
 
-int mr_mpk_map(mr_mpk *r, uint32_t *n, mr_err *err)
+/* A map or an array header: fix form (tag & 0xf0) == fix, or the 16-bit
+ * (tag16) and 32-bit (tag16 + 1) forms; `per` values follow each entry. */
+static int container(mr_mpk *r, uint8_t fix, uint8_t tag16, size_t per, const char *what, uint32_t *n,
+                     mr_err *err)
 {
     uint8_t t;
     uint64_t v;
     if (tag(r, &t, err))
         return -1;
-    if ((t & 0xf0) == 0x80)
+    if ((t & 0xf0) == fix)
         v = t & 0x0f;
-    else if (t == 0xde) {
-        if (take(r, 2, &v, err))
-            return -1;
-    } else if (t == 0xdf) {
-        if (take(r, 4, &v, err))
+    else if (t == tag16 || t == tag16 + 1) {
+        if (take(r, t == tag16 ? 2 : 4, &v, err))
             return -1;
     } else
-        return kind_err(r, "map", t, err);
-    if (check_count(r, v, 2, err))
+        return kind_err(r, what, t, err);
+    if (check_count(r, v, per, err))
         return -1;
     *n = (uint32_t)v;
     return 0;
 }
 
-int mr_mpk_array(mr_mpk *r, uint32_t *n, mr_err *err)
-{
-    uint8_t t;
-    uint64_t v;
-    if (tag(r, &t, err))
-        return -1;
-    if ((t & 0xf0) == 0x90)
-        v = t & 0x0f;
-    else if (t == 0xdc) {
-        if (take(r, 2, &v, err))
-            return -1;
-    } else if (t == 0xdd) {
-        if (take(r, 4, &v, err))
-            return -1;
-    } else
-        return kind_err(r, "array", t, err);
-    if (check_count(r, v, 1, err))
-        return -1;
-    *n = (uint32_t)v;
-    return 0;
-}
+int mr_mpk_map(mr_mpk *r, uint32_t *n, mr_err *err) { return container(r, 0x80, 0xde, 2, "map", n, err); }
+
+int mr_mpk_array(mr_mpk *r, uint32_t *n, mr_err *err) { return container(r, 0x90, 0xdc, 1, "array", n, err); }
 
 static int raw(mr_mpk *r, uint64_t n, const char **s, uint32_t *len, mr_err *err)
 {
@@ -131,7 +113,8 @@ int mr_mpk_str(mr_mpk *r, const char **s, uint32_t *n, mr_err *err)
 }
 
 /* Reads any integer; *neg says whether it was a negative one (then *v holds
- * the two's complement bits of the int64). */
+ * the two's complement bits of the int64).  Returns 1 when the tag it
+ * consumed (*t) is not an integer's. */
 static int any_int(mr_mpk *r, uint64_t *v, bool *neg, uint8_t *t, mr_err *err)
 {
     if (tag(r, t, err))
@@ -165,8 +148,7 @@ static int any_int(mr_mpk *r, uint64_t *v, bool *neg, uint8_t *t, mr_err *err)
         *v = (uint64_t)s;
         return 0;
     }
-    r->off--;
-    return 1; /* not an integer; cursor restored */
+    return 1; /* not an integer: the caller reads tag *t another way */
 }
 
 int mr_mpk_uint(mr_mpk *r, uint64_t *v, mr_err *err)
@@ -176,10 +158,8 @@ int mr_mpk_uint(mr_mpk *r, uint64_t *v, mr_err *err)
     int rc = any_int(r, v, &neg, &t, err);
     if (rc < 0)
         return -1;
-    if (rc > 0) {
-        r->off++;
+    if (rc > 0)
         return kind_err(r, "unsigned integer", t, err);
-    }
     if (neg)
         return mr_errf(err, "msgpack: expected unsigned integer at byte %zu, found a negative one", r->off);
     return 0;
@@ -193,10 +173,8 @@ int mr_mpk_int(mr_mpk *r, int64_t *v, mr_err *err)
     int rc = any_int(r, &u, &neg, &t, err);
     if (rc < 0)
         return -1;
-    if (rc > 0) {
-        r->off++;
+    if (rc > 0)
         return kind_err(r, "integer", t, err);
-    }
     if (!neg && u > INT64_MAX)
         return mr_errf(err, "msgpack: integer at byte %zu does not fit int64", r->off);
     *v = (int64_t)u;
@@ -215,7 +193,6 @@ int mr_mpk_num(mr_mpk *r, double *v, mr_err *err)
         *v = neg ? (double)(int64_t)u : (double)u;
         return 0;
     }
-    r->off++;
     if (t == 0xca) {
         if (take(r, 4, &u, err))
             return -1;

@@ -27,15 +27,21 @@ const char *mr_finish_name(enum mr_finish f)
     return (unsigned)f <= MR_FINISH_CANCELLED ? finish_names[f] : "?";
 }
 
+void mr_sampling_init(mr_sampling *s)
+{
+    memset(s, 0, sizeof *s);
+    s->temperature = 1.0f;
+    s->top_p = 1.0f;
+    s->repetition_penalty = 1.0f;
+}
+
 void mr_msg_init(mr_msg *m, enum mr_msg_type type, uint64_t id)
 {
     memset(m, 0, sizeof *m);
     m->type = type;
     m->version = MR_PROTO_VERSION;
     m->id = id;
-    m->samp.temperature = 1.0f;
-    m->samp.top_p = 1.0f;
-    m->samp.repetition_penalty = 1.0f;
+    mr_sampling_init(&m->samp);
     m->max_tokens = 1;
 }
 
@@ -153,14 +159,28 @@ static void pk_f32s(msgpack_packer *pk, const float *v, size_t n)
 #define KS(k, v) (pk_key(&pk, k), pk_str(&pk, (v)))
 #define KB(k, v) (pk_key(&pk, k), (v) ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk))
 
-int mr_msg_encode(const mr_msg *m, void **out, size_t *out_len, mr_err *err)
+/* Remembers a failed write (out of memory) of the underlying sink. */
+struct sink {
+    mr_msg_write_fn write;
+    void *data;
+    bool failed;
+};
+
+static int sink_write(void *data, const char *buf, size_t len)
+{
+    struct sink *o = data;
+    if (!o->failed && o->write(o->data, buf, len))
+        o->failed = true;
+    return o->failed ? -1 : 0;
+}
+
+int mr_msg_pack(const mr_msg *m, mr_msg_write_fn write, void *data, mr_err *err)
 {
     if (mr_msg_validate(m, err))
         return mr_err_wrap(err, "encode");
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
+    struct sink out = {write, data, false};
     msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_packer_init(&pk, &out, sink_write);
     const mr_sampling *s = &m->samp;
     size_t n = 3;
     switch (m->type) {
@@ -251,6 +271,19 @@ int mr_msg_encode(const mr_msg *m, void **out, size_t *out_len, mr_err *err)
         break;
     default:
         break;
+    }
+    if (out.failed)
+        return mr_errf(err, "encode %s: out of memory", mr_msg_type_name(m->type));
+    return 0;
+}
+
+int mr_msg_encode(const mr_msg *m, void **out, size_t *out_len, mr_err *err)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    if (mr_msg_pack(m, msgpack_sbuffer_write, &sb, err)) {
+        msgpack_sbuffer_destroy(&sb);
+        return -1;
     }
     *out = sb.data; /* ownership passes to the caller (malloc'd by sbuffer) */
     *out_len = sb.size;

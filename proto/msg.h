@@ -107,6 +107,10 @@ typedef struct mr_msg {
     int32_t device;
 } mr_msg;
 
+/* Sampling as requested when nothing is said: temperature 1, top_p 1,
+ * repetition_penalty 1, everything else off. */
+void mr_sampling_init(mr_sampling *s);
+
 /* A zeroed message of a type with the version set and default sampling
  * (temperature 1, top_p 1, repetition_penalty 1). */
 void mr_msg_init(mr_msg *m, enum mr_msg_type type, uint64_t id);
@@ -122,6 +126,10 @@ int mr_msg_validate(const mr_msg *m, mr_err *err);
 
 /* Encodes into a malloc'd buffer.  Validates first. */
 int mr_msg_encode(const mr_msg *m, void **out, size_t *out_len, mr_err *err);
+/* Encodes through write (0 = written, else out of memory), so that a
+ * transport can fill its own message buffer.  Validates first. */
+typedef int (*mr_msg_write_fn)(void *data, const char *buf, size_t len);
+int mr_msg_pack(const mr_msg *m, mr_msg_write_fn write, void *data, mr_err *err);
 
 /* Decodes one message that must span the whole buffer.  On failure *m is
  * freed, and *id_out (when not NULL) holds the request id if it could be read
