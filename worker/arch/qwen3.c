@@ -70,12 +70,6 @@ static void moe_ffn(mr_model *m, const mr_layer *L, int n)
     be->moe_combine(be, sc->exp_out, sc->exp_w, n, k, hp->n_embd, sc->proj);
 }
 
-int mr_qwen3_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err)
-{
-    mr_fwd_seg seg = {.s = s, .start = 0, .n = n, .out_first = out_first, .out_row = 0};
-    return mr_qwen3_forward_segs(m, &seg, 1, n, err);
-}
-
 int mr_qwen3_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n, mr_err *err)
 {
     (void)err;
