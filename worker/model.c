@@ -404,6 +404,8 @@ void mr_model_free(mr_model *m)
         be->kv_destroy(be, &m->kv);
     mr_kv_pool_free(m->pool);
     mr_gguf_close(m->gguf);
+    free(m->stage);
+    free(m->segs);
     free(m);
 }
 
@@ -593,8 +595,7 @@ static int scratch_reserve(mr_model *m, int cap, int out_cap, mr_err *err)
     size_t kvd = (size_t)hp->n_kv_heads * (size_t)hp->head_dim;
     size_t e = (size_t)hp->n_embd;
     struct { void **p; size_t elems; } parts[] = {
-        {(void **)&m->sc.tokens, n},
-        {(void **)&m->sc.pos, n},
+        {(void **)&m->sc.tokens, 2 * n}, /* ids, then positions */
         {(void **)&m->sc.x, n * e},
         {(void **)&m->sc.xn, n * e},
         {(void **)&m->sc.q, n * qd},
@@ -658,6 +659,62 @@ static int check_item(const mr_model *m, const mr_batch_item *it, int idx, mr_er
     return 0;
 }
 
+int32_t *mr_model_stage(mr_model *m, int n, mr_err *err)
+{
+    if (n > m->stage_cap) {
+        int32_t *p = realloc(m->stage, sizeof(int32_t) * 2 * (size_t)n);
+        if (!p) {
+            mr_errf(err, "out of memory for %d staged tokens", n);
+            return NULL;
+        }
+        m->stage = p;
+        m->stage_cap = n;
+    }
+    return m->stage;
+}
+
+int mr_model_stage_upload(mr_model *m, int n, mr_err *err)
+{
+    m->sc.pos = m->sc.tokens + n;
+    return m->be->upload(m->be, m->sc.tokens, m->stage, sizeof(int32_t) * 2 * (size_t)n, err);
+}
+
+/* Copies the output rows of the items back: argmax ids, then logits rows;
+ * a run of items whose rows are adjacent both in the scratch and in host
+ * memory (the scheduler lays its buffers out so) goes in one download. */
+static int download_outputs(mr_model *m, const mr_batch_item *items, const mr_fwd_seg *segs, int n_items,
+                            mr_err *err)
+{
+    size_t vocab = (size_t)m->hp.n_vocab;
+    for (int pass = 0; pass < 2; pass++) {
+        bool ids = pass == 0;
+        char *dst = NULL;
+        const char *src = NULL;
+        size_t bytes = 0;
+        for (int i = 0; i < n_items; i++) {
+            const mr_fwd_seg *g = &segs[i];
+            if ((items[i].mode == MR_LOGITS_ARGMAX) != ids || g->n == g->out_first)
+                continue;
+            char *d = ids ? (char *)items[i].argmax : (char *)items[i].logits;
+            const char *sr = ids ? (const char *)(m->sc.ids + g->out_row)
+                                 : (const char *)(m->sc.logits + (size_t)g->out_row * vocab);
+            size_t b = ids ? sizeof(int32_t) : sizeof(float) * vocab * (size_t)(g->n - g->out_first);
+            if (bytes && d == dst + bytes && sr == src + bytes) {
+                bytes += b;
+                continue;
+            }
+            if (bytes && m->be->download(m->be, dst, src, bytes, err))
+                return -1;
+            dst = d;
+            src = sr;
+            bytes = b;
+        }
+        if (bytes && m->be->download(m->be, dst, src, bytes, err))
+            return -1;
+    }
+    return 0;
+}
+
 int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items, mr_err *err)
 {
     if (n_items <= 0 || !items)
@@ -681,55 +738,42 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
             return -1;
     if (scratch_reserve(m, n, n_out, err))
         return -1;
-    int32_t *host = malloc(sizeof(int32_t) * 2 * (size_t)n);
-    mr_fwd_seg *segs = malloc(sizeof *segs * (size_t)n_items);
-    int rc = -1;
-    if (!host || !segs) {
-        mr_errf(err, "out of memory");
-        goto out;
+    if (n_items > m->segs_cap) {
+        mr_fwd_seg *p = realloc(m->segs, sizeof *p * (size_t)n_items);
+        if (!p)
+            return mr_errf(err, "out of memory");
+        m->segs = p;
+        m->segs_cap = n_items;
     }
+    int32_t *host = mr_model_stage(m, n, err);
+    if (!host)
+        return -1;
+    mr_fwd_seg *segs = m->segs;
     int32_t *pos = host + n;
     int row = 0, out_row = 0;
     bool any_argmax = false;
     for (int i = 0; i < n_items; i++) {
         const mr_batch_item *it = &items[i];
-        for (int t = 0; t < it->n; t++) {
-            host[row + t] = it->tokens[t];
+        memcpy(host + row, it->tokens, sizeof(int32_t) * (size_t)it->n);
+        for (int t = 0; t < it->n; t++)
             pos[row + t] = it->seq->len + t;
-        }
         int of = it->mode == MR_LOGITS_ALL ? 0 : it->mode == MR_LOGITS_NONE ? it->n : it->n - 1;
         any_argmax |= it->mode == MR_LOGITS_ARGMAX;
         segs[i] = (mr_fwd_seg){.s = it->seq, .start = row, .n = it->n, .out_first = of, .out_row = out_row};
         row += it->n;
         out_row += it->n - of;
     }
-    if (m->be->upload(m->be, m->sc.tokens, host, sizeof(int32_t) * (size_t)n, err) ||
-        m->be->upload(m->be, m->sc.pos, pos, sizeof(int32_t) * (size_t)n, err))
-        goto out;
+    if (mr_model_stage_upload(m, n, err))
+        return -1;
     if ((m->q35 ? mr_qwen35_forward_segs : mr_qwen3_forward_segs)(m, segs, n_items, n, err))
-        goto out;
+        return -1;
     if (any_argmax && out_row > 0)
         m->be->argmax(m->be, m->sc.logits, out_row, m->hp.n_vocab, m->sc.ids);
-    if (m->be->sync(m->be, err)) {
-        mr_err_wrap(err, "forward");
-        goto out;
-    }
-    size_t vocab = (size_t)m->hp.n_vocab;
-    for (int i = 0; i < n_items; i++) {
-        int rows = segs[i].n - segs[i].out_first;
-        if (items[i].mode == MR_LOGITS_ARGMAX) {
-            if (m->be->download(m->be, items[i].argmax, m->sc.ids + segs[i].out_row, sizeof(int32_t), err))
-                goto out;
-        } else if (rows > 0 &&
-                   m->be->download(m->be, items[i].logits, m->sc.logits + (size_t)segs[i].out_row * vocab,
-                                   sizeof(float) * (size_t)rows * vocab, err))
-            goto out;
-    }
+    if (m->be->sync(m->be, err))
+        return mr_err_wrap(err, "forward");
+    if (download_outputs(m, items, segs, n_items, err))
+        return -1;
     for (int i = 0; i < n_items; i++)
         items[i].seq->len += items[i].n;
-    rc = 0;
-out:
-    free(host);
-    free(segs);
-    return rc;
+    return 0;
 }

@@ -562,16 +562,13 @@ int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens,
     }
     if (mr_seq_grow(s, pos0 + n, err) || scratch_reserve(m, n, err))
         return -1;
-    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
-    if (!pos)
-        return mr_errf(err, "out of memory");
+    int32_t *stage = mr_model_stage(m, n, err);
+    if (!stage)
+        return -1;
+    memcpy(stage, tokens, sizeof(int32_t) * (size_t)n);
     for (int t = 0; t < n; t++)
-        pos[t] = pos0 + t;
-    int rc = be->upload(be, sc->tokens, tokens, sizeof(int32_t) * (size_t)n, err);
-    if (!rc)
-        rc = be->upload(be, sc->pos, pos, sizeof(int32_t) * (size_t)n, err);
-    free(pos);
-    if (rc)
+        stage[n + t] = pos0 + t;
+    if (mr_model_stage_upload(m, n, err))
         return -1;
 
     int E = hp->n_embd;
