@@ -8,8 +8,8 @@
 
 /* ---- metadata ---- */
 
-static int key_u32(const mr_gguf *g, const char *arch, const char *suffix, int *out, bool required,
-                   int dflt, mr_err *err)
+int mr_model_key_u32(const mr_gguf *g, const char *arch, const char *suffix, int *out, bool required,
+                     int dflt, mr_err *err)
 {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
@@ -59,10 +59,10 @@ static int read_hparams(const mr_gguf *g, mr_hparams *hp, mr_err *err)
     }
     snprintf(hp->arch_name, sizeof hp->arch_name, "%s", arch);
 
-    if (key_u32(g, arch, "block_count", &hp->n_layers, true, 0, err) ||
-        key_u32(g, arch, "embedding_length", &hp->n_embd, true, 0, err) ||
-        key_u32(g, arch, "attention.head_count", &hp->n_heads, true, 0, err) ||
-        key_u32(g, arch, "context_length", &hp->n_ctx_train, true, 0, err) ||
+    if (mr_model_key_u32(g, arch, "block_count", &hp->n_layers, true, 0, err) ||
+        mr_model_key_u32(g, arch, "embedding_length", &hp->n_embd, true, 0, err) ||
+        mr_model_key_u32(g, arch, "attention.head_count", &hp->n_heads, true, 0, err) ||
+        mr_model_key_u32(g, arch, "context_length", &hp->n_ctx_train, true, 0, err) ||
         key_f32(g, arch, "rope.freq_base", &hp->rope_theta, err) ||
         key_f32(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err))
         goto out;
@@ -72,10 +72,10 @@ static int read_hparams(const mr_gguf *g, mr_hparams *hp, mr_err *err)
         goto out;
     }
     int head_v;
-    if (key_u32(g, arch, "attention.head_count_kv", &hp->n_kv_heads, false, hp->n_heads, err) ||
-        key_u32(g, arch, "attention.key_length", &hp->head_dim, false, hp->n_embd / hp->n_heads, err) ||
-        key_u32(g, arch, "attention.value_length", &head_v, false, hp->head_dim, err) ||
-        key_u32(g, arch, "rope.dimension_count", &hp->n_rot, false, hp->head_dim, err))
+    if (mr_model_key_u32(g, arch, "attention.head_count_kv", &hp->n_kv_heads, false, hp->n_heads, err) ||
+        mr_model_key_u32(g, arch, "attention.key_length", &hp->head_dim, false, hp->n_embd / hp->n_heads, err) ||
+        mr_model_key_u32(g, arch, "attention.value_length", &head_v, false, hp->head_dim, err) ||
+        mr_model_key_u32(g, arch, "rope.dimension_count", &hp->n_rot, false, hp->head_dim, err))
         goto out;
     if (hp->n_kv_heads <= 0 || hp->n_heads % hp->n_kv_heads) {
         mr_errf(err, "%s: head_count %d is not a multiple of head_count_kv %d", arch, hp->n_heads,
@@ -95,16 +95,16 @@ static int read_hparams(const mr_gguf *g, mr_hparams *hp, mr_err *err)
     }
 
     if (hp->arch == MR_ARCH_QWEN3 || hp->arch == MR_ARCH_QWEN35) {
-        if (key_u32(g, arch, "feed_forward_length", &hp->n_ff, true, 0, err))
+        if (mr_model_key_u32(g, arch, "feed_forward_length", &hp->n_ff, true, 0, err))
             goto out;
         if (hp->n_ff <= 0) {
             mr_errf(err, "%s: feed_forward_length must be positive", arch);
             goto out;
         }
     } else {
-        if (key_u32(g, arch, "feed_forward_length", &hp->n_ff, false, 0, err) ||
-            key_u32(g, arch, "expert_count", &hp->n_expert, true, 0, err) ||
-            key_u32(g, arch, "expert_used_count", &hp->n_expert_used, true, 0, err))
+        if (mr_model_key_u32(g, arch, "feed_forward_length", &hp->n_ff, false, 0, err) ||
+            mr_model_key_u32(g, arch, "expert_count", &hp->n_expert, true, 0, err) ||
+            mr_model_key_u32(g, arch, "expert_used_count", &hp->n_expert_used, true, 0, err))
             goto out;
         if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert) {
             mr_errf(err, "%s: expert_count %d / expert_used_count %d: need 1 <= used <= count", arch,
@@ -112,7 +112,7 @@ static int read_hparams(const mr_gguf *g, mr_hparams *hp, mr_err *err)
             goto out;
         }
         /* As upstream: the expert width defaults to feed_forward_length / used. */
-        if (key_u32(g, arch, "expert_feed_forward_length", &hp->n_ff_exp, false,
+        if (mr_model_key_u32(g, arch, "expert_feed_forward_length", &hp->n_ff_exp, false,
                     hp->n_ff / hp->n_expert_used, err))
             goto out;
         if (hp->n_ff_exp <= 0) {
@@ -361,10 +361,27 @@ fail:
     return -1;
 }
 
-static void release(mr_model *m, mr_weight *w)
+void mr_model_release_weight(mr_model *m, mr_weight *w)
 {
     if (w->data)
         m->be->weight_release(m->be, w);
+}
+
+void mr_model_free_floats(mr_model *m, float *v)
+{
+    if (v)
+        m->be->free(m->be, v);
+}
+
+void mr_model_release_layer(mr_model *m, mr_layer *L)
+{
+    float *vecs[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm};
+    for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
+        mr_model_free_floats(m, vecs[i]);
+    mr_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
+                       &L->ffn_gate_inp, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps};
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+        mr_model_release_weight(m, ws[i]);
 }
 
 static void free_scratch(mr_model *m)
@@ -382,24 +399,14 @@ void mr_model_free(mr_model *m)
     free_scratch(m);
     mr_qwen35_free(m);
     if (m->layers) {
-        for (int il = 0; il < m->hp.n_layers; il++) {
-            mr_layer *L = &m->layers[il];
-            float *vecs[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm};
-            for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
-                if (vecs[i])
-                    be->free(be, vecs[i]);
-            mr_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
-                               &L->ffn_gate_inp, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps};
-            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-                release(m, ws[i]);
-        }
+        for (int il = 0; il < m->hp.n_layers; il++)
+            mr_model_release_layer(m, &m->layers[il]);
         free(m->layers);
     }
-    if (m->output_norm)
-        be->free(be, m->output_norm);
+    mr_model_free_floats(m, m->output_norm);
     if (!m->output_tied)
-        release(m, &m->output);
-    release(m, &m->tok_embd);
+        mr_model_release_weight(m, &m->output);
+    mr_model_release_weight(m, &m->tok_embd);
     if (m->kv.k || m->kv.v)
         be->kv_destroy(be, &m->kv);
     mr_kv_pool_free(m->pool);

@@ -85,6 +85,17 @@ struct mr_fwd_seg {
  * all, split into segs; logits of each segment's rows from out_first on go
  * to sc.logits from its out_row. */
 int mr_qwen3_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n, mr_err *err);
+/* Its pieces the hybrids reuse (worker/arch/qwen35.c), over n rows of the
+ * scratch.  attend: q/k head norms and RoPE on sc.q / sc.k, then per
+ * segment the K/V store into layer kv_layer of kv and attention into
+ * sc.att.  dense_ffn / moe_ffn (routed experts only): sc.xn -> sc.proj.
+ * output_head: the output-normed rows with logits into xn rows out_row..
+ * (where the MTP block finds them), their logits into sc.logits. */
+void mr_qwen3_attend(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int kv_layer, const mr_fwd_seg *segs,
+                     int n_segs, int n);
+void mr_qwen3_dense_ffn(mr_model *m, const mr_layer *L, int n);
+void mr_qwen3_moe_ffn(mr_model *m, const mr_layer *L, int n);
+void mr_qwen3_output_head(mr_model *m, const mr_fwd_seg *segs, int n_segs);
 
 /* Weight binding for the architecture files (worker/model.c): a matrix
  * ([cols, rows, mats] as GGUF writes it) through be->weight_load, and a
@@ -93,6 +104,17 @@ int mr_model_load_matrix(mr_model *m, mr_weight *w, const char *name, int64_t co
                          int64_t mats, mr_err *err);
 int mr_model_load_floats(mr_model *m, float **out, const char *name, int64_t ne0, int64_t ne1,
                          mr_err *err);
+
+/* Releases what load_matrix / load_floats bound (NULL or unbound: no-op),
+ * and every weight of a layer. */
+void mr_model_release_weight(mr_model *m, mr_weight *w);
+void mr_model_free_floats(mr_model *m, float *v);
+void mr_model_release_layer(mr_model *m, mr_layer *L);
+
+/* Metadata key "<arch>.<suffix>" as an int in [0, 2^30]; a missing key
+ * is an error when required, else dflt. */
+int mr_model_key_u32(const mr_gguf *g, const char *arch, const char *suffix, int *out, bool required,
+                     int dflt, mr_err *err);
 
 /* Qwen3.5 hybrids (worker/arch/qwen35.c): the architecture's metadata
  * (after the common keys), all per-layer weights (sets m->q35 and
