@@ -49,7 +49,22 @@ typedef struct mr_rng {
 } mr_rng;
 
 void mr_rng_seed(mr_rng *r, uint64_t seed);
-uint64_t mr_rng_next(mr_rng *r);
+
+/* inline: weight synthesis (worker/synth.c) draws one per 8 bytes */
+static inline uint64_t mr_rng_next(mr_rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t out = ((s[1] * 5) << 7 | (s[1] * 5) >> 57) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = s[3] << 45 | s[3] >> 19;
+    return out;
+}
+
 /* A double strictly inside (0, 1): (k + 0.5) / 2^53 for a 53-bit k. */
 double mr_rng_uniform(mr_rng *r);
 
