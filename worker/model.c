@@ -581,6 +581,24 @@ int mr_seq_blocks(const mr_seq *s, const int32_t **blocks)
     return s->n_blocks;
 }
 
+void *mr_model_carve(mr_model *m, const mr_carve *parts, size_t n_parts, int cap, mr_err *err)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n_parts; i++)
+        total += (parts[i].elems * 4 + 255) & ~(size_t)255; /* int32 and float are 4 bytes */
+    uint8_t *base = m->be->alloc(m->be, total);
+    if (!base) {
+        mr_errf(err, "out of backend memory for activations of %d tokens (%zu bytes)", cap, total);
+        return NULL;
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < n_parts; i++) {
+        *parts[i].p = base + off;
+        off += (parts[i].elems * 4 + 255) & ~(size_t)255;
+    }
+    return base;
+}
+
 /* Carves the activation buffers for up to cap tokens, out_cap of them with
  * logits, out of one allocation. */
 static int scratch_reserve(mr_model *m, int cap, int out_cap, mr_err *err)
@@ -601,7 +619,7 @@ static int scratch_reserve(mr_model *m, int cap, int out_cap, mr_err *err)
     size_t qd = (size_t)hp->n_heads * (size_t)hp->head_dim;
     size_t kvd = (size_t)hp->n_kv_heads * (size_t)hp->head_dim;
     size_t e = (size_t)hp->n_embd;
-    struct { void **p; size_t elems; } parts[] = {
+    mr_carve parts[] = {
         {(void **)&m->sc.tokens, 2 * n}, /* ids, then positions */
         {(void **)&m->sc.x, n * e},
         {(void **)&m->sc.xn, n * e},
@@ -619,17 +637,9 @@ static int scratch_reserve(mr_model *m, int cap, int out_cap, mr_err *err)
         {(void **)&m->sc.logits, (size_t)out_cap * (size_t)hp->n_vocab}, /* only rows with logits wanted */
         {(void **)&m->sc.ids, (size_t)out_cap},
     };
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-        total += (parts[i].elems * 4 + 255) & ~(size_t)255; /* int32 and float are 4 bytes */
-    uint8_t *base = m->be->alloc(m->be, total);
+    void *base = mr_model_carve(m, parts, sizeof parts / sizeof parts[0], cap, err);
     if (!base)
-        return mr_errf(err, "out of backend memory for activations of %d tokens (%zu bytes)", cap, total);
-    size_t off = 0;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        *parts[i].p = base + off;
-        off += (parts[i].elems * 4 + 255) & ~(size_t)255;
-    }
+        return -1;
     m->sc.block = base;
     m->sc.cap = cap;
     m->sc.out_cap = out_cap;

@@ -105,6 +105,15 @@ int mr_model_load_matrix(mr_model *m, mr_weight *w, const char *name, int64_t co
 int mr_model_load_floats(mr_model *m, float **out, const char *name, int64_t ne0, int64_t ne1,
                          mr_err *err);
 
+/* One backend allocation carved into parts of 4-byte elements (float,
+ * int32), each 256-byte aligned; NULL (err set, naming cap tokens) when
+ * the backend is out of memory. */
+typedef struct mr_carve {
+    void **p;
+    size_t elems;
+} mr_carve;
+void *mr_model_carve(mr_model *m, const mr_carve *parts, size_t n_parts, int cap, mr_err *err);
+
 /* Releases what load_matrix / load_floats bound (NULL or unbound: no-op),
  * and every weight of a layer. */
 void mr_model_release_weight(mr_model *m, mr_weight *w);

@@ -309,32 +309,24 @@ static int scratch_reserve(mr_model *m, int cap, mr_err *err)
     const mr_hparams *hp = &m->hp;
     size_t n = (size_t)cap;
     size_t fs = (size_t)(hp->n_ff_shexp > 0 ? hp->n_ff_shexp : 1);
-    struct { float **p; size_t elems; } parts[] = {
-        {&q->qf, n * 2 * (size_t)hp->n_heads * (size_t)hp->head_dim},
-        {&q->qkv, n * (size_t)q->conv_dim},
-        {&q->conv, n * (size_t)q->conv_dim},
-        {&q->z, n * (size_t)hp->ssm_d_inner},
-        {&q->alpha, n * (size_t)hp->ssm_dt_rank},
-        {&q->beta, n * (size_t)hp->ssm_dt_rank},
-        {&q->o, n * (size_t)hp->ssm_d_inner},
-        {&q->sh_gate, n * fs},
-        {&q->sh_up, n * fs},
-        {&q->sh_g, n},
-        {&q->sh_out, n * (size_t)hp->n_embd},
-        {&q->mtp_h, n * (size_t)hp->n_embd},
-        {&q->mtp_cat, n * 2 * (size_t)hp->n_embd},
+    mr_carve parts[] = {
+        {(void **)&q->qf, n * 2 * (size_t)hp->n_heads * (size_t)hp->head_dim},
+        {(void **)&q->qkv, n * (size_t)q->conv_dim},
+        {(void **)&q->conv, n * (size_t)q->conv_dim},
+        {(void **)&q->z, n * (size_t)hp->ssm_d_inner},
+        {(void **)&q->alpha, n * (size_t)hp->ssm_dt_rank},
+        {(void **)&q->beta, n * (size_t)hp->ssm_dt_rank},
+        {(void **)&q->o, n * (size_t)hp->ssm_d_inner},
+        {(void **)&q->sh_gate, n * fs},
+        {(void **)&q->sh_up, n * fs},
+        {(void **)&q->sh_g, n},
+        {(void **)&q->sh_out, n * (size_t)hp->n_embd},
+        {(void **)&q->mtp_h, n * (size_t)hp->n_embd},
+        {(void **)&q->mtp_cat, n * 2 * (size_t)hp->n_embd},
     };
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-        total += (parts[i].elems * sizeof(float) + 255) & ~(size_t)255;
-    uint8_t *base = m->be->alloc(m->be, total);
+    void *base = mr_model_carve(m, parts, sizeof parts / sizeof parts[0], cap, err);
     if (!base)
-        return mr_errf(err, "out of backend memory for activations of %d tokens (%zu bytes)", cap, total);
-    size_t off = 0;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        *parts[i].p = (float *)(base + off);
-        off += (parts[i].elems * sizeof(float) + 255) & ~(size_t)255;
-    }
+        return -1;
     q->block = base;
     q->cap = cap;
     return 0;
