@@ -8,8 +8,8 @@
 
 /* ---- metadata ---- */
 
-static int key_u32(const mr_gguf *g, const char *arch, const char *suffix, int *out, bool required,
-                   int dflt, mr_err *err)
+int mr_model_key_u32(const mr_gguf *g, const char *arch, const char *suffix, int *out, bool required,
+                     int dflt, mr_err *err)
 {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
@@ -59,10 +59,10 @@ static int read_hparams(const mr_gguf *g, mr_hparams *hp, mr_err *err)
     }
     snprintf(hp->arch_name, sizeof hp->arch_name, "%s", arch);
 
-    if (key_u32(g, arch, "block_count", &hp->n_layers, true, 0, err) ||
-        key_u32(g, arch, "embedding_length", &hp->n_embd, true, 0, err) ||
-        key_u32(g, arch, "attention.head_count", &hp->n_heads, true, 0, err) ||
-        key_u32(g, arch, "context_length", &hp->n_ctx_train, true, 0, err) ||
+    if (mr_model_key_u32(g, arch, "block_count", &hp->n_layers, true, 0, err) ||
+        mr_model_key_u32(g, arch, "embedding_length", &hp->n_embd, true, 0, err) ||
+        mr_model_key_u32(g, arch, "attention.head_count", &hp->n_heads, true, 0, err) ||
+        mr_model_key_u32(g, arch, "context_length", &hp->n_ctx_train, true, 0, err) ||
         key_f32(g, arch, "rope.freq_base", &hp->rope_theta, err) ||
         key_f32(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err))
         goto out;
@@ -72,10 +72,10 @@ static int read_hparams(const mr_gguf *g, mr_hparams *hp, mr_err *err)
         goto out;
     }
     int head_v;
-    if (key_u32(g, arch, "attention.head_count_kv", &hp->n_kv_heads, false, hp->n_heads, err) ||
-        key_u32(g, arch, "attention.key_length", &hp->head_dim, false, hp->n_embd / hp->n_heads, err) ||
-        key_u32(g, arch, "attention.value_length", &head_v, false, hp->head_dim, err) ||
-        key_u32(g, arch, "rope.dimension_count", &hp->n_rot, false, hp->head_dim, err))
+    if (mr_model_key_u32(g, arch, "attention.head_count_kv", &hp->n_kv_heads, false, hp->n_heads, err) ||
+        mr_model_key_u32(g, arch, "attention.key_length", &hp->head_dim, false, hp->n_embd / hp->n_heads, err) ||
+        mr_model_key_u32(g, arch, "attention.value_length", &head_v, false, hp->head_dim, err) ||
+        mr_model_key_u32(g, arch, "rope.dimension_count", &hp->n_rot, false, hp->head_dim, err))
         goto out;
     if (hp->n_kv_heads <= 0 || hp->n_heads % hp->n_kv_heads) {
         mr_errf(err, "%s: head_count %d is not a multiple of head_count_kv %d", arch, hp->n_heads,
@@ -95,16 +95,16 @@ static int read_hparams(const mr_gguf *g, mr_hparams *hp, mr_err *err)
     }
 
     if (hp->arch == MR_ARCH_QWEN3 || hp->arch == MR_ARCH_QWEN35) {
-        if (key_u32(g, arch, "feed_forward_length", &hp->n_ff, true, 0, err))
+        if (mr_model_key_u32(g, arch, "feed_forward_length", &hp->n_ff, true, 0, err))
             goto out;
         if (hp->n_ff <= 0) {
             mr_errf(err, "%s: feed_forward_length must be positive", arch);
             goto out;
         }
     } else {
-        if (key_u32(g, arch, "feed_forward_length", &hp->n_ff, false, 0, err) ||
-            key_u32(g, arch, "expert_count", &hp->n_expert, true, 0, err) ||
-            key_u32(g, arch, "expert_used_count", &hp->n_expert_used, true, 0, err))
+        if (mr_model_key_u32(g, arch, "feed_forward_length", &hp->n_ff, false, 0, err) ||
+            mr_model_key_u32(g, arch, "expert_count", &hp->n_expert, true, 0, err) ||
+            mr_model_key_u32(g, arch, "expert_used_count", &hp->n_expert_used, true, 0, err))
             goto out;
         if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert) {
             mr_errf(err, "%s: expert_count %d / expert_used_count %d: need 1 <= used <= count", arch,
@@ -112,7 +112,7 @@ static int read_hparams(const mr_gguf *g, mr_hparams *hp, mr_err *err)
             goto out;
         }
         /* As upstream: the expert width defaults to feed_forward_length / used. */
-        if (key_u32(g, arch, "expert_feed_forward_length", &hp->n_ff_exp, false,
+        if (mr_model_key_u32(g, arch, "expert_feed_forward_length", &hp->n_ff_exp, false,
                     hp->n_ff / hp->n_expert_used, err))
             goto out;
         if (hp->n_ff_exp <= 0) {
@@ -361,10 +361,27 @@ fail:
     return -1;
 }
 
-static void release(mr_model *m, mr_weight *w)
+void mr_model_release_weight(mr_model *m, mr_weight *w)
 {
     if (w->data)
         m->be->weight_release(m->be, w);
+}
+
+void mr_model_free_floats(mr_model *m, float *v)
+{
+    if (v)
+        m->be->free(m->be, v);
+}
+
+void mr_model_release_layer(mr_model *m, mr_layer *L)
+{
+    float *vecs[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm};
+    for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
+        mr_model_free_floats(m, vecs[i]);
+    mr_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
+                       &L->ffn_gate_inp, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps};
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+        mr_model_release_weight(m, ws[i]);
 }
 
 static void free_scratch(mr_model *m)
@@ -382,28 +399,20 @@ void mr_model_free(mr_model *m)
     free_scratch(m);
     mr_qwen35_free(m);
     if (m->layers) {
-        for (int il = 0; il < m->hp.n_layers; il++) {
-            mr_layer *L = &m->layers[il];
-            float *vecs[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm};
-            for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
-                if (vecs[i])
-                    be->free(be, vecs[i]);
-            mr_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
-                               &L->ffn_gate_inp, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps};
-            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-                release(m, ws[i]);
-        }
+        for (int il = 0; il < m->hp.n_layers; il++)
+            mr_model_release_layer(m, &m->layers[il]);
         free(m->layers);
     }
-    if (m->output_norm)
-        be->free(be, m->output_norm);
+    mr_model_free_floats(m, m->output_norm);
     if (!m->output_tied)
-        release(m, &m->output);
-    release(m, &m->tok_embd);
+        mr_model_release_weight(m, &m->output);
+    mr_model_release_weight(m, &m->tok_embd);
     if (m->kv.k || m->kv.v)
         be->kv_destroy(be, &m->kv);
     mr_kv_pool_free(m->pool);
     mr_gguf_close(m->gguf);
+    free(m->stage);
+    free(m->segs);
     free(m);
 }
 
@@ -572,6 +581,24 @@ int mr_seq_blocks(const mr_seq *s, const int32_t **blocks)
     return s->n_blocks;
 }
 
+void *mr_model_carve(mr_model *m, const mr_carve *parts, size_t n_parts, int cap, mr_err *err)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n_parts; i++)
+        total += (parts[i].elems * 4 + 255) & ~(size_t)255; /* int32 and float are 4 bytes */
+    uint8_t *base = m->be->alloc(m->be, total);
+    if (!base) {
+        mr_errf(err, "out of backend memory for activations of %d tokens (%zu bytes)", cap, total);
+        return NULL;
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < n_parts; i++) {
+        *parts[i].p = base + off;
+        off += (parts[i].elems * 4 + 255) & ~(size_t)255;
+    }
+    return base;
+}
+
 /* Carves the activation buffers for up to cap tokens, out_cap of them with
  * logits, out of one allocation. */
 static int scratch_reserve(mr_model *m, int cap, int out_cap, mr_err *err)
@@ -592,9 +619,8 @@ static int scratch_reserve(mr_model *m, int cap, int out_cap, mr_err *err)
     size_t qd = (size_t)hp->n_heads * (size_t)hp->head_dim;
     size_t kvd = (size_t)hp->n_kv_heads * (size_t)hp->head_dim;
     size_t e = (size_t)hp->n_embd;
-    struct { void **p; size_t elems; } parts[] = {
-        {(void **)&m->sc.tokens, n},
-        {(void **)&m->sc.pos, n},
+    mr_carve parts[] = {
+        {(void **)&m->sc.tokens, 2 * n}, /* ids, then positions */
         {(void **)&m->sc.x, n * e},
         {(void **)&m->sc.xn, n * e},
         {(void **)&m->sc.q, n * qd},
@@ -611,17 +637,9 @@ static int scratch_reserve(mr_model *m, int cap, int out_cap, mr_err *err)
         {(void **)&m->sc.logits, (size_t)out_cap * (size_t)hp->n_vocab}, /* only rows with logits wanted */
         {(void **)&m->sc.ids, (size_t)out_cap},
     };
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-        total += (parts[i].elems * 4 + 255) & ~(size_t)255; /* int32 and float are 4 bytes */
-    uint8_t *base = m->be->alloc(m->be, total);
+    void *base = mr_model_carve(m, parts, sizeof parts / sizeof parts[0], cap, err);
     if (!base)
-        return mr_errf(err, "out of backend memory for activations of %d tokens (%zu bytes)", cap, total);
-    size_t off = 0;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        *parts[i].p = base + off;
-        off += (parts[i].elems * 4 + 255) & ~(size_t)255;
-    }
+        return -1;
     m->sc.block = base;
     m->sc.cap = cap;
     m->sc.out_cap = out_cap;
@@ -658,6 +676,62 @@ static int check_item(const mr_model *m, const mr_batch_item *it, int idx, mr_er
     return 0;
 }
 
+int32_t *mr_model_stage(mr_model *m, int n, mr_err *err)
+{
+    if (n > m->stage_cap) {
+        int32_t *p = realloc(m->stage, sizeof(int32_t) * 2 * (size_t)n);
+        if (!p) {
+            mr_errf(err, "out of memory for %d staged tokens", n);
+            return NULL;
+        }
+        m->stage = p;
+        m->stage_cap = n;
+    }
+    return m->stage;
+}
+
+int mr_model_stage_upload(mr_model *m, int n, mr_err *err)
+{
+    m->sc.pos = m->sc.tokens + n;
+    return m->be->upload(m->be, m->sc.tokens, m->stage, sizeof(int32_t) * 2 * (size_t)n, err);
+}
+
+/* Copies the output rows of the items back: argmax ids, then logits rows;
+ * a run of items whose rows are adjacent both in the scratch and in host
+ * memory (the scheduler lays its buffers out so) goes in one download. */
+static int download_outputs(mr_model *m, const mr_batch_item *items, const mr_fwd_seg *segs, int n_items,
+                            mr_err *err)
+{
+    size_t vocab = (size_t)m->hp.n_vocab;
+    for (int pass = 0; pass < 2; pass++) {
+        bool ids = pass == 0;
+        char *dst = NULL;
+        const char *src = NULL;
+        size_t bytes = 0;
+        for (int i = 0; i < n_items; i++) {
+            const mr_fwd_seg *g = &segs[i];
+            if ((items[i].mode == MR_LOGITS_ARGMAX) != ids || g->n == g->out_first)
+                continue;
+            char *d = ids ? (char *)items[i].argmax : (char *)items[i].logits;
+            const char *sr = ids ? (const char *)(m->sc.ids + g->out_row)
+                                 : (const char *)(m->sc.logits + (size_t)g->out_row * vocab);
+            size_t b = ids ? sizeof(int32_t) : sizeof(float) * vocab * (size_t)(g->n - g->out_first);
+            if (bytes && d == dst + bytes && sr == src + bytes) {
+                bytes += b;
+                continue;
+            }
+            if (bytes && m->be->download(m->be, dst, src, bytes, err))
+                return -1;
+            dst = d;
+            src = sr;
+            bytes = b;
+        }
+        if (bytes && m->be->download(m->be, dst, src, bytes, err))
+            return -1;
+    }
+    return 0;
+}
+
 int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items, mr_err *err)
 {
     if (n_items <= 0 || !items)
@@ -681,55 +755,42 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
             return -1;
     if (scratch_reserve(m, n, n_out, err))
         return -1;
-    int32_t *host = malloc(sizeof(int32_t) * 2 * (size_t)n);
-    mr_fwd_seg *segs = malloc(sizeof *segs * (size_t)n_items);
-    int rc = -1;
-    if (!host || !segs) {
-        mr_errf(err, "out of memory");
-        goto out;
+    if (n_items > m->segs_cap) {
+        mr_fwd_seg *p = realloc(m->segs, sizeof *p * (size_t)n_items);
+        if (!p)
+            return mr_errf(err, "out of memory");
+        m->segs = p;
+        m->segs_cap = n_items;
     }
+    int32_t *host = mr_model_stage(m, n, err);
+    if (!host)
+        return -1;
+    mr_fwd_seg *segs = m->segs;
     int32_t *pos = host + n;
     int row = 0, out_row = 0;
     bool any_argmax = false;
     for (int i = 0; i < n_items; i++) {
         const mr_batch_item *it = &items[i];
-        for (int t = 0; t < it->n; t++) {
-            host[row + t] = it->tokens[t];
+        memcpy(host + row, it->tokens, sizeof(int32_t) * (size_t)it->n);
+        for (int t = 0; t < it->n; t++)
             pos[row + t] = it->seq->len + t;
-        }
         int of = it->mode == MR_LOGITS_ALL ? 0 : it->mode == MR_LOGITS_NONE ? it->n : it->n - 1;
         any_argmax |= it->mode == MR_LOGITS_ARGMAX;
         segs[i] = (mr_fwd_seg){.s = it->seq, .start = row, .n = it->n, .out_first = of, .out_row = out_row};
         row += it->n;
         out_row += it->n - of;
     }
-    if (m->be->upload(m->be, m->sc.tokens, host, sizeof(int32_t) * (size_t)n, err) ||
-        m->be->upload(m->be, m->sc.pos, pos, sizeof(int32_t) * (size_t)n, err))
-        goto out;
+    if (mr_model_stage_upload(m, n, err))
+        return -1;
     if ((m->q35 ? mr_qwen35_forward_segs : mr_qwen3_forward_segs)(m, segs, n_items, n, err))
-        goto out;
+        return -1;
     if (any_argmax && out_row > 0)
         m->be->argmax(m->be, m->sc.logits, out_row, m->hp.n_vocab, m->sc.ids);
-    if (m->be->sync(m->be, err)) {
-        mr_err_wrap(err, "forward");
-        goto out;
-    }
-    size_t vocab = (size_t)m->hp.n_vocab;
-    for (int i = 0; i < n_items; i++) {
-        int rows = segs[i].n - segs[i].out_first;
-        if (items[i].mode == MR_LOGITS_ARGMAX) {
-            if (m->be->download(m->be, items[i].argmax, m->sc.ids + segs[i].out_row, sizeof(int32_t), err))
-                goto out;
-        } else if (rows > 0 &&
-                   m->be->download(m->be, items[i].logits, m->sc.logits + (size_t)segs[i].out_row * vocab,
-                                   sizeof(float) * (size_t)rows * vocab, err))
-            goto out;
-    }
+    if (m->be->sync(m->be, err))
+        return mr_err_wrap(err, "forward");
+    if (download_outputs(m, items, segs, n_items, err))
+        return -1;
     for (int i = 0; i < n_items; i++)
         items[i].seq->len += items[i].n;
-    rc = 0;
-out:
-    free(host);
-    free(segs);
-    return rc;
+    return 0;
 }

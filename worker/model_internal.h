@@ -22,7 +22,8 @@ typedef struct mr_scratch {
     int cap;           /* tokens */
     int out_cap;       /* rows of logits */
     void *block;       /* one allocation, carved below */
-    int32_t *tokens, *pos;
+    int32_t *tokens;   /* [2 * cap]: a call's ids, then its positions (one upload) */
+    int32_t *pos;      /* tokens + n for the call in flight (mr_model_stage_upload) */
     float *x, *xn, *q, *k, *v, *att, *proj;
     float *gate, *up;  /* dense: [n][n_ff]; MoE: [n][k][n_ff_exp] */
     float *router;     /* [n][n_expert] */
@@ -32,6 +33,8 @@ typedef struct mr_scratch {
     float *logits;     /* [out_cap][n_vocab] */
     int32_t *ids;      /* [out_cap] argmax of logits rows */
 } mr_scratch;
+
+typedef struct mr_fwd_seg mr_fwd_seg;
 
 struct mr_model {
     mr_hparams hp;
@@ -48,6 +51,10 @@ struct mr_model {
     mr_kv_pool *pool;
 
     mr_scratch sc;
+    int32_t *stage;      /* host: [2 * stage_cap] ids then positions of a call */
+    int stage_cap;
+    mr_fwd_seg *segs;    /* host: [segs_cap] segments of a batched call */
+    int segs_cap;
 
     struct mr_q35 *q35;  /* hybrid-model weights and buffers (worker/arch/qwen35.c), or NULL */
     size_t rstate_bytes; /* recurrent state per sequence (0: none) */
@@ -67,18 +74,28 @@ struct mr_seq {
  * rows start..start+n-1 (tokens at sc.tokens/sc.pos + start); logits of its
  * rows from out_first (relative, == n for none) go to sc.logits from row
  * out_row on. */
-typedef struct mr_fwd_seg {
+struct mr_fwd_seg {
     mr_seq *s;
     int start, n;
     int out_first;
     int out_row;
-} mr_fwd_seg;
+};
 
-/* One forward call: n tokens already in sc.tokens / sc.pos; logits of rows
- * out_first..n-1 (none when out_first == n) go to sc.logits. */
-int mr_qwen3_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err);
-/* The same over several sequences: n rows in all, split into segs. */
+/* One forward call over several sequences: n rows in sc.tokens / sc.pos in
+ * all, split into segs; logits of each segment's rows from out_first on go
+ * to sc.logits from its out_row. */
 int mr_qwen3_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n, mr_err *err);
+/* Its pieces the hybrids reuse (worker/arch/qwen35.c), over n rows of the
+ * scratch.  attend: q/k head norms and RoPE on sc.q / sc.k, then per
+ * segment the K/V store into layer kv_layer of kv and attention into
+ * sc.att.  dense_ffn / moe_ffn (routed experts only): sc.xn -> sc.proj.
+ * output_head: the output-normed rows with logits into xn rows out_row..
+ * (where the MTP block finds them), their logits into sc.logits. */
+void mr_qwen3_attend(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int kv_layer, const mr_fwd_seg *segs,
+                     int n_segs, int n);
+void mr_qwen3_dense_ffn(mr_model *m, const mr_layer *L, int n);
+void mr_qwen3_moe_ffn(mr_model *m, const mr_layer *L, int n);
+void mr_qwen3_output_head(mr_model *m, const mr_fwd_seg *segs, int n_segs);
 
 /* Weight binding for the architecture files (worker/model.c): a matrix
  * ([cols, rows, mats] as GGUF writes it) through be->weight_load, and a
@@ -87,6 +104,26 @@ int mr_model_load_matrix(mr_model *m, mr_weight *w, const char *name, int64_t co
                          int64_t mats, mr_err *err);
 int mr_model_load_floats(mr_model *m, float **out, const char *name, int64_t ne0, int64_t ne1,
                          mr_err *err);
+
+/* One backend allocation carved into parts of 4-byte elements (float,
+ * int32), each 256-byte aligned; NULL (err set, naming cap tokens) when
+ * the backend is out of memory. */
+typedef struct mr_carve {
+    void **p;
+    size_t elems;
+} mr_carve;
+void *mr_model_carve(mr_model *m, const mr_carve *parts, size_t n_parts, int cap, mr_err *err);
+
+/* Releases what load_matrix / load_floats bound (NULL or unbound: no-op),
+ * and every weight of a layer. */
+void mr_model_release_weight(mr_model *m, mr_weight *w);
+void mr_model_free_floats(mr_model *m, float *v);
+void mr_model_release_layer(mr_model *m, mr_layer *L);
+
+/* Metadata key "<arch>.<suffix>" as an int in [0, 2^30]; a missing key
+ * is an error when required, else dflt. */
+int mr_model_key_u32(const mr_gguf *g, const char *arch, const char *suffix, int *out, bool required,
+                     int dflt, mr_err *err);
 
 /* Qwen3.5 hybrids (worker/arch/qwen35.c): the architecture's metadata
  * (after the common keys), all per-layer weights (sets m->q35 and
@@ -108,6 +145,12 @@ bool mr_qwen35_has_mtp(const mr_model *m);
 const float *mr_qwen35_mtp_hidden(const mr_model *m);
 int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens, int n, int pos0,
                   float *logits, mr_err *err);
+
+/* Host room for the ids and positions of n rows: ids in [0, n), positions
+ * in [n, 2n); then mr_model_stage_upload sends both in one copy to
+ * sc.tokens and points sc.pos at them.  n must fit the scratch (sc.cap). */
+int32_t *mr_model_stage(mr_model *m, int n, mr_err *err);
+int mr_model_stage_upload(mr_model *m, int n, mr_err *err);
 
 /* Grows s to hold len tokens now (KV blocks allocated, drawing on its
  * reservation first; block table uploaded).  mr_seq_reserve (model.h) only

@@ -15,7 +15,7 @@ struct mr_sampler {
     double *wid;       /* [n_vocab] weights by token id */
 };
 
-int mr_sampling_check(const mr_sampling *p, mr_err *err)
+int mr_sampling_check(const mr_sample_params *p, mr_err *err)
 {
     if (!isfinite(p->temperature) || p->temperature < 0.0f)
         return mr_errf(err, "temperature %g must be a finite value >= 0", (double)p->temperature);
@@ -48,22 +48,6 @@ void mr_rng_seed(mr_rng *r, uint64_t seed)
 {
     for (int i = 0; i < 4; i++)
         r->s[i] = splitmix64(&seed);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t mr_rng_next(mr_rng *r)
-{
-    uint64_t *s = r->s;
-    uint64_t out = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
 }
 
 double mr_rng_uniform(mr_rng *r)
@@ -108,7 +92,7 @@ void mr_sampler_free(mr_sampler *s)
 
 static bool in_vocab(const mr_sampler *s, int32_t id) { return id >= 0 && id < s->n_vocab; }
 
-void mr_sample_penalize(mr_sampler *s, const mr_sampling *p, float *logits, const int32_t *prompt,
+void mr_sample_penalize(mr_sampler *s, const mr_sample_params *p, float *logits, const int32_t *prompt,
                         int n_prompt, const int32_t *gen, int n_gen)
 {
     float rep = p->repetition_penalty;
@@ -154,6 +138,17 @@ int32_t mr_sample_argmax(const float *x, int n)
         if (x[i] > x[best] || (isnan(x[best]) && !isnan(x[i])))
             best = i;
     return best;
+}
+
+bool mr_sample_penalized(const mr_sample_params *p)
+{
+    return p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f ||
+           (p->repetition_penalty > 0.0f && p->repetition_penalty != 1.0f);
+}
+
+bool mr_sample_plain_greedy(const mr_sample_params *p)
+{
+    return !(p->temperature > 0.0f) && !mr_sample_penalized(p);
 }
 
 static int cand_cmp(const void *a, const void *b)
@@ -233,7 +228,7 @@ static int nucleus(const double *wid, struct cand *c, int n, double goal)
 /* Steps 3-5.  Survivors end up as the positive entries of s->wid (by id);
  * u in (0, 1) then picks by inverse CDF in id order and returns the id;
  * u < 0 writes probs instead. */
-static int32_t distribution(mr_sampler *s, const mr_sampling *p, const float *logits, double u,
+static int32_t distribution(mr_sampler *s, const mr_sample_params *p, const float *logits, double u,
                             float *probs)
 {
     int V = s->n_vocab;
@@ -310,7 +305,7 @@ static int32_t distribution(mr_sampler *s, const mr_sampling *p, const float *lo
     return last; /* a sum that rounded below the target */
 }
 
-int mr_sample_probs(mr_sampler *s, const mr_sampling *p, const float *logits, float *probs)
+int mr_sample_probs(mr_sampler *s, const mr_sample_params *p, const float *logits, float *probs)
 {
     if (!(p->temperature > 0.0f))
         return -1;
@@ -318,7 +313,7 @@ int mr_sample_probs(mr_sampler *s, const mr_sampling *p, const float *logits, fl
     return 0;
 }
 
-int32_t mr_sample(mr_sampler *s, const mr_sampling *p, mr_rng *rng, float *logits,
+int32_t mr_sample(mr_sampler *s, const mr_sample_params *p, mr_rng *rng, float *logits,
                   const int32_t *prompt, int n_prompt, const int32_t *gen, int n_gen)
 {
     mr_sample_penalize(s, p, logits, prompt, n_prompt, gen, n_gen);

@@ -12,7 +12,8 @@ typedef struct req {
     int n_prompt, n_gen, max_tokens;
     int32_t *stop;
     int n_stop;
-    mr_sampling sp;
+    mr_sample_params sp;
+    mr_logits_mode pick;   /* MR_LOGITS_ARGMAX (plain greedy: the backend picks) or MR_LOGITS_LAST */
     mr_rng rng;
     char *tenant, *salt;
     mr_seq *seq;           /* its length: tokens already through forward */
@@ -168,6 +169,7 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
     q->n_prompt = r->n_prompt;
     q->max_tokens = max_tokens;
     q->sp = r->sampling;
+    q->pick = mr_sample_plain_greedy(&q->sp) ? MR_LOGITS_ARGMAX : MR_LOGITS_LAST;
     mr_rng_seed(&q->rng, r->sampling.seed);
     q->stop_token = -1;
     q->tokens = malloc(sizeof(int32_t) * ((size_t)r->n_prompt + (size_t)max_tokens));
@@ -305,14 +307,6 @@ static bool is_stop(const req *q, int32_t id)
     return false;
 }
 
-/* Greedy without penalties needs no logits on the host: the backend's
- * argmax (lowest id on ties, as mr_sample_argmax) picks the id. */
-static bool plain_greedy(const mr_sampling *p)
-{
-    return !(p->temperature > 0.0f) && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f &&
-           (p->repetition_penalty <= 0.0f || p->repetition_penalty == 1.0f);
-}
-
 /* Picks the next id of q (from the backend's argmax or by sampling its
  * logits row) and delivers it. */
 static void advance(mr_sched *s, req *q, const mr_batch_item *it)
@@ -349,8 +343,7 @@ int mr_sched_step(mr_sched *s, mr_err *err)
         if (len < q->n_prompt)
             continue;
         s->item_req[n_items] = q;
-        s->items[n_items] = (mr_batch_item){.seq = q->seq, .tokens = q->tokens + len, .n = 1,
-                                            .mode = plain_greedy(&q->sp) ? MR_LOGITS_ARGMAX : MR_LOGITS_LAST,
+        s->items[n_items] = (mr_batch_item){.seq = q->seq, .tokens = q->tokens + len, .n = 1, .mode = q->pick,
                                             .logits = s->logits + (size_t)n_items * (size_t)s->n_vocab,
                                             .argmax = s->argmax + n_items};
         n_items++;
@@ -368,7 +361,7 @@ int mr_sched_step(mr_sched *s, mr_err *err)
         if (n > budget)
             n = budget;
         bool last = len + n == q->n_prompt;
-        mr_logits_mode mode = !last ? MR_LOGITS_NONE : plain_greedy(&q->sp) ? MR_LOGITS_ARGMAX : MR_LOGITS_LAST;
+        mr_logits_mode mode = last ? q->pick : MR_LOGITS_NONE;
         s->item_req[n_items] = q;
         s->items[n_items] = (mr_batch_item){.seq = q->seq, .tokens = q->tokens + len, .n = n, .mode = mode,
                                             .logits = s->logits + (size_t)n_items * (size_t)s->n_vocab,

@@ -50,7 +50,7 @@ typedef struct mr_request {
     const int32_t *prompt;    /* copied */
     int n_prompt;
     int max_tokens;           /* <= 0: opts.default_max_tokens; capped by the context */
-    mr_sampling sampling;
+    mr_sample_params sampling;
     const int32_t *stop_ids;  /* generating one of these finishes with MR_FINISH_STOP; copied */
     int n_stop;
     const char *tenant;       /* prefix-cache scope (NULL: ""); copied */

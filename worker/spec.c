@@ -13,18 +13,10 @@
 #include <string.h>
 
 #include "worker/model_internal.h"
+#include "worker/sample.h"
 #include "worker/spec.h"
 
 bool mr_spec_supported(const mr_model *m) { return mr_qwen35_has_mtp(m); }
-
-static int32_t argmax_row(const float *x, int n)
-{
-    int32_t b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
 
 int mr_spec_generate(mr_model *m, const int32_t *prompt, int n_prompt, int n_gen, int k,
                      const mr_spec_drafter *override, int32_t *out, mr_spec_stats *stats,
@@ -54,7 +46,7 @@ int mr_spec_generate(mr_model *m, const int32_t *prompt, int n_prompt, int n_gen
     if (mr_seq_new(m, &s, err) ||
         mr_model_forward(m, s, prompt, n_prompt, MR_LOGITS_ALL, logits, err))
         goto done;
-    int32_t t = argmax_row(logits + (size_t)(n_prompt - 1) * V, V);
+    int32_t t = mr_sample_argmax(logits + (size_t)(n_prompt - 1) * V, V);
     int n_out = 0;
     out[n_out++] = t;
     if (n_out == n_gen) {
@@ -66,7 +58,7 @@ int mr_spec_generate(mr_model *m, const int32_t *prompt, int n_prompt, int n_gen
     toks[n_prompt - 1] = t;
     if (mr_qwen35_mtp(m, s, m->sc.xn, toks, n_prompt, 0, mlog, err))
         goto done;
-    int32_t d1 = argmax_row(mlog + (size_t)(n_prompt - 1) * V, V);
+    int32_t d1 = mr_sample_argmax(mlog + (size_t)(n_prompt - 1) * V, V);
     int mtp_rows = n_prompt; /* rows of the last MTP call: its last one feeds the chain */
     size_t E = (size_t)m->hp.n_embd;
 
@@ -87,7 +79,7 @@ int mr_spec_generate(mr_model *m, const int32_t *prompt, int n_prompt, int n_gen
             if (mr_qwen35_mtp(m, s, h, &draft[i - 1], 1, L + i - 1, mlog, err))
                 goto done;
             mtp_rows = 1;
-            draft[i] = argmax_row(mlog, V);
+            draft[i] = mr_sample_argmax(mlog, V);
         }
         if (override)
             override->replace(override->ctx, n_out, kk, draft);
@@ -106,10 +98,10 @@ int mr_spec_generate(mr_model *m, const int32_t *prompt, int n_prompt, int n_gen
         st.verifies++;
         st.drafted += kk;
         int j = 0;
-        while (j < kk && argmax_row(logits + (size_t)j * V, V) == draft[j])
+        while (j < kk && mr_sample_argmax(logits + (size_t)j * V, V) == draft[j])
             j++;
         st.accepted += j;
-        int32_t b = argmax_row(logits + (size_t)j * V, V);
+        int32_t b = mr_sample_argmax(logits + (size_t)j * V, V);
         for (int i = 0; i < j && n_out < n_gen; i++)
             out[n_out++] = draft[i];
         if (n_out < n_gen)
@@ -128,7 +120,7 @@ int mr_spec_generate(mr_model *m, const int32_t *prompt, int n_prompt, int n_gen
         toks[j] = b;
         if (mr_qwen35_mtp(m, s, m->sc.xn, toks, j + 1, L, mlog, err))
             goto done;
-        d1 = argmax_row(mlog + (size_t)j * V, V);
+        d1 = mr_sample_argmax(mlog + (size_t)j * V, V);
         mtp_rows = j + 1;
         t = b;
     }

@@ -14,6 +14,7 @@
 
 #include "common/gguf.h"
 #include "common/half.h"
+#include "worker/sample.h"
 
 /* Geometry of the full-size presets, from the public model configs
  * (Hugging Face config.json of each model; for the hybrids the
@@ -146,41 +147,14 @@ static uint32_t file_type(const mr_synth_model *m)
 
 /* ---- random blocks ---- */
 
-typedef struct rng {
-    uint64_t s[4];
-} rng;
-
-static uint64_t splitmix(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+typedef mr_rng rng; /* xoshiro256** (worker/sample.h) */
 
 static void rng_seed(rng *r, uint64_t a, uint64_t b, uint64_t c)
 {
-    uint64_t x = a ^ (b * 0xd1b54a32d192ed03ull) ^ (c * 0x8cb92ba72f3d8dd7ull);
-    for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix(&x);
+    mr_rng_seed(r, a ^ (b * 0xd1b54a32d192ed03ull) ^ (c * 0x8cb92ba72f3d8dd7ull));
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-/* xoshiro256** */
-static inline uint64_t rng_next(rng *r)
-{
-    uint64_t *s = r->s;
-    uint64_t out = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
-}
+#define rng_next mr_rng_next
 
 /* uniform in [0, 1) */
 static inline float rng_unif(rng *r) { return (float)(rng_next(r) >> 40) * (1.0f / 16777216.0f); }

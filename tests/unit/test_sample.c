@@ -41,7 +41,7 @@ START_TEST(argmax_lowest_id_on_ties)
 END_TEST
 
 /* Reference penalties: one pass over the vocabulary, counting by scanning. */
-static void ref_penalize(const mr_sampling *p, float *l, int V, const int32_t *prompt, int np,
+static void ref_penalize(const mr_sample_params *p, float *l, int V, const int32_t *prompt, int np,
                          const int32_t *gen, int ng)
 {
     for (int v = 0; v < V; v++) {
@@ -67,7 +67,7 @@ START_TEST(penalties_match_reference)
     ck_assert_int_eq(mr_sampler_new(V, &s, &err), 0);
     const int32_t prompt[] = {3, 3, 7, 11, 49, -5, 60};
     const int32_t gen[] = {7, 7, 7, 12, 3, 0, 12, 1000};
-    mr_sampling cases[] = {
+    mr_sample_params cases[] = {
         {.repetition_penalty = 1.3f},
         {.presence_penalty = 0.7f},
         {.frequency_penalty = -0.4f},
@@ -101,7 +101,7 @@ START_TEST(penalties_match_reference)
 END_TEST
 
 /* Reference distribution: ranks by counting, O(V^2), all in double. */
-static void ref_probs(const mr_sampling *p, const float *l, int V, double *out)
+static void ref_probs(const mr_sample_params *p, const float *l, int V, double *out)
 {
     int rank[64];
     for (int i = 0; i < V; i++) {
@@ -156,7 +156,7 @@ START_TEST(distribution_matches_reference)
     mr_sampler *s;
     mr_err err;
     ck_assert_int_eq(mr_sampler_new(V, &s, &err), 0);
-    mr_sampling cases[] = {
+    mr_sample_params cases[] = {
         {.temperature = 1.0f},
         {.temperature = 0.7f, .top_k = 5},
         {.temperature = 1.3f, .top_p = 0.8f},
@@ -190,14 +190,14 @@ START_TEST(draws_follow_the_distribution_and_seed)
     ck_assert_int_eq(mr_sampler_new(V, &s, &err), 0);
     const float base[V] = {0.5f, 1.5f, -0.3f, 1.0f, 0.0f, 2.0f, -1.0f, 0.7f};
     /* the top-k path, and the untruncated one with and without a nucleus */
-    mr_sampling cases[] = {
+    mr_sample_params cases[] = {
         {.temperature = 0.9f, .top_k = 6, .seed = 1234},
         {.temperature = 1.1f, .top_p = 0.85f, .seed = 99},
         {.temperature = 0.8f, .min_p = 0.1f, .seed = 5},
         {.temperature = 1.0f, .seed = 77},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        mr_sampling p = cases[c];
+        mr_sample_params p = cases[c];
         float probs[V];
         ck_assert_int_eq(mr_sample_probs(s, &p, base, probs), 0);
         int hist[V] = {0};
@@ -245,7 +245,7 @@ START_TEST(large_vocabulary_matches_reference_head)
         l[v] = (float)(mr_rng_uniform(&r) * 4.0 - 20.0); /* tail */
     for (int v = 0; v < 30; v++)
         l[(v * 157) % V] = (float)(mr_rng_uniform(&r) * 6.0); /* head */
-    mr_sampling p = {.temperature = 1.0f, .top_p = 0.9f};
+    mr_sample_params p = {.temperature = 1.0f, .top_p = 0.9f};
     ck_assert_int_eq(mr_sample_probs(s, &p, l, probs), 0);
     /* reference: the nucleus by rank counting over the head tokens */
     double total = 0;
@@ -284,11 +284,11 @@ START_TEST(greedy_applies_penalties_first)
     mr_rng r;
     mr_rng_seed(&r, 1);
     float l[V] = {0.0f, 2.0f, 1.9f, 1.0f, 2.0f};
-    mr_sampling g = {0};
+    mr_sample_params g = {0};
     ck_assert_int_eq(mr_sample(s, &g, &r, l, NULL, 0, NULL, 0), 1);
     float l2[V] = {0.0f, 2.0f, 1.9f, 1.0f, 2.0f};
     const int32_t gen[] = {1, 4};
-    mr_sampling pen = {.presence_penalty = 0.2f};
+    mr_sample_params pen = {.presence_penalty = 0.2f};
     ck_assert_int_eq(mr_sample(s, &pen, &r, l2, NULL, 0, gen, 2), 2);
     mr_sampler_free(s);
 }
@@ -297,10 +297,10 @@ END_TEST
 START_TEST(parameter_checks)
 {
     mr_err err;
-    mr_sampling ok = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+    mr_sample_params ok = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
                       .presence_penalty = 0.5f, .frequency_penalty = -0.5f, .repetition_penalty = 1.1f};
     ck_assert_int_eq(mr_sampling_check(&ok, &err), 0);
-    mr_sampling bad[] = {
+    mr_sample_params bad[] = {
         {.temperature = -1.0f}, {.temperature = NAN}, {.top_k = -2}, {.top_p = 1.5f},
         {.min_p = -0.1f}, {.presence_penalty = 3.0f}, {.frequency_penalty = INFINITY},
         {.repetition_penalty = -1.0f},

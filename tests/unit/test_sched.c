@@ -491,7 +491,7 @@ START_TEST(seeded_sampling_is_independent_of_batchmates)
     int32_t p[3][20];
     for (int i = 0; i < 3; i++)
         make_prompt(p[i], 20, 31u + (uint32_t)i);
-    mr_sampling sp = {.temperature = 0.9f, .top_k = 50, .top_p = 0.95f, .min_p = 0.01f,
+    mr_sample_params sp = {.temperature = 0.9f, .top_k = 50, .top_p = 0.95f, .min_p = 0.01f,
                       .presence_penalty = 0.3f, .frequency_penalty = 0.2f, .repetition_penalty = 1.1f,
                       .seed = 12345};
     mr_err err;

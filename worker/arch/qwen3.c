@@ -8,17 +8,12 @@
 
 #include "worker/model_internal.h"
 
-static void attention_block(mr_model *m, const mr_fwd_seg *segs, int n_segs, int il, int n)
+void mr_qwen3_attend(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int kv_layer, const mr_fwd_seg *segs,
+                     int n_segs, int n)
 {
     mr_backend *be = m->be;
     const mr_hparams *hp = &m->hp;
-    const mr_layer *L = &m->layers[il];
     mr_scratch *sc = &m->sc;
-
-    be->rmsnorm(be, sc->x, L->attn_norm, sc->xn, n, hp->n_embd, hp->rms_eps);
-    be->matmul(be, &L->wq, sc->xn, sc->q, n);
-    be->matmul(be, &L->wk, sc->xn, sc->k, n);
-    be->matmul(be, &L->wv, sc->xn, sc->v, n);
 
     /* Qwen3 normalises every query and key head before RoPE. */
     be->rmsnorm(be, sc->q, L->q_norm, sc->q, n * hp->n_heads, hp->head_dim, hp->rms_eps);
@@ -32,17 +27,29 @@ static void attention_block(mr_model *m, const mr_fwd_seg *segs, int n_segs, int
     for (int i = 0; i < n_segs; i++) {
         const mr_fwd_seg *g = &segs[i];
         size_t r = (size_t)g->start;
-        be->kv_store(be, &m->kv, il, g->s->blocks_dev, sc->k + r * kvd, sc->v + r * kvd, sc->pos + r,
-                     g->n);
-        be->attention(be, &m->kv, il, g->s->blocks_dev, sc->q + r * qd, sc->pos + r, g->n,
-                      hp->n_heads, 1.0f / sqrtf((float)hp->head_dim), sc->att + r * qd);
+        be->kv_store(be, kv, kv_layer, g->s->blocks_dev, sc->k + r * kvd, sc->v + r * kvd, sc->pos + r, g->n);
+        be->attention(be, kv, kv_layer, g->s->blocks_dev, sc->q + r * qd, sc->pos + r, g->n, hp->n_heads,
+                      1.0f / sqrtf((float)hp->head_dim), sc->att + r * qd);
     }
+}
 
+static void attention_block(mr_model *m, const mr_fwd_seg *segs, int n_segs, int il, int n)
+{
+    mr_backend *be = m->be;
+    const mr_hparams *hp = &m->hp;
+    const mr_layer *L = &m->layers[il];
+    mr_scratch *sc = &m->sc;
+
+    be->rmsnorm(be, sc->x, L->attn_norm, sc->xn, n, hp->n_embd, hp->rms_eps);
+    be->matmul(be, &L->wq, sc->xn, sc->q, n);
+    be->matmul(be, &L->wk, sc->xn, sc->k, n);
+    be->matmul(be, &L->wv, sc->xn, sc->v, n);
+    mr_qwen3_attend(m, L, &m->kv, il, segs, n_segs, n);
     be->matmul(be, &L->wo, sc->att, sc->proj, n);
     be->add(be, sc->x, sc->proj, (size_t)n * (size_t)hp->n_embd);
 }
 
-static void dense_ffn(mr_model *m, const mr_layer *L, int n)
+void mr_qwen3_dense_ffn(mr_model *m, const mr_layer *L, int n)
 {
     mr_backend *be = m->be;
     mr_scratch *sc = &m->sc;
@@ -52,7 +59,7 @@ static void dense_ffn(mr_model *m, const mr_layer *L, int n)
     be->matmul(be, &L->ffn_down, sc->gate, sc->proj, n);
 }
 
-static void moe_ffn(mr_model *m, const mr_layer *L, int n)
+void mr_qwen3_moe_ffn(mr_model *m, const mr_layer *L, int n)
 {
     mr_backend *be = m->be;
     const mr_hparams *hp = &m->hp;
@@ -70,12 +77,6 @@ static void moe_ffn(mr_model *m, const mr_layer *L, int n)
     be->moe_combine(be, sc->exp_out, sc->exp_w, n, k, hp->n_embd, sc->proj);
 }
 
-int mr_qwen3_forward(mr_model *m, mr_seq *s, int n, int out_first, mr_err *err)
-{
-    mr_fwd_seg seg = {.s = s, .start = 0, .n = n, .out_first = out_first, .out_row = 0};
-    return mr_qwen3_forward_segs(m, &seg, 1, n, err);
-}
-
 int mr_qwen3_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n, mr_err *err)
 {
     (void)err;
@@ -89,21 +90,30 @@ int mr_qwen3_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n
         attention_block(m, segs, n_segs, il, n);
         be->rmsnorm(be, sc->x, L->ffn_norm, sc->xn, n, hp->n_embd, hp->rms_eps);
         if (hp->arch == MR_ARCH_QWEN3MOE)
-            moe_ffn(m, L, n);
+            mr_qwen3_moe_ffn(m, L, n);
         else
-            dense_ffn(m, L, n);
+            mr_qwen3_dense_ffn(m, L, n);
         be->add(be, sc->x, sc->proj, (size_t)n * (size_t)hp->n_embd);
     }
+    mr_qwen3_output_head(m, segs, n_segs);
+    return 0;
+}
+
+void mr_qwen3_output_head(mr_model *m, const mr_fwd_seg *segs, int n_segs)
+{
+    mr_backend *be = m->be;
+    const mr_hparams *hp = &m->hp;
+    mr_scratch *sc = &m->sc;
     /* only the rows whose logits are wanted go through the output head: each
      * segment's rows are normalised into consecutive rows of xn, then one
      * matmul reads the output matrix once for all of them */
     int rows = 0;
+    size_t e = (size_t)hp->n_embd;
     for (int i = 0; i < n_segs; i++) {
         const mr_fwd_seg *g = &segs[i];
         int r = g->n - g->out_first;
         if (r <= 0)
             continue;
-        size_t e = (size_t)hp->n_embd;
         be->rmsnorm(be, sc->x + (size_t)(g->start + g->out_first) * e, m->output_norm,
                     sc->xn + (size_t)g->out_row * e, r, hp->n_embd, hp->rms_eps);
         if (g->out_row + r > rows)
@@ -111,5 +121,4 @@ int mr_qwen3_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n
     }
     if (rows > 0)
         be->matmul(be, &m->output, sc->xn, sc->logits, rows);
-    return 0;
 }

@@ -70,36 +70,16 @@ struct mr_q35 {
 
 /* ---- metadata ---- */
 
-static int get_u32(const mr_gguf *g, const char *arch, const char *suffix, int *out, bool required,
-                   int dflt, mr_err *err)
-{
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    if (!mr_gguf_find(g, key)) {
-        if (required)
-            return mr_errf(err, "missing metadata key '%s'", key);
-        *out = dflt;
-        return 0;
-    }
-    uint32_t v;
-    if (mr_gguf_get_u32(g, key, &v, err))
-        return -1;
-    if (v > (1u << 30))
-        return mr_errf(err, "metadata key '%s' = %u is out of range", key, v);
-    *out = (int)v;
-    return 0;
-}
-
 int mr_qwen35_read_hparams(const mr_gguf *g, const char *arch, mr_hparams *hp, mr_err *err)
 {
-    if (get_u32(g, arch, "nextn_predict_layers", &hp->n_nextn, false, 0, err) ||
-        get_u32(g, arch, "full_attention_interval", &hp->full_attn_interval, false, 4, err) ||
-        get_u32(g, arch, "ssm.conv_kernel", &hp->ssm_d_conv, true, 0, err) ||
-        get_u32(g, arch, "ssm.state_size", &hp->ssm_d_state, true, 0, err) ||
-        get_u32(g, arch, "ssm.group_count", &hp->ssm_n_group, true, 0, err) ||
-        get_u32(g, arch, "ssm.time_step_rank", &hp->ssm_dt_rank, true, 0, err) ||
-        get_u32(g, arch, "ssm.inner_size", &hp->ssm_d_inner, true, 0, err) ||
-        get_u32(g, arch, "expert_shared_feed_forward_length", &hp->n_ff_shexp, false, hp->n_ff, err))
+    if (mr_model_key_u32(g, arch, "nextn_predict_layers", &hp->n_nextn, false, 0, err) ||
+        mr_model_key_u32(g, arch, "full_attention_interval", &hp->full_attn_interval, false, 4, err) ||
+        mr_model_key_u32(g, arch, "ssm.conv_kernel", &hp->ssm_d_conv, true, 0, err) ||
+        mr_model_key_u32(g, arch, "ssm.state_size", &hp->ssm_d_state, true, 0, err) ||
+        mr_model_key_u32(g, arch, "ssm.group_count", &hp->ssm_n_group, true, 0, err) ||
+        mr_model_key_u32(g, arch, "ssm.time_step_rank", &hp->ssm_dt_rank, true, 0, err) ||
+        mr_model_key_u32(g, arch, "ssm.inner_size", &hp->ssm_d_inner, true, 0, err) ||
+        mr_model_key_u32(g, arch, "expert_shared_feed_forward_length", &hp->n_ff_shexp, false, hp->n_ff, err))
         return -1;
     if (hp->n_nextn >= hp->n_layers)
         return mr_errf(err, "%s: nextn_predict_layers %d leaves no trunk of block_count %d", arch,
@@ -274,12 +254,6 @@ int mr_qwen35_load_layers(mr_model *m, mr_err *err)
     return 0;
 }
 
-static void release(mr_backend *be, mr_weight *w)
-{
-    if (w->data)
-        be->weight_release(be, w);
-}
-
 static void free_scratch(mr_backend *be, struct mr_q35 *q)
 {
     if (q->block)
@@ -288,21 +262,15 @@ static void free_scratch(mr_backend *be, struct mr_q35 *q)
     q->cap = 0;
 }
 
-static void free_vec(mr_backend *be, float *v)
-{
-    if (v)
-        be->free(be, v);
-}
-
-static void free_q35_layer(mr_backend *be, mr_q35_layer *Q)
+static void free_q35_layer(mr_model *m, mr_q35_layer *Q)
 {
     float *vecs[] = {Q->conv_w, Q->ssm_a, Q->dt_bias, Q->ssm_norm};
     for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
-        free_vec(be, vecs[i]);
+        mr_model_free_floats(m, vecs[i]);
     mr_weight *ws[] = {&Q->wqkv, &Q->wz, &Q->walpha, &Q->wbeta, &Q->wout,
                        &Q->sh_gate, &Q->sh_up, &Q->sh_down, &Q->sh_gate_inp};
     for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-        release(be, ws[i]);
+        mr_model_release_weight(m, ws[i]);
 }
 
 void mr_qwen35_free(mr_model *m)
@@ -314,20 +282,16 @@ void mr_qwen35_free(mr_model *m)
     free_scratch(be, q);
     if (q->layers) {
         for (int il = 0; il < m->hp.n_layers; il++)
-            free_q35_layer(be, &q->layers[il]);
+            free_q35_layer(m, &q->layers[il]);
         free(q->layers);
     }
     /* the MTP block (the trunk's mr_layer array is released by model.c) */
-    mr_layer *L = &q->mtp;
-    float *vecs[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, q->enorm, q->hnorm, q->head_norm};
+    mr_model_release_layer(m, &q->mtp);
+    free_q35_layer(m, &q->mtp_q);
+    float *vecs[] = {q->enorm, q->hnorm, q->head_norm};
     for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++)
-        free_vec(be, vecs[i]);
-    mr_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
-                       &L->ffn_gate_inp, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps,
-                       &q->eh_proj};
-    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-        release(be, ws[i]);
-    free_q35_layer(be, &q->mtp_q);
+        mr_model_free_floats(m, vecs[i]);
+    mr_model_release_weight(m, &q->eh_proj);
     if (q->mtp_kv.k || q->mtp_kv.v)
         be->kv_destroy(be, &q->mtp_kv);
     free(q);
@@ -345,32 +309,24 @@ static int scratch_reserve(mr_model *m, int cap, mr_err *err)
     const mr_hparams *hp = &m->hp;
     size_t n = (size_t)cap;
     size_t fs = (size_t)(hp->n_ff_shexp > 0 ? hp->n_ff_shexp : 1);
-    struct { float **p; size_t elems; } parts[] = {
-        {&q->qf, n * 2 * (size_t)hp->n_heads * (size_t)hp->head_dim},
-        {&q->qkv, n * (size_t)q->conv_dim},
-        {&q->conv, n * (size_t)q->conv_dim},
-        {&q->z, n * (size_t)hp->ssm_d_inner},
-        {&q->alpha, n * (size_t)hp->ssm_dt_rank},
-        {&q->beta, n * (size_t)hp->ssm_dt_rank},
-        {&q->o, n * (size_t)hp->ssm_d_inner},
-        {&q->sh_gate, n * fs},
-        {&q->sh_up, n * fs},
-        {&q->sh_g, n},
-        {&q->sh_out, n * (size_t)hp->n_embd},
-        {&q->mtp_h, n * (size_t)hp->n_embd},
-        {&q->mtp_cat, n * 2 * (size_t)hp->n_embd},
+    mr_carve parts[] = {
+        {(void **)&q->qf, n * 2 * (size_t)hp->n_heads * (size_t)hp->head_dim},
+        {(void **)&q->qkv, n * (size_t)q->conv_dim},
+        {(void **)&q->conv, n * (size_t)q->conv_dim},
+        {(void **)&q->z, n * (size_t)hp->ssm_d_inner},
+        {(void **)&q->alpha, n * (size_t)hp->ssm_dt_rank},
+        {(void **)&q->beta, n * (size_t)hp->ssm_dt_rank},
+        {(void **)&q->o, n * (size_t)hp->ssm_d_inner},
+        {(void **)&q->sh_gate, n * fs},
+        {(void **)&q->sh_up, n * fs},
+        {(void **)&q->sh_g, n},
+        {(void **)&q->sh_out, n * (size_t)hp->n_embd},
+        {(void **)&q->mtp_h, n * (size_t)hp->n_embd},
+        {(void **)&q->mtp_cat, n * 2 * (size_t)hp->n_embd},
     };
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-        total += (parts[i].elems * sizeof(float) + 255) & ~(size_t)255;
-    uint8_t *base = m->be->alloc(m->be, total);
+    void *base = mr_model_carve(m, parts, sizeof parts / sizeof parts[0], cap, err);
     if (!base)
-        return mr_errf(err, "out of backend memory for activations of %d tokens (%zu bytes)", cap, total);
-    size_t off = 0;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        *parts[i].p = (float *)(base + off);
-        off += (parts[i].elems * sizeof(float) + 255) & ~(size_t)255;
-    }
+        return -1;
     q->block = base;
     q->cap = cap;
     return 0;
@@ -393,19 +349,7 @@ static void full_attention(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int 
     be->copy_2d(be, sc->q, hd, q->qf, 2 * hd, rows, hd);
     be->matmul(be, &L->wk, sc->xn, sc->k, n);
     be->matmul(be, &L->wv, sc->xn, sc->v, n);
-    be->rmsnorm(be, sc->q, L->q_norm, sc->q, rows, hd, hp->rms_eps);
-    be->rmsnorm(be, sc->k, L->k_norm, sc->k, n * hp->n_kv_heads, hd, hp->rms_eps);
-    be->rope(be, sc->q, sc->pos, n, hp->n_heads, hd, hp->n_rot, hp->rope_theta, MR_ROPE_NEOX);
-    be->rope(be, sc->k, sc->pos, n, hp->n_kv_heads, hd, hp->n_rot, hp->rope_theta, MR_ROPE_NEOX);
-    size_t qd = (size_t)hp->n_heads * (size_t)hd, kvd = (size_t)hp->n_kv_heads * (size_t)hd;
-    for (int i = 0; i < n_segs; i++) {
-        const mr_fwd_seg *g = &segs[i];
-        size_t r = (size_t)g->start;
-        be->kv_store(be, kv, kv_layer, g->s->blocks_dev, sc->k + r * kvd, sc->v + r * kvd, sc->pos + r,
-                     g->n);
-        be->attention(be, kv, kv_layer, g->s->blocks_dev, sc->q + r * qd, sc->pos + r, g->n, hp->n_heads,
-                      1.0f / sqrtf((float)hd), sc->att + r * qd);
-    }
+    mr_qwen3_attend(m, L, kv, kv_layer, segs, n_segs, n);
     /* output gate: the second half of each head's [q | gate] row */
     be->sigmoid_mul(be, sc->att, q->qf + hd, rows, hd, 2 * hd, false);
     be->matmul(be, &L->wo, sc->att, sc->proj, n);
@@ -442,33 +386,16 @@ static void linear_attention(mr_model *m, int il, const mr_fwd_seg *segs, int n_
     be->matmul(be, &Q->wout, q->o, sc->proj, n);
 }
 
-static void dense_ffn(mr_model *m, const mr_layer *L, int n)
-{
-    mr_backend *be = m->be;
-    mr_scratch *sc = &m->sc;
-    be->matmul(be, &L->ffn_gate, sc->xn, sc->gate, n);
-    be->matmul(be, &L->ffn_up, sc->xn, sc->up, n);
-    be->swiglu(be, sc->gate, sc->up, sc->gate, (size_t)n * (size_t)m->hp.n_ff);
-    be->matmul(be, &L->ffn_down, sc->gate, sc->proj, n);
-}
-
+/* routed experts as qwen3moe, plus a shared expert scaled by sigmoid of
+ * its one-logit gate */
 static void moe_ffn(mr_model *m, const mr_layer *L, const mr_q35_layer *Q, int n)
 {
     mr_backend *be = m->be;
     const mr_hparams *hp = &m->hp;
     struct mr_q35 *q = m->q35;
     mr_scratch *sc = &m->sc;
-    int k = hp->n_expert_used;
 
-    be->matmul(be, &L->ffn_gate_inp, sc->xn, sc->router, n);
-    be->moe_route(be, sc->router, n, hp->n_expert, k, hp->norm_topk, sc->exp_ids, sc->exp_w);
-    be->matmul_id(be, &L->ffn_gate_exps, sc->xn, 1, sc->exp_ids, k, sc->gate, n);
-    be->matmul_id(be, &L->ffn_up_exps, sc->xn, 1, sc->exp_ids, k, sc->up, n);
-    be->swiglu(be, sc->gate, sc->up, sc->gate, (size_t)n * (size_t)k * (size_t)hp->n_ff_exp);
-    be->matmul_id(be, &L->ffn_down_exps, sc->gate, k, sc->exp_ids, k, sc->exp_out, n);
-    be->moe_combine(be, sc->exp_out, sc->exp_w, n, k, hp->n_embd, sc->proj);
-
-    /* shared expert, scaled by sigmoid of its one-logit gate */
+    mr_qwen3_moe_ffn(m, L, n);
     be->matmul(be, &Q->sh_gate, sc->xn, q->sh_gate, n);
     be->matmul(be, &Q->sh_up, sc->xn, q->sh_up, n);
     be->swiglu(be, q->sh_gate, q->sh_up, q->sh_gate, (size_t)n * (size_t)hp->n_ff_shexp);
@@ -488,7 +415,7 @@ static void ffn_block(mr_model *m, const mr_layer *L, const mr_q35_layer *Q, int
     if (hp->arch == MR_ARCH_QWEN35MOE)
         moe_ffn(m, L, Q, n);
     else
-        dense_ffn(m, L, n);
+        mr_qwen3_dense_ffn(m, L, n);
     be->add(be, sc->x, sc->proj, (size_t)n * (size_t)hp->n_embd);
 }
 
@@ -511,22 +438,9 @@ int mr_qwen35_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int 
         be->add(be, sc->x, sc->proj, (size_t)n * (size_t)hp->n_embd);
         ffn_block(m, L, &m->q35->layers[il], n);
     }
-    /* rows with logits: normed into xn rows out_row.. (where the MTP block
-     * finds its hidden input), then one pass through the output head */
-    int rows = 0;
-    size_t E = (size_t)hp->n_embd;
-    for (int i = 0; i < n_segs; i++) {
-        const mr_fwd_seg *g = &segs[i];
-        int r = g->n - g->out_first;
-        if (r <= 0)
-            continue;
-        be->rmsnorm(be, sc->x + (size_t)(g->start + g->out_first) * E, m->output_norm,
-                    sc->xn + (size_t)g->out_row * E, r, hp->n_embd, hp->rms_eps);
-        if (g->out_row + r > rows)
-            rows = g->out_row + r;
-    }
-    if (rows > 0)
-        be->matmul(be, &m->output, sc->xn, sc->logits, rows);
+    /* rows with logits: output-normed into xn rows out_row.. (where the
+     * MTP block finds its hidden input), then through the output head */
+    mr_qwen3_output_head(m, segs, n_segs);
     return 0;
 }
 
@@ -562,16 +476,13 @@ int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens,
     }
     if (mr_seq_grow(s, pos0 + n, err) || scratch_reserve(m, n, err))
         return -1;
-    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
-    if (!pos)
-        return mr_errf(err, "out of memory");
+    int32_t *stage = mr_model_stage(m, n, err);
+    if (!stage)
+        return -1;
+    memcpy(stage, tokens, sizeof(int32_t) * (size_t)n);
     for (int t = 0; t < n; t++)
-        pos[t] = pos0 + t;
-    int rc = be->upload(be, sc->tokens, tokens, sizeof(int32_t) * (size_t)n, err);
-    if (!rc)
-        rc = be->upload(be, sc->pos, pos, sizeof(int32_t) * (size_t)n, err);
-    free(pos);
-    if (rc)
+        stage[n + t] = pos0 + t;
+    if (mr_model_stage_upload(m, n, err))
         return -1;
 
     int E = hp->n_embd;

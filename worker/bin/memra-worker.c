@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "gateway/config.h"
+#include "worker/cli.h"
 #include "worker/server.h"
 
 typedef struct args {
@@ -27,7 +28,18 @@ static int usage(void)
     return 2;
 }
 
-/* Applies flag/value pairs; --config and --instance are skipped here. */
+/* A number flag's value within [lo, hi], else -1. */
+static int num(const char *x, long lo, long hi, long *out)
+{
+    int v;
+    if (mr_cli_parse_int(x, lo, hi, &v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Applies flag/value pairs; --config and --instance are skipped here.
+ * Returns -1 on an unknown flag or a number out of range. */
 static int parse(args *a, int n, char **v)
 {
     for (int i = 0; i < n; i += 2) {
@@ -35,6 +47,8 @@ static int parse(args *a, int n, char **v)
         if (i + 1 >= n)
             return -1;
         const char *x = v[i + 1];
+        long t = 0;
+        int bad = 0;
         if (!strcmp(k, "--config") || !strcmp(k, "--instance"))
             continue;
         else if (!strcmp(k, "--listen"))
@@ -45,25 +59,30 @@ static int parse(args *a, int n, char **v)
             a->backend = x;
         else if (!strcmp(k, "--name"))
             a->name = x;
-        else if (!strcmp(k, "--device"))
-            a->o.device = atoi(x);
-        else if (!strcmp(k, "--max-running"))
-            a->o.max_running = (uint32_t)atoi(x);
-        else if (!strcmp(k, "--max-queued"))
-            a->o.max_queued = (uint32_t)atoi(x);
-        else if (!strcmp(k, "--ctx")) {
-            a->ctx = atol(x);
+        else if (!strcmp(k, "--device")) {
+            bad = num(x, -1, 1 << 16, &t);
+            a->o.device = (int)t;
+        } else if (!strcmp(k, "--max-running")) {
+            bad = num(x, 1, 1 << 20, &t);
+            a->o.max_running = (uint32_t)t;
+        } else if (!strcmp(k, "--max-queued")) {
+            bad = num(x, 0, 1 << 30, &t);
+            a->o.max_queued = (uint32_t)t;
+        } else if (!strcmp(k, "--ctx")) {
+            bad = num(x, 2, 1 << 30, &a->ctx);
             a->ctx_set = true;
-        }
-        else if (!strcmp(k, "--vocab"))
-            a->vocab = atol(x);
+        } else if (!strcmp(k, "--vocab"))
+            bad = num(x, 1, 1 << 30, &a->vocab);
         else if (!strcmp(k, "--fake-eos"))
-            a->eos = atol(x);
+            bad = num(x, -1, 1 << 30, &a->eos);
         else if (!strcmp(k, "--fake-delay-ms"))
-            a->delay = atol(x);
-        else if (!strcmp(k, "--fake-corrupt-token"))
-            mr_engine_fake_corrupt(atol(x));
-        else
+            bad = num(x, 0, 1 << 20, &a->delay);
+        else if (!strcmp(k, "--fake-corrupt-token")) {
+            bad = num(x, 0, 1 << 30, &t);
+            mr_engine_fake_corrupt(t);
+        } else
+            return -1;
+        if (bad)
             return -1;
     }
     return 0;
@@ -84,8 +103,8 @@ int main(int argc, char **argv)
     for (int i = 1; i + 1 < argc; i++) {
         if (!strcmp(argv[i], "--config"))
             config = argv[i + 1];
-        else if (!strcmp(argv[i], "--instance"))
-            instance = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--instance") && mr_cli_parse_int(argv[i + 1], 0, 1 << 20, &instance))
+            return usage();
     }
     static mr_config c;
     if (config) {

@@ -21,8 +21,8 @@
 
 #include "common/chat.h"
 #include "common/tokenizer.h"
-#include "kernels/ops.h"
-#include "worker/model.h"
+#include "worker/cli.h"
+#include "worker/sample.h"
 
 static void usage(void)
 {
@@ -41,71 +41,6 @@ static void usage(void)
            "  -n N          generate at most N ids (default 24)\n"
            "  --print-text  also print the generated text (default with --prompt, --chat)\n"
            "  --ignore-eos  do not stop at end-of-generation ids\n");
-}
-
-/* Parses "1,2,3" (decimal ids, no empty items). */
-static int parse_tokens(const char *s, int32_t **out, int *n_out, mr_err *err)
-{
-    int cap = 16, n = 0;
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
-    if (!ids)
-        return mr_errf(err, "out of memory");
-    const char *p = s;
-    for (;;) {
-        if (*p < '0' || *p > '9') {
-            free(ids);
-            return mr_errf(err, "--tokens: expected a decimal token id at offset %d of '%.40s'",
-                           (int)(p - s), s);
-        }
-        errno = 0;
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (errno || v > INT32_MAX) {
-            free(ids);
-            return mr_errf(err, "--tokens: token id at offset %d is too large", (int)(p - s));
-        }
-        if (n == cap) {
-            cap *= 2;
-            int32_t *bigger = realloc(ids, sizeof(int32_t) * (size_t)cap);
-            if (!bigger) {
-                free(ids);
-                return mr_errf(err, "out of memory");
-            }
-            ids = bigger;
-        }
-        ids[n++] = (int32_t)v;
-        p = end;
-        if (*p == '\0')
-            break;
-        if (*p != ',') {
-            free(ids);
-            return mr_errf(err, "--tokens: unexpected '%c' at offset %d (expected ',')", *p, (int)(p - s));
-        }
-        p++;
-    }
-    *out = ids;
-    *n_out = n;
-    return 0;
-}
-
-static int parse_count(const char *s, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < 0 || v > 1000000)
-        return -1;
-    *out = (int)v;
-    return 0;
-}
-
-static int argmax(const float *x, int n)
-{
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
 }
 
 static int write_logits(const char *path, const float *logits, size_t count, mr_err *err)
@@ -245,7 +180,7 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--ignore-eos")) {
             ignore_eos = true;
         } else if (!strcmp(a, "-n") && has_val) {
-            if (parse_count(argv[++i], &n_gen)) {
+            if (mr_cli_parse_int(argv[++i], 0, 1000000, &n_gen)) {
                 fprintf(stderr, "run-gen: -n: expected a count in [0, 1000000], got '%s'\n", argv[i]);
                 return 2;
             }
@@ -281,7 +216,7 @@ int main(int argc, char **argv)
     mr_err err = {{0}};
     int32_t *prompt = NULL;
     int n_prompt = 0;
-    if (tokens_arg && parse_tokens(tokens_arg, &prompt, &n_prompt, &err)) {
+    if (tokens_arg && mr_cli_parse_tokens(tokens_arg, &prompt, &n_prompt, &err)) {
         fprintf(stderr, "run-gen: %s\n", err.msg);
         return 2;
     }
@@ -318,24 +253,10 @@ int main(int argc, char **argv)
         goto fail;
     }
 
-    if (!(be = mr_backend_create(backend, &err)))
-        goto fail;
     mr_model_opts opts = {.n_ctx = n_prompt + (n_gen > 0 ? n_gen : 0), .n_seqs = 1};
-    if (mr_model_load(model_path, be, &opts, &m, &err))
+    if (mr_cli_load(model_path, backend, &opts, &be, &m, &err))
         goto fail;
     const mr_hparams *hp = mr_model_hparams(m);
-    if (n_prompt + (n_gen > 0 ? n_gen : 0) > mr_model_n_ctx(m)) {
-        mr_errf(&err, "%d prompt + %d generated tokens exceed the model context of %d", n_prompt,
-                n_gen > 0 ? n_gen : 0, mr_model_n_ctx(m));
-        goto fail;
-    }
-    for (int t = 0; t < n_prompt; t++) {
-        if (prompt[t] >= hp->n_vocab) {
-            mr_errf(&err, "token id %d (index %d) is out of range: the vocabulary has %d ids", prompt[t],
-                    t, hp->n_vocab);
-            goto fail;
-        }
-    }
     if (mr_seq_new(m, &s, &err))
         goto fail;
     logits = malloc(sizeof(float) * (size_t)n_prompt * (size_t)hp->n_vocab);
@@ -351,7 +272,7 @@ int main(int argc, char **argv)
         goto fail;
     if (n_gen > 0) {
         const float *last = logits_out ? logits + (size_t)(n_prompt - 1) * (size_t)hp->n_vocab : logits;
-        int32_t next = argmax(last, hp->n_vocab);
+        int32_t next = mr_sample_argmax(last, hp->n_vocab);
         int n_done = 0;
         bool ends_nl = true;
         for (int i = 0; i < n_gen; i++) {
@@ -364,7 +285,7 @@ int main(int argc, char **argv)
             if (i + 1 < n_gen) {
                 if (mr_model_forward(m, s, &next, 1, MR_LOGITS_LAST, logits, &err))
                     goto fail;
-                next = argmax(logits, hp->n_vocab);
+                next = mr_sample_argmax(logits, hp->n_vocab);
             }
         }
         if (ds) {

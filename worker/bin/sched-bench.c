@@ -14,15 +14,13 @@
  * mr_model_forward, then fails unless the scheduled run produced the same
  * ids: the exactness rule (batchmates, chunking and prefix hits change
  * nothing) on whatever backend runs it. */
-#include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "kernels/ops.h"
-#include "worker/model.h"
+#include "worker/cli.h"
+#include "worker/sample.h"
 #include "worker/sched.h"
 
 static double now_s(void)
@@ -115,11 +113,7 @@ static int solo(mr_model *m, const int32_t *prompt, int n_prompt, int n_gen, int
     }
     int rc = mr_model_forward(m, s, prompt, n_prompt, MR_LOGITS_LAST, lg, err);
     for (int i = 0; !rc && i < n_gen; i++) {
-        int best = 0;
-        for (int v = 1; v < V; v++)
-            if (lg[v] > lg[best])
-                best = v;
-        out[i] = best;
+        out[i] = mr_sample_argmax(lg, V);
         if (i + 1 < n_gen)
             rc = mr_model_forward(m, s, &out[i], 1, MR_LOGITS_LAST, lg, err);
     }
@@ -130,15 +124,13 @@ static int solo(mr_model *m, const int32_t *prompt, int n_prompt, int n_gen, int
 
 static int arg_int(const char *name, const char *v, int lo, int hi)
 {
-    char *end;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || errno || *end || x < lo || x > hi) {
+    int x;
+    if (mr_cli_parse_int(v, lo, hi, &x)) {
         fprintf(stderr, "sched-bench: %s: expected an integer in [%d, %d], got '%s'\n", name, lo, hi,
                 v ? v : "");
         exit(2);
     }
-    return (int)x;
+    return x;
 }
 
 int main(int argc, char **argv)
@@ -197,17 +189,12 @@ int main(int argc, char **argv)
     }
 
     mr_err err;
-    mr_backend *be = mr_backend_create(backend, &err);
-    if (!be) {
-        fprintf(stderr, "sched-bench: %s\n", err.msg);
-        return 1;
-    }
-    mr_model_opts mo = {.n_ctx = n_prompt + n_gen, .n_seqs = conc, .kv_bytes = (size_t)kv_mib << 20};
+    mr_backend *be;
     mr_model *m;
+    mr_model_opts mo = {.n_ctx = n_prompt + n_gen, .n_seqs = conc, .kv_bytes = (size_t)kv_mib << 20};
     double t0 = now_s();
-    if (mr_model_load(path, be, &mo, &m, &err)) {
+    if (mr_cli_load(path, backend, &mo, &be, &m, &err)) {
         fprintf(stderr, "sched-bench: %s\n", err.msg);
-        mr_backend_destroy(be);
         return 1;
     }
     double t_load = now_s() - t0;
