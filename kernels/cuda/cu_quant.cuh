@@ -242,6 +242,15 @@ __device__ __forceinline__ void mr_dq32(const uint8_t *row, int64_t g, float v[3
     }
 }
 
+/* Element c of a row of a plain type (F32, F16, BF16). */
+template <int T>
+__device__ __forceinline__ float mr_plain_at(const uint8_t *row, int64_t c)
+{
+    if constexpr (T == MR_TYPE_F32) return ((const float *)row)[c];
+    else if constexpr (T == MR_TYPE_F16) return mr_h2f(((const uint16_t *)row)[c]);
+    else return mr_bf2f(((const uint16_t *)row)[c]);
+}
+
 /* Calls f.template operator()<T>() for the runtime type t; false if unsupported. */
 #define MR_CU_TYPE_LIST(X)                                                                  \
     X(MR_TYPE_F32) X(MR_TYPE_F16) X(MR_TYPE_BF16) X(MR_TYPE_Q4_0) X(MR_TYPE_Q4_1)            \
