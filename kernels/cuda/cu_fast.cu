@@ -351,8 +351,8 @@ int mr_cu_weight_prepare(mr_backend *be, mr_weight *w, mr_err *err)
     w->priv = NULL;
     if (!fast_padded(w->type) || w->cols % 256)
         return 0;
-    mr_cu_tinfo ti = mr_cu_type_info(w->type);
-    size_t nb = (size_t)(w->cols / ti.block_elems) * (size_t)w->rows * (size_t)w->n_mats;
+    const mr_type_info *ti = mr_type_get(w->type);
+    size_t nb = (size_t)(w->cols / ti->block_elems) * (size_t)w->rows * (size_t)w->n_mats;
     int db = fast_stride(w->type);
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, nb * db);
@@ -362,7 +362,7 @@ int mr_cu_weight_prepare(mr_backend *be, mr_weight *w, mr_err *err)
                        w->name ? w->name : "?", nb * db, cudaGetErrorString(e));
     }
     k_pad_blocks<<<mr_cu_blocks(nb, 256), 256, 0, c->stream>>>((const uint8_t *)w->data,
-                                                                (uint8_t *)p, nb, ti.block_bytes, db, w->type);
+                                                                (uint8_t *)p, nb, (int)ti->block_bytes, db, w->type);
     e = cudaGetLastError();
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(c->stream);
