@@ -490,17 +490,7 @@ bool mr_cu_fast_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
     a.ids = ids;
     a.k = k;
     a.x_slots = x_slots;
-    /* one token-expert pair per job (grid.y), one token per launch */
-    switch (w->type) {
-    case MR_TYPE_Q4_K: launch_fast<MR_TYPE_Q4_K, 1>(c, a, n * k); break;
-    case MR_TYPE_Q5_K: launch_fast<MR_TYPE_Q5_K, 1>(c, a, n * k); break;
-    case MR_TYPE_Q6_K: launch_fast<MR_TYPE_Q6_K, 1>(c, a, n * k); break;
-    case MR_TYPE_Q8_0: launch_fast<MR_TYPE_Q8_0, 1>(c, a, n * k); break;
-    case MR_TYPE_Q4_0: launch_fast<MR_TYPE_Q4_0, 1>(c, a, n * k); break;
-    case MR_TYPE_IQ4_XS: launch_fast<MR_TYPE_IQ4_XS, 1>(c, a, n * k); break;
-    case MR_TYPE_BF16: launch_fast<MR_TYPE_BF16, 1>(c, a, n * k); break;
-    case MR_TYPE_F32: launch_fast<MR_TYPE_F32, 1>(c, a, n * k); break;
-    default: return false;
-    }
-    return true;
+    /* one token-expert pair per job (grid.y), all in one launch of one
+     * token each (the job resolves its own input and output) */
+    return fast_run(c, w, a, 1, n * k);
 }
