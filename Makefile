@@ -38,7 +38,10 @@ SAN        := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize
 LIB_SRC := $(wildcard common/*.c proto/*.c kernels/*.c kernels/cpu/*.c worker/*.c worker/arch/*.c gateway/*.c)
 BIN_SRC := $(wildcard common/bin/*.c proto/bin/*.c kernels/bin/*.c worker/bin/*.c gateway/bin/*.c)
 CU_SRC  := $(wildcard kernels/cuda/*.cu)
-CU_HDR  := $(wildcard kernels/cuda/*.cuh)
+# What kernels/cuda/*.cu include from the tree (cu_common.cuh pulls in
+# kernels/ops.h, which pulls in common/err.h and common/quant.h): a change to
+# any other header does not rebuild the CUDA objects for every architecture.
+CU_HDR  := $(wildcard kernels/cuda/*.cuh kernels/cuda/*.h) kernels/ops.h common/err.h common/quant.h
 HDRS    := $(wildcard common/*.h proto/*.h kernels/*.h kernels/cpu/*.h worker/*.h worker/arch/*.h gateway/*.h)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
@@ -103,7 +106,7 @@ $(BUILD)/obj/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/cuda/%.o: kernels/cuda/%.cu $(CU_HDR) $(HDRS)
+$(BUILD)/cuda/%.o: kernels/cuda/%.cu $(CU_HDR)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -112,7 +115,7 @@ $(BUILD)/libmemra.a: $(LIB_OBJ) $(CU_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 define bin_rule
-$(BUILD)/bin/$(basename $(notdir $(1))): $(1) $(BUILD)/libmemra.a $(HDRS)
+$(BUILD)/bin/$(basename $(notdir $(1))): $(1) $(BUILD)/libmemra.a $(HDRS) $(wildcard kernels/cuda/*.h)
 	@mkdir -p $(BUILD)/bin
 	$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) $(1) -o $$@ $(BUILD)/libmemra.a $(CUDA_LIBS) $(LDLIBS)
 endef

@@ -2,9 +2,9 @@
  * random inputs at several shapes.
  *
  * References: the CPU backend (mr_backend_cpu_create) and, for every op,
- * straightforward float64 math written here (with its own block decoders
- * for the quant formats, cross-checked against common/quant.c's
- * mr_dequantize_row).
+ * straightforward float64 math written here; quantized weights are decoded
+ * on the host by common/quant.c's mr_dequantize_row, the CPU reference that
+ * the unit tests check against upstream-made fixtures.
  * Outputs are poisoned with NaN before each run, so an unwritten element
  * fails; NaN anywhere fails.  Fused ops are checked against the unfused
  * sequence, the fast matvec kernels against the generic ones
@@ -129,193 +129,44 @@ static void report_f(const char *op, const char *shape, const float *a, const fl
     free(r);
 }
 
-/* ---- host block decoders (float64 reference) ---- */
-static const int8_t kv_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                    1, 13, 25, 38, 53, 69, 89, 113};
-static const int8_t kv_fp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-static float h16(const uint8_t *p) { return mr_f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
-static float e8m0_half(uint8_t e)
-{
-    uint32_t b = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
-    return mr_bits_to_f32(b);
-}
-static float ue4m3_half(uint8_t x)
-{
-    if (x == 0 || x == 0x7F) return 0.0f;
-    int e = (x >> 3) & 0xF, m = x & 7;
-    float raw = e == 0 ? ldexpf((float)m, -9) : ldexpf(1.0f + m / 8.0f, e - 7);
-    return raw * 0.5f;
-}
-static void k4sm(int j, const uint8_t *q, int *sc, int *m)
-{
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
+/* The weight types checked; block sizes and names come from common/quant.h,
+ * and the host reference decodes with its mr_dequantize_row (itself checked
+ * against upstream-made fixtures by the unit tests). */
 typedef struct { int type; const char *name; int be, bb; } tdesc;
-static const tdesc TYPES[] = {
-    {MR_TYPE_F32, "F32", 1, 4},       {MR_TYPE_F16, "F16", 1, 2},       {MR_TYPE_BF16, "BF16", 1, 2},
-    {MR_TYPE_Q8_0, "Q8_0", 32, 34},   {MR_TYPE_Q4_0, "Q4_0", 32, 18},   {MR_TYPE_Q4_1, "Q4_1", 32, 20},
-    {MR_TYPE_Q5_0, "Q5_0", 32, 22},   {MR_TYPE_Q5_1, "Q5_1", 32, 24},   {MR_TYPE_IQ4_NL, "IQ4_NL", 32, 18},
-    {MR_TYPE_MXFP4, "MXFP4", 32, 17}, {MR_TYPE_NVFP4, "NVFP4", 64, 36}, {MR_TYPE_Q2_K, "Q2_K", 256, 84},
-    {MR_TYPE_Q3_K, "Q3_K", 256, 110}, {MR_TYPE_Q4_K, "Q4_K", 256, 144}, {MR_TYPE_Q5_K, "Q5_K", 256, 176},
-    {MR_TYPE_Q6_K, "Q6_K", 256, 210}, {MR_TYPE_IQ4_XS, "IQ4_XS", 256, 136},
+static const int TYPE_IDS[] = {
+    MR_TYPE_F32,  MR_TYPE_F16,    MR_TYPE_BF16,  MR_TYPE_Q8_0,  MR_TYPE_Q4_0, MR_TYPE_Q4_1,
+    MR_TYPE_Q5_0, MR_TYPE_Q5_1,   MR_TYPE_IQ4_NL, MR_TYPE_MXFP4, MR_TYPE_NVFP4, MR_TYPE_Q2_K,
+    MR_TYPE_Q3_K, MR_TYPE_Q4_K,   MR_TYPE_Q5_K,  MR_TYPE_Q6_K,  MR_TYPE_IQ4_XS,
 };
-#define N_TYPES ((int)(sizeof TYPES / sizeof TYPES[0]))
+#define N_TYPES ((int)(sizeof TYPE_IDS / sizeof TYPE_IDS[0]))
+static tdesc TYPES[N_TYPES];
 
-/* Decodes one block of type t into out (block_elems values). */
-static void deq_block(int t, const uint8_t *b, float *y)
+static void types_init(void)
 {
-    switch (t) {
-    case MR_TYPE_F32: memcpy(y, b, 4); break;
-    case MR_TYPE_F16: y[0] = h16(b); break;
-    case MR_TYPE_BF16: y[0] = mr_bf16_to_f32((uint16_t)(b[0] | b[1] << 8)); break;
-    case MR_TYPE_Q8_0: for (int j = 0; j < 32; j++) y[j] = h16(b) * (float)(int8_t)b[2 + j]; break;
-    case MR_TYPE_Q4_0:
-    case MR_TYPE_IQ4_NL:
-        for (int j = 0; j < 16; j++) {
-            int lo = b[2 + j] & 15, hi = b[2 + j] >> 4;
-            y[j] = h16(b) * (float)(t == MR_TYPE_Q4_0 ? lo - 8 : kv_iq4nl[lo]);
-            y[j + 16] = h16(b) * (float)(t == MR_TYPE_Q4_0 ? hi - 8 : kv_iq4nl[hi]);
+    for (int i = 0; i < N_TYPES; i++) {
+        const mr_type_info *ti = mr_type_get(TYPE_IDS[i]);
+        if (!ti || !ti->supported) {
+            snprintf(err.msg, sizeof err.msg, "type %d has no reference decoder in common/quant.c",
+                     TYPE_IDS[i]);
+            die("types");
         }
-        break;
-    case MR_TYPE_Q4_1:
-        for (int j = 0; j < 16; j++) {
-            y[j] = h16(b) * (float)(b[4 + j] & 15) + h16(b + 2);
-            y[j + 16] = h16(b) * (float)(b[4 + j] >> 4) + h16(b + 2);
-        }
-        break;
-    case MR_TYPE_Q5_0:
-    case MR_TYPE_Q5_1: {
-        int o = t == MR_TYPE_Q5_0 ? 2 : 4;
-        uint32_t qh = (uint32_t)b[o] | (uint32_t)b[o + 1] << 8 | (uint32_t)b[o + 2] << 16 | (uint32_t)b[o + 3] << 24;
-        for (int j = 0; j < 16; j++) {
-            int lo = (b[o + 4 + j] & 15) | (int)((qh >> j) & 1) << 4;
-            int hi = (b[o + 4 + j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
-            if (t == MR_TYPE_Q5_0) {
-                y[j] = h16(b) * (float)(lo - 16);
-                y[j + 16] = h16(b) * (float)(hi - 16);
-            } else {
-                y[j] = h16(b) * (float)lo + h16(b + 2);
-                y[j + 16] = h16(b) * (float)hi + h16(b + 2);
-            }
-        }
-        break;
+        TYPES[i] = (tdesc){TYPE_IDS[i], ti->name, (int)ti->block_elems, (int)ti->block_bytes};
     }
-    case MR_TYPE_MXFP4:
-        for (int j = 0; j < 16; j++) {
-            y[j] = (float)kv_fp4[b[1 + j] & 15] * e8m0_half(b[0]);
-            y[j + 16] = (float)kv_fp4[b[1 + j] >> 4] * e8m0_half(b[0]);
-        }
-        break;
-    case MR_TYPE_NVFP4:
-        for (int s = 0; s < 4; s++)
-            for (int j = 0; j < 8; j++) {
-                y[16 * s + j] = (float)kv_fp4[b[4 + 8 * s + j] & 15] * ue4m3_half(b[s]);
-                y[16 * s + j + 8] = (float)kv_fp4[b[4 + 8 * s + j] >> 4] * ue4m3_half(b[s]);
-            }
-        break;
-    case MR_TYPE_Q4_K:
-    case MR_TYPE_Q5_K: {
-        float d = h16(b), dm = h16(b + 2);
-        const uint8_t *qh = b + 16, *qs = b + (t == MR_TYPE_Q4_K ? 16 : 48);
-        for (int s = 0; s < 8; s++) {
-            int sc, m;
-            k4sm(s, b + 4, &sc, &m);
-            for (int l = 0; l < 32; l++) {
-                int q = (qs[32 * (s / 2) + l] >> (4 * (s & 1))) & 15;
-                if (t == MR_TYPE_Q5_K) q += ((qh[l] >> s) & 1) * 16;
-                y[32 * s + l] = d * (float)sc * (float)q - dm * (float)m;
-            }
-        }
-        break;
-    }
-    case MR_TYPE_Q6_K: {
-        float d = h16(b + 208);
-        for (int n = 0; n < 2; n++) {
-            const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
-            const int8_t *sc = (const int8_t *)(b + 192 + 8 * n);
-            for (int l = 0; l < 32; l++) {
-                int is = l / 16;
-                int q1 = ((ql[l] & 15) | ((qh[l] >> 0 & 3) << 4)) - 32;
-                int q2 = ((ql[l + 32] & 15) | ((qh[l] >> 2 & 3) << 4)) - 32;
-                int q3 = ((ql[l] >> 4) | ((qh[l] >> 4 & 3) << 4)) - 32;
-                int q4 = ((ql[l + 32] >> 4) | ((qh[l] >> 6 & 3) << 4)) - 32;
-                y[128 * n + l] = d * sc[is] * q1;
-                y[128 * n + l + 32] = d * sc[is + 2] * q2;
-                y[128 * n + l + 64] = d * sc[is + 4] * q3;
-                y[128 * n + l + 96] = d * sc[is + 6] * q4;
-            }
-        }
-        break;
-    }
-    case MR_TYPE_Q2_K: {
-        float d = h16(b + 80), dm = h16(b + 82);
-        int is = 0;
-        float *yy = y;
-        for (int n = 0; n < 2; n++) {
-            const uint8_t *q = b + 16 + 32 * n;
-            for (int j = 0; j < 4; j++) {
-                for (int hh = 0; hh < 2; hh++) {
-                    int sc = b[is++];
-                    for (int l = 0; l < 16; l++)
-                        *yy++ = d * (sc & 15) * ((q[l + 16 * hh] >> (2 * j)) & 3) - dm * (sc >> 4);
-                }
-            }
-        }
-        break;
-    }
-    case MR_TYPE_Q3_K: {
-        float d = h16(b + 108);
-        int sc[16];
-        const uint8_t *s = b + 96;
-        for (int i = 0; i < 16; i++) {
-            int lo = i < 8 ? (s[i] & 15) : (s[i - 8] >> 4);
-            int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
-            sc[i] = (lo | hi << 4) - 32;
-        }
-        int is = 0;
-        float *yy = y;
-        unsigned m = 1;
-        for (int n = 0; n < 2; n++) {
-            const uint8_t *q = b + 32 + 32 * n;
-            for (int j = 0; j < 4; j++) {
-                for (int hh = 0; hh < 2; hh++) {
-                    float dl = d * sc[is++];
-                    for (int l = 0; l < 16; l++) {
-                        int L = l + 16 * hh;
-                        *yy++ = dl * (((q[L] >> (2 * j)) & 3) - ((b[L] & m) ? 0 : 4));
-                    }
-                }
-                m <<= 1;
-            }
-        }
-        break;
-    }
-    case MR_TYPE_IQ4_XS: {
-        float d = h16(b);
-        unsigned sh = b[2] | b[3] << 8;
-        for (int ib = 0; ib < 8; ib++) {
-            int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
-            float dl = d * (ls - 32);
-            for (int j = 0; j < 16; j++) {
-                y[32 * ib + j] = dl * kv_iq4nl[b[8 + 16 * ib + j] & 15];
-                y[32 * ib + j + 16] = dl * kv_iq4nl[b[8 + 16 * ib + j] >> 4];
-            }
-        }
-        break;
-    }
-    }
+}
+
+static const tdesc *td_of(int type)
+{
+    for (int i = 0; i < N_TYPES; i++)
+        if (TYPES[i].type == type) return &TYPES[i];
+    return NULL;
 }
 
 static void deq_row(const tdesc *td, const uint8_t *row, int64_t cols, float *out)
 {
-    for (int64_t b = 0; b < cols / td->be; b++) deq_block(td->type, row + b * td->bb, out + b * td->be);
+    if (mr_dequantize_row(td->type, row, out, cols)) {
+        snprintf(err.msg, sizeof err.msg, "mr_dequantize_row(%s, %lld) failed", td->name, (long long)cols);
+        die("reference");
+    }
 }
 
 static void set_h16(uint8_t *p, float v)
@@ -380,30 +231,6 @@ static void tw_free(tweight *w)
 }
 
 /* ---- checks ---- */
-
-static void check_dequant_vs_quantlib(void)
-{
-    for (int i = 0; i < N_TYPES; i++) {
-        const tdesc *td = &TYPES[i];
-        int64_t cols = 512;
-        size_t nb = (size_t)(cols / td->be);
-        uint8_t *b = malloc(nb * td->bb);
-        rand_blocks(td, b, nb);
-        float *a = malloc(cols * 4), *r = malloc(cols * 4);
-        deq_row(td, b, cols, a);
-        char shape[64];
-        snprintf(shape, sizeof shape, "%s host decoder == quant.c", td->name);
-        if (mr_dequantize_row(td->type, b, r, cols)) {
-            printf("%-14s %-44s (quant.c lacks it: skipped)\n", "host-decoders", shape);
-        } else {
-            int bad = memcmp(a, r, cols * 4) != 0;
-            report("host-decoders", shape, bad ? 1.0 : 0.0, 0, 0.0);
-        }
-        free(a);
-        free(r);
-        free(b);
-    }
-}
 
 static void check_get_rows(const tdesc *td, int64_t cols, int64_t rows, int n)
 {
@@ -821,7 +648,7 @@ static void check_graph(void)
         printf("%-14s (no graph hooks)\n", "graph");
         return;
     }
-    const tdesc *td = &TYPES[13]; /* Q4_K */
+    const tdesc *td = td_of(MR_TYPE_Q4_K);
     const int cols = 1024, rows = 512;
     tweight w;
     tw_make(&w, td, cols, rows, 1);
@@ -896,6 +723,7 @@ int main(int argc, char **argv)
         printf("kernel-check: no CUDA device: skipped\n");
         return 77;
     }
+    types_init();
     gpu = mr_backend_cuda_create(0, &err);
     if (!gpu) die("cuda");
     setenv("MEMRA_CUDA_GENERIC", "1", 1);
@@ -923,7 +751,6 @@ int main(int argc, char **argv)
            (unsigned long long)seed);
     printf("%-14s %-44s %10s %9s %5s\n", "op", "shape", "rel L2", "bound", "NaN");
 
-    check_dequant_vs_quantlib();
     for (int i = 0; i < N_TYPES; i++) {
         const tdesc *td = &TYPES[i];
         check_get_rows(td, 512, 37, 5);
@@ -936,14 +763,13 @@ int main(int argc, char **argv)
     }
     /* decode-sized shapes of the types the models use */
     int big[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_Q8_0, MR_TYPE_BF16, MR_TYPE_Q5_K, MR_TYPE_IQ4_XS, MR_TYPE_Q4_0};
-    for (size_t b = 0; b < sizeof big / sizeof big[0]; b++)
-        for (int i = 0; i < N_TYPES; i++)
-            if (TYPES[i].type == big[b]) {
-                check_matmul(&TYPES[i], 4096, 1024, 1);
-                check_matmul(&TYPES[i], 12288, 256, 2);
-                check_matmul_id(&TYPES[i], 2048, 768, 16, 8, 1, 1);
-                check_matmul_id(&TYPES[i], 768, 2048, 16, 8, 8, 1);
-            }
+    for (size_t b = 0; b < sizeof big / sizeof big[0]; b++) {
+        const tdesc *td = td_of(big[b]);
+        check_matmul(td, 4096, 1024, 1);
+        check_matmul(td, 12288, 256, 2);
+        check_matmul_id(td, 2048, 768, 16, 8, 1, 1);
+        check_matmul_id(td, 768, 2048, 16, 8, 8, 1);
+    }
     check_rmsnorm(1, 4096);
     check_rmsnorm(7, 256);
     check_rmsnorm(3, 1000);

@@ -4,6 +4,8 @@
 #ifndef MR_KERNELS_CPU_H
 #define MR_KERNELS_CPU_H
 
+#include <math.h>
+
 #include "kernels/ops.h"
 
 typedef struct mr_cpu_ctx {
@@ -23,6 +25,22 @@ static inline float mr_cpu_dot(const float *a, const float *b, int64_t n)
     for (int64_t i = 0; i < n; i++)
         s += (double)a[i] * (double)b[i];
     return (float)s;
+}
+
+/* Scalar helpers of the Gated DeltaNet ops (cpu_gdn.c, cpu_gdn_chunk.c);
+ * both scan forms must use exactly these. */
+static inline float mr_cpu_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* softplus as torch computes it: x above 20 is returned unchanged. */
+static inline double mr_cpu_softplus(double x) { return x > 20.0 ? x : log1p(exp(x)); }
+/* dst = src / sqrt(|src|^2 + eps) * mul */
+static inline void mr_cpu_l2norm(const float *src, float *dst, int d, float eps, double mul)
+{
+    double ss = 0.0;
+    for (int i = 0; i < d; i++)
+        ss += (double)src[i] * src[i];
+    double inv = 1.0 / sqrt(ss + (double)eps) * mul;
+    for (int i = 0; i < d; i++)
+        dst[i] = (float)(src[i] * inv);
 }
 
 /* Dequantizes row r of matrix m of w into dst (w->cols floats); on failure

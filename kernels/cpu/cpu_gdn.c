@@ -16,8 +16,6 @@ void mr_cpu_copy_2d(mr_backend *be, float *dst, int dst_stride, const float *src
                 sizeof(float) * (size_t)dim);
 }
 
-static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 void mr_cpu_sigmoid_mul(mr_backend *be, float *y, const float *g, int n_rows, int dim, int g_stride,
                         bool g_scalar)
 {
@@ -26,7 +24,7 @@ void mr_cpu_sigmoid_mul(mr_backend *be, float *y, const float *g, int n_rows, in
         float *yr = y + (size_t)r * (size_t)dim;
         const float *gr = g + (size_t)r * (size_t)g_stride;
         for (int i = 0; i < dim; i++)
-            yr[i] *= sigmoidf(gr[g_scalar ? 0 : i]);
+            yr[i] *= mr_cpu_sigmoidf(gr[g_scalar ? 0 : i]);
     }
 }
 
@@ -69,20 +67,6 @@ void mr_cpu_conv1d_silu(mr_backend *be, const float *x, const float *w, float *s
     free(next);
 }
 
-/* softplus as torch computes it: x above 20 is returned unchanged. */
-static double softplus(double x) { return x > 20.0 ? x : log1p(exp(x)); }
-
-/* dst = src / sqrt(|src|^2 + eps) * mul */
-static void l2norm(const float *src, float *dst, int d, float eps, double mul)
-{
-    double ss = 0.0;
-    for (int i = 0; i < d; i++)
-        ss += (double)src[i] * src[i];
-    double inv = 1.0 / sqrt(ss + (double)eps) * mul;
-    for (int i = 0; i < d; i++)
-        dst[i] = (float)(src[i] * inv);
-}
-
 void mr_cpu_gdn_scan(mr_backend *be, const float *qkv, int stride, const float *alpha,
                      const float *beta, const float *a, const float *dt_bias, float *state, int n,
                      int n_k_heads, int n_v_heads, int dk, int dv, float eps, float *out)
@@ -106,12 +90,12 @@ void mr_cpu_gdn_scan(mr_backend *be, const float *qkv, int stride, const float *
         const float *row = qkv + (size_t)t * (size_t)stride;
         for (int h = 0; h < n_v_heads; h++) {
             int kh = h % n_k_heads;
-            l2norm(row + (size_t)kh * (size_t)dk, qn, dk, eps, scale);
-            l2norm(row + kdim + (size_t)kh * (size_t)dk, kn, dk, eps, 1.0);
+            mr_cpu_l2norm(row + (size_t)kh * (size_t)dk, qn, dk, eps, scale);
+            mr_cpu_l2norm(row + kdim + (size_t)kh * (size_t)dk, kn, dk, eps, 1.0);
             const float *v = row + 2 * kdim + (size_t)h * (size_t)dv;
             size_t th = (size_t)t * (size_t)n_v_heads + (size_t)h;
-            float decay = (float)exp((double)a[h] * softplus((double)alpha[th] + (double)dt_bias[h]));
-            float b = sigmoidf(beta[th]);
+            float decay = (float)exp((double)a[h] * mr_cpu_softplus((double)alpha[th] + (double)dt_bias[h]));
+            float b = mr_cpu_sigmoidf(beta[th]);
             float *S = state + (size_t)h * (size_t)dk * (size_t)dv;
 
             /* decay, then the memory read S^T kn */

@@ -21,20 +21,6 @@
 
 #include "kernels/cpu/cpu.h"
 
-static double softplus(double x) { return x > 20.0 ? x : log1p(exp(x)); }
-static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-/* as the recurrent form: dst = src / sqrt(|src|^2 + eps) * mul, in float */
-static void l2norm(const float *src, float *dst, int d, float eps, double mul)
-{
-    double ss = 0.0;
-    for (int i = 0; i < d; i++)
-        ss += (double)src[i] * src[i];
-    double inv = 1.0 / sqrt(ss + (double)eps) * mul;
-    for (int i = 0; i < d; i++)
-        dst[i] = (float)(src[i] * inv);
-}
-
 static double dotf(const float *a, const float *b, int n)
 {
     double s = 0.0;
@@ -82,14 +68,14 @@ void mr_cpu_gdn_scan_chunked(mr_backend *be, const float *qkv, int stride, const
             for (size_t t = 0; t < C; t++) {
                 const float *row = qkv + ((size_t)t0 + t) * (size_t)stride;
                 size_t th = ((size_t)t0 + t) * (size_t)n_v_heads + (size_t)h;
-                l2norm(row + (size_t)kh * (size_t)dk, qn + t * (size_t)dk, dk, eps, scale);
-                l2norm(row + kdim + (size_t)kh * (size_t)dk, kn + t * (size_t)dk, dk, eps, 1.0);
+                mr_cpu_l2norm(row + (size_t)kh * (size_t)dk, qn + t * (size_t)dk, dk, eps, scale);
+                mr_cpu_l2norm(row + kdim + (size_t)kh * (size_t)dk, kn + t * (size_t)dk, dk, eps, 1.0);
                 /* the same float gate as the recurrent form; a gate that
                  * rounds to 0 clears the state there, as exp(-800) does */
-                float g = (float)exp((double)a[h] * softplus((double)alpha[th] + (double)dt_bias[h]));
+                float g = (float)exp((double)a[h] * mr_cpu_softplus((double)alpha[th] + (double)dt_bias[h]));
                 cum += g > 0.0f ? log((double)g) : -800.0;
                 lg[t] = cum;
-                b[t] = (double)sigmoidf(beta[th]);
+                b[t] = (double)mr_cpu_sigmoidf(beta[th]);
             }
             /* right-hand side b_t (v_t - G_t M_0 k_t), then forward substitution */
             for (size_t t = 0; t < C; t++) {

@@ -20,15 +20,36 @@
 #include <string.h>
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda/cu_common.cuh"
 
+/* One recorded op: its id and its arguments.  A plain record (no closure)
+ * so that recording a step allocates nothing once the vectors have grown:
+ * a replayed step only compares signatures. */
+struct rec_op {
+    int op;
+    union {
+        struct { const mr_weight *w; const int32_t *ids; int n; float *out; } get_rows;
+        struct { const mr_weight *w; const float *x; float *y; int n; } matmul;
+        struct { const mr_weight *w; const float *x; int x_slots; const int32_t *ids; int k; float *y; int n; } matmul_id;
+        struct { const float *x, *w; float *y; int n_rows, dim; float eps; } rmsnorm;
+        struct { float *y; const float *x, *w; float *out; int n_rows, dim; float eps; } add_rmsnorm;
+        struct { float *x; const int32_t *pos; int n, n_heads, head_dim, n_rot; float theta_base; enum mr_rope_mode mode; } rope;
+        struct { mr_kv_cache *kv; int layer; const int32_t *table; const float *k, *v; const int32_t *pos; int n; } kv_store;
+        struct { const mr_kv_cache *kv; int layer; const int32_t *table; const float *q; const int32_t *pos; int n, n_heads; float scale; float *out; } attention;
+        struct { const float *g, *u; float *o; size_t n; } swiglu;
+        struct { float *y; const float *x; size_t n; } add;
+        struct { const float *l; int n, ne, k; bool norm; int32_t *ids; float *w; } moe_route;
+        struct { const float *y, *w; int n, k, rows; float *out; } moe_combine;
+        struct { const float *x; int n, dim; int32_t *ids; } argmax;
+    } u;
+};
+
 struct mr_cu_auto {
-    std::vector<std::function<void()>> ops;
+    std::vector<rec_op> ops;
     std::vector<uint64_t> sig, last_sig;
     bool capturable = true;
     struct entry {
@@ -89,10 +110,59 @@ static inline void sp_kv(std::vector<uint64_t> &s, const mr_kv_cache *kv, int la
     }
 }
 
-static void run_direct(mr_cu_auto *a, cudaStream_t st)
+/* Launches one recorded op through the real op table. */
+static void run_op(mr_cu_auto *a, mr_backend *be, const rec_op &o)
+{
+    const mr_backend &r = a->real;
+    switch (o.op) {
+    case OP_GET_ROWS: { auto &p = o.u.get_rows; r.get_rows(be, p.w, p.ids, p.n, p.out); break; }
+    case OP_MATMUL: { auto &p = o.u.matmul; r.matmul(be, p.w, p.x, p.y, p.n); break; }
+    case OP_MATMUL_ID: {
+        auto &p = o.u.matmul_id;
+        r.matmul_id(be, p.w, p.x, p.x_slots, p.ids, p.k, p.y, p.n);
+        break;
+    }
+    case OP_RMSNORM: { auto &p = o.u.rmsnorm; r.rmsnorm(be, p.x, p.w, p.y, p.n_rows, p.dim, p.eps); break; }
+    case OP_ADD_RMSNORM: {
+        auto &p = o.u.add_rmsnorm;
+        r.add_rmsnorm(be, p.y, p.x, p.w, p.out, p.n_rows, p.dim, p.eps);
+        break;
+    }
+    case OP_ROPE: {
+        auto &p = o.u.rope;
+        r.rope(be, p.x, p.pos, p.n, p.n_heads, p.head_dim, p.n_rot, p.theta_base, p.mode);
+        break;
+    }
+    case OP_KV_STORE: {
+        auto &p = o.u.kv_store;
+        r.kv_store(be, p.kv, p.layer, p.table, p.k, p.v, p.pos, p.n);
+        break;
+    }
+    case OP_ATTENTION: {
+        auto &p = o.u.attention;
+        r.attention(be, p.kv, p.layer, p.table, p.q, p.pos, p.n, p.n_heads, p.scale, p.out);
+        break;
+    }
+    case OP_SWIGLU: { auto &p = o.u.swiglu; r.swiglu(be, p.g, p.u, p.o, p.n); break; }
+    case OP_ADD: { auto &p = o.u.add; r.add(be, p.y, p.x, p.n); break; }
+    case OP_MOE_ROUTE: {
+        auto &p = o.u.moe_route;
+        r.moe_route(be, p.l, p.n, p.ne, p.k, p.norm, p.ids, p.w);
+        break;
+    }
+    case OP_MOE_COMBINE: {
+        auto &p = o.u.moe_combine;
+        r.moe_combine(be, p.y, p.w, p.n, p.k, p.rows, p.out);
+        break;
+    }
+    case OP_ARGMAX: { auto &p = o.u.argmax; r.argmax(be, p.x, p.n, p.dim, p.ids); break; }
+    }
+}
+
+static void run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
 {
     if (!a->prof || a->labels.size() != a->ops.size()) {
-        for (auto &f : a->ops) f();
+        for (auto &o : a->ops) run_op(a, be, o);
         return;
     }
     size_t n = a->ops.size();
@@ -100,7 +170,7 @@ static void run_direct(mr_cu_auto *a, cudaStream_t st)
     for (auto &e : ev) cudaEventCreate(&e);
     cudaEventRecord(ev[0], st);
     for (size_t i = 0; i < n; i++) {
-        a->ops[i]();
+        run_op(a, be, a->ops[i]);
         cudaEventRecord(ev[i + 1], st);
     }
     cudaEventSynchronize(ev[n]);
@@ -149,7 +219,7 @@ void mr_cu_flush(mr_backend *be)
         cudaError_t err = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
         if (err == cudaSuccess) {
             c->capturing = true;
-            run_direct(a, c->stream);
+            run_direct(a, be, c->stream);
             c->capturing = false;
             err = cudaStreamEndCapture(c->stream, &g);
             if (err == cudaSuccess && !c->failed)
@@ -179,7 +249,7 @@ void mr_cu_flush(mr_backend *be)
         }
     }
     if (!done)
-        run_direct(a, c->stream);
+        run_direct(a, be, c->stream);
     a->last_sig.swap(a->sig);
     a->sig.clear();
     a->ops.clear();
@@ -188,12 +258,16 @@ void mr_cu_flush(mr_backend *be)
     a->capturable = true;
 }
 
-static inline mr_cu_auto *rec(mr_backend *be, int op)
+/* Starts recording op `op`: its id goes into the signature, and the caller
+ * fills the returned record's arguments. */
+static inline rec_op &rec(mr_backend *be, int op)
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     a->last_op = op;
     a->sig.push_back((uint64_t)op);
-    return a;
+    a->ops.push_back(rec_op());
+    a->ops.back().op = op;
+    return a->ops.back();
 }
 
 /* While an explicit capture (graph_begin..graph_end) runs, ops go straight
@@ -204,21 +278,19 @@ static void w_get_rows(mr_backend *be, const mr_weight *w, const int32_t *ids, i
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.get_rows(be, w, ids, n, out);
-    rec(be, OP_GET_ROWS);
+    rec(be, OP_GET_ROWS).u.get_rows = {w, ids, n, out};
     sp(a->sig, w); sp(a->sig, ids); sp(a->sig, n); sp(a->sig, out);
     label(a, "get_rows t%d %lldx%lld n=%d", w->type, (long long)w->rows, (long long)w->cols, n);
-    a->ops.push_back([=] { a->real.get_rows(be, w, ids, n, out); });
 }
 
 static void w_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, int n)
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.matmul(be, w, x, y, n);
-    rec(be, OP_MATMUL);
+    rec(be, OP_MATMUL).u.matmul = {w, x, y, n};
     sp(a->sig, w); sp(a->sig, x); sp(a->sig, y); sp(a->sig, n);
     if (n > MR_CU_MATVEC_MAX) a->capturable = false; /* cuBLAS */
     label(a, "matmul t%d %lldx%lld n=%d", w->type, (long long)w->rows, (long long)w->cols, n);
-    a->ops.push_back([=] { a->real.matmul(be, w, x, y, n); });
 }
 
 static void w_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
@@ -226,11 +298,10 @@ static void w_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int 
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.matmul_id(be, w, x, x_slots, ids, k, y, n);
-    rec(be, OP_MATMUL_ID);
+    rec(be, OP_MATMUL_ID).u.matmul_id = {w, x, x_slots, ids, k, y, n};
     sp(a->sig, w); sp(a->sig, x); sp(a->sig, x_slots); sp(a->sig, ids); sp(a->sig, k);
     sp(a->sig, y); sp(a->sig, n);
     label(a, "matmul_id t%d %lldx%lldx%lld k=%d n=%d", w->type, (long long)w->n_mats, (long long)w->rows, (long long)w->cols, k, n);
-    a->ops.push_back([=] { a->real.matmul_id(be, w, x, x_slots, ids, k, y, n); });
 }
 
 static void w_add_rmsnorm(mr_backend *be, float *y, const float *x, const float *w, float *out,
@@ -254,10 +325,9 @@ static void w_rmsnorm(mr_backend *be, const float *x, const float *w, float *y, 
         a->fused++;
         return w_add_rmsnorm(be, ry, rx, w, y, n_rows, dim, eps);
     }
-    rec(be, OP_RMSNORM);
+    rec(be, OP_RMSNORM).u.rmsnorm = {x, w, y, n_rows, dim, eps};
     sp(a->sig, x); sp(a->sig, w); sp(a->sig, y); sp(a->sig, n_rows); sp(a->sig, dim); sp(a->sig, eps);
     label(a, "rmsnorm %dx%d", n_rows, dim);
-    a->ops.push_back([=] { a->real.rmsnorm(be, x, w, y, n_rows, dim, eps); });
 }
 
 static void w_add_rmsnorm(mr_backend *be, float *y, const float *x, const float *w, float *out,
@@ -265,11 +335,10 @@ static void w_add_rmsnorm(mr_backend *be, float *y, const float *x, const float 
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.add_rmsnorm(be, y, x, w, out, n_rows, dim, eps);
-    rec(be, OP_ADD_RMSNORM);
+    rec(be, OP_ADD_RMSNORM).u.add_rmsnorm = {y, x, w, out, n_rows, dim, eps};
     sp(a->sig, y); sp(a->sig, x); sp(a->sig, w); sp(a->sig, out); sp(a->sig, n_rows);
     sp(a->sig, dim); sp(a->sig, eps);
     label(a, "add_rmsnorm %dx%d", n_rows, dim);
-    a->ops.push_back([=] { a->real.add_rmsnorm(be, y, x, w, out, n_rows, dim, eps); });
 }
 
 static void w_rope(mr_backend *be, float *x, const int32_t *pos, int n, int n_heads, int head_dim,
@@ -277,11 +346,10 @@ static void w_rope(mr_backend *be, float *x, const int32_t *pos, int n, int n_he
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.rope(be, x, pos, n, n_heads, head_dim, n_rot, theta_base, mode);
-    rec(be, OP_ROPE);
+    rec(be, OP_ROPE).u.rope = {x, pos, n, n_heads, head_dim, n_rot, theta_base, mode};
     sp(a->sig, x); sp(a->sig, pos); sp(a->sig, n); sp(a->sig, n_heads); sp(a->sig, head_dim);
     sp(a->sig, n_rot); sp(a->sig, theta_base); sp(a->sig, (int)mode);
     label(a, "rope n=%d h=%d", n, n_heads);
-    a->ops.push_back([=] { a->real.rope(be, x, pos, n, n_heads, head_dim, n_rot, theta_base, mode); });
 }
 
 static void w_kv_store(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t *table,
@@ -289,11 +357,10 @@ static void w_kv_store(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.kv_store(be, kv, layer, table, k, v, pos, n);
-    rec(be, OP_KV_STORE);
+    rec(be, OP_KV_STORE).u.kv_store = {kv, layer, table, k, v, pos, n};
     sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, table); sp(a->sig, k); sp(a->sig, v);
     sp(a->sig, pos); sp(a->sig, n);
     label(a, "kv_store n=%d", n);
-    a->ops.push_back([=] { a->real.kv_store(be, kv, layer, table, k, v, pos, n); });
 }
 
 static void w_attention(mr_backend *be, const mr_kv_cache *kv, int layer, const int32_t *table,
@@ -302,21 +369,19 @@ static void w_attention(mr_backend *be, const mr_kv_cache *kv, int layer, const 
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.attention(be, kv, layer, table, q, pos, n, n_heads, scale, out);
-    rec(be, OP_ATTENTION);
+    rec(be, OP_ATTENTION).u.attention = {kv, layer, table, q, pos, n, n_heads, scale, out};
     sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, table); sp(a->sig, q); sp(a->sig, pos);
     sp(a->sig, n); sp(a->sig, n_heads); sp(a->sig, scale); sp(a->sig, out);
     label(a, "attention n=%d h=%d", n, n_heads);
-    a->ops.push_back([=] { a->real.attention(be, kv, layer, table, q, pos, n, n_heads, scale, out); });
 }
 
 static void w_swiglu(mr_backend *be, const float *g, const float *u, float *o, size_t n)
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.swiglu(be, g, u, o, n);
-    rec(be, OP_SWIGLU);
+    rec(be, OP_SWIGLU).u.swiglu = {g, u, o, n};
     sp(a->sig, g); sp(a->sig, u); sp(a->sig, o); sp(a->sig, n);
     label(a, "swiglu %zu", n);
-    a->ops.push_back([=] { a->real.swiglu(be, g, u, o, n); });
 }
 
 static void w_add(mr_backend *be, float *y, const float *x, size_t n)
@@ -327,10 +392,9 @@ static void w_add(mr_backend *be, float *y, const float *x, size_t n)
     a->add_y = y;
     a->add_x = x;
     a->add_n = n;
-    rec(be, OP_ADD);
+    rec(be, OP_ADD).u.add = {y, x, n};
     sp(a->sig, y); sp(a->sig, x); sp(a->sig, n);
     label(a, "add %zu", n);
-    a->ops.push_back([=] { a->real.add(be, y, x, n); });
 }
 
 static void w_moe_route(mr_backend *be, const float *l, int n, int ne, int k, bool norm, int32_t *ids,
@@ -338,11 +402,10 @@ static void w_moe_route(mr_backend *be, const float *l, int n, int ne, int k, bo
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.moe_route(be, l, n, ne, k, norm, ids, w);
-    rec(be, OP_MOE_ROUTE);
+    rec(be, OP_MOE_ROUTE).u.moe_route = {l, n, ne, k, norm, ids, w};
     sp(a->sig, l); sp(a->sig, n); sp(a->sig, ne); sp(a->sig, k); sp(a->sig, norm); sp(a->sig, ids);
     sp(a->sig, w);
     label(a, "moe_route n=%d E=%d k=%d", n, ne, k);
-    a->ops.push_back([=] { a->real.moe_route(be, l, n, ne, k, norm, ids, w); });
 }
 
 static void w_moe_combine(mr_backend *be, const float *y, const float *w, int n, int k, int rows,
@@ -350,20 +413,18 @@ static void w_moe_combine(mr_backend *be, const float *y, const float *w, int n,
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.moe_combine(be, y, w, n, k, rows, out);
-    rec(be, OP_MOE_COMBINE);
+    rec(be, OP_MOE_COMBINE).u.moe_combine = {y, w, n, k, rows, out};
     sp(a->sig, y); sp(a->sig, w); sp(a->sig, n); sp(a->sig, k); sp(a->sig, rows); sp(a->sig, out);
     label(a, "moe_combine n=%d k=%d", n, k);
-    a->ops.push_back([=] { a->real.moe_combine(be, y, w, n, k, rows, out); });
 }
 
 static void w_argmax(mr_backend *be, const float *x, int n, int dim, int32_t *ids)
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.argmax(be, x, n, dim, ids);
-    rec(be, OP_ARGMAX);
+    rec(be, OP_ARGMAX).u.argmax = {x, n, dim, ids};
     sp(a->sig, x); sp(a->sig, n); sp(a->sig, dim); sp(a->sig, ids);
     label(a, "argmax n=%d dim=%d", n, dim);
-    a->ops.push_back([=] { a->real.argmax(be, x, n, dim, ids); });
 }
 
 void mr_cu_autograph_install(mr_backend *be)

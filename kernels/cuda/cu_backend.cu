@@ -57,14 +57,12 @@ static int take_error(mr_cu_ctx *c, mr_err *err)
 
 static void *cu_alloc(mr_backend *be, size_t bytes)
 {
-    mr_cu_ctx *c = mr_cu(be);
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return NULL;
     }
-    (void)c;
     return p;
 }
 
@@ -90,10 +88,8 @@ static int cu_copy(mr_backend *be, void *dst, const void *src, size_t n, cudaMem
     cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, c->stream);
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(c->stream);
-    if (e != cudaSuccess) {
+    if (e != cudaSuccess)
         mr_cu_fail(c, "copy of %zu bytes: %s", n, cudaGetErrorString(e));
-        return take_error(c, err);
-    }
     return take_error(c, err);
 }
 
@@ -124,13 +120,14 @@ static int cu_weight_load(mr_backend *be, mr_weight *w, const void *host, mr_err
     mr_cu_ctx *c = mr_cu(be);
     mr_cu_flush(be);
     const char *name = w->name ? w->name : "?";
-    mr_cu_tinfo ti = mr_cu_type_info(w->type);
-    if (ti.block_elems == 0)
+    const mr_type_info *ti = mr_cu_type_supported(w->type) ? mr_type_get(w->type) : NULL;
+    if (!ti)
         return mr_errf(err, "cuda: weight %s: type %d is not supported", name, w->type);
-    if (w->cols <= 0 || w->rows <= 0 || w->n_mats <= 0 || w->cols % ti.block_elems)
+    if (w->cols <= 0 || w->rows <= 0 || w->n_mats <= 0 || w->cols % ti->block_elems)
         return mr_errf(err, "cuda: weight %s: bad shape %lld x %lld x %lld for block size %d", name,
-                       (long long)w->cols, (long long)w->rows, (long long)w->n_mats, ti.block_elems);
-    size_t rb = (size_t)(w->cols / ti.block_elems) * (size_t)ti.block_bytes;
+                       (long long)w->cols, (long long)w->rows, (long long)w->n_mats,
+                       (int)ti->block_elems);
+    size_t rb = (size_t)(w->cols / ti->block_elems) * ti->block_bytes;
     if (w->row_bytes != rb)
         return mr_errf(err, "cuda: weight %s: row_bytes %zu, expected %zu", name, w->row_bytes, rb);
     size_t n = rb * (size_t)w->rows * (size_t)w->n_mats;

@@ -171,38 +171,22 @@ __device__ __forceinline__ float step_dot(const uint8_t *__restrict__ p, int lan
     }
 }
 
-struct fast_job {
-    const uint8_t *W;
-    size_t mat_bytes, row_bytes; /* kernel layout */
-    int64_t cols, rows, n_mats;
-    const float *x;
-    float *y;
-    const int32_t *ids;
-    int k, x_slots;
-};
 
 /* A block of FW warps owns R rows; warp w takes steps w, w+FW, ... of
  * those rows (split-K inside the block, so even a 1024-row matrix gives
  * thousands of warps with loads in flight), then the warps' partial sums
  * meet in shared memory.  grid.x: row groups, grid.y: jobs (experts). */
 template <int T, int R, int NT>
-__global__ void __launch_bounds__(FW * 32) k_fast(fast_job a)
+__global__ void __launch_bounds__(FW * 32) k_fast(mr_cu_mvjob a)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t r0 = (int64_t)blockIdx.x * R;
-    const uint8_t *W = a.W;
-    const float *x = a.x;
-    float *y = a.y;
-    if (a.ids) {
-        const int job = blockIdx.y, t = job / a.k, j = job % a.k;
-        const int e = a.ids[job];
-        x = a.x + ((int64_t)t * a.x_slots + (a.x_slots > 1 ? j : 0)) * a.cols;
-        y = a.y + (int64_t)job * a.rows;
-        if (e < 0 || e >= a.n_mats) {
-            if (threadIdx.x < R && r0 + threadIdx.x < a.rows) y[r0 + threadIdx.x] = __int_as_float(0x7fc00000);
-            return;
-        }
-        W = a.W + (size_t)e * a.mat_bytes;
+    const uint8_t *W;
+    const float *x;
+    float *y;
+    if (!mr_cu_mv_resolve(a, blockIdx.y, &W, &x, &y)) {
+        if (threadIdx.x < R && r0 + threadIdx.x < a.rows) y[r0 + threadIdx.x] = __int_as_float(0x7fc00000);
+        return;
     }
     constexpr int SB = fast_stride(T) * (256 / fast_belems(T)); /* bytes per 256-col step */
     int o1, o2;
@@ -257,23 +241,16 @@ __global__ void __launch_bounds__(FW * 32) k_fast(fast_job a)
  * 64-column group (two 4-byte loads, quads 4k and 16+4k of both nibble
  * halves) so the scale/min work is paid once per 16 weights, not per 8. */
 template <int R>
-__global__ void __launch_bounds__(FW * 32) k_q4k_wide(fast_job a)
+__global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob a)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t r0 = (int64_t)blockIdx.x * R;
-    const uint8_t *W = a.W;
-    const float *x = a.x;
-    float *y = a.y;
-    if (a.ids) {
-        const int job = blockIdx.y, t = job / a.k, j = job % a.k;
-        const int e = a.ids[job];
-        x = a.x + ((int64_t)t * a.x_slots + (a.x_slots > 1 ? j : 0)) * a.cols;
-        y = a.y + (int64_t)job * a.rows;
-        if (e < 0 || e >= a.n_mats) {
-            if (threadIdx.x < R && r0 + threadIdx.x < a.rows) y[r0 + threadIdx.x] = __int_as_float(0x7fc00000);
-            return;
-        }
-        W = a.W + (size_t)e * a.mat_bytes;
+    const uint8_t *W;
+    const float *x;
+    float *y;
+    if (!mr_cu_mv_resolve(a, blockIdx.y, &W, &x, &y)) {
+        if (threadIdx.x < R && r0 + threadIdx.x < a.rows) y[r0 + threadIdx.x] = __int_as_float(0x7fc00000);
+        return;
     }
     const int blk = lane >> 4, j = (lane >> 2) & 3, k = lane & 3;
     const int xo = 256 * blk + 64 * j + 4 * k;
@@ -374,8 +351,8 @@ int mr_cu_weight_prepare(mr_backend *be, mr_weight *w, mr_err *err)
     w->priv = NULL;
     if (!fast_padded(w->type) || w->cols % 256)
         return 0;
-    mr_cu_tinfo ti = mr_cu_type_info(w->type);
-    size_t nb = (size_t)(w->cols / ti.block_elems) * (size_t)w->rows * (size_t)w->n_mats;
+    const mr_type_info *ti = mr_type_get(w->type);
+    size_t nb = (size_t)(w->cols / ti->block_elems) * (size_t)w->rows * (size_t)w->n_mats;
     int db = fast_stride(w->type);
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, nb * db);
@@ -385,7 +362,7 @@ int mr_cu_weight_prepare(mr_backend *be, mr_weight *w, mr_err *err)
                        w->name ? w->name : "?", nb * db, cudaGetErrorString(e));
     }
     k_pad_blocks<<<mr_cu_blocks(nb, 256), 256, 0, c->stream>>>((const uint8_t *)w->data,
-                                                                (uint8_t *)p, nb, ti.block_bytes, db, w->type);
+                                                                (uint8_t *)p, nb, (int)ti->block_bytes, db, w->type);
     e = cudaGetLastError();
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(c->stream);
@@ -407,7 +384,7 @@ void mr_cu_weight_free_priv(mr_backend *be, mr_weight *w)
 /* ---- dispatch ---- */
 
 template <int T, int R, int NT>
-static void launch_fast_r(mr_cu_ctx *c, const fast_job &a, int jobs)
+static void launch_fast_r(mr_cu_ctx *c, const mr_cu_mvjob &a, int jobs)
 {
     dim3 grid((unsigned)((a.rows + R - 1) / R), jobs);
     k_fast<T, R, NT><<<grid, FW * 32, 0, c->stream>>>(a);
@@ -417,7 +394,7 @@ static void launch_fast_r(mr_cu_ctx *c, const fast_job &a, int jobs)
 /* Rows per block: more rows share each activation load, fewer give more
  * blocks; keep at least ~8 blocks per SM. */
 template <int T, int NT>
-static void launch_fast(mr_cu_ctx *c, const fast_job &a, int jobs)
+static void launch_fast(mr_cu_ctx *c, const mr_cu_mvjob &a, int jobs)
 {
     if (T == MR_TYPE_Q4_K && NT == 1 && a.cols % 512 == 0 && c->q4k_wide) {
         const int64_t units = a.rows * jobs, want = (int64_t)c->n_sm * 8;
@@ -440,7 +417,7 @@ static void launch_fast(mr_cu_ctx *c, const fast_job &a, int jobs)
 }
 
 template <int T>
-static void launch_fast_n(mr_cu_ctx *c, fast_job a, int n, int jobs)
+static void launch_fast_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
 {
     /* tokens in chunks of 4, 2, 1 (each chunk reads the weights once) */
     while (n > 0) {
@@ -463,7 +440,7 @@ static bool fast_ok(mr_cu_ctx *c, const mr_weight *w, const float *x)
     return true;
 }
 
-static bool fast_run(mr_cu_ctx *c, const mr_weight *w, fast_job a, int n, int jobs)
+static bool fast_run(mr_cu_ctx *c, const mr_weight *w, mr_cu_mvjob a, int n, int jobs)
 {
     switch (w->type) {
     case MR_TYPE_Q4_K: launch_fast_n<MR_TYPE_Q4_K>(c, a, n, jobs); break;
@@ -479,10 +456,10 @@ static bool fast_run(mr_cu_ctx *c, const mr_weight *w, fast_job a, int n, int jo
     return true;
 }
 
-static fast_job make_job(const mr_weight *w, const float *x, float *y)
+static mr_cu_mvjob make_job(const mr_weight *w, const float *x, float *y)
 {
     size_t rb = (size_t)(w->cols / fast_belems(w->type)) * fast_stride(w->type);
-    fast_job a;
+    mr_cu_mvjob a;
     a.W = (const uint8_t *)(w->priv ? w->priv : w->data);
     a.row_bytes = rb;
     a.mat_bytes = rb * (size_t)w->rows;
@@ -509,21 +486,11 @@ bool mr_cu_fast_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
 {
     if (!fast_ok(c, w, x))
         return false;
-    fast_job a = make_job(w, x, y);
+    mr_cu_mvjob a = make_job(w, x, y);
     a.ids = ids;
     a.k = k;
     a.x_slots = x_slots;
-    /* one token-expert pair per job (grid.y), one token per launch */
-    switch (w->type) {
-    case MR_TYPE_Q4_K: launch_fast<MR_TYPE_Q4_K, 1>(c, a, n * k); break;
-    case MR_TYPE_Q5_K: launch_fast<MR_TYPE_Q5_K, 1>(c, a, n * k); break;
-    case MR_TYPE_Q6_K: launch_fast<MR_TYPE_Q6_K, 1>(c, a, n * k); break;
-    case MR_TYPE_Q8_0: launch_fast<MR_TYPE_Q8_0, 1>(c, a, n * k); break;
-    case MR_TYPE_Q4_0: launch_fast<MR_TYPE_Q4_0, 1>(c, a, n * k); break;
-    case MR_TYPE_IQ4_XS: launch_fast<MR_TYPE_IQ4_XS, 1>(c, a, n * k); break;
-    case MR_TYPE_BF16: launch_fast<MR_TYPE_BF16, 1>(c, a, n * k); break;
-    case MR_TYPE_F32: launch_fast<MR_TYPE_F32, 1>(c, a, n * k); break;
-    default: return false;
-    }
-    return true;
+    /* one token-expert pair per job (grid.y), all in one launch of one
+     * token each (the job resolves its own input and output) */
+    return fast_run(c, w, a, 1, n * k);
 }

@@ -6,6 +6,41 @@
 
 #include "kernels/cuda/cu_common.cuh"
 
+/* One matvec launch: where job `job` (blockIdx.y) reads its matrix and
+ * input and writes its output.  The same description drives the generic
+ * kernels (cu_matmul.cu, GGUF layout) and the fast ones (kernel layout). */
+struct mr_cu_mvjob {
+    const uint8_t *W;  /* first matrix */
+    size_t mat_bytes;  /* bytes per matrix (stride between experts) */
+    size_t row_bytes;
+    int64_t cols, rows, n_mats;
+    const float *x;
+    float *y;
+    const int32_t *ids; /* NULL: plain matmul (one job) */
+    int k, x_slots;
+};
+
+/* Resolves job j to its matrix, input and output pointers; false when the
+ * expert id is out of range (the caller then writes NaN to its rows). */
+__device__ __forceinline__ bool mr_cu_mv_resolve(const mr_cu_mvjob &a, int job, const uint8_t **W,
+                                                 const float **x, float **y)
+{
+    if (!a.ids) {
+        *W = a.W;
+        *x = a.x;
+        *y = a.y;
+        return true;
+    }
+    int t = job / a.k, j = job % a.k;
+    int e = a.ids[job];
+    *x = a.x + ((int64_t)t * a.x_slots + (a.x_slots > 1 ? j : 0)) * a.cols;
+    *y = a.y + (int64_t)job * a.rows;
+    if (e < 0 || e >= a.n_mats)
+        return false;
+    *W = a.W + (size_t)e * a.mat_bytes;
+    return true;
+}
+
 bool mr_cu_fast_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
 bool mr_cu_fast_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
                           const int32_t *ids, int k, float *y, int n);

@@ -7,56 +7,34 @@
 
 #define MV_WARPS 4 /* rows per block in the generic kernels: one warp per row */
 
-/* Where job `job` reads its matrix and input and writes its output. */
-struct mv_job {
-    const uint8_t *W;  /* first matrix */
-    size_t mat_bytes;  /* bytes per matrix (stride between experts) */
-    size_t row_bytes;
-    int64_t cols, rows, n_mats;
-    const float *x;
-    float *y;
-    const int32_t *ids; /* NULL: plain matmul (one job) */
-    int k, x_slots;
-};
-
-/* Resolves job j (blockIdx.y) to its matrix, input and output pointers;
- * false when the expert id is out of range (the output is then NaN). */
-__device__ __forceinline__ bool mv_resolve(const mv_job &a, int job, const uint8_t **W,
-                                           const float **x, float **y)
+/* The row r of job blockIdx.y that this warp computes and the job's input
+ * and output; NULL when r is past the end, or when the expert id is out of
+ * range (then after writing NaN to the row's output). */
+__device__ __forceinline__ const uint8_t *mv_row(const mr_cu_mvjob &a, int64_t r, int lane,
+                                                 const float **x, float **y)
 {
-    if (!a.ids) {
-        *W = a.W;
-        *x = a.x;
-        *y = a.y;
-        return true;
+    const uint8_t *W;
+    bool ok = mr_cu_mv_resolve(a, blockIdx.y, &W, x, y);
+    if (r >= a.rows)
+        return NULL;
+    if (!ok) {
+        if (lane == 0) (*y)[r] = __int_as_float(0x7fc00000);
+        return NULL;
     }
-    int t = job / a.k, j = job % a.k;
-    int e = a.ids[job];
-    *x = a.x + ((int64_t)t * a.x_slots + (a.x_slots > 1 ? j : 0)) * a.cols;
-    *y = a.y + (int64_t)job * a.rows;
-    if (e < 0 || e >= a.n_mats)
-        return false;
-    *W = a.W + (size_t)e * a.mat_bytes;
-    return true;
+    return W + r * a.row_bytes;
 }
 
 /* Generic: one warp per row, lanes over 32-element groups. NT tokens. */
 template <int T, int NT>
-__global__ void __launch_bounds__(MV_WARPS * 32) k_mv_generic(mv_job a)
+__global__ void __launch_bounds__(MV_WARPS * 32) k_mv_generic(mr_cu_mvjob a)
 {
     const int lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
-    const uint8_t *W;
     const float *x;
     float *y;
-    bool ok = mv_resolve(a, blockIdx.y, &W, &x, &y);
-    if (r >= a.rows)
+    const uint8_t *row = mv_row(a, r, lane, &x, &y);
+    if (!row)
         return;
-    if (!ok) {
-        if (lane == 0) y[r] = __int_as_float(0x7fc00000);
-        return;
-    }
-    const uint8_t *row = W + r * a.row_bytes;
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
@@ -82,29 +60,20 @@ __global__ void __launch_bounds__(MV_WARPS * 32) k_mv_generic(mv_job a)
 
 /* Plain types with any column count: lanes stride over elements. */
 template <int T, int NT>
-__global__ void __launch_bounds__(MV_WARPS * 32) k_mv_plain(mv_job a)
+__global__ void __launch_bounds__(MV_WARPS * 32) k_mv_plain(mr_cu_mvjob a)
 {
     const int lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
-    const uint8_t *W;
     const float *x;
     float *y;
-    bool ok = mv_resolve(a, blockIdx.y, &W, &x, &y);
-    if (r >= a.rows)
+    const uint8_t *row = mv_row(a, r, lane, &x, &y);
+    if (!row)
         return;
-    if (!ok) {
-        if (lane == 0) y[r] = __int_as_float(0x7fc00000);
-        return;
-    }
-    const uint8_t *row = W + r * a.row_bytes;
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
     for (int64_t c = lane; c < a.cols; c += 32) {
-        float w;
-        if constexpr (T == MR_TYPE_F32) w = ((const float *)row)[c];
-        else if constexpr (T == MR_TYPE_F16) w = mr_h2f(((const uint16_t *)row)[c]);
-        else w = mr_bf2f(((const uint16_t *)row)[c]);
+        float w = mr_plain_at<T>(row, c);
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[t] = fmaf(w, x[t * a.cols + c], acc[t]);
     }
@@ -140,12 +109,7 @@ __global__ void k_dequant_plain(const uint8_t *W, size_t row_bytes, int64_t cols
     if (i >= nr * cols)
         return;
     const int64_t r = i / cols, c = i % cols;
-    const uint8_t *row = W + (r0 + r) * row_bytes;
-    float w;
-    if constexpr (T == MR_TYPE_F32) w = ((const float *)row)[c];
-    else if constexpr (T == MR_TYPE_F16) w = mr_h2f(((const uint16_t *)row)[c]);
-    else w = mr_bf2f(((const uint16_t *)row)[c]);
-    out[i] = w;
+    out[i] = mr_plain_at<T>(W + (r0 + r) * row_bytes, c);
 }
 
 /* out[t] = row ids[t] of the matrix, dequantized. Bad ids give NaN rows. */
@@ -167,9 +131,7 @@ __global__ void k_get_rows(const uint8_t *W, size_t row_bytes, int64_t cols, int
     }
     const uint8_t *row = W + (int64_t)id * row_bytes;
     if constexpr (plain) {
-        if constexpr (T == MR_TYPE_F32) o[i] = ((const float *)row)[i];
-        else if constexpr (T == MR_TYPE_F16) o[i] = mr_h2f(((const uint16_t *)row)[i]);
-        else o[i] = mr_bf2f(((const uint16_t *)row)[i]);
+        o[i] = mr_plain_at<T>(row, i);
     } else {
         float v[32];
         mr_dq32<T>(row, i, v);
@@ -180,7 +142,13 @@ __global__ void k_get_rows(const uint8_t *W, size_t row_bytes, int64_t cols, int
 
 bool mr_cu_type_supported(int type)
 {
-    return mr_cu_type_info(type).block_elems > 0;
+    switch (type) {
+#define X(TT) case TT:
+        MR_CU_TYPE_LIST(X)
+#undef X
+        return true;
+    default: return false;
+    }
 }
 
 static bool is_plain(int t) { return t == MR_TYPE_F32 || t == MR_TYPE_F16 || t == MR_TYPE_BF16; }
@@ -188,7 +156,7 @@ static bool is_plain(int t) { return t == MR_TYPE_F32 || t == MR_TYPE_F16 || t =
 /* ---- host launchers ---- */
 
 template <int T, int NT>
-static void launch_generic(mr_cu_ctx *c, const mv_job &a, int jobs)
+static void launch_generic(mr_cu_ctx *c, const mr_cu_mvjob &a, int jobs)
 {
     dim3 grid(mr_cu_blocks((size_t)a.rows, MV_WARPS), jobs);
     if (is_plain(T) && a.cols % 32)
@@ -199,7 +167,7 @@ static void launch_generic(mr_cu_ctx *c, const mv_job &a, int jobs)
 }
 
 template <int T>
-static void launch_generic_nt(mr_cu_ctx *c, const mv_job &a, int nt, int jobs)
+static void launch_generic_nt(mr_cu_ctx *c, const mr_cu_mvjob &a, int nt, int jobs)
 {
     switch (nt) {
     case 1: launch_generic<T, 1>(c, a, jobs); break;
@@ -214,7 +182,7 @@ static void launch_generic_nt(mr_cu_ctx *c, const mv_job &a, int nt, int jobs)
     }
 }
 
-static void matvec_dispatch(mr_cu_ctx *c, int type, const mv_job &a, int nt, int jobs)
+static void matvec_dispatch(mr_cu_ctx *c, int type, const mr_cu_mvjob &a, int nt, int jobs)
 {
     switch (type) {
 #define X(TT) case TT: launch_generic_nt<TT>(c, a, nt, jobs); break;
@@ -236,13 +204,11 @@ static bool weight_ok(mr_cu_ctx *c, const mr_weight *w, const char *op)
                    w->name ? w->name : "?", w->type);
         return false;
     }
-    mr_cu_tinfo ti = mr_cu_type_info(w->type);
     if (!is_plain(w->type) && w->cols % 32) {
         mr_cu_fail(c, "%s: weight %s: %lld columns is not a whole number of blocks", op,
                    w->name ? w->name : "?", (long long)w->cols);
         return false;
     }
-    (void)ti;
     return true;
 }
 
@@ -304,7 +270,7 @@ void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, 
     }
     if (mr_cu_fast_matvec(c, w, x, y, n))
         return;
-    mv_job a = {(const uint8_t *)w->data, w->row_bytes * (size_t)w->rows, w->row_bytes, w->cols,
+    mr_cu_mvjob a = {(const uint8_t *)w->data, w->row_bytes * (size_t)w->rows, w->row_bytes, w->cols,
                 w->rows, w->n_mats, x, y, NULL, 1, 1};
     matvec_dispatch(c, w->type, a, n, 1);
 }
@@ -323,7 +289,7 @@ void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_s
         mr_cu_fail(c, "matmul_id: %d token-expert pairs (max 65535)", n * k);
         return;
     }
-    mv_job a = {(const uint8_t *)w->data, w->row_bytes * (size_t)w->rows, w->row_bytes, w->cols,
+    mr_cu_mvjob a = {(const uint8_t *)w->data, w->row_bytes * (size_t)w->rows, w->row_bytes, w->cols,
                 w->rows, w->n_mats, x, y, ids, k, x_slots};
     if (mr_cu_fast_matvec_id(c, w, a.x, x_slots, ids, k, y, n))
         return;

@@ -14,36 +14,6 @@ __device__ __constant__ static const int8_t mr_kv_iq4nl[16] = {
 __device__ __constant__ static const int8_t mr_kv_fp4[16] = {
     0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-/* Elements per block and bytes per block, for the types this backend runs. */
-struct mr_cu_tinfo {
-    int block_elems;
-    int block_bytes;
-};
-
-__host__ __device__ static inline mr_cu_tinfo mr_cu_type_info(int t)
-{
-    switch (t) {
-    case MR_TYPE_F32: return {1, 4};
-    case MR_TYPE_F16: return {1, 2};
-    case MR_TYPE_BF16: return {1, 2};
-    case MR_TYPE_Q4_0: return {32, 18};
-    case MR_TYPE_Q4_1: return {32, 20};
-    case MR_TYPE_Q5_0: return {32, 22};
-    case MR_TYPE_Q5_1: return {32, 24};
-    case MR_TYPE_Q8_0: return {32, 34};
-    case MR_TYPE_IQ4_NL: return {32, 18};
-    case MR_TYPE_MXFP4: return {32, 17};
-    case MR_TYPE_NVFP4: return {64, 36};
-    case MR_TYPE_Q2_K: return {256, 84};
-    case MR_TYPE_Q3_K: return {256, 110};
-    case MR_TYPE_Q4_K: return {256, 144};
-    case MR_TYPE_Q5_K: return {256, 176};
-    case MR_TYPE_Q6_K: return {256, 210};
-    case MR_TYPE_IQ4_XS: return {256, 136};
-    default: return {0, 0};
-    }
-}
-
 __device__ __forceinline__ float mr_e8m0_half(uint8_t e)
 {
     uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
@@ -242,7 +212,17 @@ __device__ __forceinline__ void mr_dq32(const uint8_t *row, int64_t g, float v[3
     }
 }
 
-/* Calls f.template operator()<T>() for the runtime type t; false if unsupported. */
+/* Element c of a row of a plain type (F32, F16, BF16). */
+template <int T>
+__device__ __forceinline__ float mr_plain_at(const uint8_t *row, int64_t c)
+{
+    if constexpr (T == MR_TYPE_F32) return ((const float *)row)[c];
+    else if constexpr (T == MR_TYPE_F16) return mr_h2f(((const uint16_t *)row)[c]);
+    else return mr_bf2f(((const uint16_t *)row)[c]);
+}
+
+/* The types this backend runs, as an X-macro: X(type) for each.  Their block
+ * sizes are common/quant.c's (mr_type_get). */
 #define MR_CU_TYPE_LIST(X)                                                                  \
     X(MR_TYPE_F32) X(MR_TYPE_F16) X(MR_TYPE_BF16) X(MR_TYPE_Q4_0) X(MR_TYPE_Q4_1)            \
     X(MR_TYPE_Q5_0) X(MR_TYPE_Q5_1) X(MR_TYPE_Q8_0) X(MR_TYPE_IQ4_NL) X(MR_TYPE_MXFP4)        \
