@@ -130,7 +130,7 @@ $(BUILD)/libmemra-asan.a: $(ASAN_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/tests/%: tests/unit/%.c tests/unit/testutil.h $(BUILD)/libmemra-asan.a $(HDRS)
+$(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(BUILD)/libmemra-asan.a $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -O1 $(SAN) $< -o $@ $(BUILD)/libmemra-asan.a $(CHECK_LIBS) $(LDLIBS)
 
