@@ -62,17 +62,6 @@ static void fill(float *x, int64_t n, enum dist d, uint64_t seed)
     }
 }
 
-static double rel_l2(const float *a, const float *ref, int64_t n)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)a[i] - ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* The types this module decodes, with bounds on the round-trip relative L2
  * error.  The noise of a uniform grid of step h is h/sqrt(12): for 32-element
  * blocks of normal data the largest magnitude is ~2.1 sigma, so Q8_0 gives

@@ -81,17 +81,6 @@ static float *dequantize_tensor(const mr_gguf_tensor *t)
     return out;
 }
 
-static double rel_l2(const float *a, const float *ref, int64_t n)
-{
-    double num = 0, den = 0;
-    for (int64_t k = 0; k < n; k++) {
-        double d = (double)a[k] - ref[k];
-        num += d * d;
-        den += (double)ref[k] * ref[k];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* Round trip of the reference values through our own quantizer. */
 static double our_error(int type, const float *ref, int64_t n, int64_t row)
 {

@@ -3,6 +3,7 @@
 #define MR_TESTUTIL_H
 
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -16,6 +17,29 @@ static inline const char *fixture_path(const char *rel)
         root = "../shared/fixtures";
     snprintf(buf, sizeof buf, "%s/%s", root, rel);
     return buf;
+}
+
+/* Relative L2 error |a - ref| / |ref| in double (the absolute error where
+ * ref is all zeros). */
+static inline double rel_l2(const float *a, const float *ref, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Index of the largest value, the first one on ties. */
+static inline int argmax_f32(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
 }
 
 /* Runs one suite and returns the process exit status. */
