@@ -8,51 +8,8 @@
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/ops.h"
-#include "tests/unit/testutil.h"
-
-static mr_backend *be;
-
-static void setup(void)
-{
-    mr_err err;
-    be = mr_backend_cpu_create(&err);
-    ck_assert_msg(be != NULL, "%s", err.msg);
-}
-
-static void teardown(void) { mr_backend_destroy(be); }
-
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static double urand(void) /* uniform in [-1, 1) */
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) / (double)(1ull << 52) - 1.0;
-}
-
-static float *rand_vec(size_t n, double scale)
-{
-    float *v = malloc(n * sizeof *v);
-    for (size_t i = 0; i < n; i++)
-        v[i] = (float)(urand() * scale);
-    return v;
-}
-
-static void assert_close(const float *a, const double *b, size_t n, double tol, double floor_,
-                         const char *what)
-{
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        ck_assert_msg(d <= tol * (fabs(b[i]) + floor_), "%s[%zu]: got %.9g want %.9g", what, i,
-                      (double)a[i], b[i]);
-    }
-}
-
-static void assert_sync_ok(void)
-{
-    mr_err err;
-    ck_assert_msg(be->sync(be, &err) == 0, "%s", err.msg);
-}
+#define CPU_REF_SEED 0x2545f4914f6cdd1dull
+#include "tests/unit/cpu_ref.h"
 
 static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 
@@ -315,14 +272,6 @@ START_TEST(gdn_and_conv_pieces_agree)
 }
 END_TEST
 
-static double rel_l2f(const float *a, const float *b, size_t n)
-{
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++)
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r += (double)b[i] * b[i];
-    return sqrt(d / r);
-}
-
 static double rel_l2d(const float *a, const double *b, size_t n)
 {
     double d = 0, r = 0;
@@ -354,7 +303,7 @@ static void check_chunked(int n, int chunk, int gate)
     mr_cpu_gdn_scan_chunked(be, c.qkv, c.stride, c.alpha, c.beta, c.a, c.dtb, s2, n, c.nk, c.nv,
                             c.dk, c.dv, 1e-6f, chunk, o2);
     assert_sync_ok();
-    double eo = rel_l2f(o2, o1, no), es = rel_l2f(s2, c.state, ns);
+    double eo = rel_l2(o2, o1, no), es = rel_l2(s2, c.state, ns);
     double ro = rel_l2d(o1, c.oref, no), rs = rel_l2d(c.state, c.sref, ns);
     double co = rel_l2d(o2, c.oref, no), cs = rel_l2d(s2, c.sref, ns);
     printf("gdn chunked n %d chunk %d gate %d: vs recurrent out %.2g state %.2g; vs f64: recurrent "

@@ -6,52 +6,8 @@
 
 #include "common/half.h"
 #include "kernels/ops.h"
-#include "tests/unit/testutil.h"
-
-static mr_backend *be;
-
-static void setup(void)
-{
-    mr_err err;
-    be = mr_backend_cpu_create(&err);
-    ck_assert_msg(be != NULL, "%s", err.msg);
-}
-
-static void teardown(void) { mr_backend_destroy(be); }
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static double urand(void) /* uniform in [-1, 1) */
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) / (double)(1ull << 52) - 1.0;
-}
-
-static float *rand_vec(size_t n, double scale)
-{
-    float *v = malloc(n * sizeof *v);
-    for (size_t i = 0; i < n; i++)
-        v[i] = (float)(urand() * scale);
-    return v;
-}
-
-/* |a - b| <= tol * (|b| + floor), element by element */
-static void assert_close(const float *a, const double *b, size_t n, double tol, double floor_,
-                         const char *what)
-{
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        ck_assert_msg(d <= tol * (fabs(b[i]) + floor_), "%s[%zu]: got %.9g want %.9g", what, i,
-                      (double)a[i], b[i]);
-    }
-}
-
-static void assert_sync_ok(void)
-{
-    mr_err err;
-    ck_assert_msg(be->sync(be, &err) == 0, "%s", err.msg);
-}
+#define CPU_REF_SEED 0x9e3779b97f4a7c15ull
+#include "tests/unit/cpu_ref.h"
 
 /* A weight of type F32 or BF16 from float values (BF16: values rounded
  * first, and the reference uses the rounded values). */
