@@ -2,125 +2,24 @@
  * transformers float32 logits and greedy continuation (reference.json), the
  * config transformers used, and self-consistency of prefill, chunked
  * prefill and token-by-token decode. */
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/ops.h"
-#include "tests/unit/testutil.h"
-#include "worker/model.h"
+#include "tests/unit/fixture_ref.h"
 
 static const char *const MODELS[] = {"qwen3", "qwen3moe"};
 #define N_MODELS 2
 
-typedef struct {
-    json_t *root;
-    int n_prompts;
-    int32_t *prompt[3];
-    int prompt_len[3];
-} reference;
-
-static void ref_load(const char *model, reference *r)
-{
-    char rel[256];
-    snprintf(rel, sizeof rel, "models/%s/reference.json", model);
-    json_error_t jerr;
-    r->root = json_load_file(fixture_path(rel), 0, &jerr);
-    ck_assert_msg(r->root != NULL, "%s: %s", fixture_path(rel), jerr.text);
-    json_t *prompts = json_object_get(r->root, "prompts");
-    ck_assert(json_is_array(prompts) && json_array_size(prompts) <= 3);
-    r->n_prompts = (int)json_array_size(prompts);
-    for (int p = 0; p < r->n_prompts; p++) {
-        json_t *ids = json_array_get(prompts, (size_t)p);
-        r->prompt_len[p] = (int)json_array_size(ids);
-        r->prompt[p] = malloc(sizeof(int32_t) * (size_t)r->prompt_len[p]);
-        for (int i = 0; i < r->prompt_len[p]; i++)
-            r->prompt[p][i] = (int32_t)json_integer_value(json_array_get(ids, (size_t)i));
-    }
-}
-
-static void ref_free(reference *r)
-{
-    for (int p = 0; p < r->n_prompts; p++)
-        free(r->prompt[p]);
-    json_decref(r->root);
-}
-
-static float *read_f32(const char *model, const char *file, size_t count)
-{
-    char rel[256];
-    snprintf(rel, sizeof rel, "models/%s/%s", model, file);
-    FILE *f = fopen(fixture_path(rel), "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", fixture_path(rel));
-    float *v = malloc(sizeof(float) * count);
-    ck_assert_uint_eq(fread(v, sizeof(float), count, f), count);
-    ck_assert_int_eq(fgetc(f), EOF); /* exactly [n_tokens, vocab] */
-    fclose(f);
-    return v;
-}
-
-static double rel_l2(const float *a, const float *ref, int n)
-{
-    double d = 0, s = 0;
-    for (int i = 0; i < n; i++) {
-        d += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        s += (double)ref[i] * ref[i];
-    }
-    return sqrt(d / s);
-}
-
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
-
-static mr_backend *be;
-static mr_model *model;
-
-static void open_model(const char *name, const char *file)
-{
-    char rel[256];
-    snprintf(rel, sizeof rel, "models/%s/%s", name, file);
-    mr_err err;
-    be = mr_backend_cpu_create(&err);
-    ck_assert_msg(be != NULL, "%s", err.msg);
-    mr_model_opts opts = {.n_ctx = 256, .n_seqs = 3, .block_tokens = 16};
-    ck_assert_msg(mr_model_load(fixture_path(rel), be, &opts, &model, &err) == 0, "%s", err.msg);
-}
-
-static void close_model(void)
-{
-    mr_model_free(model);
-    mr_backend_destroy(be);
-    model = NULL;
-    be = NULL;
-}
-
-/* Runs tokens through a new sequence and returns [n][vocab] logits. */
-static float *run_all(const int32_t *tokens, int n)
-{
-    mr_err err;
-    mr_seq *s;
-    ck_assert_msg(mr_seq_new(model, &s, &err) == 0, "%s", err.msg);
-    float *logits = malloc(sizeof(float) * (size_t)n * (size_t)mr_model_hparams(model)->n_vocab);
-    ck_assert_msg(mr_model_forward(model, s, tokens, n, MR_LOGITS_ALL, logits, &err) == 0, "%s", err.msg);
-    ck_assert_int_eq(mr_seq_len(s), n);
-    mr_seq_free(s);
-    return logits;
-}
+static const mr_model_opts OPTS = {.n_ctx = 256, .n_seqs = 3, .block_tokens = 16};
 
 START_TEST(hparams_match_config)
 {
     const char *name = MODELS[_i];
     reference r;
-    ref_load(name, &r);
-    open_model(name, "model-BF16.gguf");
+    ref_load(name, &r, 0);
+    open_model(name, "model-BF16.gguf", &OPTS);
     const mr_hparams *hp = mr_model_hparams(model);
     json_t *c = json_object_get(r.root, "config");
 #define CFG_INT(key) ((int)json_integer_value(json_object_get(c, key)))
@@ -155,15 +54,14 @@ START_TEST(bf16_logits_match_transformers)
 {
     const char *name = MODELS[_i];
     reference r;
-    ref_load(name, &r);
-    open_model(name, "model-BF16.gguf");
+    ref_load(name, &r, 0);
+    open_model(name, "model-BF16.gguf", &OPTS);
     int V = mr_model_hparams(model)->n_vocab;
-    json_t *files = json_object_get(r.root, "logits_files");
     for (int p = 0; p < r.n_prompts; p++) {
-        const char *file = json_string_value(json_object_get(json_array_get(files, (size_t)p), "file"));
+        const char *file = ref_logits_file(&r, p);
         int n = r.prompt_len[p];
-        float *ref = read_f32(name, file, (size_t)n * (size_t)V);
-        float *got = run_all(r.prompt[p], n);
+        float *ref = ref_read_f32(name, file, (size_t)n * (size_t)V);
+        float *got = forward_all(r.prompt[p], n);
         double worst = 0;
         int worst_row = 0;
         for (int t = 0; t < n; t++) {
@@ -188,27 +86,9 @@ START_TEST(greedy_continuation_matches)
 {
     const char *name = MODELS[_i];
     reference r;
-    ref_load(name, &r);
-    open_model(name, "model-BF16.gguf");
-    int V = mr_model_hparams(model)->n_vocab;
-    json_t *want = json_object_get(r.root, "greedy_continuation_of_prompt0");
-    int n_gen = (int)json_array_size(want);
-    ck_assert_int_gt(n_gen, 0);
-    mr_err err;
-    mr_seq *s;
-    ck_assert_int_eq(mr_seq_new(model, &s, &err), 0);
-    float *logits = malloc(sizeof(float) * (size_t)V);
-    ck_assert_msg(mr_model_forward(model, s, r.prompt[0], r.prompt_len[0], MR_LOGITS_LAST, logits, &err) == 0,
-                  "%s", err.msg);
-    for (int i = 0; i < n_gen; i++) {
-        int32_t next = argmax(logits, V);
-        ck_assert_msg(next == json_integer_value(json_array_get(want, (size_t)i)),
-                      "%s: generated token %d is %d, transformers gave %lld", name, i, next,
-                      (long long)json_integer_value(json_array_get(want, (size_t)i)));
-        ck_assert_int_eq(mr_model_forward(model, s, &next, 1, MR_LOGITS_LAST, logits, &err), 0);
-    }
-    free(logits);
-    mr_seq_free(s);
+    ref_load(name, &r, 0);
+    open_model(name, "model-BF16.gguf", &OPTS);
+    check_greedy_continuation(name, &r);
     close_model();
     ref_free(&r);
 }
@@ -220,12 +100,12 @@ START_TEST(prefill_chunked_and_decode_agree)
 {
     const char *name = MODELS[_i];
     reference r;
-    ref_load(name, &r);
-    open_model(name, "model-BF16.gguf");
+    ref_load(name, &r, 0);
+    open_model(name, "model-BF16.gguf", &OPTS);
     int V = mr_model_hparams(model)->n_vocab;
     const int32_t *tok = r.prompt[1];
     int n = r.prompt_len[1];
-    float *one = run_all(tok, n);
+    float *one = forward_all(tok, n);
 
     mr_err err;
     mr_seq *s;
@@ -250,8 +130,8 @@ START_TEST(prefill_chunked_and_decode_agree)
         double e1 = rel_l2(step + (size_t)t * V, one + (size_t)t * V, V);
         double e2 = rel_l2(chunked + (size_t)t * V, one + (size_t)t * V, V);
         ck_assert_msg(e1 < 1e-5 && e2 < 1e-5, "%s row %d: decode %g, chunked %g", name, t, e1, e2);
-        ck_assert_int_eq(argmax(step + (size_t)t * V, V), argmax(one + (size_t)t * V, V));
-        ck_assert_int_eq(argmax(chunked + (size_t)t * V, V), argmax(one + (size_t)t * V, V));
+        ck_assert_int_eq(argmax_f32(step + (size_t)t * V, V), argmax_f32(one + (size_t)t * V, V));
+        ck_assert_int_eq(argmax_f32(chunked + (size_t)t * V, V), argmax_f32(one + (size_t)t * V, V));
     }
 
     /* NONE for the first chunks and LAST at the end give the last row */
@@ -281,23 +161,19 @@ START_TEST(quantized_files_run)
     const char *name = MODELS[_i / 4];
     const char *file = files[_i % 4];
     reference r;
-    ref_load(name, &r);
-    open_model(name, file);
+    ref_load(name, &r, 0);
+    open_model(name, file, &OPTS);
     int V = mr_model_hparams(model)->n_vocab;
     int n = r.prompt_len[0];
-    float *got = run_all(r.prompt[0], n);
-    float *ref = read_f32(name, "ref-logits-0.f32", (size_t)n * V);
+    float *got = forward_all(r.prompt[0], n);
+    float *ref = ref_read_f32(name, "ref-logits-0.f32", (size_t)n * V);
     for (size_t i = 0; i < (size_t)n * V; i++)
         ck_assert_msg(isfinite(got[i]), "%s %s: logit %zu is not finite", name, file, i);
     double err_row[64];
     ck_assert_int_le(n, 64);
-    for (int t = 0; t < n; t++) { /* insertion sort: n is small */
-        double e = rel_l2(got + (size_t)t * V, ref + (size_t)t * V, V);
-        int j = t;
-        for (; j > 0 && err_row[j - 1] > e; j--)
-            err_row[j] = err_row[j - 1];
-        err_row[j] = e;
-    }
+    for (int t = 0; t < n; t++)
+        err_row[t] = rel_l2(got + (size_t)t * V, ref + (size_t)t * V, V);
+    qsort(err_row, (size_t)n, sizeof *err_row, cmp_double);
     printf("%s %s prompt 0: row relative L2 error median %.3g, worst %.3g\n", name, file,
            err_row[n / 2], err_row[n - 1]);
     /* unrelated logits of similar scale give ~1.4; a wrong block layout lands there */
@@ -311,7 +187,7 @@ END_TEST
 
 START_TEST(bad_inputs_are_errors)
 {
-    open_model("qwen3", "model-BF16.gguf");
+    open_model("qwen3", "model-BF16.gguf", &OPTS);
     mr_err err;
     mr_seq *s;
     ck_assert_int_eq(mr_seq_new(model, &s, &err), 0);

@@ -4,7 +4,6 @@
  * prefill, chunked prefill and token-by-token decode through the recurrent
  * state; state snapshots; every quantized file runs; malformed variants of
  * the file (written with the GGUF writer) are clear errors. */
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,118 +11,13 @@
 #include <unistd.h>
 
 #include "common/gguf.h"
-#include "kernels/ops.h"
-#include "tests/unit/testutil.h"
-#include "worker/model.h"
+#include "tests/unit/fixture_ref.h"
 #include "worker/spec.h"
 
 static const char *const MODELS[] = {"qwen35", "qwen35moe"};
 #define N_MODELS 2
 
-typedef struct {
-    json_t *root;
-    int n_prompts;
-    int32_t *prompt[3];
-    int prompt_len[3];
-} reference;
-
-static void ref_load(const char *model, reference *r)
-{
-    char rel[256];
-    snprintf(rel, sizeof rel, "models/%s/reference.json", model);
-    json_error_t jerr;
-    r->root = json_load_file(fixture_path(rel), 0, &jerr);
-    ck_assert_msg(r->root != NULL, "%s: %s", fixture_path(rel), jerr.text);
-    json_t *prompts = json_object_get(r->root, "prompts");
-    ck_assert(json_is_array(prompts) && json_array_size(prompts) == 3);
-    r->n_prompts = 3;
-    for (int p = 0; p < r->n_prompts; p++) {
-        json_t *ids = json_array_get(prompts, (size_t)p);
-        r->prompt_len[p] = (int)json_array_size(ids);
-        r->prompt[p] = malloc(sizeof(int32_t) * (size_t)r->prompt_len[p]);
-        for (int i = 0; i < r->prompt_len[p]; i++)
-            r->prompt[p][i] = (int32_t)json_integer_value(json_array_get(ids, (size_t)i));
-    }
-}
-
-static void ref_free(reference *r)
-{
-    for (int p = 0; p < r->n_prompts; p++)
-        free(r->prompt[p]);
-    json_decref(r->root);
-}
-
-static float *read_f32(const char *model, const char *file, size_t count)
-{
-    char rel[256];
-    snprintf(rel, sizeof rel, "models/%s/%s", model, file);
-    FILE *f = fopen(fixture_path(rel), "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", fixture_path(rel));
-    float *v = malloc(sizeof(float) * count);
-    ck_assert_uint_eq(fread(v, sizeof(float), count, f), count);
-    ck_assert_int_eq(fgetc(f), EOF); /* exactly [n_tokens, vocab] */
-    fclose(f);
-    return v;
-}
-
-static double rel_l2(const float *a, const float *ref, int n)
-{
-    double d = 0, s = 0;
-    for (int i = 0; i < n; i++) {
-        d += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        s += (double)ref[i] * ref[i];
-    }
-    return sqrt(d / s);
-}
-
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static mr_backend *be;
-static mr_model *model;
-
-static void open_model(const char *name, const char *file)
-{
-    char rel[256];
-    snprintf(rel, sizeof rel, "models/%s/%s", name, file);
-    mr_err err;
-    be = mr_backend_cpu_create(&err);
-    ck_assert_msg(be != NULL, "%s", err.msg);
-    mr_model_opts opts = {.n_ctx = 256, .n_seqs = 4, .block_tokens = 16};
-    ck_assert_msg(mr_model_load(fixture_path(rel), be, &opts, &model, &err) == 0, "%s", err.msg);
-}
-
-static void close_model(void)
-{
-    mr_model_free(model);
-    mr_backend_destroy(be);
-    model = NULL;
-    be = NULL;
-}
-
-static float *run_all(const int32_t *tokens, int n)
-{
-    mr_err err;
-    mr_seq *s;
-    ck_assert_msg(mr_seq_new(model, &s, &err) == 0, "%s", err.msg);
-    float *logits = malloc(sizeof(float) * (size_t)n * (size_t)mr_model_hparams(model)->n_vocab);
-    ck_assert_msg(mr_model_forward(model, s, tokens, n, MR_LOGITS_ALL, logits, &err) == 0, "%s", err.msg);
-    ck_assert_int_eq(mr_seq_len(s), n);
-    mr_seq_free(s);
-    return logits;
-}
+static const mr_model_opts OPTS = {.n_ctx = 256, .n_seqs = 4, .block_tokens = 16};
 
 START_TEST(hparams_match_config)
 {
@@ -133,7 +27,7 @@ START_TEST(hparams_match_config)
     json_error_t jerr;
     json_t *c = json_load_file(fixture_path(rel), 0, &jerr);
     ck_assert_msg(c != NULL, "%s: %s", fixture_path(rel), jerr.text);
-    open_model(name, "model-BF16.gguf");
+    open_model(name, "model-BF16.gguf", &OPTS);
     const mr_hparams *hp = mr_model_hparams(model);
 #define CFG_INT(key) ((int)json_integer_value(json_object_get(c, key)))
     ck_assert_int_eq(hp->arch, _i == 0 ? MR_ARCH_QWEN35 : MR_ARCH_QWEN35MOE);
@@ -191,22 +85,21 @@ START_TEST(bf16_logits_match_transformers)
 {
     const char *name = MODELS[_i];
     reference r;
-    ref_load(name, &r);
-    open_model(name, "model-BF16.gguf");
+    ref_load(name, &r, 3);
+    open_model(name, "model-BF16.gguf", &OPTS);
     int V = mr_model_hparams(model)->n_vocab;
-    json_t *files = json_object_get(r.root, "logits_files");
     for (int p = 0; p < r.n_prompts; p++) {
-        const char *file = json_string_value(json_object_get(json_array_get(files, (size_t)p), "file"));
+        const char *file = ref_logits_file(&r, p);
         int n = r.prompt_len[p];
-        float *ref = read_f32(name, file, (size_t)n * (size_t)V);
-        float *got = run_all(r.prompt[p], n);
+        float *ref = ref_read_f32(name, file, (size_t)n * (size_t)V);
+        float *got = forward_all(r.prompt[p], n);
         double *e = malloc(sizeof(double) * (size_t)n);
         int worst_row = 0;
         for (int t = 0; t < n; t++) {
             e[t] = rel_l2(got + (size_t)t * V, ref + (size_t)t * V, V);
             if (e[t] > e[worst_row])
                 worst_row = t;
-            ck_assert_int_eq(argmax(got + (size_t)t * V, V), argmax(ref + (size_t)t * V, V));
+            ck_assert_int_eq(argmax_f32(got + (size_t)t * V, V), argmax_f32(ref + (size_t)t * V, V));
         }
         double worst = e[worst_row];
         qsort(e, (size_t)n, sizeof *e, cmp_double);
@@ -226,27 +119,9 @@ START_TEST(greedy_continuation_matches)
 {
     const char *name = MODELS[_i];
     reference r;
-    ref_load(name, &r);
-    open_model(name, "model-BF16.gguf");
-    int V = mr_model_hparams(model)->n_vocab;
-    json_t *want = json_object_get(r.root, "greedy_continuation_of_prompt0");
-    int n_gen = (int)json_array_size(want);
-    ck_assert_int_gt(n_gen, 0);
-    mr_err err;
-    mr_seq *s;
-    ck_assert_int_eq(mr_seq_new(model, &s, &err), 0);
-    float *logits = malloc(sizeof(float) * (size_t)V);
-    ck_assert_msg(mr_model_forward(model, s, r.prompt[0], r.prompt_len[0], MR_LOGITS_LAST, logits, &err) == 0,
-                  "%s", err.msg);
-    for (int i = 0; i < n_gen; i++) {
-        int32_t next = argmax(logits, V);
-        ck_assert_msg(next == json_integer_value(json_array_get(want, (size_t)i)),
-                      "%s: generated token %d is %d, transformers gave %lld", name, i, next,
-                      (long long)json_integer_value(json_array_get(want, (size_t)i)));
-        ck_assert_int_eq(mr_model_forward(model, s, &next, 1, MR_LOGITS_LAST, logits, &err), 0);
-    }
-    free(logits);
-    mr_seq_free(s);
+    ref_load(name, &r, 3);
+    open_model(name, "model-BF16.gguf", &OPTS);
+    check_greedy_continuation(name, &r);
     close_model();
     ref_free(&r);
 }
@@ -261,29 +136,28 @@ START_TEST(chunked_scan_prefill_matches_transformers)
 {
     const char *name = MODELS[_i];
     reference r;
-    ref_load(name, &r);
-    json_t *files = json_object_get(r.root, "logits_files");
-    const char *file = json_string_value(json_object_get(json_array_get(files, 2), "file"));
+    ref_load(name, &r, 3);
+    const char *file = ref_logits_file(&r, 2);
     int n = r.prompt_len[2];
     ck_assert_int_ge(n, 128);
     unsetenv("MEMRA_CPU_GDN_CHUNK");
-    open_model(name, "model-BF16.gguf");
+    open_model(name, "model-BF16.gguf", &OPTS);
     int V = mr_model_hparams(model)->n_vocab;
-    float *rec = run_all(r.prompt[2], n);
+    float *rec = forward_all(r.prompt[2], n);
     close_model();
     setenv("MEMRA_CPU_GDN_CHUNK", "64", 1);
-    open_model(name, "model-BF16.gguf");
-    float *got = run_all(r.prompt[2], n);
+    open_model(name, "model-BF16.gguf", &OPTS);
+    float *got = forward_all(r.prompt[2], n);
     close_model();
     unsetenv("MEMRA_CPU_GDN_CHUNK");
-    float *ref = read_f32(name, file, (size_t)n * (size_t)V);
+    float *ref = ref_read_f32(name, file, (size_t)n * (size_t)V);
     double worst = 0, worst_rec = 0;
     for (int t = 0; t < n; t++) {
         double e = rel_l2(got + (size_t)t * V, ref + (size_t)t * V, V);
         double d = rel_l2(got + (size_t)t * V, rec + (size_t)t * V, V);
         worst = e > worst ? e : worst;
         worst_rec = d > worst_rec ? d : worst_rec;
-        ck_assert_int_eq(argmax(got + (size_t)t * V, V), argmax(ref + (size_t)t * V, V));
+        ck_assert_int_eq(argmax_f32(got + (size_t)t * V, V), argmax_f32(ref + (size_t)t * V, V));
     }
     printf("%s prompt 2 chunked scan: worst row error vs transformers %.3g, vs recurrent %.3g\n", name,
            worst, worst_rec);
@@ -303,12 +177,12 @@ START_TEST(prefill_chunked_and_decode_agree)
 {
     const char *name = MODELS[_i];
     reference r;
-    ref_load(name, &r);
-    open_model(name, "model-BF16.gguf");
+    ref_load(name, &r, 3);
+    open_model(name, "model-BF16.gguf", &OPTS);
     int V = mr_model_hparams(model)->n_vocab;
     const int32_t *tok = r.prompt[1];
     int n = r.prompt_len[1];
-    float *one = run_all(tok, n);
+    float *one = forward_all(tok, n);
 
     mr_err err;
     mr_seq *s;
@@ -332,8 +206,8 @@ START_TEST(prefill_chunked_and_decode_agree)
         double e1 = rel_l2(step + (size_t)t * V, one + (size_t)t * V, V);
         double e2 = rel_l2(chunked + (size_t)t * V, one + (size_t)t * V, V);
         ck_assert_msg(e1 < 1e-5 && e2 < 1e-5, "%s row %d: decode %g, chunked %g", name, t, e1, e2);
-        ck_assert_int_eq(argmax(step + (size_t)t * V, V), argmax(one + (size_t)t * V, V));
-        ck_assert_int_eq(argmax(chunked + (size_t)t * V, V), argmax(one + (size_t)t * V, V));
+        ck_assert_int_eq(argmax_f32(step + (size_t)t * V, V), argmax_f32(one + (size_t)t * V, V));
+        ck_assert_int_eq(argmax_f32(chunked + (size_t)t * V, V), argmax_f32(one + (size_t)t * V, V));
     }
 
     /* two sequences interleaved do not share recurrent state */
@@ -354,7 +228,7 @@ START_TEST(prefill_chunked_and_decode_agree)
     int32_t ref_id = -1, got_id = -1;
     ck_assert_int_eq(mr_seq_new(model, &b, &err), 0);
     ck_assert_int_eq(mr_model_forward(model, b, r.prompt[2], 10, MR_LOGITS_LAST, la, &err), 0);
-    ref_id = argmax(la, V);
+    ref_id = argmax_f32(la, V);
     mr_seq_free(b);
     ck_assert_int_eq(mr_seq_new(model, &a, &err), 0);
     ck_assert_int_eq(mr_seq_new(model, &b, &err), 0);
@@ -390,11 +264,11 @@ START_TEST(state_snapshot_restores)
 {
     const char *name = MODELS[_i];
     reference r;
-    ref_load(name, &r);
-    open_model(name, "model-BF16.gguf");
+    ref_load(name, &r, 3);
+    open_model(name, "model-BF16.gguf", &OPTS);
     int V = mr_model_hparams(model)->n_vocab;
     const int32_t *tok = r.prompt[1];
-    float *one = run_all(tok, 21);
+    float *one = forward_all(tok, 21);
     size_t bytes = mr_seq_state_bytes(model);
     ck_assert_uint_gt(bytes, 0);
     void *snap = malloc(bytes), *zeros = calloc(1, bytes);
@@ -439,12 +313,12 @@ START_TEST(quantized_files_run)
     const char *name = MODELS[_i / 4];
     const char *file = files[_i % 4];
     reference r;
-    ref_load(name, &r);
-    open_model(name, file);
+    ref_load(name, &r, 3);
+    open_model(name, file, &OPTS);
     int V = mr_model_hparams(model)->n_vocab;
     int n = r.prompt_len[0];
-    float *got = run_all(r.prompt[0], n);
-    float *ref = read_f32(name, "ref-logits-0.f32", (size_t)n * V);
+    float *got = forward_all(r.prompt[0], n);
+    float *ref = ref_read_f32(name, "ref-logits-0.f32", (size_t)n * V);
     for (size_t i = 0; i < (size_t)n * V; i++)
         ck_assert_msg(isfinite(got[i]), "%s %s: logit %zu is not finite", name, file, i);
     double *e = malloc(sizeof(double) * (size_t)n);
@@ -568,10 +442,10 @@ START_TEST(file_without_mtp_tensors_runs)
     ck_assert_msg(mr_model_load(path, be, NULL, &model, &err) == 0, "%s", err.msg);
     ck_assert(!mr_spec_supported(model));
     reference r;
-    ref_load("qwen35", &r);
+    ref_load("qwen35", &r, 3);
     int V = mr_model_hparams(model)->n_vocab;
-    float *got = run_all(r.prompt[0], r.prompt_len[0]);
-    float *ref = read_f32("qwen35", "ref-logits-0.f32", (size_t)r.prompt_len[0] * V);
+    float *got = forward_all(r.prompt[0], r.prompt_len[0]);
+    float *ref = ref_read_f32("qwen35", "ref-logits-0.f32", (size_t)r.prompt_len[0] * V);
     for (int t = 0; t < r.prompt_len[0]; t++)
         ck_assert_double_lt(rel_l2(got + (size_t)t * V, ref + (size_t)t * V, V), 1e-3);
     free(got);

@@ -3,81 +3,38 @@
  * token for token — with drafts of known quality (the greedy continuation with planted
  * errors) so that full, partial and zero acceptance all occur, and for
  * k = 1 and 8 with the model's own (random-weight) MTP drafts. */
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/ops.h"
-#include "tests/unit/testutil.h"
-#include "worker/model.h"
+#include "tests/unit/fixture_ref.h"
 #include "worker/spec.h"
 
 static const char *const MODELS[] = {"qwen35", "qwen35moe"};
 #define N_GEN 16
 
-static mr_backend *be;
-static mr_model *model;
 static int32_t prompt[64];
 static int n_prompt;
 static int32_t greedy[N_GEN];
 
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
-
 /* Loads the model and computes the plain greedy continuation of prompt 0. */
-static void open_model(const char *name)
+static void open_spec_model(const char *name)
 {
-    char rel[256];
-    snprintf(rel, sizeof rel, "models/%s/reference.json", name);
-    json_error_t jerr;
-    json_t *root = json_load_file(fixture_path(rel), 0, &jerr);
-    ck_assert_msg(root != NULL, "%s: %s", fixture_path(rel), jerr.text);
-    json_t *ids = json_array_get(json_object_get(root, "prompts"), 0);
-    n_prompt = (int)json_array_size(ids);
+    reference r;
+    ref_load(name, &r, 1);
+    n_prompt = r.prompt_len[0];
     ck_assert(n_prompt > 0 && n_prompt <= 64);
-    for (int i = 0; i < n_prompt; i++)
-        prompt[i] = (int32_t)json_integer_value(json_array_get(ids, (size_t)i));
+    memcpy(prompt, r.prompt[0], sizeof(int32_t) * (size_t)n_prompt);
 
-    snprintf(rel, sizeof rel, "models/%s/model-BF16.gguf", name);
-    mr_err err;
-    be = mr_backend_cpu_create(&err);
-    ck_assert_ptr_nonnull(be);
-    mr_model_opts opts = {.n_ctx = 128, .n_seqs = 2};
-    ck_assert_msg(mr_model_load(fixture_path(rel), be, &opts, &model, &err) == 0, "%s", err.msg);
+    static const mr_model_opts opts = {.n_ctx = 128, .n_seqs = 2};
+    open_model(name, "model-BF16.gguf", &opts);
     ck_assert(mr_spec_supported(model));
-
-    int V = mr_model_hparams(model)->n_vocab;
-    float *logits = malloc(sizeof(float) * (size_t)V);
-    mr_seq *s;
-    ck_assert_int_eq(mr_seq_new(model, &s, &err), 0);
-    ck_assert_int_eq(mr_model_forward(model, s, prompt, n_prompt, MR_LOGITS_LAST, logits, &err), 0);
-    for (int i = 0; i < N_GEN; i++) {
-        greedy[i] = argmax(logits, V);
-        if (i + 1 < N_GEN)
-            ck_assert_int_eq(mr_model_forward(model, s, &greedy[i], 1, MR_LOGITS_LAST, logits, &err), 0);
-    }
+    greedy_decode(prompt, n_prompt, N_GEN, greedy);
     /* the plain path itself is checked against transformers in test_qwen35 */
-    json_t *want = json_object_get(root, "greedy_continuation_of_prompt0");
+    json_t *want = ref_greedy(&r);
     for (int i = 0; i < N_GEN; i++)
         ck_assert_int_eq(greedy[i], json_integer_value(json_array_get(want, (size_t)i)));
-    mr_seq_free(s);
-    free(logits);
-    json_decref(root);
-}
-
-static void close_model(void)
-{
-    mr_model_free(model);
-    mr_backend_destroy(be);
-    model = NULL;
-    be = NULL;
+    ref_free(&r);
 }
 
 /* Drafts from the true continuation, wrong where (index * 7 + salt) % 5 == 0. */
@@ -93,7 +50,7 @@ static void oracle(void *ctx, int first, int k, int32_t *draft)
 
 START_TEST(spec_equals_greedy_every_k)
 {
-    open_model(MODELS[_i]);
+    open_spec_model(MODELS[_i]);
     mr_err err;
     int32_t out[N_GEN];
     for (int k = 1; k <= 8; k++) {
@@ -134,7 +91,7 @@ END_TEST
 
 START_TEST(bad_arguments_are_errors)
 {
-    open_model("qwen35");
+    open_spec_model("qwen35");
     mr_err err;
     int32_t out[4];
     ck_assert_int_eq(mr_spec_generate(model, prompt, n_prompt, 4, 0, NULL, out, NULL, &err), -1);
