@@ -4,10 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/ops.h"
-#include "tests/unit/testutil.h"
+#include "tests/unit/fixture_ref.h"
 #include "worker/kv.h"
-#include "worker/model.h"
 
 START_TEST(pool_refcounts_and_reservations)
 {
@@ -75,37 +73,18 @@ START_TEST(budget_sizing)
 }
 END_TEST
 
-static mr_backend *be;
-static mr_model *model;
-
-static void open_model(const char *arch, const mr_model_opts *o)
-{
-    char rel[128];
-    snprintf(rel, sizeof rel, "models/%s/model-BF16.gguf", arch);
-    mr_err err;
-    be = mr_backend_cpu_create(&err);
-    ck_assert_msg(be != NULL, "%s", err.msg);
-    ck_assert_msg(mr_model_load(fixture_path(rel), be, o, &model, &err) == 0, "%s", err.msg);
-}
-
-static void close_model(void)
-{
-    mr_model_free(model);
-    mr_backend_destroy(be);
-}
-
 START_TEST(model_pool_from_budget_and_shared_blocks)
 {
     mr_err err;
     const mr_hparams *hp;
     /* a byte budget of 10.5 blocks gives 10 blocks */
     mr_model_opts probe = {.n_ctx = 128, .block_tokens = 8};
-    open_model("qwen3", &probe);
+    open_model("qwen3", "model-BF16.gguf", &probe);
     hp = mr_model_hparams(model);
     size_t bb = mr_kv_block_bytes(hp->n_layers, 8, hp->n_kv_heads, hp->head_dim, MR_KV_F32);
     close_model();
     mr_model_opts o = {.n_ctx = 128, .block_tokens = 8, .kv_bytes = bb * 10 + bb / 2};
-    open_model("qwen3", &o);
+    open_model("qwen3", "model-BF16.gguf", &o);
     hp = mr_model_hparams(model);
     mr_kv_pool *pool = mr_model_kv_pool(model);
     ck_assert_int_eq(mr_kv_pool_size(pool), 10);
@@ -158,26 +137,18 @@ END_TEST
 
 /* ---- batched forward exactness ---- */
 
-static void make_prompt(int32_t *t, int n, uint32_t seed, int vocab)
-{
-    for (int i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        t[i] = (int32_t)((seed >> 8) % (uint32_t)vocab);
-    }
-}
-
 START_TEST(batched_and_chunked_logits_are_bit_identical)
 {
     static const char *const arch[] = {"qwen3", "qwen3moe"};
     mr_model_opts o = {.n_ctx = 128, .n_seqs = 8, .block_tokens = 8};
-    open_model(arch[_i], &o);
+    open_model(arch[_i], "model-BF16.gguf", &o);
     mr_err err;
     int V = mr_model_hparams(model)->n_vocab;
     enum { NA = 5, NB = 26, NC = 23, DEC = 3 };
     int32_t pa[NA + DEC], pb[NB + DEC], pc[NC + DEC];
-    make_prompt(pa, NA + DEC, 1, V);
-    make_prompt(pb, NB + DEC, 2, V);
-    make_prompt(pc, NC + DEC, 3, V);
+    lcg_prompt(pa, NA + DEC, 1, V);
+    lcg_prompt(pb, NB + DEC, 2, V);
+    lcg_prompt(pc, NC + DEC, 3, V);
     int32_t *p[3] = {pa, pb, pc};
     int n[3] = {NA, NB, NC};
     size_t row = (size_t)V * sizeof(float);
@@ -267,12 +238,12 @@ END_TEST
 START_TEST(argmax_mode_matches_host_argmax)
 {
     mr_model_opts o = {.n_ctx = 64, .n_seqs = 4, .block_tokens = 8};
-    open_model("qwen3", &o);
+    open_model("qwen3", "model-BF16.gguf", &o);
     mr_err err;
     int V = mr_model_hparams(model)->n_vocab;
     int32_t pa[9], pb[7];
-    make_prompt(pa, 9, 41, V);
-    make_prompt(pb, 7, 42, V);
+    lcg_prompt(pa, 9, 41, V);
+    lcg_prompt(pb, 7, 42, V);
     /* solo references: last-row logits of a, all rows of b */
     float *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V * 7);
     float *lb2 = malloc(sizeof(float) * (size_t)V * 7);
@@ -283,10 +254,7 @@ START_TEST(argmax_mode_matches_host_argmax)
     ck_assert_int_eq(mr_seq_new(model, &q, &err), 0);
     ck_assert_int_eq(mr_model_forward(model, q, pb, 7, MR_LOGITS_ALL, lb, &err), 0);
     mr_seq_free(q);
-    int want = 0;
-    for (int i = 1; i < V; i++)
-        if (la[i] > la[want])
-            want = i;
+    int want = argmax_f32(la, V);
     /* one batch: b's rows, a's argmax, and c with no output in between */
     mr_seq *a, *b, *c;
     ck_assert_int_eq(mr_seq_new(model, &a, &err), 0);
@@ -316,7 +284,7 @@ END_TEST
 START_TEST(batch_rejects_bad_items)
 {
     mr_model_opts o = {.n_ctx = 32, .n_seqs = 2, .block_tokens = 8};
-    open_model("qwen3", &o);
+    open_model("qwen3", "model-BF16.gguf", &o);
     mr_err err;
     mr_seq *a, *b;
     ck_assert_int_eq(mr_seq_new(model, &a, &err), 0);

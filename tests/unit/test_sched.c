@@ -3,14 +3,11 @@
  * (and the transformers greedy continuation); prefix hits, tenant isolation,
  * session reuse, eviction, admission refusal and recovery, cancellation,
  * stop ids, seeded sampling independent of batchmates. */
-#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
-#include "kernels/ops.h"
-#include "tests/unit/testutil.h"
-#include "worker/model.h"
+#include "tests/unit/fixture_ref.h"
 #include "worker/sched.h"
 
 enum { MAXR = 16, MAXT = 256 };
@@ -68,58 +65,12 @@ static void on_event(void *user, const mr_sched_event *ev)
     }
 }
 
-static mr_backend *be;
-static mr_model *model;
 static int V;
 
-static void open_model(const mr_model_opts *o)
+static void open_qwen3(const mr_model_opts *o)
 {
-    mr_err err;
-    be = mr_backend_cpu_create(&err);
-    ck_assert_msg(be != NULL, "%s", err.msg);
-    ck_assert_msg(mr_model_load(fixture_path("models/qwen3/model-BF16.gguf"), be, o, &model, &err) == 0, "%s",
-                  err.msg);
+    open_model("qwen3", "model-BF16.gguf", o);
     V = mr_model_hparams(model)->n_vocab;
-}
-
-static void close_model(void)
-{
-    mr_model_free(model);
-    mr_backend_destroy(be);
-}
-
-static void make_prompt(int32_t *t, int n, uint32_t seed)
-{
-    for (int i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        t[i] = (int32_t)((seed >> 8) % (uint32_t)V);
-    }
-}
-
-static int argmax_ref(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
-
-/* Greedy generation with the plain one-sequence API, no scheduler. */
-static void solo_greedy(const int32_t *prompt, int n_prompt, int n_gen, int32_t *out)
-{
-    mr_err err;
-    mr_seq *s;
-    ck_assert_int_eq(mr_seq_new(model, &s, &err), 0);
-    float *lg = malloc(sizeof(float) * (size_t)V);
-    ck_assert_int_eq(mr_model_forward(model, s, prompt, n_prompt, MR_LOGITS_LAST, lg, &err), 0);
-    for (int i = 0; i < n_gen; i++) {
-        out[i] = argmax_ref(lg, V);
-        if (i + 1 < n_gen)
-            ck_assert_int_eq(mr_model_forward(model, s, &out[i], 1, MR_LOGITS_LAST, lg, &err), 0);
-    }
-    free(lg);
-    mr_seq_free(s);
 }
 
 static mr_sched *new_sched(const mr_sched_opts *o, sink_t *k)
@@ -165,22 +116,19 @@ static void expect_tokens(sink_t *k, uint64_t id, const int32_t *want, int n)
 
 START_TEST(alone_matches_transformers_greedy)
 {
-    json_error_t jerr;
-    json_t *ref = json_load_file(fixture_path("models/qwen3/reference.json"), 0, &jerr);
-    ck_assert_msg(ref != NULL, "%s", jerr.text);
-    json_t *p0 = json_array_get(json_object_get(ref, "prompts"), 0);
-    json_t *cont = json_object_get(ref, "greedy_continuation_of_prompt0");
-    int np = (int)json_array_size(p0), nc = (int)json_array_size(cont);
+    reference ref;
+    ref_load("qwen3", &ref, 1);
+    json_t *cont = ref_greedy(&ref);
+    int np = ref.prompt_len[0], nc = (int)json_array_size(cont);
     ck_assert(np > 0 && np < 64 && nc > 0 && nc <= 24);
     int32_t prompt[64], want[24];
-    for (int i = 0; i < np; i++)
-        prompt[i] = (int32_t)json_integer_value(json_array_get(p0, (size_t)i));
+    memcpy(prompt, ref.prompt[0], sizeof(int32_t) * (size_t)np);
     for (int i = 0; i < nc; i++)
         want[i] = (int32_t)json_integer_value(json_array_get(cont, (size_t)i));
-    json_decref(ref);
+    ref_free(&ref);
 
     mr_model_opts mo = {.n_ctx = 128, .n_seqs = 2, .block_tokens = 4};
-    open_model(&mo);
+    open_qwen3(&mo);
     static const int chunks[] = {3, 64};
     for (int c = 0; c < 2; c++) {
         sink_t k;
@@ -204,11 +152,11 @@ static const int plen[NREQ] = {9, 24, 3, 15, 12, 20};
 START_TEST(batched_joined_and_chunked_match_solo)
 {
     mr_model_opts mo = {.n_ctx = 128, .n_seqs = 8, .block_tokens = 8};
-    open_model(&mo);
+    open_qwen3(&mo);
     int32_t prompt[NREQ][80], want[NREQ][GEN];
     for (int r = 0; r < NREQ; r++) {
-        make_prompt(prompt[r], plen[r], 100u + (uint32_t)r);
-        solo_greedy(prompt[r], plen[r], GEN, want[r]);
+        lcg_prompt(prompt[r], plen[r], 100u + (uint32_t)r, V);
+        greedy_decode(prompt[r], plen[r], GEN, want[r]);
     }
     static const int chunks[] = {1, 7, 64};
     for (int c = 0; c < 3; c++) {
@@ -269,10 +217,10 @@ END_TEST
 START_TEST(long_prompt_does_not_stall_decoding)
 {
     mr_model_opts mo = {.n_ctx = 256, .n_seqs = 4, .block_tokens = 8};
-    open_model(&mo);
+    open_qwen3(&mo);
     int32_t a[8], b[200];
-    make_prompt(a, 8, 1);
-    make_prompt(b, 200, 2);
+    lcg_prompt(a, 8, 1, V);
+    lcg_prompt(b, 200, 2, V);
     sink_t k;
     mr_sched_opts so = {.max_seqs = 2, .chunk_tokens = 16};
     mr_sched *s = new_sched(&so, &k);
@@ -291,9 +239,9 @@ START_TEST(long_prompt_does_not_stall_decoding)
     ck_assert_int_eq(find(&k, 2)->n, 1); /* 13 chunks: 200 tokens */
     run_all(s);
     int32_t want[16];
-    solo_greedy(a, 8, 16, want);
+    greedy_decode(a, 8, 16, want);
     expect_tokens(&k, 1, want, 16);
-    solo_greedy(b, 200, 4, want);
+    greedy_decode(b, 200, 4, want);
     expect_tokens(&k, 2, want, 4);
     mr_sched_free(s);
     close_model();
@@ -305,10 +253,10 @@ END_TEST
 START_TEST(prefix_hits_isolation_and_sessions)
 {
     mr_model_opts mo = {.n_ctx = 128, .n_seqs = 6, .block_tokens = 8};
-    open_model(&mo);
+    open_qwen3(&mo);
     int32_t p[100], want[GEN];
-    make_prompt(p, 41, 7);
-    solo_greedy(p, 41, GEN, want);
+    lcg_prompt(p, 41, 7, V);
+    greedy_decode(p, 41, GEN, want);
     sink_t k;
     mr_sched_opts so = {.max_seqs = 4, .chunk_tokens = 7};
     mr_sched *s = new_sched(&so, &k);
@@ -333,16 +281,16 @@ START_TEST(prefix_hits_isolation_and_sessions)
     ck_assert_int_eq(find(&k, 4)->usage.cached_tokens, 0);
     ck_assert_int_eq(find(&k, 5)->usage.cached_tokens, 32);
     int32_t want40[GEN];
-    solo_greedy(p, 40, GEN, want40);
+    greedy_decode(p, 40, GEN, want40);
     expect_tokens(&k, 5, want40, GEN);
 
     /* a follow-up turn: the first conversation, its reply, and 9 new tokens */
     int n2 = 41 + GEN;
     memcpy(p + 41, want, sizeof want);
-    make_prompt(p + n2, 9, 99);
+    lcg_prompt(p + n2, 9, 99, V);
     n2 += 9;
     int32_t want2[GEN];
-    solo_greedy(p, n2, GEN, want2);
+    greedy_decode(p, n2, GEN, want2);
     ck_assert_int_eq(submit(s, 6, p, n2, GEN, "acme", "x"), MR_SCHED_OK);
     run_all(s);
     expect_tokens(&k, 6, want2, GEN);
@@ -367,11 +315,11 @@ START_TEST(admission_refusal_recovery_and_eviction)
 {
     /* 12 blocks of 8 tokens */
     mr_model_opts mo = {.n_ctx = 128, .block_tokens = 8, .kv_blocks = 12};
-    open_model(&mo);
+    open_qwen3(&mo);
     int32_t a[40], b[40], c[100];
-    make_prompt(a, 40, 11);
-    make_prompt(b, 40, 12);
-    make_prompt(c, 100, 13);
+    lcg_prompt(a, 40, 11, V);
+    lcg_prompt(b, 40, 12, V);
+    lcg_prompt(c, 100, 13, V);
     sink_t k;
     mr_sched_opts so = {.max_seqs = 4, .chunk_tokens = 16};
     mr_sched *s = new_sched(&so, &k);
@@ -404,9 +352,9 @@ START_TEST(admission_refusal_recovery_and_eviction)
     run_all(s);
     mr_sched_free(s); /* its cached blocks go back to the pool for the solo run */
     int32_t want24[24];
-    solo_greedy(b, 40, 24, want24);
+    greedy_decode(b, 40, 24, want24);
     expect_tokens(&k, 2, want24, 24);
-    solo_greedy(a, 40, 24, want24);
+    greedy_decode(a, 40, 24, want24);
     expect_tokens(&k, 1, want24, 24);
     close_model();
 }
@@ -415,11 +363,11 @@ END_TEST
 START_TEST(slots_cancellation_stop_and_errors)
 {
     mr_model_opts mo = {.n_ctx = 64, .n_seqs = 4, .block_tokens = 8};
-    open_model(&mo);
+    open_qwen3(&mo);
     int32_t a[10], b[12], want[GEN];
-    make_prompt(a, 10, 21);
-    make_prompt(b, 12, 22);
-    solo_greedy(b, 12, GEN, want);
+    lcg_prompt(a, 10, 21, V);
+    lcg_prompt(b, 12, 22, V);
+    greedy_decode(b, 12, GEN, want);
     sink_t k;
     mr_sched_opts so = {.max_seqs = 2, .chunk_tokens = 8};
     mr_sched *s = new_sched(&so, &k);
@@ -487,10 +435,10 @@ END_TEST
 START_TEST(seeded_sampling_is_independent_of_batchmates)
 {
     mr_model_opts mo = {.n_ctx = 96, .n_seqs = 4, .block_tokens = 8};
-    open_model(&mo);
+    open_qwen3(&mo);
     int32_t p[3][20];
     for (int i = 0; i < 3; i++)
-        make_prompt(p[i], 20, 31u + (uint32_t)i);
+        lcg_prompt(p[i], 20, 31u + (uint32_t)i, V);
     mr_sample_params sp = {.temperature = 0.9f, .top_k = 50, .top_p = 0.95f, .min_p = 0.01f,
                       .presence_penalty = 0.3f, .frequency_penalty = 0.2f, .repetition_penalty = 1.1f,
                       .seed = 12345};
@@ -538,11 +486,11 @@ static void failing_add(mr_backend *b, float *y, const float *x, size_t n)
 START_TEST(failed_step_finishes_its_requests_cleanly)
 {
     mr_model_opts mo = {.n_ctx = 64, .n_seqs = 4, .block_tokens = 8};
-    open_model(&mo);
+    open_qwen3(&mo);
     int32_t a[10], b[12], want[GEN];
-    make_prompt(a, 10, 51);
-    make_prompt(b, 12, 52);
-    solo_greedy(b, 12, GEN, want);
+    lcg_prompt(a, 10, 51, V);
+    lcg_prompt(b, 12, 52, V);
+    greedy_decode(b, 12, GEN, want);
     sink_t k;
     mr_sched_opts so = {.max_seqs = 4};
     mr_sched *s = new_sched(&so, &k);

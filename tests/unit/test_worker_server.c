@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "proto/chan.h"
-#include "tests/unit/testutil.h"
+#include "tests/unit/fixture_ref.h"
 
 static pid_t g_pid;
 static mr_chan g_chan;
@@ -24,17 +24,16 @@ static int g_vocab = 1024;
 
 static void load_reference(void)
 {
-    json_error_t je;
-    json_t *r = json_load_file(fixture_path("models/qwen3/reference.json"), 0, &je);
-    ck_assert_msg(r != NULL, "reference.json: %s", je.text);
-    json_t *p = json_array_get(json_object_get(r, "prompts"), 0);
-    g_n_prompt = (uint32_t)json_array_size(p);
+    reference r;
+    ref_load("qwen3", &r, 1);
+    g_n_prompt = (uint32_t)r.prompt_len[0];
+    ck_assert_uint_le(g_n_prompt, 8);
     for (uint32_t i = 0; i < g_n_prompt; i++)
-        g_prompt[i] = (uint32_t)json_integer_value(json_array_get(p, i));
-    json_t *c = json_object_get(r, "greedy_continuation_of_prompt0");
+        g_prompt[i] = (uint32_t)r.prompt[0][i];
+    json_t *c = ref_greedy(&r);
     for (int i = 0; i < 24; i++)
         g_ref[i] = (uint32_t)json_integer_value(json_array_get(c, i));
-    json_decref(r);
+    ref_free(&r);
     FILE *f = fopen(fixture_path("models/qwen3/ref-logits-0.f32"), "rb");
     ck_assert_ptr_nonnull(f);
     g_ref_logits = malloc(g_vocab * sizeof *g_ref_logits);
@@ -47,13 +46,13 @@ static void setup(void)
 {
     load_reference();
     const char *bin = getenv("MEMRA_BIN");
-    char exe[512], model[4096];
+    char exe[512], model_path[4096];
     snprintf(exe, sizeof exe, "%s/memra-worker", bin && *bin ? bin : "build/bin");
-    snprintf(model, sizeof model, "%s", fixture_path("models/qwen3/model-BF16.gguf"));
+    snprintf(model_path, sizeof model_path, "%s", fixture_path("models/qwen3/model-BF16.gguf"));
     snprintf(g_url, sizeof g_url, "ipc:///tmp/memra-test-worker-%d.sock", (int)getpid());
     g_pid = fork();
     if (g_pid == 0) {
-        execl(exe, exe, "--listen", g_url, "--model", model, "--backend", "cpu", "--name", "qwen3", "--ctx", "2048",
+        execl(exe, exe, "--listen", g_url, "--model", model_path, "--backend", "cpu", "--name", "qwen3", "--ctx", "2048",
               "--max-running", "8", (char *)NULL);
         _exit(127);
     }
