@@ -11,15 +11,9 @@
 #    transformers argmax (ref-logits) is <|endoftext|> gives just that id,
 #    and --ignore-eos goes on;
 #  - bad input: one line on stderr, a non-zero exit, nothing on stdout.
-set -u
-BIN=${MEMRA_BIN:-build/bin}
-FIX=${MEMRA_FIXTURES:-../shared/fixtures}
+. "$(dirname "$0")/lib/gen.sh"
 RUN="$BIN/run-gen"
 TJ="$FIX/models/_tokenizer/tokenizer.json"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 if [ ! -d tests/node/node_modules/@lenml/tokenizers ]; then
     echo "FAIL: tests/node/node_modules missing (scripts/deps.sh installs it)"
@@ -138,19 +132,6 @@ else
 fi
 
 # Bad input: a non-zero exit and exactly one line on stderr, nothing on stdout.
-expect_error() {
-    local what=$1
-    shift
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    local rc=$?
-    local lines
-    lines=$(wc -l <"$tmp/err")
-    if [ "$rc" -eq 0 ] || [ "$lines" -ne 1 ] || [ -s "$tmp/out" ]; then
-        fail "$what: rc=$rc, $lines stderr lines: $(head -c 300 "$tmp/err")"
-    else
-        echo "ok $what: $(cat "$tmp/err")"
-    fi
-}
 expect_error "--tokens with --prompt" "$RUN" "$model" --tokens 1,2 --prompt hi --backend cpu
 expect_error "empty --prompt" "$RUN" "$model" --prompt "" --backend cpu
 expect_error "--chat with --prompt" "$RUN" "$model" --chat hi --prompt hi --backend cpu
@@ -174,5 +155,4 @@ expect_error "--print-text without tokenizer" "$RUN" "$tmp/notok.gguf" --tokens 
 got=$("$RUN" "$tmp/notok.gguf" --tokens 1,2,3 -n 4 --backend cpu) &&
     [ "$got" = "$("$RUN" "$model" --tokens 1,2,3 -n 4 --backend cpu)" ] || fail "--tokens without tokenizer: '$got'"
 
-[ "$fails" -eq 0 ] && echo "run_gen_text: all passed" || echo "run_gen_text: $fails failed"
-[ "$fails" -eq 0 ]
+finish run_gen_text

@@ -3,29 +3,11 @@
 # for qwen35moe) the ids on its last line equal transformers' greedy
 # continuation (what run-gen prints), and bad arguments give one stderr line
 # and a non-zero exit; memra-synth's tiny hybrids give run-gen's ids too.
-set -u
-BIN=${MEMRA_BIN:-build/bin}
-FIX=${MEMRA_FIXTURES:-../shared/fixtures}
+. "$(dirname "$0")/lib/gen.sh"
 RUN="$BIN/run-spec"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-json_list() { tr -d ' \n\t' <"$1" | sed -n "s/.*\"$2\":\[\([0-9,]*\)\].*/\1/p"; }
-json_prompt() {
-    tr -d ' \n\t' <"$1" | sed -n 's/.*"prompts":\[\[\([]0-9,[]*\)\]\].*/\1/p' | sed 's/\],\[/\n/g' |
-        sed -n "$(($2 + 1))p"
-}
 
 for m in qwen35 qwen35moe; do
-    dir="$FIX/models/$m"
-    model="$dir/model-BF16.gguf"
-    ref="$dir/reference.json"
-    p0=$(json_prompt "$ref" 0)
-    want=$(json_list "$ref" greedy_continuation_of_prompt0 | tr ',' ' ')
-    n_want=$(echo "$want" | wc -w)
-    [ -n "$p0" ] && [ "$n_want" -gt 0 ] || { fail "$m: cannot read reference.json"; continue; }
+    ref_model "$m" || continue
     ks="1 2 3 4 5 6 7 8"
     [ "$m" = qwen35 ] || ks="1 4 8" # every k on one model keeps the script short
     for k in $ks; do
@@ -48,19 +30,6 @@ for p in tiny-qwen35 tiny-qwen35moe; do
     rm -f "$tmp/$p.gguf"
 done
 
-expect_error() {
-    local what=$1
-    shift
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    local rc=$?
-    local lines
-    lines=$(wc -l <"$tmp/err")
-    if [ "$rc" -eq 0 ] || [ "$lines" -ne 1 ] || [ -s "$tmp/out" ]; then
-        fail "$what: rc=$rc, $lines stderr lines: $(head -c 300 "$tmp/err")"
-    else
-        echo "ok $what: $(cat "$tmp/err")"
-    fi
-}
 model="$FIX/models/qwen35/model-BF16.gguf"
 expect_error "k = 0" "$RUN" "$model" --tokens 1,2 -n 2 --k 0 --backend cpu
 expect_error "k = 9" "$RUN" "$model" --tokens 1,2 -n 2 --k 9 --backend cpu
@@ -68,5 +37,4 @@ expect_error "no MTP block" "$RUN" "$FIX/models/qwen3/model-BF16.gguf" --tokens 
 expect_error "token out of range" "$RUN" "$model" --tokens 1,1024 -n 2 --backend cpu
 expect_error "no --tokens" "$RUN" "$model" -n 2
 
-[ "$fails" -eq 0 ] && echo "run_spec: all passed" || echo "run_spec: $fails failed"
-[ "$fails" -eq 0 ]
+finish run_spec
