@@ -153,6 +153,41 @@ static inline void greedy_decode(const int32_t *prompt, int n_prompt, int n_gen,
     mr_seq_free(s);
 }
 
+/* Token-by-token decode of tok[0..n) and its prefill in the chunks
+ * cuts[c]..cuts[c+1] (c < n_chunks) give the rows of ONE, the logits of a
+ * one-pass prefill: every row within relative L2 1e-5, with the same argmax. */
+static inline void check_decode_and_chunks_agree(const char *name, const int32_t *tok, int n, const int *cuts,
+                                                 int n_chunks, const float *one)
+{
+    int V = mr_model_hparams(model)->n_vocab;
+    mr_err err;
+    mr_seq *s;
+    float *step = malloc(sizeof(float) * (size_t)n * V);
+    ck_assert_int_eq(mr_seq_new(model, &s, &err), 0);
+    for (int t = 0; t < n; t++)
+        ck_assert_msg(mr_model_forward(model, s, tok + t, 1, MR_LOGITS_LAST, step + (size_t)t * V, &err) == 0,
+                      "%s", err.msg);
+    mr_seq_free(s);
+
+    float *chunked = malloc(sizeof(float) * (size_t)n * V);
+    ck_assert_int_eq(mr_seq_new(model, &s, &err), 0);
+    for (int c = 0; c < n_chunks; c++)
+        ck_assert_msg(mr_model_forward(model, s, tok + cuts[c], cuts[c + 1] - cuts[c], MR_LOGITS_ALL,
+                                       chunked + (size_t)cuts[c] * V, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(mr_seq_len(s), n);
+    mr_seq_free(s);
+
+    for (int t = 0; t < n; t++) {
+        double e1 = rel_l2(step + (size_t)t * V, one + (size_t)t * V, V);
+        double e2 = rel_l2(chunked + (size_t)t * V, one + (size_t)t * V, V);
+        ck_assert_msg(e1 < 1e-5 && e2 < 1e-5, "%s row %d: decode %g, chunked %g", name, t, e1, e2);
+        ck_assert_int_eq(argmax_f32(step + (size_t)t * V, V), argmax_f32(one + (size_t)t * V, V));
+        ck_assert_int_eq(argmax_f32(chunked + (size_t)t * V, V), argmax_f32(one + (size_t)t * V, V));
+    }
+    free(chunked);
+    free(step);
+}
+
 /* Greedy decoding of prompt 0 gives transformers' continuation, id for id
  * (each generated id is fed back, the last one included). */
 static inline void check_greedy_continuation(const char *name, const reference *r)

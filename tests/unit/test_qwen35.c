@@ -184,33 +184,11 @@ START_TEST(prefill_chunked_and_decode_agree)
     int n = r.prompt_len[1];
     float *one = forward_all(tok, n);
 
-    mr_err err;
-    mr_seq *s;
-    float *step = malloc(sizeof(float) * (size_t)n * V);
-    ck_assert_int_eq(mr_seq_new(model, &s, &err), 0);
-    for (int t = 0; t < n; t++)
-        ck_assert_msg(mr_model_forward(model, s, tok + t, 1, MR_LOGITS_LAST, step + (size_t)t * V, &err) == 0,
-                      "%s", err.msg);
-    mr_seq_free(s);
-
-    float *chunked = malloc(sizeof(float) * (size_t)n * V);
     int cuts[5] = {0, 5, 7, 7 + 17, n};
-    ck_assert_int_eq(mr_seq_new(model, &s, &err), 0);
-    for (int c = 0; c < 4; c++)
-        ck_assert_msg(mr_model_forward(model, s, tok + cuts[c], cuts[c + 1] - cuts[c], MR_LOGITS_ALL,
-                                       chunked + (size_t)cuts[c] * V, &err) == 0, "%s", err.msg);
-    ck_assert_int_eq(mr_seq_len(s), n);
-    mr_seq_free(s);
-
-    for (int t = 0; t < n; t++) {
-        double e1 = rel_l2(step + (size_t)t * V, one + (size_t)t * V, V);
-        double e2 = rel_l2(chunked + (size_t)t * V, one + (size_t)t * V, V);
-        ck_assert_msg(e1 < 1e-5 && e2 < 1e-5, "%s row %d: decode %g, chunked %g", name, t, e1, e2);
-        ck_assert_int_eq(argmax_f32(step + (size_t)t * V, V), argmax_f32(one + (size_t)t * V, V));
-        ck_assert_int_eq(argmax_f32(chunked + (size_t)t * V, V), argmax_f32(one + (size_t)t * V, V));
-    }
+    check_decode_and_chunks_agree(name, tok, n, cuts, 4, one);
 
     /* two sequences interleaved do not share recurrent state */
+    mr_err err;
     mr_seq *a, *b;
     float *la = malloc(sizeof(float) * (size_t)V);
     ck_assert_int_eq(mr_seq_new(model, &a, &err), 0);
@@ -249,9 +227,6 @@ START_TEST(prefill_chunked_and_decode_agree)
     mr_seq_free(b);
     free(rest);
     free(la);
-
-    free(chunked);
-    free(step);
     free(one);
     close_model();
     ref_free(&r);
