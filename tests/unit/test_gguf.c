@@ -59,19 +59,9 @@ static bool str_is(mr_str s, const char *c)
 
 static char tmpdir[256];
 
-static void make_tmpdir(void)
-{
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/memra-gguf-XXXXXX", base && *base ? base : "/tmp");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
+static void make_tmpdir(void) { tmpdir_make(tmpdir, sizeof tmpdir, "gguf"); }
 
-static void rm_tmpdir(void)
-{
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    ck_assert_int_eq(system(cmd), 0);
-}
+static void rm_tmpdir(void) { tmpdir_remove(tmpdir); }
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void)

@@ -19,19 +19,9 @@
 
 static char tmpdir[256];
 
-static void make_tmpdir(void)
-{
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/memra-synth-XXXXXX", base && *base ? base : "/tmp");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
+static void make_tmpdir(void) { tmpdir_make(tmpdir, sizeof tmpdir, "synth"); }
 
-static void rm_tmpdir(void)
-{
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    ck_assert_int_eq(system(cmd), 0);
-}
+static void rm_tmpdir(void) { tmpdir_remove(tmpdir); }
 
 static mr_gguf *open_ok(const char *path)
 {

@@ -19,6 +19,22 @@ static inline const char *fixture_path(const char *rel)
     return buf;
 }
 
+/* A new folder $TMPDIR/memra-TAG-XXXXXX (TMPDIR unset: /tmp), its path in dir. */
+static inline void tmpdir_make(char *dir, size_t cap, const char *tag)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(dir, cap, "%s/memra-%s-XXXXXX", base && *base ? base : "/tmp", tag);
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+/* Removes dir and everything in it. */
+static inline void tmpdir_remove(const char *dir)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
 /* Relative L2 error |a - ref| / |ref| in double (the absolute error where
  * ref is all zeros). */
 static inline double rel_l2(const float *a, const float *ref, size_t n)
