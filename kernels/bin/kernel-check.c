@@ -20,9 +20,7 @@
 #include "common/half.h"
 #include "common/quant.h"
 #include "kernels/ops.h"
-#ifdef MR_HAVE_CUDA
 #include "kernels/cuda/cu_bench.h"
-#endif
 
 
 static uint64_t rng_s = 0x9e3779b97f4a7c15ull;
@@ -47,7 +45,7 @@ static mr_backend *gpu, *gpu_generic, *cpu, *gpu_r2, *gpu_r4;
 #define N_MM 5
 static mr_backend *mm_be[N_MM];
 static const char *mm_name[N_MM] = {"", "-r4", "-r2", "-generic", "-cpu"};
-/* Bound of the prompt path (more than 8 tokens: dequantize + GEMM) per
+/* Bound of the prompt path (MR_CU_GEMM_MIN_TOKENS or more: dequantize + GEMM) per
  * backend.  The GPU backends are created with MEMRA_CUDA_GEMM set: the
  * default one with f16 (the production default), -r4 with tf32, -r2 and
  * -generic with f32.  f16 and tf32 round both operands to an 11-bit
@@ -303,7 +301,7 @@ static void check_matmul(const tdesc *td, int64_t cols, int64_t rows, int n)
         fetch(be, y, dy, yn * 4);
         int nan;
         double e = rel_l2(y, ref, yn, &nan);
-        report(nm, shape, e, nan, n > 8 ? mm_gemm_bound[bi] : 2e-5);
+        report(nm, shape, e, nan, n >= MR_CU_GEMM_MIN_TOKENS ? mm_gemm_bound[bi] : 2e-5);
         be->free(be, dx);
         be->free(be, dy);
     }
@@ -349,7 +347,7 @@ static void check_matmul_id(const tdesc *td, int64_t cols, int64_t rows, int mat
         fetch(be, y, dy, yn * 4);
         int nan;
         double e = rel_l2(y, ref, yn, &nan);
-        report(nm, shape, e, nan, n > 8 ? mm_gemm_bound[bi] : 2e-5);
+        report(nm, shape, e, nan, n >= MR_CU_GEMM_MIN_TOKENS ? mm_gemm_bound[bi] : 2e-5);
         be->free(be, dx);
         be->free(be, dy);
         be->free(be, dids);
@@ -769,11 +767,13 @@ int main(int argc, char **argv)
         check_matmul(td, 512, 67, 1);
         check_matmul(td, 1024, 200, 3);
         check_matmul(td, 256, 130, 8);
-        check_matmul(td, 512, 96, 21); /* prompt path */
+        check_matmul(td, 512, 96, 21); /* a decode batch: 8 tokens a launch */
+        check_matmul(td, 512, 96, 70); /* prompt path: dequantize + GEMM */
         check_matmul_id(td, 256, 64, 4, 2, 1, 1);
         check_matmul_id(td, 256, 64, 4, 2, 2, 3);
-        check_matmul_id(td, 256, 64, 4, 2, 1, 21); /* prompt path: grouped by expert */
-        check_matmul_id(td, 256, 64, 5, 3, 3, 13);
+        check_matmul_id(td, 256, 64, 4, 2, 1, 21); /* a decode batch */
+        check_matmul_id(td, 256, 64, 4, 2, 1, 70); /* prompt path: grouped by expert */
+        check_matmul_id(td, 256, 64, 5, 3, 3, 66);
     }
     /* decode-sized shapes of the types the models use */
     int big[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_Q8_0, MR_TYPE_BF16, MR_TYPE_Q5_K, MR_TYPE_IQ4_XS, MR_TYPE_Q4_0};
@@ -783,9 +783,10 @@ int main(int argc, char **argv)
         check_matmul(td, 12288, 256, 2);
         check_matmul_id(td, 2048, 768, 16, 8, 1, 1);
         check_matmul_id(td, 768, 2048, 16, 8, 8, 1);
-        check_matmul(td, 4096, 512, 64);
-        check_matmul_id(td, 2048, 768, 16, 8, 1, 24);
-        check_matmul_id(td, 768, 2048, 16, 8, 8, 24);
+        check_matmul(td, 4096, 512, 80);
+        check_matmul_id(td, 2048, 768, 16, 8, 1, 16);
+        check_matmul_id(td, 2048, 768, 16, 8, 1, 72);
+        check_matmul_id(td, 768, 2048, 16, 8, 8, 72);
     }
     check_rmsnorm(1, 4096);
     check_rmsnorm(7, 256);

@@ -23,7 +23,9 @@ struct mr_cu_buf {
 
 struct mr_cu_auto; /* cu_autograph.cu */
 
-/* Tokens at or below this count use the matvec kernels; above it, dequantize + GEMM (cu_gemm.cu). */
+#include "kernels/cuda/cu_bench.h" /* MR_CU_GEMM_MIN_TOKENS */
+
+/* Tokens per matvec launch (the kernels keep one accumulator per token). */
 #define MR_CU_MATVEC_MAX 8
 
 struct mr_cu_ctx {

@@ -1,4 +1,4 @@
-/* Prompt path of the matrix products (more than MR_CU_MATVEC_MAX tokens):
+/* Prompt path of the matrix products (MR_CU_GEMM_MIN_TOKENS tokens or more):
  * the GGUF blocks are dequantized tile by tile into scratch and multiplied
  * with cuBLAS, on the tensor cores unless told otherwise.
  *

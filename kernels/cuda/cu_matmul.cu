@@ -189,8 +189,14 @@ void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, 
     mr_cu_ctx *c = mr_cu(be);
     if (n <= 0 || !weight_ok(c, w, "matmul"))
         return;
-    if (n > MR_CU_MATVEC_MAX) {
+    if (n >= MR_CU_GEMM_MIN_TOKENS) {
         mr_cu_matmul_gemm(c, w, x, y, n);
+        return;
+    }
+    if (n > MR_CU_MATVEC_MAX) { /* a decode batch: 8 tokens a launch */
+        for (int t0 = 0; t0 < n; t0 += MR_CU_MATVEC_MAX)
+            mr_cu_matmul(be, w, x + (int64_t)t0 * w->cols, y + (int64_t)t0 * w->rows,
+                         n - t0 < MR_CU_MATVEC_MAX ? n - t0 : MR_CU_MATVEC_MAX);
         return;
     }
     if (mr_cu_fast_matvec(c, w, x, y, n))
@@ -210,7 +216,7 @@ void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_s
         mr_cu_fail(c, "matmul_id: x_slots %d (expected 1 or k=%d)", x_slots, k);
         return;
     }
-    if (n > MR_CU_MATVEC_MAX && mr_cu_matmul_id_gemm(c, w, x, x_slots, ids, k, y, n))
+    if (n >= MR_CU_GEMM_MIN_TOKENS && mr_cu_matmul_id_gemm(c, w, x, x_slots, ids, k, y, n))
         return;
     if ((int64_t)n * k > 65535) {
         mr_cu_fail(c, "matmul_id: %d token-expert pairs (max 65535)", n * k);
