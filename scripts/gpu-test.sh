@@ -6,23 +6,29 @@
 #     bound 5e-3 each (rows above it are listed with the reference top-2 gap);
 #     greedy continuation of prompt 0 against the reference's 24 ids.
 #   Quantized files: GPU against the CPU backend on the same file (prompt 2),
-#     and both against the reference for information.
+#     in the default precision (bound 5e-3) and with MEMRA_CUDA_GEMM=f32
+#     (median 1e-3, worst 1e-2), and both against the reference for information.
 # Usage: scripts/gpu-test.sh BUILD FIXTURES      exit 0 = all passed
+#   PARITY_ONLY=1: skip kernel-check (e.g. to compare MEMRA_CUDA_GEMM modes)
 set -u
 BUILD=${1:-build}
 FIXTURES=${2:-../shared/fixtures}
 BIN=$BUILD/bin
 fail=0
 
-echo "== kernel-check"
-"$BIN/kernel-check" > "$BUILD/kernel-check.log" 2>&1
-rc=$?
-grep -v " ok$" "$BUILD/kernel-check.log" | tail -40
-if [ $rc -eq 77 ]; then
-    echo "no CUDA device: GPU tests skipped"
-    exit 77
+if [ "${PARITY_ONLY:-0}" = 1 ]; then
+    echo "== kernel-check skipped (PARITY_ONLY=1)"
+else
+    echo "== kernel-check"
+    "$BIN/kernel-check" > "$BUILD/kernel-check.log" 2>&1
+    rc=$?
+    grep -v " ok$" "$BUILD/kernel-check.log" | tail -40
+    if [ $rc -eq 77 ]; then
+        echo "no CUDA device: GPU tests skipped"
+        exit 77
+    fi
+    [ $rc -eq 0 ] || fail=1
 fi
-[ $rc -eq 0 ] || fail=1
 
 echo "== fixture parity (run-gen --backend cuda)"
 python3 - "$BIN" "$FIXTURES" <<'EOF' || fail=1
@@ -32,11 +38,13 @@ BIN, FIX = sys.argv[1], sys.argv[2]
 BOUND = 5e-3
 tmp = tempfile.mkdtemp()
 
-def run(model, toks, backend, out=None, n=None):
+def run(model, toks, backend, out=None, n=None, gemm=None):
     cmd = [os.path.join(BIN, "run-gen"), model, "--tokens", ",".join(map(str, toks)), "--backend", backend]
     if out: cmd += ["--logits-out", out]
     if n is not None: cmd += ["-n", str(n)]
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ)
+    if gemm: env["MEMRA_CUDA_GEMM"] = gemm
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode:
         raise RuntimeError("%s: %s" % (" ".join(cmd[:2] + cmd[4:]), p.stderr.strip()))
     return p.stdout
@@ -88,20 +96,23 @@ for name in ("qwen3", "qwen3moe"):
     print("%-9s %-8s %-10s greedy continuation of prompt 0: %s" % (name, "BF16", "reference",
           "identical (24 ids)" if first is None else "first differs at step %d" % first))
     ok &= first is None
-    # quantized: GPU against the CPU backend on the same file
+    # quantized: GPU against the CPU backend on the same file, in the
+    # production precision (float16 prompt GEMMs: the issue's 5e-3 rule) and
+    # with float32 GEMMs (MEMRA_CUDA_GEMM=f32: median 1e-3, worst 1e-2)
     pr = prompts[2]
     want = load(os.path.join(d, "ref-logits-2.f32"), vocab)
     for q in ("Q8_0", "Q4_K_M", "IQ4_XS", "Q4_0"):
         f = os.path.join(d, "model-%s.gguf" % q)
         if not os.path.exists(f): continue
-        og, oc = os.path.join(tmp, "g.f32"), os.path.join(tmp, "c.f32")
-        run(f, pr, "cuda", og); run(f, pr, "cpu", oc)
+        og, oc, of = os.path.join(tmp, "g.f32"), os.path.join(tmp, "c.f32"), os.path.join(tmp, "f.f32")
+        run(f, pr, "cuda", og); run(f, pr, "cpu", oc); run(f, pr, "cuda", of, gemm="f32")
         g, c = load(og, vocab), load(oc, vocab)
-        e = [rel(a, b) for a, b in zip(g, c)]
-        ag = sum(argmax(a) == argmax(b) for a, b in zip(g, c)) / len(g)
-        res = med(e) <= 1e-3 and max(e) <= 1e-2
-        print("%-9s %-8s %-10s %10.2e %10.2e %8.3f  %s" % (name, q, "cpu", med(e), max(e), ag, "ok" if res else "FAIL"))
-        ok &= res
+        for label, gg, mb, wb in (("cpu", g, BOUND, BOUND), ("cpu f32", load(of, vocab), 1e-3, 1e-2)):
+            e = [rel(a, b) for a, b in zip(gg, c)]
+            ag = sum(argmax(a) == argmax(b) for a, b in zip(gg, c)) / len(gg)
+            res = med(e) <= mb and max(e) <= wb
+            print("%-9s %-8s %-10s %10.2e %10.2e %8.3f  %s" % (name, q, label, med(e), max(e), ag, "ok" if res else "FAIL"))
+            ok &= res
         er = [rel(a, b) for a, b in zip(g, want)]
         ec = [rel(a, b) for a, b in zip(c, want)]
         print("%-9s %-8s %-10s %10.2e %10.2e          (info; cpu: median %.2e worst %.2e)" % (

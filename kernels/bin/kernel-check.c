@@ -20,9 +20,7 @@
 #include "common/half.h"
 #include "common/quant.h"
 #include "kernels/ops.h"
-#ifdef MR_HAVE_CUDA
 #include "kernels/cuda/cu_bench.h"
-#endif
 
 
 static uint64_t rng_s = 0x9e3779b97f4a7c15ull;
@@ -47,6 +45,13 @@ static mr_backend *gpu, *gpu_generic, *cpu, *gpu_r2, *gpu_r4;
 #define N_MM 5
 static mr_backend *mm_be[N_MM];
 static const char *mm_name[N_MM] = {"", "-r4", "-r2", "-generic", "-cpu"};
+/* Bound of the prompt path (MR_CU_GEMM_MIN_TOKENS or more: dequantize + GEMM) per
+ * backend.  The GPU backends are created with MEMRA_CUDA_GEMM set: the
+ * default one with f16 (the production default), -r4 with tf32, -r2 and
+ * -generic with f32.  f16 and tf32 round both operands to an 11-bit
+ * significand (unit roundoff 2^-11 = 4.9e-4; TF32 may truncate, 2^-10):
+ * a product's relative error is about that, bound 2e-3.  f32 keeps 2e-5. */
+static double mm_gemm_bound[N_MM] = {2e-3, 2e-3, 2e-5, 2e-5, 2e-5};
 static mr_err err;
 
 static void die(const char *what)
@@ -296,7 +301,7 @@ static void check_matmul(const tdesc *td, int64_t cols, int64_t rows, int n)
         fetch(be, y, dy, yn * 4);
         int nan;
         double e = rel_l2(y, ref, yn, &nan);
-        report(nm, shape, e, nan, 2e-5);
+        report(nm, shape, e, nan, n >= MR_CU_GEMM_MIN_TOKENS ? mm_gemm_bound[bi] : 2e-5);
         be->free(be, dx);
         be->free(be, dy);
     }
@@ -342,7 +347,7 @@ static void check_matmul_id(const tdesc *td, int64_t cols, int64_t rows, int mat
         fetch(be, y, dy, yn * 4);
         int nan;
         double e = rel_l2(y, ref, yn, &nan);
-        report(nm, shape, e, nan, 2e-5);
+        report(nm, shape, e, nan, n >= MR_CU_GEMM_MIN_TOKENS ? mm_gemm_bound[bi] : 2e-5);
         be->free(be, dx);
         be->free(be, dy);
         be->free(be, dids);
@@ -724,8 +729,10 @@ int main(int argc, char **argv)
         return 77;
     }
     types_init();
+    setenv("MEMRA_CUDA_GEMM", "f16", 1);
     gpu = mr_backend_cuda_create(0, &err);
     if (!gpu) die("cuda");
+    setenv("MEMRA_CUDA_GEMM", "f32", 1);
     setenv("MEMRA_CUDA_GENERIC", "1", 1);
     gpu_generic = mr_backend_cuda_create(0, &err);
     unsetenv("MEMRA_CUDA_GENERIC");
@@ -734,10 +741,13 @@ int main(int argc, char **argv)
      * takes 16-weight lanes where the columns allow) */
     setenv("MEMRA_CUDA_Q4K_WIDE", "0", 1);
     setenv("MEMRA_CUDA_FAST_R", "4", 1);
+    setenv("MEMRA_CUDA_GEMM", "tf32", 1);
     gpu_r4 = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_FAST_R", "2", 1);
+    setenv("MEMRA_CUDA_GEMM", "f32", 1);
     gpu_r2 = mr_backend_cuda_create(0, &err);
     unsetenv("MEMRA_CUDA_FAST_R");
+    unsetenv("MEMRA_CUDA_GEMM");
     unsetenv("MEMRA_CUDA_Q4K_WIDE");
     if (!gpu_r4 || !gpu_r2) die("cuda (forced rows per block)");
     cpu = mr_backend_cpu_create(&err);
@@ -757,9 +767,13 @@ int main(int argc, char **argv)
         check_matmul(td, 512, 67, 1);
         check_matmul(td, 1024, 200, 3);
         check_matmul(td, 256, 130, 8);
-        check_matmul(td, 512, 96, 21); /* prompt path */
+        check_matmul(td, 512, 96, 21); /* a decode batch: 8 tokens a launch */
+        check_matmul(td, 512, 96, 70); /* prompt path: dequantize + GEMM */
         check_matmul_id(td, 256, 64, 4, 2, 1, 1);
         check_matmul_id(td, 256, 64, 4, 2, 2, 3);
+        check_matmul_id(td, 256, 64, 4, 2, 1, 21); /* a decode batch */
+        check_matmul_id(td, 256, 64, 4, 2, 1, 70); /* prompt path: grouped by expert */
+        check_matmul_id(td, 256, 64, 5, 3, 3, 66);
     }
     /* decode-sized shapes of the types the models use */
     int big[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_Q8_0, MR_TYPE_BF16, MR_TYPE_Q5_K, MR_TYPE_IQ4_XS, MR_TYPE_Q4_0};
@@ -769,6 +783,10 @@ int main(int argc, char **argv)
         check_matmul(td, 12288, 256, 2);
         check_matmul_id(td, 2048, 768, 16, 8, 1, 1);
         check_matmul_id(td, 768, 2048, 16, 8, 8, 1);
+        check_matmul(td, 4096, 512, 80);
+        check_matmul_id(td, 2048, 768, 16, 8, 1, 16);
+        check_matmul_id(td, 2048, 768, 16, 8, 1, 72);
+        check_matmul_id(td, 768, 2048, 16, 8, 8, 72);
     }
     check_rmsnorm(1, 4096);
     check_rmsnorm(7, 256);
@@ -790,6 +808,12 @@ int main(int argc, char **argv)
         check_attention(4, 2, 64, 130, 130, dts[d]);
         check_attention(16, 4, 128, 300, 7, dts[d]);
     }
+    /* prompt-sized calls take the tiled prefill kernel */
+    check_attention(32, 8, 128, 300, 200, MR_KV_F16);
+    check_attention(32, 8, 128, 700, 64, MR_KV_BF16);
+    check_attention(8, 2, 256, 90, 70, MR_KV_F32);
+    check_attention(16, 4, 64, 129, 129, MR_KV_F16);
+    check_attention(8, 8, 32, 100, 65, MR_KV_F32);
     check_attention(8, 8, 256, 50, 3, MR_KV_F32);
     check_attention(4, 1, 32, 20, 2, MR_KV_F32);
     check_elementwise(1);

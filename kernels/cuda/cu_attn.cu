@@ -4,7 +4,12 @@
  * block walks its slice of the token's positions with an online softmax,
  * writes an unnormalised partial (max, sum, acc[head_dim]), and a second
  * kernel merges the splits.  The slice bounds come from pos[] on the device,
- * so the launch shape does not depend on the position (graph replay). */
+ * so the launch shape does not depend on the position (graph replay).
+ *
+ * Prompts (ATT_PREFILL_MIN tokens or more) take a tiled kernel instead: a
+ * block holds 32 queries of one head and streams the key/value positions
+ * through shared memory in tiles, so each cached K/V row is read once per
+ * 32 queries rather than once per query. */
 #include <math.h>
 
 #include "kernels/cuda/cu_common.cuh"
@@ -173,6 +178,101 @@ __global__ void k_attn_merge(const float *part, int n_heads, int n_split, int D,
     }
 }
 
+#define PF_Q 32             /* queries per prefill block, 4 lanes each */
+#define ATT_PREFILL_MIN 64  /* tokens from which a call takes the prefill kernel */
+
+/* Lane `sub` of a query's 4 holds dims sub, sub+4, sub+8, ...: the 4 lanes
+ * read 4 adjacent words of a shared K/V row (distinct banks) and the 8
+ * queries of a warp read the same row (broadcast). */
+template <int DT, int D>
+__global__ void __launch_bounds__(PF_Q * 4)
+k_attn_prefill(const void *K, const void *V, const int32_t *table, const float *q,
+               const int32_t *pos, int n, int n_heads, int n_kv_heads, int bt, int n_blocks,
+               float scale, float *out)
+{
+    constexpr int DL = D / 4;        /* dims per lane */
+    constexpr int KT = 4096 / D;     /* positions per tile: 32 KiB of K and V */
+    __shared__ float Ks[KT][D], Vs[KT][D];
+    __shared__ int kbad[KT];
+    __shared__ int pmax;
+    const int h = blockIdx.y, tid = threadIdx.x, qi = tid >> 2, sub = tid & 3;
+    const int t = blockIdx.x * PF_Q + qi;
+    const int kvh = h / (n_heads / n_kv_heads), kvdim = n_kv_heads * D;
+    const int pt = t < n ? pos[t] : -1; /* last visible position; -1: none */
+    if (tid == 0) pmax = -1;
+    __syncthreads();
+    if (sub == 0 && pt >= 0) atomicMax(&pmax, pt);
+    float qv[DL], acc[DL];
+    if (t < n) {
+        const float *qp = q + ((int64_t)t * n_heads + h) * D;
+#pragma unroll
+        for (int e = 0; e < DL; e++) qv[e] = qp[e * 4 + sub] * scale;
+    } else {
+#pragma unroll
+        for (int e = 0; e < DL; e++) qv[e] = 0.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < DL; e++) acc[e] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    bool bad = false;
+    __syncthreads();
+    const int P = pmax + 1;
+    for (int p0 = 0; p0 < P; p0 += KT) {
+        for (int i = tid; i < KT * D; i += PF_Q * 4) {
+            const int j = i / D, d = i % D, p = p0 + j;
+            int blk = p < P ? table[p / bt] : 0;
+            const bool ok = p < P && blk >= 0 && blk < n_blocks;
+            if (d == 0) kbad[j] = p < P && !ok;
+            float kx = 0.0f, vx = 0.0f;
+            if (ok) {
+                const int64_t o = ((int64_t)blk * bt + p % bt) * kvdim + (int64_t)kvh * D + d;
+                kx = kv_ld<DT>(K, o);
+                vx = kv_ld<DT>(V, o);
+            }
+            Ks[j][d] = kx;
+            Vs[j][d] = vx;
+        }
+        __syncthreads();
+        float sc[KT];
+        float mt = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < KT; j++) {
+            float s = 0.0f;
+#pragma unroll
+            for (int e = 0; e < DL; e++) s = fmaf(qv[e], Ks[j][e * 4 + sub], s);
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            const bool vis = p0 + j <= pt;
+            bad |= vis && kbad[j];
+            sc[j] = vis ? s : -INFINITY;
+            mt = fmaxf(mt, sc[j]);
+        }
+        const float mn = fmaxf(m, mt);
+        if (mn != -INFINITY) {
+            const float corr = expf(m - mn); /* 0 while m is still -inf */
+            l *= corr;
+#pragma unroll
+            for (int e = 0; e < DL; e++) acc[e] *= corr;
+#pragma unroll
+            for (int j = 0; j < KT; j++) {
+                const float pj = expf(sc[j] - mn);
+                l += pj;
+#pragma unroll
+                for (int e = 0; e < DL; e++) acc[e] = fmaf(pj, Vs[j][e * 4 + sub], acc[e]);
+            }
+            m = mn;
+        }
+        __syncthreads();
+    }
+    if (t < n) {
+        float *o = out + ((int64_t)t * n_heads + h) * D;
+        /* no visible position (or a bad block id) gives NaN, never a silent zero */
+        const bool none = bad || l == 0.0f;
+#pragma unroll
+        for (int e = 0; e < DL; e++) o[e * 4 + sub] = none ? __int_as_float(0x7fc00000) : acc[e] / l;
+    }
+}
+
 static void cu_attention(mr_backend *be, const mr_kv_cache *kv, int layer,
                          const int32_t *block_table, const float *q, const int32_t *pos, int n,
                          int n_heads, float scale, float *out)
@@ -185,6 +285,25 @@ static void cu_attention(mr_backend *be, const mr_kv_cache *kv, int layer,
         n > 65535 || n_heads > 65535) {
         mr_cu_fail(c, "attention: layer %d of %d, %d heads over %d kv heads, %d tokens", layer,
                    kv->n_layers, n_heads, kv->n_kv_heads, n);
+        return;
+    }
+    if (n >= ATT_PREFILL_MIN) {
+        dim3 grid((unsigned)((n + PF_Q - 1) / PF_Q), n_heads);
+#define L(DT, DD) k_attn_prefill<DT, DD><<<grid, PF_Q * 4, 0, c->stream>>>(kv->k[layer], kv->v[layer], block_table, q, pos, n, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, out)
+#define BY_D(DT)                                           \
+    switch (D) {                                           \
+    case 32: L(DT, 32); break;                             \
+    case 64: L(DT, 64); break;                             \
+    case 128: L(DT, 128); break;                           \
+    case 256: L(DT, 256); break;                           \
+    default: mr_cu_fail(c, "attention: head_dim %d (supported: 32, 64, 128, 256)", D); return; \
+    }
+        if (kv->dtype == MR_KV_F32) { BY_D(MR_KV_F32) }
+        else if (kv->dtype == MR_KV_F16) { BY_D(MR_KV_F16) }
+        else { BY_D(MR_KV_BF16) }
+#undef BY_D
+#undef L
+        MR_CU_LAUNCHED(c, "attention prefill");
         return;
     }
     /* Enough blocks to cover the SMs twice; capped so scratch stays small. */

@@ -289,7 +289,7 @@ static void w_matmul(mr_backend *be, const mr_weight *w, const float *x, float *
     if (DIRECT(be)) return a->real.matmul(be, w, x, y, n);
     rec(be, OP_MATMUL).u.matmul = {w, x, y, n};
     sp(a->sig, w); sp(a->sig, x); sp(a->sig, y); sp(a->sig, n);
-    if (n > MR_CU_MATVEC_MAX) a->capturable = false; /* cuBLAS */
+    if (n >= MR_CU_GEMM_MIN_TOKENS) a->capturable = false; /* cuBLAS */
     label(a, "matmul t%d %lldx%lld n=%d", w->type, (long long)w->rows, (long long)w->cols, n);
 }
 
@@ -301,6 +301,7 @@ static void w_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int 
     rec(be, OP_MATMUL_ID).u.matmul_id = {w, x, x_slots, ids, k, y, n};
     sp(a->sig, w); sp(a->sig, x); sp(a->sig, x_slots); sp(a->sig, ids); sp(a->sig, k);
     sp(a->sig, y); sp(a->sig, n);
+    if (n >= MR_CU_GEMM_MIN_TOKENS) a->capturable = false; /* reads the ids on the host, cuBLAS */
     label(a, "matmul_id t%d %lldx%lldx%lld k=%d n=%d", w->type, (long long)w->n_mats, (long long)w->rows, (long long)w->cols, k, n);
 }
 

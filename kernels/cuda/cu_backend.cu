@@ -283,6 +283,7 @@ static void cu_destroy(mr_backend *be)
         if (c->scratch_w.p) cudaFree(c->scratch_w.p);
         if (c->scratch_attn.p) cudaFree(c->scratch_attn.p);
         if (c->scratch_act.p) cudaFree(c->scratch_act.p);
+        if (c->scratch_moe.p) cudaFree(c->scratch_moe.p);
         if (c->cublas) cublasDestroy(c->cublas);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c);
@@ -347,8 +348,8 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
         cu_destroy(be);
         return NULL;
     }
-    /* float32 products stay float32: no TF32 shortcut. */
-    cublasSetMathMode(c->cublas, CUBLAS_PEDANTIC_MATH);
+    /* the precision of each GEMM is its compute type (cu_gemm.cu) */
+    c->gemm_mode = mr_cu_gemm_mode_from_env();
 
     be->name = "cuda";
     be->alloc = cu_alloc;

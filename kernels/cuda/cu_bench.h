@@ -1,8 +1,15 @@
-/* Measurement helpers for the GPU benchmark programs (C-callable). */
+/* Measurement helpers for the GPU benchmark and check programs (C-callable),
+ * and the facts about the CUDA backend's dispatch that they need. */
 #ifndef MR_CU_BENCH_H
 #define MR_CU_BENCH_H
 
 #include <stddef.h>
+
+/* Matrix products of this many tokens or more take the dequantize + GEMM
+ * path (cu_gemm.cu); fewer run the matvec kernels, 8 tokens a launch (a
+ * decode batch reads the quantized weights a few times instead of writing
+ * and reading a float16 copy; a prompt amortises the copy). */
+#define MR_CU_GEMM_MIN_TOKENS 65
 
 #ifdef __cplusplus
 extern "C" {

@@ -23,7 +23,9 @@ struct mr_cu_buf {
 
 struct mr_cu_auto; /* cu_autograph.cu */
 
-/* Tokens at or below this count use the matvec kernels; above it, dequantize + SGEMM. */
+#include "kernels/cuda/cu_bench.h" /* MR_CU_GEMM_MIN_TOKENS */
+
+/* Tokens per matvec launch (the kernels keep one accumulator per token). */
 #define MR_CU_MATVEC_MAX 8
 
 struct mr_cu_ctx {
@@ -37,9 +39,11 @@ struct mr_cu_ctx {
     bool no_fast;           /* MEMRA_CUDA_GENERIC=1: generic kernels only (for checks) */
     int fast_r;             /* MEMRA_CUDA_FAST_R: force rows per block (1, 2, 4; 0 = auto) */
     bool q4k_wide;          /* 16-weight lanes for Q4_K (MEMRA_CUDA_Q4K_WIDE=0: off) */
+    int gemm_mode;          /* prompt GEMM precision, MEMRA_CUDA_GEMM (cu_gemm.cu) */
     mr_cu_buf scratch_w;    /* dequantized weight chunk for the GEMM path */
     mr_cu_buf scratch_attn; /* split-K attention partials */
-    mr_cu_buf scratch_act;  /* activation scratch (quantized x, etc.) */
+    mr_cu_buf scratch_act;  /* activation scratch (quantized x, GEMM operands) */
+    mr_cu_buf scratch_moe;  /* expert GEMM: row map and padded outputs */
     mr_cu_auto *ag;         /* recorded ops and cached graphs, or NULL */
 };
 
@@ -111,6 +115,11 @@ void mr_cu_weight_free_priv(mr_backend *be, mr_weight *w);
 void mr_cu_install_ops(mr_backend *be);
 void mr_cu_install_attn(mr_backend *be);
 bool mr_cu_type_supported(int type);
+/* Prompt products (cu_gemm.cu). */
+int mr_cu_gemm_mode_from_env(void);
+void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
+bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
+                          const int32_t *ids, int k, float *y, int n);
 /* Automatic graphs (cu_autograph.cu): launches what the ops recorded. */
 void mr_cu_flush(mr_backend *be);
 void mr_cu_autograph_install(mr_backend *be);

@@ -1,7 +1,7 @@
 /* Matrix products on GGUF weights: matvec kernels for decode (a few tokens:
  * every weight byte read once for all of them), expert matvec driven by
- * device-side expert ids, and a dequantize + cuBLAS SGEMM path for prompts.
- * All accumulate in float32 with float32 activations. */
+ * device-side expert ids; prompts go to cu_gemm.cu.  All accumulate in
+ * float32 with float32 activations. */
 #include "kernels/cuda/cu_fast.cuh"
 #include "kernels/cuda/cu_quant.cuh"
 
@@ -82,34 +82,6 @@ __global__ void __launch_bounds__(MV_WARPS * 32) k_mv_plain(mr_cu_mvjob a)
         float s = mr_warp_sum(acc[t]);
         if (lane == 0) y[t * a.rows + r] = s;
     }
-}
-
-/* Dequantizes rows [r0, r0+nr) of one matrix to float32 (row-major). */
-template <int T>
-__global__ void k_dequant_rows(const uint8_t *W, size_t row_bytes, int64_t cols, int64_t r0,
-                               int64_t nr, float *out)
-{
-    const int64_t gpr = cols / 32;
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= nr * gpr)
-        return;
-    const int64_t r = i / gpr, g = i % gpr;
-    float v[32];
-    mr_dq32<T>(W + (r0 + r) * row_bytes, g, v);
-    float4 *o = (float4 *)(out + r * cols + g * 32);
-#pragma unroll
-    for (int q = 0; q < 8; q++) o[q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
-}
-
-template <int T>
-__global__ void k_dequant_plain(const uint8_t *W, size_t row_bytes, int64_t cols, int64_t r0,
-                                int64_t nr, float *out)
-{
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= nr * cols)
-        return;
-    const int64_t r = i / cols, c = i % cols;
-    out[i] = mr_plain_at<T>(W + (r0 + r) * row_bytes, c);
 }
 
 /* out[t] = row ids[t] of the matrix, dequantized. Bad ids give NaN rows. */
@@ -212,60 +184,19 @@ static bool weight_ok(mr_cu_ctx *c, const mr_weight *w, const char *op)
     return true;
 }
 
-static void dequant_rows(mr_cu_ctx *c, int type, const uint8_t *W, size_t row_bytes, int64_t cols,
-                         int64_t r0, int64_t nr, float *out)
-{
-    const unsigned th = 256;
-    bool plain = is_plain(type);
-    size_t units = plain ? (size_t)(nr * cols) : (size_t)(nr * (cols / 32));
-    switch (type) {
-#define X(TT)                                                                                   \
-    case TT:                                                                                    \
-        if (plain)                                                                              \
-            k_dequant_plain<TT><<<mr_cu_blocks(units, th), th, 0, c->stream>>>(W, row_bytes, cols, r0, nr, out); \
-        else                                                                                    \
-            k_dequant_rows<TT><<<mr_cu_blocks(units, th), th, 0, c->stream>>>(W, row_bytes, cols, r0, nr, out); \
-        break;
-        MR_CU_TYPE_LIST(X)
-#undef X
-    default: mr_cu_fail(c, "dequant: unsupported type %d", type); return;
-    }
-    MR_CU_LAUNCHED(c, "dequant");
-}
-
-/* Prompt path: y[n][rows] = x[n][cols] * W^T through float32 SGEMM over
- * dequantized row chunks (bounded scratch). */
-static void matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const uint8_t *W, const float *x,
-                        float *y, int n)
-{
-    const int64_t cols = w->cols, rows = w->rows;
-    int64_t chunk = ((int64_t)64 << 20) / (cols * 4); /* 64 MiB of float32 weights */
-    if (chunk < 1) chunk = 1;
-    if (chunk > rows) chunk = rows;
-    if (!mr_cu_reserve(c, &c->scratch_w, (size_t)(chunk * cols * 4), "matmul scratch"))
-        return;
-    float *wf = (float *)c->scratch_w.p;
-    const float one = 1.0f, zero = 0.0f;
-    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-        int64_t nr = rows - r0 < chunk ? rows - r0 : chunk;
-        dequant_rows(c, w->type, W, w->row_bytes, cols, r0, nr, wf);
-        /* column-major view: C(nr x n, ld rows) = A^T(nr x cols) * B(cols x n) */
-        cublasStatus_t st = cublasSgemm(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)cols,
-                                        &one, wf, (int)cols, x, (int)cols, &zero, y + r0, (int)rows);
-        if (st != CUBLAS_STATUS_SUCCESS) {
-            mr_cu_fail(c, "matmul %s: cublasSgemm failed (%d)", w->name ? w->name : "?", (int)st);
-            return;
-        }
-    }
-}
-
 void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, int n)
 {
     mr_cu_ctx *c = mr_cu(be);
     if (n <= 0 || !weight_ok(c, w, "matmul"))
         return;
-    if (n > MR_CU_MATVEC_MAX) {
-        matmul_gemm(c, w, (const uint8_t *)w->data, x, y, n);
+    if (n >= MR_CU_GEMM_MIN_TOKENS) {
+        mr_cu_matmul_gemm(c, w, x, y, n);
+        return;
+    }
+    if (n > MR_CU_MATVEC_MAX) { /* a decode batch: 8 tokens a launch */
+        for (int t0 = 0; t0 < n; t0 += MR_CU_MATVEC_MAX)
+            mr_cu_matmul(be, w, x + (int64_t)t0 * w->cols, y + (int64_t)t0 * w->rows,
+                         n - t0 < MR_CU_MATVEC_MAX ? n - t0 : MR_CU_MATVEC_MAX);
         return;
     }
     if (mr_cu_fast_matvec(c, w, x, y, n))
@@ -285,6 +216,8 @@ void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_s
         mr_cu_fail(c, "matmul_id: x_slots %d (expected 1 or k=%d)", x_slots, k);
         return;
     }
+    if (n >= MR_CU_GEMM_MIN_TOKENS && mr_cu_matmul_id_gemm(c, w, x, x_slots, ids, k, y, n))
+        return;
     if ((int64_t)n * k > 65535) {
         mr_cu_fail(c, "matmul_id: %d token-expert pairs (max 65535)", n * k);
         return;

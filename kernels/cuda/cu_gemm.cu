@@ -1,0 +1,345 @@
+/* Prompt path of the matrix products (MR_CU_GEMM_MIN_TOKENS tokens or more):
+ * the GGUF blocks are dequantized tile by tile into scratch and multiplied
+ * with cuBLAS, on the tensor cores unless told otherwise.
+ *
+ * Precision (MEMRA_CUDA_GEMM, default f16):
+ *   f16   weights and activations rounded to float16, products accumulated
+ *         in float32 (CUBLAS_COMPUTE_32F).  Each activation row is first
+ *         scaled by a power of two so that its largest magnitude is 2^8:
+ *         float16's range then never clips a row (Qwen's hidden states have
+ *         outliers past float16's 65504), and the scale is undone exactly on
+ *         the float32 output.  Relative error of a product ~2^-11.
+ *   tf32  float32 tiles, TF32 tensor-core products (10-bit mantissa, the same
+ *         rounding as f16 without the range question, half the rate and
+ *         twice the scratch traffic).
+ *   f32   float32 SGEMM with pedantic math: the float32 reference.
+ *
+ * Expert matrices (matmul_id) are grouped: the host reads the expert ids
+ * (one small download: the prompt path is never inside a graph), gathers
+ * each expert's tokens into a padded block, dequantizes the experts and
+ * runs one strided batched GEMM for all of them, then scatters the rows back
+ * to (token, slot) order.  Every expert is read once for the whole prompt
+ * instead of once per token. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include "kernels/cuda/cu_quant.cuh"
+
+#define ROW_SCALE_LOG2 8 /* activation rows are scaled to a largest magnitude of 2^8 */
+
+static bool is_plain(int t) { return t == MR_TYPE_F32 || t == MR_TYPE_F16 || t == MR_TYPE_BF16; }
+
+template <typename O> __device__ __forceinline__ O to_out(float v);
+template <> __device__ __forceinline__ float to_out<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half to_out<__half>(float v) { return __float2half_rn(v); }
+
+#define DQ_THREADS 256 /* groups of 32 weights per block in the dequantize kernel */
+
+/* Dequantizes rows [r0, r0+nr) of n_mats stacked matrices (matrix stride
+ * mat_bytes) into out[m][r][cols]: blockIdx.y is the matrix.  One thread
+ * decodes one group of 32 weights; consecutive groups are consecutive in
+ * the output, so a block's output is one contiguous span, which it writes
+ * from shared memory with 16-byte stores (a thread writing its own 32
+ * values would issue 32 scattered 2-byte stores per warp instruction). */
+template <int T, typename O>
+__global__ void __launch_bounds__(DQ_THREADS)
+k_dequant(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int64_t cols, int64_t r0,
+          int64_t nr, O *out)
+{
+    const uint8_t *Wm = W + (size_t)blockIdx.y * mat_bytes;
+    O *om = out + (size_t)blockIdx.y * nr * cols;
+    if constexpr (T == MR_TYPE_F32 || T == MR_TYPE_F16 || T == MR_TYPE_BF16) {
+        const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+        if (i >= nr * cols)
+            return;
+        const int64_t r = i / cols, c = i % cols;
+        om[i] = to_out<O>(mr_plain_at<T>(Wm + (r0 + r) * row_bytes, c));
+    } else {
+        constexpr int WPG = 32 * sizeof(O) / 4; /* 32-bit words per group */
+        constexpr int STRIDE = WPG + 1;         /* odd stride: no bank conflicts */
+        __shared__ uint32_t tile[DQ_THREADS * STRIDE];
+        const int64_t gpr = cols / 32, groups = nr * gpr;
+        const int64_t g0 = (int64_t)blockIdx.x * DQ_THREADS;
+        const int64_t i = g0 + threadIdx.x;
+        if (i < groups) {
+            const int64_t r = i / gpr, g = i % gpr;
+            float v[32];
+            mr_dq32<T>(Wm + (r0 + r) * row_bytes, g, v);
+            uint32_t *tw = tile + threadIdx.x * STRIDE;
+#pragma unroll
+            for (int q = 0; q < WPG; q++) {
+                if constexpr (sizeof(O) == 2) {
+                    __half2 h2 = __floats2half2_rn(v[2 * q], v[2 * q + 1]);
+                    tw[q] = *(uint32_t *)&h2;
+                } else {
+                    tw[q] = __float_as_uint(v[q]);
+                }
+            }
+        }
+        __syncthreads();
+        const int64_t ng = groups - g0 < DQ_THREADS ? groups - g0 : DQ_THREADS;
+        const int words = (int)ng * WPG;
+        uint4 *dst = (uint4 *)(om + g0 * 32); /* 64- or 128-byte aligned: whole groups */
+        for (int w4 = threadIdx.x; w4 < words / 4; w4 += DQ_THREADS) {
+            const int w = w4 * 4, grp = w / WPG, off = w % WPG;
+            const uint32_t *src = tile + grp * STRIDE + off;
+            dst[w4] = make_uint4(src[0], src[1], src[2], src[3]);
+        }
+    }
+}
+
+/* Gathers activation rows into a GEMM operand.  Row p of the operand is
+ * input row src[p] of x (src NULL: row p); negative src: a padding row of
+ * zeros.  For float16 the row is scaled by 2^-e with e chosen so that the
+ * largest magnitude lands at 2^ROW_SCALE_LOG2; scale[p] = 2^e undoes it. */
+template <typename O>
+__global__ void k_gather_rows(const float *x, int64_t cols, const int32_t *src, O *out,
+                              float *scale)
+{
+    const int p = blockIdx.x;
+    const int s = src ? src[p] : p;
+    O *o = out + (int64_t)p * cols;
+    if (s < 0) {
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) o[c] = to_out<O>(0.0f);
+        if (scale && threadIdx.x == 0) scale[p] = 0.0f;
+        return;
+    }
+    const float *xr = x + (int64_t)s * cols;
+    float mul = 1.0f;
+    if (scale) {
+        __shared__ float red[32];
+        float m = 0.0f;
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, fabsf(xr[c]));
+        m = mr_warp_max(m);
+        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+        __syncthreads();
+        if (threadIdx.x < 32) {
+            m = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.0f;
+            m = mr_warp_max(m);
+            if (threadIdx.x == 0) red[0] = m;
+        }
+        __syncthreads();
+        m = red[0];
+        /* m = f * 2^e, f in [0.5, 1): 2^(e - LOG2) brings m below 2^LOG2.
+         * A zero, NaN or Inf row keeps scale 1 (NaN/Inf must propagate). */
+        int e = 0;
+        if (m > 0.0f && isfinite(m)) frexpf(m, &e);
+        e -= ROW_SCALE_LOG2;
+        if (!(m > 0.0f && isfinite(m))) e = 0;
+        mul = ldexpf(1.0f, -e);
+        if (threadIdx.x == 0) scale[p] = ldexpf(1.0f, e);
+    }
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) o[c] = to_out<O>(xr[c] * mul);
+}
+
+/* y[dst[p]][r] = Y[p][r] * scale[p] for the gathered rows that are real
+ * (dst[p] >= 0); dst NULL: row p, in place. */
+__global__ void k_scatter_rows(const float *Y, int64_t rows, const int32_t *dst, const float *scale,
+                               float *y)
+{
+    const int p = blockIdx.x;
+    const int d = dst ? dst[p] : p;
+    if (d < 0)
+        return;
+    const float s = scale ? scale[p] : 1.0f;
+    const float *src = Y + (int64_t)p * rows;
+    float *o = y + (int64_t)d * rows;
+    for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) o[r] = src[r] * s;
+}
+
+/* ---- host side ---- */
+
+enum gemm_mode { GEMM_F16 = 0, GEMM_TF32, GEMM_F32 };
+
+static gemm_mode mode_of(mr_cu_ctx *c) { return (gemm_mode)c->gemm_mode; }
+
+/* MEMRA_CUDA_GEMM at backend creation: "f16" (default), "tf32" or "f32". */
+int mr_cu_gemm_mode_from_env(void)
+{
+    const char *m = getenv("MEMRA_CUDA_GEMM");
+    if (m && !strcmp(m, "f32")) return GEMM_F32;
+    if (m && !strcmp(m, "tf32")) return GEMM_TF32;
+    return GEMM_F16;
+}
+
+template <typename O>
+static void dequant_launch(mr_cu_ctx *c, int type, const uint8_t *W, size_t mat_bytes,
+                           size_t row_bytes, int64_t cols, int64_t r0, int64_t nr, int mats, O *out)
+{
+    const unsigned th = DQ_THREADS;
+    size_t units = is_plain(type) ? (size_t)(nr * cols) : (size_t)(nr * (cols / 32));
+    dim3 grid(mr_cu_blocks(units, th), mats);
+    switch (type) {
+#define X(TT) case TT: k_dequant<TT, O><<<grid, th, 0, c->stream>>>(W, mat_bytes, row_bytes, cols, r0, nr, out); break;
+        MR_CU_TYPE_LIST(X)
+#undef X
+    default: mr_cu_fail(c, "dequant: unsupported type %d", type); return;
+    }
+    MR_CU_LAUNCHED(c, "dequant");
+}
+
+/* C (m x n, column-major, ldc) = A^T (m x k) * B (k x n): A is k x m with
+ * leading dimension k (our row-major weight rows), B k x n (our token rows),
+ * batched over `batch` matrices with the given strides. */
+static bool gemm(mr_cu_ctx *c, gemm_mode md, const char *what, int m, int n, int k, const void *A,
+                 long long sa, const void *B, long long sb, float *C, int ldc, long long sc,
+                 int batch)
+{
+    const float one = 1.0f, zero = 0.0f;
+    cudaDataType_t t = md == GEMM_F16 ? CUDA_R_16F : CUDA_R_32F;
+    cublasComputeType_t ct = md == GEMM_F16    ? CUBLAS_COMPUTE_32F
+                             : md == GEMM_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                               : CUBLAS_COMPUTE_32F_PEDANTIC;
+    cublasStatus_t st;
+    if (batch == 1)
+        st = cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, A, t, k, B, t, k, &zero,
+                          C, CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT);
+    else
+        st = cublasGemmStridedBatchedEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, A, t, k,
+                                        sa, B, t, k, sb, &zero, C, CUDA_R_32F, ldc, sc, batch, ct,
+                                        CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        mr_cu_fail(c, "%s: cuBLAS GEMM failed (%d)", what, (int)st);
+        return false;
+    }
+    return true;
+}
+
+static size_t elem_bytes(gemm_mode md) { return md == GEMM_F16 ? 2 : 4; }
+
+/* Activations in the GEMM's input type: x itself for float32 modes, else a
+ * scaled float16 copy in scratch_act with per-row scales after it. */
+static const void *prepare_x(mr_cu_ctx *c, gemm_mode md, const float *x, int64_t cols, int n_rows,
+                             const int32_t *src, float **scale)
+{
+    *scale = NULL;
+    size_t xb = (size_t)n_rows * cols * elem_bytes(md);
+    xb = (xb + 255) & ~(size_t)255;
+    if (!mr_cu_reserve(c, &c->scratch_act, xb + (size_t)n_rows * 4, "GEMM activations"))
+        return NULL;
+    char *base = (char *)c->scratch_act.p;
+    unsigned th = cols >= 1024 ? 256 : 128;
+    if (md == GEMM_F16) {
+        *scale = (float *)(base + xb);
+        k_gather_rows<__half><<<n_rows, th, 0, c->stream>>>(x, cols, src, (__half *)base, *scale);
+    } else {
+        if (!src)
+            return x;
+        k_gather_rows<float><<<n_rows, th, 0, c->stream>>>(x, cols, src, (float *)base, NULL);
+    }
+    MR_CU_LAUNCHED(c, "gemm gather");
+    return base;
+}
+
+/* y[n][rows] = x[n][cols] * W^T for a plain matrix. */
+void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n)
+{
+    const gemm_mode md = mode_of(c);
+    const int64_t cols = w->cols, rows = w->rows;
+    const size_t eb = elem_bytes(md);
+    float *scale;
+    const void *xg = prepare_x(c, md, x, cols, n, NULL, &scale);
+    if (!xg)
+        return;
+    int64_t chunk = ((int64_t)128 << 20) / (cols * (int64_t)eb); /* 128 MiB of weight tiles */
+    if (chunk < 1) chunk = 1;
+    if (chunk > rows) chunk = rows;
+    if (!mr_cu_reserve(c, &c->scratch_w, (size_t)(chunk * cols) * eb, "matmul scratch"))
+        return;
+    const uint8_t *W = (const uint8_t *)w->data;
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        int64_t nr = rows - r0 < chunk ? rows - r0 : chunk;
+        if (md == GEMM_F16)
+            dequant_launch(c, w->type, W, 0, w->row_bytes, cols, r0, nr, 1, (__half *)c->scratch_w.p);
+        else
+            dequant_launch(c, w->type, W, 0, w->row_bytes, cols, r0, nr, 1, (float *)c->scratch_w.p);
+        if (!gemm(c, md, w->name ? w->name : "matmul", (int)nr, n, (int)cols, c->scratch_w.p, 0, xg,
+                  0, y + r0, (int)rows, 0, 1))
+            return;
+    }
+    if (scale) {
+        k_scatter_rows<<<n, 256, 0, c->stream>>>(y, rows, NULL, scale, y);
+        MR_CU_LAUNCHED(c, "gemm scale");
+    }
+}
+
+/* Expert products for a prompt, grouped by expert (see the top comment).
+ * Returns false, having done nothing, when an expert id is out of range:
+ * the caller then takes the matvec path, which writes NaN rows for those. */
+bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
+                          const int32_t *ids, int k, float *y, int n)
+{
+    const gemm_mode md = mode_of(c);
+    const int64_t cols = w->cols, rows = w->rows, mats = w->n_mats;
+    const int P = n * k;
+    std::vector<int32_t> h_ids((size_t)P);
+    cudaError_t e = cudaMemcpyAsync(h_ids.data(), ids, (size_t)P * 4, cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) {
+        mr_cu_fail(c, "matmul_id: reading expert ids: %s", cudaGetErrorString(e));
+        return true;
+    }
+    std::vector<int> count((size_t)mats, 0);
+    for (int p = 0; p < P; p++) {
+        if (h_ids[p] < 0 || h_ids[p] >= mats)
+            return false;
+        count[h_ids[p]]++;
+    }
+    int maxc = 0;
+    for (int64_t m = 0; m < mats; m++) maxc = count[m] > maxc ? count[m] : maxc;
+    /* Padded operand: expert m owns rows [m*maxc, (m+1)*maxc).  src[row] is
+     * the input row of x (or -1: padding); dst[row] the output row of y. */
+    const int64_t R = mats * maxc;
+    std::vector<int32_t> map((size_t)R * 2, -1);
+    std::vector<int> fill((size_t)mats, 0);
+    for (int p = 0; p < P; p++) {
+        int m = h_ids[p];
+        int64_t row = (int64_t)m * maxc + fill[m]++;
+        int t = p / k, j = p % k;
+        map[row] = t * x_slots + (x_slots > 1 ? j : 0);
+        map[R + row] = p;
+    }
+    const size_t eb = elem_bytes(md);
+    size_t need = (size_t)R * 8 + (size_t)R * rows * 4;
+    if (!mr_cu_reserve(c, &c->scratch_moe, need, "expert GEMM rows"))
+        return true;
+    int32_t *d_map = (int32_t *)c->scratch_moe.p;
+    float *Y = (float *)(d_map + R * 2);
+    e = cudaMemcpyAsync(d_map, map.data(), (size_t)R * 8, cudaMemcpyHostToDevice, c->stream);
+    if (e != cudaSuccess) {
+        mr_cu_fail(c, "matmul_id: uploading the expert map: %s", cudaGetErrorString(e));
+        return true;
+    }
+    float *scale;
+    const void *xg = prepare_x(c, md, x, cols, (int)R, d_map, &scale);
+    if (!xg)
+        return true;
+    /* experts dequantized in groups of up to 512 MiB */
+    int64_t per = ((int64_t)512 << 20) / (rows * cols * (int64_t)eb);
+    if (per < 1) per = 1;
+    if (per > mats) per = mats;
+    if (!mr_cu_reserve(c, &c->scratch_w, (size_t)(per * rows * cols) * eb, "expert GEMM scratch"))
+        return true;
+    const uint8_t *W = (const uint8_t *)w->data;
+    const size_t mat_bytes = w->row_bytes * (size_t)rows;
+    for (int64_t m0 = 0; m0 < mats; m0 += per) {
+        int64_t nm = mats - m0 < per ? mats - m0 : per;
+        if (md == GEMM_F16)
+            dequant_launch(c, w->type, W + m0 * mat_bytes, mat_bytes, w->row_bytes, cols, 0, rows,
+                           (int)nm, (__half *)c->scratch_w.p);
+        else
+            dequant_launch(c, w->type, W + m0 * mat_bytes, mat_bytes, w->row_bytes, cols, 0, rows,
+                           (int)nm, (float *)c->scratch_w.p);
+        const char *B = (const char *)xg + (size_t)(m0 * maxc * cols) * eb;
+        if (!gemm(c, md, w->name ? w->name : "matmul_id", (int)rows, maxc, (int)cols, c->scratch_w.p,
+                  rows * cols, B, (long long)maxc * cols, Y + m0 * maxc * rows, (int)rows,
+                  (long long)maxc * rows, (int)nm))
+            return true;
+    }
+    k_scatter_rows<<<(unsigned)R, 256, 0, c->stream>>>(Y, rows, d_map + R, scale, y);
+    MR_CU_LAUNCHED(c, "expert scatter");
+    return true;
+}
