@@ -38,6 +38,9 @@ typedef struct mr_gw_worker {
     uint32_t n_ctx;
     int running;    /* jobs assigned to it */
     mr_msg cap;     /* last capacity report */
+    /* KV tokens free by the last report, less what was dispatched since,
+     * plus what finished since (meaningful when cap.block_tokens > 0) */
+    int64_t kv_est;
     /* supervision */
     pid_t pid;
     int restarts;
@@ -56,6 +59,8 @@ struct mr_gw_model {
     int queued;
     int running;
     uint64_t prompt_tokens, gen_tokens;
+    uint64_t cached_tokens; /* prompt tokens the workers' prefix caches served */
+    uint64_t kv_refused;    /* requests answered 429 because no worker's KV could ever hold them */
     mr_hist ttft, itl;
     long created;
 };

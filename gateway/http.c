@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -238,6 +239,47 @@ static void render_metrics(mr_gw *gw, mr_buf *o)
         for (int i = 0; i < gw->models[m].n_workers; i++)
             mr_buf_printf(o, "memra_worker_kv_free_blocks{model=\"%s\",worker=\"%d\"} %llu\n",
                           gw->models[m].conf->name, i, (unsigned long long)gw->models[m].workers[i].cap.kv_free);
+    static const struct {
+        const char *name, *help, *type;
+        size_t off;
+    } wcap[] = {
+        {"memra_worker_kv_total_blocks", "KV blocks in the worker's pool.", "gauge", offsetof(mr_msg, kv_total)},
+        {"memra_worker_kv_block_tokens", "Tokens per KV block (0: no paged KV).", "gauge",
+         offsetof(mr_msg, block_tokens)},
+        {"memra_worker_queued_requests", "Requests waiting in the worker for KV room.", "gauge",
+         offsetof(mr_msg, queued)},
+        {"memra_prefix_cache_blocks", "KV blocks the worker's prefix cache holds (occupancy).", "gauge",
+         offsetof(mr_msg, cache_blocks)},
+        {"memra_prefix_cache_capacity_blocks", "Most KV blocks the prefix cache may hold.", "gauge",
+         offsetof(mr_msg, cache_capacity)},
+        {"memra_prefix_cache_prompt_tokens_total", "Prompt tokens admitted by the worker.", "counter",
+         offsetof(mr_msg, cache_prompt_tokens)},
+        {"memra_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache.", "counter",
+         offsetof(mr_msg, cache_hit_tokens)},
+        {"memra_prefix_cache_evictions_total", "Prefix-cache blocks evicted.", "counter",
+         offsetof(mr_msg, cache_evictions)},
+    };
+    for (size_t k = 0; k < sizeof wcap / sizeof wcap[0]; k++) {
+        mr_buf_printf(o, "# HELP %s %s (last worker report)\n# TYPE %s %s\n", wcap[k].name, wcap[k].help,
+                      wcap[k].name, wcap[k].type);
+        for (int m = 0; m < gw->n_models; m++)
+            for (int i = 0; i < gw->models[m].n_workers; i++) {
+                uint64_t v;
+                memcpy(&v, (const char *)&gw->models[m].workers[i].cap + wcap[k].off, sizeof v);
+                mr_buf_printf(o, "%s{model=\"%s\",worker=\"%d\"} %llu\n", wcap[k].name, gw->models[m].conf->name,
+                              i, (unsigned long long)v);
+            }
+    }
+    mr_buf_adds(o, "# HELP memra_cached_prompt_tokens_total Prompt tokens of finished requests served by the "
+                   "prefix cache.\n# TYPE memra_cached_prompt_tokens_total counter\n");
+    for (int m = 0; m < gw->n_models; m++)
+        mr_buf_printf(o, "memra_cached_prompt_tokens_total{model=\"%s\"} %llu\n", gw->models[m].conf->name,
+                      (unsigned long long)gw->models[m].cached_tokens);
+    mr_buf_adds(o, "# HELP memra_kv_refused_total Requests answered 429 because no worker's KV pool could hold "
+                   "them.\n# TYPE memra_kv_refused_total counter\n");
+    for (int m = 0; m < gw->n_models; m++)
+        mr_buf_printf(o, "memra_kv_refused_total{model=\"%s\"} %llu\n", gw->models[m].conf->name,
+                      (unsigned long long)gw->models[m].kv_refused);
     mr_buf_adds(o, "# HELP memra_tenant_requests_total Requests per tenant.\n"
                    "# TYPE memra_tenant_requests_total counter\n");
     for (int t = 0; t < gw->n_tenants; t++)

@@ -48,6 +48,7 @@ struct mr_job {
     size_t text_len;      /* bytes of text released so far (logprobs text_offset) */
     json_t *lp;           /* accumulated logprobs (blocking responses) */
     uint32_t completion_tokens;
+    uint64_t kv_need;     /* KV tokens it may fill on a worker: prompt + max_tokens */
     const char *finish;
     char idstr[48];
     long created;
@@ -172,11 +173,24 @@ static void maybe_free(mr_job *j)
 
 static void pump_queue(mr_gw_model *m);
 
+/* The KV-token estimate of w gets need back (a job ended) or loses it (a
+ * job was sent), within what the worker holds. */
+static void kv_est_add(mr_gw_worker *w, int64_t need)
+{
+    if (!w->cap.block_tokens)
+        return;
+    int64_t total = (int64_t)(w->cap.kv_total * w->cap.block_tokens);
+    w->kv_est += need;
+    if (w->kv_est > total)
+        w->kv_est = total;
+}
+
 static void worker_release(mr_job *j)
 {
     if (j->wstate == J_RUNNING && j->worker) {
         j->worker->running--;
         j->model->running--;
+        kv_est_add(j->worker, (int64_t)j->kv_need);
     }
     if (h2o_linklist_is_linked(&j->qlink)) {
         h2o_linklist_unlink(&j->qlink);
@@ -315,6 +329,7 @@ static void finish_ok(mr_job *j, const char *finish, uint32_t prompt, uint32_t c
     mr_gw_model *m = j->model;
     m->prompt_tokens += prompt;
     m->gen_tokens += completion;
+    m->cached_tokens += cached;
     if (j->ts) {
         j->ts->prompt_tokens += prompt;
         j->ts->gen_tokens += completion;
@@ -426,7 +441,17 @@ static void check_disconnect(mr_job *j)
 
 /* ---------- dispatch ---------- */
 
-static mr_gw_worker *pick_worker(mr_gw_model *m, bool *any_ready)
+/* Whether w's KV (as last reported, less what was sent since) can take a
+ * job of need tokens now; a worker that reports no paged KV always can. */
+static bool kv_fits(const mr_gw_worker *w, uint64_t need)
+{
+    return !w->cap.block_tokens || w->kv_est >= (int64_t)need;
+}
+
+/* The ready worker to send a job of need KV tokens to: one with a free
+ * running slot whose KV can take it; fewest running first, then the most
+ * free KV.  NULL when none can now (the job waits in the model's queue). */
+static mr_gw_worker *pick_worker(mr_gw_model *m, uint64_t need, bool *any_ready)
 {
     mr_gw_worker *best = NULL;
     *any_ready = false;
@@ -435,14 +460,34 @@ static mr_gw_worker *pick_worker(mr_gw_model *m, bool *any_ready)
         if (!w->connected || !w->ready)
             continue;
         *any_ready = true;
-        if (w->running >= (int)m->conf->max_running)
+        if (w->running >= (int)m->conf->max_running || !kv_fits(w, need))
             continue;
-        /* fewest running here; on a tie, the most free KV the worker reported */
-        if (!best || w->running < best->running ||
-            (w->running == best->running && w->cap.kv_free > best->cap.kv_free))
+        if (!best || w->running < best->running || (w->running == best->running && w->kv_est > best->kv_est))
             best = w;
     }
     return best;
+}
+
+/* True when every ready worker reported a KV pool too small for need
+ * tokens even empty: waiting cannot help. */
+static bool kv_never_fits(const mr_gw_model *m, uint64_t need, uint64_t *largest)
+{
+    bool any = false;
+    *largest = 0;
+    for (int i = 0; i < m->n_workers; i++) {
+        const mr_gw_worker *w = &m->workers[i];
+        if (!w->connected || !w->ready)
+            continue;
+        if (!w->cap.block_tokens)
+            return false; /* no report yet, or no paged KV: the worker decides */
+        uint64_t total = w->cap.kv_total * w->cap.block_tokens;
+        if (total > *largest)
+            *largest = total;
+        any = true;
+        if (total >= need)
+            return false;
+    }
+    return any;
 }
 
 static int dispatch(mr_job *j, mr_gw_worker *w)
@@ -456,6 +501,7 @@ static int dispatch(mr_job *j, mr_gw_worker *w)
     j->wstate = J_RUNNING;
     w->running++;
     j->model->running++;
+    kv_est_add(w, -(int64_t)j->kv_need);
     return 0;
 }
 
@@ -463,10 +509,10 @@ static void pump_queue(mr_gw_model *m)
 {
     while (!h2o_linklist_is_empty(&m->queue)) {
         bool any;
-        mr_gw_worker *w = pick_worker(m, &any);
-        if (!w)
-            return;
         mr_job *j = H2O_STRUCT_FROM_MEMBER(mr_job, qlink, m->queue.next);
+        mr_gw_worker *w = pick_worker(m, j->kv_need, &any);
+        if (!w)
+            return; /* in order: the head waits for room, the rest behind it */
         h2o_linklist_unlink(&j->qlink);
         m->queued--;
         if (dispatch(j, w)) {
@@ -612,6 +658,8 @@ static int error_status(const char *code)
         return 400;
     if (!strcmp(code, "overloaded") || !strcmp(code, "unavailable"))
         return 503;
+    if (!strcmp(code, "capacity"))
+        return 429; /* the worker's KV cannot take it: retry later (Retry-After) */
     return 500;
 }
 
@@ -651,6 +699,8 @@ void mr_gw_on_worker_event(mr_gw_worker *w, mr_wevent *ev)
         mr_msg_free(&w->cap);
         w->cap = *m;
         mr_msg_init(m, MR_MSG_NONE, 0);
+        w->kv_est = (int64_t)(w->cap.kv_free * w->cap.block_tokens);
+        pump_queue(model);
         return;
     default:
         break;
@@ -704,9 +754,13 @@ void mr_gw_fail_worker_jobs(mr_gw_worker *w, const char *why)
         }
     }
     w->running = 0;
+    /* a restarted worker reports afresh */
+    mr_msg_free(&w->cap);
+    mr_msg_init(&w->cap, MR_MSG_CAPACITY, 0);
+    w->kv_est = 0;
     /* queued jobs of a model with no live worker left cannot be served */
     bool any;
-    pick_worker(w->model, &any);
+    pick_worker(w->model, 0, &any);
     if (!any) {
         l = gw->jobs.next;
         while (l != &gw->jobs) {
@@ -832,16 +886,9 @@ int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, co
         return 0;
     }
     bool any_ready;
-    mr_gw_worker *w = pick_worker(model, &any_ready);
+    pick_worker(model, 0, &any_ready);
     if (!any_ready) {
         mr_oai_err(&e, 503, NULL, "worker_unavailable", "no live worker for model '%s'", model->conf->name);
-        mr_gw_send_error(req, &e, route, gw->conf.retry_after_s);
-        return 0;
-    }
-    if (!w && (uint32_t)model->queued >= model->conf->queue_max) {
-        if (ts)
-            ts->rejected++;
-        mr_oai_err(&e, 429, NULL, "rate_limit_exceeded", "model '%s' is overloaded; retry later", model->conf->name);
         mr_gw_send_error(req, &e, route, gw->conf.retry_after_s);
         return 0;
     }
@@ -899,6 +946,33 @@ int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, co
     }
     snprintf(j->request.tenant, sizeof j->request.tenant, "%s", tenant);
     snprintf(j->request.cache_salt, sizeof j->request.cache_salt, "%s", r->cache_salt ? r->cache_salt : "");
+    snprintf(j->request.session, sizeof j->request.session, "%s", r->user ? r->user : "");
+    /* capacity: a job no worker's KV could ever hold is shed now; one that
+     * does not fit yet waits in the bounded queue; past it, 429 */
+    j->kv_need = (uint64_t)np + j->request.max_tokens;
+    uint64_t largest;
+    if (kv_never_fits(model, j->kv_need, &largest)) {
+        if (ts)
+            ts->rejected++;
+        model->kv_refused++;
+        mr_oai_err(&e, 429, NULL, "capacity",
+                   "this request needs %llu KV tokens (prompt %u + max_tokens %u); the largest worker of model '%s' "
+                   "holds %llu: lower max_tokens or retry later",
+                   (unsigned long long)j->kv_need, np, j->request.max_tokens, model->conf->name,
+                   (unsigned long long)largest);
+        job_discard(j);
+        mr_gw_send_error(req, &e, route, gw->conf.retry_after_s);
+        return 0;
+    }
+    mr_gw_worker *w = pick_worker(model, j->kv_need, &any_ready);
+    if (!w && (uint32_t)model->queued >= model->conf->queue_max) {
+        if (ts)
+            ts->rejected++;
+        job_discard(j);
+        mr_oai_err(&e, 429, NULL, "rate_limit_exceeded", "model '%s' is overloaded; retry later", model->conf->name);
+        mr_gw_send_error(req, &e, route, gw->conf.retry_after_s);
+        return 0;
+    }
     for (int i = 0; i < r->n_stops; i++)
         mr_textout_add_stop(&j->tout, r->stops[i]);
     if (job_index(gw, j)) {

@@ -186,12 +186,12 @@ int mr_msg_pack(const mr_msg *m, mr_msg_write_fn write, void *data, mr_err *err)
     switch (m->type) {
     case MR_MSG_HELLO: n += 5; break;
     case MR_MSG_REQUEST:
-        n += 16 + (m->grammar != NULL) + (m->n_stop_ids > 0) + (s->has_seed ? 1 : 0);
+        n += 16 + (m->grammar != NULL) + (m->n_stop_ids > 0) + (s->has_seed ? 1 : 0) + (m->session[0] != 0);
         break;
     case MR_MSG_TOKENS: n += 1 + (m->logprobs != NULL) + (m->n_top ? 3 : 0); break;
     case MR_MSG_FINAL: n += 4; break;
     case MR_MSG_ERROR: n += 2; break;
-    case MR_MSG_CAPACITY: n += 6; break;
+    case MR_MSG_CAPACITY: n += 12; break;
     default: break;
     }
     msgpack_pack_map(&pk, n);
@@ -224,6 +224,8 @@ int mr_msg_pack(const mr_msg *m, mr_msg_write_fn write, void *data, mr_err *err)
         KU("top_logprobs", s->top_logprobs);
         KS("tenant", m->tenant);
         KS("cache_salt", m->cache_salt);
+        if (m->session[0])
+            KS("session", m->session);
         if (m->grammar)
             KS("grammar", m->grammar);
         if (m->n_stop_ids) {
@@ -268,6 +270,12 @@ int mr_msg_pack(const mr_msg *m, mr_msg_write_fn write, void *data, mr_err *err)
         KU("queued", m->queued);
         KU("vram_free", m->vram_free);
         KU("vram_total", m->vram_total);
+        KU("block_tokens", m->block_tokens);
+        KU("cache_blocks", m->cache_blocks);
+        KU("cache_capacity", m->cache_capacity);
+        KU("cache_prompt_tokens", m->cache_prompt_tokens);
+        KU("cache_hit_tokens", m->cache_hit_tokens);
+        KU("cache_evictions", m->cache_evictions);
         break;
     default:
         break;
@@ -302,14 +310,16 @@ enum key {
     K_FREQUENCY, K_REPETITION, K_TOP_K, K_SEED, K_LOGPROBS, K_TOP_LOGPROBS, K_TENANT, K_SALT, K_GRAMMAR,
     K_STOP_IDS, K_N_TOP, K_TOP_IDS, K_TOP_LPS, K_FINISH, K_PROMPT_TOKENS, K_COMPLETION_TOKENS,
     K_CACHED_TOKENS, K_CODE, K_MESSAGE, K_KV_FREE, K_KV_TOTAL, K_RUNNING, K_QUEUED, K_VRAM_FREE,
-    K_VRAM_TOTAL, K_MODEL, K_N_CTX, K_N_VOCAB, K_PID, K_DEVICE, K_COUNT
+    K_VRAM_TOTAL, K_MODEL, K_N_CTX, K_N_VOCAB, K_PID, K_DEVICE, K_SESSION, K_BLOCK_TOKENS, K_CACHE_BLOCKS,
+    K_CACHE_CAPACITY, K_CACHE_PROMPT, K_CACHE_HIT, K_CACHE_EVICTIONS, K_COUNT
 };
 static const char *const key_names[K_COUNT] = {
     "v", "type", "id", "tokens", "ids", "max_tokens", "temperature", "top_p", "min_p", "presence_penalty",
     "frequency_penalty", "repetition_penalty", "top_k", "seed", "logprobs", "top_logprobs", "tenant",
     "cache_salt", "grammar", "stop_ids", "n_top", "top_ids", "top_lps", "finish", "prompt_tokens",
     "completion_tokens", "cached_tokens", "code", "message", "kv_free", "kv_total", "running", "queued",
-    "vram_free", "vram_total", "model", "n_ctx", "n_vocab", "pid", "device",
+    "vram_free", "vram_total", "model", "n_ctx", "n_vocab", "pid", "device", "session", "block_tokens",
+    "cache_blocks", "cache_capacity", "cache_prompt_tokens", "cache_hit_tokens", "cache_evictions",
 };
 
 static int find_key(const char *s, uint32_t n)
@@ -456,6 +466,13 @@ static int rd_field(mr_mpk *r, mr_msg *m, int k, uint32_t *n_lps, uint32_t *n_to
         return 0;
     case K_TENANT: return rd_strbuf(r, kn, m->tenant, sizeof m->tenant, err);
     case K_SALT: return rd_strbuf(r, kn, m->cache_salt, sizeof m->cache_salt, err);
+    case K_SESSION: return rd_strbuf(r, kn, m->session, sizeof m->session, err);
+    case K_BLOCK_TOKENS: return rd_u64(r, kn, 1u << 20, &m->block_tokens, err);
+    case K_CACHE_BLOCKS: return rd_u64(r, kn, UINT64_MAX, &m->cache_blocks, err);
+    case K_CACHE_CAPACITY: return rd_u64(r, kn, UINT64_MAX, &m->cache_capacity, err);
+    case K_CACHE_PROMPT: return rd_u64(r, kn, UINT64_MAX, &m->cache_prompt_tokens, err);
+    case K_CACHE_HIT: return rd_u64(r, kn, UINT64_MAX, &m->cache_hit_tokens, err);
+    case K_CACHE_EVICTIONS: return rd_u64(r, kn, UINT64_MAX, &m->cache_evictions, err);
     case K_GRAMMAR: {
         const char *g;
         uint32_t n;

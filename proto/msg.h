@@ -11,7 +11,7 @@
  *   final     worker -> gateway: finish reason and usage; ends request `id`
  *   error     either way: code + message; with id != 0 it ends that request
  *   cap_query gateway -> worker: ask for capacity
- *   capacity  worker -> gateway: free/total KV blocks, running, queued, VRAM
+ *   capacity  worker -> gateway: free/total KV blocks, running, queued, VRAM, prefix cache
  *
  * Decoding validates every field's type and range; unknown fields are
  * skipped (newer peers may add some), unknown types and wrong versions are
@@ -33,6 +33,7 @@
 #define MR_MSG_MAX_GRAMMAR (1u << 20)
 #define MR_MSG_TENANT_MAX 64
 #define MR_MSG_SALT_MAX 256
+#define MR_MSG_SESSION_MAX 256
 #define MR_MSG_MODEL_MAX 128
 #define MR_MSG_CODE_MAX 32
 #define MR_MSG_TEXT_MAX 512
@@ -79,6 +80,7 @@ typedef struct mr_msg {
     mr_sampling samp;
     char tenant[MR_MSG_TENANT_MAX + 1];
     char cache_salt[MR_MSG_SALT_MAX + 1];
+    char session[MR_MSG_SESSION_MAX + 1]; /* the client's `user`: a conversation whose KV to keep ("" none) */
     char *grammar;            /* NULL when absent */
     uint32_t *stop_ids;       /* extra end-of-generation ids */
     uint32_t n_stop_ids;
@@ -98,8 +100,12 @@ typedef struct mr_msg {
     char code[MR_MSG_CODE_MAX + 1];
     char text[MR_MSG_TEXT_MAX + 1];
 
-    /* capacity */
+    /* capacity: kv_free is what a new request may still reserve (blocks of
+     * block_tokens tokens; block_tokens 0: a worker without paged KV, whose
+     * "blocks" are sequence slots); the prefix cache's occupancy and its
+     * counters since the worker started */
     uint64_t kv_free, kv_total, running, queued, vram_free, vram_total;
+    uint64_t block_tokens, cache_blocks, cache_capacity, cache_prompt_tokens, cache_hit_tokens, cache_evictions;
 
     /* hello */
     char model[MR_MSG_MODEL_MAX + 1];

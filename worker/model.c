@@ -315,11 +315,14 @@ static int create_kv(mr_model *m, const mr_model_opts *opts, mr_err *err)
     int64_t n_blocks = (int64_t)m->max_blocks * n_seqs;
     if (opts && opts->kv_blocks > 0)
         n_blocks = opts->kv_blocks;
-    else if (opts && opts->kv_bytes > 0) {
+    else if (opts && (opts->kv_bytes > 0 || opts->kv_budget)) {
+        size_t budget = opts->kv_bytes > 0 ? opts->kv_bytes : opts->kv_budget(opts->kv_budget_ctx, m->be);
         size_t bb = mr_kv_block_bytes(kv_layers, bt, m->hp.n_kv_heads, m->hp.head_dim, dtype);
-        n_blocks = mr_kv_blocks_for_budget(opts->kv_bytes, bb, 1 << 24);
-        if (n_blocks <= 0)
-            return mr_errf(err, "a KV budget of %zu bytes holds no block of %zu bytes", opts->kv_bytes, bb);
+        if (budget > 0 || opts->kv_bytes > 0) {
+            n_blocks = mr_kv_blocks_for_budget(budget, bb, 1 << 24);
+            if (n_blocks <= 0)
+                return mr_errf(err, "a KV budget of %zu bytes holds no block of %zu bytes", budget, bb);
+        }
     }
     if (n_blocks > (1 << 24))
         return mr_errf(err, "KV cache of %lld blocks of %d tokens is too large", (long long)n_blocks, bt);

@@ -60,6 +60,11 @@ typedef struct mr_model_opts {
      * memory minus a reserve, measured by the caller); else n_seqs * n_ctx. */
     int kv_blocks;
     size_t kv_bytes;
+    /* When kv_blocks and kv_bytes are 0 and this is set: called once the
+     * weights are bound, it returns the KV byte budget (on a GPU: a fraction
+     * of the memory free now, less a reserve); 0 keeps n_seqs * n_ctx. */
+    size_t (*kv_budget)(void *ctx, mr_backend *be);
+    void *kv_budget_ctx;
 } mr_model_opts;
 
 typedef struct mr_model mr_model;

@@ -19,6 +19,7 @@ typedef struct req {
     mr_seq *seq;           /* its length: tokens already through forward */
     int cached;            /* prompt tokens that came from the prefix cache */
     bool session;          /* publish as session entries */
+    bool want_logits;      /* TOKEN events carry the raw row */
     bool cancelled;
     bool done;
     mr_finish_reason reason;
@@ -38,6 +39,7 @@ struct mr_sched {
     mr_batch_item *items;  /* [max_seqs] */
     req **item_req;        /* [max_seqs] */
     float *logits;         /* [max_seqs][n_vocab] */
+    float *raw;            /* [n_vocab] a want_logits row before sampling rewrites it */
     int32_t *argmax;       /* [max_seqs] ids picked by the backend (greedy without penalties) */
     uint64_t steps, step_tokens_total, admitted, refused, finished;
 };
@@ -97,7 +99,8 @@ int mr_sched_new(mr_model *m, const mr_sched_opts *opts, mr_sched_cb cb, void *u
     s->item_req = calloc((size_t)o.max_seqs, sizeof *s->item_req);
     s->logits = malloc(sizeof(float) * (size_t)o.max_seqs * (size_t)s->n_vocab);
     s->argmax = calloc((size_t)o.max_seqs, sizeof *s->argmax);
-    if (!s->live || !s->items || !s->item_req || !s->logits || !s->argmax) {
+    s->raw = malloc(sizeof(float) * (size_t)s->n_vocab);
+    if (!s->live || !s->items || !s->item_req || !s->logits || !s->argmax || !s->raw) {
         mr_errf(err, "scheduler: out of memory for %d sequences", o.max_seqs);
         goto fail;
     }
@@ -121,6 +124,7 @@ void mr_sched_free(mr_sched *s)
     free(s->item_req);
     free(s->logits);
     free(s->argmax);
+    free(s->raw);
     free(s);
 }
 
@@ -169,7 +173,8 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
     q->n_prompt = r->n_prompt;
     q->max_tokens = max_tokens;
     q->sp = r->sampling;
-    q->pick = mr_sample_plain_greedy(&q->sp) ? MR_LOGITS_ARGMAX : MR_LOGITS_LAST;
+    q->want_logits = r->want_logits;
+    q->pick = mr_sample_plain_greedy(&q->sp) && !q->want_logits ? MR_LOGITS_ARGMAX : MR_LOGITS_LAST;
     mr_rng_seed(&q->rng, r->sampling.seed);
     q->stop_token = -1;
     q->tokens = malloc(sizeof(int32_t) * ((size_t)r->n_prompt + (size_t)max_tokens));
@@ -216,11 +221,16 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
             fits = mr_prefix_evict_one(s->prefix);
     }
     if (!fits) {
-        mr_errf(err, "request %llu: needs %d KV blocks (%d prompt + %d max tokens), %d available",
-                (unsigned long long)r->id, need, r->n_prompt, max_tokens, mr_kv_pool_available(pool));
+        /* more than the whole pool (less the cached blocks it would share):
+         * waiting cannot help */
+        bool never = need > mr_kv_pool_size(pool) - n_hit;
+        mr_errf(err, "request %llu: needs %d KV blocks (%d prompt + %d max tokens), %d %s",
+                (unsigned long long)r->id, need, r->n_prompt, max_tokens,
+                never ? mr_kv_pool_size(pool) : mr_kv_pool_available(pool),
+                never ? "in the whole pool" : "available");
         req_free(q);
         s->refused++;
-        return MR_SCHED_NO_CAPACITY;
+        return never ? MR_SCHED_TOO_LARGE : MR_SCHED_NO_CAPACITY;
     }
     mr_prefix_count(s->prefix, r->n_prompt, q->cached);
     s->live[s->n_live++] = q;
@@ -261,12 +271,12 @@ static void publish(mr_sched *s, req *q)
 
 static void finish(mr_sched *s, req *q, mr_finish_reason reason, const char *error)
 {
-    if (reason != MR_FINISH_ERROR)
+    if (reason != MR_SCHED_FIN_ERROR)
         publish(s, q);
     mr_sched_event ev = {
         .type = MR_EV_FINISH,
         .id = q->id,
-        .token = reason == MR_FINISH_STOP ? q->stop_token : -1,
+        .token = reason == MR_SCHED_FIN_STOP ? q->stop_token : -1,
         .reason = reason,
         .usage = {.prompt_tokens = q->n_prompt, .completion_tokens = q->n_gen, .cached_tokens = q->cached},
         .error = error,
@@ -293,7 +303,7 @@ static void drop_cancelled(mr_sched *s)
 {
     for (int i = 0; i < s->n_live; i++)
         if (s->live[i]->cancelled && !s->live[i]->done)
-            finish(s, s->live[i], MR_FINISH_CANCELLED, NULL);
+            finish(s, s->live[i], MR_SCHED_FIN_CANCELLED, NULL);
     sweep(s);
 }
 
@@ -311,6 +321,12 @@ static bool is_stop(const req *q, int32_t id)
  * logits row) and delivers it. */
 static void advance(mr_sched *s, req *q, const mr_batch_item *it)
 {
+    const float *raw = NULL;
+    if (q->want_logits && it->mode != MR_LOGITS_ARGMAX) {
+        /* penalties rewrite the row in place: keep the model's own */
+        memcpy(s->raw, it->logits, sizeof(float) * (size_t)s->n_vocab);
+        raw = s->raw;
+    }
     int32_t id = it->mode == MR_LOGITS_ARGMAX
                      ? *it->argmax
                      : mr_sample(s->sampler, &q->sp, &q->rng, it->logits, q->tokens, q->n_prompt,
@@ -318,13 +334,13 @@ static void advance(mr_sched *s, req *q, const mr_batch_item *it)
     q->tokens[q->n_prompt + q->n_gen++] = id;
     if (is_stop(q, id)) {
         q->stop_token = id;
-        finish(s, q, MR_FINISH_STOP, NULL);
+        finish(s, q, MR_SCHED_FIN_STOP, NULL);
         return;
     }
-    mr_sched_event ev = {.type = MR_EV_TOKEN, .id = q->id, .token = id};
+    mr_sched_event ev = {.type = MR_EV_TOKEN, .id = q->id, .token = id, .logits = raw};
     s->cb(s->user, &ev);
     if (q->n_gen >= q->max_tokens)
-        finish(s, q, MR_FINISH_LENGTH, NULL);
+        finish(s, q, MR_SCHED_FIN_LENGTH, NULL);
 }
 
 int mr_sched_step(mr_sched *s, mr_err *err)
@@ -372,7 +388,7 @@ int mr_sched_step(mr_sched *s, mr_err *err)
     int rc = 0;
     if (mr_model_forward_batch(s->m, s->items, n_items, err)) {
         for (int i = 0; i < n_items; i++)
-            finish(s, s->item_req[i], MR_FINISH_ERROR, err->msg);
+            finish(s, s->item_req[i], MR_SCHED_FIN_ERROR, err->msg);
         rc = -1;
     } else {
         s->steps++;
@@ -416,4 +432,5 @@ void mr_sched_get_stats(const mr_sched *s, mr_sched_stats *out)
     out->refused = s->refused;
     out->finished = s->finished;
     mr_prefix_get_stats(s->prefix, &out->prefix);
+    out->kv_admissible = out->kv_available + out->prefix.n_blocks - out->prefix.n_in_use;
 }

@@ -51,7 +51,7 @@ typedef struct mr_request {
     int n_prompt;
     int max_tokens;           /* <= 0: opts.default_max_tokens; capped by the context */
     mr_sample_params sampling;
-    const int32_t *stop_ids;  /* generating one of these finishes with MR_FINISH_STOP; copied */
+    const int32_t *stop_ids;  /* generating one of these finishes with MR_SCHED_FIN_STOP; copied */
     int n_stop;
     const char *tenant;       /* prefix-cache scope (NULL: ""); copied */
     const char *cache_salt;   /* further splits the scope (NULL: ""); copied */
@@ -59,13 +59,16 @@ typedef struct mr_request {
      * not depend on it (a follow-up turn hits by its tokens); a session's
      * blocks are kept in the cache in preference to one-off prompts. */
     const char *session;
+    /* The TOKEN event carries the raw logits row the id was drawn from
+     * (log-probabilities); the backend then never picks the argmax itself. */
+    bool want_logits;
 } mr_request;
 
 typedef enum mr_finish_reason {
-    MR_FINISH_STOP = 1,      /* a stop id was generated (reported, not emitted as a token) */
-    MR_FINISH_LENGTH = 2,    /* max_tokens or the context reached */
-    MR_FINISH_CANCELLED = 3,
-    MR_FINISH_ERROR = 4,     /* the forward step failed; message in error */
+    MR_SCHED_FIN_STOP = 1,      /* a stop id was generated (reported, not emitted as a token) */
+    MR_SCHED_FIN_LENGTH = 2,    /* max_tokens or the context reached */
+    MR_SCHED_FIN_CANCELLED = 3,
+    MR_SCHED_FIN_ERROR = 4,     /* the forward step failed; message in error */
 } mr_finish_reason;
 
 typedef struct mr_usage {
@@ -83,6 +86,7 @@ typedef struct mr_sched_event {
     mr_finish_reason reason; /* FINISH */
     mr_usage usage;          /* FINISH */
     const char *error;       /* FINISH/ERROR: one line; valid during the callback */
+    const float *logits;     /* TOKEN of a want_logits request: [n_vocab] before sampling; else NULL */
 } mr_sched_event;
 
 typedef void (*mr_sched_cb)(void *user, const mr_sched_event *ev);
@@ -95,7 +99,8 @@ void mr_sched_free(mr_sched *s);
 
 enum {
     MR_SCHED_OK = 0,
-    MR_SCHED_NO_CAPACITY = 1, /* no free slot or not enough KV: retry later or shed (429) */
+    MR_SCHED_NO_CAPACITY = 1, /* no free slot or not enough KV now: retry later or shed (429) */
+    MR_SCHED_TOO_LARGE = 2,   /* needs more KV blocks than the whole pool holds: it never fits */
     MR_SCHED_INVALID = -1,    /* the request itself is wrong (message in err) */
 };
 /* Admits r (copying what it points to) or says why not; err gets a
@@ -109,7 +114,7 @@ int mr_sched_cancel(mr_sched *s, uint64_t id);
 /* One iteration: drops cancelled requests, runs one batched forward, samples,
  * delivers events, retires finished requests.  Returns the number of live
  * requests afterwards, or -1 when the forward failed (err says why; the
- * requests of that step were finished with MR_FINISH_ERROR, the others go on). */
+ * requests of that step were finished with MR_SCHED_FIN_ERROR, the others go on). */
 int mr_sched_step(mr_sched *s, mr_err *err);
 
 typedef struct mr_sched_stats {
@@ -117,6 +122,7 @@ typedef struct mr_sched_stats {
     int prefilling, decoding;
     int max_seqs;
     int kv_blocks, kv_free, kv_reserved, kv_available; /* pool: all, unreferenced, promised, free - promised */
+    int kv_admissible;       /* what a new request may still reserve: available + cached blocks no sequence holds */
     int block_tokens;
     uint64_t steps, step_tokens_total; /* tokens run through forward */
     uint64_t admitted, refused, finished;

@@ -43,6 +43,7 @@ typedef struct wstate {
     mr_chan chan;
     wseq *running, *queued;
     uint32_t n_running, n_queued;
+    bool quiet; /* dropping everything: engine events send nothing */
 } wstate;
 
 static void reply(wstate *s, mr_msg *m)
@@ -126,8 +127,35 @@ static void on_request(wstate *s, mr_msg *m)
             reply_error(s, m->id, "bad_request", "prompt token id outside the vocabulary");
             return;
         }
-    if (s->n_queued >= s->o->max_queued && s->n_running >= s->o->max_running) {
-        reply_error(s, m->id, "overloaded", "the worker queue is full");
+    bool sched = s->e->submit != NULL;
+    if (sched && !s->queued) {
+        /* nothing waits ahead of it: admit now when it fits */
+        mr_err err;
+        int rc = s->e->submit(s->e, m, &err);
+        if (rc == MR_ENGINE_NEVER || rc == MR_ENGINE_REFUSED) {
+            reply_error(s, m->id, rc == MR_ENGINE_NEVER ? "capacity" : "bad_request", err.msg);
+            return;
+        }
+        if (rc == MR_ENGINE_ADMITTED) {
+            wseq *q = calloc(1, sizeof *q);
+            if (!q) {
+                s->e->cancel(s->e, m->id); /* its FINAL finds no sequence and is dropped */
+                reply_error(s, m->id, "overloaded", "out of memory");
+                return;
+            }
+            q->id = m->id;
+            q->req = *m;
+            mr_msg_init(m, MR_MSG_NONE, 0);
+            append(&s->running, q);
+            s->n_running++;
+            return;
+        }
+    }
+    if (s->n_queued >= s->o->max_queued && (sched || s->n_running >= s->o->max_running)) {
+        if (sched)
+            reply_error(s, m->id, "capacity", "no KV room for this request now and the worker queue is full");
+        else
+            reply_error(s, m->id, "overloaded", "the worker queue is full");
         return;
     }
     wseq *q = calloc(1, sizeof *q);
@@ -144,6 +172,14 @@ static void on_request(wstate *s, mr_msg *m)
 
 static void on_cancel(wstate *s, uint64_t id)
 {
+    if (s->e->submit) {
+        for (wseq *r = s->running; r; r = r->next)
+            if (r->id == id) {
+                /* its FINAL (cancelled) comes from the next step */
+                s->e->cancel(s->e, id);
+                return;
+            }
+    }
     wseq *q = take(&s->running, id);
     if (q)
         s->n_running--;
@@ -155,8 +191,18 @@ static void on_cancel(wstate *s, uint64_t id)
     seq_destroy(s, q);
 }
 
+static void step_engine(wstate *s);
+
 static void drop_all(wstate *s)
 {
+    if (s->e->submit && s->running) {
+        /* the engine ends them at the start of its next step, silently */
+        for (wseq *q = s->running; q; q = q->next)
+            s->e->cancel(s->e, q->id);
+        s->quiet = true;
+        step_engine(s);
+        s->quiet = false;
+    }
     while (s->running) {
         wseq *q = s->running;
         s->running = q->next;
@@ -191,9 +237,24 @@ static void handle(wstate *s, mr_msg *m)
         mr_msg_init(&c, MR_MSG_CAPACITY, 0);
         c.running = s->n_running;
         c.queued = s->n_queued;
-        /* no paged KV yet: one "block" per sequence slot */
-        c.kv_total = s->o->max_running;
-        c.kv_free = s->n_running < s->o->max_running ? s->o->max_running - s->n_running : 0;
+        if (s->e->capacity) {
+            mr_engine_cap k = {0};
+            s->e->capacity(s->e, &k);
+            c.kv_total = k.kv_total;
+            c.kv_free = k.kv_free;
+            c.block_tokens = k.block_tokens;
+            c.cache_blocks = k.cache_blocks;
+            c.cache_capacity = k.cache_capacity;
+            c.cache_prompt_tokens = k.cache_prompt_tokens;
+            c.cache_hit_tokens = k.cache_hit_tokens;
+            c.cache_evictions = k.cache_evictions;
+            c.vram_free = k.vram_free;
+            c.vram_total = k.vram_total;
+        } else {
+            /* no paged KV: one "block" per sequence slot (block_tokens 0) */
+            c.kv_total = s->o->max_running;
+            c.kv_free = s->n_running < s->o->max_running ? s->o->max_running - s->n_running : 0;
+        }
         reply(s, &c);
         break;
     }
@@ -203,9 +264,110 @@ static void handle(wstate *s, mr_msg *m)
     }
 }
 
+/* One TOKENS message for q's new token (with logprobs when asked). */
+static void send_token(wstate *s, wseq *q, const mr_step *st)
+{
+    mr_msg t;
+    mr_msg_init(&t, MR_MSG_TOKENS, q->id);
+    uint32_t tok = st->token;
+    float lp = st->logprob;
+    t.tokens = &tok;
+    t.n_tokens = 1;
+    if (q->req.samp.logprobs) {
+        t.logprobs = &lp;
+        uint32_t k = q->req.samp.top_logprobs < st->n_top ? q->req.samp.top_logprobs : st->n_top;
+        if (k) {
+            t.n_top = k;
+            t.top_ids = (uint32_t *)st->top_ids;
+            t.top_lps = (float *)st->top_lps;
+        }
+    }
+    if (g_corrupt_token >= 0 && st->token == (uint32_t)g_corrupt_token) {
+        /* {"v":1,"type":"tokens","id":<id>,"ids":"x"} */
+        uint8_t b[64];
+        size_t n = 0;
+        static const uint8_t head[] = {0x84, 0xa1, 'v', 0x01, 0xa4, 't', 'y', 'p', 'e', 0xa6, 't',
+                                       'o', 'k', 'e', 'n', 's', 0xa2, 'i', 'd', 0xcf};
+        memcpy(b, head, sizeof head);
+        n = sizeof head;
+        for (int k = 7; k >= 0; k--)
+            b[n++] = (uint8_t)(q->id >> (8 * k));
+        static const uint8_t tail[] = {0xa3, 'i', 'd', 's', 0xa1, 'x'};
+        memcpy(b + n, tail, sizeof tail);
+        n += sizeof tail;
+        mr_err e2;
+        mr_chan_send_raw(&s->chan, b, n, &e2);
+    } else {
+        reply(s, &t);
+    }
+}
+
+/* An event of a scheduling engine's step. */
+static void on_engine_event(void *ctx, const mr_engine_event *ev)
+{
+    wstate *s = ctx;
+    wseq **p = &s->running;
+    while (*p && (*p)->id != ev->id)
+        p = &(*p)->next;
+    wseq *q = *p;
+    if (!q)
+        return; /* dropped here already */
+    if (ev->type == MR_ENGINE_TOKEN) {
+        q->generated++;
+        if (!s->quiet)
+            send_token(s, q, ev->step);
+        return;
+    }
+    if (!s->quiet) {
+        if (ev->type == MR_ENGINE_FINAL) {
+            mr_msg m;
+            mr_msg_init(&m, MR_MSG_FINAL, q->id);
+            m.finish = ev->finish;
+            m.prompt_tokens = ev->prompt_tokens;
+            m.completion_tokens = ev->completion_tokens;
+            m.cached_tokens = ev->cached_tokens;
+            reply(s, &m);
+        } else {
+            reply_error(s, q->id, "engine_error", ev->text ? ev->text : "engine error");
+        }
+    }
+    *p = q->next;
+    s->n_running--;
+    seq_destroy(s, q);
+}
+
+/* A scheduling engine: admit what waits (in order, while it fits), then
+ * one step of the running batch. */
+static void step_engine(wstate *s)
+{
+    while (s->queued && !s->quiet) {
+        wseq *q = s->queued;
+        mr_err err;
+        int rc = s->e->submit(s->e, &q->req, &err);
+        if (rc == MR_ENGINE_WAIT)
+            break; /* the head waits for room; those behind it wait their turn */
+        s->queued = q->next;
+        q->next = NULL;
+        s->n_queued--;
+        if (rc == MR_ENGINE_ADMITTED) {
+            append(&s->running, q);
+            s->n_running++;
+            continue;
+        }
+        reply_error(s, q->id, rc == MR_ENGINE_NEVER ? "capacity" : "bad_request", err.msg);
+        seq_destroy(s, q);
+    }
+    if (s->running)
+        s->e->step(s->e, on_engine_event, s);
+}
+
 /* One decode step for every running sequence. */
 static void step_all(wstate *s)
 {
+    if (s->e->submit) {
+        step_engine(s);
+        return;
+    }
     while (s->queued && s->n_running < s->o->max_running) {
         wseq *q = s->queued;
         s->queued = q->next;
@@ -244,39 +406,7 @@ static void step_all(wstate *s)
                 done = true;
             } else {
                 q->generated++;
-                mr_msg t;
-                mr_msg_init(&t, MR_MSG_TOKENS, q->id);
-                uint32_t tok = st.token;
-                float lp = st.logprob;
-                t.tokens = &tok;
-                t.n_tokens = 1;
-                if (q->req.samp.logprobs) {
-                    t.logprobs = &lp;
-                    uint32_t k = q->req.samp.top_logprobs < st.n_top ? q->req.samp.top_logprobs : st.n_top;
-                    if (k) {
-                        t.n_top = k;
-                        t.top_ids = st.top_ids;
-                        t.top_lps = st.top_lps;
-                    }
-                }
-                if (g_corrupt_token >= 0 && st.token == (uint32_t)g_corrupt_token) {
-                    /* {"v":1,"type":"tokens","id":<id>,"ids":"x"} */
-                    uint8_t b[64];
-                    size_t n = 0;
-                    static const uint8_t head[] = {0x84, 0xa1, 'v', 0x01, 0xa4, 't', 'y', 'p', 'e', 0xa6, 't',
-                                                   'o', 'k', 'e', 'n', 's', 0xa2, 'i', 'd', 0xcf};
-                    memcpy(b, head, sizeof head);
-                    n = sizeof head;
-                    for (int k = 7; k >= 0; k--)
-                        b[n++] = (uint8_t)(q->id >> (8 * k));
-                    static const uint8_t tail[] = {0xa3, 'i', 'd', 's', 0xa1, 'x'};
-                    memcpy(b + n, tail, sizeof tail);
-                    n += sizeof tail;
-                    mr_err e2;
-                    mr_chan_send_raw(&s->chan, b, n, &e2);
-                } else {
-                    reply(s, &t);
-                }
+                send_token(s, q, &st);
                 if (q->generated >= q->req.max_tokens) {
                     send_final(s, q, MR_FINISH_LENGTH);
                     done = true;

@@ -13,17 +13,50 @@
 #include "proto/msg.h"
 
 typedef struct mr_engine mr_engine;
+typedef struct mr_step mr_step;
+
+/* What a scheduling engine reports from inside its step (see submit). */
+typedef enum mr_engine_ev {
+    MR_ENGINE_TOKEN = 1, /* step: one generated token */
+    MR_ENGINE_FINAL = 2, /* finish and usage: the request ended */
+    MR_ENGINE_ERROR = 3, /* text: the request ended with an engine error */
+} mr_engine_ev;
+typedef struct mr_engine_event {
+    mr_engine_ev type;
+    uint64_t id;
+    const mr_step *step;    /* TOKEN */
+    enum mr_finish finish;  /* FINAL */
+    uint32_t prompt_tokens, completion_tokens, cached_tokens; /* FINAL */
+    const char *text;       /* ERROR */
+} mr_engine_event;
+typedef void (*mr_engine_emit)(void *ctx, const mr_engine_event *ev);
+
+/* Answers of mr_engine.submit. */
+enum {
+    MR_ENGINE_ADMITTED = 0,
+    MR_ENGINE_WAIT = 1,      /* no room now (slots or KV): stays queued, retried after a step */
+    MR_ENGINE_NEVER = 2,     /* can never fit this worker's KV pool: refused with code "capacity" */
+    MR_ENGINE_REFUSED = -1,  /* the request itself is wrong (err says why) */
+};
+
+/* Capacity as the worker reports it (the capacity message). */
+typedef struct mr_engine_cap {
+    uint64_t kv_total, kv_free;      /* blocks: all; what a new request may still reserve */
+    uint32_t block_tokens;
+    uint64_t cache_blocks, cache_capacity, cache_prompt_tokens, cache_hit_tokens, cache_evictions;
+    uint64_t vram_free, vram_total;
+} mr_engine_cap;
 
 /* One generated token and, when asked, its log-probability and the top
  * alternatives (top_ids/top_lps hold n_top entries). */
-typedef struct mr_step {
+struct mr_step {
     uint32_t token;
     bool eos;        /* the token ends generation and is not shown */
     float logprob;
     uint32_t n_top;
     uint32_t top_ids[MR_MSG_MAX_TOP_LOGPROBS];
     float top_lps[MR_MSG_MAX_TOP_LOGPROBS];
-} mr_step;
+};
 
 struct mr_engine {
     const char *name;
@@ -38,6 +71,17 @@ struct mr_engine {
     /* Called once per pass over the running sequences (may be NULL). */
     void (*round)(mr_engine *e);
     void (*destroy)(mr_engine *e);
+
+    /* A scheduling engine sets submit, cancel and step instead of the
+     * seq_* hooks: it admits requests itself (KV reservations), runs its
+     * own continuous batch, and reports tokens and ends through emit from
+     * inside step (and never elsewhere).  A cancelled request's FINAL comes
+     * from the next step. */
+    int (*submit)(mr_engine *e, const mr_msg *req, mr_err *err);
+    void (*cancel)(mr_engine *e, uint64_t id);
+    /* One iteration over the admitted requests; the number still live. */
+    int (*step)(mr_engine *e, mr_engine_emit emit, void *ctx);
+    void (*capacity)(mr_engine *e, mr_engine_cap *out);
 };
 
 typedef struct mr_worker_opts {
@@ -61,10 +105,28 @@ mr_engine *mr_engine_fake(const char *model_name, uint32_t n_ctx, uint32_t n_voc
  * message, to test how the gateway copes with a broken worker. */
 void mr_engine_fake_corrupt(long token);
 
-/* The real engine: the GGUF model at path on backend ("auto", "cpu",
- * "cuda"), n_ctx tokens per sequence (0: the model's default), n_seqs
- * sequences at once. */
-mr_engine *mr_engine_model(const char *path, const char *backend, int device, const char *name, int n_ctx,
-                           int n_seqs, mr_err *err);
+/* How the real engine is set up (zero: the default of each). */
+typedef struct mr_engine_model_opts {
+    const char *backend;   /* "auto" (NULL), "cpu", "cuda" */
+    int device;            /* CUDA device (< 0: 0) */
+    const char *name;      /* served model name (NULL: the path) */
+    int n_ctx;             /* tokens per sequence; 0: the model's default */
+    int n_seqs;            /* requests in the running batch at once; 0: 1 */
+    int chunk_tokens;      /* most prompt tokens of one request per step; 0: 256 */
+    int block_tokens;      /* KV block size; 0: 16 */
+    /* KV pool.  kv_tokens > 0 or kv_bytes > 0 size it on any backend; else
+     * on CUDA kv_fraction (0: 0.9) of the VRAM free after the weights, less
+     * kv_reserve_bytes (0: 1 GiB) for activations; else (CPU) n_seqs * n_ctx. */
+    long long kv_tokens;
+    size_t kv_bytes;
+    double kv_fraction;
+    size_t kv_reserve_bytes;
+    int prefix_blocks;     /* prefix cache capacity in blocks; 0: the pool; < 0: off */
+} mr_engine_model_opts;
+
+/* The real engine: the GGUF model at path, served by the scheduler
+ * (worker/sched.h): continuous batching, chunked prefill, paged KV pool,
+ * tenant-scoped prefix cache, KV-aware admission. */
+mr_engine *mr_engine_model(const char *path, const mr_engine_model_opts *o, mr_err *err);
 
 #endif

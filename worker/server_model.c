@@ -1,13 +1,13 @@
-/* The worker's real engine: a GGUF model on a backend (worker/model.h),
- * one KV sequence per request, one batched forward step per pass over the
- * running requests (round: every weight is read once per step, and a
- * sequence's logits do not depend on its batchmates), and sampling on the
- * host by worker/sample.h
- * (penalties, temperature, top-k, min-p, top-p, a per-request seeded
- * stream; its header documents the order).  Plain greedy requests without
- * logprobs let the backend pick the argmax, so no logits row comes back.
- * Log-probabilities are those of the model's distribution (log-softmax of
- * the raw logits), as OpenAI reports them. */
+/* The worker's real engine: a GGUF model on a backend (worker/model.h)
+ * served by the scheduler (worker/sched.h).  The scheduler owns admission
+ * (a request is admitted only when every KV block it may need, prompt +
+ * max_tokens, can be reserved from the paged pool), iteration-level
+ * continuous batching with chunked prefill, the tenant + cache_salt scoped
+ * prefix cache and session reuse, and sampling (worker/sample.h).  This
+ * file sizes the pool, turns wire requests into scheduler requests and
+ * scheduler events into the worker loop's events, and adds what only the
+ * wire needs: log-probabilities of the model's distribution (log-softmax
+ * of the raw logits, as OpenAI reports them) and the GGUF's end ids. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,91 +19,59 @@
 #include "common/log.h"
 #include "worker/model.h"
 #include "worker/sample.h"
+#include "worker/sched.h"
 #include "worker/server.h"
 
-typedef struct mseq mseq;
+#ifdef MR_HAVE_CUDA
+/* the CUDA runtime's C entry point (cuda_runtime_api.h is not on the host
+ * compiler's include path); cudaSuccess is 0 */
+extern int cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+#endif
 
 typedef struct model_engine {
     mr_engine super;
     mr_backend *be;
     mr_model *m;
-    mr_sampler *sampler; /* sequences are sampled one at a time: one sampler serves all */
-    int n_slots;         /* sequences at once (the model's n_seqs) */
-    mseq **slot;         /* [n_slots]: the sequence in each, or NULL */
-    float *logits;       /* [n_slots][n_vocab]: a slot's row of the last step */
-    int32_t *picked;     /* [n_slots]: a slot's backend argmax of the last step */
-    mr_batch_item *items;/* [n_slots] */
-    float *work;         /* [n_vocab] penalised copy when raw logits are needed after sampling */
+    mr_sched *sched;
+    bool cuda;
     int n_vocab;
     int32_t eos[4];
     int n_eos;
     uint64_t seed_counter;
+    double kv_fraction;
+    size_t kv_reserve;
+    /* the step in flight: where its events go */
+    mr_engine_emit emit;
+    void *emit_ctx;
+    /* submit's scratch: the prompt and stop ids as int32 */
+    int32_t *prompt;
+    size_t prompt_cap;
+    int32_t stop[MR_MSG_MAX_STOP_IDS + 4];
 } model_engine;
 
-struct mseq {
-    int slot;
-    mr_seq *s;
-    int32_t *tokens;    /* prompt, then generated ids: [n_prompt + max_tokens] */
-    int n_prompt, n_gen;
-    mr_sample_params sp;
-    mr_rng rng;
-    bool argmax;        /* mr_sample_plain_greedy and no logprobs: the backend picks */
-    bool logprobs;
-    uint32_t top_logprobs;
-    bool ready;         /* the last round ran it: its row (or err) waits */
-    bool failed;
-    mr_err err;
-};
-
-static void mseq_free(mseq *q)
+/* Free and total device memory (CUDA), or 0 and 0. */
+static void vram_info(const model_engine *me, size_t *free_b, size_t *total_b)
 {
-    if (q->s)
-        mr_seq_free(q->s);
-    free(q->tokens);
-    free(q);
+    *free_b = *total_b = 0;
+#ifdef MR_HAVE_CUDA
+    if (me->cuda && cudaMemGetInfo(free_b, total_b) != 0)
+        *free_b = *total_b = 0;
+#endif
 }
 
-static void *seq_new(mr_engine *e, const mr_msg *req, mr_err *err)
+/* The KV budget once the weights are on the device: a fraction of the
+ * free VRAM less a reserve for activations (CUDA only; 0 elsewhere). */
+static size_t kv_budget(void *ctx, mr_backend *be)
 {
-    model_engine *me = (model_engine *)e;
-    int slot = 0;
-    while (slot < me->n_slots && me->slot[slot])
-        slot++;
-    if (slot == me->n_slots) {
-        mr_errf(err, "all %d sequence slots are busy", me->n_slots);
-        return NULL;
-    }
-    mseq *q = calloc(1, sizeof *q);
-    if (!q || !(q->tokens = malloc(((size_t)req->n_tokens + req->max_tokens) * sizeof *q->tokens))) {
-        free(q);
-        mr_errf(err, "out of memory");
-        return NULL;
-    }
-    q->slot = slot;
-    if (mr_seq_new(me->m, &q->s, err)) {
-        mseq_free(q);
-        return NULL;
-    }
-    for (uint32_t i = 0; i < req->n_tokens; i++)
-        q->tokens[i] = (int32_t)req->tokens[i];
-    q->n_prompt = (int)req->n_tokens;
-    const mr_sampling *w = &req->samp; /* the wire form, validated by the decoder */
-    q->sp = (mr_sample_params){
-        .temperature = w->temperature,
-        .top_k = w->top_k > INT_MAX ? 0 : (int)w->top_k, /* beyond any vocabulary: off */
-        .top_p = w->top_p,
-        .min_p = w->min_p,
-        .presence_penalty = w->presence_penalty,
-        .frequency_penalty = w->frequency_penalty,
-        .repetition_penalty = w->repetition_penalty,
-        .seed = w->has_seed ? w->seed : (uint64_t)time(NULL) ^ (++me->seed_counter << 20) ^ req->id,
-    };
-    mr_rng_seed(&q->rng, q->sp.seed);
-    q->logprobs = w->logprobs;
-    q->top_logprobs = w->top_logprobs < MR_MSG_MAX_TOP_LOGPROBS ? w->top_logprobs : MR_MSG_MAX_TOP_LOGPROBS;
-    q->argmax = !q->logprobs && mr_sample_plain_greedy(&q->sp);
-    me->slot[slot] = q;
-    return q;
+    model_engine *me = ctx;
+    size_t free_b, total_b;
+    vram_info(me, &free_b, &total_b);
+    if (!free_b)
+        return 0;
+    size_t b = mr_kv_budget_bytes(free_b, me->kv_fraction, me->kv_reserve);
+    MR_INFO("worker: KV budget %.1f MiB (%.0f%% of %.1f MiB free, less %.1f MiB reserve)", (double)b / 1048576.0,
+            me->kv_fraction * 100.0, (double)free_b / 1048576.0, (double)me->kv_reserve / 1048576.0);
+    return b;
 }
 
 /* The log-softmax normaliser of l[0..V) and its k largest entries (ties:
@@ -132,148 +100,199 @@ static void logprob_stats(const float *l, int V, uint32_t k, mr_step *out, doubl
     out->n_top = n;
 }
 
-/* q's part of a step: the prompt on its first step, then its last id. */
-static mr_batch_item item_of(model_engine *me, mseq *q)
+/* Scheduler events -> worker loop events. */
+static void on_sched(void *user, const mr_sched_event *ev)
 {
-    int len = mr_seq_len(q->s);
-    return (mr_batch_item){.seq = q->s,
-                           .tokens = q->tokens + len,
-                           .n = q->n_prompt + q->n_gen - len,
-                           .mode = q->argmax ? MR_LOGITS_ARGMAX : MR_LOGITS_LAST,
-                           .logits = me->logits + (size_t)q->slot * (size_t)me->n_vocab,
-                           .argmax = me->picked + q->slot};
-}
-
-/* Runs one sequence alone; its outcome waits in q. */
-static void run_alone(model_engine *me, mseq *q)
-{
-    mr_batch_item it = item_of(me, q);
-    q->failed = mr_model_forward_batch(me->m, &it, 1, &q->err) != 0;
-    q->ready = true;
-}
-
-/* One forward step over every sequence, in slot order (adjacent rows come
- * back in one copy). */
-static void round_all(mr_engine *e)
-{
-    model_engine *me = (model_engine *)e;
-    int n = 0;
-    for (int i = 0; i < me->n_slots; i++)
-        if (me->slot[i])
-            me->items[n++] = item_of(me, me->slot[i]);
-    if (n == 0)
+    model_engine *me = user;
+    if (!me->emit)
         return;
-    mr_err err;
-    if (!mr_model_forward_batch(me->m, me->items, n, &err)) {
-        for (int i = 0; i < me->n_slots; i++)
-            if (me->slot[i]) {
-                me->slot[i]->ready = true;
-                me->slot[i]->failed = false;
-            }
-        return;
-    }
-    /* nothing ran: one request's failure (e.g. no KV block left) must not
-     * fail its batchmates, so each runs alone and keeps its own outcome */
-    for (int i = 0; i < me->n_slots; i++)
-        if (me->slot[i])
-            run_alone(me, me->slot[i]);
-}
-
-static int seq_step(mr_engine *e, void *seq, mr_step *out, mr_err *err)
-{
-    model_engine *me = (model_engine *)e;
-    mseq *q = seq;
-    if (!q->ready)
-        run_alone(me, q); /* stepped without a round */
-    q->ready = false;
-    if (q->failed) {
-        *err = q->err;
-        return -1;
-    }
-    int32_t tok = me->picked[q->slot];
-    if (!q->argmax) {
-        double lse = 0;
-        float *row = me->logits + (size_t)q->slot * (size_t)me->n_vocab, *l = row;
-        if (q->logprobs) {
-            logprob_stats(row, me->n_vocab, q->top_logprobs, out, &lse);
-            if (mr_sample_penalized(&q->sp)) {
-                /* penalties rewrite the row in place: keep the raw one */
-                memcpy(me->work, row, (size_t)me->n_vocab * sizeof *row);
-                l = me->work;
-            }
+    mr_engine_event out = {.id = ev->id};
+    if (ev->type == MR_EV_TOKEN) {
+        mr_step st;
+        memset(&st, 0, sizeof st);
+        st.token = (uint32_t)ev->token;
+        if (ev->logits) {
+            /* the loop sends as many alternatives as the request asked for */
+            double lse = 0;
+            logprob_stats(ev->logits, me->n_vocab, MR_MSG_MAX_TOP_LOGPROBS, &st, &lse);
+            st.logprob = (float)(ev->logits[ev->token] - lse);
         }
-        tok = mr_sample(me->sampler, &q->sp, &q->rng, l, q->tokens, q->n_prompt, q->tokens + q->n_prompt,
-                        q->n_gen);
-        if (q->logprobs)
-            out->logprob = (float)(row[tok] - lse);
+        out.type = MR_ENGINE_TOKEN;
+        out.step = &st;
+        me->emit(me->emit_ctx, &out);
+        return;
     }
-    out->token = (uint32_t)tok;
-    for (int i = 0; i < me->n_eos; i++)
-        if (tok == me->eos[i])
-            out->eos = true;
-    q->tokens[q->n_prompt + q->n_gen++] = tok;
-    return 0;
+    if (ev->reason == MR_SCHED_FIN_ERROR) {
+        out.type = MR_ENGINE_ERROR;
+        out.text = ev->error;
+    } else {
+        out.type = MR_ENGINE_FINAL;
+        out.finish = ev->reason == MR_SCHED_FIN_STOP     ? MR_FINISH_STOP
+                     : ev->reason == MR_SCHED_FIN_LENGTH ? MR_FINISH_LENGTH
+                                                         : MR_FINISH_CANCELLED;
+        out.prompt_tokens = (uint32_t)ev->usage.prompt_tokens;
+        out.completion_tokens = (uint32_t)ev->usage.completion_tokens;
+        out.cached_tokens = (uint32_t)ev->usage.cached_tokens;
+    }
+    me->emit(me->emit_ctx, &out);
 }
 
-static void seq_free(mr_engine *e, void *seq)
+static int submit(mr_engine *e, const mr_msg *req, mr_err *err)
 {
     model_engine *me = (model_engine *)e;
-    mseq *q = seq;
-    me->slot[q->slot] = NULL;
-    mseq_free(q);
+    if (req->n_tokens > me->prompt_cap) {
+        int32_t *p = realloc(me->prompt, sizeof *p * req->n_tokens);
+        if (!p) {
+            mr_errf(err, "out of memory for a prompt of %u tokens", req->n_tokens);
+            return MR_ENGINE_REFUSED;
+        }
+        me->prompt = p;
+        me->prompt_cap = req->n_tokens;
+    }
+    for (uint32_t i = 0; i < req->n_tokens; i++)
+        me->prompt[i] = (int32_t)req->tokens[i];
+    /* the request's end ids and the GGUF's (the gateway usually sends both) */
+    int n_stop = 0;
+    for (uint32_t i = 0; i < req->n_stop_ids && i < MR_MSG_MAX_STOP_IDS; i++)
+        me->stop[n_stop++] = (int32_t)req->stop_ids[i];
+    for (int i = 0; i < me->n_eos; i++)
+        me->stop[n_stop++] = me->eos[i];
+    const mr_sampling *w = &req->samp; /* the wire form, validated by the decoder */
+    mr_request r = {
+        .id = req->id,
+        .prompt = me->prompt,
+        .n_prompt = (int)req->n_tokens,
+        .max_tokens = req->max_tokens > INT_MAX ? INT_MAX : (int)req->max_tokens,
+        .sampling =
+            {
+                .temperature = w->temperature,
+                .top_k = w->top_k > INT_MAX ? 0 : (int)w->top_k, /* beyond any vocabulary: off */
+                .top_p = w->top_p,
+                .min_p = w->min_p,
+                .presence_penalty = w->presence_penalty,
+                .frequency_penalty = w->frequency_penalty,
+                .repetition_penalty = w->repetition_penalty,
+                .seed = w->has_seed ? w->seed : (uint64_t)time(NULL) ^ (++me->seed_counter << 20) ^ req->id,
+            },
+        .stop_ids = me->stop,
+        .n_stop = n_stop,
+        .tenant = req->tenant,
+        .cache_salt = req->cache_salt,
+        .session = req->session,
+        .want_logits = w->logprobs,
+    };
+    switch (mr_sched_submit(me->sched, &r, err)) {
+    case MR_SCHED_OK: return MR_ENGINE_ADMITTED;
+    case MR_SCHED_NO_CAPACITY: return MR_ENGINE_WAIT;
+    case MR_SCHED_TOO_LARGE: return MR_ENGINE_NEVER;
+    default: return MR_ENGINE_REFUSED;
+    }
+}
+
+static void cancel(mr_engine *e, uint64_t id)
+{
+    model_engine *me = (model_engine *)e;
+    mr_sched_cancel(me->sched, id);
+}
+
+static int step(mr_engine *e, mr_engine_emit emit, void *ctx)
+{
+    model_engine *me = (model_engine *)e;
+    me->emit = emit;
+    me->emit_ctx = ctx;
+    mr_err err;
+    int live = mr_sched_step(me->sched, &err);
+    me->emit = NULL;
+    if (live < 0) {
+        /* the requests of that step ended with an error event; the worker goes on */
+        MR_WARN("worker: step failed: %s", err.msg);
+        mr_sched_stats st;
+        mr_sched_get_stats(me->sched, &st);
+        live = st.live;
+    }
+    return live;
+}
+
+static void capacity(mr_engine *e, mr_engine_cap *out)
+{
+    model_engine *me = (model_engine *)e;
+    mr_sched_stats st;
+    mr_sched_get_stats(me->sched, &st);
+    out->kv_total = (uint64_t)st.kv_blocks;
+    out->kv_free = st.kv_admissible > 0 ? (uint64_t)st.kv_admissible : 0;
+    out->block_tokens = (uint32_t)st.block_tokens;
+    out->cache_blocks = (uint64_t)st.prefix.n_blocks;
+    out->cache_capacity = (uint64_t)st.prefix.capacity;
+    out->cache_prompt_tokens = st.prefix.prompt_tokens;
+    out->cache_hit_tokens = st.prefix.hit_tokens;
+    out->cache_evictions = st.prefix.evictions;
+    size_t f, t;
+    vram_info(me, &f, &t);
+    out->vram_free = f;
+    out->vram_total = t;
 }
 
 static void destroy(mr_engine *e)
 {
     model_engine *me = (model_engine *)e;
-    mr_sampler_free(me->sampler);
-    free(me->slot);
-    free(me->logits);
-    free(me->picked);
-    free(me->items);
-    free(me->work);
+    mr_sched_free(me->sched);
+    free(me->prompt);
     mr_model_free(me->m);
     mr_backend_destroy(me->be);
     free(me);
 }
 
-mr_engine *mr_engine_model(const char *path, const char *backend, int device, const char *name, int n_ctx,
-                           int n_seqs, mr_err *err)
+mr_engine *mr_engine_model(const char *path, const mr_engine_model_opts *o, mr_err *err)
 {
+    mr_engine_model_opts def = {0};
+    if (!o)
+        o = &def;
+    const char *backend = o->backend ? o->backend : "auto";
     model_engine *me = calloc(1, sizeof *me);
     if (!me) {
         mr_errf(err, "out of memory");
         return NULL;
     }
-    if (!strcmp(backend, "cuda") && device >= 0)
-        me->be = mr_backend_cuda_create(device, err);
+    if (!strcmp(backend, "cuda") && o->device >= 0)
+        me->be = mr_backend_cuda_create(o->device, err);
     else
         me->be = mr_backend_create(backend, err);
     if (!me->be) {
         free(me);
         return NULL;
     }
-    mr_model_opts opts = {.n_ctx = n_ctx, .n_seqs = n_seqs};
-    if (mr_model_load(path, me->be, &opts, &me->m, err)) {
+    me->cuda = !strcmp(me->be->name, "cuda");
+    me->kv_fraction = o->kv_fraction > 0 && o->kv_fraction <= 1 ? o->kv_fraction : 0.9;
+    me->kv_reserve = o->kv_reserve_bytes > 0 ? o->kv_reserve_bytes : (size_t)1 << 30;
+    int n_seqs = o->n_seqs > 0 ? o->n_seqs : 1;
+    mr_model_opts mo = {.n_ctx = o->n_ctx, .n_seqs = n_seqs, .block_tokens = o->block_tokens};
+    int bt = o->block_tokens > 0 ? o->block_tokens : 16;
+    if (o->kv_tokens > 0) {
+        long long blocks = (o->kv_tokens + bt - 1) / bt;
+        mo.kv_blocks = blocks > (1 << 24) ? (1 << 24) : (int)blocks;
+    } else if (o->kv_bytes > 0) {
+        mo.kv_bytes = o->kv_bytes;
+    } else if (me->cuda) {
+        mo.kv_budget = kv_budget;
+        mo.kv_budget_ctx = me;
+    }
+    if (mr_model_load(path, me->be, &mo, &me->m, err)) {
         mr_backend_destroy(me->be);
         free(me);
         return NULL;
     }
     const mr_hparams *hp = mr_model_hparams(me->m);
     me->n_vocab = hp->n_vocab;
-    me->n_slots = n_seqs > 0 ? n_seqs : 1;
-    me->slot = calloc((size_t)me->n_slots, sizeof *me->slot);
-    me->logits = malloc((size_t)me->n_slots * (size_t)me->n_vocab * sizeof *me->logits);
-    me->picked = calloc((size_t)me->n_slots, sizeof *me->picked);
-    me->items = calloc((size_t)me->n_slots, sizeof *me->items);
-    me->work = malloc((size_t)me->n_vocab * sizeof *me->work);
-    if (mr_sampler_new(me->n_vocab, &me->sampler, err) || !me->slot || !me->logits || !me->picked ||
-        !me->items || !me->work) {
-        if (me->sampler)
-            mr_errf(err, "out of memory");
+    mr_sched_opts so = {.max_seqs = n_seqs, .chunk_tokens = o->chunk_tokens, .prefix_blocks = o->prefix_blocks};
+    if (mr_sched_new(me->m, &so, on_sched, me, &me->sched, err)) {
         destroy(&me->super);
         return NULL;
     }
+    mr_sched_stats st;
+    mr_sched_get_stats(me->sched, &st);
+    MR_INFO("worker: KV pool %d blocks of %d tokens; prefix cache %d blocks%s", st.kv_blocks, st.block_tokens,
+            st.prefix.capacity,
+            mr_seq_state_bytes(me->m) > 0 ? " (off: a hybrid model's cached blocks lack its recurrent state)" : "");
     /* end-of-generation ids the GGUF names (the gateway sends the
      * tokenizer's full list with each request as well) */
     mr_gguf *g = NULL;
@@ -288,14 +307,14 @@ mr_engine *mr_engine_model(const char *path, const char *backend, int device, co
         }
         mr_gguf_close(g);
     }
-    me->super.name = backend;
-    snprintf(me->super.model_name, sizeof me->super.model_name, "%s", name ? name : path);
+    me->super.name = me->be->name;
+    snprintf(me->super.model_name, sizeof me->super.model_name, "%s", o->name ? o->name : path);
     me->super.n_ctx = (uint32_t)mr_model_n_ctx(me->m);
     me->super.n_vocab = (uint32_t)me->n_vocab;
-    me->super.seq_new = seq_new;
-    me->super.seq_step = seq_step;
-    me->super.seq_free = seq_free;
-    me->super.round = round_all;
+    me->super.submit = submit;
+    me->super.cancel = cancel;
+    me->super.step = step;
+    me->super.capacity = capacity;
     me->super.destroy = destroy;
     return &me->super;
 }

@@ -57,6 +57,7 @@ static mr_msg make_request(void)
     m.samp.top_logprobs = 3;
     strcpy(m.tenant, "acme");
     strcpy(m.cache_salt, "salt-\xc3\xa9");
+    strcpy(m.session, "user-7");
     m.grammar = strdup("root ::= \"a\"");
     m.n_stop_ids = 2;
     m.stop_ids = malloc(2 * sizeof *m.stop_ids);
@@ -88,18 +89,21 @@ START_TEST(request_roundtrip)
     ck_assert_uint_eq(d.samp.top_logprobs, 3);
     ck_assert_str_eq(d.tenant, "acme");
     ck_assert_str_eq(d.cache_salt, "salt-\xc3\xa9");
+    ck_assert_str_eq(d.session, "user-7");
     ck_assert_str_eq(d.grammar, "root ::= \"a\"");
     ck_assert_uint_eq(d.n_stop_ids, 2);
     ck_assert_uint_eq(d.stop_ids[0], 151645);
     mr_msg_free(&d);
 
-    /* without seed / grammar: absent stays absent */
+    /* without seed / grammar / session: absent stays absent */
     m.samp.has_seed = false;
+    m.session[0] = 0;
     free(m.grammar);
     m.grammar = NULL;
     roundtrip(&m, &d);
     ck_assert(!d.samp.has_seed);
     ck_assert_ptr_null(d.grammar);
+    ck_assert_str_eq(d.session, "");
     mr_msg_free(&d);
     mr_msg_free(&m);
 }
@@ -197,7 +201,19 @@ START_TEST(other_types_roundtrip)
     m.queued = 4;
     m.vram_free = 1ull << 40;
     m.vram_total = (1ull << 40) + 5;
+    m.block_tokens = 16;
+    m.cache_blocks = 7;
+    m.cache_capacity = 190;
+    m.cache_prompt_tokens = 1ull << 35;
+    m.cache_hit_tokens = 12345;
+    m.cache_evictions = 9;
     roundtrip(&m, &d);
+    ck_assert_uint_eq(d.block_tokens, 16);
+    ck_assert_uint_eq(d.cache_blocks, 7);
+    ck_assert_uint_eq(d.cache_capacity, 190);
+    ck_assert_uint_eq(d.cache_prompt_tokens, 1ull << 35);
+    ck_assert_uint_eq(d.cache_hit_tokens, 12345);
+    ck_assert_uint_eq(d.cache_evictions, 9);
     ck_assert_uint_eq(d.kv_free, 100);
     ck_assert_uint_eq(d.kv_total, 200);
     ck_assert_uint_eq(d.running, 3);

@@ -137,7 +137,7 @@ START_TEST(alone_matches_transformers_greedy)
         ck_assert_int_eq(submit(s, 1, prompt, np, nc, "t", NULL), MR_SCHED_OK);
         run_all(s);
         expect_tokens(&k, 1, want, nc);
-        ck_assert_int_eq(find(&k, 1)->reason, MR_FINISH_LENGTH);
+        ck_assert_int_eq(find(&k, 1)->reason, MR_SCHED_FIN_LENGTH);
         ck_assert_int_eq(find(&k, 1)->usage.prompt_tokens, np);
         ck_assert_int_eq(find(&k, 1)->usage.completion_tokens, nc);
         mr_sched_free(s);
@@ -325,7 +325,7 @@ START_TEST(admission_refusal_recovery_and_eviction)
     mr_sched *s = new_sched(&so, &k);
     mr_err err;
     mr_request big = {.id = 9, .prompt = c, .n_prompt = 100, .max_tokens = 8};
-    ck_assert_int_eq(mr_sched_submit(s, &big, &err), MR_SCHED_NO_CAPACITY); /* 14 blocks > 12 */
+    ck_assert_int_eq(mr_sched_submit(s, &big, &err), MR_SCHED_TOO_LARGE); /* 14 blocks > the pool of 12: never fits */
     ck_assert_msg(strstr(err.msg, "KV blocks") != NULL, "%s", err.msg);
 
     /* a needs ceil((40 + 24 - 1) / 8) = 8 blocks; b the same: only one fits */
@@ -342,7 +342,7 @@ START_TEST(admission_refusal_recovery_and_eviction)
     ck_assert_int_eq(st.prefix.n_blocks, 7);
     /* the 14-block request does not fit even with the whole cache evicted:
      * refused, and the cache is left alone */
-    ck_assert_int_eq(mr_sched_submit(s, &big, &err), MR_SCHED_NO_CAPACITY);
+    ck_assert_int_eq(mr_sched_submit(s, &big, &err), MR_SCHED_TOO_LARGE);
     mr_sched_get_stats(s, &st);
     ck_assert_int_eq(st.prefix.n_blocks, 7);
     ck_assert_int_eq(st.prefix.evictions, 0);
@@ -395,7 +395,7 @@ START_TEST(slots_cancellation_stop_and_errors)
     ck_assert(!find(&k, 1)->finished);
     ck_assert_int_eq(mr_sched_step(s, &err), 1);
     ck_assert(find(&k, 1)->finished);
-    ck_assert_int_eq(find(&k, 1)->reason, MR_FINISH_CANCELLED);
+    ck_assert_int_eq(find(&k, 1)->reason, MR_SCHED_FIN_CANCELLED);
     ck_assert_int_eq(find(&k, 1)->n, 2);
     ck_assert_int_eq(submit(s, 3, a, 10, 40, "t", NULL), MR_SCHED_OK); /* the slot is free again */
     /* 3 is cancelled from inside the callback at its 2nd token */
@@ -403,7 +403,7 @@ START_TEST(slots_cancellation_stop_and_errors)
     k.cancel_after = 2;
     run_all(s);
     expect_tokens(&k, 2, want, GEN);
-    ck_assert_int_eq(find(&k, 3)->reason, MR_FINISH_CANCELLED);
+    ck_assert_int_eq(find(&k, 3)->reason, MR_SCHED_FIN_CANCELLED);
     ck_assert_int_eq(find(&k, 3)->n, 2);
     ck_assert_int_eq(find(&k, 3)->usage.completion_tokens, 2);
 
@@ -416,7 +416,7 @@ START_TEST(slots_cancellation_stop_and_errors)
     ck_assert_int_eq(mr_sched_submit(s, &r, &err), MR_SCHED_OK);
     run_all(s);
     expect_tokens(&k, 4, want, first);
-    ck_assert_int_eq(find(&k, 4)->reason, MR_FINISH_STOP);
+    ck_assert_int_eq(find(&k, 4)->reason, MR_SCHED_FIN_STOP);
     ck_assert_int_eq(find(&k, 4)->stop_token, want[3]);
     ck_assert_int_eq(find(&k, 4)->usage.completion_tokens, first + 1);
 
@@ -504,7 +504,7 @@ START_TEST(failed_step_finishes_its_requests_cleanly)
     ck_assert_int_eq(mr_sched_step(s, &err), -1);
     ck_assert_msg(strstr(err.msg, "injected failure") != NULL, "%s", err.msg);
     ck_assert(find(&k, 1)->finished);
-    ck_assert_int_eq(find(&k, 1)->reason, MR_FINISH_ERROR);
+    ck_assert_int_eq(find(&k, 1)->reason, MR_SCHED_FIN_ERROR);
     ck_assert_int_eq(find(&k, 1)->n, 2);
     /* the scheduler goes on: a new request runs as if nothing happened */
     fail_steps = 0;

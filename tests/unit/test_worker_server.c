@@ -2,7 +2,9 @@
  * qwen3 BF16 fixture equals the transformers greedy continuation, the
  * reported logprob equals the log-softmax of the transformers logits,
  * interleaved requests do not change each other's tokens, cancel lands
- * within a step, a malformed message gets an error reply, seeds repeat. */
+ * within a step, a malformed message gets an error reply, seeds repeat;
+ * on a small KV pool a request that can never fit is refused with
+ * "capacity", one that does not fit yet waits, and a full queue refuses. */
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
@@ -21,6 +23,7 @@ static uint32_t g_prompt[8], g_n_prompt;
 static uint32_t g_ref[24];
 static float *g_ref_logits; /* last row of ref-logits-0 */
 static int g_vocab = 1024;
+static const char *g_extra[8]; /* more worker flags (NULL-terminated) */
 
 static void load_reference(void)
 {
@@ -52,8 +55,13 @@ static void setup(void)
     snprintf(g_url, sizeof g_url, "ipc:///tmp/memra-test-worker-%d.sock", (int)getpid());
     g_pid = fork();
     if (g_pid == 0) {
-        execl(exe, exe, "--listen", g_url, "--model", model_path, "--backend", "cpu", "--name", "qwen3", "--ctx", "2048",
-              "--max-running", "8", (char *)NULL);
+        const char *argv[32] = {exe,    "--listen", g_url, "--model", model_path,     "--backend", "cpu",
+                                "--name", "qwen3",   "--ctx", "2048",    "--max-running", "8"};
+        int n = 13;
+        for (int i = 0; g_extra[i]; i++)
+            argv[n++] = g_extra[i];
+        argv[n] = NULL;
+        execv(exe, (char *const *)argv);
         _exit(127);
     }
     mr_err err;
@@ -271,6 +279,83 @@ START_TEST(bad_messages_get_errors)
 }
 END_TEST
 
+/* A worker whose KV pool holds 48 tokens (3 blocks of 16) and whose
+ * queue holds one request. */
+static void setup_small(void)
+{
+    static const char *extra[] = {"--kv-tokens", "48", "--max-queued", "1", NULL};
+    memcpy(g_extra, extra, sizeof extra);
+    setup();
+}
+
+static mr_msg recv_one(void)
+{
+    mr_msg m;
+    mr_err err;
+    uint64_t bad;
+    ck_assert_int_eq(mr_chan_recv(&g_chan, &m, 20000, &bad, &err), MR_CHAN_OK);
+    return m;
+}
+
+START_TEST(kv_admission)
+{
+    mr_msg m;
+    mr_err err;
+    /* the pool as reported */
+    mr_msg q;
+    mr_msg_init(&q, MR_MSG_CAP_QUERY, 0);
+    ck_assert_int_eq(mr_chan_send(&g_chan, &q, 1000, &err), 0);
+    m = recv_one();
+    ck_assert_int_eq(m.type, MR_MSG_CAPACITY);
+    ck_assert_uint_eq(m.kv_total, 3);
+    ck_assert_uint_eq(m.kv_free, 3);
+    ck_assert_uint_eq(m.block_tokens, 16);
+    mr_msg_free(&m);
+    /* 7 + 60 tokens need ceil(66 / 16) = 5 blocks of the 3 there are: never fits */
+    send_req(9, g_prompt, g_n_prompt, 60, 0, false, 0, 0);
+    m = recv_one();
+    ck_assert_int_eq(m.type, MR_MSG_ERROR);
+    ck_assert_uint_eq(m.id, 9);
+    ck_assert_str_eq(m.code, "capacity");
+    mr_msg_free(&m);
+    /* 7 + 24 tokens need 2 blocks: 1 runs, 2 waits in the queue for its KV,
+     * 3 finds the queue full */
+    send_req(1, g_prompt, g_n_prompt, 24, 0, false, 0, 0);
+    send_req(2, g_prompt, g_n_prompt, 24, 0, false, 0, 0);
+    send_req(3, g_prompt, g_n_prompt, 24, 0, false, 0, 0);
+    static result res[3];
+    memset(res, 0, sizeof res);
+    int done = 0;
+    bool refused3 = false, seen2_before_1_done = false;
+    while (done < 2 || !refused3) {
+        m = recv_one();
+        ck_assert_msg(m.id >= 1 && m.id <= 3, "id %llu", (unsigned long long)m.id);
+        result *r = &res[m.id - 1];
+        if (m.id == 3) {
+            ck_assert_int_eq(m.type, MR_MSG_ERROR);
+            ck_assert_str_eq(m.code, "capacity");
+            refused3 = true;
+        } else if (m.type == MR_MSG_TOKENS) {
+            if (m.id == 2 && !res[0].done)
+                seen2_before_1_done = true;
+            for (uint32_t i = 0; i < m.n_tokens; i++)
+                r->toks[r->n++] = m.tokens[i];
+        } else {
+            ck_assert_int_eq(m.type, MR_MSG_FINAL);
+            r->done = true;
+            done++;
+        }
+        mr_msg_free(&m);
+    }
+    ck_assert_msg(!seen2_before_1_done, "request 2 ran while 1 held the KV it needed");
+    for (int k = 0; k < 2; k++) {
+        ck_assert_uint_eq(res[k].n, 24);
+        for (int i = 0; i < 24; i++)
+            ck_assert_uint_eq(res[k].toks[i], g_ref[i]);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("worker_server");
@@ -283,5 +368,10 @@ int main(void)
     tcase_add_test(tc, cancel_within_a_step);
     tcase_add_test(tc, bad_messages_get_errors);
     suite_add_tcase(s, tc);
+    TCase *tk = tcase_create("kv");
+    tcase_set_timeout(tk, 60);
+    tcase_add_checked_fixture(tk, setup_small, teardown);
+    tcase_add_test(tk, kv_admission);
+    suite_add_tcase(s, tk);
     return run_suite(s);
 }

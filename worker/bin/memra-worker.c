@@ -15,6 +15,7 @@
 typedef struct args {
     const char *listen, *model, *backend, *name;
     mr_worker_opts o;
+    mr_engine_model_opts eo;
     long ctx, vocab, eos, delay;
     bool ctx_set;
 } args;
@@ -23,7 +24,9 @@ static int usage(void)
 {
     fprintf(stderr, "usage: memra-worker --listen URL (--model FILE.gguf | --backend fake) [--device N]\n"
                     "       [--backend auto|cpu|cuda|fake] [--name NAME] [--max-running N] [--max-queued N]\n"
-                    "       [--ctx N] [--vocab N] [--fake-eos ID] [--fake-delay-ms MS]\n"
+                    "       [--ctx N] [--chunk N] [--block-tokens N] [--prefix-blocks N|-1]\n"
+                    "       [--kv-tokens N | --kv-mib N | --kv-fraction PERCENT --kv-reserve-mib N]\n"
+                    "       [--vocab N] [--fake-eos ID] [--fake-delay-ms MS]\n"
                     "   or: memra-worker --config FILE --instance N [flags that override it]\n");
     return 2;
 }
@@ -71,6 +74,27 @@ static int parse(args *a, int n, char **v)
         } else if (!strcmp(k, "--ctx")) {
             bad = num(x, 2, 1 << 30, &a->ctx);
             a->ctx_set = true;
+        } else if (!strcmp(k, "--chunk")) {
+            bad = num(x, 1, 1 << 20, &t);
+            a->eo.chunk_tokens = (int)t;
+        } else if (!strcmp(k, "--block-tokens")) {
+            bad = num(x, 1, 4096, &t);
+            a->eo.block_tokens = (int)t;
+        } else if (!strcmp(k, "--prefix-blocks")) {
+            bad = num(x, -1, 1 << 24, &t);
+            a->eo.prefix_blocks = (int)t;
+        } else if (!strcmp(k, "--kv-tokens")) {
+            bad = num(x, 1, 1 << 30, &t);
+            a->eo.kv_tokens = t;
+        } else if (!strcmp(k, "--kv-mib")) {
+            bad = num(x, 1, 1 << 24, &t);
+            a->eo.kv_bytes = (size_t)t << 20;
+        } else if (!strcmp(k, "--kv-fraction")) {
+            bad = num(x, 1, 100, &t);
+            a->eo.kv_fraction = (double)t / 100.0;
+        } else if (!strcmp(k, "--kv-reserve-mib")) {
+            bad = num(x, 0, 1 << 24, &t);
+            a->eo.kv_reserve_bytes = (size_t)t << 20;
         } else if (!strcmp(k, "--vocab"))
             bad = num(x, 1, 1 << 30, &a->vocab);
         else if (!strcmp(k, "--fake-eos"))
@@ -156,8 +180,12 @@ int main(int argc, char **argv)
             return 2;
         }
         mr_err err;
-        e = mr_engine_model(a.model, a.backend, a.o.device, a.name, a.ctx_set ? (int)a.ctx : 0, (int)a.o.max_running,
-                            &err);
+        a.eo.backend = a.backend;
+        a.eo.device = a.o.device;
+        a.eo.name = a.name;
+        a.eo.n_ctx = a.ctx_set ? (int)a.ctx : 0;
+        a.eo.n_seqs = (int)a.o.max_running;
+        e = mr_engine_model(a.model, &a.eo, &err);
         if (!e) {
             fprintf(stderr, "memra-worker: %s\n", err.msg);
             return 1;

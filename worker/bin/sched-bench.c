@@ -62,7 +62,7 @@ static void on_event(void *user, const mr_sched_event *ev)
     } else {
         q->done = t;
         b->finished++;
-        if (ev->reason == MR_FINISH_ERROR) {
+        if (ev->reason == MR_SCHED_FIN_ERROR) {
             b->errors++;
             fprintf(stderr, "sched-bench: request %llu failed: %s\n", (unsigned long long)ev->id,
                     ev->error ? ev->error : "?");
