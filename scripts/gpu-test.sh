@@ -41,8 +41,9 @@ BIN, FIX = sys.argv[1], sys.argv[2]
 BOUND = 5e-3
 tmp = tempfile.mkdtemp()
 
-def run(model, toks, backend, out=None, n=None):
+def run(model, toks, backend, out=None, n=None, extra=()):
     cmd = [os.path.join(BIN, "run-gen"), model, "--tokens", ",".join(map(str, toks)), "--backend", backend]
+    cmd += list(extra)
     if out: cmd += ["--logits-out", out]
     if n is not None: cmd += ["-n", str(n)]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -135,7 +136,8 @@ for name in [m for m in MODELS if m in ("qwen35", "qwen35moe")]:
     for q, pi in (("BF16", 0), ("BF16", 2), ("Q4_K_M", 0)):
         f = os.path.join(d, "model-%s.gguf" % q)
         if not os.path.exists(f): continue
-        want = run(f, prompts[pi], "cuda", n=N_SPEC).split()
+        # run-spec does not stop at end-of-generation ids
+        want = run(f, prompts[pi], "cuda", n=N_SPEC, extra=["--ignore-eos"]).split()
         for k in range(1, 9):
             try:
                 stats, got = spec(f, prompts[pi], k, N_SPEC)

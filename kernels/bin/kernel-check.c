@@ -710,7 +710,8 @@ static void check_conv1d(int channels, int k, int n)
         gpu->conv1d_silu(gpu, gx + c * half, gw, gs, n, channels, k, gy + c * half);
         cpu->conv1d_silu(cpu, cx + c * half, cw, cs, n, channels, k, cy + c * half);
     }
-    float *a = malloc(xn * 4), *b = malloc(xn * 4);
+    size_t big = xn > hn ? xn : hn; /* the history can be longer than the calls */
+    float *a = malloc(big * 4), *b = malloc(big * 4);
     char shape[64];
     snprintf(shape, sizeof shape, "c=%d k=%d n=%d x2", channels, k, n);
     fetch(gpu, a, gy, xn * 4);
@@ -961,6 +962,7 @@ int main(int argc, char **argv)
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : (uint64_t)time(NULL);
     rng_s ^= seed * 0x2545F4914F6CDD1Dull;
     if (!rng_s) rng_s = 1;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a crash still shows how far the checks got */
     if (!mr_backend_cuda_available()) {
         printf("kernel-check: no CUDA device: skipped\n");
         return 77;

@@ -134,13 +134,13 @@ static void cu_conv1d_silu(mr_backend *be, const float *x, const float *w, float
 /* ---- gdn_scan ---- */
 
 #define GDN_COLS 32    /* columns of S per block: one per lane */
-#define GDN_MAX_WARPS 32
+#define GDN_MAX_WARPS 8 /* dk up to 256; more warps would cap the registers that hold S */
 
 /* Block: W = blockDim.x / 32 warps; thread (w, lane) holds S[w*RPT + r][col]
  * for r < RPT, col = blockIdx.y * 32 + lane.  Rows >= dk and columns >= dv
  * are held as zeros and never stored. */
 template <int RPT>
-__global__ void __launch_bounds__(1024) k_gdn_scan(const float *qkv, int stride, const float *alpha,
+__global__ void __launch_bounds__(32 * GDN_MAX_WARPS) k_gdn_scan(const float *qkv, int stride, const float *alpha,
                                                    const float *beta, const float *a,
                                                    const float *dt_bias, float *state, int n,
                                                    int n_k_heads, int n_v_heads, int dk, int dv,
@@ -170,14 +170,26 @@ __global__ void __launch_bounds__(1024) k_gdn_scan(const float *qkv, int stride,
     const float qscale = 1.0f / sqrtf((float)dk);
     const int64_t kdim = (int64_t)n_k_heads * dk;
 
-    for (int t = 0; t < n; t++) {
+    /* this thread's inputs of a token: its element of the key head's q and
+     * k, its column's v, the head's alpha and beta; loaded one token ahead
+     * so that the loads overlap the previous token's work */
+    float nq = 0.0f, nk = 0.0f, nv = 0.0f, na = 0.0f, nb = 0.0f;
+    auto load = [&](int t) {
         const float *row = qkv + (int64_t)t * stride;
-        /* the key head's q and k, with the sums for their norms and q.k */
-        float qv = 0.0f, kv = 0.0f;
         if (threadIdx.x < dk) {
-            qv = row[(int64_t)kh * dk + threadIdx.x];
-            kv = row[kdim + (int64_t)kh * dk + threadIdx.x];
+            nq = row[(int64_t)kh * dk + threadIdx.x];
+            nk = row[kdim + (int64_t)kh * dk + threadIdx.x];
         }
+        nv = col_ok ? row[2 * kdim + (int64_t)h * dv + col] : 0.0f;
+        na = alpha[(int64_t)t * n_v_heads + h];
+        nb = beta[(int64_t)t * n_v_heads + h];
+    };
+    load(0);
+    for (int t = 0; t < n; t++) {
+        const float qv = nq, kv = nk, v = nv, al = na, bt = nb;
+        if (t + 1 < n)
+            load(t + 1);
+        /* the sums for the norms of q and k, and q.k */
         float sq = mr_warp_sum(qv * qv), sk = mr_warp_sum(kv * kv), sqk = mr_warp_sum(qv * kv);
         if (lane == 0) {
             red_n[wi] = sq;
@@ -198,11 +210,10 @@ __global__ void __launch_bounds__(1024) k_gdn_scan(const float *qkv, int stride,
         }
         const float qk = sqk * iq * ik;
         const int64_t th = (int64_t)t * n_v_heads + h;
-        const float x = alpha[th] + dtb;
+        const float x = al + dtb;
         const float sp = x > 20.0f ? x : log1pf(expf(x));
         const float decay = expf(a_h * sp);
-        const float b = mr_sigmoidf(beta[th]);
-        const float v = col_ok ? row[2 * kdim + (int64_t)h * dv + col] : 0.0f;
+        const float b = mr_sigmoidf(bt);
         __syncthreads();
 
         /* decay, then this thread's share of S^T kn and S^T qn */
