@@ -111,6 +111,34 @@ __global__ void k_conv_state(const float *x, float *state, int n, int channels, 
     }
 }
 
+/* Few tokens (decode, speculative verify): one thread per channel runs the
+ * tokens in order and then replaces the state, in one launch.  The thread
+ * reads all of its channel's old state before writing any of it. */
+#define CONV_SEQ_MAX 16
+__global__ void k_conv1d_silu_seq(const float *x, const float *w, float *state, int n, int channels,
+                                  int k, float *y)
+{
+    const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= channels)
+        return;
+    const int hist = k - 1;
+    const float *wc = w + (int64_t)ch * k;
+    for (int t = 0; t < n; t++) {
+        float s = 0.0f;
+        for (int j = 0; j < k; j++) {
+            const int p = t - hist + j;
+            const float in = p >= 0 ? x[(int64_t)p * channels + ch] : state[(int64_t)(hist + p) * channels + ch];
+            s = fmaf(wc[j], in, s);
+        }
+        y[(int64_t)t * channels + ch] = s / (1.0f + expf(-s));
+    }
+    for (int i = 0; i < hist; i++) {
+        const int p = n - hist + i;
+        state[(int64_t)i * channels + ch] =
+            p >= 0 ? x[(int64_t)p * channels + ch] : state[(int64_t)(hist + p) * channels + ch];
+    }
+}
+
 static void cu_conv1d_silu(mr_backend *be, const float *x, const float *w, float *state, int n,
                            int channels, int k, float *y)
 {
@@ -122,6 +150,12 @@ static void cu_conv1d_silu(mr_backend *be, const float *x, const float *w, float
     if (n == 0)
         return;
     const unsigned th = 256;
+    if (n <= CONV_SEQ_MAX) {
+        k_conv1d_silu_seq<<<mr_cu_blocks((size_t)channels, 128), 128, 0, c->stream>>>(x, w, state, n, channels,
+                                                                                   k, y);
+        MR_CU_LAUNCHED(c, "conv1d_silu");
+        return;
+    }
     k_conv1d_silu<<<mr_cu_blocks((size_t)n * (size_t)channels, th), th, 0, c->stream>>>(x, w, state, n,
                                                                                       channels, k, y);
     MR_CU_LAUNCHED(c, "conv1d_silu");
