@@ -8,17 +8,21 @@
 #   Quantized files: GPU against the CPU backend on the same file (prompt 2),
 #     in the default precision (bound 5e-3) and with MEMRA_CUDA_GEMM=f32
 #     (median 1e-3, worst 1e-2), and both against the reference for information.
+#   Models: qwen3, qwen3moe and the hybrids qwen35, qwen35moe.
+#   Speculation (hybrids): run-spec --backend cuda for K = 1..8 prints the
+#     ids that run-gen --backend cuda prints (greedy with MTP drafts equals
+#     greedy without), on prompts 0 and 2 of the BF16 files and on a
+#     quantized file.
 # Usage: scripts/gpu-test.sh BUILD FIXTURES      exit 0 = all passed
-#   PARITY_ONLY=1: skip kernel-check (e.g. to compare MEMRA_CUDA_GEMM modes)
+#   GPU_TEST_MODELS="qwen35 qwen35moe" limits the fixture models checked;
+#   GPU_TEST_KERNELS=0 skips kernel-check (e.g. to compare MEMRA_CUDA_GEMM modes).
 set -u
 BUILD=${1:-build}
 FIXTURES=${2:-../shared/fixtures}
 BIN=$BUILD/bin
 fail=0
 
-if [ "${PARITY_ONLY:-0}" = 1 ]; then
-    echo "== kernel-check skipped (PARITY_ONLY=1)"
-else
+if [ "${GPU_TEST_KERNELS:-1}" != 0 ]; then
     echo "== kernel-check"
     "$BIN/kernel-check" > "$BUILD/kernel-check.log" 2>&1
     rc=$?
@@ -30,7 +34,7 @@ else
     [ $rc -eq 0 ] || fail=1
 fi
 
-echo "== fixture parity (run-gen --backend cuda)"
+echo "== fixture parity (run-gen --backend cuda) and speculation (run-spec --backend cuda)"
 python3 - "$BIN" "$FIXTURES" <<'EOF' || fail=1
 import json, math, os, struct, subprocess, sys, tempfile
 
@@ -38,8 +42,9 @@ BIN, FIX = sys.argv[1], sys.argv[2]
 BOUND = 5e-3
 tmp = tempfile.mkdtemp()
 
-def run(model, toks, backend, out=None, n=None, gemm=None):
+def run(model, toks, backend, out=None, n=None, extra=(), gemm=None):
     cmd = [os.path.join(BIN, "run-gen"), model, "--tokens", ",".join(map(str, toks)), "--backend", backend]
+    cmd += list(extra)
     if out: cmd += ["--logits-out", out]
     if n is not None: cmd += ["-n", str(n)]
     env = dict(os.environ)
@@ -69,7 +74,8 @@ def med(v):
 
 ok = True
 print("%-9s %-8s %-10s %10s %10s %8s  %s" % ("model", "file", "vs", "median", "worst", "argmax", "result"))
-for name in ("qwen3", "qwen3moe"):
+MODELS = os.environ.get("GPU_TEST_MODELS", "qwen3 qwen3moe qwen35 qwen35moe").split()
+for name in MODELS:
     d = os.path.join(FIX, "models", name)
     ref = json.load(open(os.path.join(d, "reference.json")))
     vocab = ref["config"]["vocab_size"]
@@ -117,6 +123,40 @@ for name in ("qwen3", "qwen3moe"):
         ec = [rel(a, b) for a, b in zip(c, want)]
         print("%-9s %-8s %-10s %10.2e %10.2e          (info; cpu: median %.2e worst %.2e)" % (
             name, q, "reference", med(er), max(er), med(ec), max(ec)))
+
+# MTP speculation: token for token what plain greedy gives, every K
+def spec(model, toks, k, n):
+    cmd = [os.path.join(BIN, "run-spec"), model, "--tokens", ",".join(map(str, toks)), "-n", str(n),
+           "--k", str(k), "--backend", "cuda"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode:
+        raise RuntimeError("%s: %s" % (" ".join(cmd[:2] + cmd[4:]), p.stderr.strip()))
+    lines = p.stdout.strip().split("\n")
+    return lines[0], lines[-1].split()
+
+N_SPEC = 24
+for name in [m for m in MODELS if m in ("qwen35", "qwen35moe")]:
+    d = os.path.join(FIX, "models", name)
+    ref = json.load(open(os.path.join(d, "reference.json")))
+    prompts = ref["prompts"]
+    for q, pi in (("BF16", 0), ("BF16", 2), ("Q4_K_M", 0)):
+        f = os.path.join(d, "model-%s.gguf" % q)
+        if not os.path.exists(f): continue
+        # run-spec does not stop at end-of-generation ids
+        want = run(f, prompts[pi], "cuda", n=N_SPEC, extra=["--ignore-eos"]).split()
+        for k in range(1, 9):
+            try:
+                stats, got = spec(f, prompts[pi], k, N_SPEC)
+            except RuntimeError as e:
+                print("%-9s %-8s run-spec prompt %d k=%d: FAIL (%s)" % (name, q, pi, k, e))
+                ok = False
+                continue
+            res = got == want
+            first = next((i for i in range(min(len(got), len(want))) if got[i] != want[i]), None)
+            print("%-9s %-8s run-spec prompt %d k=%d: %s  [%s]" % (name, q, pi, k,
+                  "ok (= run-gen, %d ids)" % len(want) if res else
+                  "FAIL (first differs at %s)" % (first if first is not None else "length"), stats))
+            ok &= res
 sys.exit(0 if ok else 1)
 EOF
 

@@ -645,6 +645,249 @@ static void check_argmax(int n, int dim, bool ties)
     free(x); free(ids);
 }
 
+/* ---- hybrid (Gated DeltaNet) ops: against the CPU backend ---- */
+
+static void *cpu_dup(const void *h, size_t n) { return dup_to(cpu, h, n); }
+
+/* dst rows of dim from src rows with other strides (query half of [q | gate]). */
+static void check_copy_2d(int rows, int dim, int ds, int ss, int src_off)
+{
+    size_t sn = (size_t)rows * ss + src_off, dn = (size_t)rows * ds;
+    float *src = malloc(sn * 4), *a = malloc(dn * 4), *b = malloc(dn * 4);
+    for (size_t i = 0; i < sn; i++) src[i] = fgauss();
+    float *gs = dup_to(gpu, src, sn * 4), *gd = dalloc(gpu, dn * 4);
+    float *cs = cpu_dup(src, sn * 4), *cd = dalloc(cpu, dn * 4);
+    /* the gaps between rows stay as they were: same poison on both sides */
+    poison(gpu, gd, dn * 4);
+    poison(cpu, cd, dn * 4);
+    gpu->copy_2d(gpu, gd, ds, gs + src_off, ss, rows, dim);
+    cpu->copy_2d(cpu, cd, ds, cs + src_off, ss, rows, dim);
+    fetch(gpu, a, gd, dn * 4);
+    fetch(cpu, b, cd, dn * 4);
+    int bad = 0;
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < ds; i++) {
+            size_t k = (size_t)r * ds + i;
+            if (i < dim ? !(a[k] == b[k]) : !isnan(a[k])) bad++;
+        }
+    char shape[64];
+    snprintf(shape, sizeof shape, "%dx%d dst/%d src/%d+%d", rows, dim, ds, ss, src_off);
+    report("copy_2d-cpu", shape, (double)bad, 0, 0.0); /* a copy is exact */
+    gpu->free(gpu, gs); gpu->free(gpu, gd); cpu->free(cpu, cs); cpu->free(cpu, cd);
+    free(src); free(a); free(b);
+}
+
+static void check_sigmoid_mul(int rows, int dim, int g_stride, int g_off, bool scalar)
+{
+    size_t yn = (size_t)rows * dim, gn = (size_t)rows * g_stride + g_off;
+    float *y = malloc(yn * 4), *g = malloc(gn * 4), *a = malloc(yn * 4), *b = malloc(yn * 4);
+    for (size_t i = 0; i < yn; i++) y[i] = fgauss();
+    for (size_t i = 0; i < gn; i++) g[i] = fgauss() * 4;
+    float *gy = dup_to(gpu, y, yn * 4), *gg = dup_to(gpu, g, gn * 4);
+    float *cy = cpu_dup(y, yn * 4), *cg = cpu_dup(g, gn * 4);
+    gpu->sigmoid_mul(gpu, gy, gg + g_off, rows, dim, g_stride, scalar);
+    cpu->sigmoid_mul(cpu, cy, cg + g_off, rows, dim, g_stride, scalar);
+    fetch(gpu, a, gy, yn * 4);
+    fetch(cpu, b, cy, yn * 4);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%dx%d g/%d+%d%s", rows, dim, g_stride, g_off, scalar ? " scalar" : "");
+    report_f("sigmoid_mul-cpu", shape, a, b, yn, 1e-6);
+    gpu->free(gpu, gy); gpu->free(gpu, gg); cpu->free(cpu, cy); cpu->free(cpu, cg);
+    free(y); free(g); free(a); free(b);
+}
+
+/* Two calls of n tokens each on one carried state (random, as if after
+ * earlier tokens): both outputs and the final state against the CPU. */
+static void check_conv1d(int channels, int k, int n)
+{
+    size_t xn = (size_t)2 * n * channels, hn = (size_t)(k - 1) * channels, wn = (size_t)channels * k;
+    float *x = malloc(xn * 4), *w = malloc(wn * 4), *st = malloc(hn * 4 + 4);
+    for (size_t i = 0; i < xn; i++) x[i] = fgauss();
+    for (size_t i = 0; i < wn; i++) w[i] = fgauss() * 0.5f;
+    for (size_t i = 0; i < hn; i++) st[i] = fgauss();
+    float *gx = dup_to(gpu, x, xn * 4), *gw = dup_to(gpu, w, wn * 4), *gs = dup_to(gpu, st, hn * 4 + 4);
+    float *gy = dalloc(gpu, xn * 4);
+    float *cx = cpu_dup(x, xn * 4), *cw = cpu_dup(w, wn * 4), *cs = cpu_dup(st, hn * 4 + 4);
+    float *cy = dalloc(cpu, xn * 4);
+    poison(gpu, gy, xn * 4);
+    size_t half = (size_t)n * channels;
+    for (int c = 0; c < 2; c++) {
+        gpu->conv1d_silu(gpu, gx + c * half, gw, gs, n, channels, k, gy + c * half);
+        cpu->conv1d_silu(cpu, cx + c * half, cw, cs, n, channels, k, cy + c * half);
+    }
+    size_t big = xn > hn ? xn : hn; /* the history can be longer than the calls */
+    float *a = malloc(big * 4), *b = malloc(big * 4);
+    char shape[64];
+    snprintf(shape, sizeof shape, "c=%d k=%d n=%d x2", channels, k, n);
+    fetch(gpu, a, gy, xn * 4);
+    fetch(cpu, b, cy, xn * 4);
+    report_f("conv1d_silu-cpu", shape, a, b, xn, 1e-6);
+    if (hn) {
+        fetch(gpu, a, gs, hn * 4);
+        fetch(cpu, b, cs, hn * 4);
+        report_f("conv1d-state", shape, a, b, hn, 0.0); /* the last inputs, copied */
+    }
+    gpu->free(gpu, gx); gpu->free(gpu, gw); gpu->free(gpu, gs); gpu->free(gpu, gy);
+    cpu->free(cpu, cx); cpu->free(cpu, cw); cpu->free(cpu, cs); cpu->free(cpu, cy);
+    free(x); free(w); free(st); free(a); free(b);
+}
+
+typedef struct {
+    int nk, nv, dk, dv, stride, n;
+    float *qkv, *alpha, *beta, *a, *dtb, *state; /* host inputs: 2n tokens */
+} gdn_case;
+
+static void gdn_make(gdn_case *g, int nk, int nv, int dk, int dv, int pad, int n, float gate_shift)
+{
+    g->nk = nk; g->nv = nv; g->dk = dk; g->dv = dv; g->n = n;
+    g->stride = 2 * nk * dk + nv * dv + pad;
+    size_t qn = (size_t)2 * n * g->stride, an = (size_t)2 * n * nv, sn = (size_t)nv * dk * dv;
+    g->qkv = malloc(qn * 4); g->alpha = malloc(an * 4); g->beta = malloc(an * 4);
+    g->a = malloc(nv * 4); g->dtb = malloc(nv * 4); g->state = malloc(sn * 4);
+    for (size_t i = 0; i < qn; i++) g->qkv[i] = fgauss();
+    for (size_t i = 0; i < an; i++) { g->alpha[i] = fgauss() * 2 + gate_shift; g->beta[i] = fgauss() * 2; }
+    for (int h = 0; h < nv; h++) { g->a[h] = -expf(0.5f * fgauss()); g->dtb[h] = fgauss(); }
+    for (size_t i = 0; i < sn; i++) g->state[i] = fgauss() * 0.1f;
+}
+
+static void gdn_free(gdn_case *g)
+{
+    free(g->qkv); free(g->alpha); free(g->beta); free(g->a); free(g->dtb); free(g->state);
+}
+
+/* Runs calls of lens[] tokens (summing to 2n) on backend be from the case's
+ * initial state; host copies of all outputs and the final state. */
+static void gdn_run(mr_backend *be, const gdn_case *g, const int *lens, int n_calls, float *out, float *st)
+{
+    size_t qn = (size_t)2 * g->n * g->stride, an = (size_t)2 * g->n * g->nv;
+    size_t sn = (size_t)g->nv * g->dk * g->dv, on = (size_t)2 * g->n * g->nv * g->dv;
+    float *dq = dup_to(be, g->qkv, qn * 4), *da = dup_to(be, g->alpha, an * 4), *db = dup_to(be, g->beta, an * 4);
+    float *dA = dup_to(be, g->a, g->nv * 4), *dt = dup_to(be, g->dtb, g->nv * 4);
+    float *ds = dup_to(be, g->state, sn * 4), *dout = dalloc(be, on * 4);
+    poison(be, dout, on * 4);
+    int t0 = 0;
+    for (int c = 0; c < n_calls; c++) {
+        be->gdn_scan(be, dq + (size_t)t0 * g->stride, g->stride, da + (size_t)t0 * g->nv, db + (size_t)t0 * g->nv,
+                     dA, dt, ds, lens[c], g->nk, g->nv, g->dk, g->dv, 1e-6f, dout + (size_t)t0 * g->nv * g->dv);
+        t0 += lens[c];
+    }
+    fetch(be, out, dout, on * 4);
+    fetch(be, st, ds, sn * 4);
+    be->free(be, dq); be->free(be, da); be->free(be, db); be->free(be, dA); be->free(be, dt);
+    be->free(be, ds); be->free(be, dout);
+}
+
+static void check_gdn(int nk, int nv, int dk, int dv, int pad, int n, float gate_shift)
+{
+    gdn_case g;
+    gdn_make(&g, nk, nv, dk, dv, pad, n, gate_shift);
+    size_t sn = (size_t)nv * dk * dv, on = (size_t)2 * n * nv * dv;
+    float *go = malloc(on * 4), *gs = malloc(sn * 4), *co = malloc(on * 4), *cs = malloc(sn * 4);
+    float *go1 = malloc(on * 4), *gs1 = malloc(sn * 4);
+    int two[2] = {n, n}, one[1] = {2 * n};
+    gdn_run(gpu, &g, two, 2, go, gs);
+    gdn_run(cpu, &g, two, 2, co, cs);
+    char shape[64];
+    snprintf(shape, sizeof shape, "h=%d/%d d=%d/%d n=%d x2%s%s", nk, nv, dk, dv, n, pad ? " pad" : "",
+             gate_shift > 10 ? " strong" : "");
+    report_f("gdn_scan-cpu", shape, go, co, on, 1e-5);
+    report_f("gdn_state-cpu", shape, gs, cs, sn, 1e-5);
+    /* where one call ends and the next starts changes nothing on the GPU */
+    gdn_run(gpu, &g, one, 1, go1, gs1);
+    report_f("gdn_scan-split", shape, go, go1, on, 0.0);
+    report_f("gdn_state-split", shape, gs, gs1, sn, 0.0);
+    free(go); free(gs); free(co); free(cs); free(go1); free(gs1);
+    gdn_free(&g);
+}
+
+/* The linear-attention core (conv then scan) captured in a graph and
+ * replayed gives what direct launches give, state update included. */
+static void check_gdn_graph(void)
+{
+    if (!gpu->graph_begin) return;
+    const int nk = 2, nv = 4, dk = 64, dv = 64, n = 1, k = 4;
+    gdn_case g;
+    gdn_make(&g, nk, nv, dk, dv, 0, n, 0.0f);
+    const int C = g.stride;
+    size_t hn = (size_t)(k - 1) * C, wn = (size_t)C * k, sn = (size_t)nv * dk * dv, on = (size_t)nv * dv;
+    float *w = malloc(wn * 4), *h0 = malloc(hn * 4);
+    for (size_t i = 0; i < wn; i++) w[i] = fgauss() * 0.5f;
+    for (size_t i = 0; i < hn; i++) h0[i] = fgauss();
+    float *dx = dup_to(gpu, g.qkv, (size_t)C * 4), *dw = dup_to(gpu, w, wn * 4), *dh = dup_to(gpu, h0, hn * 4);
+    float *dy = dalloc(gpu, (size_t)C * 4), *da = dup_to(gpu, g.alpha, nv * 4), *db = dup_to(gpu, g.beta, nv * 4);
+    float *dA = dup_to(gpu, g.a, nv * 4), *dt = dup_to(gpu, g.dtb, nv * 4), *ds = dup_to(gpu, g.state, sn * 4);
+    float *dout = dalloc(gpu, on * 4);
+    float *o[2], *s[2], *hh[2];
+    for (int i = 0; i < 2; i++) { o[i] = malloc(on * 4); s[i] = malloc(sn * 4); hh[i] = malloc(hn * 4); }
+    void *graph = NULL;
+    if (gpu->graph_begin(gpu, &err)) die("graph_begin");
+    gpu->conv1d_silu(gpu, dx, dw, dh, n, C, k, dy);
+    gpu->gdn_scan(gpu, dy, C, da, db, dA, dt, ds, n, nk, nv, dk, dv, 1e-6f, dout);
+    if (gpu->graph_end(gpu, &graph, &err)) die("graph_end");
+    for (int i = 0; i < 2; i++) {
+        /* the same starting state both ways */
+        if (gpu->upload(gpu, dh, h0, hn * 4, &err) || gpu->upload(gpu, ds, g.state, sn * 4, &err)) die("upload");
+        poison(gpu, dout, on * 4);
+        if (i == 0) {
+            if (gpu->graph_launch(gpu, graph, &err)) die("graph_launch");
+        } else {
+            gpu->conv1d_silu(gpu, dx, dw, dh, n, C, k, dy);
+            gpu->gdn_scan(gpu, dy, C, da, db, dA, dt, ds, n, nk, nv, dk, dv, 1e-6f, dout);
+        }
+        fetch(gpu, o[i], dout, on * 4);
+        fetch(gpu, s[i], ds, sn * 4);
+        fetch(gpu, hh[i], dh, hn * 4);
+    }
+    gpu->graph_destroy(gpu, graph);
+    report_f("gdn-graph", "conv1d_silu+gdn_scan replay: out", o[0], o[1], on, 0.0);
+    report_f("gdn-graph", "conv1d_silu+gdn_scan replay: state", s[0], s[1], sn, 0.0);
+    report_f("gdn-graph", "conv1d_silu+gdn_scan replay: conv state", hh[0], hh[1], hn, 0.0);
+    gpu->free(gpu, dx); gpu->free(gpu, dw); gpu->free(gpu, dh); gpu->free(gpu, dy); gpu->free(gpu, da);
+    gpu->free(gpu, db); gpu->free(gpu, dA); gpu->free(gpu, dt); gpu->free(gpu, ds); gpu->free(gpu, dout);
+    for (int i = 0; i < 2; i++) { free(o[i]); free(s[i]); free(hh[i]); }
+    free(w); free(h0);
+    gdn_free(&g);
+}
+
+static void check_hybrid_ops(void)
+{
+    if (!gpu->copy_2d || !gpu->sigmoid_mul || !gpu->conv1d_silu || !gpu->gdn_scan) {
+        report("hybrid-ops", "copy_2d/sigmoid_mul/conv1d_silu/gdn_scan missing", 1.0, 0, 0.0);
+        return;
+    }
+    /* query half of [q | gate] per head; the MTP [e | h] concatenation; a
+     * second-half source */
+    check_copy_2d(7 * 4, 64, 64, 128, 0);
+    check_copy_2d(5, 256, 512, 256, 0);
+    check_copy_2d(3, 2048, 4096, 2048, 0);
+    check_copy_2d(9, 100, 130, 256, 7);
+    /* attention output gate (per element), shared-expert gate (per row) */
+    check_sigmoid_mul(7 * 4, 64, 128, 64, false);
+    check_sigmoid_mul(1 * 16, 256, 512, 256, false);
+    check_sigmoid_mul(7, 256, 1, 0, true);
+    check_sigmoid_mul(64, 2048, 1, 0, true);
+    check_sigmoid_mul(3, 1000, 1000, 0, false);
+    /* the fixtures' conv (2 key heads, 4 value heads of 64: 512 channels),
+     * the 35B-A3B's (16 + 16 key heads and 32 value heads of 128: 8192) */
+    int ns[3] = {1, 7, 64};
+    for (int i = 0; i < 3; i++) {
+        check_conv1d(512, 4, ns[i]);
+        check_conv1d(8192, 4, ns[i]);
+    }
+    check_conv1d(37, 3, 5);
+    check_conv1d(100, 1, 3);
+    check_conv1d(64, 6, 2); /* history longer than a call */
+    for (int i = 0; i < 3; i++) {
+        check_gdn(2, 4, 64, 64, 0, ns[i], 0.0f);   /* the fixtures */
+        check_gdn(16, 32, 128, 128, 0, ns[i], 0.0f); /* Qwen3.6-35B-A3B */
+    }
+    check_gdn(1, 3, 48, 40, 5, 7, 0.0f);    /* partial tiles, padded rows */
+    check_gdn(2, 2, 256, 96, 0, 7, 0.0f);   /* more warps over the rows */
+    check_gdn(2, 4, 16, 8, 3, 9, 0.0f);     /* tiny heads */
+    check_gdn(2, 4, 64, 64, 0, 7, 25.0f);   /* softplus linear branch: state nearly cleared */
+    check_gdn_graph();
+}
+
 /* A captured graph (rmsnorm -> matmul -> argmax) replayed on new inputs
  * gives what direct launches give. */
 static void check_graph(void)
@@ -724,6 +967,7 @@ int main(int argc, char **argv)
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : (uint64_t)time(NULL);
     rng_s ^= seed * 0x2545F4914F6CDD1Dull;
     if (!rng_s) rng_s = 1;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a crash still shows how far the checks got */
     if (!mr_backend_cuda_available()) {
         printf("kernel-check: no CUDA device: skipped\n");
         return 77;
@@ -828,6 +1072,7 @@ int main(int argc, char **argv)
     check_argmax(4, 1024, true);
     check_argmax(3, 17, false);
     check_graph();
+    if (cpu) check_hybrid_ops();
 
     printf("%d checks: %d passed, %d failed\n", n_pass + n_fail, n_pass, n_fail);
     if (cpu) cpu->destroy(cpu);

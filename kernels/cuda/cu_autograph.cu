@@ -45,6 +45,10 @@ struct rec_op {
         struct { const float *l; int n, ne, k; bool norm; int32_t *ids; float *w; } moe_route;
         struct { const float *y, *w; int n, k, rows; float *out; } moe_combine;
         struct { const float *x; int n, dim; int32_t *ids; } argmax;
+        struct { float *dst; int ds; const float *src; int ss, n_rows, dim; } copy_2d;
+        struct { float *y; const float *g; int n_rows, dim, gs; bool scalar; } sigmoid_mul;
+        struct { const float *x, *w; float *state; int n, channels, k; float *y; } conv1d_silu;
+        struct { const float *qkv; int stride; const float *alpha, *beta, *a, *dt_bias; float *state; int n, nk, nv, dk, dv; float eps; float *out; } gdn_scan;
     } u;
 };
 
@@ -74,7 +78,8 @@ struct mr_cu_auto {
 };
 
 enum { OP_GET_ROWS = 1, OP_MATMUL, OP_MATMUL_ID, OP_RMSNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION,
-       OP_SWIGLU, OP_ADD, OP_MOE_ROUTE, OP_MOE_COMBINE, OP_ARGMAX, OP_ADD_RMSNORM };
+       OP_SWIGLU, OP_ADD, OP_MOE_ROUTE, OP_MOE_COMBINE, OP_ARGMAX, OP_ADD_RMSNORM, OP_COPY_2D,
+       OP_SIGMOID_MUL, OP_CONV1D_SILU, OP_GDN_SCAN };
 
 #define MAX_GRAPHS 8
 
@@ -156,6 +161,27 @@ static void run_op(mr_cu_auto *a, mr_backend *be, const rec_op &o)
         break;
     }
     case OP_ARGMAX: { auto &p = o.u.argmax; r.argmax(be, p.x, p.n, p.dim, p.ids); break; }
+    case OP_COPY_2D: {
+        auto &p = o.u.copy_2d;
+        r.copy_2d(be, p.dst, p.ds, p.src, p.ss, p.n_rows, p.dim);
+        break;
+    }
+    case OP_SIGMOID_MUL: {
+        auto &p = o.u.sigmoid_mul;
+        r.sigmoid_mul(be, p.y, p.g, p.n_rows, p.dim, p.gs, p.scalar);
+        break;
+    }
+    case OP_CONV1D_SILU: {
+        auto &p = o.u.conv1d_silu;
+        r.conv1d_silu(be, p.x, p.w, p.state, p.n, p.channels, p.k, p.y);
+        break;
+    }
+    case OP_GDN_SCAN: {
+        auto &p = o.u.gdn_scan;
+        r.gdn_scan(be, p.qkv, p.stride, p.alpha, p.beta, p.a, p.dt_bias, p.state, p.n, p.nk, p.nv, p.dk,
+                   p.dv, p.eps, p.out);
+        break;
+    }
     }
 }
 
@@ -428,6 +454,50 @@ static void w_argmax(mr_backend *be, const float *x, int n, int dim, int32_t *id
     label(a, "argmax n=%d dim=%d", n, dim);
 }
 
+static void w_copy_2d(mr_backend *be, float *dst, int ds, const float *src, int ss, int n_rows, int dim)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.copy_2d(be, dst, ds, src, ss, n_rows, dim);
+    rec(be, OP_COPY_2D).u.copy_2d = {dst, ds, src, ss, n_rows, dim};
+    sp(a->sig, dst); sp(a->sig, ds); sp(a->sig, src); sp(a->sig, ss); sp(a->sig, n_rows); sp(a->sig, dim);
+    label(a, "copy_2d %dx%d", n_rows, dim);
+}
+
+static void w_sigmoid_mul(mr_backend *be, float *y, const float *g, int n_rows, int dim, int gs,
+                          bool scalar)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.sigmoid_mul(be, y, g, n_rows, dim, gs, scalar);
+    rec(be, OP_SIGMOID_MUL).u.sigmoid_mul = {y, g, n_rows, dim, gs, scalar};
+    sp(a->sig, y); sp(a->sig, g); sp(a->sig, n_rows); sp(a->sig, dim); sp(a->sig, gs); sp(a->sig, scalar);
+    label(a, "sigmoid_mul %dx%d%s", n_rows, dim, scalar ? " scalar" : "");
+}
+
+static void w_conv1d_silu(mr_backend *be, const float *x, const float *w, float *state, int n,
+                          int channels, int k, float *y)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.conv1d_silu(be, x, w, state, n, channels, k, y);
+    rec(be, OP_CONV1D_SILU).u.conv1d_silu = {x, w, state, n, channels, k, y};
+    sp(a->sig, x); sp(a->sig, w); sp(a->sig, state); sp(a->sig, n); sp(a->sig, channels); sp(a->sig, k);
+    sp(a->sig, y);
+    label(a, "conv1d_silu n=%d c=%d k=%d", n, channels, k);
+}
+
+static void w_gdn_scan(mr_backend *be, const float *qkv, int stride, const float *alpha,
+                       const float *beta, const float *sa, const float *dt_bias, float *state, int n,
+                       int nk, int nv, int dk, int dv, float eps, float *out)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be))
+        return a->real.gdn_scan(be, qkv, stride, alpha, beta, sa, dt_bias, state, n, nk, nv, dk, dv, eps, out);
+    rec(be, OP_GDN_SCAN).u.gdn_scan = {qkv, stride, alpha, beta, sa, dt_bias, state, n, nk, nv, dk, dv, eps, out};
+    sp(a->sig, qkv); sp(a->sig, stride); sp(a->sig, alpha); sp(a->sig, beta); sp(a->sig, sa);
+    sp(a->sig, dt_bias); sp(a->sig, state); sp(a->sig, n); sp(a->sig, nk); sp(a->sig, nv); sp(a->sig, dk);
+    sp(a->sig, dv); sp(a->sig, eps); sp(a->sig, out);
+    label(a, "gdn_scan n=%d h=%d/%d d=%d/%d", n, nk, nv, dk, dv);
+}
+
 void mr_cu_autograph_install(mr_backend *be)
 {
     mr_cu_ctx *c = mr_cu(be);
@@ -451,6 +521,10 @@ void mr_cu_autograph_install(mr_backend *be)
     be->moe_route = w_moe_route;
     be->moe_combine = w_moe_combine;
     be->argmax = w_argmax;
+    be->copy_2d = w_copy_2d;
+    be->sigmoid_mul = w_sigmoid_mul;
+    be->conv1d_silu = w_conv1d_silu;
+    be->gdn_scan = w_gdn_scan;
 }
 
 void mr_cu_autograph_free(mr_backend *be)

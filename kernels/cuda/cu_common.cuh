@@ -114,6 +114,7 @@ int mr_cu_weight_prepare(mr_backend *be, mr_weight *w, mr_err *err);
 void mr_cu_weight_free_priv(mr_backend *be, mr_weight *w);
 void mr_cu_install_ops(mr_backend *be);
 void mr_cu_install_attn(mr_backend *be);
+void mr_cu_install_gdn(mr_backend *be); /* cu_gdn.cu: the hybrid-model ops */
 bool mr_cu_type_supported(int type);
 /* Prompt products (cu_gemm.cu). */
 int mr_cu_gemm_mode_from_env(void);

@@ -1,0 +1,334 @@
+/* Ops of the hybrid (Gated DeltaNet) models: strided row copy, sigmoid
+ * gating, the short causal convolution with carried state, and the gated
+ * delta-rule scan in its recurrent form (see kernels/ops.h for each).
+ *
+ * gdn_scan: the state of one value head is S[dk][dv].  Columns j of S are
+ * independent given the normalised q and k (every step reads and writes
+ * column j only: r_j = sum_i S_ij kn_i, S_ij += kn_i b (v_j - r_j),
+ * o_j = sum_i S_ij qn_i), so a block takes one head and a tile of 32
+ * columns: lane = column, the warps split the dk rows, and each thread keeps
+ * its rows x 1 column of S in registers for all n tokens of the call.  The
+ * state is read from and written back to device memory once per call.
+ * The output is taken from the decayed state before the update,
+ *   o = (S + kn d^T)^T qn = S^T qn + d (kn . qn),
+ * so both reductions over the rows share one pass and one exchange. */
+#include "kernels/cuda/cu_common.cuh"
+
+/* ---- copy_2d ---- */
+
+/* Flat over n_rows * dim elements (a prompt's heads can exceed a grid's
+ * 65535 rows), grid-stride. */
+__global__ void k_copy_2d(float *dst, int dst_stride, const float *src, int src_stride, int n_rows,
+                          int dim)
+{
+    const int64_t total = (int64_t)n_rows * dim;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = e / dim, i = e % dim;
+        dst[r * dst_stride + i] = src[r * src_stride + i];
+    }
+}
+
+static unsigned flat_blocks(mr_cu_ctx *c, size_t n, unsigned th)
+{
+    size_t b = mr_cu_blocks(n, th), cap = (size_t)c->n_sm * 8;
+    return (unsigned)(b < cap ? b : cap);
+}
+
+static void cu_copy_2d(mr_backend *be, float *dst, int dst_stride, const float *src, int src_stride,
+                       int n_rows, int dim)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n_rows <= 0 || dim <= 0)
+        return;
+    const size_t total = (size_t)n_rows * (size_t)dim;
+    k_copy_2d<<<flat_blocks(c, total, 256), 256, 0, c->stream>>>(dst, dst_stride, src, src_stride, n_rows,
+                                                                dim);
+    MR_CU_LAUNCHED(c, "copy_2d");
+}
+
+/* ---- sigmoid_mul ---- */
+
+__device__ __forceinline__ float mr_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+__global__ void k_sigmoid_mul(float *y, const float *g, int n_rows, int dim, int g_stride, bool g_scalar)
+{
+    const int64_t total = (int64_t)n_rows * dim;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = e / dim, i = e % dim;
+        y[e] *= mr_sigmoidf(g[r * g_stride + (g_scalar ? 0 : i)]);
+    }
+}
+
+static void cu_sigmoid_mul(mr_backend *be, float *y, const float *g, int n_rows, int dim, int g_stride,
+                           bool g_scalar)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n_rows <= 0 || dim <= 0)
+        return;
+    const size_t total = (size_t)n_rows * (size_t)dim;
+    k_sigmoid_mul<<<flat_blocks(c, total, 256), 256, 0, c->stream>>>(y, g, n_rows, dim, g_stride, g_scalar);
+    MR_CU_LAUNCHED(c, "sigmoid_mul");
+}
+
+/* ---- conv1d_silu ---- */
+
+/* One thread per (token, channel): the k taps over the previous inputs,
+ * which come from x or, before the first token, from the carried state. */
+__global__ void k_conv1d_silu(const float *x, const float *w, const float *state, int n, int channels,
+                              int k, float *y)
+{
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)n * channels)
+        return;
+    const int t = (int)(idx / channels), ch = (int)(idx % channels);
+    const int hist = k - 1;
+    const float *wc = w + (int64_t)ch * k;
+    float s = 0.0f;
+    for (int j = 0; j < k; j++) {
+        const int p = t - hist + j;
+        const float in = p >= 0 ? x[(int64_t)p * channels + ch] : state[(int64_t)(hist + p) * channels + ch];
+        s = fmaf(wc[j], in, s);
+    }
+    y[idx] = s / (1.0f + expf(-s));
+}
+
+/* The new state (the last k-1 inputs), in place after k_conv1d_silu has
+ * read the old one: entry i comes from old entry n + i (> i) when it
+ * predates this call, so ascending i never reads an entry already
+ * replaced. */
+__global__ void k_conv_state(const float *x, float *state, int n, int channels, int k)
+{
+    const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= channels)
+        return;
+    const int hist = k - 1;
+    for (int i = 0; i < hist; i++) {
+        const int p = n - hist + i;
+        state[(int64_t)i * channels + ch] =
+            p >= 0 ? x[(int64_t)p * channels + ch] : state[(int64_t)(hist + p) * channels + ch];
+    }
+}
+
+/* Few tokens (decode, speculative verify): one thread per channel runs the
+ * tokens in order and then replaces the state, in one launch.  The thread
+ * reads all of its channel's old state before writing any of it. */
+#define CONV_SEQ_MAX 16
+__global__ void k_conv1d_silu_seq(const float *x, const float *w, float *state, int n, int channels,
+                                  int k, float *y)
+{
+    const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= channels)
+        return;
+    const int hist = k - 1;
+    const float *wc = w + (int64_t)ch * k;
+    for (int t = 0; t < n; t++) {
+        float s = 0.0f;
+        for (int j = 0; j < k; j++) {
+            const int p = t - hist + j;
+            const float in = p >= 0 ? x[(int64_t)p * channels + ch] : state[(int64_t)(hist + p) * channels + ch];
+            s = fmaf(wc[j], in, s);
+        }
+        y[(int64_t)t * channels + ch] = s / (1.0f + expf(-s));
+    }
+    for (int i = 0; i < hist; i++) {
+        const int p = n - hist + i;
+        state[(int64_t)i * channels + ch] =
+            p >= 0 ? x[(int64_t)p * channels + ch] : state[(int64_t)(hist + p) * channels + ch];
+    }
+}
+
+static void cu_conv1d_silu(mr_backend *be, const float *x, const float *w, float *state, int n,
+                           int channels, int k, float *y)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (k < 1 || channels < 1 || n < 0) {
+        mr_cu_fail(c, "conv1d_silu: bad shape (k %d, channels %d, n %d)", k, channels, n);
+        return;
+    }
+    if (n == 0)
+        return;
+    const unsigned th = 256;
+    if (n <= CONV_SEQ_MAX) {
+        k_conv1d_silu_seq<<<mr_cu_blocks((size_t)channels, 128), 128, 0, c->stream>>>(x, w, state, n, channels,
+                                                                                   k, y);
+        MR_CU_LAUNCHED(c, "conv1d_silu");
+        return;
+    }
+    k_conv1d_silu<<<mr_cu_blocks((size_t)n * (size_t)channels, th), th, 0, c->stream>>>(x, w, state, n,
+                                                                                      channels, k, y);
+    MR_CU_LAUNCHED(c, "conv1d_silu");
+    if (k > 1) {
+        k_conv_state<<<mr_cu_blocks((size_t)channels, th), th, 0, c->stream>>>(x, state, n, channels, k);
+        MR_CU_LAUNCHED(c, "conv1d_silu state");
+    }
+}
+
+/* ---- gdn_scan ---- */
+
+#define GDN_COLS 32    /* columns of S per block: one per lane */
+#define GDN_MAX_WARPS 8 /* dk up to 256; more warps would cap the registers that hold S */
+
+/* Block: W = blockDim.x / 32 warps; thread (w, lane) holds S[w*RPT + r][col]
+ * for r < RPT, col = blockIdx.y * 32 + lane.  Rows >= dk and columns >= dv
+ * are held as zeros and never stored. */
+template <int RPT>
+__global__ void __launch_bounds__(32 * GDN_MAX_WARPS) k_gdn_scan(const float *qkv, int stride, const float *alpha,
+                                                   const float *beta, const float *a,
+                                                   const float *dt_bias, float *state, int n,
+                                                   int n_k_heads, int n_v_heads, int dk, int dv,
+                                                   float eps, float *out)
+{
+    extern __shared__ float sh[];
+    const int W = blockDim.x >> 5;
+    float *qn = sh;                       /* [dk] */
+    float *kn = qn + dk;                  /* [dk] */
+    float *red_r = kn + dk;               /* [W][32]: partial S^T kn */
+    float *red_p = red_r + W * GDN_COLS;  /* [W][32]: partial S^T qn */
+    float *red_n = red_p + W * GDN_COLS;  /* [3][W]: |q|^2, |k|^2, q.k */
+
+    const int h = blockIdx.x, kh = h % n_k_heads;
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    const int col = blockIdx.y * GDN_COLS + lane;
+    const bool col_ok = col < dv;
+    const int row0 = wi * RPT;
+    float *S = state + (int64_t)h * dk * dv;
+
+    float s[RPT];
+#pragma unroll
+    for (int r = 0; r < RPT; r++)
+        s[r] = col_ok && row0 + r < dk ? S[(int64_t)(row0 + r) * dv + col] : 0.0f;
+
+    const float a_h = a[h], dtb = dt_bias[h];
+    const float qscale = 1.0f / sqrtf((float)dk);
+    const int64_t kdim = (int64_t)n_k_heads * dk;
+
+    /* this thread's inputs of a token: its element of the key head's q and
+     * k, its column's v, the head's alpha and beta; loaded one token ahead
+     * so that the loads overlap the previous token's work */
+    float nq = 0.0f, nk = 0.0f, nv = 0.0f, na = 0.0f, nb = 0.0f;
+    auto load = [&](int t) {
+        const float *row = qkv + (int64_t)t * stride;
+        if (threadIdx.x < dk) {
+            nq = row[(int64_t)kh * dk + threadIdx.x];
+            nk = row[kdim + (int64_t)kh * dk + threadIdx.x];
+        }
+        nv = col_ok ? row[2 * kdim + (int64_t)h * dv + col] : 0.0f;
+        na = alpha[(int64_t)t * n_v_heads + h];
+        nb = beta[(int64_t)t * n_v_heads + h];
+    };
+    load(0);
+    for (int t = 0; t < n; t++) {
+        const float qv = nq, kv = nk, v = nv, al = na, bt = nb;
+        if (t + 1 < n)
+            load(t + 1);
+        /* the sums for the norms of q and k, and q.k */
+        float sq = mr_warp_sum(qv * qv), sk = mr_warp_sum(kv * kv), sqk = mr_warp_sum(qv * kv);
+        if (lane == 0) {
+            red_n[wi] = sq;
+            red_n[W + wi] = sk;
+            red_n[2 * W + wi] = sqk;
+        }
+        __syncthreads();
+        sq = sk = sqk = 0.0f;
+        for (int q = 0; q < W; q++) {
+            sq += red_n[q];
+            sk += red_n[W + q];
+            sqk += red_n[2 * W + q];
+        }
+        const float iq = 1.0f / sqrtf(sq + eps) * qscale, ik = 1.0f / sqrtf(sk + eps);
+        if (threadIdx.x < dk) {
+            qn[threadIdx.x] = qv * iq;
+            kn[threadIdx.x] = kv * ik;
+        }
+        const float qk = sqk * iq * ik;
+        const int64_t th = (int64_t)t * n_v_heads + h;
+        const float x = al + dtb;
+        const float sp = x > 20.0f ? x : log1pf(expf(x));
+        const float decay = expf(a_h * sp);
+        const float b = mr_sigmoidf(bt);
+        __syncthreads();
+
+        /* decay, then this thread's share of S^T kn and S^T qn */
+        float pr = 0.0f, pp = 0.0f;
+#pragma unroll
+        for (int r = 0; r < RPT; r++) {
+            const int i = row0 + r;
+            s[r] *= decay;
+            if (i < dk) {
+                pr = fmaf(s[r], kn[i], pr);
+                pp = fmaf(s[r], qn[i], pp);
+            }
+        }
+        red_r[wi * GDN_COLS + lane] = pr;
+        red_p[wi * GDN_COLS + lane] = pp;
+        __syncthreads();
+        float R = 0.0f, P = 0.0f;
+        for (int q = 0; q < W; q++) {
+            R += red_r[q * GDN_COLS + lane];
+            P += red_p[q * GDN_COLS + lane];
+        }
+        const float d = b * (v - R);
+#pragma unroll
+        for (int r = 0; r < RPT; r++) {
+            const int i = row0 + r;
+            if (i < dk)
+                s[r] = fmaf(kn[i], d, s[r]);
+        }
+        if (wi == 0 && col_ok)
+            out[th * dv + col] = fmaf(d, qk, P);
+        __syncthreads(); /* qn, kn and the partials are rewritten next token */
+    }
+
+    if (col_ok) {
+#pragma unroll
+        for (int r = 0; r < RPT; r++)
+            if (row0 + r < dk)
+                S[(int64_t)(row0 + r) * dv + col] = s[r];
+    }
+}
+
+static void cu_gdn_scan(mr_backend *be, const float *qkv, int stride, const float *alpha,
+                        const float *beta, const float *a, const float *dt_bias, float *state, int n,
+                        int n_k_heads, int n_v_heads, int dk, int dv, float eps, float *out)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n_k_heads < 1 || n_v_heads < 1 || n_v_heads % n_k_heads || dk < 1 || dv < 1 ||
+        stride < 2 * n_k_heads * dk + n_v_heads * dv || dk > 32 * GDN_MAX_WARPS ||
+        (dv + GDN_COLS - 1) / GDN_COLS > 65535) {
+        mr_cu_fail(c, "gdn_scan: bad shape (k heads %d, v heads %d, dk %d, dv %d, stride %d; dk at most %d)",
+                   n_k_heads, n_v_heads, dk, dv, stride, 32 * GDN_MAX_WARPS);
+        return;
+    }
+    if (n <= 0)
+        return;
+    /* rows per thread: the smallest of 4, 8, 16, 32 that needs at most 4
+     * warps, else 32 (dk > 128: more warps) */
+    int rpt = 4;
+    while (rpt < 32 && rpt * 4 < dk)
+        rpt *= 2;
+    const int W = (dk + rpt - 1) / rpt;
+    const dim3 grid((unsigned)n_v_heads, (unsigned)((dv + GDN_COLS - 1) / GDN_COLS));
+    const unsigned threads = (unsigned)(32 * W);
+    const size_t shm = sizeof(float) * ((size_t)2 * dk + (size_t)2 * W * GDN_COLS + (size_t)3 * W);
+#define GDN_LAUNCH(R)                                                                              \
+    k_gdn_scan<R><<<grid, threads, shm, c->stream>>>(qkv, stride, alpha, beta, a, dt_bias, state, n, \
+                                                     n_k_heads, n_v_heads, dk, dv, eps, out)
+    switch (rpt) {
+    case 4: GDN_LAUNCH(4); break;
+    case 8: GDN_LAUNCH(8); break;
+    case 16: GDN_LAUNCH(16); break;
+    default: GDN_LAUNCH(32); break;
+    }
+#undef GDN_LAUNCH
+    MR_CU_LAUNCHED(c, "gdn_scan");
+}
+
+void mr_cu_install_gdn(mr_backend *be)
+{
+    be->copy_2d = cu_copy_2d;
+    be->sigmoid_mul = cu_sigmoid_mul;
+    be->conv1d_silu = cu_conv1d_silu;
+    be->gdn_scan = cu_gdn_scan;
+}
