@@ -148,6 +148,16 @@ struct mr_backend {
     void (*add_rmsnorm)(mr_backend *be, float *y, const float *x, const float *w, float *out,
                         int n_rows, int dim, float eps);
 
+    /* Several sequences in one call (decode batches): as kv_store and
+     * attention, but token t uses the block table tables[t] (tables: n
+     * pointers in backend memory); a NULL entry skips that token (nothing
+     * stored, its output rows left as they are). */
+    void (*kv_store_multi)(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t *const *tables,
+                           const float *k, const float *v, const int32_t *pos, int n);
+    void (*attention_multi)(mr_backend *be, const mr_kv_cache *kv, int layer,
+                            const int32_t *const *tables, const float *q, const int32_t *pos, int n,
+                            int n_heads, float scale, float *out);
+
     /* ---- hybrid (Gated DeltaNet) models: Qwen3.5 / Qwen3.6 ----
      * Required by the qwen35 / qwen35moe forward pass; NULL in a backend
      * that does not run those models (loading one then fails). */

@@ -416,6 +416,7 @@ void mr_model_free(mr_model *m)
     mr_gguf_close(m->gguf);
     free(m->stage);
     free(m->segs);
+    free(m->stage_tab);
     free(m);
 }
 
@@ -639,6 +640,7 @@ static int scratch_reserve(mr_model *m, int cap, int out_cap, mr_err *err)
         {(void **)&m->sc.exp_out, n * k * e},
         {(void **)&m->sc.logits, (size_t)out_cap * (size_t)hp->n_vocab}, /* only rows with logits wanted */
         {(void **)&m->sc.ids, (size_t)out_cap},
+        {(void **)&m->sc.tables, n * (sizeof(void *) / 4)},
     };
     void *base = mr_model_carve(m, parts, sizeof parts / sizeof parts[0], cap, err);
     if (!base)
@@ -697,6 +699,44 @@ int mr_model_stage_upload(mr_model *m, int n, mr_err *err)
 {
     m->sc.pos = m->sc.tokens + n;
     return m->be->upload(m->be, m->sc.tokens, m->stage, sizeof(int32_t) * 2 * (size_t)n, err);
+}
+
+/* Stages and uploads the block tables of the rows of short segments when
+ * there are two or more and the backend has the multi-sequence ops. */
+static int stage_multi(mr_model *m, const mr_fwd_seg *segs, int n_segs, mr_err *err)
+{
+    m->multi_segs = NULL;
+    mr_backend *be = m->be;
+    if (!be->kv_store_multi || !be->attention_multi || n_segs < 2)
+        return 0;
+    int r0 = -1, r1 = -1, n_short = 0;
+    for (int i = 0; i < n_segs; i++) {
+        if (!mr_fwd_seg_multi(&segs[i]))
+            continue;
+        n_short++;
+        if (r0 < 0 || segs[i].start < r0) r0 = segs[i].start;
+        if (segs[i].start + segs[i].n > r1) r1 = segs[i].start + segs[i].n;
+    }
+    if (n_short < 2)
+        return 0;
+    if (r1 - r0 > m->stage_tab_cap) {
+        const int32_t **p = realloc(m->stage_tab, sizeof *p * (size_t)(r1 - r0));
+        if (!p)
+            return mr_errf(err, "out of memory for %d block-table pointers", r1 - r0);
+        m->stage_tab = p;
+        m->stage_tab_cap = r1 - r0;
+    }
+    for (int r = r0; r < r1; r++) m->stage_tab[r - r0] = NULL;
+    for (int i = 0; i < n_segs; i++)
+        if (mr_fwd_seg_multi(&segs[i]))
+            for (int t = 0; t < segs[i].n; t++) m->stage_tab[segs[i].start + t - r0] = segs[i].s->blocks_dev;
+    if (be->upload(be, (void *)m->sc.tables, m->stage_tab, sizeof(void *) * (size_t)(r1 - r0), err))
+        return -1;
+    m->multi_segs = segs;
+    m->multi_nsegs = n_segs;
+    m->multi_r0 = r0;
+    m->multi_r1 = r1;
+    return 0;
 }
 
 /* Copies the output rows of the items back: argmax ids, then logits rows;
@@ -783,7 +823,7 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
         row += it->n;
         out_row += it->n - of;
     }
-    if (mr_model_stage_upload(m, n, err))
+    if (mr_model_stage_upload(m, n, err) || stage_multi(m, segs, n_items, err))
         return -1;
     if ((m->q35 ? mr_qwen35_forward_segs : mr_qwen3_forward_segs)(m, segs, n_items, n, err))
         return -1;

@@ -32,6 +32,7 @@ typedef struct mr_scratch {
     float *exp_out;    /* [n][k][n_embd] */
     float *logits;     /* [out_cap][n_vocab] */
     int32_t *ids;      /* [out_cap] argmax of logits rows */
+    const int32_t **tables; /* [cap] block table of each row, for the multi-sequence ops */
 } mr_scratch;
 
 typedef struct mr_fwd_seg mr_fwd_seg;
@@ -55,6 +56,13 @@ struct mr_model {
     int stage_cap;
     mr_fwd_seg *segs;    /* host: [segs_cap] segments of a batched call */
     int segs_cap;
+    const int32_t **stage_tab; /* host: [stage_tab_cap] rows' block tables for sc.tables */
+    int stage_tab_cap;
+    /* The call in flight whose short segments share one attention call:
+     * rows multi_r0..multi_r1-1 have their tables in sc.tables (NULL for
+     * the rows of longer segments in that range); multi_segs NULL: none. */
+    const mr_fwd_seg *multi_segs;
+    int multi_nsegs, multi_r0, multi_r1;
 
     struct mr_q35 *q35;  /* hybrid-model weights and buffers (worker/arch/qwen35.c), or NULL */
     size_t rstate_bytes; /* recurrent state per sequence (0: none) */
@@ -80,6 +88,13 @@ struct mr_fwd_seg {
     int out_first;
     int out_row;
 };
+
+/* Segments this short (decode steps, MTP verification) of different
+ * sequences go through one multi-sequence K/V store and attention call
+ * where the backend has those ops; longer ones (prompt chunks) get their
+ * own calls, which the backends tile for prompts. */
+#define MR_FWD_MULTI_MAX 8
+static inline bool mr_fwd_seg_multi(const mr_fwd_seg *g) { return g->n <= MR_FWD_MULTI_MAX; }
 
 /* One forward call over several sequences: n rows in sc.tokens / sc.pos in
  * all, split into segs; logits of each segment's rows from out_first on go

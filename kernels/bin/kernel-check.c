@@ -539,6 +539,91 @@ static void check_attention(int heads, int kvh, int hd, int P, int n, mr_kv_dtyp
     free(table); free(K); free(V); free(pos); free(q); free(out); free(ref); free(sc);
 }
 
+/* Multi-sequence K/V store and attention (decode batches): three sequences
+ * of different lengths in one cache, each query the last position of its
+ * sequence, plus a skipped row (NULL table) whose output must stay as it
+ * was; against the one-sequence ops on a second cache filled one sequence
+ * at a time. */
+static void check_attention_multi(int heads, int kvh, int hd, mr_kv_dtype dt)
+{
+    enum { NS = 3 };
+    const int P[NS] = {37, 130, 5}, bt = 16;
+    int nb[NS], nblk = 0;
+    for (int i = 0; i < NS; i++) { nb[i] = (P[i] + bt - 1) / bt; nblk += nb[i]; }
+    mr_kv_cache ka = {.n_layers = 1, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh,
+                      .head_dim = hd, .dtype = dt};
+    mr_kv_cache kb = ka;
+    if (gpu->kv_create(gpu, &ka, &err) || gpu->kv_create(gpu, &kb, &err)) die("kv_create");
+    int32_t *perm = malloc(nblk * 4);
+    for (int i = 0; i < nblk; i++) perm[i] = i;
+    for (int i = nblk - 1; i > 0; i--) { int j = (int)(rnd() % (i + 1)); int t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
+    const int kvdim = kvh * hd, qd = heads * hd;
+    int32_t *dtab[NS];
+    float *dK[NS], *dV[NS];
+    int32_t *dpos[NS];
+    int tot = 0, used = 0;
+    for (int i = 0; i < NS; i++) tot += P[i];
+    /* rows of the one multi store: every position of every sequence */
+    const int32_t **htabs = malloc(sizeof(void *) * (size_t)tot);
+    float *Kall = malloc((size_t)tot * kvdim * 4), *Vall = malloc((size_t)tot * kvdim * 4);
+    int32_t *pall = malloc(tot * 4);
+    int row = 0;
+    for (int i = 0; i < NS; i++) {
+        dtab[i] = dup_to(gpu, perm + used, nb[i] * 4);
+        used += nb[i];
+        float *K = Kall + (size_t)row * kvdim, *V = Vall + (size_t)row * kvdim;
+        for (size_t e = 0; e < (size_t)P[i] * kvdim; e++) { K[e] = fgauss(); V[e] = fgauss(); }
+        for (int p = 0; p < P[i]; p++) { pall[row + p] = p; htabs[row + p] = dtab[i]; }
+        dK[i] = dup_to(gpu, K, (size_t)P[i] * kvdim * 4);
+        dV[i] = dup_to(gpu, V, (size_t)P[i] * kvdim * 4);
+        dpos[i] = dup_to(gpu, pall + row, P[i] * 4);
+        gpu->kv_store(gpu, &kb, 0, dtab[i], dK[i], dV[i], dpos[i], P[i]);
+        row += P[i];
+    }
+    const int32_t **dtabs = dup_to(gpu, htabs, sizeof(void *) * (size_t)tot);
+    float *dKall = dup_to(gpu, Kall, (size_t)tot * kvdim * 4), *dVall = dup_to(gpu, Vall, (size_t)tot * kvdim * 4);
+    int32_t *dpall = dup_to(gpu, pall, tot * 4);
+    gpu->kv_store_multi(gpu, &ka, 0, dtabs, dKall, dVall, dpall, tot);
+    /* queries: rows 0, 2, 3 = the last position of sequences 0, 1, 2; row 1 skipped */
+    const int nq = NS + 1;
+    const int32_t *qtabs[NS + 1] = {dtab[0], NULL, dtab[1], dtab[2]};
+    int32_t qpos[NS + 1] = {P[0] - 1, 0, P[1] - 1, P[2] - 1};
+    float *q = malloc((size_t)nq * qd * 4);
+    for (size_t e = 0; e < (size_t)nq * qd; e++) q[e] = fgauss() * 0.5f;
+    const int32_t **dqt = dup_to(gpu, qtabs, sizeof qtabs);
+    int32_t *dqp = dup_to(gpu, qpos, sizeof qpos);
+    float *dq = dup_to(gpu, q, (size_t)nq * qd * 4);
+    float *dout = dalloc(gpu, (size_t)nq * qd * 4), *dref = dalloc(gpu, (size_t)nq * qd * 4);
+    poison(gpu, dout, (size_t)nq * qd * 4);
+    const float scale = 1.0f / sqrtf((float)hd);
+    gpu->attention_multi(gpu, &ka, 0, dqt, dq, dqp, nq, heads, scale, dout);
+    for (int r = 0; r < nq; r++)
+        if (qtabs[r])
+            gpu->attention(gpu, &kb, 0, qtabs[r], dq + (size_t)r * qd, dqp + r, 1, heads, scale,
+                           dref + (size_t)r * qd);
+    float *out = malloc((size_t)nq * qd * 4), *ref = malloc((size_t)nq * qd * 4);
+    fetch(gpu, out, dout, (size_t)nq * qd * 4);
+    fetch(gpu, ref, dref, (size_t)nq * qd * 4);
+    /* the skipped row stays poisoned (NaN); compare the others */
+    int untouched = 1;
+    for (int e = 0; e < qd; e++) untouched &= out[qd + e] != out[qd + e];
+    memmove(out + qd, out + 2 * qd, (size_t)(nq - 2) * qd * 4);
+    memmove(ref + qd, ref + 2 * qd, (size_t)(nq - 2) * qd * 4);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=37,130,5", dt == MR_KV_F32 ? "f32" : dt == MR_KV_F16 ? "f16" : "bf16",
+             heads, kvh, hd);
+    report_f("attention_multi", shape, out, ref, (size_t)(nq - 1) * qd, 1e-5);
+    report("attention_multi", "skipped row left as it was", untouched ? 0.0 : 1.0, 0, 0.0);
+    for (int i = 0; i < NS; i++) {
+        gpu->free(gpu, dtab[i]); gpu->free(gpu, dK[i]); gpu->free(gpu, dV[i]); gpu->free(gpu, dpos[i]);
+    }
+    gpu->free(gpu, (void *)dtabs); gpu->free(gpu, dKall); gpu->free(gpu, dVall); gpu->free(gpu, dpall);
+    gpu->free(gpu, (void *)dqt); gpu->free(gpu, dqp); gpu->free(gpu, dq); gpu->free(gpu, dout); gpu->free(gpu, dref);
+    gpu->kv_destroy(gpu, &ka);
+    gpu->kv_destroy(gpu, &kb);
+    free(perm); free(htabs); free(Kall); free(Vall); free(pall); free(q); free(out); free(ref);
+}
+
 static void check_elementwise(size_t n)
 {
     float *g = malloc(n * 4), *u = malloc(n * 4), *y = malloc(n * 4);
@@ -1059,6 +1144,8 @@ int main(int argc, char **argv)
     check_attention(16, 4, 64, 129, 129, MR_KV_F16);
     check_attention(8, 8, 32, 100, 65, MR_KV_F32);
     check_attention(8, 8, 256, 50, 3, MR_KV_F32);
+    for (int d = 0; d < 3; d++) check_attention_multi(32, 8, 128, dts[d]);
+    check_attention_multi(4, 2, 64, MR_KV_F32);
     check_attention(4, 1, 32, 20, 2, MR_KV_F32);
     check_elementwise(1);
     check_elementwise(12288);

@@ -22,13 +22,23 @@ __device__ __forceinline__ float kv_ld(const void *base, int64_t i)
     else return mr_bf2f(((const uint16_t *)base)[i]);
 }
 
+/* The block table of token t: the call's one table, or tables[t] in a
+ * multi-sequence call (NULL there: skip the token). */
+__device__ __forceinline__ const int32_t *tab_of(const int32_t *table, const int32_t *const *tables,
+                                                 int t)
+{
+    return tables ? tables[t] : table;
+}
+
 template <int DT>
-__global__ void k_kv_store(void *K, void *V, const int32_t *table, const float *k, const float *v,
-                           const int32_t *pos, int bt, int n_blocks, int kvdim)
+__global__ void k_kv_store(void *K, void *V, const int32_t *table, const int32_t *const *tables,
+                           const float *k, const float *v, const int32_t *pos, int bt, int n_blocks,
+                           int kvdim)
 {
     const int t = blockIdx.y;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= kvdim)
+    table = tab_of(table, tables, t);
+    if (i >= kvdim || !table)
         return;
     const int p = pos[t];
     if (p < 0)
@@ -50,8 +60,9 @@ __global__ void k_kv_store(void *K, void *V, const int32_t *table, const float *
     }
 }
 
-static void cu_kv_store(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t *block_table,
-                        const float *k, const float *v, const int32_t *pos, int n)
+static void kv_store_launch(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t *block_table,
+                            const int32_t *const *tables, const float *k, const float *v,
+                            const int32_t *pos, int n)
 {
     mr_cu_ctx *c = mr_cu(be);
     if (n <= 0)
@@ -62,7 +73,7 @@ static void cu_kv_store(mr_backend *be, mr_kv_cache *kv, int layer, const int32_
     }
     const int kvdim = kv->n_kv_heads * kv->head_dim;
     dim3 grid(mr_cu_blocks((size_t)kvdim, 256), n);
-#define L(DT) k_kv_store<DT><<<grid, 256, 0, c->stream>>>(kv->k[layer], kv->v[layer], block_table, k, v, pos, kv->block_tokens, kv->n_blocks, kvdim)
+#define L(DT) k_kv_store<DT><<<grid, 256, 0, c->stream>>>(kv->k[layer], kv->v[layer], block_table, tables, k, v, pos, kv->block_tokens, kv->n_blocks, kvdim)
     if (kv->dtype == MR_KV_F32) L(MR_KV_F32);
     else if (kv->dtype == MR_KV_F16) L(MR_KV_F16);
     else L(MR_KV_BF16);
@@ -70,17 +81,33 @@ static void cu_kv_store(mr_backend *be, mr_kv_cache *kv, int layer, const int32_
     MR_CU_LAUNCHED(c, "kv_store");
 }
 
+static void cu_kv_store(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t *block_table,
+                        const float *k, const float *v, const int32_t *pos, int n)
+{
+    kv_store_launch(be, kv, layer, block_table, NULL, k, v, pos, n);
+}
+
+static void cu_kv_store_multi(mr_backend *be, mr_kv_cache *kv, int layer,
+                              const int32_t *const *tables, const float *k, const float *v,
+                              const int32_t *pos, int n)
+{
+    kv_store_launch(be, kv, layer, NULL, tables, k, v, pos, n);
+}
+
 #define ATT_WARPS 4
 
 /* Partial record per (token, head, split): m, l, then acc[D]. */
 template <int DT, int EPL>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
-k_attn_split(const void *K, const void *V, const int32_t *table, const float *q,
-             const int32_t *pos, int n_heads, int n_kv_heads, int bt, int n_blocks, float scale,
-             int n_split, float *part)
+k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *const *tables,
+             const float *q, const int32_t *pos, int n_heads, int n_kv_heads, int bt, int n_blocks,
+             float scale, int n_split, float *part)
 {
     constexpr int D = EPL * 32;
     const int h = blockIdx.x, t = blockIdx.y, s = blockIdx.z;
+    table = tab_of(table, tables, t);
+    if (!table)
+        return;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int kvh = h / (n_heads / n_kv_heads);
     const int kvdim = n_kv_heads * D;
@@ -150,9 +177,12 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const float *q,
     }
 }
 
-__global__ void k_attn_merge(const float *part, int n_heads, int n_split, int D, float *out)
+__global__ void k_attn_merge(const float *part, const int32_t *const *tables, int n_heads,
+                             int n_split, int D, float *out)
 {
     const int h = blockIdx.x, t = blockIdx.y;
+    if (tables && !tables[t])
+        return;
     const float *pr = part + ((int64_t)t * n_heads + h) * n_split * (D + 2);
     float M = -INFINITY;
     bool bad = false;
@@ -273,9 +303,10 @@ k_attn_prefill(const void *K, const void *V, const int32_t *table, const float *
     }
 }
 
-static void cu_attention(mr_backend *be, const mr_kv_cache *kv, int layer,
-                         const int32_t *block_table, const float *q, const int32_t *pos, int n,
-                         int n_heads, float scale, float *out)
+static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
+                             const int32_t *block_table, const int32_t *const *tables,
+                             const float *q, const int32_t *pos, int n, int n_heads, float scale,
+                             float *out)
 {
     mr_cu_ctx *c = mr_cu(be);
     if (n <= 0)
@@ -287,7 +318,7 @@ static void cu_attention(mr_backend *be, const mr_kv_cache *kv, int layer,
                    kv->n_layers, n_heads, kv->n_kv_heads, n);
         return;
     }
-    if (n >= ATT_PREFILL_MIN) {
+    if (n >= ATT_PREFILL_MIN && !tables) { /* one sequence's prompt */
         dim3 grid((unsigned)((n + PF_Q - 1) / PF_Q), n_heads);
 #define L(DT, DD) k_attn_prefill<DT, DD><<<grid, PF_Q * 4, 0, c->stream>>>(kv->k[layer], kv->v[layer], block_table, q, pos, n, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, out)
 #define BY_D(DT)                                           \
@@ -315,7 +346,7 @@ static void cu_attention(mr_backend *be, const mr_kv_cache *kv, int layer,
         return;
     float *part = (float *)c->scratch_attn.p;
     dim3 grid(n_heads, n, n_split);
-#define L(DT, EPL) k_attn_split<DT, EPL><<<grid, ATT_WARPS * 32, 0, c->stream>>>(kv->k[layer], kv->v[layer], block_table, q, pos, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, n_split, part)
+#define L(DT, EPL) k_attn_split<DT, EPL><<<grid, ATT_WARPS * 32, 0, c->stream>>>(kv->k[layer], kv->v[layer], block_table, tables, q, pos, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, n_split, part)
 #define BY_EPL(DT)                                         \
     switch (D) {                                           \
     case 32: L(DT, 1); break;                              \
@@ -330,12 +361,28 @@ static void cu_attention(mr_backend *be, const mr_kv_cache *kv, int layer,
 #undef BY_EPL
 #undef L
     MR_CU_LAUNCHED(c, "attention");
-    k_attn_merge<<<dim3(n_heads, n), 128, 0, c->stream>>>(part, n_heads, n_split, D, out);
+    k_attn_merge<<<dim3(n_heads, n), 128, 0, c->stream>>>(part, tables, n_heads, n_split, D, out);
     MR_CU_LAUNCHED(c, "attention merge");
+}
+
+static void cu_attention(mr_backend *be, const mr_kv_cache *kv, int layer,
+                         const int32_t *block_table, const float *q, const int32_t *pos, int n,
+                         int n_heads, float scale, float *out)
+{
+    attention_launch(be, kv, layer, block_table, NULL, q, pos, n, n_heads, scale, out);
+}
+
+static void cu_attention_multi(mr_backend *be, const mr_kv_cache *kv, int layer,
+                               const int32_t *const *tables, const float *q, const int32_t *pos,
+                               int n, int n_heads, float scale, float *out)
+{
+    attention_launch(be, kv, layer, NULL, tables, q, pos, n, n_heads, scale, out);
 }
 
 void mr_cu_install_attn(mr_backend *be)
 {
     be->kv_store = cu_kv_store;
     be->attention = cu_attention;
+    be->kv_store_multi = cu_kv_store_multi;
+    be->attention_multi = cu_attention_multi;
 }

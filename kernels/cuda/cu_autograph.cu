@@ -38,8 +38,8 @@ struct rec_op {
         struct { const float *x, *w; float *y; int n_rows, dim; float eps; } rmsnorm;
         struct { float *y; const float *x, *w; float *out; int n_rows, dim; float eps; } add_rmsnorm;
         struct { float *x; const int32_t *pos; int n, n_heads, head_dim, n_rot; float theta_base; enum mr_rope_mode mode; } rope;
-        struct { mr_kv_cache *kv; int layer; const int32_t *table; const float *k, *v; const int32_t *pos; int n; } kv_store;
-        struct { const mr_kv_cache *kv; int layer; const int32_t *table; const float *q; const int32_t *pos; int n, n_heads; float scale; float *out; } attention;
+        struct { mr_kv_cache *kv; int layer; const int32_t *table; const int32_t *const *tables; const float *k, *v; const int32_t *pos; int n; } kv_store;
+        struct { const mr_kv_cache *kv; int layer; const int32_t *table; const int32_t *const *tables; const float *q; const int32_t *pos; int n, n_heads; float scale; float *out; } attention;
         struct { const float *g, *u; float *o; size_t n; } swiglu;
         struct { float *y; const float *x; size_t n; } add;
         struct { const float *l; int n, ne, k; bool norm; int32_t *ids; float *w; } moe_route;
@@ -78,6 +78,7 @@ struct mr_cu_auto {
 };
 
 enum { OP_GET_ROWS = 1, OP_MATMUL, OP_MATMUL_ID, OP_RMSNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION,
+       OP_KV_STORE_MULTI, OP_ATTENTION_MULTI,
        OP_SWIGLU, OP_ADD, OP_MOE_ROUTE, OP_MOE_COMBINE, OP_ARGMAX, OP_ADD_RMSNORM, OP_COPY_2D,
        OP_SIGMOID_MUL, OP_CONV1D_SILU, OP_GDN_SCAN };
 
@@ -141,6 +142,16 @@ static void run_op(mr_cu_auto *a, mr_backend *be, const rec_op &o)
     case OP_KV_STORE: {
         auto &p = o.u.kv_store;
         r.kv_store(be, p.kv, p.layer, p.table, p.k, p.v, p.pos, p.n);
+        break;
+    }
+    case OP_KV_STORE_MULTI: {
+        auto &p = o.u.kv_store;
+        r.kv_store_multi(be, p.kv, p.layer, p.tables, p.k, p.v, p.pos, p.n);
+        break;
+    }
+    case OP_ATTENTION_MULTI: {
+        auto &p = o.u.attention;
+        r.attention_multi(be, p.kv, p.layer, p.tables, p.q, p.pos, p.n, p.n_heads, p.scale, p.out);
         break;
     }
     case OP_ATTENTION: {
@@ -384,7 +395,7 @@ static void w_kv_store(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.kv_store(be, kv, layer, table, k, v, pos, n);
-    rec(be, OP_KV_STORE).u.kv_store = {kv, layer, table, k, v, pos, n};
+    rec(be, OP_KV_STORE).u.kv_store = {kv, layer, table, NULL, k, v, pos, n};
     sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, table); sp(a->sig, k); sp(a->sig, v);
     sp(a->sig, pos); sp(a->sig, n);
     label(a, "kv_store n=%d", n);
@@ -396,10 +407,36 @@ static void w_attention(mr_backend *be, const mr_kv_cache *kv, int layer, const 
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.attention(be, kv, layer, table, q, pos, n, n_heads, scale, out);
-    rec(be, OP_ATTENTION).u.attention = {kv, layer, table, q, pos, n, n_heads, scale, out};
+    rec(be, OP_ATTENTION).u.attention = {kv, layer, table, NULL, q, pos, n, n_heads, scale, out};
     sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, table); sp(a->sig, q); sp(a->sig, pos);
     sp(a->sig, n); sp(a->sig, n_heads); sp(a->sig, scale); sp(a->sig, out);
     label(a, "attention n=%d h=%d", n, n_heads);
+}
+
+/* The multi-sequence forms: the tables array is device memory the host
+ * rewrites before each step, so a replayed graph reads the step's tables. */
+static void w_kv_store_multi(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t *const *tables,
+                             const float *k, const float *v, const int32_t *pos, int n)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.kv_store_multi(be, kv, layer, tables, k, v, pos, n);
+    rec(be, OP_KV_STORE_MULTI).u.kv_store = {kv, layer, NULL, tables, k, v, pos, n};
+    sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, (const void *)tables); sp(a->sig, k);
+    sp(a->sig, v); sp(a->sig, pos); sp(a->sig, n);
+    label(a, "kv_store_multi n=%d", n);
+}
+
+static void w_attention_multi(mr_backend *be, const mr_kv_cache *kv, int layer,
+                              const int32_t *const *tables, const float *q, const int32_t *pos,
+                              int n, int n_heads, float scale, float *out)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be))
+        return a->real.attention_multi(be, kv, layer, tables, q, pos, n, n_heads, scale, out);
+    rec(be, OP_ATTENTION_MULTI).u.attention = {kv, layer, NULL, tables, q, pos, n, n_heads, scale, out};
+    sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, (const void *)tables); sp(a->sig, q);
+    sp(a->sig, pos); sp(a->sig, n); sp(a->sig, n_heads); sp(a->sig, scale); sp(a->sig, out);
+    label(a, "attention_multi n=%d h=%d", n, n_heads);
 }
 
 static void w_swiglu(mr_backend *be, const float *g, const float *u, float *o, size_t n)
@@ -516,6 +553,8 @@ void mr_cu_autograph_install(mr_backend *be)
     be->rope = w_rope;
     be->kv_store = w_kv_store;
     be->attention = w_attention;
+    be->kv_store_multi = w_kv_store_multi;
+    be->attention_multi = w_attention_multi;
     be->swiglu = w_swiglu;
     be->add = w_add;
     be->moe_route = w_moe_route;

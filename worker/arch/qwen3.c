@@ -21,15 +21,28 @@ void mr_qwen3_attend(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int kv_lay
     be->rope(be, sc->q, sc->pos, n, hp->n_heads, hp->head_dim, hp->n_rot, hp->rope_theta, MR_ROPE_NEOX);
     be->rope(be, sc->k, sc->pos, n, hp->n_kv_heads, hp->head_dim, hp->n_rot, hp->rope_theta, MR_ROPE_NEOX);
 
-    /* K/V stores and attention are per sequence: each reads its own blocks */
+    /* K/V stores and attention read each sequence's own blocks: the short
+     * segments of a batch (decode steps) in one multi-sequence call when
+     * the forward call staged their tables, the others one call each */
     size_t qd = (size_t)hp->n_heads * (size_t)hp->head_dim;
     size_t kvd = (size_t)hp->n_kv_heads * (size_t)hp->head_dim;
+    const float scale = 1.0f / sqrtf((float)hp->head_dim);
+    bool multi = m->multi_segs == segs && m->multi_nsegs == n_segs;
+    if (multi) {
+        size_t r = (size_t)m->multi_r0;
+        int nr = m->multi_r1 - m->multi_r0;
+        be->kv_store_multi(be, kv, kv_layer, m->sc.tables, sc->k + r * kvd, sc->v + r * kvd, sc->pos + r, nr);
+        be->attention_multi(be, kv, kv_layer, m->sc.tables, sc->q + r * qd, sc->pos + r, nr, hp->n_heads, scale,
+                            sc->att + r * qd);
+    }
     for (int i = 0; i < n_segs; i++) {
         const mr_fwd_seg *g = &segs[i];
+        if (multi && mr_fwd_seg_multi(g))
+            continue;
         size_t r = (size_t)g->start;
         be->kv_store(be, kv, kv_layer, g->s->blocks_dev, sc->k + r * kvd, sc->v + r * kvd, sc->pos + r, g->n);
-        be->attention(be, kv, kv_layer, g->s->blocks_dev, sc->q + r * qd, sc->pos + r, g->n, hp->n_heads,
-                      1.0f / sqrtf((float)hp->head_dim), sc->att + r * qd);
+        be->attention(be, kv, kv_layer, g->s->blocks_dev, sc->q + r * qd, sc->pos + r, g->n, hp->n_heads, scale,
+                      sc->att + r * qd);
     }
 }
 
