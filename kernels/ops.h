@@ -158,6 +158,11 @@ struct mr_backend {
                             const int32_t *const *tables, const float *q, const int32_t *pos, int n,
                             int n_heads, float scale, float *out);
 
+    /* Asks for float32 arithmetic on every path, for models whose accuracy
+     * needs it (the recurrent hybrids carry rounding from one token to the
+     * next); NULL where every path already is float32. */
+    void (*prefer_float32)(mr_backend *be);
+
     /* ---- hybrid (Gated DeltaNet) models: Qwen3.5 / Qwen3.6 ----
      * Required by the qwen35 / qwen35moe forward pass; NULL in a backend
      * that does not run those models (loading one then fails). */

@@ -590,6 +590,15 @@ void mr_cu_autograph_free(mr_backend *be)
     c->ag = NULL;
 }
 
+void mr_cu_autograph_forget(mr_cu_ctx *c)
+{
+    if (!c->ag)
+        return;
+    for (auto &en : c->ag->cache) cudaGraphExecDestroy(en.ex);
+    c->ag->cache.clear();
+    c->ag->last_sig.clear();
+}
+
 extern "C" void mr_cu_autograph_stats(mr_backend *be, long *captures, long *replays)
 {
     mr_cu_ctx *c = mr_cu(be);

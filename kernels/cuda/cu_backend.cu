@@ -30,8 +30,11 @@ bool mr_cu_reserve(mr_cu_ctx *c, mr_cu_buf *buf, size_t n, const char *what)
     }
     /* queued kernels may still read the old buffer */
     cudaError_t e = cudaStreamSynchronize(c->stream);
-    if (e == cudaSuccess && buf->p)
+    if (e == cudaSuccess && buf->p) {
+        /* a cached graph holds the old address: it must not replay */
+        mr_cu_autograph_forget(c);
         e = cudaFree(buf->p);
+    }
     buf->p = NULL;
     buf->cap = 0;
     size_t want = n + n / 4;
@@ -368,6 +371,7 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     be->graph_end = cu_graph_end;
     be->graph_launch = cu_graph_launch;
     be->graph_destroy = cu_graph_destroy;
+    be->prefer_float32 = mr_cu_prefer_float32;
     mr_cu_install_ops(be);
     mr_cu_install_attn(be);
     mr_cu_install_gdn(be);

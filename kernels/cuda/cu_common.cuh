@@ -118,6 +118,9 @@ void mr_cu_install_gdn(mr_backend *be); /* cu_gdn.cu: the hybrid-model ops */
 bool mr_cu_type_supported(int type);
 /* Prompt products (cu_gemm.cu). */
 int mr_cu_gemm_mode_from_env(void);
+void mr_cu_prefer_float32(mr_backend *be);
+/* Drops the cached graphs (a scratch buffer they use was reallocated). */
+void mr_cu_autograph_forget(mr_cu_ctx *c);
 void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
 bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
                           const int32_t *ids, int k, float *y, int n);

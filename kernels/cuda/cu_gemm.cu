@@ -164,6 +164,16 @@ int mr_cu_gemm_mode_from_env(void)
     return GEMM_F16;
 }
 
+/* be->prefer_float32: float32 GEMMs, unless MEMRA_CUDA_GEMM chose otherwise. */
+void mr_cu_prefer_float32(mr_backend *be)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    mr_cu_flush(be); /* products already recorded keep the precision they were asked in */
+    const char *m = getenv("MEMRA_CUDA_GEMM");
+    if (!m || !*m)
+        c->gemm_mode = GEMM_F32;
+}
+
 template <typename O>
 static void dequant_launch(mr_cu_ctx *c, int type, const uint8_t *W, size_t mat_bytes,
                            size_t row_bytes, int64_t cols, int64_t r0, int64_t nr, int mats, O *out)
