@@ -61,6 +61,13 @@ void mr_cpu_kv_store(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t *
 void mr_cpu_attention(mr_backend *be, const mr_kv_cache *kv, int layer, const int32_t *block_table,
                       const float *q, const int32_t *pos, int n, int n_heads, float scale,
                       float *out);
+/* Multi-sequence forms (ops.h): token by token through the ops above, each
+ * with its own table; a NULL table skips the token. */
+void mr_cpu_kv_store_multi(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t *const *tables,
+                           const float *k, const float *v, const int32_t *pos, int n);
+void mr_cpu_attention_multi(mr_backend *be, const mr_kv_cache *kv, int layer,
+                            const int32_t *const *tables, const float *q, const int32_t *pos, int n,
+                            int n_heads, float scale, float *out);
 void mr_cpu_swiglu(mr_backend *be, const float *gate, const float *up, float *out, size_t n);
 void mr_cpu_add(mr_backend *be, float *y, const float *x, size_t n);
 void mr_cpu_moe_route(mr_backend *be, const float *logits, int n, int n_expert, int k,

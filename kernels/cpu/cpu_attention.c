@@ -107,3 +107,23 @@ done:
     free(score);
     free(acc);
 }
+
+void mr_cpu_kv_store_multi(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t *const *tables,
+                           const float *k, const float *v, const int32_t *pos, int n)
+{
+    size_t row = (size_t)kv->n_kv_heads * (size_t)kv->head_dim;
+    for (int t = 0; t < n; t++)
+        if (tables[t])
+            mr_cpu_kv_store(be, kv, layer, tables[t], k + (size_t)t * row, v + (size_t)t * row, pos + t, 1);
+}
+
+void mr_cpu_attention_multi(mr_backend *be, const mr_kv_cache *kv, int layer,
+                            const int32_t *const *tables, const float *q, const int32_t *pos, int n,
+                            int n_heads, float scale, float *out)
+{
+    size_t qd = (size_t)n_heads * (size_t)kv->head_dim;
+    for (int t = 0; t < n; t++)
+        if (tables[t])
+            mr_cpu_attention(be, kv, layer, tables[t], q + (size_t)t * qd, pos + t, 1, n_heads, scale,
+                             out + (size_t)t * qd);
+}

@@ -175,6 +175,8 @@ mr_backend *mr_backend_cpu_create(mr_err *err)
     be->rope = mr_cpu_rope;
     be->kv_store = mr_cpu_kv_store;
     be->attention = mr_cpu_attention;
+    be->kv_store_multi = mr_cpu_kv_store_multi;
+    be->attention_multi = mr_cpu_attention_multi;
     be->swiglu = mr_cpu_swiglu;
     be->add = mr_cpu_add;
     be->moe_route = mr_cpu_moe_route;

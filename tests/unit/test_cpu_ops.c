@@ -299,6 +299,60 @@ END_TEST
 START_TEST(attention_block16_mqa) { check_attention(16, 16, 16, 4, 1); }
 END_TEST
 
+/* Two sequences in one cache through the multi-sequence ops: rows of both
+ * interleaved in one store (with a skipped row), each query the last
+ * position of its sequence; the outputs equal the one-sequence ops', and a
+ * skipped row is left untouched. */
+START_TEST(attention_multi_sequences)
+{
+    enum { HD = 16, NKV = 2, NH = 4, LA = 9, LB = 5 };
+    mr_kv_cache kv = {.n_layers = 1, .n_blocks = 6, .block_tokens = 4, .n_kv_heads = NKV,
+                      .head_dim = HD, .dtype = MR_KV_F32};
+    mr_err err;
+    ck_assert_msg(be->kv_create(be, &kv, &err) == 0, "%s", err.msg);
+    int32_t ta[3] = {4, 0, 2}, tb[2] = {5, 1};
+    const size_t kvd = NKV * HD, qd = NH * HD;
+    /* rows: A0 B0 A1 B1 ... then the rest of A; row 3 is skipped */
+    const int rows = LA + LB + 1;
+    const int32_t *tabs[LA + LB + 1];
+    int32_t pos[LA + LB + 1];
+    float *K = rand_vec((size_t)rows * kvd, 1.0), *V = rand_vec((size_t)rows * kvd, 1.0);
+    int a = 0, b = 0;
+    for (int r = 0; r < rows; r++) {
+        if (r == 3) { tabs[r] = NULL; pos[r] = 0; continue; }
+        if ((r % 2 == 0 && a < LA) || b == LB) { tabs[r] = ta; pos[r] = a++; }
+        else { tabs[r] = tb; pos[r] = b++; }
+    }
+    be->kv_store_multi(be, &kv, 0, tabs, K, V, pos, rows);
+    assert_sync_ok();
+    for (int r = 0; r < rows; r++) {
+        if (!tabs[r]) continue;
+        size_t at = ((size_t)tabs[r][pos[r] / 4] * 4 + (size_t)(pos[r] % 4)) * kvd;
+        ck_assert(memcmp((float *)kv.k[0] + at, K + r * kvd, kvd * sizeof(float)) == 0);
+        ck_assert(memcmp((float *)kv.v[0] + at, V + r * kvd, kvd * sizeof(float)) == 0);
+    }
+    float *q = rand_vec(3 * qd, 1.0);
+    const int32_t *qt[3] = {ta, NULL, tb};
+    int32_t qp[3] = {LA - 1, 0, LB - 1};
+    float out[3 * NH * HD], ref[NH * HD];
+    for (size_t i = 0; i < 3 * qd; i++) out[i] = 12345.0f;
+    const float scale = 1.0f / sqrtf((float)HD);
+    be->attention_multi(be, &kv, 0, qt, q, qp, 3, NH, scale, out);
+    assert_sync_ok();
+    be->attention(be, &kv, 0, ta, q, &qp[0], 1, NH, scale, ref);
+    assert_sync_ok();
+    ck_assert(memcmp(out, ref, qd * sizeof(float)) == 0);
+    be->attention(be, &kv, 0, tb, q + 2 * qd, &qp[2], 1, NH, scale, ref);
+    assert_sync_ok();
+    ck_assert(memcmp(out + 2 * qd, ref, qd * sizeof(float)) == 0);
+    for (size_t i = 0; i < qd; i++) ck_assert(out[qd + i] == 12345.0f);
+    free(q);
+    free(K);
+    free(V);
+    be->kv_destroy(be, &kv);
+}
+END_TEST
+
 START_TEST(attention_bad_block)
 {
     mr_kv_cache kv = {.n_layers = 1, .n_blocks = 2, .block_tokens = 4, .n_kv_heads = 1,
@@ -466,6 +520,7 @@ int main(void)
     tcase_add_test(tc, attention_block3_decode);
     tcase_add_test(tc, attention_block16_gqa);
     tcase_add_test(tc, attention_block16_mqa);
+    tcase_add_test(tc, attention_multi_sequences);
     tcase_add_test(tc, attention_bad_block);
     tcase_add_test(tc, swiglu_add);
     tcase_add_test(tc, moe_route_topk);
