@@ -5,7 +5,11 @@
 #      C in CONCURRENCY ("1 4 16 64 256"), 2C requests (at least 8) per point;
 #   2. the shared-prefix shape: SP_PROMPT-token prompts (4860) of which
 #      SP_SHARED (4096) are shared, C = SP_C (16), SP_REQUESTS (64) requests,
-#      with the prefix cache on, then again on a fresh worker with it off.
+#      with the prefix cache on, then again on a fresh worker with it off;
+#   3. with OVERLOAD=N (a concurrency the worker can hold: its max_running is
+#      set to N and the gateway queue to OVERLOAD_QUEUE, default 0): N clients,
+#      then 4N clients, 4N requests each time: admitted requests' TTFT p99 at
+#      4x against the capacity point, and how fast the others get 429.
 # One JSON line per run (see bench-serve.mjs), then a table.
 #
 # Usage: scripts/bench-serve.sh BUILD MODEL [BACKEND]      (BACKEND: auto)
@@ -29,6 +33,8 @@ SP_SHARED=${SP_SHARED:-4096}
 SP_C=${SP_C:-16}
 SP_REQUESTS=${SP_REQUESTS:-64}
 SHARED_PREFIX=${SHARED_PREFIX:-1}
+OVERLOAD=${OVERLOAD:-0}
+OVERLOAD_QUEUE=${OVERLOAD_QUEUE:-0}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$(cd "$BUILD/bin" && pwd)
 MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
@@ -69,10 +75,10 @@ J
 
 RUN_SEED=0
 run() { # label, then driver flags; each sweep point gets its own prompts (no
-        # prefix-cache hits from the previous point), the shared-prefix runs
+        # prefix-cache hits from an earlier run), the shared-prefix runs
         # the same ones (cache on and off compare like with like)
     local label=$1; shift
-    case "$label" in sweep) RUN_SEED=$((RUN_SEED + 1)); seed=$RUN_SEED ;; *) seed=1000 ;; esac
+    case "$label" in shared*) seed=1000 ;; *) RUN_SEED=$((RUN_SEED + 1)); seed=$RUN_SEED ;; esac
     node "$DRIVER" "$URL" bench --vocab "$VOCAB" --seed "$seed" --label "$label" "$@" | tee -a "$T/results.jsonl"
 }
 
@@ -89,15 +95,21 @@ if [ "$SHARED_PREFIX" = 1 ]; then
     start --prefix-blocks -1
     run "shared prefix, cache off" -c "$SP_C" -r "$SP_REQUESTS" -p "$SP_PROMPT" -n "$GEN" --shared "$SP_SHARED"
 fi
+if [ "$OVERLOAD" -gt 0 ]; then
+    stop
+    MAX_RUNNING=$OVERLOAD QUEUE_MAX=$OVERLOAD_QUEUE start
+    run "capacity" -c "$OVERLOAD" -r $((4 * OVERLOAD)) -p "$PROMPT" -n "$GEN"
+    run "overload 4x" -c $((4 * OVERLOAD)) -r $((4 * OVERLOAD)) -p "$PROMPT" -n "$GEN"
+fi
 stop
 echo
 node -e '
 const rows = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map(JSON.parse);
-console.log("| run | C | done | 429 | out tok/s | req/s | TTFT p50 / p99 s | ITL p50 / p99 ms | latency p50 / p99 s | cached / prompt tokens |");
+console.log("| run | C | done | 429 (p99 s) | out tok/s | req/s | TTFT p50 / p99 s | ITL p50 / p99 ms | latency p50 / p99 s | cached / prompt tokens |");
 console.log("|---|---|---|---|---|---|---|---|---|---|");
 const ms = (v) => v === null ? "-" : (1000 * v).toFixed(1);
 for (const r of rows)
-  console.log(`| ${r.label} | ${r.c} | ${r.completed} | ${r.refused_429} | ${r.output_tok_s} | ${r.req_s} | ` +
+  console.log(`| ${r.label} | ${r.c} | ${r.completed} | ${r.refused_429}${r.refused_p99 === null ? "" : ` (${r.refused_p99})`} | ${r.output_tok_s} | ${r.req_s} | ` +
               `${r.ttft_p50} / ${r.ttft_p99} | ${ms(r.itl_p50)} / ${ms(r.itl_p99)} | ${r.latency_p50} / ${r.latency_p99} | ` +
               `${r.cached_prompt_tokens} / ${r.prompt_tokens} |`);
 ' "$T/results.jsonl"

@@ -10,7 +10,9 @@
 // waits its Retry-After (at most 1 s) before trying again.  Prints one JSON
 // line: completed and refused counts, wall time, aggregate output tok/s,
 // requests/s, and p50/p99 of time to first token, inter-token latency and
-// request latency (seconds), prompt and cached prompt tokens from usage.
+// request latency (seconds; TTFT and latency count from the admitted attempt),
+// p99 of the time a refused attempt took to get its 429, prompt and cached
+// prompt tokens from usage.
 const args = process.argv.slice(2);
 const [base, model] = args;
 const opt = (name, def) => {
@@ -35,7 +37,7 @@ const prompts = Array.from({ length: R }, () =>
 
 const headers = { 'content-type': 'application/json' };
 if (key) headers.authorization = `Bearer ${key}`;
-const ttft = [], itl = [], lat = [];
+const ttft = [], itl = [], lat = [], refusedLat = [];
 let next = 0, done = 0, refused = 0, errors = 0, outTok = 0, promptTok = 0, cachedTok = 0;
 const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
 
@@ -49,6 +51,7 @@ async function request(prompt) {
   if (r.status === 429) {
     await r.text();
     refused++;
+    refusedLat.push((performance.now() - t0) / 1000);
     await sleep(Math.min(1000, 1000 * Number(r.headers.get('retry-after') || 0.05)));
     return false;
   }
@@ -116,6 +119,7 @@ console.log(JSON.stringify({
   errors, wall_s: Number(wall.toFixed(3)), output_tok_s: Number((outTok / wall).toFixed(1)),
   req_s: Number((done / wall).toFixed(3)), ttft_p50: pct(ttft, 0.5), ttft_p99: pct(ttft, 0.99),
   itl_p50: pct(itl, 0.5), itl_p99: pct(itl, 0.99), latency_p50: pct(lat, 0.5), latency_p99: pct(lat, 0.99),
+  refused_p99: pct(refusedLat, 0.99),
   prompt_tokens: promptTok, cached_prompt_tokens: cachedTok, output_tokens: outTok,
 }));
 process.exit(errors ? 1 : 0);
