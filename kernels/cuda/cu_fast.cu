@@ -184,10 +184,8 @@ __global__ void __launch_bounds__(FW * 32) k_fast(mr_cu_mvjob a)
     const uint8_t *W;
     const float *x;
     float *y;
-    if (!mr_cu_mv_resolve(a, blockIdx.y, &W, &x, &y)) {
-        if (threadIdx.x < R && r0 + threadIdx.x < a.rows) y[r0 + threadIdx.x] = __int_as_float(0x7fc00000);
+    if (!mr_cu_mv_rows<R>(a, r0, &W, &x, &y))
         return;
-    }
     constexpr int SB = fast_stride(T) * (256 / fast_belems(T)); /* bytes per 256-col step */
     int o1, o2;
     x_offsets<T>(lane, &o1, &o2);
@@ -248,10 +246,8 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob a)
     const uint8_t *W;
     const float *x;
     float *y;
-    if (!mr_cu_mv_resolve(a, blockIdx.y, &W, &x, &y)) {
-        if (threadIdx.x < R && r0 + threadIdx.x < a.rows) y[r0 + threadIdx.x] = __int_as_float(0x7fc00000);
+    if (!mr_cu_mv_rows<R>(a, r0, &W, &x, &y))
         return;
-    }
     const int blk = lane >> 4, j = (lane >> 2) & 3, k = lane & 3;
     const int xo = 256 * blk + 64 * j + 4 * k;
     const int po = 148 * blk; /* block inside the step */

@@ -41,6 +41,18 @@ __device__ __forceinline__ bool mr_cu_mv_resolve(const mr_cu_mvjob &a, int job, 
     return true;
 }
 
+/* Job blockIdx.y for the R rows from r0 that a block computes: false after
+ * writing NaN to those rows when the job's expert id is out of range. */
+template <int R>
+__device__ __forceinline__ bool mr_cu_mv_rows(const mr_cu_mvjob &a, int64_t r0, const uint8_t **W,
+                                              const float **x, float **y)
+{
+    if (mr_cu_mv_resolve(a, blockIdx.y, W, x, y))
+        return true;
+    if (threadIdx.x < R && r0 + threadIdx.x < a.rows) (*y)[r0 + threadIdx.x] = __int_as_float(0x7fc00000);
+    return false;
+}
+
 bool mr_cu_fast_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
 bool mr_cu_fast_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
                           const int32_t *ids, int k, float *y, int n);

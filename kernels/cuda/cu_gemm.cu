@@ -29,8 +29,6 @@
 
 #define ROW_SCALE_LOG2 8 /* activation rows are scaled to a largest magnitude of 2^8 */
 
-static bool is_plain(int t) { return t == MR_TYPE_F32 || t == MR_TYPE_F16 || t == MR_TYPE_BF16; }
-
 template <typename O> __device__ __forceinline__ O to_out(float v);
 template <> __device__ __forceinline__ float to_out<float>(float v) { return v; }
 template <> __device__ __forceinline__ __half to_out<__half>(float v) { return __float2half_rn(v); }
@@ -50,7 +48,7 @@ k_dequant(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int64_t cols, in
 {
     const uint8_t *Wm = W + (size_t)blockIdx.y * mat_bytes;
     O *om = out + (size_t)blockIdx.y * nr * cols;
-    if constexpr (T == MR_TYPE_F32 || T == MR_TYPE_F16 || T == MR_TYPE_BF16) {
+    if constexpr (mr_cu_plain_type(T)) {
         const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
         if (i >= nr * cols)
             return;
@@ -179,7 +177,7 @@ static void dequant_launch(mr_cu_ctx *c, int type, const uint8_t *W, size_t mat_
                            size_t row_bytes, int64_t cols, int64_t r0, int64_t nr, int mats, O *out)
 {
     const unsigned th = DQ_THREADS;
-    size_t units = is_plain(type) ? (size_t)(nr * cols) : (size_t)(nr * (cols / 32));
+    size_t units = mr_cu_plain_type(type) ? (size_t)(nr * cols) : (size_t)(nr * (cols / 32));
     dim3 grid(mr_cu_blocks(units, th), mats);
     switch (type) {
 #define X(TT) case TT: k_dequant<TT, O><<<grid, th, 0, c->stream>>>(W, mat_bytes, row_bytes, cols, r0, nr, out); break;

@@ -92,7 +92,7 @@ __global__ void k_get_rows(const uint8_t *W, size_t row_bytes, int64_t cols, int
     const int t = blockIdx.y;
     const int32_t id = ids[t];
     float *o = out + (int64_t)t * cols;
-    constexpr bool plain = T == MR_TYPE_F32 || T == MR_TYPE_F16 || T == MR_TYPE_BF16;
+    constexpr bool plain = mr_cu_plain_type(T);
     const int64_t units = plain ? cols : cols / 32;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= units)
@@ -123,7 +123,6 @@ bool mr_cu_type_supported(int type)
     }
 }
 
-static bool is_plain(int t) { return t == MR_TYPE_F32 || t == MR_TYPE_F16 || t == MR_TYPE_BF16; }
 
 /* ---- host launchers ---- */
 
@@ -131,7 +130,7 @@ template <int T, int NT>
 static void launch_generic(mr_cu_ctx *c, const mr_cu_mvjob &a, int jobs)
 {
     dim3 grid(mr_cu_blocks((size_t)a.rows, MV_WARPS), jobs);
-    if (is_plain(T) && a.cols % 32)
+    if (mr_cu_plain_type(T) && a.cols % 32)
         k_mv_plain<T, NT><<<grid, MV_WARPS * 32, 0, c->stream>>>(a);
     else
         k_mv_generic<T, NT><<<grid, MV_WARPS * 32, 0, c->stream>>>(a);
@@ -176,7 +175,7 @@ static bool weight_ok(mr_cu_ctx *c, const mr_weight *w, const char *op)
                    w->name ? w->name : "?", w->type);
         return false;
     }
-    if (!is_plain(w->type) && w->cols % 32) {
+    if (!mr_cu_plain_type(w->type) && w->cols % 32) {
         mr_cu_fail(c, "%s: weight %s: %lld columns is not a whole number of blocks", op,
                    w->name ? w->name : "?", (long long)w->cols);
         return false;
@@ -239,7 +238,7 @@ void mr_cu_get_rows(mr_backend *be, const mr_weight *w, const int32_t *ids, int 
         return;
     }
     const unsigned th = 128;
-    int64_t units = is_plain(w->type) ? w->cols : w->cols / 32;
+    int64_t units = mr_cu_plain_type(w->type) ? w->cols : w->cols / 32;
     dim3 grid(mr_cu_blocks((size_t)units, th), n);
     const uint8_t *W = (const uint8_t *)w->data;
     switch (w->type) {

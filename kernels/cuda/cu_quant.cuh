@@ -223,6 +223,12 @@ __device__ __forceinline__ float mr_plain_at(const uint8_t *row, int64_t c)
 
 /* The types this backend runs, as an X-macro: X(type) for each.  Their block
  * sizes are common/quant.c's (mr_type_get). */
+/* Types stored element by element (no 32-weight groups): any column count. */
+__host__ __device__ constexpr bool mr_cu_plain_type(int t)
+{
+    return t == MR_TYPE_F32 || t == MR_TYPE_F16 || t == MR_TYPE_BF16;
+}
+
 #define MR_CU_TYPE_LIST(X)                                                                  \
     X(MR_TYPE_F32) X(MR_TYPE_F16) X(MR_TYPE_BF16) X(MR_TYPE_Q4_0) X(MR_TYPE_Q4_1)            \
     X(MR_TYPE_Q5_0) X(MR_TYPE_Q5_1) X(MR_TYPE_Q8_0) X(MR_TYPE_IQ4_NL) X(MR_TYPE_MXFP4)        \
