@@ -352,7 +352,7 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
         return NULL;
     }
     /* the precision of each GEMM is its compute type (cu_gemm.cu) */
-    c->gemm_mode = mr_cu_gemm_mode_from_env();
+    mr_cu_gemm_init(c);
 
     be->name = "cuda";
     be->alloc = cu_alloc;

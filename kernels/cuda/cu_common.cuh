@@ -39,7 +39,8 @@ struct mr_cu_ctx {
     bool no_fast;           /* MEMRA_CUDA_GENERIC=1: generic kernels only (for checks) */
     int fast_r;             /* MEMRA_CUDA_FAST_R: force rows per block (1, 2, 4; 0 = auto) */
     bool q4k_wide;          /* 16-weight lanes for Q4_K (MEMRA_CUDA_Q4K_WIDE=0: off) */
-    int gemm_mode;          /* prompt GEMM precision, MEMRA_CUDA_GEMM (cu_gemm.cu) */
+    int gemm_mode;          /* prompt GEMM precision (cu_gemm.cu) */
+    bool gemm_mode_forced;  /* set by MEMRA_CUDA_GEMM: models may not change it */
     mr_cu_buf scratch_w;    /* dequantized weight chunk for the GEMM path */
     mr_cu_buf scratch_attn; /* split-K attention partials */
     mr_cu_buf scratch_act;  /* activation scratch (quantized x, GEMM operands) */
@@ -117,7 +118,7 @@ void mr_cu_install_attn(mr_backend *be);
 void mr_cu_install_gdn(mr_backend *be); /* cu_gdn.cu: the hybrid-model ops */
 bool mr_cu_type_supported(int type);
 /* Prompt products (cu_gemm.cu). */
-int mr_cu_gemm_mode_from_env(void);
+void mr_cu_gemm_init(mr_cu_ctx *c);
 void mr_cu_prefer_float32(mr_backend *be);
 /* Drops the cached graphs (a scratch buffer they use was reallocated). */
 void mr_cu_autograph_forget(mr_cu_ctx *c);

@@ -153,13 +153,12 @@ enum gemm_mode { GEMM_F16 = 0, GEMM_TF32, GEMM_F32 };
 
 static gemm_mode mode_of(mr_cu_ctx *c) { return (gemm_mode)c->gemm_mode; }
 
-/* MEMRA_CUDA_GEMM at backend creation: "f16" (default), "tf32" or "f32". */
-int mr_cu_gemm_mode_from_env(void)
+/* At backend creation: MEMRA_CUDA_GEMM "f16" (default), "tf32" or "f32". */
+void mr_cu_gemm_init(mr_cu_ctx *c)
 {
     const char *m = getenv("MEMRA_CUDA_GEMM");
-    if (m && !strcmp(m, "f32")) return GEMM_F32;
-    if (m && !strcmp(m, "tf32")) return GEMM_TF32;
-    return GEMM_F16;
+    c->gemm_mode_forced = m && *m;
+    c->gemm_mode = m && !strcmp(m, "f32") ? GEMM_F32 : m && !strcmp(m, "tf32") ? GEMM_TF32 : GEMM_F16;
 }
 
 /* be->prefer_float32: float32 GEMMs, unless MEMRA_CUDA_GEMM chose otherwise. */
@@ -167,8 +166,7 @@ void mr_cu_prefer_float32(mr_backend *be)
 {
     mr_cu_ctx *c = mr_cu(be);
     mr_cu_flush(be); /* products already recorded keep the precision they were asked in */
-    const char *m = getenv("MEMRA_CUDA_GEMM");
-    if (!m || !*m)
+    if (!c->gemm_mode_forced)
         c->gemm_mode = GEMM_F32;
 }
 
