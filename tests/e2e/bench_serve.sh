@@ -4,12 +4,9 @@
 # is served from the prefix cache when it is on and never when it is off,
 # the overload run (8 clients for 2 places, no queue) gets 429s and still
 # completes every request, and the table is printed.
-set -u
-BIN=${MEMRA_BIN:-build/bin}
+. "$(dirname "$0")/lib/gen.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-FIX=$(cd "${MEMRA_FIXTURES:-$ROOT/../shared/fixtures}" && pwd)
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+FIX=$(cd "$FIX" && pwd)
 out=$(OVERLOAD=2 CONCURRENCY="1 3" PROMPT=24 GEN=4 CTX=512 MAX_RUNNING=8 SP_PROMPT=48 SP_SHARED=32 SP_C=2 SP_REQUESTS=6 \
       bash "$ROOT/scripts/bench-serve.sh" "$BIN/.." "$FIX/models/qwen3/model-BF16.gguf" cpu 2>&1)
 rc=$?
@@ -28,5 +25,4 @@ off=$(echo "$json" | jq -s '[.[] | select(.label == "shared prefix, cache off")]
 refused=$(echo "$json" | jq -s '[.[] | select(.label == "overload 4x")][0].refused_429')
 [ "${refused:-0}" -gt 0 ] || fail "overload: no 429 ($refused)"
 echo "$out" | grep -q '^| shared prefix, cache off | 2 | 6 |' || fail "no table"
-[ $fails -eq 0 ] && echo "bench-serve e2e ok"
-exit $((fails > 0))
+finish "bench-serve e2e"
