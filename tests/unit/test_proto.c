@@ -265,6 +265,20 @@ static void pstr(pb *b, const char *s)
     msgpack_pack_str_body(&b->pk, s, strlen(s));
 }
 
+/* Starts a fresh message: a map of n entries whose first three are the
+ * version v, the type and the id (the caller packs the other n - 3). */
+static void pb_head(pb *b, uint32_t n, uint8_t v, const char *type, uint8_t id)
+{
+    pb_init(b);
+    msgpack_pack_map(&b->pk, n);
+    pstr(b, "v");
+    msgpack_pack_uint8(&b->pk, v);
+    pstr(b, "type");
+    pstr(b, type);
+    pstr(b, "id");
+    msgpack_pack_uint8(&b->pk, id);
+}
+
 static int decode_pb(pb *b, mr_msg *m, uint64_t *id, mr_err *err)
 {
     int rc = mr_msg_decode(b->sb.data, b->sb.size, m, id, err);
@@ -299,38 +313,17 @@ START_TEST(rejects_bad_messages)
     ck_assert_ptr_nonnull(strstr(err.msg, "unknown message type"));
 
     /* wrong version */
-    pb_init(&b);
-    msgpack_pack_map(&b.pk, 3);
-    pstr(&b, "v");
-    msgpack_pack_uint8(&b.pk, 99);
-    pstr(&b, "type");
-    pstr(&b, "cancel");
-    pstr(&b, "id");
-    msgpack_pack_uint8(&b.pk, 1);
+    pb_head(&b, 3, 99, "cancel", 1);
     ck_assert_int_eq(decode_pb(&b, &m, NULL, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.msg, "version"));
 
     /* missing required field */
-    pb_init(&b);
-    msgpack_pack_map(&b.pk, 3);
-    pstr(&b, "v");
-    msgpack_pack_uint8(&b.pk, 1);
-    pstr(&b, "type");
-    pstr(&b, "request");
-    pstr(&b, "id");
-    msgpack_pack_uint8(&b.pk, 1);
+    pb_head(&b, 3, 1, "request", 1);
     ck_assert_int_eq(decode_pb(&b, &m, NULL, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.msg, "missing field"));
 
     /* wrong field type: tokens as a string */
-    pb_init(&b);
-    msgpack_pack_map(&b.pk, 5);
-    pstr(&b, "v");
-    msgpack_pack_uint8(&b.pk, 1);
-    pstr(&b, "type");
-    pstr(&b, "request");
-    pstr(&b, "id");
-    msgpack_pack_uint8(&b.pk, 1);
+    pb_head(&b, 5, 1, "request", 1);
     pstr(&b, "max_tokens");
     msgpack_pack_uint8(&b.pk, 1);
     pstr(&b, "tokens");
@@ -409,14 +402,7 @@ START_TEST(rejects_bad_messages)
     mr_msg_free(&m);
 
     /* tokens: logprobs count must match ids */
-    pb_init(&b);
-    msgpack_pack_map(&b.pk, 5);
-    pstr(&b, "v");
-    msgpack_pack_uint8(&b.pk, 1);
-    pstr(&b, "type");
-    pstr(&b, "tokens");
-    pstr(&b, "id");
-    msgpack_pack_uint8(&b.pk, 3);
+    pb_head(&b, 5, 1, "tokens", 3);
     pstr(&b, "ids");
     msgpack_pack_array(&b.pk, 2);
     msgpack_pack_uint8(&b.pk, 1);
