@@ -416,7 +416,6 @@ void mr_model_free(mr_model *m)
     mr_gguf_close(m->gguf);
     free(m->stage);
     free(m->segs);
-    free(m->stage_tab);
     free(m);
 }
 
@@ -624,7 +623,8 @@ static int scratch_reserve(mr_model *m, int cap, int out_cap, mr_err *err)
     size_t kvd = (size_t)hp->n_kv_heads * (size_t)hp->head_dim;
     size_t e = (size_t)hp->n_embd;
     mr_carve parts[] = {
-        {(void **)&m->sc.tokens, 2 * n}, /* ids, then positions */
+        /* ids, positions, then (8-byte aligned) the rows' block tables: one upload a call */
+        {(void **)&m->sc.tokens, 4 * n + 2},
         {(void **)&m->sc.x, n * e},
         {(void **)&m->sc.xn, n * e},
         {(void **)&m->sc.q, n * qd},
@@ -640,7 +640,6 @@ static int scratch_reserve(mr_model *m, int cap, int out_cap, mr_err *err)
         {(void **)&m->sc.exp_out, n * k * e},
         {(void **)&m->sc.logits, (size_t)out_cap * (size_t)hp->n_vocab}, /* only rows with logits wanted */
         {(void **)&m->sc.ids, (size_t)out_cap},
-        {(void **)&m->sc.tables, n * (sizeof(void *) / 4)},
     };
     void *base = mr_model_carve(m, parts, sizeof parts / sizeof parts[0], cap, err);
     if (!base)
@@ -681,10 +680,15 @@ static int check_item(const mr_model *m, const mr_batch_item *it, int idx, mr_er
     return 0;
 }
 
+/* Byte offset of the block-table pointers after the ids and positions of
+ * a call of n rows (8-byte aligned), in the host stage and in sc.tokens. */
+static size_t tables_offset(int n) { return ((size_t)n * 2 * sizeof(int32_t) + 7) & ~(size_t)7; }
+
 int32_t *mr_model_stage(mr_model *m, int n, mr_err *err)
 {
     if (n > m->stage_cap) {
-        int32_t *p = realloc(m->stage, sizeof(int32_t) * 2 * (size_t)n);
+        /* ids, positions, then room for n table pointers  */
+        int32_t *p = realloc(m->stage, sizeof(int32_t) * (4 * (size_t)n + 2));
         if (!p) {
             mr_errf(err, "out of memory for %d staged tokens", n);
             return NULL;
@@ -695,15 +699,20 @@ int32_t *mr_model_stage(mr_model *m, int n, mr_err *err)
     return m->stage;
 }
 
-int mr_model_stage_upload(mr_model *m, int n, mr_err *err)
+int mr_model_stage_upload(mr_model *m, int n, int n_tables, mr_err *err)
 {
     m->sc.pos = m->sc.tokens + n;
-    return m->be->upload(m->be, m->sc.tokens, m->stage, sizeof(int32_t) * 2 * (size_t)n, err);
+    m->sc.tables = (const int32_t **)(void *)((char *)m->sc.tokens + tables_offset(n));
+    size_t bytes = n_tables > 0 ? tables_offset(n) + sizeof(void *) * (size_t)n_tables
+                                : sizeof(int32_t) * 2 * (size_t)n;
+    return m->be->upload(m->be, m->sc.tokens, m->stage, bytes, err);
 }
 
-/* Stages and uploads the block tables of the rows of short segments when
- * there are two or more and the backend has the multi-sequence ops. */
-static int stage_multi(mr_model *m, const mr_fwd_seg *segs, int n_segs, mr_err *err)
+/* When two or more short segments can share the backend's multi-sequence
+ * ops: their rows' block tables into the stage after the ids and positions
+ * (rows of other segments in that range NULL), the range into the model.
+ * Returns how many table pointers were staged (0: none). */
+static int stage_multi(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n)
 {
     m->multi_segs = NULL;
     mr_backend *be = m->be;
@@ -719,24 +728,16 @@ static int stage_multi(mr_model *m, const mr_fwd_seg *segs, int n_segs, mr_err *
     }
     if (n_short < 2)
         return 0;
-    if (r1 - r0 > m->stage_tab_cap) {
-        const int32_t **p = realloc(m->stage_tab, sizeof *p * (size_t)(r1 - r0));
-        if (!p)
-            return mr_errf(err, "out of memory for %d block-table pointers", r1 - r0);
-        m->stage_tab = p;
-        m->stage_tab_cap = r1 - r0;
-    }
-    for (int r = r0; r < r1; r++) m->stage_tab[r - r0] = NULL;
+    const int32_t **tab = (const int32_t **)(void *)((char *)m->stage + tables_offset(n));
+    for (int r = r0; r < r1; r++) tab[r - r0] = NULL;
     for (int i = 0; i < n_segs; i++)
         if (mr_fwd_seg_multi(&segs[i]))
-            for (int t = 0; t < segs[i].n; t++) m->stage_tab[segs[i].start + t - r0] = segs[i].s->blocks_dev;
-    if (be->upload(be, (void *)m->sc.tables, m->stage_tab, sizeof(void *) * (size_t)(r1 - r0), err))
-        return -1;
+            for (int t = 0; t < segs[i].n; t++) tab[segs[i].start + t - r0] = segs[i].s->blocks_dev;
     m->multi_segs = segs;
     m->multi_nsegs = n_segs;
     m->multi_r0 = r0;
     m->multi_r1 = r1;
-    return 0;
+    return r1 - r0;
 }
 
 /* Copies the output rows of the items back: argmax ids, then logits rows;
@@ -823,7 +824,7 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
         row += it->n;
         out_row += it->n - of;
     }
-    if (mr_model_stage_upload(m, n, err) || stage_multi(m, segs, n_items, err))
+    if (mr_model_stage_upload(m, n, stage_multi(m, segs, n_items, n), err))
         return -1;
     if ((m->q35 ? mr_qwen35_forward_segs : mr_qwen3_forward_segs)(m, segs, n_items, n, err))
         return -1;

@@ -32,7 +32,8 @@ typedef struct mr_scratch {
     float *exp_out;    /* [n][k][n_embd] */
     float *logits;     /* [out_cap][n_vocab] */
     int32_t *ids;      /* [out_cap] argmax of logits rows */
-    const int32_t **tables; /* [cap] block table of each row, for the multi-sequence ops */
+    const int32_t **tables; /* in sc.tokens after the positions: the rows' block tables, for
+                             * the multi-sequence ops (mr_model_stage_upload) */
 } mr_scratch;
 
 typedef struct mr_fwd_seg mr_fwd_seg;
@@ -52,12 +53,10 @@ struct mr_model {
     mr_kv_pool *pool;
 
     mr_scratch sc;
-    int32_t *stage;      /* host: [2 * stage_cap] ids then positions of a call */
+    int32_t *stage;      /* host: ids, positions, block-table pointers of a call (stage_cap rows) */
     int stage_cap;
     mr_fwd_seg *segs;    /* host: [segs_cap] segments of a batched call */
     int segs_cap;
-    const int32_t **stage_tab; /* host: [stage_tab_cap] rows' block tables for sc.tables */
-    int stage_tab_cap;
     /* The call in flight whose short segments share one attention call:
      * rows multi_r0..multi_r1-1 have their tables in sc.tables (NULL for
      * the rows of longer segments in that range); multi_segs NULL: none. */
@@ -162,10 +161,12 @@ int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens,
                   float *logits, mr_err *err);
 
 /* Host room for the ids and positions of n rows: ids in [0, n), positions
- * in [n, 2n); then mr_model_stage_upload sends both in one copy to
- * sc.tokens and points sc.pos at them.  n must fit the scratch (sc.cap). */
+ * in [n, 2n), then (8-byte aligned) up to n block-table pointers; then
+ * mr_model_stage_upload sends the ids, positions and n_tables pointers in
+ * one copy to sc.tokens and points sc.pos and sc.tables at them.  n must
+ * fit the scratch (sc.cap). */
 int32_t *mr_model_stage(mr_model *m, int n, mr_err *err);
-int mr_model_stage_upload(mr_model *m, int n, mr_err *err);
+int mr_model_stage_upload(mr_model *m, int n, int n_tables, mr_err *err);
 
 /* Grows s to hold len tokens now (KV blocks allocated, drawing on its
  * reservation first; block table uploaded).  mr_seq_reserve (model.h) only

@@ -487,7 +487,7 @@ int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens,
     memcpy(stage, tokens, sizeof(int32_t) * (size_t)n);
     for (int t = 0; t < n; t++)
         stage[n + t] = pos0 + t;
-    if (mr_model_stage_upload(m, n, err))
+    if (mr_model_stage_upload(m, n, 0, err))
         return -1;
 
     int E = hp->n_embd;
