@@ -131,13 +131,13 @@ __device__ __forceinline__ float step_dot(const uint8_t *__restrict__ p, int lan
         const float d = __half2float(*(const __half *)p);
         const uint32_t sh = *(const uint16_t *)(p + 2);
         const int ls = ((p[4 + ib / 2] >> (4 * (ib & 1))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
-        float a[4], b[4];
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-            a[c] = (float)mr_kv_iq4nl[(q >> (8 * c)) & 15];
-            b[c] = (float)mr_kv_iq4nl[(q >> (8 * c + 4)) & 15];
-        }
-        return d * (float)(ls - 32) * (dot4(xa, a[0], a[1], a[2], a[3]) + dot4(xb, b[0], b[1], b[2], b[3]));
+        /* code book values biased to bytes 1..241, floats by the exponent trick */
+        const uint32_t lo = mr_iq4nl4(q & 0x0F0F0F0Fu) ^ 0x80808080u;
+        const uint32_t hi = mr_iq4nl4((q >> 4) & 0x0F0F0F0Fu) ^ 0x80808080u;
+        const float M = MAGIC + 128.0f;
+        return d * (float)(ls - 32) *
+               (dot4(xa, mag(lo, 0) - M, mag(lo, 1) - M, mag(lo, 2) - M, mag(lo, 3) - M) +
+                dot4(xb, mag(hi, 0) - M, mag(hi, 1) - M, mag(hi, 2) - M, mag(hi, 3) - M));
     } else if constexpr (T == MR_TYPE_Q4_0) {
         const int ib = lane >> 2, l = 4 * (lane & 3);
         const uint8_t *b = p + 20 * ib;

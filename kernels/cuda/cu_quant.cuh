@@ -10,6 +10,37 @@
 
 __device__ __constant__ static const int8_t mr_kv_iq4nl[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+/* The IQ4_NL code book as four words of int8 bytes (entries 4w..4w+3 in
+ * word w), for mr_lut16. */
+__host__ __device__ constexpr uint32_t mr_pack4(int a, int b, int c, int d)
+{
+    return (uint32_t)(uint8_t)a | (uint32_t)(uint8_t)b << 8 | (uint32_t)(uint8_t)c << 16 |
+           (uint32_t)(uint8_t)d << 24;
+}
+#define MR_IQ4NL_W0 mr_pack4(-127, -104, -83, -65)
+#define MR_IQ4NL_W1 mr_pack4(-49, -35, -22, -10)
+#define MR_IQ4NL_W2 mr_pack4(1, 13, 25, 38)
+#define MR_IQ4NL_W3 mr_pack4(53, 69, 89, 113)
+
+/* Four lookups in a 16-entry byte table at once: byte k of the result is
+ * table[n_k], n_k = byte k of `nib` (each 0..15).  A table in memory
+ * indexed by 32 lanes with different indices serialises (constant memory)
+ * or costs a load per weight; this stays in registers: __byte_perm picks
+ * bytes by 3-bit indices, so entries 0-7 and 8-15 are looked up apart and
+ * bit 3 of each index then chooses between the two results. */
+__device__ __forceinline__ uint32_t mr_lut16(uint32_t nib, uint32_t w0, uint32_t w1, uint32_t w2,
+                                             uint32_t w3)
+{
+    const uint32_t x = nib | (nib >> 4);             /* bytes 0 and 2: n0|n1<<4, n2|n3<<4 */
+    const uint32_t sel = __byte_perm(x, 0, 0x4420);  /* n0 | n1<<4 | n2<<8 | n3<<12 */
+    const uint32_t lo = __byte_perm(w0, w1, sel), hi = __byte_perm(w2, w3, sel);
+    return __byte_perm(lo, hi, 0x3210u | ((sel >> 1) & 0x4444u));
+}
+__device__ __forceinline__ uint32_t mr_iq4nl4(uint32_t nib)
+{
+    return mr_lut16(nib, MR_IQ4NL_W0, MR_IQ4NL_W1, MR_IQ4NL_W2, MR_IQ4NL_W3);
+}
+
 /* E2M1 values times 2 (the scale decoders below carry the 1/2). */
 __device__ __constant__ static const int8_t mr_kv_fp4[16] = {
     0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -203,11 +234,17 @@ __device__ __forceinline__ void mr_dq32(const uint8_t *row, int64_t g, float v[3
         uint16_t sh = mr_ld_u16(b + 2);
         int ls = ((b[4 + ib / 2] >> (4 * (ib & 1))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
         float dl = d * (float)(ls - 32);
-        const uint8_t *qs = b + 8 + 16 * ib;
+        /* blocks are 136 bytes and rows start 4-byte aligned: word loads */
+        const uint32_t *qs = (const uint32_t *)(b + 8 + 16 * ib);
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
-            v[j] = dl * (float)mr_kv_iq4nl[qs[j] & 15];
-            v[j + 16] = dl * (float)mr_kv_iq4nl[qs[j] >> 4];
+        for (int w = 0; w < 4; w++) {
+            const uint32_t q = qs[w];
+            const uint32_t lo = mr_iq4nl4(q & 0x0F0F0F0Fu), hi = mr_iq4nl4((q >> 4) & 0x0F0F0F0Fu);
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                v[4 * w + c] = dl * (float)(int8_t)(lo >> (8 * c));
+                v[4 * w + c + 16] = dl * (float)(int8_t)(hi >> (8 * c));
+            }
         }
     }
 }
