@@ -41,6 +41,8 @@ struct mr_cu_ctx {
     bool q4k_wide;          /* 16-weight lanes for Q4_K (MEMRA_CUDA_Q4K_WIDE=0: off) */
     int gemm_mode;          /* prompt GEMM precision (cu_gemm.cu) */
     bool gemm_mode_forced;  /* set by MEMRA_CUDA_GEMM: models may not change it */
+    bool moe_fused;         /* float16 expert GEMMs from the quantized blocks
+                               (MEMRA_CUDA_MOE_FUSED=0: dequantize + cuBLAS) */
     mr_cu_buf scratch_w;    /* dequantized weight chunk for the GEMM path */
     mr_cu_buf scratch_attn; /* split-K attention partials */
     mr_cu_buf scratch_act;  /* activation scratch (quantized x, GEMM operands) */

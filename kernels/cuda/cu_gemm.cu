@@ -19,10 +19,20 @@
  * each expert's tokens into a padded block, dequantizes the experts and
  * runs one strided batched GEMM for all of them, then scatters the rows back
  * to (token, slot) order.  Every expert is read once for the whole prompt
- * instead of once per token. */
+ * instead of once per token.
+ *
+ * In f16 mode the experts take a fused kernel instead (k_moe_gemm): each
+ * block dequantizes a tile of one expert's rows straight from the GGUF
+ * blocks into shared memory as float16 and multiplies it with that expert's
+ * gathered tokens on the tensor cores (WMMA, float32 accumulate), writing
+ * the scaled results to (token, slot) order itself.  No float16 copy of the
+ * experts goes through memory, and the work follows the tokens: an expert
+ * nobody chose costs nothing.  Same rounding as the cuBLAS path (both
+ * operands float16, float32 sums), another summation order. */
 #include <stdlib.h>
 #include <string.h>
 
+#include <mma.h>
 #include <vector>
 
 #include "kernels/cuda/cu_quant.cuh"
@@ -147,6 +157,77 @@ __global__ void k_scatter_rows(const float *Y, int64_t rows, const int32_t *dst,
     for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) o[r] = src[r] * s;
 }
 
+/* Fused expert GEMM tiles: MG_BM weight rows x MG_BN tokens of one expert,
+ * MG_BK columns per step; 4 warps, warp w owns rows 16w..16w+15 and both
+ * 16-token halves. */
+#define MG_BM 64
+#define MG_BN 32
+#define MG_BK 128
+#define MG_PAD 8 /* float16 elements of padding per shared row (bank spread; WMMA wants ldm % 8 == 0) */
+
+/* One tile of work: expert m, its tokens at rows [row0, row0 + cnt) of the
+ * gathered operand (cnt <= MG_BN). */
+struct mg_tile {
+    int m, row0, cnt;
+};
+
+template <int T>
+__global__ void __launch_bounds__(128)
+k_moe_gemm(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int rows,
+           const __half *X, const float *scale, const int32_t *dst, const mg_tile *tiles, float *y)
+{
+    using namespace nvcuda;
+    __shared__ __align__(32) __half ws[MG_BM][MG_BK + MG_PAD];
+    __shared__ __align__(32) __half xs[MG_BN][MG_BK + MG_PAD];
+    __shared__ __align__(32) float cs[MG_BM][MG_BN + 4];
+    const mg_tile tl = tiles[blockIdx.y];
+    const int r0 = blockIdx.x * MG_BM, tid = threadIdx.x, warp = tid >> 5;
+    const uint8_t *Wm = W + (size_t)tl.m * mat_bytes;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
+    wmma::fill_fragment(acc[0], 0.0f);
+    wmma::fill_fragment(acc[1], 0.0f);
+    for (int k0 = 0; k0 < cols; k0 += MG_BK) {
+        /* weights: MG_BM rows x MG_BK/32 groups, two groups a thread */
+        for (int u = tid; u < MG_BM * (MG_BK / 32); u += 128) {
+            const int r = u / (MG_BK / 32), g = u % (MG_BK / 32);
+            float v[32];
+            mr_dq32<T>(Wm + (size_t)(r0 + r) * row_bytes, (k0 >> 5) + g, v);
+            __half2 *d = (__half2 *)&ws[r][32 * g];
+#pragma unroll
+            for (int q = 0; q < 16; q++) d[q] = __floats2half2_rn(v[2 * q], v[2 * q + 1]);
+        }
+        /* tokens: MG_BN rows x MG_BK halves, 16 bytes a load; rows past cnt are zero */
+        for (int u = tid; u < MG_BN * (MG_BK / 8); u += 128) {
+            const int t = u / (MG_BK / 8), c8 = u % (MG_BK / 8);
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (t < tl.cnt)
+                v = *(const uint4 *)(X + (size_t)(tl.row0 + t) * cols + k0 + 8 * c8);
+            *(uint4 *)&xs[t][8 * c8] = v;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < MG_BK; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b0, b1;
+            wmma::load_matrix_sync(a, &ws[16 * warp][kk], MG_BK + MG_PAD);
+            wmma::load_matrix_sync(b0, &xs[0][kk], MG_BK + MG_PAD);
+            wmma::load_matrix_sync(b1, &xs[16][kk], MG_BK + MG_PAD);
+            wmma::mma_sync(acc[0], a, b0, acc[0]);
+            wmma::mma_sync(acc[1], a, b1, acc[1]);
+        }
+        __syncthreads();
+    }
+    wmma::store_matrix_sync(&cs[16 * warp][0], acc[0], MG_BN + 4, wmma::mem_row_major);
+    wmma::store_matrix_sync(&cs[16 * warp][16], acc[1], MG_BN + 4, wmma::mem_row_major);
+    __syncthreads();
+    /* y[dst][r0 + r] = c * scale: consecutive threads, consecutive rows */
+    for (int u = tid; u < MG_BM * tl.cnt; u += 128) {
+        const int t = u / MG_BM, r = u % MG_BM;
+        const int p = tl.row0 + t;
+        y[(size_t)dst[p] * rows + r0 + r] = cs[r][t] * scale[p];
+    }
+}
+
 /* ---- host side ---- */
 
 enum gemm_mode { GEMM_F16 = 0, GEMM_TF32, GEMM_F32 };
@@ -159,6 +240,8 @@ void mr_cu_gemm_init(mr_cu_ctx *c)
     const char *m = getenv("MEMRA_CUDA_GEMM");
     c->gemm_mode_forced = m && *m;
     c->gemm_mode = m && !strcmp(m, "f32") ? GEMM_F32 : m && !strcmp(m, "tf32") ? GEMM_TF32 : GEMM_F16;
+    const char *f = getenv("MEMRA_CUDA_MOE_FUSED");
+    c->moe_fused = !(f && !strcmp(f, "0"));
 }
 
 /* be->prefer_float32: float32 GEMMs, unless MEMRA_CUDA_GEMM chose otherwise. */
@@ -271,6 +354,78 @@ void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
     }
 }
 
+template <int T>
+static void moe_launch(mr_cu_ctx *c, dim3 grid, const uint8_t *W, size_t mat_bytes, size_t row_bytes,
+                       int cols, int rows, const __half *X, const float *scale, const int32_t *dst,
+                       const mg_tile *tiles, float *y)
+{
+    if constexpr (mr_cu_plain_type(T))
+        mr_cu_fail(c, "matmul_id: the fused expert GEMM takes block types only");
+    else
+        k_moe_gemm<T><<<grid, 128, 0, c->stream>>>(W, mat_bytes, row_bytes, cols, rows, X, scale, dst,
+                                                   tiles, y);
+}
+
+/* The f16 expert products through k_moe_gemm: the token-expert pairs are
+ * ordered by expert (no padding), gathered and scaled to float16 once, and
+ * cut into tiles of up to MG_BN tokens of one expert. */
+static bool moe_gemm_fused(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
+                           const std::vector<int32_t> &ids, const std::vector<int> &count, int k,
+                           float *y, int n)
+{
+    const int64_t cols = w->cols, rows = w->rows, mats = w->n_mats;
+    const int P = n * k;
+    std::vector<int> start((size_t)mats + 1, 0);
+    for (int64_t m = 0; m < mats; m++) start[m + 1] = start[m] + count[m];
+    /* map: src[P] (input row of x), dst[P] (output row of y), in expert order */
+    std::vector<int32_t> map((size_t)P * 2);
+    std::vector<int> fill(start.begin(), start.end() - 1);
+    for (int p = 0; p < P; p++) {
+        const int m = ids[p], row = fill[m]++;
+        map[row] = (p / k) * x_slots + (x_slots > 1 ? p % k : 0);
+        map[P + row] = p;
+    }
+    std::vector<mg_tile> tiles;
+    for (int64_t m = 0; m < mats; m++)
+        for (int t0 = 0; t0 < count[m]; t0 += MG_BN)
+            tiles.push_back({(int)m, start[m] + t0, count[m] - t0 < MG_BN ? count[m] - t0 : MG_BN});
+    if (tiles.size() > 65535) {
+        mr_cu_fail(c, "matmul_id: %zu expert tiles (max 65535)", tiles.size());
+        return true;
+    }
+    const size_t map_b = (size_t)P * 8, tile_b = tiles.size() * sizeof(mg_tile);
+    if (!mr_cu_reserve(c, &c->scratch_moe, map_b + tile_b, "expert GEMM map"))
+        return true;
+    int32_t *d_map = (int32_t *)c->scratch_moe.p;
+    mg_tile *d_tiles = (mg_tile *)((char *)c->scratch_moe.p + map_b);
+    /* one upload: map then tiles (pageable host memory: the copy completes
+     * before the call returns, so the vectors may go out of scope) */
+    std::vector<char> up(map_b + tile_b);
+    memcpy(up.data(), map.data(), map_b);
+    memcpy(up.data() + map_b, tiles.data(), tile_b);
+    cudaError_t e = cudaMemcpyAsync(d_map, up.data(), up.size(), cudaMemcpyHostToDevice, c->stream);
+    if (e != cudaSuccess) {
+        mr_cu_fail(c, "matmul_id: uploading the expert map: %s", cudaGetErrorString(e));
+        return true;
+    }
+    float *scale;
+    const void *xg = prepare_x(c, GEMM_F16, x, cols, P, d_map, &scale);
+    if (!xg)
+        return true;
+    dim3 grid((unsigned)(rows / MG_BM), (unsigned)tiles.size());
+    const uint8_t *W = (const uint8_t *)w->data;
+    const size_t mat_bytes = w->row_bytes * (size_t)rows;
+    switch (w->type) {
+#define X(TT) case TT: moe_launch<TT>(c, grid, W, mat_bytes, w->row_bytes, (int)cols, (int)rows, \
+                                      (const __half *)xg, scale, d_map + P, d_tiles, y); break;
+        MR_CU_TYPE_LIST(X)
+#undef X
+    default: mr_cu_fail(c, "matmul_id: unsupported type %d", w->type); return true;
+    }
+    MR_CU_LAUNCHED(c, "expert GEMM (fused)");
+    return true;
+}
+
 /* Expert products for a prompt, grouped by expert (see the top comment).
  * Returns false, having done nothing, when an expert id is out of range:
  * the caller then takes the matvec path, which writes NaN rows for those. */
@@ -294,6 +449,9 @@ bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
             return false;
         count[h_ids[p]]++;
     }
+    if (md == GEMM_F16 && c->moe_fused && !mr_cu_plain_type(w->type) && rows % MG_BM == 0 &&
+        cols % MG_BK == 0)
+        return moe_gemm_fused(c, w, x, x_slots, h_ids, count, k, y, n);
     int maxc = 0;
     for (int64_t m = 0; m < mats; m++) maxc = count[m] > maxc ? count[m] : maxc;
     /* Padded operand: expert m owns rows [m*maxc, (m+1)*maxc).  src[row] is
