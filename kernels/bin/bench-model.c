@@ -1,10 +1,13 @@
 /* bench-model: prompt and decode throughput of a GGUF model on a backend.
  *
  *   bench-model MODEL.gguf [--backend cuda|cpu|auto] [--runs N] [--pp 512] [--tg 128]
+ *               [--depth D]
  *
  * pp: one prompt of --pp random tokens into an empty sequence (logits of the
  * last token only).  tg: --tg tokens decoded one at a time from an empty
- * sequence, greedy on the host from the downloaded logits (as run-gen does).
+ * sequence, greedy on the host from the downloaded logits (as run-gen does);
+ * with --depth D the sequence first takes a D-token prompt (512 tokens a
+ * call, not timed), so tg measures decode at that depth.
  * Each is run --runs times (fresh sequence each time); prints every run and
  * the median.  With CUDA it also measures device copy bandwidth and prints
  * the decode roofline: copy bandwidth / weight bytes read per token (expert
@@ -63,20 +66,21 @@ static double bytes_per_token(const char *path, const mr_hparams *hp, mr_err *er
 int main(int argc, char **argv)
 {
     const char *path = NULL, *backend = "auto";
-    int runs = 3, pp = 512, tg = 128;
+    int runs = 3, pp = 512, tg = 128, depth = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--pp") && i + 1 < argc) pp = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tg") && i + 1 < argc) tg = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--depth") && i + 1 < argc) depth = atoi(argv[++i]);
         else if (argv[i][0] != '-' && !path) path = argv[i];
         else {
-            fprintf(stderr, "usage: bench-model MODEL.gguf [--backend B] [--runs N] [--pp N] [--tg N]\n");
+            fprintf(stderr, "usage: bench-model MODEL.gguf [--backend B] [--runs N] [--pp N] [--tg N] [--depth D]\n");
             return 2;
         }
     }
-    if (!path || runs < 1 || runs > 50 || pp < 0 || tg < 0) {
-        fprintf(stderr, "usage: bench-model MODEL.gguf [--backend B] [--runs N] [--pp N] [--tg N]\n");
+    if (!path || runs < 1 || runs > 50 || pp < 0 || tg < 0 || depth < 0 || depth > (1 << 22)) {
+        fprintf(stderr, "usage: bench-model MODEL.gguf [--backend B] [--runs N] [--pp N] [--tg N] [--depth D]\n");
         return 2;
     }
     mr_err err = {{0}};
@@ -86,7 +90,7 @@ int main(int argc, char **argv)
         return 1;
     }
     mr_model *m = NULL;
-    int ctx = (pp > tg ? pp : tg) + 16;
+    int ctx = (pp > depth + tg ? pp : depth + tg) + 16;
     mr_model_opts opts = {.n_ctx = ctx, .n_seqs = 1};
     double t0 = now();
     if (mr_model_load(path, be, &opts, &m, &err)) {
@@ -100,7 +104,9 @@ int main(int argc, char **argv)
            hp->arch_name, hp->n_layers, hp->n_embd, hp->n_vocab, hp->n_expert ? ", MoE" : "",
            be->name, load_s);
     float *logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
-    const int nt = pp > 8 ? pp : 8; /* the warm-up uses up to 8 */
+    int nt = pp > 8 ? pp : 8; /* the warm-up uses up to 8 */
+    if (depth > nt)
+        nt = depth;
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)nt);
     uint64_t r = 12345;
     for (int i = 0; i < nt; i++) {
@@ -129,6 +135,10 @@ int main(int argc, char **argv)
         }
         if (tg > 0) {
             if (mr_seq_new(m, &s, &err)) { status = 1; break; }
+            for (int d = 0; d < depth && !status; d += 512)
+                status = mr_model_forward(m, s, toks + d, depth - d < 512 ? depth - d : 512, MR_LOGITS_LAST,
+                                          logits, &err) != 0;
+            if (status) { mr_seq_free(s); break; }
             int32_t next = toks[0] % hp->n_vocab;
             double a = now();
             for (int i = 0; i < tg; i++) {
@@ -140,8 +150,8 @@ int main(int argc, char **argv)
             tt[k] = now() - a;
             mr_seq_free(s);
         }
-        printf("run %d: pp%d %.1f tok/s, tg%d %.1f tok/s\n", k + 1, pp, pp ? pp / tp[k] : 0.0, tg,
-               tg ? tg / tt[k] : 0.0);
+        printf("run %d: pp%d %.1f tok/s, tg%d%s %.1f tok/s\n", k + 1, pp, pp ? pp / tp[k] : 0.0, tg,
+               depth ? " (at depth)" : "", tg ? tg / tt[k] : 0.0);
         fflush(stdout);
     }
     if (status) {
@@ -149,8 +159,8 @@ int main(int argc, char **argv)
         return 1;
     }
     double mp = pp ? median(tp, runs) : 0, mt = tg ? median(tt, runs) : 0;
-    printf("median of %d: pp%d %.1f tok/s, tg%d %.1f tok/s (%.3f ms/token)\n", runs, pp,
-           pp ? pp / mp : 0.0, tg, tg ? tg / mt : 0.0, tg ? mt / tg * 1e3 : 0.0);
+    printf("median of %d: pp%d %.1f tok/s, tg%d %.1f tok/s (%.3f ms/token) at depth %d\n", runs, pp,
+           pp ? pp / mp : 0.0, tg, tg ? tg / mt : 0.0, tg ? mt / tg * 1e3 : 0.0, depth);
 #ifdef MR_HAVE_CUDA
     if (!strcmp(be->name, "cuda") && bpt > 0) {
         double bw = mr_cuda_copy_bandwidth((size_t)2 << 30, 10) * 1e9;
