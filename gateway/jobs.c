@@ -624,7 +624,11 @@ static void on_tokens(mr_job *j, mr_msg *m)
     const char *rel = released->p ? released->p : "";
     j->text_len += released->len;
     if (j->stream) {
-        if (released->len || lp)
+        /* one chunk per batch of tokens, even when no text is released yet
+         * (a held-back partial character or stop prefix, a control token):
+         * the client sees every step, and its time to first token is the
+         * first token's, not the first printable character's */
+        if (!j->text_stopped || released->len || lp)
             stream_chunk(j, rel, released->len, false, NULL, lp ? json_incref(lp) : NULL);
     } else {
         mr_buf_add(&j->text, rel, released->len);

@@ -10,7 +10,8 @@
 #      set to N and the gateway queue to OVERLOAD_QUEUE, default 0): N clients,
 #      then 4N clients, 4N requests each time: admitted requests' TTFT p99 at
 #      4x against the capacity point, and how fast the others get 429.
-# One JSON line per run (see bench-serve.mjs), then a table.
+# One JSON line per run (see bench-serve.mjs), then a table.  Needs node
+# (18 or later) and nothing else beside the build.
 #
 # Usage: scripts/bench-serve.sh BUILD MODEL [BACKEND]      (BACKEND: auto)
 # Environment: CONCURRENCY, PROMPT, GEN, VOCAB (1000: prompt ids are drawn
@@ -64,7 +65,8 @@ J
     GW=$!
     URL="http://127.0.0.1:$PORT"
     for _ in $(seq 1 1200); do
-        [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/readyz")" = 200 ] && return 0
+        node -e 'fetch(process.argv[1]).then(r => process.exit(r.status === 200 ? 0 : 1), () => process.exit(1))' \
+            "$URL/readyz" && return 0
         kill -0 "$GW" 2>/dev/null || break
         sleep 0.1
     done

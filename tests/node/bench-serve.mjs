@@ -76,7 +76,9 @@ async function request(prompt) {
       const j = JSON.parse(data);
       if (j.error) { errors++; return true; }
       if (j.usage) usage = j.usage;
-      if (j.choices?.length && j.choices[0].text !== undefined && j.choices[0].text !== '') {
+      // every chunk before the finishing one carries tokens (its text may be
+      // empty: a partial character or a control token)
+      if (j.choices?.length && j.choices[0].text !== undefined && !j.choices[0].finish_reason) {
         const now = performance.now();
         if (!first) first = now;
         else itl.push((now - last) / 1000);
