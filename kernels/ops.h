@@ -64,6 +64,13 @@ typedef struct mr_kv_cache {
 struct mr_backend {
     const char *name;      /* "cpu", "cuda" */
     void *ctx;             /* backend state */
+    /* Products of this many rows or more may round differently from
+     * smaller ones (CUDA: float16 tensor-core GEMMs from
+     * MR_CU_GEMM_MIN_TOKENS rows); 0: a row's result never depends on how
+     * many rows share the call.  The forward pass keeps a step's decode
+     * rows in smaller products, so that greedy decoding gives the same
+     * tokens alone or in any batch. */
+    int batch_variant_rows;
 
     /* ---- memory ---- */
     void *(*alloc)(mr_backend *be, size_t bytes); /* NULL on failure */

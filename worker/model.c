@@ -740,6 +740,40 @@ static int stage_multi(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n)
     return r1 - r0;
 }
 
+/* How many leading rows of an n-row product go in products of their own:
+ * 0 when the backend computes every row the same whatever the call's size
+ * or the product is small enough anyway. */
+static int alone_rows(const mr_model *m, int n)
+{
+    int v = m->be->batch_variant_rows, a = m->alone_rows < n ? m->alone_rows : n;
+    return v > 1 && n >= v && a > 0 ? a : 0;
+}
+
+void mr_fwd_matmul(mr_model *m, const mr_weight *w, const float *x, float *y, int n)
+{
+    mr_backend *be = m->be;
+    const int a = alone_rows(m, n), step = be->batch_variant_rows - 1;
+    for (int r = 0; r < a; r += step)
+        be->matmul(be, w, x + (size_t)r * (size_t)w->cols, y + (size_t)r * (size_t)w->rows,
+                   a - r < step ? a - r : step);
+    if (n > a)
+        be->matmul(be, w, x + (size_t)a * (size_t)w->cols, y + (size_t)a * (size_t)w->rows, n - a);
+}
+
+void mr_fwd_matmul_id(mr_model *m, const mr_weight *w, const float *x, int x_slots, const int32_t *ids,
+                      int k, float *y, int n)
+{
+    mr_backend *be = m->be;
+    const int a = alone_rows(m, n), step = be->batch_variant_rows - 1;
+    const size_t xr = (size_t)x_slots * (size_t)w->cols, yr = (size_t)k * (size_t)w->rows;
+    for (int r = 0; r < a; r += step)
+        be->matmul_id(be, w, x + (size_t)r * xr, x_slots, ids + (size_t)r * (size_t)k, k, y + (size_t)r * yr,
+                      a - r < step ? a - r : step);
+    if (n > a)
+        be->matmul_id(be, w, x + (size_t)a * xr, x_slots, ids + (size_t)a * (size_t)k, k, y + (size_t)a * yr,
+                      n - a);
+}
+
 /* Copies the output rows of the items back: argmax ids, then logits rows;
  * a run of items whose rows are adjacent both in the scratch and in host
  * memory (the scheduler lays its buffers out so) goes in one download. */
@@ -826,7 +860,14 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
     }
     if (mr_model_stage_upload(m, n, stage_multi(m, segs, n_items, n), err))
         return -1;
-    if ((m->q35 ? mr_qwen35_forward_segs : mr_qwen3_forward_segs)(m, segs, n_items, n, err))
+    /* decode rows: leading one-token items with an output row (the
+     * scheduler puts them ahead of prompt chunks) */
+    m->alone_rows = 0;
+    while (m->alone_rows < n_items && items[m->alone_rows].n == 1 && items[m->alone_rows].mode != MR_LOGITS_NONE)
+        m->alone_rows++;
+    int frc = (m->q35 ? mr_qwen35_forward_segs : mr_qwen3_forward_segs)(m, segs, n_items, n, err);
+    m->alone_rows = 0;
+    if (frc)
         return -1;
     if (any_argmax && out_row > 0)
         m->be->argmax(m->be, m->sc.logits, out_row, m->hp.n_vocab, m->sc.ids);

@@ -62,6 +62,10 @@ struct mr_model {
      * the rows of longer segments in that range); multi_segs NULL: none. */
     const mr_fwd_seg *multi_segs;
     int multi_nsegs, multi_r0, multi_r1;
+    /* The call in flight's first alone_rows rows are decode rows (one token
+     * of a sequence, with an output row each, ahead of any prompt chunk):
+     * mr_fwd_matmul keeps them out of batch-variant products. */
+    int alone_rows;
 
     struct mr_q35 *q35;  /* hybrid-model weights and buffers (worker/arch/qwen35.c), or NULL */
     size_t rstate_bytes; /* recurrent state per sequence (0: none) */
@@ -94,6 +98,15 @@ struct mr_fwd_seg {
  * own calls, which the backends tile for prompts. */
 #define MR_FWD_MULTI_MAX 8
 static inline bool mr_fwd_seg_multi(const mr_fwd_seg *g) { return g->n <= MR_FWD_MULTI_MAX; }
+
+/* y = x W^T (matmul) and the expert form (matmul_id) over the n rows of a
+ * forward call (or its n output rows: the decode rows come first there
+ * too).  Where the backend's large products round differently
+ * (batch_variant_rows), the call's decode rows go in products of their
+ * own below that size, the rest in one product. */
+void mr_fwd_matmul(mr_model *m, const mr_weight *w, const float *x, float *y, int n);
+void mr_fwd_matmul_id(mr_model *m, const mr_weight *w, const float *x, int x_slots, const int32_t *ids,
+                      int k, float *y, int n);
 
 /* One forward call over several sequences: n rows in sc.tokens / sc.pos in
  * all, split into segs; logits of each segment's rows from out_first on go

@@ -355,6 +355,7 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     mr_cu_gemm_init(c);
 
     be->name = "cuda";
+    be->batch_variant_rows = MR_CU_GEMM_MIN_TOKENS; /* float16 GEMMs from there on */
     be->alloc = cu_alloc;
     be->free = cu_free;
     be->upload = cu_upload;

@@ -141,7 +141,13 @@ START_TEST(batched_and_chunked_logits_are_bit_identical)
 {
     static const char *const arch[] = {"qwen3", "qwen3moe"};
     mr_model_opts o = {.n_ctx = 128, .n_seqs = 8, .block_tokens = 8};
-    open_model(arch[_i], "model-BF16.gguf", &o);
+    open_model(arch[_i % 2], "model-BF16.gguf", &o);
+    /* loops 2-3: as if products of 4+ (2+) rows rounded differently (the CUDA
+     * backend's float16 GEMMs): the decode rows of a mixed step then go in
+     * products of at most 3 (1) rows of their own; the CPU computes every row
+     * the same either way, so only a wrong row offset can change a bit */
+    if (_i >= 2)
+        be->batch_variant_rows = _i == 2 ? 4 : 2;
     mr_err err;
     int V = mr_model_hparams(model)->n_vocab;
     enum { NA = 5, NB = 26, NC = 23, DEC = 3 };
@@ -184,7 +190,7 @@ START_TEST(batched_and_chunked_logits_are_bit_identical)
     }
     for (int s = 0; s < 3; s++) {
         ck_assert_msg(memcmp(out[s], solo[s], row * (size_t)(n[s] + DEC)) == 0, "%s seq %d: batched differs",
-                      arch[_i], s);
+                      arch[_i % 2], s);
         mr_seq_free(q[s]);
     }
 
@@ -217,7 +223,7 @@ START_TEST(batched_and_chunked_logits_are_bit_identical)
             }
             done_b += nb;
             ck_assert_msg(memcmp(last + V, solo[1] + (size_t)(done_b - 1) * V, row) == 0,
-                          "%s chunk %d: row %d differs", arch[_i], chunk, done_b - 1);
+                          "%s chunk %d: row %d differs", arch[_i % 2], chunk, done_b - 1);
             if (nc > 0) {
                 done_c += nc;
                 ck_assert(memcmp(last + 2 * V, solo[2] + (size_t)(done_c - 1) * V, row) == 0);
@@ -314,7 +320,7 @@ int main(void)
     tcase_add_test(tc, pool_refcounts_and_reservations);
     tcase_add_test(tc, budget_sizing);
     tcase_add_test(tc, model_pool_from_budget_and_shared_blocks);
-    tcase_add_loop_test(tc, batched_and_chunked_logits_are_bit_identical, 0, 2);
+    tcase_add_loop_test(tc, batched_and_chunked_logits_are_bit_identical, 0, 4);
     tcase_add_test(tc, argmax_mode_matches_host_argmax);
     tcase_add_test(tc, batch_rejects_bad_items);
     suite_add_tcase(s, tc);

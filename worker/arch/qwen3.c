@@ -54,11 +54,11 @@ static void attention_block(mr_model *m, const mr_fwd_seg *segs, int n_segs, int
     mr_scratch *sc = &m->sc;
 
     be->rmsnorm(be, sc->x, L->attn_norm, sc->xn, n, hp->n_embd, hp->rms_eps);
-    be->matmul(be, &L->wq, sc->xn, sc->q, n);
-    be->matmul(be, &L->wk, sc->xn, sc->k, n);
-    be->matmul(be, &L->wv, sc->xn, sc->v, n);
+    mr_fwd_matmul(m, &L->wq, sc->xn, sc->q, n);
+    mr_fwd_matmul(m, &L->wk, sc->xn, sc->k, n);
+    mr_fwd_matmul(m, &L->wv, sc->xn, sc->v, n);
     mr_qwen3_attend(m, L, &m->kv, il, segs, n_segs, n);
-    be->matmul(be, &L->wo, sc->att, sc->proj, n);
+    mr_fwd_matmul(m, &L->wo, sc->att, sc->proj, n);
     be->add(be, sc->x, sc->proj, (size_t)n * (size_t)hp->n_embd);
 }
 
@@ -66,10 +66,10 @@ void mr_qwen3_dense_ffn(mr_model *m, const mr_layer *L, int n)
 {
     mr_backend *be = m->be;
     mr_scratch *sc = &m->sc;
-    be->matmul(be, &L->ffn_gate, sc->xn, sc->gate, n);
-    be->matmul(be, &L->ffn_up, sc->xn, sc->up, n);
+    mr_fwd_matmul(m, &L->ffn_gate, sc->xn, sc->gate, n);
+    mr_fwd_matmul(m, &L->ffn_up, sc->xn, sc->up, n);
     be->swiglu(be, sc->gate, sc->up, sc->gate, (size_t)n * (size_t)m->hp.n_ff);
-    be->matmul(be, &L->ffn_down, sc->gate, sc->proj, n);
+    mr_fwd_matmul(m, &L->ffn_down, sc->gate, sc->proj, n);
 }
 
 void mr_qwen3_moe_ffn(mr_model *m, const mr_layer *L, int n)
@@ -79,14 +79,14 @@ void mr_qwen3_moe_ffn(mr_model *m, const mr_layer *L, int n)
     mr_scratch *sc = &m->sc;
     int k = hp->n_expert_used;
 
-    be->matmul(be, &L->ffn_gate_inp, sc->xn, sc->router, n);
+    mr_fwd_matmul(m, &L->ffn_gate_inp, sc->xn, sc->router, n);
     be->moe_route(be, sc->router, n, hp->n_expert, k, hp->norm_topk, sc->exp_ids, sc->exp_w);
     /* every chosen expert reads the same normalised token (x_slots = 1) ... */
-    be->matmul_id(be, &L->ffn_gate_exps, sc->xn, 1, sc->exp_ids, k, sc->gate, n);
-    be->matmul_id(be, &L->ffn_up_exps, sc->xn, 1, sc->exp_ids, k, sc->up, n);
+    mr_fwd_matmul_id(m, &L->ffn_gate_exps, sc->xn, 1, sc->exp_ids, k, sc->gate, n);
+    mr_fwd_matmul_id(m, &L->ffn_up_exps, sc->xn, 1, sc->exp_ids, k, sc->up, n);
     be->swiglu(be, sc->gate, sc->up, sc->gate, (size_t)n * (size_t)k * (size_t)hp->n_ff_exp);
     /* ... and its down projection reads its own slot (x_slots = k) */
-    be->matmul_id(be, &L->ffn_down_exps, sc->gate, k, sc->exp_ids, k, sc->exp_out, n);
+    mr_fwd_matmul_id(m, &L->ffn_down_exps, sc->gate, k, sc->exp_ids, k, sc->exp_out, n);
     be->moe_combine(be, sc->exp_out, sc->exp_w, n, k, hp->n_embd, sc->proj);
 }
 
@@ -133,5 +133,5 @@ void mr_qwen3_output_head(mr_model *m, const mr_fwd_seg *segs, int n_segs)
             rows = g->out_row + r;
     }
     if (rows > 0)
-        be->matmul(be, &m->output, sc->xn, sc->logits, rows);
+        mr_fwd_matmul(m, &m->output, sc->xn, sc->logits, rows);
 }

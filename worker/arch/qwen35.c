@@ -350,14 +350,14 @@ static void full_attention(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int 
     struct mr_q35 *q = m->q35;
     int hd = hp->head_dim, rows = n * hp->n_heads;
 
-    be->matmul(be, &L->wq, sc->xn, q->qf, n);
+    mr_fwd_matmul(m, &L->wq, sc->xn, q->qf, n);
     be->copy_2d(be, sc->q, hd, q->qf, 2 * hd, rows, hd);
-    be->matmul(be, &L->wk, sc->xn, sc->k, n);
-    be->matmul(be, &L->wv, sc->xn, sc->v, n);
+    mr_fwd_matmul(m, &L->wk, sc->xn, sc->k, n);
+    mr_fwd_matmul(m, &L->wv, sc->xn, sc->v, n);
     mr_qwen3_attend(m, L, kv, kv_layer, segs, n_segs, n);
     /* output gate: the second half of each head's [q | gate] row */
     be->sigmoid_mul(be, sc->att, q->qf + hd, rows, hd, 2 * hd, false);
-    be->matmul(be, &L->wo, sc->att, sc->proj, n);
+    mr_fwd_matmul(m, &L->wo, sc->att, sc->proj, n);
 }
 
 static void linear_attention(mr_model *m, int il, const mr_fwd_seg *segs, int n_segs, int n)
@@ -368,10 +368,10 @@ static void linear_attention(mr_model *m, int il, const mr_fwd_seg *segs, int n_
     struct mr_q35 *q = m->q35;
     const mr_q35_layer *Q = &q->layers[il];
 
-    be->matmul(be, &Q->wqkv, sc->xn, q->qkv, n);
-    be->matmul(be, &Q->wz, sc->xn, q->z, n);
-    be->matmul(be, &Q->walpha, sc->xn, q->alpha, n);
-    be->matmul(be, &Q->wbeta, sc->xn, q->beta, n);
+    mr_fwd_matmul(m, &Q->wqkv, sc->xn, q->qkv, n);
+    mr_fwd_matmul(m, &Q->wz, sc->xn, q->z, n);
+    mr_fwd_matmul(m, &Q->walpha, sc->xn, q->alpha, n);
+    mr_fwd_matmul(m, &Q->wbeta, sc->xn, q->beta, n);
     size_t cd = (size_t)q->conv_dim, nv = (size_t)hp->ssm_dt_rank, di = (size_t)hp->ssm_d_inner;
     for (int i = 0; i < n_segs; i++) {
         const mr_fwd_seg *g = &segs[i];
@@ -388,7 +388,7 @@ static void linear_attention(mr_model *m, int il, const mr_fwd_seg *segs, int n_
     /* gated RMSNorm per value head: rmsnorm(o) * w * silu(z) */
     be->rmsnorm(be, q->o, Q->ssm_norm, q->o, n * hp->ssm_dt_rank, q->dv, hp->rms_eps);
     be->swiglu(be, q->z, q->o, q->o, (size_t)n * (size_t)hp->ssm_d_inner);
-    be->matmul(be, &Q->wout, q->o, sc->proj, n);
+    mr_fwd_matmul(m, &Q->wout, q->o, sc->proj, n);
 }
 
 /* routed experts as qwen3moe, plus a shared expert scaled by sigmoid of
@@ -401,11 +401,11 @@ static void moe_ffn(mr_model *m, const mr_layer *L, const mr_q35_layer *Q, int n
     mr_scratch *sc = &m->sc;
 
     mr_qwen3_moe_ffn(m, L, n);
-    be->matmul(be, &Q->sh_gate, sc->xn, q->sh_gate, n);
-    be->matmul(be, &Q->sh_up, sc->xn, q->sh_up, n);
+    mr_fwd_matmul(m, &Q->sh_gate, sc->xn, q->sh_gate, n);
+    mr_fwd_matmul(m, &Q->sh_up, sc->xn, q->sh_up, n);
     be->swiglu(be, q->sh_gate, q->sh_up, q->sh_gate, (size_t)n * (size_t)hp->n_ff_shexp);
-    be->matmul(be, &Q->sh_down, q->sh_gate, q->sh_out, n);
-    be->matmul(be, &Q->sh_gate_inp, sc->xn, q->sh_g, n);
+    mr_fwd_matmul(m, &Q->sh_down, q->sh_gate, q->sh_out, n);
+    mr_fwd_matmul(m, &Q->sh_gate_inp, sc->xn, q->sh_g, n);
     be->sigmoid_mul(be, q->sh_out, q->sh_g, n, hp->n_embd, 1, true);
     be->add(be, sc->proj, q->sh_out, (size_t)n * (size_t)hp->n_embd);
 }
