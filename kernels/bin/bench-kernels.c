@@ -1,9 +1,12 @@
 /* bench-kernels: decode-shaped matvec timings against measured copy
- * bandwidth (the roofline for a memory-bound kernel), plus attention decode.
+ * bandwidth (the roofline for a memory-bound kernel), plus attention decode
+ * and the expert products of a decode batch (matmul_id, grouped by expert
+ * and one job per token-expert pair).
  * Weights are random valid blocks; several copies are rotated so that each
  * call reads from HBM, not from the 60 MB L2.
  *
- * Usage: bench-kernels [iters]   (needs a CUDA device) */
+ * Usage: bench-kernels [iters [moe]]   (needs a CUDA device; "moe": only
+ * the expert products) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +130,145 @@ static double bench_mv(mr_backend *be, const char *label, int type, int64_t rows
     return med;
 }
 
+typedef struct {
+    mr_backend *be;
+    mr_weight *w;
+    int32_t **ids;
+    int nw, cur, n, k, xs;
+    float *x, *y;
+} id_arg;
+
+static void run_id(void *p)
+{
+    id_arg *a = p;
+    a->be->matmul_id(a->be, &a->w[a->cur], a->x, a->xs, a->ids[a->cur], a->k, a->y, a->n);
+    a->cur = (a->cur + 1) % a->nw;
+}
+
+static double median3(const double *t)
+{
+    double a0 = t[0], a1 = t[1], a2 = t[2];
+    return a0 > a1 ? (a1 > a2 ? a1 : (a0 > a2 ? a2 : a0)) : (a0 > a2 ? a0 : (a1 > a2 ? a2 : a1));
+}
+
+/* Expert products of decode batches of ns[] tokens, k of `mats` experts a
+ * token picked at random (distinct), on each backend of be[] (same weights
+ * and routings); xs input rows a token (1: gate/up, k: down).  Bandwidth
+ * counts the bytes of the distinct experts a call reads. */
+static void bench_id(mr_backend **be, const char **label, int nbe, int type, int64_t rows,
+                     int64_t cols, int mats, int k, int xs, const int *ns, int nn, int iters, double bw)
+{
+    int bb = 0, be_ = block_of(type, &bb);
+    size_t rb = (size_t)(cols / be_) * bb, mat = rb * rows, bytes = mat * mats;
+    int nw = (int)((512u << 20) / bytes) + 1; /* >= 512 MiB in rotation */
+    if (nw > 64) nw = 64;
+    if (nw < 2) nw = 2;
+    uint8_t *h = malloc(bytes);
+    mr_weight *w = calloc((size_t)nw * nbe, sizeof *w);
+    mr_err err;
+    for (int i = 0; i < nw; i++) {
+        fill(h, bytes, type, bb);
+        for (int b = 0; b < nbe; b++) {
+            mr_weight *wi = &w[b * nw + i];
+            *wi = (mr_weight){"bench", type, cols, rows, mats, rb, NULL, NULL};
+            if (be[b]->weight_load(be[b], wi, h, &err)) {
+                fprintf(stderr, "weight_load: %s\n", err.msg);
+                exit(1);
+            }
+        }
+    }
+    for (int ni = 0; ni < nn; ni++) {
+        const int n = ns[ni];
+        const size_t ib = (size_t)n * k * 4;
+        int32_t **hids = calloc(nw, sizeof *hids), **ids = calloc((size_t)nw * nbe, sizeof *ids);
+        double used = 0;
+        for (int i = 0; i < nw; i++) {
+            hids[i] = malloc(ib);
+            char *hit = calloc(mats, 1);
+            for (int t = 0; t < n; t++)
+                for (int j = 0; j < k; j++) {
+                    int32_t e;
+                    int dup;
+                    do {
+                        e = (int32_t)(rnd() % mats);
+                        dup = 0;
+                        for (int q = 0; q < j; q++) dup |= hids[i][t * k + q] == e;
+                    } while (dup);
+                    hids[i][t * k + j] = e;
+                    hit[e] = 1;
+                }
+            for (int e = 0; e < mats; e++) used += hit[e];
+            free(hit);
+            for (int b = 0; b < nbe; b++) {
+                ids[b * nw + i] = be[b]->alloc(be[b], ib);
+                if (!ids[b * nw + i] || be[b]->upload(be[b], ids[b * nw + i], hids[i], ib, &err)) {
+                    fprintf(stderr, "bench %s: ids\n", label[b]);
+                    exit(1);
+                }
+            }
+        }
+        used /= nw; /* distinct experts a call, on average */
+        const double rbytes = used * mat;
+        const size_t xb = (size_t)cols * n * xs * 4, yb = (size_t)rows * n * k * 4;
+        float *hx = malloc(xb);
+        for (size_t i = 0; i < xb / 4; i++) hx[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
+        for (int b = 0; b < nbe; b++) {
+            float *x = be[b]->alloc(be[b], xb), *y = be[b]->alloc(be[b], yb);
+            if (!x || !y || be[b]->upload(be[b], x, hx, xb, &err)) {
+                fprintf(stderr, "bench %s: inputs\n", label[b]);
+                exit(1);
+            }
+            id_arg a = {be[b], w + b * nw, ids + b * nw, nw, 0, n, k, xs, x, y};
+            double t[3];
+            for (int r = 0; r < 3; r++) t[r] = mr_cuda_time(be[b], run_id, &a, 10, iters);
+            if (be[b]->sync(be[b], &err)) {
+                fprintf(stderr, "bench %s: %s\n", label[b], err.msg);
+                exit(1);
+            }
+            double med = median3(t), gbs = rbytes / med / 1e9;
+            printf("%-8s %-9s %7lld x %-6lld n=%d %9.0f KB %8.2f us %8.1f GB/s %6.1f%%  %5.1f of %d experts, k=%d%s\n",
+                   label[b], type == MR_TYPE_Q4_K ? "Q4_K" : type == MR_TYPE_Q6_K ? "Q6_K" : "?", (long long)rows,
+                   (long long)cols, n, rbytes / 1024.0, med * 1e6, gbs, 100.0 * gbs / bw, used, mats, k,
+                   xs > 1 ? ", a row per pair" : "");
+            be[b]->free(be[b], x);
+            be[b]->free(be[b], y);
+            for (int i = 0; i < nw; i++) be[b]->free(be[b], ids[b * nw + i]);
+        }
+        for (int i = 0; i < nw; i++) free(hids[i]);
+        free(hids);
+        free(ids);
+        free(hx);
+    }
+    for (int b = 0; b < nbe; b++)
+        for (int i = 0; i < nw; i++) be[b]->weight_release(be[b], &w[b * nw + i]);
+    free(w);
+    free(h);
+}
+
+/* Qwen3-30B-A3B experts (gate/up Q4_K 768x2048, down Q6_K 2048x768, k = 8
+ * of 128): decode batches of 1, 4, 16, 64 tokens, grouped by expert and one
+ * job per pair (MEMRA_CUDA_MOE_GROUPED=0). */
+static int bench_moe(int iters, double cbw)
+{
+    mr_err err;
+    mr_backend *be[2];
+    const char *label[2] = {"moe-grp", "moe-pair"};
+    be[0] = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_MOE_GROUPED", "0", 1);
+    be[1] = be[0] ? mr_backend_cuda_create(0, &err) : NULL;
+    unsetenv("MEMRA_CUDA_MOE_GROUPED");
+    if (!be[0] || !be[1]) {
+        fprintf(stderr, "cuda: %s\n", err.msg);
+        return 1;
+    }
+    const int ns[] = {1, 4, 16, 64};
+    bench_id(be, label, 2, MR_TYPE_Q4_K, 768, 2048, 128, 8, 1, ns, 4, iters, cbw);
+    bench_id(be, label, 2, MR_TYPE_Q6_K, 2048, 768, 128, 8, 8, ns, 4, iters, cbw);
+    be[1]->destroy(be[1]);
+    be[0]->destroy(be[0]);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int iters = argc > 1 ? atoi(argv[1]) : 200;
@@ -141,6 +283,11 @@ int main(int argc, char **argv)
     for (int i = 0; i < 3; i++) bw[i] = mr_cuda_copy_bandwidth((size_t)2 << 30, 10);
     double cbw = bw[0] > bw[1] ? (bw[1] > bw[2] ? bw[1] : (bw[0] > bw[2] ? bw[2] : bw[0])) : (bw[0] > bw[2] ? bw[0] : (bw[1] > bw[2] ? bw[2] : bw[1]));
     printf("device %s, %d SMs; D2D copy (2 GiB, read+write) median of 3: %.1f GB/s\n", name, sm, cbw);
+    if (argc > 2 && !strcmp(argv[2], "moe")) {
+        printf("%-8s %-9s %-16s %3s %12s %11s %13s %7s\n", "kernel", "type", "rows x cols", "n", "bytes",
+               "time", "bandwidth", "%copy");
+        return bench_moe(iters, cbw);
+    }
     mr_err err;
     mr_backend *fast = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_GENERIC", "1", 1);
@@ -178,6 +325,6 @@ int main(int argc, char **argv)
     bench_mv(fast, "fast", MR_TYPE_Q4_K, 4096, 4096, 8, iters, cbw);
     gen->destroy(gen);
     fast->destroy(fast);
-    return 0;
+    return bench_moe(iters, cbw);
 }
 #endif

@@ -8,9 +8,12 @@
  * Outputs are poisoned with NaN before each run, so an unwritten element
  * fails; NaN anywhere fails.  Fused ops are checked against the unfused
  * sequence, the fast matvec kernels against the generic ones
- * (MEMRA_CUDA_GENERIC=1), and a replayed CUDA graph against direct runs.
+ * (MEMRA_CUDA_GENERIC=1), decode batches of experts grouped by expert bit
+ * for bit against the per-pair path (MEMRA_CUDA_MOE_GROUPED=0), and a
+ * replayed CUDA graph against direct runs.
  *
- * Usage: kernel-check [seed]    Prints a table, then ALL GREEN or FAILED. */
+ * Usage: kernel-check [seed [moe]]   Prints a table, then ALL GREEN or FAILED;
+ * "moe" runs only the checks of the grouped expert products. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,19 +42,25 @@ static float fgauss(void)
 }
 
 static int n_fail, n_pass;
-static mr_backend *gpu, *gpu_generic, *cpu, *gpu_r2, *gpu_r4;
+static mr_backend *gpu, *gpu_generic, *cpu, *gpu_r2, *gpu_r4, *gpu_r2_pair, *gpu_r4_pair;
 /* matmul paths compared: the default GPU kernels, the fast kernels with 4
- * and 2 rows per block forced, the generic GPU kernels, the CPU backend */
-#define N_MM 5
+ * and 2 rows per block forced, the generic GPU kernels, the CPU backend,
+ * and for expert weights (n_mats > 1) the -r4/-r2 backends again with
+ * decode batches of experts on the per-pair path instead of grouped by
+ * expert (the grouped results must equal theirs bit for bit) */
+#define N_MM 7
 static mr_backend *mm_be[N_MM];
-static const char *mm_name[N_MM] = {"", "-r4", "-r2", "-generic", "-cpu"};
+static const char *mm_name[N_MM] = {"", "-r4", "-r2", "-generic", "-cpu", "-r4-pair", "-r2-pair"};
+static const bool mm_experts_only[N_MM] = {false, false, false, false, false, true, true};
+/* grouped and per-pair backends compared bit for bit (same R) */
+static const int mm_exact[2][2] = {{1, 5}, {2, 6}};
 /* Bound of the prompt path (MR_CU_GEMM_MIN_TOKENS or more: dequantize + GEMM) per
  * backend.  The GPU backends are created with MEMRA_CUDA_GEMM set: the
  * default one with f16 (the production default), -r4 with tf32, -r2 and
  * -generic with f32.  f16 and tf32 round both operands to an 11-bit
  * significand (unit roundoff 2^-11 = 4.9e-4; TF32 may truncate, 2^-10):
  * a product's relative error is about that, bound 2e-3.  f32 keeps 2e-5. */
-static double mm_gemm_bound[N_MM] = {2e-3, 2e-3, 2e-5, 2e-5, 2e-5};
+static double mm_gemm_bound[N_MM] = {2e-3, 2e-3, 2e-5, 2e-5, 2e-5, 2e-3, 2e-5};
 static mr_err err;
 
 static void die(const char *what)
@@ -209,6 +218,7 @@ static void rand_blocks(const tdesc *td, uint8_t *p, size_t nblocks)
 /* A weight with random valid blocks, on the GPU (and CPU when present). */
 typedef struct {
     mr_weight g, m[N_MM];
+    bool loaded[N_MM];
     uint8_t *host;
     size_t bytes;
 } tweight;
@@ -223,7 +233,10 @@ static void tw_make(tweight *w, const tdesc *td, int64_t cols, int64_t rows, int
     mr_weight base = {td->name, td->type, cols, rows, mats, rb, NULL, NULL};
     for (int i = 0; i < N_MM; i++) {
         w->m[i] = base;
-        if (mm_be[i] && mm_be[i]->weight_load(mm_be[i], &w->m[i], w->host, &err)) die("weight_load");
+        if (!mm_be[i] || (mm_experts_only[i] && mats == 1))
+            continue;
+        if (mm_be[i]->weight_load(mm_be[i], &w->m[i], w->host, &err)) die("weight_load");
+        w->loaded[i] = true;
     }
     w->g = w->m[0];
 }
@@ -231,7 +244,7 @@ static void tw_make(tweight *w, const tdesc *td, int64_t cols, int64_t rows, int
 static void tw_free(tweight *w)
 {
     for (int i = 0; i < N_MM; i++)
-        if (mm_be[i]) mm_be[i]->weight_release(mm_be[i], &w->m[i]);
+        if (w->loaded[i]) mm_be[i]->weight_release(mm_be[i], &w->m[i]);
     free(w->host);
 }
 
@@ -291,7 +304,7 @@ static void check_matmul(const tdesc *td, int64_t cols, int64_t rows, int n)
     float *y = malloc(yn * 4);
     for (int bi = 0; bi < N_MM; bi++) {
         mr_backend *be = mm_be[bi];
-        if (!be) continue;
+        if (!be || !w.loaded[bi]) continue;
         const mr_weight *wt = &w.m[bi];
         char nm[32];
         snprintf(nm, sizeof nm, "matmul%s", mm_name[bi]);
@@ -309,51 +322,178 @@ static void check_matmul(const tdesc *td, int64_t cols, int64_t rows, int n)
     tw_free(&w);
 }
 
-static void check_matmul_id(const tdesc *td, int64_t cols, int64_t rows, int mats, int k, int xs, int n)
+/* Expert routings of the matmul_id checks. */
+enum { ROUTE_MIX, ROUTE_RANDOM, ROUTE_ONE, ROUTE_SPREAD, ROUTE_BAD };
+static const char *route_name[] = {"", " rand", " one", " spread", " bad"};
+
+static void make_ids(int32_t *ids, int n, int k, int mats, int route)
+{
+    const int P = n * k;
+    if (route == ROUTE_MIX) { /* overlapping neighbours */
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < k; j++) ids[t * k + j] = (int32_t)((t * 7 + j * 3 + (int)(rnd() % 2)) % mats);
+        return;
+    }
+    if (route == ROUTE_ONE) { /* every pair on one expert */
+        const int32_t e = (int32_t)(rnd() % mats);
+        for (int p = 0; p < P; p++) ids[p] = e;
+        return;
+    }
+    if (route == ROUTE_SPREAD) { /* as many experts as possible, one pair each */
+        const int off = (int)(rnd() % mats);
+        for (int p = 0; p < P; p++) ids[p] = (int32_t)(((int64_t)p * 37 + off) % mats);
+        return;
+    }
+    /* a router's pick: k distinct random experts a token */
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            int32_t e;
+            bool dup;
+            do {
+                e = (int32_t)(rnd() % mats);
+                dup = false;
+                for (int q = 0; q < j && k <= mats; q++) dup |= ids[t * k + q] == e;
+            } while (dup);
+            ids[t * k + j] = e;
+        }
+    if (route == ROUTE_BAD) { /* out-of-range ids: their rows must be NaN */
+        ids[0] = -1;
+        ids[P / 2] = mats;
+        ids[P - 1] = mats + 1000;
+    }
+}
+
+/* y[t*k + j] = W[ids[t*k + j]] x[t*xs + (xs > 1 ? j : 0)] on every matmul
+ * backend against float64 math on the host-decoded experts; rows of pairs
+ * with an out-of-range id must be NaN (counted in the NaN column when not)
+ * and the CPU backend, which rejects such ids, is left out of those. */
+static void check_matmul_id_route(const tdesc *td, int64_t cols, int64_t rows, int mats, int k, int xs,
+                                  int n, int route)
 {
     tweight w;
     tw_make(&w, td, cols, rows, mats);
-    size_t xn = (size_t)n * xs * cols, yn = (size_t)n * k * rows;
+    const int P = n * k;
+    size_t xn = (size_t)n * xs * cols, yn = (size_t)P * rows;
     float *x = malloc(xn * 4);
     for (size_t i = 0; i < xn; i++) x[i] = fgauss();
-    int32_t *ids = malloc((size_t)n * k * 4);
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < k; j++) ids[t * k + j] = (int32_t)((t * 7 + j * 3 + (int)(rnd() % 2)) % mats);
+    int32_t *ids = malloc((size_t)P * 4);
+    make_ids(ids, n, k, mats, route);
+    bool any_bad = false;
+    for (int p = 0; p < P; p++) any_bad |= ids[p] < 0 || ids[p] >= mats;
+    /* each used expert decoded once */
     double *ref = calloc(yn, 8);
-    float *wr = malloc(cols * 4);
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < k; j++)
-            for (int64_t r = 0; r < rows; r++) {
-                deq_row(td, w.host + ((size_t)ids[t * k + j] * rows + r) * w.g.row_bytes, cols, wr);
-                const float *xv = x + ((size_t)t * xs + (xs > 1 ? j : 0)) * cols;
-                double s = 0;
-                for (int64_t c = 0; c < cols; c++) s += (double)wr[c] * xv[c];
-                ref[((size_t)t * k + j) * rows + r] = s;
+    float *wm = malloc((size_t)rows * cols * 4);
+    for (int e = 0; e < mats; e++) {
+        bool decoded = false;
+        for (int p = 0; p < P; p++) {
+            if (ids[p] != e) continue;
+            if (!decoded) {
+                for (int64_t r = 0; r < rows; r++)
+                    deq_row(td, w.host + ((size_t)e * rows + r) * w.g.row_bytes, cols, wm + r * cols);
+                decoded = true;
             }
+            const int t = p / k, j = p % k;
+            const float *xv = x + ((size_t)t * xs + (xs > 1 ? j : 0)) * cols;
+            for (int64_t r = 0; r < rows; r++) {
+                double sum = 0;
+                for (int64_t c = 0; c < cols; c++) sum += (double)wm[r * cols + c] * xv[c];
+                ref[(size_t)p * rows + r] = sum;
+            }
+        }
+    }
     char shape[64];
-    snprintf(shape, sizeof shape, "%s %dx%lldx%lld k=%d xs=%d n=%d", td->name, mats, (long long)rows,
-             (long long)cols, k, xs, n);
-    float *y = malloc(yn * 4);
+    snprintf(shape, sizeof shape, "%s %dx%lldx%lld k=%d xs=%d n=%d%s", td->name, mats, (long long)rows,
+             (long long)cols, k, xs, n, route_name[route]);
+    float *ys[N_MM] = {0};
     for (int bi = 0; bi < N_MM; bi++) {
         mr_backend *be = mm_be[bi];
-        if (!be) continue;
+        if (!be || !w.loaded[bi] || (any_bad && be == cpu)) continue;
         const mr_weight *wt = &w.m[bi];
         char nm[32];
         snprintf(nm, sizeof nm, "matmul_id%s", mm_name[bi]);
         float *dx = dup_to(be, x, xn * 4), *dy = dalloc(be, yn * 4);
-        int32_t *dids = dup_to(be, ids, (size_t)n * k * 4);
+        int32_t *dids = dup_to(be, ids, (size_t)P * 4);
         poison(be, dy, yn * 4);
         be->matmul_id(be, wt, dx, xs, dids, k, dy, n);
+        float *y = ys[bi] = malloc(yn * 4);
         fetch(be, y, dy, yn * 4);
-        int nan;
-        double e = rel_l2(y, ref, yn, &nan);
-        report(nm, shape, e, nan, n >= MR_CU_GEMM_MIN_TOKENS ? mm_gemm_bound[bi] : 2e-5);
+        double num = 0, den = 0;
+        int wrong = 0; /* NaN in a valid row, or a number in an out-of-range one */
+        for (int p = 0; p < P; p++) {
+            const bool bad = ids[p] < 0 || ids[p] >= mats;
+            for (int64_t r = 0; r < rows; r++) {
+                const float v = y[(size_t)p * rows + r];
+                if (bad || !isfinite(v)) {
+                    wrong += bad ? !isnan(v) : 1;
+                    continue;
+                }
+                const double d = v - ref[(size_t)p * rows + r];
+                num += d * d;
+                den += ref[(size_t)p * rows + r] * ref[(size_t)p * rows + r];
+            }
+        }
+        report(nm, shape, den > 0 ? sqrt(num / den) : sqrt(num), wrong,
+               n >= MR_CU_GEMM_MIN_TOKENS ? mm_gemm_bound[bi] : 2e-5);
         be->free(be, dx);
         be->free(be, dy);
         be->free(be, dids);
     }
-    free(x); free(ids); free(ref); free(wr); free(y);
+    /* decode batches: grouped by expert == per pair, bit for bit (NaN rows
+     * included), at the same rows per block */
+    for (int q = 0; q < 2 && n >= 2 && n < MR_CU_GEMM_MIN_TOKENS; q++) {
+        const float *ga = ys[mm_exact[q][0]], *pa = ys[mm_exact[q][1]];
+        if (!ga || !pa) continue;
+        size_t diff = 0;
+        for (size_t i = 0; i < yn; i++) diff += memcmp(&ga[i], &pa[i], 4) != 0;
+        char nm[32];
+        snprintf(nm, sizeof nm, "id-exact%s", mm_name[mm_exact[q][0]]);
+        report(nm, shape, (double)diff, 0, 0.0);
+    }
+    for (int bi = 0; bi < N_MM; bi++) free(ys[bi]);
+    free(x); free(ids); free(ref); free(wm);
     tw_free(&w);
+}
+
+static void check_matmul_id(const tdesc *td, int64_t cols, int64_t rows, int mats, int k, int xs, int n)
+{
+    check_matmul_id_route(td, cols, rows, mats, k, xs, n, ROUTE_MIX);
+}
+
+/* Decode batches of experts (2..64 tokens, k = 8 of 128): the grouped path
+ * of every fast weight type under random, one-expert, spread and partly
+ * out-of-range routings, with one input row a token (gate/up) and one a
+ * pair (down); rows not a multiple of the slab; rows of 10 steps (inputs
+ * read from global memory when 4 of them do not fit the stage); the
+ * Qwen3-30B-A3B expert shapes. */
+static void check_moe_grouped(void)
+{
+    const int fast[] = {MR_TYPE_Q4_K, MR_TYPE_Q5_K, MR_TYPE_Q6_K, MR_TYPE_Q8_0,
+                        MR_TYPE_Q4_0, MR_TYPE_IQ4_XS, MR_TYPE_BF16, MR_TYPE_F32};
+    for (size_t i = 0; i < sizeof fast / sizeof fast[0]; i++) {
+        const tdesc *td = td_of(fast[i]);
+        check_matmul_id_route(td, 512, 70, 128, 8, 1, 2, ROUTE_RANDOM);
+        check_matmul_id_route(td, 512, 70, 128, 8, 8, 3, ROUTE_RANDOM);
+        check_matmul_id_route(td, 512, 70, 128, 8, 1, 8, ROUTE_RANDOM);
+        check_matmul_id_route(td, 512, 70, 128, 8, 8, 16, ROUTE_RANDOM);
+        check_matmul_id_route(td, 512, 70, 128, 8, 1, 64, ROUTE_RANDOM);
+        check_matmul_id_route(td, 512, 70, 128, 8, 1, 16, ROUTE_ONE);
+        check_matmul_id_route(td, 512, 70, 128, 8, 8, 64, ROUTE_ONE);
+        check_matmul_id_route(td, 512, 70, 128, 8, 8, 16, ROUTE_SPREAD);
+        check_matmul_id_route(td, 512, 70, 128, 8, 1, 64, ROUTE_SPREAD);
+        check_matmul_id_route(td, 512, 70, 128, 8, 1, 8, ROUTE_BAD);
+        check_matmul_id_route(td, 512, 70, 128, 8, 8, 64, ROUTE_BAD);
+    }
+    const int wide[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_BF16, MR_TYPE_F32};
+    for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++) {
+        check_matmul_id_route(td_of(wide[i]), 2560, 40, 128, 8, 1, 16, ROUTE_RANDOM);
+        check_matmul_id_route(td_of(wide[i]), 2560, 40, 128, 8, 8, 64, ROUTE_RANDOM);
+    }
+    const tdesc *q4k = td_of(MR_TYPE_Q4_K), *q6k = td_of(MR_TYPE_Q6_K);
+    check_matmul_id_route(q4k, 2048, 768, 128, 8, 1, 16, ROUTE_RANDOM); /* gate/up */
+    check_matmul_id_route(q4k, 2048, 768, 128, 8, 1, 64, ROUTE_RANDOM);
+    check_matmul_id_route(q4k, 2048, 768, 128, 8, 1, 16, ROUTE_BAD);
+    check_matmul_id_route(q6k, 768, 2048, 128, 8, 8, 16, ROUTE_RANDOM); /* down */
+    check_matmul_id_route(q6k, 768, 2048, 128, 8, 8, 64, ROUTE_RANDOM);
 }
 
 static void check_rmsnorm(int rows, int dim)
@@ -1047,49 +1187,9 @@ static void check_graph(void)
     tw_free(&w);
 }
 
-int main(int argc, char **argv)
+/* Every check, in order. */
+static void check_ops(void)
 {
-    uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : (uint64_t)time(NULL);
-    rng_s ^= seed * 0x2545F4914F6CDD1Dull;
-    if (!rng_s) rng_s = 1;
-    setvbuf(stdout, NULL, _IOLBF, 0); /* a crash still shows how far the checks got */
-    if (!mr_backend_cuda_available()) {
-        printf("kernel-check: no CUDA device: skipped\n");
-        return 77;
-    }
-    types_init();
-    setenv("MEMRA_CUDA_GEMM", "f16", 1);
-    gpu = mr_backend_cuda_create(0, &err);
-    if (!gpu) die("cuda");
-    setenv("MEMRA_CUDA_GEMM", "f32", 1);
-    setenv("MEMRA_CUDA_GENERIC", "1", 1);
-    gpu_generic = mr_backend_cuda_create(0, &err);
-    unsetenv("MEMRA_CUDA_GENERIC");
-    if (!gpu_generic) die("cuda (generic)");
-    /* the forced variants also take the 8-weight Q4_K lanes (the default
-     * takes 16-weight lanes where the columns allow) */
-    setenv("MEMRA_CUDA_Q4K_WIDE", "0", 1);
-    setenv("MEMRA_CUDA_FAST_R", "4", 1);
-    setenv("MEMRA_CUDA_GEMM", "tf32", 1);
-    gpu_r4 = mr_backend_cuda_create(0, &err);
-    setenv("MEMRA_CUDA_FAST_R", "2", 1);
-    setenv("MEMRA_CUDA_GEMM", "f32", 1);
-    gpu_r2 = mr_backend_cuda_create(0, &err);
-    unsetenv("MEMRA_CUDA_FAST_R");
-    unsetenv("MEMRA_CUDA_GEMM");
-    unsetenv("MEMRA_CUDA_Q4K_WIDE");
-    if (!gpu_r4 || !gpu_r2) die("cuda (forced rows per block)");
-    cpu = mr_backend_cpu_create(&err);
-    if (!cpu) die("cpu");
-    mm_be[0] = gpu;
-    mm_be[1] = gpu_r4;
-    mm_be[2] = gpu_r2;
-    mm_be[3] = gpu_generic;
-    mm_be[4] = cpu;
-    printf("kernel-check seed %llu (GPU vs float64 host math and vs the CPU backend)\n",
-           (unsigned long long)seed);
-    printf("%-14s %-44s %10s %9s %5s\n", "op", "shape", "rel L2", "bound", "NaN");
-
     for (int i = 0; i < N_TYPES; i++) {
         const tdesc *td = &TYPES[i];
         check_get_rows(td, 512, 37, 5);
@@ -1117,6 +1217,7 @@ int main(int argc, char **argv)
         check_matmul_id(td, 2048, 768, 16, 8, 1, 72);
         check_matmul_id(td, 768, 2048, 16, 8, 8, 72);
     }
+    check_moe_grouped();
     check_rmsnorm(1, 4096);
     check_rmsnorm(7, 256);
     check_rmsnorm(3, 1000);
@@ -1160,12 +1261,72 @@ int main(int argc, char **argv)
     check_argmax(3, 17, false);
     check_graph();
     if (cpu) check_hybrid_ops();
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : (uint64_t)time(NULL);
+    rng_s ^= seed * 0x2545F4914F6CDD1Dull;
+    if (!rng_s) rng_s = 1;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a crash still shows how far the checks got */
+    if (!mr_backend_cuda_available()) {
+        printf("kernel-check: no CUDA device: skipped\n");
+        return 77;
+    }
+    types_init();
+    setenv("MEMRA_CUDA_GEMM", "f16", 1);
+    gpu = mr_backend_cuda_create(0, &err);
+    if (!gpu) die("cuda");
+    setenv("MEMRA_CUDA_GEMM", "f32", 1);
+    setenv("MEMRA_CUDA_GENERIC", "1", 1);
+    gpu_generic = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_GENERIC");
+    if (!gpu_generic) die("cuda (generic)");
+    /* the forced variants also take the 8-weight Q4_K lanes (the default
+     * takes 16-weight lanes where the columns allow) */
+    setenv("MEMRA_CUDA_Q4K_WIDE", "0", 1);
+    setenv("MEMRA_CUDA_FAST_R", "4", 1);
+    setenv("MEMRA_CUDA_GEMM", "tf32", 1);
+    gpu_r4 = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_FAST_R", "2", 1);
+    setenv("MEMRA_CUDA_GEMM", "f32", 1);
+    gpu_r2 = mr_backend_cuda_create(0, &err);
+    /* the same two with decode batches of experts on the per-pair path */
+    setenv("MEMRA_CUDA_MOE_GROUPED", "0", 1);
+    gpu_r2_pair = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_FAST_R", "4", 1);
+    setenv("MEMRA_CUDA_GEMM", "tf32", 1);
+    gpu_r4_pair = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_MOE_GROUPED");
+    unsetenv("MEMRA_CUDA_FAST_R");
+    unsetenv("MEMRA_CUDA_GEMM");
+    unsetenv("MEMRA_CUDA_Q4K_WIDE");
+    if (!gpu_r4 || !gpu_r2 || !gpu_r4_pair || !gpu_r2_pair) die("cuda (forced rows per block)");
+    cpu = mr_backend_cpu_create(&err);
+    if (!cpu) die("cpu");
+    mm_be[0] = gpu;
+    mm_be[1] = gpu_r4;
+    mm_be[2] = gpu_r2;
+    mm_be[3] = gpu_generic;
+    mm_be[4] = cpu;
+    mm_be[5] = gpu_r4_pair;
+    mm_be[6] = gpu_r2_pair;
+    printf("kernel-check seed %llu (GPU vs float64 host math and vs the CPU backend)\n",
+           (unsigned long long)seed);
+    printf("%-14s %-44s %10s %9s %5s\n", "op", "shape", "rel L2", "bound", "NaN");
+
+    if (argc > 2 && !strcmp(argv[2], "moe"))
+        check_moe_grouped();
+    else
+        check_ops();
 
     printf("%d checks: %d passed, %d failed\n", n_pass + n_fail, n_pass, n_fail);
     if (cpu) cpu->destroy(cpu);
     gpu_generic->destroy(gpu_generic);
     gpu_r2->destroy(gpu_r2);
     gpu_r4->destroy(gpu_r4);
+    gpu_r2_pair->destroy(gpu_r2_pair);
+    gpu_r4_pair->destroy(gpu_r4_pair);
     gpu->destroy(gpu);
     if (n_fail) {
         printf("FAILED\n");

@@ -287,6 +287,7 @@ static void cu_destroy(mr_backend *be)
         if (c->scratch_attn.p) cudaFree(c->scratch_attn.p);
         if (c->scratch_act.p) cudaFree(c->scratch_act.p);
         if (c->scratch_moe.p) cudaFree(c->scratch_moe.p);
+        if (c->scratch_grp.p) cudaFree(c->scratch_grp.p);
         if (c->cublas) cublasDestroy(c->cublas);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c);
@@ -344,6 +345,7 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     c->fast_r = fr ? atoi(fr) : 0;
     const char *qw = getenv("MEMRA_CUDA_Q4K_WIDE");
     c->q4k_wide = !(qw && !strcmp(qw, "0"));
+    mr_cu_fast_init(c);
     if (cublasCreate(&c->cublas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(c->cublas, c->stream) != CUBLAS_STATUS_SUCCESS) {
         mr_errf(err, "cuda: cuBLAS init failed on device %d", device);

@@ -39,6 +39,8 @@ struct mr_cu_ctx {
     bool no_fast;           /* MEMRA_CUDA_GENERIC=1: generic kernels only (for checks) */
     int fast_r;             /* MEMRA_CUDA_FAST_R: force rows per block (1, 2, 4; 0 = auto) */
     bool q4k_wide;          /* 16-weight lanes for Q4_K (MEMRA_CUDA_Q4K_WIDE=0: off) */
+    bool moe_grouped;       /* decode expert products grouped by expert (MEMRA_CUDA_MOE_GROUPED=0: off) */
+    int moe_nt;             /* their pairs per chunk (MEMRA_CUDA_MOE_GROUPED=2 or 4; 0 = auto) */
     int gemm_mode;          /* prompt GEMM precision (cu_gemm.cu) */
     bool gemm_mode_forced;  /* set by MEMRA_CUDA_GEMM: models may not change it */
     bool moe_fused;         /* float16 expert GEMMs from the quantized blocks
@@ -47,6 +49,7 @@ struct mr_cu_ctx {
     mr_cu_buf scratch_attn; /* split-K attention partials */
     mr_cu_buf scratch_act;  /* activation scratch (quantized x, GEMM operands) */
     mr_cu_buf scratch_moe;  /* expert GEMM: row map and padded outputs */
+    mr_cu_buf scratch_grp;  /* decode expert products: pairs grouped by expert (cu_fast.cu) */
     mr_cu_auto *ag;         /* recorded ops and cached graphs, or NULL */
 };
 
@@ -118,6 +121,8 @@ void mr_cu_weight_free_priv(mr_backend *be, mr_weight *w);
 void mr_cu_install_ops(mr_backend *be);
 void mr_cu_install_attn(mr_backend *be);
 void mr_cu_install_gdn(mr_backend *be); /* cu_gdn.cu: the hybrid-model ops */
+/* Decode matvec settings read once at backend creation (cu_fast.cu). */
+void mr_cu_fast_init(mr_cu_ctx *c);
 bool mr_cu_type_supported(int type);
 /* Prompt products (cu_gemm.cu). */
 void mr_cu_gemm_init(mr_cu_ctx *c);

@@ -17,6 +17,7 @@
  * fetches its two scales and mins with one load and no bit surgery.  The
  * GGUF copy stays for get_rows and the GEMM path. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cuda/cu_fast.cuh"
 #include "kernels/cuda/cu_quant.cuh"
@@ -304,6 +305,272 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob a)
     }
 }
 
+/* ---- decode batches of experts, grouped by expert ----
+ *
+ * matmul_id for 2..64 tokens.  The per-pair path runs one job per (token,
+ * expert) pair: an expert chosen by c tokens is read c times, and each
+ * block moves a few KB behind two dependent memory round trips.  Here a
+ * grouping kernel lists the used experts and each one's pairs (on the
+ * device, so the launch does not depend on the ids and can live in a
+ * graph), and the product kernel gives each used expert one grid row
+ * (slot).  A block copies a slab of RS rows of its expert into shared
+ * memory with asynchronous copies (the whole slab in flight at once), then
+ * walks the expert's pairs in chunks of up to NT tokens, each chunk over
+ * the slab R rows at a time.
+ *
+ * Exactness: a pair's output value is computed as in k_fast<T,R,1> of the
+ * per-pair path: the same step_dot per lane on the same bytes and steps
+ * (warp w takes steps w, w+FW, ... in increasing order), the same running
+ * float sum per lane starting from 0, the same warp_sum, the same sum of
+ * the FW partials in warp order starting from 0.  Tokens never mix (each
+ * has its own accumulators), and R, RS, NT and whether the bytes come from
+ * shared or global memory only decide which work shares a block, so the
+ * grouped results are bitwise equal to the per-pair fast path wherever
+ * that path takes k_fast (not the Q4_K 16-weight lanes, which sum in
+ * another order).  kernel-check compares the two bit for bit. */
+
+#include <cuda_pipeline_primitives.h>
+
+#define GRP_THREADS 256 /* the grouping kernel's single block */
+/* Limits of the grouped path (shared memory of the grouping kernel); larger
+ * calls take the per-pair path. */
+#define GRP_MAX_PAIRS 4096
+#define GRP_MAX_MATS 4096
+#define GRP_SLAB_MAX 16384 /* bytes of weights a block stages */
+#define GRP_MAX_RS 128     /* rows a slab */
+#define GRP_PL 64          /* pair indices a block keeps in shared memory at a time */
+#define GRP_NT_MAX 4       /* pairs a chunk at most */
+#define GRP_X_MAX 32768    /* bytes of staged input rows a block at most */
+
+/* Scratch layout (int32), S = min(pairs, n_mats) slots:
+ *   [0]                  U, the number of used experts (slots 0..U-1)
+ *   [1, 1+S)             slot -> expert, ascending
+ *   [1+S, 2+2S)          slot -> first index of its pairs in the list; [1+S+U] = listed pairs
+ *   [2+2S, 2+2S+P)       the list: pair indices p = t*k + j, grouped by slot */
+static size_t grp_ints(int pairs, int64_t n_mats)
+{
+    const int64_t S = pairs < n_mats ? pairs : n_mats;
+    return (size_t)(2 + 2 * S + pairs);
+}
+
+/* One block.  Pairs whose expert id is out of range are not listed; their
+ * output rows get NaN here (the per-pair path's rule, mr_cu_mv_rows).  The
+ * order of a slot's pairs in the list is not fixed (atomics); no result
+ * depends on it, since every pair is summed on its own. */
+__global__ void __launch_bounds__(GRP_THREADS)
+k_moe_group(const int32_t *__restrict__ ids, int P, int n_mats, int S, int64_t rows, float *y,
+            int32_t *grp)
+{
+    extern __shared__ int grp_sh[]; /* cnt[n_mats], pos[n_mats] */
+    int *cnt = grp_sh, *pos = grp_sh + n_mats;
+    __shared__ int wsum[GRP_THREADS / 32][2];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    for (int e = tid; e < n_mats; e += GRP_THREADS) cnt[e] = 0;
+    __syncthreads();
+    for (int p = tid; p < P; p += GRP_THREADS) {
+        const int e = ids[p];
+        if (e >= 0 && e < n_mats)
+            atomicAdd(&cnt[e], 1);
+    }
+    for (int p = warp; p < P; p += GRP_THREADS / 32) { /* a warp a bad pair's row */
+        const int e = ids[p];
+        if (e < 0 || e >= n_mats)
+            for (int64_t r = lane; r < rows; r += 32) y[(int64_t)p * rows + r] = __int_as_float(0x7fc00000);
+    }
+    __syncthreads();
+    /* thread tid owns experts [e0, e1): its used experts and pairs, then an
+     * exclusive scan over the block gives its first slot and list index */
+    const int per = (n_mats + GRP_THREADS - 1) / GRP_THREADS;
+    const int e0 = min(tid * per, n_mats), e1 = min(e0 + per, n_mats);
+    int nu = 0, np = 0;
+    for (int e = e0; e < e1; e++) {
+        nu += cnt[e] > 0;
+        np += cnt[e];
+    }
+    int su = nu, sp = np;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int a = __shfl_up_sync(0xffffffffu, su, o), b = __shfl_up_sync(0xffffffffu, sp, o);
+        if (lane >= o) {
+            su += a;
+            sp += b;
+        }
+    }
+    if (lane == 31) {
+        wsum[warp][0] = su;
+        wsum[warp][1] = sp;
+    }
+    __syncthreads();
+    int slot = su - nu, off = sp - np;
+    for (int w = 0; w < warp; w++) {
+        slot += wsum[w][0];
+        off += wsum[w][1];
+    }
+    int32_t *slot_e = grp + 1, *slot_off = grp + 1 + S, *list = grp + 2 + 2 * S;
+    for (int e = e0; e < e1; e++) {
+        pos[e] = off;
+        if (cnt[e]) {
+            slot_e[slot] = e;
+            slot_off[slot] = off;
+            slot++;
+            off += cnt[e];
+        }
+    }
+    if (tid == GRP_THREADS - 1) { /* the last thread ends with the totals */
+        grp[0] = slot;
+        slot_off[slot] = off;
+    }
+    __syncthreads();
+    for (int p = tid; p < P; p += GRP_THREADS) {
+        const int e = ids[p];
+        if (e >= 0 && e < n_mats)
+            list[atomicAdd(&pos[e], 1)] = p;
+    }
+}
+
+/* One chunk of m <= M pairs over the nr staged rows of the slab (rows
+ * r0.., row_bytes apart), R rows at a time; x[t] is token t's input row
+ * (staged in shared memory or in global memory).  Tokens past m are skipped
+ * (m is the same for the whole block, so those are uniform branches).
+ * Warp w computes its partial of each row exactly as k_fast does and
+ * leaves it in part[(w*M + t)*RS + row]; the block then adds the FW
+ * partials of each output in warp order and stores them. */
+template <int T, int R, int M>
+__device__ __forceinline__ void grp_chunk(const mr_cu_mvjob &a, const uint8_t *slab, int nr, int RS,
+                                          int64_t r0, const float *const (&x)[GRP_NT_MAX],
+                                          const int32_t *pairs, int m, float *part)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    constexpr int SB = fast_stride(T) * (256 / fast_belems(T)); /* bytes per 256-col step */
+    const size_t rb = a.row_bytes;
+    int o1, o2;
+    x_offsets<T>(lane, &o1, &o2);
+    const int nsteps = (int)(a.cols / 256);
+    const int ng = (nr + R - 1) / R;
+    for (int g = 0; g < ng; g++) {
+        float acc[M][R];
+#pragma unroll
+        for (int t = 0; t < M; t++)
+#pragma unroll
+            for (int i = 0; i < R; i++) acc[t][i] = 0.0f;
+#pragma unroll 1
+        for (int s = warp; s < nsteps; s += FW) {
+            float4 xa[M], xb[M];
+#pragma unroll
+            for (int t = 0; t < M; t++)
+                if (t == 0 || t < m) {
+                    const float *xs = x[t] + 256 * s;
+                    xa[t] = *(const float4 *)(xs + o1);
+                    xb[t] = *(const float4 *)(xs + o2);
+                }
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                const int row = g * R + i < nr ? g * R + i : nr - 1; /* clamp; not stored */
+                const uint8_t *p = slab + row * rb + (size_t)s * SB;
+#pragma unroll
+                for (int t = 0; t < M; t++)
+                    if (t == 0 || t < m) acc[t][i] += step_dot<T>(p, lane, xa[t], xb[t]);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < M; t++)
+            if (t == 0 || t < m)
+#pragma unroll
+                for (int i = 0; i < R; i++) {
+                    const float v = mr_warp_sum(acc[t][i]);
+                    if (lane == 0 && g * R + i < nr) part[(warp * M + t) * RS + g * R + i] = v;
+                }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < m * nr; idx += FW * 32) {
+        const int t = idx / nr, row = idx - t * nr;
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < FW; w++) v += part[(w * M + t) * RS + row];
+        a.y[(int64_t)pairs[t] * a.rows + r0 + row] = v;
+    }
+    __syncthreads(); /* part, the staged inputs and the pair window are reused */
+}
+
+/* Shared memory of k_fast_grouped: the slab, the staged input rows (NT of
+ * them, when xstage), the partials, the pair window. */
+__host__ __device__ static inline size_t grp_slab_bytes(int RS, size_t row_bytes)
+{
+    return ((size_t)RS * row_bytes + 15) & ~(size_t)15;
+}
+static size_t grp_smem(int RS, size_t row_bytes, int64_t cols, int NT, bool xstage)
+{
+    return grp_slab_bytes(RS, row_bytes) + (xstage ? (size_t)NT * cols * sizeof(float) : 0) +
+           (size_t)FW * NT * RS * sizeof(float) + GRP_PL * sizeof(int32_t);
+}
+
+/* Asynchronous copy of `bytes` (a multiple of 4) from global to shared
+ * memory by the whole block: 16-byte pieces when both ends allow. */
+__device__ __forceinline__ void grp_copy(uint8_t *dst, const uint8_t *src, size_t bytes)
+{
+    if ((((uintptr_t)src | (uintptr_t)dst | bytes) & 15) == 0) {
+        for (size_t i = threadIdx.x; i < bytes / 16; i += FW * 32)
+            __pipeline_memcpy_async(dst + 16 * i, src + 16 * i, 16);
+    } else {
+        for (size_t i = threadIdx.x; i < bytes / 4; i += FW * 32)
+            __pipeline_memcpy_async(dst + 4 * i, src + 4 * i, 4);
+    }
+}
+
+/* grid.x: slabs of RS rows, grid.y: slots (used experts; the others exit
+ * at once).  a.ids is unused: the slots come from grp.  xstage: each
+ * chunk's input rows are copied to shared memory too (read once per block
+ * instead of once per row group). */
+template <int T, int R, int NT>
+__global__ void __launch_bounds__(FW * 32) k_fast_grouped(mr_cu_mvjob a, const int32_t *__restrict__ grp,
+                                                          int S, int RS, int xstage)
+{
+    extern __shared__ uint4 grp_smem_[];
+    const int slot = blockIdx.y;
+    const int used = grp[0], e = grp[1 + slot]; /* slot < S: inside the scratch even when unused */
+    const int beg = grp[1 + S + slot], end = grp[2 + S + slot];
+    if (slot >= used)
+        return;
+    const int cnt = end - beg;
+    const int32_t *list = grp + 2 + 2 * S + beg;
+    const int64_t r0 = (int64_t)blockIdx.x * RS;
+    const int nr = a.rows - r0 < RS ? (int)(a.rows - r0) : RS;
+    uint8_t *slab = (uint8_t *)grp_smem_;
+    float *xsh = (float *)(slab + grp_slab_bytes(RS, a.row_bytes));
+    float *part = xsh + (xstage ? NT * a.cols : 0);
+    int32_t *pl = (int32_t *)(part + FW * NT * RS);
+    grp_copy(slab, a.W + (size_t)e * a.mat_bytes + (size_t)r0 * a.row_bytes, (size_t)nr * a.row_bytes);
+    for (int c0 = 0; c0 < cnt; c0 += NT) {
+        if (c0 % GRP_PL == 0) { /* the next window of pair indices */
+            for (int i = threadIdx.x; i < GRP_PL && c0 + i < cnt; i += FW * 32) pl[i] = list[c0 + i];
+            __syncthreads();
+        }
+        const int m = cnt - c0 < NT ? cnt - c0 : NT;
+        const int32_t *pairs = pl + c0 % GRP_PL;
+        const float *x[GRP_NT_MAX];
+#pragma unroll
+        for (int t = 0; t < GRP_NT_MAX; t++) {
+            const int p = pairs[t < m ? t : 0];
+            const int tok = p / a.k, j = p - tok * a.k;
+            x[t] = a.x + ((int64_t)tok * a.x_slots + (a.x_slots > 1 ? j : 0)) * a.cols;
+            if (xstage && t < m) {
+                grp_copy((uint8_t *)(xsh + t * a.cols), (const uint8_t *)x[t], (size_t)a.cols * sizeof(float));
+                x[t] = xsh + t * a.cols;
+            }
+        }
+        __pipeline_commit();
+        __pipeline_wait_prior(0); /* the slab (first chunk) and this chunk's inputs */
+        __syncthreads();
+        /* one and two pairs (the common counts) get their exact width */
+        if (m == 1)
+            grp_chunk<T, R, 1>(a, slab, nr, RS, r0, x, pairs, 1, part);
+        else if (NT == 2 || m == 2)
+            grp_chunk<T, R, 2>(a, slab, nr, RS, r0, x, pairs, 2, part);
+        else
+            grp_chunk<T, R, NT>(a, slab, nr, RS, r0, x, pairs, m, part);
+    }
+}
+
 /* ---- repack at load ---- */
 
 /* Same bytes, block stride padded to a multiple of 4.  Q8_0 and Q4_0 move
@@ -477,6 +744,118 @@ bool mr_cu_fast_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
     return fast_run(c, w, make_job(w, x, y), n, 1);
 }
 
+/* At backend creation: MEMRA_CUDA_MOE_GROUPED=0 keeps decode batches of
+ * experts on the per-pair path (for timing the two against each other);
+ * 2 or 4 fixes the grouped path's pairs per chunk. */
+void mr_cu_fast_init(mr_cu_ctx *c)
+{
+    const char *g = getenv("MEMRA_CUDA_MOE_GROUPED");
+    c->moe_grouped = !(g && !strcmp(g, "0"));
+    c->moe_nt = g && (!strcmp(g, "2") || !strcmp(g, "4")) ? atoi(g) : 0;
+}
+
+/* How a grouped launch splits the work. */
+struct grp_plan {
+    int R;       /* rows a pass (k_fast's R) */
+    int NT;      /* pairs a chunk at most */
+    int RS;      /* rows a slab (a multiple of R) */
+    bool xstage; /* a chunk's input rows are staged in shared memory */
+    size_t smem; /* dynamic shared memory a block (<= 48 KiB: no opt-in needed) */
+};
+
+/* R: a forced MEMRA_CUDA_FAST_R (so that the checks compare both paths at
+ * the same R), else 2.  NT: 4 where experts get 2+ pairs on average (a
+ * chunk's decode work is shared by more tokens), else 2 (fewer registers,
+ * more blocks resident); MEMRA_CUDA_MOE_GROUPED=2 or 4 forces it.  RS: as
+ * many rows as GRP_SLAB_MAX and the 48 KiB hold, but few enough for ~4
+ * blocks an SM when every slot is used.  False when R rows do not fit
+ * (then the per-pair path runs). */
+static bool grp_plan_make(mr_cu_ctx *c, const mr_cu_mvjob &a, int P, int S, grp_plan *pl)
+{
+    pl->R = c->fast_r == 1 || c->fast_r == 4 ? c->fast_r : 2;
+    pl->NT = c->moe_nt ? c->moe_nt : P >= 2 * a.n_mats ? 4 : 2;
+    const size_t xbytes = (size_t)pl->NT * a.cols * sizeof(float);
+    pl->xstage = xbytes <= GRP_X_MAX;
+    const size_t fixed = (pl->xstage ? xbytes : 0) + GRP_PL * sizeof(int32_t) + 16;
+    const size_t per_row = a.row_bytes + (size_t)FW * pl->NT * sizeof(float);
+    size_t room = (size_t)48 * 1024 - fixed;
+    if (room > GRP_SLAB_MAX) room = GRP_SLAB_MAX;
+    int64_t g = (int64_t)(room / (per_row * pl->R)); /* row groups a slab */
+    if (g < 1)
+        return false;
+    const int64_t spread = a.rows * S / ((int64_t)4 * c->n_sm * pl->R);
+    if (g > spread) g = spread > 1 ? spread : 1;
+    if (g > GRP_MAX_RS / pl->R) g = GRP_MAX_RS / pl->R;
+    if (g > (a.rows + pl->R - 1) / pl->R) g = (a.rows + pl->R - 1) / pl->R;
+    pl->RS = (int)g * pl->R;
+    pl->smem = grp_smem(pl->RS, a.row_bytes, a.cols, pl->NT, pl->xstage);
+    return true;
+}
+
+template <int T, int R, int NT>
+static void launch_grouped_r(mr_cu_ctx *c, const mr_cu_mvjob &a, const int32_t *grp, int S,
+                             const grp_plan &pl)
+{
+    /* the grid counts every slot, used or not: the launch may not depend on the ids */
+    dim3 grid((unsigned)((a.rows + pl.RS - 1) / pl.RS), (unsigned)S);
+    k_fast_grouped<T, R, NT><<<grid, FW * 32, pl.smem, c->stream>>>(a, grp, S, pl.RS, pl.xstage);
+    MR_CU_LAUNCHED(c, "grouped expert matvec");
+}
+
+template <int T>
+static void launch_grouped(mr_cu_ctx *c, const mr_cu_mvjob &a, const int32_t *grp, int S,
+                           const grp_plan &pl)
+{
+    if (pl.NT == 4) {
+        if (pl.R == 1) launch_grouped_r<T, 1, 4>(c, a, grp, S, pl);
+        else if (pl.R == 2) launch_grouped_r<T, 2, 4>(c, a, grp, S, pl);
+        else launch_grouped_r<T, 4, 4>(c, a, grp, S, pl);
+    } else {
+        if (pl.R == 1) launch_grouped_r<T, 1, 2>(c, a, grp, S, pl);
+        else if (pl.R == 2) launch_grouped_r<T, 2, 2>(c, a, grp, S, pl);
+        else launch_grouped_r<T, 4, 2>(c, a, grp, S, pl);
+    }
+}
+
+/* The grouped path (see k_moe_group): false, having launched nothing, when
+ * the call is outside its limits or would need scratch inside a capture. */
+static bool grouped_run(mr_cu_ctx *c, const mr_weight *w, const mr_cu_mvjob &a, int n)
+{
+    const int P = n * a.k;
+    if (P > GRP_MAX_PAIRS || a.n_mats > GRP_MAX_MATS)
+        return false;
+    const int S = (int)(P < a.n_mats ? P : a.n_mats);
+    grp_plan pl;
+    if (!grp_plan_make(c, a, P, S, &pl))
+        return false;
+    /* sized for the largest decode batch at this k and expert count, so that
+     * a batch growing step by step does not reallocate it (a reallocation
+     * drops the cached graphs) */
+    int pmax = (MR_CU_GEMM_MIN_TOKENS - 1) * a.k;
+    if (pmax > GRP_MAX_PAIRS) pmax = GRP_MAX_PAIRS;
+    const size_t need = grp_ints(pmax, a.n_mats) * sizeof(int32_t);
+    if (c->scratch_grp.cap < need && c->capturing)
+        return false;
+    if (!mr_cu_reserve(c, &c->scratch_grp, need, "expert grouping"))
+        return true; /* the error is recorded */
+    int32_t *grp = (int32_t *)c->scratch_grp.p;
+    k_moe_group<<<1, GRP_THREADS, (size_t)2 * a.n_mats * sizeof(int), c->stream>>>(
+        a.ids, P, (int)a.n_mats, S, a.rows, a.y, grp);
+    MR_CU_LAUNCHED(c, "expert grouping");
+    switch (w->type) {
+    case MR_TYPE_Q4_K: launch_grouped<MR_TYPE_Q4_K>(c, a, grp, S, pl); break;
+    case MR_TYPE_Q5_K: launch_grouped<MR_TYPE_Q5_K>(c, a, grp, S, pl); break;
+    case MR_TYPE_Q6_K: launch_grouped<MR_TYPE_Q6_K>(c, a, grp, S, pl); break;
+    case MR_TYPE_Q8_0: launch_grouped<MR_TYPE_Q8_0>(c, a, grp, S, pl); break;
+    case MR_TYPE_Q4_0: launch_grouped<MR_TYPE_Q4_0>(c, a, grp, S, pl); break;
+    case MR_TYPE_IQ4_XS: launch_grouped<MR_TYPE_IQ4_XS>(c, a, grp, S, pl); break;
+    case MR_TYPE_BF16: launch_grouped<MR_TYPE_BF16>(c, a, grp, S, pl); break;
+    case MR_TYPE_F32: launch_grouped<MR_TYPE_F32>(c, a, grp, S, pl); break;
+    default: mr_cu_fail(c, "grouped expert matvec: type %d", w->type); break; /* fast_ok let it in */
+    }
+    return true;
+}
+
 bool mr_cu_fast_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
                           const int32_t *ids, int k, float *y, int n)
 {
@@ -486,6 +865,10 @@ bool mr_cu_fast_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
     a.ids = ids;
     a.k = k;
     a.x_slots = x_slots;
+    /* a decode batch: each used expert read once per chunk of its pairs
+     * (one token keeps the per-pair path, tuned for it) */
+    if (c->moe_grouped && n >= 2 && n < MR_CU_GEMM_MIN_TOKENS && grouped_run(c, w, a, n))
+        return true;
     /* one token-expert pair per job (grid.y), all in one launch of one
      * token each (the job resolves its own input and output) */
     return fast_run(c, w, a, 1, n * k);
