@@ -15,6 +15,7 @@
 #include "kernels/ops.h"
 #ifdef MR_HAVE_CUDA
 #include "kernels/cuda/cu_bench.h"
+#include "kernels/cuda/cu_mvq8.h"
 #endif
 
 #ifndef MR_HAVE_CUDA
@@ -84,8 +85,25 @@ static void fill(uint8_t *p, size_t n, int type, int bb)
             }
 }
 
-static double bench_mv(mr_backend *be, const char *label, int type, int64_t rows, int64_t cols, int n,
-                       int iters, double bw)
+static const char *type_name(int type)
+{
+    return type == MR_TYPE_Q4_K ? "Q4_K" : type == MR_TYPE_Q6_K ? "Q6_K" : type == MR_TYPE_Q8_0 ? "Q8_0" :
+           type == MR_TYPE_BF16 ? "BF16" : type == MR_TYPE_Q5_K ? "Q5_K" : type == MR_TYPE_Q4_0 ? "Q4_0" : "IQ4_XS";
+}
+
+/* Weights in rotation (>= 512 MiB, so each call reads HBM) and the
+ * activations of one shape, loaded through `be`; every CUDA backend of the
+ * process can use them (they are device pointers on the same device). */
+typedef struct {
+    mr_backend *be;
+    int type, nw, n;
+    int64_t rows, cols;
+    size_t bytes;
+    mr_weight *w;
+    float *x, *y;
+} mv_set;
+
+static void mv_load(mv_set *m, mr_backend *be, int type, int64_t rows, int64_t cols, int n)
 {
     int bb = 0, be_ = block_of(type, &bb);
     size_t rb = (size_t)(cols / be_) * bb, bytes = rb * rows;
@@ -107,26 +125,40 @@ static double bench_mv(mr_backend *be, const char *label, int type, int64_t rows
     for (int64_t i = 0; i < cols * n; i++) hx[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
     float *x = be->alloc(be, cols * n * 4), *y = be->alloc(be, rows * n * 4);
     be->upload(be, x, hx, cols * n * 4, &err);
-    mv_arg a = {be, w, nw, 0, n, x, y};
+    free(h);
+    free(hx);
+    *m = (mv_set){be, type, nw, n, rows, cols, bytes, w, x, y};
+}
+
+static void mv_free(mv_set *m)
+{
+    for (int i = 0; i < m->nw; i++) m->be->weight_release(m->be, &m->w[i]);
+    m->be->free(m->be, m->x);
+    m->be->free(m->be, m->y);
+    free(m->w);
+}
+
+static double median3(const double t[3])
+{
+    double a0 = t[0], a1 = t[1], a2 = t[2];
+    return a0 > a1 ? (a1 > a2 ? a1 : (a0 > a2 ? a2 : a0)) : (a0 > a2 ? a0 : (a1 > a2 ? a2 : a1));
+}
+
+/* Times be's matvec on the set's weights; prints one line. */
+static double mv_time(mv_set *m, mr_backend *be, const char *label, int iters, double bw)
+{
+    mr_err err;
+    mv_arg a = {be, m->w, m->nw, 0, m->n, m->x, m->y};
     double t[3];
     for (int r = 0; r < 3; r++) t[r] = mr_cuda_time(be, run_mv, &a, 10, iters);
     if (be->sync(be, &err)) {
         fprintf(stderr, "bench %s: %s\n", label, err.msg);
         exit(1);
     }
-    /* median of 3 */
-    double a0 = t[0], a1 = t[1], a2 = t[2], med = a0 > a1 ? (a1 > a2 ? a1 : (a0 > a2 ? a2 : a0)) : (a0 > a2 ? a0 : (a1 > a2 ? a2 : a1));
-    double gbs = bytes / med / 1e9;
-    printf("%-8s %-9s %7lld x %-6lld n=%d %9.0f KB %8.2f us %8.1f GB/s %6.1f%%\n", label,
-           type == MR_TYPE_Q4_K ? "Q4_K" : type == MR_TYPE_Q6_K ? "Q6_K" : type == MR_TYPE_Q8_0 ? "Q8_0" :
-           type == MR_TYPE_BF16 ? "BF16" : type == MR_TYPE_Q5_K ? "Q5_K" : type == MR_TYPE_Q4_0 ? "Q4_0" : "IQ4_XS",
-           (long long)rows, (long long)cols, n, bytes / 1024.0, med * 1e6, gbs, 100.0 * gbs / bw);
-    for (int i = 0; i < nw; i++) be->weight_release(be, &w[i]);
-    be->free(be, x);
-    be->free(be, y);
-    free(w);
-    free(h);
-    free(hx);
+    double med = median3(t);
+    double gbs = m->bytes / med / 1e9;
+    printf("%-8s %-9s %7lld x %-6lld n=%d %9.0f KB %8.2f us %8.1f GB/s %6.1f%%\n", label, type_name(m->type),
+           (long long)m->rows, (long long)m->cols, m->n, m->bytes / 1024.0, med * 1e6, gbs, 100.0 * gbs / bw);
     return med;
 }
 
@@ -143,12 +175,6 @@ static void run_id(void *p)
     id_arg *a = p;
     a->be->matmul_id(a->be, &a->w[a->cur], a->x, a->xs, a->ids[a->cur], a->k, a->y, a->n);
     a->cur = (a->cur + 1) % a->nw;
-}
-
-static double median3(const double *t)
-{
-    double a0 = t[0], a1 = t[1], a2 = t[2];
-    return a0 > a1 ? (a1 > a2 ? a1 : (a0 > a2 ? a2 : a0)) : (a0 > a2 ? a0 : (a1 > a2 ? a2 : a1));
 }
 
 /* Expert products of decode batches of ns[] tokens, k of `mats` experts a
@@ -269,6 +295,55 @@ static int bench_moe(int iters, double cbw)
     return 0;
 }
 
+static double bench_mv(mr_backend *be, const char *label, int type, int64_t rows, int64_t cols, int n,
+                       int iters, double bw)
+{
+    mv_set m;
+    mv_load(&m, be, type, rows, cols, n);
+    double med = mv_time(&m, be, label, iters, bw);
+    mv_free(&m);
+    return med;
+}
+
+/* The activation quantization of a q8 product alone (rows of cols floats
+ * in, int8 + two floats per 32 out); bytes = read + written. */
+typedef struct {
+    mr_backend *be;
+    const float *x;
+    int64_t rows, cols;
+} quant_arg;
+
+static void run_quant(void *p)
+{
+    quant_arg *a = p;
+    if (mr_cuda_q8_quantize(a->be, a->x, a->rows, a->cols)) {
+        fprintf(stderr, "q8 quantize failed\n");
+        exit(1);
+    }
+}
+
+static void bench_quant(mr_backend *be, int64_t cols, int n, int iters, double bw)
+{
+    float *hx = malloc(cols * n * 4);
+    for (int64_t i = 0; i < cols * n; i++) hx[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
+    mr_err err;
+    float *x = be->alloc(be, cols * n * 4);
+    be->upload(be, x, hx, cols * n * 4, &err);
+    quant_arg a = {be, x, n, cols};
+    double t[3];
+    for (int r = 0; r < 3; r++) t[r] = mr_cuda_time(be, run_quant, &a, 10, iters);
+    if (be->sync(be, &err)) {
+        fprintf(stderr, "bench quantize: %s\n", err.msg);
+        exit(1);
+    }
+    double med = median3(t);
+    double bytes = (double)cols * n * (4 + 1 + 8.0 / 32);
+    printf("%-8s %-9s %7d x %-6lld n=%d %9.0f KB %8.2f us %8.1f GB/s %6.1f%%\n", "q8-quant", "F32>I8", n,
+           (long long)cols, n, bytes / 1024.0, med * 1e6, bytes / med / 1e9, 100.0 * bytes / med / 1e9 / bw);
+    be->free(be, x);
+    free(hx);
+}
+
 int main(int argc, char **argv)
 {
     int iters = argc > 1 ? atoi(argv[1]) : 200;
@@ -289,6 +364,8 @@ int main(int argc, char **argv)
         return bench_moe(iters, cbw);
     }
     mr_err err;
+    /* "fast": the float32-activation kernels, whatever the environment says */
+    setenv("MEMRA_CUDA_MATVEC", "f32", 1);
     mr_backend *fast = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_GENERIC", "1", 1);
     mr_backend *gen = mr_backend_cuda_create(0, &err);
@@ -323,6 +400,35 @@ int main(int argc, char **argv)
     bench_mv(fast, "fast", MR_TYPE_Q4_K, 4096, 4096, 2, iters, cbw);
     bench_mv(fast, "fast", MR_TYPE_Q4_K, 4096, 4096, 4, iters, cbw);
     bench_mv(fast, "fast", MR_TYPE_Q4_K, 4096, 4096, 8, iters, cbw);
+    /* int8 activations (MEMRA_CUDA_MATVEC=q8) against the float32 kernels
+     * on the same weights; a q8 time includes its activation quantization,
+     * which the q8-quant lines time alone */
+    setenv("MEMRA_CUDA_MATVEC", "q8", 1);
+    mr_backend *q8 = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_MATVEC");
+    if (!q8) {
+        fprintf(stderr, "cuda (q8): %s\n", err.msg);
+        return 1;
+    }
+    struct { int type; int64_t rows, cols; } qs[] = {
+        {MR_TYPE_Q4_K, 4096, 4096}, {MR_TYPE_Q4_K, 12288, 4096}, {MR_TYPE_Q4_K, 4096, 12288},
+        {MR_TYPE_Q4_K, 1024, 4096}, {MR_TYPE_Q6_K, 4096, 12288}, {MR_TYPE_Q6_K, 151936, 4096},
+        {MR_TYPE_Q8_0, 4096, 4096},
+    };
+    int ns[2] = {1, 4};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < sizeof qs / sizeof qs[0]; i++) {
+            mv_set m;
+            mv_load(&m, fast, qs[i].type, qs[i].rows, qs[i].cols, ns[k]);
+            mv_time(&m, fast, "f32", iters, cbw);
+            mv_time(&m, q8, "q8", iters, cbw);
+            mv_free(&m);
+        }
+    for (int k = 0; k < 2; k++) {
+        bench_quant(q8, 4096, ns[k], iters, cbw);
+        bench_quant(q8, 12288, ns[k], iters, cbw);
+    }
+    q8->destroy(q8);
     gen->destroy(gen);
     fast->destroy(fast);
     return bench_moe(iters, cbw);

@@ -10,7 +10,10 @@
  * sequence, the fast matvec kernels against the generic ones
  * (MEMRA_CUDA_GENERIC=1), decode batches of experts grouped by expert bit
  * for bit against the per-pair path (MEMRA_CUDA_MOE_GROUPED=0), and a
- * replayed CUDA graph against direct runs.
+ * replayed CUDA graph against direct runs.  The int8-activation matvec
+ * (MEMRA_CUDA_MATVEC=q8) is checked against float64 products with
+ * activations quantized here from its definition, and its cost against the
+ * float32 activations is printed (check_q8).
  *
  * Usage: kernel-check [seed [moe]]   Prints a table, then ALL GREEN or FAILED;
  * "moe" runs only the checks of the grouped expert products. */
@@ -1113,51 +1116,274 @@ static void check_hybrid_ops(void)
     check_gdn_graph();
 }
 
-/* A captured graph (rmsnorm -> matmul -> argmax) replayed on new inputs
- * gives what direct launches give. */
-static void check_graph(void)
+/* ---- int8-activation matvec (MEMRA_CUDA_MATVEC=q8) ----
+ * The q8 backends quantize each activation row in blocks of 32 and multiply
+ * the int8 values with the packed weights.  Two references:
+ *  (a) W times x-hat, x-hat the activations quantized here from the
+ *      definition (below), W decoded by common/quant.c, in float64: the
+ *      kernels' integer sums are exact, so only float rounding of the
+ *      scaling and summation order remain: bound 1e-5;
+ *  (b) W times x itself (what the float kernels compute): the numerical
+ *      cost of int8 activations, printed.  Per element x - x-hat is uniform
+ *      in +-d/2, d = absmax/127 of its block, so a product's relative error
+ *      is about d/sqrt(12)/sigma; for Gaussian blocks of 32 the absmax is
+ *      ~2.0-2.1 sigma: ~4.7e-3.  Bound 2e-2 (4x).
+ * Types and shapes the kernels do not take (not a multiple of 256 columns,
+ * other types) run the float kernels: checked against (b) at 2e-5. */
+#define N_Q8 3
+static mr_backend *q8_be[N_Q8]; /* default rows per block, forced 4, forced 2 */
+static const char *q8_name[N_Q8] = {"-q8", "-q8r4", "-q8r2"};
+
+static int q8_handles(int type, int64_t cols)
 {
-    if (!gpu->graph_begin) {
+    return cols % 256 == 0 && (type == MR_TYPE_Q4_K || type == MR_TYPE_Q5_K || type == MR_TYPE_Q6_K ||
+                               type == MR_TYPE_Q8_0 || type == MR_TYPE_Q4_0 || type == MR_TYPE_IQ4_XS);
+}
+
+/* The activation quantization, from its definition: per block of 32,
+ * d = absmax / 127 and q = x * (127 / absmax) rounded to the nearest
+ * integer, ties to even (both quotients and the product rounded to float
+ * once, as the kernel does); x-hat = d * q.  A block with a NaN or an
+ * infinity is all NaN. */
+static void q8_ref_quant(const float *x, size_t n, double *xh)
+{
+    for (size_t b = 0; b < n; b += 32) {
+        float amax = 0.0f;
+        int bad = 0;
+        for (int i = 0; i < 32; i++) {
+            float a = fabsf(x[b + i]);
+            if (!isfinite(a)) bad = 1;
+            else if (a > amax) amax = a;
+        }
+        float d = amax / 127.0f, iv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        for (int i = 0; i < 32; i++) {
+            float p = x[b + i] * iv;
+            long q = lrintf(p); /* the default rounding mode: nearest, ties to even */
+            if (q > 127) q = 127;
+            if (q < -127) q = -127;
+            xh[b + i] = bad ? NAN : (double)d * (double)q;
+        }
+    }
+}
+
+/* rq[t][r] = row r of matrix `mat` times x-hat row xrow + t, rf[t][r] the
+ * same with x itself, for every row r and nt rows of x, in float64. */
+static void q8_refs(const tdesc *td, const uint8_t *host, size_t rb, int64_t cols, int64_t rows,
+                    const float *x, const double *xh, int64_t xrow, int nt, size_t mat, double *rq,
+                    double *rf)
+{
+    float *wr = malloc(cols * 4);
+    for (int64_t r = 0; r < rows; r++) {
+        deq_row(td, host + (mat * rows + r) * rb, cols, wr);
+        for (int t = 0; t < nt; t++) {
+            const float *xv = x + (xrow + t) * cols;
+            const double *hv = xh + (xrow + t) * cols;
+            double a = 0, b = 0;
+            for (int64_t c = 0; c < cols; c++) {
+                a += (double)wr[c] * hv[c];
+                b += (double)wr[c] * xv[c];
+            }
+            rq[t * rows + r] = a;
+            rf[t * rows + r] = b;
+        }
+    }
+    free(wr);
+}
+
+static void q8_load(mr_backend *be, const tdesc *td, const uint8_t *host, int64_t cols, int64_t rows,
+                    int64_t mats, mr_weight *w)
+{
+    *w = (mr_weight){td->name, td->type, cols, rows, mats, (size_t)(cols / td->be) * td->bb, NULL, NULL};
+    if (be->weight_load(be, w, host, &err)) die("weight_load (q8)");
+}
+
+/* op: the row label; cost: the label of the line against float32 x */
+static void q8_report(int bi, const char *op, const char *cost, const char *shape, int handled,
+                      const float *y, const double *rq, const double *rf, size_t n)
+{
+    char nm[32];
+    snprintf(nm, sizeof nm, "%s%s", op, q8_name[bi]);
+    if (!handled) { /* the float kernels */
+        report_rel(nm, shape, y, rf, n, 2e-5);
+        return;
+    }
+    report_rel(nm, shape, y, rq, n, 1e-5);
+    if (bi == 0) {
+        report_rel(cost, shape, y, rf, n, 2e-2);
+    }
+}
+
+/* y = W x with int8 activations, n <= 64 tokens (matvec path). */
+static void check_q8(const tdesc *td, int64_t cols, int64_t rows, int n)
+{
+    size_t rb = (size_t)(cols / td->be) * td->bb, xn = (size_t)n * cols, yn = (size_t)n * rows;
+    uint8_t *host = malloc(rb * rows);
+    rand_blocks(td, host, rb * rows / td->bb);
+    float *x = malloc(xn * 4), *y = malloc(yn * 4);
+    for (size_t i = 0; i < xn; i++) x[i] = fgauss();
+    double *xh = malloc(xn * 8), *rq = malloc(yn * 8), *rf = malloc(yn * 8);
+    q8_ref_quant(x, xn, xh);
+    q8_refs(td, host, rb, cols, rows, x, xh, 0, n, 0, rq, rf);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%s %lldx%lld n=%d", td->name, (long long)rows, (long long)cols, n);
+    for (int bi = 0; bi < N_Q8; bi++) {
+        mr_backend *be = q8_be[bi];
+        mr_weight w;
+        q8_load(be, td, host, cols, rows, 1, &w);
+        float *dx = dup_to(be, x, xn * 4), *dy = dalloc(be, yn * 4);
+        poison(be, dy, yn * 4);
+        be->matmul(be, &w, dx, dy, n);
+        fetch(be, y, dy, yn * 4);
+        q8_report(bi, "matmul", "mm-q8-cost", shape, q8_handles(td->type, cols), y, rq, rf, yn);
+        be->free(be, dx);
+        be->free(be, dy);
+        be->weight_release(be, &w);
+    }
+    free(host); free(x); free(y); free(xh); free(rq); free(rf);
+}
+
+/* Expert products with int8 activations.  bad_id: the second pair names
+ * expert `mats` (out of range): its rows must come out NaN, the others as
+ * usual. */
+static void check_q8_id(const tdesc *td, int64_t cols, int64_t rows, int mats, int k, int xs, int n,
+                        int bad_id)
+{
+    size_t rb = (size_t)(cols / td->be) * td->bb, xn = (size_t)n * xs * cols, yn = (size_t)n * k * rows;
+    uint8_t *host = malloc(rb * rows * mats);
+    rand_blocks(td, host, rb * rows * mats / td->bb);
+    float *x = malloc(xn * 4), *y = malloc(yn * 4);
+    for (size_t i = 0; i < xn; i++) x[i] = fgauss();
+    int32_t *ids = malloc((size_t)n * k * 4);
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) ids[t * k + j] = (int32_t)((t * 7 + j * 3 + (int)(rnd() % 2)) % mats);
+    const int badp = bad_id && n * k > 1 ? 1 : -1; /* the pair with the bad id */
+    if (badp >= 0) ids[badp] = mats;
+    double *xh = malloc(xn * 8), *rq = malloc(yn * 8), *rf = malloc(yn * 8);
+    q8_ref_quant(x, xn, xh);
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            size_t p = (size_t)t * k + j;
+            if ((int)p == badp) continue;
+            q8_refs(td, host, rb, cols, rows, x, xh, (int64_t)t * xs + (xs > 1 ? j : 0), 1,
+                    (size_t)ids[p], rq + p * rows, rf + p * rows);
+        }
+    char shape[64];
+    snprintf(shape, sizeof shape, "%s %dx%lldx%lld k=%d xs=%d n=%d%s", td->name, mats, (long long)rows,
+             (long long)cols, k, xs, n, badp >= 0 ? " bad id" : "");
+    /* compared without the bad pair's rows (moved to the end) */
+    size_t cn = badp >= 0 ? yn - (size_t)rows : yn;
+    if (badp >= 0) {
+        memmove(rq + badp * rows, rq + (badp + 1) * rows, (yn - (badp + 1) * rows) * 8);
+        memmove(rf + badp * rows, rf + (badp + 1) * rows, (yn - (badp + 1) * rows) * 8);
+    }
+    for (int bi = 0; bi < N_Q8; bi++) {
+        mr_backend *be = q8_be[bi];
+        mr_weight w;
+        q8_load(be, td, host, cols, rows, mats, &w);
+        float *dx = dup_to(be, x, xn * 4), *dy = dalloc(be, yn * 4);
+        int32_t *dids = dup_to(be, ids, (size_t)n * k * 4);
+        poison(be, dy, yn * 4);
+        be->matmul_id(be, &w, dx, xs, dids, k, dy, n);
+        fetch(be, y, dy, yn * 4);
+        if (badp >= 0) {
+            /* the bad pair's rows: NaN written over the poison is NaN too,
+             * so this checks the value, and the others that no NaN leaked */
+            int notnan = 0;
+            for (int64_t r = 0; r < rows; r++) notnan += !isnan(y[badp * rows + r]);
+            char nm[32];
+            snprintf(nm, sizeof nm, "matmul_id%s", q8_name[bi]);
+            report(nm, "out-of-range expert id: NaN rows", (double)notnan, 0, 0.0);
+            memmove(y + badp * rows, y + (badp + 1) * rows, (yn - (badp + 1) * rows) * 4);
+        }
+        q8_report(bi, "matmul_id", "mmid-q8-cost", shape, q8_handles(td->type, cols), y, rq, rf, cn);
+        be->free(be, dx);
+        be->free(be, dy);
+        be->free(be, dids);
+        be->weight_release(be, &w);
+    }
+    free(host); free(x); free(y); free(ids); free(xh); free(rq); free(rf);
+}
+
+static void check_q8_all(void)
+{
+    /* every type at small shapes: the q8 types through the int8 kernels
+     * (partial last steps: 256 and 768 columns), the others through the
+     * float kernels */
+    for (int i = 0; i < N_TYPES; i++) {
+        const tdesc *td = &TYPES[i];
+        check_q8(td, 512, 67, 1);
+        check_q8(td, 256, 130, 8);
+        check_q8(td, 768, 96, 3);
+        check_q8_id(td, 256, 64, 4, 2, 2, 3, 0);
+    }
+    check_q8(td_of(MR_TYPE_Q8_0), 96, 40, 2); /* not a whole number of steps: float kernels */
+    int q8t[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_Q8_0, MR_TYPE_Q5_K, MR_TYPE_Q4_0, MR_TYPE_IQ4_XS};
+    for (size_t b = 0; b < sizeof q8t / sizeof q8t[0]; b++) {
+        const tdesc *td = td_of(q8t[b]);
+        for (int n = 1; n <= 8; n++) check_q8(td, 4096, 1024, n);
+        check_q8(td, 4096, 4096, 1);
+        check_q8(td, 4096, 4096, 2);
+        check_q8(td, 4096, 4096, 5);
+        check_q8(td, 4096, 4096, 8);
+        check_q8(td, 12288, 4096, 1);
+        check_q8(td, 12288, 4096, 8);
+        check_q8(td, 1280, 96, 21); /* a decode batch: 8 + 8 + 5 tokens */
+        check_q8_id(td, 2048, 768, 16, 8, 1, 1, 1);
+        check_q8_id(td, 768, 2048, 16, 8, 8, 1, 0);
+        check_q8_id(td, 2048, 768, 16, 8, 1, 16, 0);
+        check_q8_id(td, 4096, 1024, 4, 2, 2, 3, 1);
+    }
+}
+
+/* A captured graph (rmsnorm -> matmul -> argmax) replayed on new inputs
+ * gives what direct launches give, on backend g (tag: its name in the
+ * report). */
+static void check_graph(mr_backend *g, const char *tag)
+{
+    if (!g->graph_begin) {
         printf("%-14s (no graph hooks)\n", "graph");
         return;
     }
     const tdesc *td = td_of(MR_TYPE_Q4_K);
     const int cols = 1024, rows = 512;
-    tweight w;
-    tw_make(&w, td, cols, rows, 1);
+    size_t rb = (size_t)(cols / td->be) * td->bb;
+    uint8_t *host = malloc(rb * rows);
+    rand_blocks(td, host, rb * rows / td->bb);
+    mr_weight wt = {td->name, td->type, cols, rows, 1, rb, NULL, NULL};
+    if (g->weight_load(g, &wt, host, &err)) die("weight_load");
     float *x = malloc(cols * 4), *nw = malloc(cols * 4);
     for (int i = 0; i < cols; i++) nw[i] = 1.0f + 0.1f * fgauss();
-    float *dx = dalloc(gpu, cols * 4), *dn = dup_to(gpu, nw, cols * 4), *dh = dalloc(gpu, cols * 4);
-    float *dy = dalloc(gpu, rows * 4);
-    int32_t *did = dalloc(gpu, 4);
+    float *dx = dalloc(g, cols * 4), *dn = dup_to(g, nw, cols * 4), *dh = dalloc(g, cols * 4);
+    float *dy = dalloc(g, rows * 4);
+    int32_t *did = dalloc(g, 4);
     float *ya = malloc(rows * 4), *yb = malloc(rows * 4);
     int32_t ia, ib;
     void *graph = NULL;
     /* warm run sizes any scratch, then capture */
-    gpu->rmsnorm(gpu, dx, dn, dh, 1, cols, 1e-6f);
-    gpu->matmul(gpu, &w.g, dh, dy, 1);
-    gpu->argmax(gpu, dy, 1, rows, did);
-    if (gpu->sync(gpu, &err)) die("graph warm-up");
-    if (gpu->graph_begin(gpu, &err)) die("graph_begin");
-    gpu->rmsnorm(gpu, dx, dn, dh, 1, cols, 1e-6f);
-    gpu->matmul(gpu, &w.g, dh, dy, 1);
-    gpu->argmax(gpu, dy, 1, rows, did);
-    if (gpu->graph_end(gpu, &graph, &err)) die("graph_end");
+    g->rmsnorm(g, dx, dn, dh, 1, cols, 1e-6f);
+    g->matmul(g, &wt, dh, dy, 1);
+    g->argmax(g, dy, 1, rows, did);
+    if (g->sync(g, &err)) die("graph warm-up");
+    if (g->graph_begin(g, &err)) die("graph_begin");
+    g->rmsnorm(g, dx, dn, dh, 1, cols, 1e-6f);
+    g->matmul(g, &wt, dh, dy, 1);
+    g->argmax(g, dy, 1, rows, did);
+    if (g->graph_end(g, &graph, &err)) die("graph_end");
     double worst = 0;
     int bad = 0, nan = 0;
     for (int it = 0; it < 3; it++) {
         for (int i = 0; i < cols; i++) x[i] = fgauss();
-        if (gpu->upload(gpu, dx, x, cols * 4, &err)) die("upload");
-        poison(gpu, dy, rows * 4);
-        if (gpu->graph_launch(gpu, graph, &err)) die("graph_launch");
-        fetch(gpu, ya, dy, rows * 4);
-        fetch(gpu, &ia, did, 4);
-        poison(gpu, dy, rows * 4);
-        gpu->rmsnorm(gpu, dx, dn, dh, 1, cols, 1e-6f);
-        gpu->matmul(gpu, &w.g, dh, dy, 1);
-        gpu->argmax(gpu, dy, 1, rows, did);
-        fetch(gpu, yb, dy, rows * 4);
-        fetch(gpu, &ib, did, 4);
+        if (g->upload(g, dx, x, cols * 4, &err)) die("upload");
+        poison(g, dy, rows * 4);
+        if (g->graph_launch(g, graph, &err)) die("graph_launch");
+        fetch(g, ya, dy, rows * 4);
+        fetch(g, &ia, did, 4);
+        poison(g, dy, rows * 4);
+        g->rmsnorm(g, dx, dn, dh, 1, cols, 1e-6f);
+        g->matmul(g, &wt, dh, dy, 1);
+        g->argmax(g, dy, 1, rows, did);
+        fetch(g, yb, dy, rows * 4);
+        fetch(g, &ib, did, 4);
         double *r = malloc(rows * 8);
         for (int i = 0; i < rows; i++) r[i] = yb[i];
         int nn;
@@ -1167,24 +1393,28 @@ static void check_graph(void)
         bad += ia != ib;
         free(r);
     }
-    gpu->graph_destroy(gpu, graph);
-    report("graph-replay", "rmsnorm+Q4_K matvec+argmax x3", worst + bad, nan, 0.0);
+    g->graph_destroy(g, graph);
+    char op[32];
+    snprintf(op, sizeof op, "graph-replay%s", tag);
+    report(op, "rmsnorm+Q4_K matvec+argmax x3", worst + bad, nan, 0.0);
 #ifdef MR_HAVE_CUDA
     /* the three identical direct sequences above: recorded, the second
      * captured automatically, the third replayed; the loop compared them
      * with the explicit graph.  Check that the automatic graph did run. */
     long caps = 0, reps = 0;
-    mr_cu_autograph_stats(gpu, &caps, &reps);
+    mr_cu_autograph_stats(g, &caps, &reps);
+    snprintf(op, sizeof op, "autograph%s", tag);
     char what[64];
     snprintf(what, sizeof what, "automatic graphs: %ld captured, %ld replayed", caps, reps);
     if (getenv("MEMRA_CUDA_AUTOGRAPH") && !strcmp(getenv("MEMRA_CUDA_AUTOGRAPH"), "0"))
-        printf("%-14s %-44s (off)\n", "autograph", what);
+        printf("%-14s %-44s (off)\n", op, what);
     else
-        report("autograph", what, caps >= 1 && reps >= 1 ? 0.0 : 1.0, 0, 0.0);
+        report(op, what, caps >= 1 && reps >= 1 ? 0.0 : 1.0, 0, 0.0);
 #endif
-    gpu->free(gpu, dx); gpu->free(gpu, dn); gpu->free(gpu, dh); gpu->free(gpu, dy); gpu->free(gpu, did);
+    g->free(g, dx); g->free(g, dn); g->free(g, dh); g->free(g, dy); g->free(g, did);
     free(x); free(nw); free(ya); free(yb);
-    tw_free(&w);
+    g->weight_release(g, &wt);
+    free(host);
 }
 
 /* Every check, in order. */
@@ -1259,7 +1489,9 @@ static void check_ops(void)
     check_argmax(1, 151936, false);
     check_argmax(4, 1024, true);
     check_argmax(3, 17, false);
-    check_graph();
+    check_graph(gpu, "");
+    check_q8_all();
+    check_graph(q8_be[0], "-q8");
     if (cpu) check_hybrid_ops();
 }
 
@@ -1274,6 +1506,9 @@ int main(int argc, char **argv)
         return 77;
     }
     types_init();
+    /* the float32 decode kernels, whatever the caller's environment; the
+     * int8-activation backends are made below */
+    setenv("MEMRA_CUDA_MATVEC", "f32", 1);
     setenv("MEMRA_CUDA_GEMM", "f16", 1);
     gpu = mr_backend_cuda_create(0, &err);
     if (!gpu) die("cuda");
@@ -1302,6 +1537,15 @@ int main(int argc, char **argv)
     unsetenv("MEMRA_CUDA_GEMM");
     unsetenv("MEMRA_CUDA_Q4K_WIDE");
     if (!gpu_r4 || !gpu_r2 || !gpu_r4_pair || !gpu_r2_pair) die("cuda (forced rows per block)");
+    setenv("MEMRA_CUDA_MATVEC", "q8", 1);
+    q8_be[0] = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_FAST_R", "4", 1);
+    q8_be[1] = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_FAST_R", "2", 1);
+    q8_be[2] = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_FAST_R");
+    unsetenv("MEMRA_CUDA_MATVEC");
+    if (!q8_be[0] || !q8_be[1] || !q8_be[2]) die("cuda (q8 matvec)");
     cpu = mr_backend_cpu_create(&err);
     if (!cpu) die("cpu");
     mm_be[0] = gpu;
@@ -1322,6 +1566,7 @@ int main(int argc, char **argv)
 
     printf("%d checks: %d passed, %d failed\n", n_pass + n_fail, n_pass, n_fail);
     if (cpu) cpu->destroy(cpu);
+    for (int i = 0; i < N_Q8; i++) q8_be[i]->destroy(q8_be[i]);
     gpu_generic->destroy(gpu_generic);
     gpu_r2->destroy(gpu_r2);
     gpu_r4->destroy(gpu_r4);

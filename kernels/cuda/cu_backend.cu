@@ -272,6 +272,13 @@ static void cu_graph_destroy(mr_backend *be, void *graph)
         cudaGraphExecDestroy((cudaGraphExec_t)graph);
 }
 
+/* Float32 prompt GEMMs (cu_gemm.cu) and float32 decode activations. */
+static void cu_prefer_float32(mr_backend *be)
+{
+    mr_cu_prefer_float32(be); /* flushes first */
+    mr_cu_q8_prefer_float32(mr_cu(be));
+}
+
 /* ---- lifetime ---- */
 
 static void cu_destroy(mr_backend *be)
@@ -288,6 +295,7 @@ static void cu_destroy(mr_backend *be)
         if (c->scratch_act.p) cudaFree(c->scratch_act.p);
         if (c->scratch_moe.p) cudaFree(c->scratch_moe.p);
         if (c->scratch_grp.p) cudaFree(c->scratch_grp.p);
+        if (c->scratch_q8.p) cudaFree(c->scratch_q8.p);
         if (c->cublas) cublasDestroy(c->cublas);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c);
@@ -355,6 +363,10 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     }
     /* the precision of each GEMM is its compute type (cu_gemm.cu) */
     mr_cu_gemm_init(c);
+    if (!mr_cu_q8_init(c, err)) {
+        cu_destroy(be);
+        return NULL;
+    }
 
     be->name = "cuda";
     be->batch_variant_rows = MR_CU_GEMM_MIN_TOKENS; /* float16 GEMMs from there on */
@@ -374,7 +386,7 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     be->graph_end = cu_graph_end;
     be->graph_launch = cu_graph_launch;
     be->graph_destroy = cu_graph_destroy;
-    be->prefer_float32 = mr_cu_prefer_float32;
+    be->prefer_float32 = cu_prefer_float32;
     mr_cu_install_ops(be);
     mr_cu_install_attn(be);
     mr_cu_install_gdn(be);

@@ -50,6 +50,9 @@ struct mr_cu_ctx {
     mr_cu_buf scratch_act;  /* activation scratch (quantized x, GEMM operands) */
     mr_cu_buf scratch_moe;  /* expert GEMM: row map and padded outputs */
     mr_cu_buf scratch_grp;  /* decode expert products: pairs grouped by expert (cu_fast.cu) */
+    bool matvec_q8;         /* int8-activation matvec (cu_mvq8.cu), MEMRA_CUDA_MATVEC=q8 */
+    bool matvec_forced;     /* set by MEMRA_CUDA_MATVEC: models may not change it */
+    mr_cu_buf scratch_q8;   /* the q8 matvec's quantized activations */
     mr_cu_auto *ag;         /* recorded ops and cached graphs, or NULL */
 };
 
@@ -132,6 +135,13 @@ void mr_cu_autograph_forget(mr_cu_ctx *c);
 void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
 bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
                           const int32_t *ids, int k, float *y, int n);
+/* Decode products with int8 activations (cu_mvq8.cu): false when not
+ * selected or not applicable (the caller then runs the float32 kernels). */
+bool mr_cu_q8_init(mr_cu_ctx *c, mr_err *err);
+void mr_cu_q8_prefer_float32(mr_cu_ctx *c);
+bool mr_cu_q8_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
+bool mr_cu_q8_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
+                        const int32_t *ids, int k, float *y, int n);
 /* Automatic graphs (cu_autograph.cu): launches what the ops recorded. */
 void mr_cu_flush(mr_backend *be);
 void mr_cu_autograph_install(mr_backend *be);

@@ -198,6 +198,8 @@ void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, 
                          n - t0 < MR_CU_MATVEC_MAX ? n - t0 : MR_CU_MATVEC_MAX);
         return;
     }
+    if (mr_cu_q8_matvec(c, w, x, y, n))
+        return;
     if (mr_cu_fast_matvec(c, w, x, y, n))
         return;
     mr_cu_mvjob a = {(const uint8_t *)w->data, w->row_bytes * (size_t)w->rows, w->row_bytes, w->cols,
@@ -221,6 +223,8 @@ void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_s
         mr_cu_fail(c, "matmul_id: %d token-expert pairs (max 65535)", n * k);
         return;
     }
+    if (mr_cu_q8_matvec_id(c, w, x, x_slots, ids, k, y, n))
+        return;
     mr_cu_mvjob a = {(const uint8_t *)w->data, w->row_bytes * (size_t)w->rows, w->row_bytes, w->cols,
                 w->rows, w->n_mats, x, y, ids, k, x_slots};
     if (mr_cu_fast_matvec_id(c, w, a.x, x_slots, ids, k, y, n))
