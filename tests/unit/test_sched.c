@@ -250,6 +250,26 @@ END_TEST
 
 /* ---- prefix cache ---- */
 
+/* A follow-up turn in scope (acme, x) after a 41-token prompt p answered
+ * with want: the conversation, its reply and 9 new tokens, as request id.
+ * It must give what the model gives without a cache, and take the reply's
+ * blocks from it: 41 + GEN - 1 = 48 tokens had K/V, 6 full blocks.  Returns
+ * the prompt's length. */
+static int follow_up_turn(mr_sched *s, sink_t *k, uint64_t id, int32_t *p, const int32_t *want)
+{
+    int n2 = 41 + GEN;
+    memcpy(p + 41, want, sizeof(int32_t) * GEN);
+    lcg_prompt(p + n2, 9, 99, V);
+    n2 += 9;
+    int32_t want2[GEN];
+    greedy_decode(p, n2, GEN, want2);
+    ck_assert_int_eq(submit(s, id, p, n2, GEN, "acme", "x"), MR_SCHED_OK);
+    run_all(s);
+    expect_tokens(k, id, want2, GEN);
+    ck_assert_int_eq(find(k, id)->usage.cached_tokens, 48);
+    return n2;
+}
+
 START_TEST(prefix_hits_isolation_and_sessions)
 {
     mr_model_opts mo = {.n_ctx = 128, .n_seqs = 6, .block_tokens = 8};
@@ -284,18 +304,7 @@ START_TEST(prefix_hits_isolation_and_sessions)
     greedy_decode(p, 40, GEN, want40);
     expect_tokens(&k, 5, want40, GEN);
 
-    /* a follow-up turn: the first conversation, its reply, and 9 new tokens */
-    int n2 = 41 + GEN;
-    memcpy(p + 41, want, sizeof want);
-    lcg_prompt(p + n2, 9, 99, V);
-    n2 += 9;
-    int32_t want2[GEN];
-    greedy_decode(p, n2, GEN, want2);
-    ck_assert_int_eq(submit(s, 6, p, n2, GEN, "acme", "x"), MR_SCHED_OK);
-    run_all(s);
-    expect_tokens(&k, 6, want2, GEN);
-    /* the reply's blocks were cached too: 41 + GEN - 1 = 48 tokens had K/V: 6 full blocks */
-    ck_assert_int_eq(find(&k, 6)->usage.cached_tokens, 48);
+    int n2 = follow_up_turn(s, &k, 6, p, want);
 
     mr_sched_stats st;
     mr_sched_get_stats(s, &st);
@@ -342,17 +351,8 @@ START_TEST(hybrid_prefix_hits_restore_state)
     ck_assert_int_eq(find(&k, 2)->usage.cached_tokens, 40);
     ck_assert_int_eq(find(&k, 3)->usage.cached_tokens, 0);
 
-    /* the follow-up turn: the state after the reply's last full block (48 tokens) */
-    int n2 = 41 + GEN;
-    memcpy(p + 41, want, sizeof want);
-    lcg_prompt(p + n2, 9, 99, V);
-    n2 += 9;
-    int32_t want2[GEN];
-    greedy_decode(p, n2, GEN, want2);
-    ck_assert_int_eq(submit(s, 4, p, n2, GEN, "acme", "x"), MR_SCHED_OK);
-    run_all(s);
-    expect_tokens(&k, 4, want2, GEN);
-    ck_assert_int_eq(find(&k, 4)->usage.cached_tokens, 48);
+    /* the follow-up turn: for a hybrid, the state after the reply's last full block */
+    follow_up_turn(s, &k, 4, p, want);
 
     mr_sched_stats st;
     mr_sched_get_stats(s, &st);
