@@ -73,6 +73,37 @@ START_TEST(budget_sizing)
 }
 END_TEST
 
+static size_t fixed_budget(void *ctx, mr_backend *b)
+{
+    (void)b;
+    return *(const size_t *)ctx;
+}
+
+/* A budget from free memory (the VRAM path) leaves room for three recurrent
+ * states a sequence slot on a hybrid model (its own, its block-boundary
+ * copy, a prefix-cache checkpoint); a byte budget the caller fixed is taken
+ * as it is. */
+START_TEST(hybrid_budget_leaves_room_for_states)
+{
+    mr_model_opts probe = {.n_ctx = 128, .block_tokens = 8};
+    open_model("qwen35", "model-BF16.gguf", &probe);
+    const mr_hparams *hp = mr_model_hparams(model);
+    size_t st = mr_seq_state_bytes(model);
+    size_t bb = mr_kv_block_bytes(hp->n_kv_layers, 8, hp->n_kv_heads, hp->head_dim, MR_KV_F32);
+    close_model();
+    ck_assert_uint_gt(st, 0);
+    size_t budget = 3 * 4 * st + 20 * bb + bb / 2;
+    mr_model_opts o = {.n_ctx = 128, .n_seqs = 4, .block_tokens = 8, .kv_budget = fixed_budget, .kv_budget_ctx = &budget};
+    open_model("qwen35", "model-BF16.gguf", &o);
+    ck_assert_int_eq(mr_kv_pool_size(mr_model_kv_pool(model)), 20);
+    close_model();
+    mr_model_opts ob = {.n_ctx = 128, .n_seqs = 4, .block_tokens = 8, .kv_bytes = 20 * bb + bb / 2};
+    open_model("qwen35", "model-BF16.gguf", &ob);
+    ck_assert_int_eq(mr_kv_pool_size(mr_model_kv_pool(model)), 20);
+    close_model();
+}
+END_TEST
+
 START_TEST(model_pool_from_budget_and_shared_blocks)
 {
     mr_err err;
@@ -320,6 +351,7 @@ int main(void)
     tcase_add_test(tc, pool_refcounts_and_reservations);
     tcase_add_test(tc, budget_sizing);
     tcase_add_test(tc, model_pool_from_budget_and_shared_blocks);
+    tcase_add_test(tc, hybrid_budget_leaves_room_for_states);
     tcase_add_loop_test(tc, batched_and_chunked_logits_are_bit_identical, 0, 4);
     tcase_add_test(tc, argmax_mode_matches_host_argmax);
     tcase_add_test(tc, batch_rejects_bad_items);
