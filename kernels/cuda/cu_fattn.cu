@@ -272,12 +272,15 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
 
 /* At backend creation: MEMRA_CUDA_ATTN "tc" or "f32" (default).  The
  * kernels need more than the default 48 KiB of dynamic shared memory; the
- * limit is raised here once, outside any graph capture. */
+ * limit is raised here once, outside any graph capture, and only when they
+ * may run (prefer_float32 can turn them off, never on). */
 void mr_cu_attn_init(mr_cu_ctx *c)
 {
     const char *m = getenv("MEMRA_CUDA_ATTN");
     c->attn_forced = m && *m;
     c->attn_tc = m && !strcmp(m, "tc");
+    if (!c->attn_tc)
+        return;
 #define X(DT, DD)                                                                                   \
     MR_CU_TRY(c, cudaFuncSetAttribute(k_attn_prefill_tc<DT, DD>,                                    \
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,                  \
