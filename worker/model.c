@@ -317,6 +317,12 @@ static int create_kv(mr_model *m, const mr_model_opts *opts, mr_err *err)
         n_blocks = opts->kv_blocks;
     else if (opts && (opts->kv_bytes > 0 || opts->kv_budget)) {
         size_t budget = opts->kv_bytes > 0 ? opts->kv_bytes : opts->kv_budget(opts->kv_budget_ctx, m->be);
+        /* a budget from free memory leaves room for the recurrent states:
+         * each sequence's own, its block-boundary copy and one prefix-cache
+         * checkpoint (mr_model_set_checkpoints) */
+        size_t states = 3 * (size_t)n_seqs * m->rstate_bytes;
+        if (opts->kv_bytes <= 0 && m->rstate_bytes)
+            budget = budget > states ? budget - states : 0;
         size_t bb = mr_kv_block_bytes(kv_layers, bt, m->hp.n_kv_heads, m->hp.head_dim, dtype);
         if (budget > 0 || opts->kv_bytes > 0) {
             n_blocks = mr_kv_blocks_for_budget(budget, bb, 1 << 24);
@@ -450,6 +456,8 @@ int mr_seq_new(mr_model *m, mr_seq **out, mr_err *err)
                                     : mr_errf(err, "out of memory for %zu bytes of recurrent state",
                                               m->rstate_bytes);
         free(zeros);
+        if (!rc && m->checkpoints && !(s->rmark = m->be->alloc(m->be, m->rstate_bytes)))
+            rc = mr_errf(err, "out of memory for a %zu-byte state checkpoint", m->rstate_bytes);
         if (rc) {
             mr_seq_free(s);
             return -1;
@@ -471,6 +479,8 @@ void mr_seq_free(mr_seq *s)
         m->be->free(m->be, s->blocks_dev);
     if (s->rstate)
         m->be->free(m->be, s->rstate);
+    if (s->rmark)
+        m->be->free(m->be, s->rmark);
     free(s->blocks);
     free(s);
 }
@@ -491,6 +501,43 @@ int mr_seq_state_load(mr_seq *s, const void *host, mr_err *err)
     if (!s->rstate)
         return 0;
     return s->m->be->upload(s->m->be, s->rstate, host, s->m->rstate_bytes, err);
+}
+
+/* ---- recurrent-state checkpoints (prefix cache over a hybrid model) ---- */
+
+/* One state's bytes, backend to backend (the state is float32 throughout). */
+static void state_copy(mr_model *m, void *dst, const void *src)
+{
+    m->be->copy_2d(m->be, dst, 0, src, 0, 1, (int)(m->rstate_bytes / sizeof(float)));
+}
+
+void mr_model_set_checkpoints(mr_model *m, bool on) { m->checkpoints = on && m->rstate_bytes > 0; }
+
+int mr_seq_mark_len(const mr_seq *s) { return s->rmark ? s->rmark_len : 0; }
+
+void *mr_model_state_alloc(mr_model *m) { return m->rstate_bytes ? m->be->alloc(m->be, m->rstate_bytes) : NULL; }
+
+void mr_model_state_free(mr_model *m, void *state)
+{
+    if (state)
+        m->be->free(m->be, state);
+}
+
+void mr_seq_mark_save(const mr_seq *s, void *state)
+{
+    if (s->rmark && state)
+        state_copy(s->m, state, s->rmark);
+}
+
+static void mr_seq_state_restore(mr_seq *s, const void *state, int len)
+{
+    if (!s->rstate || !state)
+        return;
+    state_copy(s->m, s->rstate, state);
+    if (s->rmark) {
+        state_copy(s->m, s->rmark, state);
+        s->rmark_len = len;
+    }
 }
 
 static int blocks_for(const mr_model *m, int tokens)
@@ -533,6 +580,8 @@ int mr_seq_truncate(mr_seq *s, int len, mr_err *err)
         if (mr_kv_refcount(s->m->pool, s->blocks[i]) > 1)
             return mr_errf(err, "truncate: block %d (index %d) is shared", s->blocks[i], i);
     s->len = len; /* later K/V entries are overwritten before anything reads them */
+    if (s->rmark_len > len)
+        s->rmark_len = 0; /* that boundary state is past the new end */
     return 0;
 }
 
@@ -553,15 +602,32 @@ int mr_seq_reserve(mr_seq *s, int n_tokens, mr_err *err)
 
 int mr_seq_reserved(const mr_seq *s) { return s->reserved; }
 
+static int attach_blocks(mr_seq *s, const int32_t *blocks, int n_blocks, mr_err *err);
+
 int mr_seq_attach(mr_seq *s, const int32_t *blocks, int n_blocks, mr_err *err)
+{
+    if (n_blocks > 0 && s->rstate)
+        return mr_errf(err, "attach: shared K/V blocks carry no recurrent state (%s)", s->m->hp.arch_name);
+    return attach_blocks(s, blocks, n_blocks, err);
+}
+
+int mr_seq_attach_state(mr_seq *s, const int32_t *blocks, int n_blocks, const void *state, mr_err *err)
+{
+    if (!s->rmark || !state)
+        return mr_errf(err, "attach: a state checkpoint needs a hybrid model with checkpoints on");
+    if (attach_blocks(s, blocks, n_blocks, err))
+        return -1;
+    mr_seq_state_restore(s, state, s->len);
+    return 0;
+}
+
+static int attach_blocks(mr_seq *s, const int32_t *blocks, int n_blocks, mr_err *err)
 {
     mr_model *m = s->m;
     if (s->len != 0 || s->n_blocks != 0)
         return mr_errf(err, "attach: the sequence is not empty (%d tokens)", s->len);
     if (n_blocks < 0 || n_blocks > m->max_blocks)
         return mr_errf(err, "attach: %d blocks (a sequence holds at most %d)", n_blocks, m->max_blocks);
-    if (n_blocks > 0 && s->rstate)
-        return mr_errf(err, "attach: shared K/V blocks carry no recurrent state (%s)", m->hp.arch_name);
     for (int i = 0; i < n_blocks; i++)
         if (mr_kv_refcount(m->pool, blocks[i]) <= 0)
             return mr_errf(err, "attach: block %d (index %d) is not in use", blocks[i], i);
@@ -875,7 +941,15 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
         return mr_err_wrap(err, "forward");
     if (download_outputs(m, items, segs, n_items, err))
         return -1;
-    for (int i = 0; i < n_items; i++)
-        items[i].seq->len += items[i].n;
+    for (int i = 0; i < n_items; i++) {
+        mr_seq *s = items[i].seq;
+        s->len += items[i].n;
+        /* the state at a block boundary, for the prefix cache (queued after
+         * this call's work, before the next call's) */
+        if (s->rmark && s->len % m->kv.block_tokens == 0) {
+            state_copy(m, s->rmark, s->rstate);
+            s->rmark_len = s->len;
+        }
+    }
     return 0;
 }

@@ -105,6 +105,21 @@ size_t mr_seq_state_bytes(const mr_model *m);
 int mr_seq_state_save(const mr_seq *s, void *host, mr_err *err);
 int mr_seq_state_load(mr_seq *s, const void *host, mr_err *err);
 
+/* Checkpoints for a prefix cache over a hybrid model (no-ops without
+ * recurrent state).  With them on, each sequence created afterwards keeps a
+ * copy of its state as it was at the last block boundary one of its forward
+ * calls ended on (mr_seq_mark_len tokens; 0: none yet).  States live in
+ * backend memory: mr_model_state_alloc gives room for one (NULL: none, or no
+ * memory), mr_seq_mark_save copies the kept boundary state into it, and
+ * mr_seq_attach_state attaches cached blocks to an empty sequence together
+ * with the state after their tokens. */
+void mr_model_set_checkpoints(mr_model *m, bool on);
+int mr_seq_mark_len(const mr_seq *s);
+void *mr_model_state_alloc(mr_model *m);
+void mr_model_state_free(mr_model *m, void *state);
+void mr_seq_mark_save(const mr_seq *s, void *state);
+int mr_seq_attach_state(mr_seq *s, const int32_t *blocks, int n_blocks, const void *state, mr_err *err);
+
 /* Drops the tokens after the first len (speculation rejected, cached
  * prefix reused).  KV positions need nothing more; the recurrent state is
  * not rolled back: load a snapshot taken at len. */

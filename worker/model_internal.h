@@ -69,6 +69,7 @@ struct mr_model {
 
     struct mr_q35 *q35;  /* hybrid-model weights and buffers (worker/arch/qwen35.c), or NULL */
     size_t rstate_bytes; /* recurrent state per sequence (0: none) */
+    bool checkpoints;    /* new sequences keep their state at their last block boundary */
 };
 
 struct mr_seq {
@@ -79,6 +80,8 @@ struct mr_seq {
     int32_t *blocks_dev; /* the same in backend memory */
     int reserved;        /* blocks promised to this sequence, not yet allocated */
     void *rstate;        /* recurrent state in backend memory (m->rstate_bytes), or NULL */
+    void *rmark;         /* with m->checkpoints: rstate as it was after rmark_len tokens, the */
+    int rmark_len;       /* last block boundary a forward call ended on (0: none yet) */
 };
 
 /* A contiguous run of rows of one forward call that belongs to one sequence:

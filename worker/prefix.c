@@ -15,6 +15,7 @@ typedef struct node {
     uint64_t hash;
     int n_children;
     bool session;             /* evicted only after every non-session entry */
+    void *state;              /* a recurrent-state checkpoint at the end of this block, or NULL */
     int32_t block;            /* -1 for a root */
     char *tenant, *salt;      /* roots only */
     int32_t tokens[];         /* block_tokens ids (non-roots) */
@@ -30,6 +31,9 @@ struct mr_prefix {
     node *roots;
     node *lru_head, *lru_tail; /* head: most recently used */
     uint64_t next_serial;
+    int max_states, n_states;
+    void (*state_free)(void *ctx, void *state);
+    void *state_ctx;
     mr_prefix_stats st;
 };
 
@@ -117,6 +121,15 @@ static void free_root(mr_prefix *pc, node *r)
     free(r);
 }
 
+static void drop_state(mr_prefix *pc, node *n)
+{
+    if (!n->state)
+        return;
+    pc->state_free(pc->state_ctx, n->state);
+    n->state = NULL;
+    pc->n_states--;
+}
+
 /* Removes leaf n (no children) and drops the cache's reference; a scope
  * root left without children goes too unless it is `keep`. */
 static void remove_leaf(mr_prefix *pc, node *n, const node *keep)
@@ -128,6 +141,7 @@ static void remove_leaf(mr_prefix *pc, node *n, const node *keep)
     lru_unlink(pc, n);
     node *parent = n->parent;
     parent->n_children--;
+    drop_state(pc, n);
     mr_kv_unref(pc->pool, n->block);
     pc->n_blocks--;
     free(n);
@@ -142,6 +156,7 @@ void mr_prefix_free(mr_prefix *pc)
     /* every non-root node is on the LRU list exactly once */
     for (node *n = pc->lru_head, *next; n; n = next) {
         next = n->next;
+        drop_state(pc, n);
         mr_kv_unref(pc->pool, n->block);
         free(n);
     }
@@ -168,8 +183,10 @@ static node *find_child(mr_prefix *pc, const node *parent, const int32_t *tokens
     return NULL;
 }
 
-int mr_prefix_lookup(mr_prefix *pc, const char *tenant, const char *salt, const int32_t *tokens,
-                     int n_tokens, int max_blocks, int32_t *blocks)
+/* The walk of both lookups: the matched path's blocks; *deepest_state
+ * (when asked) the depth of the deepest matched node holding a state. */
+static int walk(mr_prefix *pc, const char *tenant, const char *salt, const int32_t *tokens, int n_tokens,
+                int max_blocks, int32_t *blocks, int *deepest_state, void **state)
 {
     node *r = find_root(pc, tenant ? tenant : "", salt ? salt : "");
     if (!r)
@@ -183,8 +200,60 @@ int mr_prefix_lookup(mr_prefix *pc, const char *tenant, const char *salt, const 
         touch(pc, c);
         blocks[n++] = c->block;
         cur = c;
+        if (deepest_state && c->state) {
+            *deepest_state = n;
+            *state = c->state;
+        }
     }
     return n;
+}
+
+int mr_prefix_lookup(mr_prefix *pc, const char *tenant, const char *salt, const int32_t *tokens,
+                     int n_tokens, int max_blocks, int32_t *blocks)
+{
+    return walk(pc, tenant, salt, tokens, n_tokens, max_blocks, blocks, NULL, NULL);
+}
+
+int mr_prefix_lookup_state(mr_prefix *pc, const char *tenant, const char *salt, const int32_t *tokens,
+                           int n_tokens, int max_blocks, int32_t *blocks, void **state)
+{
+    int depth = 0;
+    *state = NULL;
+    walk(pc, tenant, salt, tokens, n_tokens, max_blocks, blocks, &depth, state);
+    return depth;
+}
+
+void mr_prefix_set_states(mr_prefix *pc, int max_states, void (*state_free)(void *ctx, void *state), void *ctx)
+{
+    pc->max_states = max_states > 0 ? max_states : 0;
+    pc->state_free = state_free;
+    pc->state_ctx = ctx;
+}
+
+int mr_prefix_attach_state(mr_prefix *pc, const char *tenant, const char *salt, const int32_t *tokens,
+                           int n_blocks, void *state)
+{
+    if (pc->max_states <= 0 || !pc->state_free || n_blocks <= 0)
+        return 0;
+    node *cur = find_root(pc, tenant ? tenant : "", salt ? salt : "");
+    for (int i = 0; cur && i < n_blocks; i++)
+        cur = find_child(pc, cur, tokens + (size_t)i * (size_t)pc->bt);
+    if (!cur)
+        return 0; /* the blocks did not make it into the cache */
+    if (cur->state) {
+        drop_state(pc, cur);
+    } else {
+        /* room: the least recently used node's checkpoint goes (its blocks stay) */
+        for (node *n = pc->lru_tail; n && pc->n_states >= pc->max_states; n = n->prev)
+            if (n != cur)
+                drop_state(pc, n);
+        if (pc->n_states >= pc->max_states)
+            return 0;
+    }
+    cur->state = state;
+    pc->n_states++;
+    touch(pc, cur);
+    return 1;
 }
 
 static int evictable(const mr_prefix *pc, const node *n)
@@ -273,6 +342,7 @@ static int insert(mr_prefix *pc, const char *tenant, const char *salt, const int
         c->parent = cur;
         c->n_children = 0;
         c->session = session;
+        c->state = NULL;
         c->block = blocks[i];
         c->tenant = c->salt = NULL;
         c->rnext = NULL;
@@ -317,6 +387,7 @@ void mr_prefix_get_stats(const mr_prefix *pc, mr_prefix_stats *out)
 {
     *out = pc->st;
     out->n_blocks = pc->n_blocks;
+    out->n_states = pc->n_states;
     out->n_in_use = 0;
     for (const node *n = pc->lru_head; n; n = n->next)
         out->n_in_use += mr_kv_refcount(pc->pool, n->block) > 1;

@@ -33,6 +33,7 @@ typedef struct mr_prefix_stats {
     uint64_t hit_tokens;      /* prompt tokens served from the cache */
     uint64_t inserted_blocks;
     uint64_t evictions;
+    int n_states;             /* recurrent-state checkpoints held */
 } mr_prefix_stats;
 
 /* capacity_blocks: most blocks to keep (0 disables the cache: lookups miss,
@@ -48,6 +49,24 @@ void mr_prefix_free(mr_prefix *pc);
  * reference: attach them to a sequence before anything can evict. */
 int mr_prefix_lookup(mr_prefix *pc, const char *tenant, const char *salt, const int32_t *tokens,
                      int n_tokens, int max_blocks, int32_t *blocks);
+
+/* Recurrent-state checkpoints (hybrid models, whose K/V blocks alone do not
+ * hold the state a continuation needs).  A checkpoint is an opaque state
+ * owned by the cache once attached, freed with state_free(ctx, state) when
+ * its entry goes or when more than max_states are held (the least recently
+ * used one goes; its blocks stay).  max_states 0: none are kept. */
+void mr_prefix_set_states(mr_prefix *pc, int max_states, void (*state_free)(void *ctx, void *state), void *ctx);
+/* Attaches state (the recurrent state after tokens[0 .. n_blocks *
+ * block_tokens)) to that cached entry, replacing an older one.  Returns 1
+ * when the cache took it, 0 when not (entry not cached, no room): the caller
+ * still owns it then. */
+int mr_prefix_attach_state(mr_prefix *pc, const char *tenant, const char *salt, const int32_t *tokens,
+                           int n_blocks, void *state);
+/* As mr_prefix_lookup, but only a run that ends at an entry with a
+ * checkpoint counts: returns the deepest such run's length (its blocks in
+ * blocks[0..]) and its checkpoint in *state (NULL and 0: none). */
+int mr_prefix_lookup_state(mr_prefix *pc, const char *tenant, const char *salt, const int32_t *tokens,
+                           int n_tokens, int max_blocks, int32_t *blocks, void **state);
 
 /* Caches the first n_blocks full blocks of a sequence: blocks[i] holds the
  * K/V of tokens[i * block_tokens .. (i + 1) * block_tokens).  Blocks already

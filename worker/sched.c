@@ -42,7 +42,10 @@ struct mr_sched {
     float *raw;            /* [n_vocab] a want_logits row before sampling rewrites it */
     int32_t *argmax;       /* [max_seqs] ids picked by the backend (greedy without penalties) */
     uint64_t steps, step_tokens_total, admitted, refused, finished;
+    bool stateful;         /* hybrid model: cached prefixes need state checkpoints */
 };
+
+static void state_free(void *ctx, void *state) { mr_model_state_free(ctx, state); }
 
 static void req_free(req *r)
 {
@@ -88,12 +91,15 @@ int mr_sched_new(mr_model *m, const mr_sched_opts *opts, mr_sched_cb cb, void *u
     s->bt = mr_model_block_tokens(m);
     mr_kv_pool *pool = mr_model_kv_pool(m);
     int cap = o.prefix_blocks < 0 ? 0 : o.prefix_blocks == 0 ? mr_kv_pool_size(pool) : o.prefix_blocks;
-    /* K/V blocks alone do not hold a recurrent model's state at a block
-     * boundary: no prefix reuse for hybrids */
-    if (mr_seq_state_bytes(m) > 0)
-        cap = 0;
     if (mr_prefix_new(pool, s->bt, cap, &s->prefix, err) || mr_sampler_new(s->n_vocab, &s->sampler, err))
         goto fail;
+    /* K/V blocks alone do not hold a recurrent model's state: a hybrid's
+     * cached prefixes carry a checkpoint of it at their last block, one per
+     * sequence slot (the room mr_model_load leaves for them) */
+    s->stateful = cap > 0 && mr_seq_state_bytes(m) > 0;
+    mr_model_set_checkpoints(m, s->stateful);
+    if (s->stateful)
+        mr_prefix_set_states(s->prefix, o.max_seqs, state_free, m);
     s->live = calloc((size_t)o.max_seqs, sizeof *s->live);
     s->items = calloc((size_t)o.max_seqs, sizeof *s->items);
     s->item_req = calloc((size_t)o.max_seqs, sizeof *s->item_req);
@@ -197,8 +203,12 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
     int32_t *hit = malloc(sizeof(int32_t) * (size_t)(max_hit > 0 ? max_hit : 1));
     if (!hit)
         goto oom;
-    int n_hit = mr_prefix_lookup(s->prefix, q->tenant, q->salt, q->tokens, r->n_prompt, max_hit, hit);
-    int rc = mr_seq_attach(q->seq, hit, n_hit, err);
+    void *state = NULL;
+    int n_hit = s->stateful ? mr_prefix_lookup_state(s->prefix, q->tenant, q->salt, q->tokens, r->n_prompt,
+                                                     max_hit, hit, &state)
+                            : mr_prefix_lookup(s->prefix, q->tenant, q->salt, q->tokens, r->n_prompt, max_hit, hit);
+    int rc = n_hit > 0 && state ? mr_seq_attach_state(q->seq, hit, n_hit, state, err)
+                                : mr_seq_attach(q->seq, hit, n_hit, err);
     free(hit);
     if (rc)
         goto fail;
@@ -255,18 +265,27 @@ int mr_sched_cancel(mr_sched *s, uint64_t id)
 
 /* ---- retiring ---- */
 
-/* Offers the full blocks that hold the K/V of tokens[0..len) to the cache. */
+/* Offers the full blocks that hold the K/V of tokens[0..len) to the cache;
+ * a hybrid's only up to its last block-boundary state, which goes with them. */
 static void publish(mr_sched *s, req *q)
 {
     const int32_t *blocks;
     int nb = mr_seq_blocks(q->seq, &blocks);
-    int full = mr_seq_len(q->seq) / s->bt;
+    int full = (s->stateful ? mr_seq_mark_len(q->seq) : mr_seq_len(q->seq)) / s->bt;
     if (full > nb)
         full = nb;
     if (full > 0 && q->session)
         mr_prefix_insert_session(s->prefix, q->tenant, q->salt, q->tokens, full, blocks);
     else if (full > 0)
         mr_prefix_insert(s->prefix, q->tenant, q->salt, q->tokens, full, blocks);
+    if (full > 0 && s->stateful) {
+        void *st = mr_model_state_alloc(s->m);
+        if (st) {
+            mr_seq_mark_save(q->seq, st);
+            if (!mr_prefix_attach_state(s->prefix, q->tenant, q->salt, q->tokens, full, st))
+                mr_model_state_free(s->m, st);
+        }
+    }
 }
 
 static void finish(mr_sched *s, req *q, mr_finish_reason reason, const char *error)
@@ -376,6 +395,11 @@ int mr_sched_step(mr_sched *s, mr_err *err)
             n = s->o.chunk_tokens;
         if (n > budget)
             n = budget;
+        /* a hybrid's chunk that would run past a block boundary ends on it
+         * (the prompt's last one too, at the cost of a step), so the state
+         * there can be checkpointed */
+        if (s->stateful && (len + n) % s->bt && (len + n) / s->bt * s->bt > len)
+            n = (len + n) / s->bt * s->bt - len;
         bool last = len + n == q->n_prompt;
         mr_logits_mode mode = last ? q->pick : MR_LOGITS_NONE;
         s->item_req[n_items] = q;

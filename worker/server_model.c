@@ -292,7 +292,7 @@ mr_engine *mr_engine_model(const char *path, const mr_engine_model_opts *o, mr_e
     mr_sched_get_stats(me->sched, &st);
     MR_INFO("worker: KV pool %d blocks of %d tokens; prefix cache %d blocks%s", st.kv_blocks, st.block_tokens,
             st.prefix.capacity,
-            mr_seq_state_bytes(me->m) > 0 ? " (off: a hybrid model's cached blocks lack its recurrent state)" : "");
+            mr_seq_state_bytes(me->m) > 0 && st.prefix.capacity > 0 ? " (with recurrent-state checkpoints)" : "");
     /* end-of-generation ids the GGUF names (the gateway sends the
      * tokenizer's full list with each request as well) */
     mr_gguf *g = NULL;

@@ -722,19 +722,7 @@ static bool fast_run(mr_cu_ctx *c, const mr_weight *w, mr_cu_mvjob a, int n, int
 static mr_cu_mvjob make_job(const mr_weight *w, const float *x, float *y)
 {
     size_t rb = (size_t)(w->cols / fast_belems(w->type)) * fast_stride(w->type);
-    mr_cu_mvjob a;
-    a.W = (const uint8_t *)(w->priv ? w->priv : w->data);
-    a.row_bytes = rb;
-    a.mat_bytes = rb * (size_t)w->rows;
-    a.cols = w->cols;
-    a.rows = w->rows;
-    a.n_mats = w->n_mats;
-    a.x = x;
-    a.y = y;
-    a.ids = NULL;
-    a.k = 1;
-    a.x_slots = 1;
-    return a;
+    return mr_cu_mvjob_plain((const uint8_t *)(w->priv ? w->priv : w->data), rb, w, x, y);
 }
 
 bool mr_cu_fast_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n)

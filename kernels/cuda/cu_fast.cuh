@@ -20,6 +20,25 @@ struct mr_cu_mvjob {
     int k, x_slots;
 };
 
+/* A plain (one-job) matvec over w's rows stored row_bytes apart at W. */
+static inline mr_cu_mvjob mr_cu_mvjob_plain(const uint8_t *W, size_t row_bytes, const mr_weight *w,
+                                            const float *x, float *y)
+{
+    mr_cu_mvjob a;
+    a.W = W;
+    a.row_bytes = row_bytes;
+    a.mat_bytes = row_bytes * (size_t)w->rows;
+    a.cols = w->cols;
+    a.rows = w->rows;
+    a.n_mats = w->n_mats;
+    a.x = x;
+    a.y = y;
+    a.ids = NULL;
+    a.k = 1;
+    a.x_slots = 1;
+    return a;
+}
+
 /* Resolves job j to its matrix, input and output pointers; false when the
  * expert id is out of range (the caller then writes NaN to its rows). */
 __device__ __forceinline__ bool mr_cu_mv_resolve(const mr_cu_mvjob &a, int job, const uint8_t **W,

@@ -265,19 +265,7 @@ static mr_cu_mvjob q8_job(const mr_weight *w, const float *x, float *y)
 {
     const mr_type_info *ti = mr_type_get(w->type);
     const size_t rb = (size_t)(w->cols / ti->block_elems) * (size_t)q8_stride(w->type);
-    mr_cu_mvjob a;
-    a.W = (const uint8_t *)(q8_repacked(w->type) ? w->priv : w->data);
-    a.row_bytes = rb;
-    a.mat_bytes = rb * (size_t)w->rows;
-    a.cols = w->cols;
-    a.rows = w->rows;
-    a.n_mats = w->n_mats;
-    a.x = x;
-    a.y = y;
-    a.ids = NULL;
-    a.k = 1;
-    a.x_slots = 1;
-    return a;
+    return mr_cu_mvjob_plain((const uint8_t *)(q8_repacked(w->type) ? w->priv : w->data), rb, w, x, y);
 }
 
 static void q8_run(mr_cu_ctx *c, int type, const mr_cu_mvjob &a, const mr_q8act &xa, int n, int jobs)

@@ -250,6 +250,26 @@ END_TEST
 
 /* ---- prefix cache ---- */
 
+/* A follow-up turn in scope (acme, x) after a 41-token prompt p answered
+ * with want: the conversation, its reply and 9 new tokens, as request id.
+ * It must give what the model gives without a cache, and take the reply's
+ * blocks from it: 41 + GEN - 1 = 48 tokens had K/V, 6 full blocks.  Returns
+ * the prompt's length. */
+static int follow_up_turn(mr_sched *s, sink_t *k, uint64_t id, int32_t *p, const int32_t *want)
+{
+    int n2 = 41 + GEN;
+    memcpy(p + 41, want, sizeof(int32_t) * GEN);
+    lcg_prompt(p + n2, 9, 99, V);
+    n2 += 9;
+    int32_t want2[GEN];
+    greedy_decode(p, n2, GEN, want2);
+    ck_assert_int_eq(submit(s, id, p, n2, GEN, "acme", "x"), MR_SCHED_OK);
+    run_all(s);
+    expect_tokens(k, id, want2, GEN);
+    ck_assert_int_eq(find(k, id)->usage.cached_tokens, 48);
+    return n2;
+}
+
 START_TEST(prefix_hits_isolation_and_sessions)
 {
     mr_model_opts mo = {.n_ctx = 128, .n_seqs = 6, .block_tokens = 8};
@@ -284,18 +304,7 @@ START_TEST(prefix_hits_isolation_and_sessions)
     greedy_decode(p, 40, GEN, want40);
     expect_tokens(&k, 5, want40, GEN);
 
-    /* a follow-up turn: the first conversation, its reply, and 9 new tokens */
-    int n2 = 41 + GEN;
-    memcpy(p + 41, want, sizeof want);
-    lcg_prompt(p + n2, 9, 99, V);
-    n2 += 9;
-    int32_t want2[GEN];
-    greedy_decode(p, n2, GEN, want2);
-    ck_assert_int_eq(submit(s, 6, p, n2, GEN, "acme", "x"), MR_SCHED_OK);
-    run_all(s);
-    expect_tokens(&k, 6, want2, GEN);
-    /* the reply's blocks were cached too: 41 + GEN - 1 = 48 tokens had K/V: 6 full blocks */
-    ck_assert_int_eq(find(&k, 6)->usage.cached_tokens, 48);
+    int n2 = follow_up_turn(s, &k, 6, p, want);
 
     mr_sched_stats st;
     mr_sched_get_stats(s, &st);
@@ -304,6 +313,52 @@ START_TEST(prefix_hits_isolation_and_sessions)
     ck_assert_int_gt(st.prefix.n_blocks, 0);
     ck_assert_int_eq(st.prefix.n_in_use, 0);
     ck_assert_int_eq(st.kv_free + st.prefix.n_blocks, st.kv_blocks);
+    mr_sched_free(s);
+    close_model();
+}
+END_TEST
+
+/* A hybrid model's cached prefix carries its recurrent state: hits at the
+ * prompt's last block boundary and, for a follow-up turn, at the reply's,
+ * give what the uncached model gives; prompt chunks of 7 tokens are cut to
+ * end on 8-token boundaries so the state there can be kept. */
+START_TEST(hybrid_prefix_hits_restore_state)
+{
+    static const char *const name[] = {"qwen35", "qwen35moe"};
+    mr_model_opts mo = {.n_ctx = 128, .n_seqs = 6, .block_tokens = 8};
+    open_model(name[_i], "model-BF16.gguf", &mo);
+    V = mr_model_hparams(model)->n_vocab;
+    int32_t p[100], want[GEN];
+    lcg_prompt(p, 41, 7, V);
+    greedy_decode(p, 41, GEN, want);
+    sink_t k;
+    mr_sched_opts so = {.max_seqs = 4, .chunk_tokens = 7};
+    mr_sched *s = new_sched(&so, &k);
+
+    mr_err err;
+    mr_request r1 = {.id = 1, .prompt = p, .n_prompt = 41, .max_tokens = GEN, .tenant = "acme",
+                     .cache_salt = "x", .session = "conversation-1"};
+    ck_assert_int_eq(mr_sched_submit(s, &r1, &err), MR_SCHED_OK);
+    run_all(s);
+    expect_tokens(&k, 1, want, GEN);
+    ck_assert_int_eq(find(&k, 1)->usage.cached_tokens, 0);
+
+    ck_assert_int_eq(submit(s, 2, p, 41, GEN, "acme", "x"), MR_SCHED_OK);  /* 5 blocks and their state */
+    ck_assert_int_eq(submit(s, 3, p, 41, GEN, "other", "x"), MR_SCHED_OK); /* other tenant: cold */
+    run_all(s);
+    expect_tokens(&k, 2, want, GEN);
+    expect_tokens(&k, 3, want, GEN);
+    ck_assert_int_eq(find(&k, 2)->usage.cached_tokens, 40);
+    ck_assert_int_eq(find(&k, 3)->usage.cached_tokens, 0);
+
+    /* the follow-up turn: for a hybrid, the state after the reply's last full block */
+    follow_up_turn(s, &k, 4, p, want);
+
+    mr_sched_stats st;
+    mr_sched_get_stats(s, &st);
+    ck_assert_int_gt(st.prefix.n_states, 0);
+    ck_assert_int_le(st.prefix.n_states, so.max_seqs);
+    ck_assert_int_eq(st.prefix.n_in_use, 0);
     mr_sched_free(s);
     close_model();
 }
@@ -529,6 +584,7 @@ int main(void)
     tcase_add_test(tc, batched_joined_and_chunked_match_solo);
     tcase_add_test(tc, long_prompt_does_not_stall_decoding);
     tcase_add_test(tc, prefix_hits_isolation_and_sessions);
+    tcase_add_loop_test(tc, hybrid_prefix_hits_restore_state, 0, 2);
     tcase_add_test(tc, admission_refusal_recovery_and_eviction);
     tcase_add_test(tc, slots_cancellation_stop_and_errors);
     tcase_add_test(tc, seeded_sampling_is_independent_of_batchmates);
