@@ -5,8 +5,11 @@
  * Weights are random valid blocks; several copies are rotated so that each
  * call reads from HBM, not from the 60 MB L2.
  *
- * Usage: bench-kernels [iters [moe]]   (needs a CUDA device; "moe": only
- * the expert products) */
+ * Prompt attention: the float32 kernel against the tensor-core one.
+ *
+ * Usage: bench-kernels [iters [moe|attn]]   (needs a CUDA device; "moe":
+ * only the expert products, "attn": only prompt attention) */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,6 +298,105 @@ static int bench_moe(int iters, double cbw)
     return 0;
 }
 
+/* Prompt attention: n queries of one sequence at positions start..start+n-1
+ * over a cache filled with random K/V, the float32 kernel against the
+ * tensor-core one (MEMRA_CUDA_ATTN=f32 / tc).  FLOP counted: 4 n ctx D
+ * heads with ctx the mean visible length start + (n+1)/2 (Q K^T and P V,
+ * 2 each per multiply-add, causal). */
+typedef struct {
+    mr_backend *be;
+    mr_kv_cache *kv;
+    int32_t *table, *pos;
+    float *q, *out;
+    int n, heads;
+    float scale;
+} att_arg;
+
+static void run_att(void *p)
+{
+    att_arg *a = p;
+    a->be->attention(a->be, a->kv, 0, a->table, a->q, a->pos, a->n, a->heads, a->scale, a->out);
+}
+
+static void bench_attn_shape(mr_backend *be[2], int heads, int kvh, int D, int start, int n, int iters)
+{
+    mr_err err;
+    const int bt = 16, P = start + n, nblk = (P + bt - 1) / bt;
+    const int kvdim = kvh * D;
+    const size_t kvn = (size_t)nblk * bt * kvdim, qn = (size_t)n * heads * D;
+    float *h = malloc((kvn > qn ? kvn : qn) * 4);
+    int32_t *tab = malloc((size_t)nblk * 4), *pos = malloc((size_t)n * 4);
+    if (!h || !tab || !pos) {
+        fprintf(stderr, "bench attention: host memory\n");
+        exit(1);
+    }
+    for (int i = 0; i < nblk; i++) tab[i] = i;
+    for (int i = 0; i < n; i++) pos[i] = start + i;
+    for (size_t i = 0; i < (kvn > qn ? kvn : qn); i++) h[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
+    const double ctx = start + (n + 1) / 2.0;
+    const double flop = 4.0 * n * ctx * D * heads;
+    double t[2] = {0, 0};
+    for (int b = 0; b < 2; b++) {
+        mr_kv_cache kv = {.n_layers = 1, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh,
+                          .head_dim = D, .dtype = MR_KV_F32};
+        if (be[b]->kv_create(be[b], &kv, &err)) {
+            printf("attn     skipped h=%d/%d D=%d start=%d n=%d: %s\n", heads, kvh, D, start, n, err.msg);
+            free(h); free(tab); free(pos);
+            return;
+        }
+        int32_t *dt = be[b]->alloc(be[b], (size_t)nblk * 4), *dp = be[b]->alloc(be[b], (size_t)n * 4);
+        float *dq = be[b]->alloc(be[b], qn * 4), *dout = be[b]->alloc(be[b], qn * 4);
+        if (!dt || !dp || !dq || !dout || be[b]->upload(be[b], kv.k[0], h, kvn * 4, &err) ||
+            be[b]->upload(be[b], kv.v[0], h, kvn * 4, &err) ||
+            be[b]->upload(be[b], dt, tab, (size_t)nblk * 4, &err) ||
+            be[b]->upload(be[b], dp, pos, (size_t)n * 4, &err) || be[b]->upload(be[b], dq, h, qn * 4, &err)) {
+            fprintf(stderr, "bench attention: device memory\n");
+            exit(1);
+        }
+        att_arg a = {be[b], &kv, dt, dp, dq, dout, n, heads, 1.0f / sqrtf((float)D)};
+        double r[3];
+        for (int i = 0; i < 3; i++) r[i] = mr_cuda_time(be[b], run_att, &a, 1, iters);
+        if (be[b]->sync(be[b], &err)) {
+            fprintf(stderr, "bench attention: %s\n", err.msg);
+            exit(1);
+        }
+        t[b] = median3(r);
+        printf("attn-%-3s h=%d/%d D=%d start=%-6d n=%-4d %10.1f us %7.1f TFLOP/s\n", b ? "tc" : "f32", heads,
+               kvh, D, start, n, t[b] * 1e6, flop / t[b] / 1e12);
+        be[b]->free(be[b], dt); be[b]->free(be[b], dp); be[b]->free(be[b], dq); be[b]->free(be[b], dout);
+        be[b]->kv_destroy(be[b], &kv);
+    }
+    printf("attn     h=%d/%d D=%d start=%d n=%d: tc %.2fx f32\n", heads, kvh, D, start, n, t[0] / t[1]);
+    free(h); free(tab); free(pos);
+}
+
+/* Qwen3-30B-A3B (32 heads over 4 KV heads, D 128): a 512-token prompt and
+ * the last 256 tokens of a 4,860-token one; the 35B hybrid's attention
+ * layers (16 over 2, D 256): 512 tokens from 0 and after 64 Ki. */
+static int bench_attn(int iters)
+{
+    mr_err err;
+    mr_backend *be[2];
+    setenv("MEMRA_CUDA_ATTN", "f32", 1);
+    be[0] = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_ATTN", "tc", 1);
+    be[1] = be[0] ? mr_backend_cuda_create(0, &err) : NULL;
+    unsetenv("MEMRA_CUDA_ATTN");
+    if (!be[0] || !be[1]) {
+        fprintf(stderr, "cuda: %s\n", err.msg);
+        return 1;
+    }
+    int it = iters / 20 > 2 ? iters / 20 : 2;
+    bench_attn_shape(be, 32, 4, 128, 0, 512, it);
+    bench_attn_shape(be, 32, 4, 128, 4604, 256, it);
+    bench_attn_shape(be, 32, 4, 128, 0, 4096, 2);
+    bench_attn_shape(be, 16, 2, 256, 0, 512, it);
+    bench_attn_shape(be, 16, 2, 256, 65536, 512, 2);
+    be[1]->destroy(be[1]);
+    be[0]->destroy(be[0]);
+    return 0;
+}
+
 static double bench_mv(mr_backend *be, const char *label, int type, int64_t rows, int64_t cols, int n,
                        int iters, double bw)
 {
@@ -358,6 +460,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < 3; i++) bw[i] = mr_cuda_copy_bandwidth((size_t)2 << 30, 10);
     double cbw = bw[0] > bw[1] ? (bw[1] > bw[2] ? bw[1] : (bw[0] > bw[2] ? bw[2] : bw[0])) : (bw[0] > bw[2] ? bw[0] : (bw[1] > bw[2] ? bw[2] : bw[1]));
     printf("device %s, %d SMs; D2D copy (2 GiB, read+write) median of 3: %.1f GB/s\n", name, sm, cbw);
+    if (argc > 2 && !strcmp(argv[2], "attn"))
+        return bench_attn(iters);
     if (argc > 2 && !strcmp(argv[2], "moe")) {
         printf("%-8s %-9s %-16s %3s %12s %11s %13s %7s\n", "kernel", "type", "rows x cols", "n", "bytes",
                "time", "bandwidth", "%copy");
@@ -431,6 +535,7 @@ int main(int argc, char **argv)
     q8->destroy(q8);
     gen->destroy(gen);
     fast->destroy(fast);
+    if (bench_attn(iters)) return 1;
     return bench_moe(iters, cbw);
 }
 #endif

@@ -46,6 +46,7 @@ static float fgauss(void)
 
 static int n_fail, n_pass;
 static mr_backend *gpu, *gpu_generic, *cpu, *gpu_r2, *gpu_r4, *gpu_r2_pair, *gpu_r4_pair;
+static mr_backend *gpu_attn_tc; /* MEMRA_CUDA_ATTN=tc: prompt attention on the tensor cores */
 /* matmul paths compared: the default GPU kernels, the fast kernels with 4
  * and 2 rows per block forced, the generic GPU kernels, the CPU backend,
  * and for expert weights (n_mats > 1) the -r4/-r2 backends again with
@@ -605,13 +606,16 @@ static float kv_round(float v, mr_kv_dtype dt)
 }
 
 /* Fill P positions of a sequence (random block table), then n query tokens
- * at positions P-n..P-1 attend causally. */
-static void check_attention(int heads, int kvh, int hd, int P, int n, mr_kv_dtype dt)
+ * at positions P-n..P-1 attend causally; reported as op with
+ * the given bound on backend be (the CPU comparison runs for the default
+ * GPU backend). */
+static void check_attention_on(mr_backend *be, const char *op, double bound, int heads, int kvh, int hd,
+                               int P, int n, mr_kv_dtype dt)
 {
     const int bt = 16, nblk = (P + bt - 1) / bt + 3;
     mr_kv_cache kv = {.n_layers = 2, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh,
                       .head_dim = hd, .dtype = dt};
-    if (gpu->kv_create(gpu, &kv, &err)) die("kv_create");
+    if (be->kv_create(be, &kv, &err)) die("kv_create");
     int32_t *table = malloc(nblk * 4);
     for (int i = 0; i < nblk; i++) table[i] = i;
     for (int i = nblk - 1; i > 0; i--) { int j = (int)(rnd() % (i + 1)); int t = table[i]; table[i] = table[j]; table[j] = t; }
@@ -622,19 +626,19 @@ static void check_attention(int heads, int kvh, int hd, int P, int n, mr_kv_dtyp
     for (int i = 0; i < P; i++) pos[i] = i;
     float *q = malloc((size_t)n * heads * hd * 4);
     for (size_t i = 0; i < (size_t)n * heads * hd; i++) q[i] = fgauss() * 0.5f;
-    int32_t *dtab = dup_to(gpu, table, nblk * 4), *dpos = dup_to(gpu, pos, P * 4);
-    float *dK = dup_to(gpu, K, (size_t)P * kvdim * 4), *dV = dup_to(gpu, V, (size_t)P * kvdim * 4);
-    float *dq = dup_to(gpu, q, (size_t)n * heads * hd * 4), *dout = dalloc(gpu, (size_t)n * heads * hd * 4);
+    int32_t *dtab = dup_to(be, table, nblk * 4), *dpos = dup_to(be, pos, P * 4);
+    float *dK = dup_to(be, K, (size_t)P * kvdim * 4), *dV = dup_to(be, V, (size_t)P * kvdim * 4);
+    float *dq = dup_to(be, q, (size_t)n * heads * hd * 4), *dout = dalloc(be, (size_t)n * heads * hd * 4);
     /* store in two chunks to exercise pos-driven placement */
     int half = P / 2;
-    gpu->kv_store(gpu, &kv, 1, dtab, dK, dV, dpos, half);
-    gpu->kv_store(gpu, &kv, 1, dtab, dK + (size_t)half * kvdim, dV + (size_t)half * kvdim, dpos + half, P - half);
-    poison(gpu, dout, (size_t)n * heads * hd * 4);
+    be->kv_store(be, &kv, 1, dtab, dK, dV, dpos, half);
+    be->kv_store(be, &kv, 1, dtab, dK + (size_t)half * kvdim, dV + (size_t)half * kvdim, dpos + half, P - half);
+    poison(be, dout, (size_t)n * heads * hd * 4);
     const float scale = 1.0f / sqrtf((float)hd);
-    gpu->attention(gpu, &kv, 1, dtab, dq, dpos + (P - n), n, heads, scale, dout);
+    be->attention(be, &kv, 1, dtab, dq, dpos + (P - n), n, heads, scale, dout);
     size_t on = (size_t)n * heads * hd;
     float *out = malloc(on * 4);
-    fetch(gpu, out, dout, on * 4);
+    fetch(be, out, dout, on * 4);
     double *ref = calloc(on, 8), *sc = malloc(P * 8);
     for (int t = 0; t < n; t++) {
         int pt = P - n + t;
@@ -658,8 +662,8 @@ static void check_attention(int heads, int kvh, int hd, int P, int n, mr_kv_dtyp
     char shape[64];
     snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d n=%d", dt == MR_KV_F32 ? "f32" : dt == MR_KV_F16 ? "f16" : "bf16",
              heads, kvh, hd, P, n);
-    report_rel("attention", shape, out, ref, on, 1e-5);
-    if (cpu && dt == MR_KV_F32) {
+    report_rel(op, shape, out, ref, on, bound);
+    if (cpu && dt == MR_KV_F32 && be == gpu) {
         mr_kv_cache ck = kv;
         ck.k = ck.v = NULL;
         if (cpu->kv_create(cpu, &ck, &err)) die("cpu kv_create");
@@ -676,10 +680,79 @@ static void check_attention(int heads, int kvh, int hd, int P, int n, mr_kv_dtyp
         cpu->free(cpu, cq); cpu->free(cpu, co);
         cpu->kv_destroy(cpu, &ck);
     }
-    gpu->free(gpu, dtab); gpu->free(gpu, dpos); gpu->free(gpu, dK); gpu->free(gpu, dV);
-    gpu->free(gpu, dq); gpu->free(gpu, dout);
-    gpu->kv_destroy(gpu, &kv);
+    be->free(be, dtab); be->free(be, dpos); be->free(be, dK); be->free(be, dV);
+    be->free(be, dq); be->free(be, dout);
+    be->kv_destroy(be, &kv);
     free(table); free(K); free(V); free(pos); free(q); free(out); free(ref); free(sc);
+}
+
+static void check_attention(int heads, int kvh, int hd, int P, int n, mr_kv_dtype dt)
+{
+    check_attention_on(gpu, "attention", 1e-5, heads, kvh, hd, P, n, dt);
+}
+
+/* Prompt attention on the tensor cores (MEMRA_CUDA_ATTN=tc).  Q (times
+ * scale), K, V and the softmax weights P are rounded to float16 (unit
+ * roundoff u = 2^-11 = 4.9e-4); products and sums are float32.  Each
+ * product q_d k_d of a score carries a relative error up to 2u, random in
+ * sign, so a score's absolute error is about 2u |q| |k| / sqrt(D) * scale
+ * (~1e-3 here), which moves its softmax weight by that relative amount;
+ * P's and V's own roundings add up to u each, again independent across
+ * the keys summed.  The output's relative L2 error is therefore below u
+ * (the same rounding steps in float32 host code give 2e-4 to 3e-4 on these
+ * shapes); bound 2e-3 = 4u leaves room for the tensor cores' accumulation
+ * order.  Float16 K/V are stored exactly; bfloat16 ones convert to float16
+ * exactly (8 significant bits), their rounding is in the reference. */
+static void check_attention_tc(int heads, int kvh, int hd, int P, int n, mr_kv_dtype dt)
+{
+    check_attention_on(gpu_attn_tc, "attention-tc", 2e-3, heads, kvh, hd, P, n, dt);
+}
+
+/* A bad block id in the table (a corrupt table must not read out of
+ * bounds): the prompt kernels give NaN rows for every query that sees a
+ * position of that block and finite rows for the queries before it.
+ * Reported as the number of rows that break the rule. */
+static void check_attention_bad(mr_backend *be, const char *op, int hd)
+{
+    const int heads = 8, kvh = 2, bt = 16, P = 200, n = 100, nblk = P / bt + 1;
+    const int badb = 9; /* positions 144..159 */
+    mr_kv_cache kv = {.n_layers = 1, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh,
+                      .head_dim = hd, .dtype = MR_KV_F32};
+    if (be->kv_create(be, &kv, &err)) die("kv_create");
+    int32_t table[16], pos[200];
+    for (int i = 0; i < 16; i++) table[i] = i < nblk ? i : -1;
+    for (int i = 0; i < P; i++) pos[i] = i;
+    const int kvdim = kvh * hd;
+    size_t qn = (size_t)n * heads * hd;
+    float *K = malloc((size_t)P * kvdim * 4), *V = malloc((size_t)P * kvdim * 4), *q = malloc(qn * 4);
+    for (size_t i = 0; i < (size_t)P * kvdim; i++) { K[i] = fgauss(); V[i] = fgauss(); }
+    for (size_t i = 0; i < qn; i++) q[i] = fgauss() * 0.5f;
+    int32_t *dtab = dup_to(be, table, sizeof table), *dpos = dup_to(be, pos, sizeof pos);
+    float *dK = dup_to(be, K, (size_t)P * kvdim * 4), *dV = dup_to(be, V, (size_t)P * kvdim * 4);
+    float *dq = dup_to(be, q, qn * 4), *dout = dalloc(be, qn * 4);
+    be->kv_store(be, &kv, 0, dtab, dK, dV, dpos, P);
+    table[badb] = nblk + 5;
+    if (be->upload(be, dtab, table, sizeof table, &err)) die("upload");
+    poison(be, dout, qn * 4);
+    be->attention(be, &kv, 0, dtab, dq, dpos + (P - n), n, heads, 1.0f / sqrtf((float)hd), dout);
+    float *out = malloc(qn * 4);
+    fetch(be, out, dout, qn * 4);
+    int wrong = 0;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < heads; h++) {
+            const float *o = out + ((size_t)t * heads + h) * hd;
+            int nan = 0;
+            for (int d = 0; d < hd; d++) nan += !isfinite(o[d]);
+            const bool sees = P - n + t >= badb * bt;
+            wrong += sees ? nan != hd : nan != 0;
+        }
+    char shape[64];
+    snprintf(shape, sizeof shape, "bad block id, d=%d P=%d n=%d", hd, P, n);
+    report(op, shape, (double)wrong, 0, 0.0);
+    be->free(be, dtab); be->free(be, dpos); be->free(be, dK); be->free(be, dV);
+    be->free(be, dq); be->free(be, dout);
+    be->kv_destroy(be, &kv);
+    free(K); free(V); free(q); free(out);
 }
 
 /* Multi-sequence K/V store and attention (decode batches): three sequences
@@ -1475,6 +1548,27 @@ static void check_ops(void)
     check_attention(16, 4, 64, 129, 129, MR_KV_F16);
     check_attention(8, 8, 32, 100, 65, MR_KV_F32);
     check_attention(8, 8, 256, 50, 3, MR_KV_F32);
+    /* the tensor-core prompt kernel: 64 queries a block, a partial last
+     * block (100), chunks after cached tokens (P > n), GQA 8 and 4 (head
+     * counts kept small where the float64 reference is long) */
+    check_attention_tc(32, 4, 128, 64, 64, MR_KV_F32);
+    check_attention_tc(32, 4, 128, 512, 512, MR_KV_F32);
+    check_attention_tc(16, 4, 128, 512, 512, MR_KV_F16);
+    check_attention_tc(32, 8, 128, 100, 100, MR_KV_F16);
+    check_attention_tc(32, 4, 128, 764, 64, MR_KV_F32);
+    check_attention_tc(32, 8, 128, 800, 100, MR_KV_F32);
+    check_attention_tc(16, 2, 128, 1212, 512, MR_KV_F16);
+    check_attention_tc(16, 2, 256, 512, 512, MR_KV_F32);
+    check_attention_tc(16, 4, 256, 100, 100, MR_KV_F16);
+    check_attention_tc(16, 2, 256, 764, 64, MR_KV_F16);
+    check_attention_tc(16, 4, 256, 800, 100, MR_KV_F32);
+    check_attention_tc(8, 2, 256, 1212, 512, MR_KV_F32);
+    check_attention_tc(16, 4, 64, 129, 129, MR_KV_BF16);
+    check_attention_tc(8, 1, 128, 300, 200, MR_KV_BF16);
+    check_attention_tc(8, 8, 32, 100, 65, MR_KV_F32); /* head_dim 32: the float32 kernel */
+    check_attention_bad(gpu, "attention", 128);
+    check_attention_bad(gpu_attn_tc, "attention-tc", 128);
+    check_attention_bad(gpu_attn_tc, "attention-tc", 256);
     for (int d = 0; d < 3; d++) check_attention_multi(32, 8, 128, dts[d]);
     check_attention_multi(4, 2, 64, MR_KV_F32);
     check_attention(4, 1, 32, 20, 2, MR_KV_F32);
@@ -1510,8 +1604,13 @@ int main(int argc, char **argv)
      * int8-activation backends are made below */
     setenv("MEMRA_CUDA_MATVEC", "f32", 1);
     setenv("MEMRA_CUDA_GEMM", "f16", 1);
+    setenv("MEMRA_CUDA_ATTN", "f32", 1);
     gpu = mr_backend_cuda_create(0, &err);
     if (!gpu) die("cuda");
+    setenv("MEMRA_CUDA_ATTN", "tc", 1);
+    gpu_attn_tc = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_ATTN", "f32", 1);
+    if (!gpu_attn_tc) die("cuda (tensor-core attention)");
     setenv("MEMRA_CUDA_GEMM", "f32", 1);
     setenv("MEMRA_CUDA_GENERIC", "1", 1);
     gpu_generic = mr_backend_cuda_create(0, &err);
@@ -1567,6 +1666,7 @@ int main(int argc, char **argv)
     printf("%d checks: %d passed, %d failed\n", n_pass + n_fail, n_pass, n_fail);
     if (cpu) cpu->destroy(cpu);
     for (int i = 0; i < N_Q8; i++) q8_be[i]->destroy(q8_be[i]);
+    gpu_attn_tc->destroy(gpu_attn_tc);
     gpu_generic->destroy(gpu_generic);
     gpu_r2->destroy(gpu_r2);
     gpu_r4->destroy(gpu_r4);

@@ -272,11 +272,13 @@ static void cu_graph_destroy(mr_backend *be, void *graph)
         cudaGraphExecDestroy((cudaGraphExec_t)graph);
 }
 
-/* Float32 prompt GEMMs (cu_gemm.cu) and float32 decode activations. */
+/* Float32 prompt GEMMs (cu_gemm.cu), float32 decode activations and the
+ * float32 prompt attention kernel. */
 static void cu_prefer_float32(mr_backend *be)
 {
     mr_cu_prefer_float32(be); /* flushes first */
     mr_cu_q8_prefer_float32(mr_cu(be));
+    mr_cu_attn_prefer_float32(mr_cu(be));
 }
 
 /* ---- lifetime ---- */
@@ -363,6 +365,7 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     }
     /* the precision of each GEMM is its compute type (cu_gemm.cu) */
     mr_cu_gemm_init(c);
+    mr_cu_attn_init(c); /* prompt attention kernel (cu_fattn.cu) */
     if (!mr_cu_q8_init(c, err)) {
         cu_destroy(be);
         return NULL;
