@@ -319,10 +319,12 @@ static int create_kv(mr_model *m, const mr_model_opts *opts, mr_err *err)
         size_t budget = opts->kv_bytes > 0 ? opts->kv_bytes : opts->kv_budget(opts->kv_budget_ctx, m->be);
         /* a budget from free memory leaves room for the recurrent states:
          * each sequence's own, its block-boundary copy and one prefix-cache
-         * checkpoint (mr_model_set_checkpoints) */
+         * checkpoint (mr_model_set_checkpoints), at most half of it (many
+         * slots on a small card: the K/V keeps half, and a sequence whose
+         * state finds no memory later fails alone) */
         size_t states = 3 * (size_t)n_seqs * m->rstate_bytes;
         if (opts->kv_bytes <= 0 && m->rstate_bytes)
-            budget = budget > states ? budget - states : 0;
+            budget -= states < budget / 2 ? states : budget / 2;
         size_t bb = mr_kv_block_bytes(kv_layers, bt, m->hp.n_kv_heads, m->hp.head_dim, dtype);
         if (budget > 0 || opts->kv_bytes > 0) {
             n_blocks = mr_kv_blocks_for_budget(budget, bb, 1 << 24);
