@@ -18,6 +18,7 @@ typedef struct req {
     char *tenant, *salt;
     mr_seq *seq;           /* its length: tokens already through forward */
     int cached;            /* prompt tokens that came from the prefix cache */
+    int state_offered;     /* hybrids: the boundary (tokens) whose state the cache already got */
     bool session;          /* publish as session entries */
     bool want_logits;      /* TOKEN events carry the raw row */
     bool cancelled;
@@ -213,6 +214,8 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
     if (rc)
         goto fail;
     q->cached = n_hit * s->bt;
+    if (state)
+        q->state_offered = q->cached; /* it came from there */
 
     /* Reserve the K/V of every position it may fill: the prompt and all but
      * the last generated token.  Unused cached blocks make way if needed. */
@@ -278,7 +281,10 @@ static void publish(mr_sched *s, req *q)
         mr_prefix_insert_session(s->prefix, q->tenant, q->salt, q->tokens, full, blocks);
     else if (full > 0)
         mr_prefix_insert(s->prefix, q->tenant, q->salt, q->tokens, full, blocks);
-    if (full > 0 && s->stateful) {
+    /* a finish right after the prompt's publish often has the same boundary:
+     * the cache has that state already, no second copy */
+    if (full > 0 && s->stateful && full * s->bt != q->state_offered) {
+        q->state_offered = full * s->bt;
         void *st = mr_model_state_alloc(s->m);
         if (st) {
             mr_seq_mark_save(q->seq, st);
