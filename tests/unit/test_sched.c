@@ -270,24 +270,32 @@ static int follow_up_turn(mr_sched *s, sink_t *k, uint64_t id, int32_t *p, const
     return n2;
 }
 
+/* A scheduler with options so, and on it a session's cold first turn in
+ * scope (acme, x): a 41-token prompt p, answered with want (GEN tokens, what
+ * the model gives without a scheduler), nothing from the cache. */
+static mr_sched *first_turn(const mr_sched_opts *so, sink_t *k, int32_t *p, int32_t *want)
+{
+    lcg_prompt(p, 41, 7, V);
+    greedy_decode(p, 41, GEN, want);
+    mr_sched *s = new_sched(so, k);
+    mr_err err;
+    mr_request r1 = {.id = 1, .prompt = p, .n_prompt = 41, .max_tokens = GEN, .tenant = "acme",
+                     .cache_salt = "x", .session = "conversation-1"};
+    ck_assert_int_eq(mr_sched_submit(s, &r1, &err), MR_SCHED_OK);
+    run_all(s);
+    expect_tokens(k, 1, want, GEN);
+    ck_assert_int_eq(find(k, 1)->usage.cached_tokens, 0);
+    return s;
+}
+
 START_TEST(prefix_hits_isolation_and_sessions)
 {
     mr_model_opts mo = {.n_ctx = 128, .n_seqs = 6, .block_tokens = 8};
     open_qwen3(&mo);
     int32_t p[100], want[GEN];
-    lcg_prompt(p, 41, 7, V);
-    greedy_decode(p, 41, GEN, want);
     sink_t k;
     mr_sched_opts so = {.max_seqs = 4, .chunk_tokens = 7};
-    mr_sched *s = new_sched(&so, &k);
-
-    mr_err err;
-    mr_request r1 = {.id = 1, .prompt = p, .n_prompt = 41, .max_tokens = GEN, .tenant = "acme",
-                     .cache_salt = "x", .session = "conversation-1"};
-    ck_assert_int_eq(mr_sched_submit(s, &r1, &err), MR_SCHED_OK); /* cold, a session's first turn */
-    run_all(s);
-    expect_tokens(&k, 1, want, GEN);
-    ck_assert_int_eq(find(&k, 1)->usage.cached_tokens, 0);
+    mr_sched *s = first_turn(&so, &k, p, want);
 
     ck_assert_int_eq(submit(s, 2, p, 41, GEN, "acme", "x"), MR_SCHED_OK); /* warm: 5 full blocks */
     ck_assert_int_eq(submit(s, 3, p, 41, GEN, "other", "x"), MR_SCHED_OK); /* other tenant */
@@ -329,19 +337,9 @@ START_TEST(hybrid_prefix_hits_restore_state)
     open_model(name[_i], "model-BF16.gguf", &mo);
     V = mr_model_hparams(model)->n_vocab;
     int32_t p[100], want[GEN];
-    lcg_prompt(p, 41, 7, V);
-    greedy_decode(p, 41, GEN, want);
     sink_t k;
     mr_sched_opts so = {.max_seqs = 4, .chunk_tokens = 7};
-    mr_sched *s = new_sched(&so, &k);
-
-    mr_err err;
-    mr_request r1 = {.id = 1, .prompt = p, .n_prompt = 41, .max_tokens = GEN, .tenant = "acme",
-                     .cache_salt = "x", .session = "conversation-1"};
-    ck_assert_int_eq(mr_sched_submit(s, &r1, &err), MR_SCHED_OK);
-    run_all(s);
-    expect_tokens(&k, 1, want, GEN);
-    ck_assert_int_eq(find(&k, 1)->usage.cached_tokens, 0);
+    mr_sched *s = first_turn(&so, &k, p, want);
 
     ck_assert_int_eq(submit(s, 2, p, 41, GEN, "acme", "x"), MR_SCHED_OK);  /* 5 blocks and their state */
     ck_assert_int_eq(submit(s, 3, p, 41, GEN, "other", "x"), MR_SCHED_OK); /* other tenant: cold */
