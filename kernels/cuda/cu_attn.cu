@@ -319,10 +319,9 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
                    kv->n_layers, n_heads, kv->n_kv_heads, n);
         return;
     }
-    if (n >= ATT_PREFILL_MIN && !tables &&
-        mr_cu_attn_prefill_tc(c, kv, layer, block_table, q, pos, n, n_heads, scale, out))
-        return; /* MEMRA_CUDA_ATTN=tc: the tensor-core kernel (cu_fattn.cu) */
     if (n >= ATT_PREFILL_MIN && !tables) { /* one sequence's prompt */
+        if (mr_cu_attn_prefill_tc(c, kv, layer, block_table, q, pos, n, n_heads, scale, out))
+            return; /* MEMRA_CUDA_ATTN=tc: the tensor-core kernel (cu_fattn.cu) */
         dim3 grid((unsigned)((n + PF_Q - 1) / PF_Q), n_heads);
 #define L(DT, DD) k_attn_prefill<DT, DD><<<grid, PF_Q * 4, 0, c->stream>>>(kv->k[layer], kv->v[layer], block_table, q, pos, n, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, out)
 #define BY_D(DT)                                           \

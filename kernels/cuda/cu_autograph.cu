@@ -571,7 +571,7 @@ void mr_cu_autograph_free(mr_backend *be)
     mr_cu_ctx *c = mr_cu(be);
     if (!c->ag)
         return;
-    for (auto &en : c->ag->cache) cudaGraphExecDestroy(en.ex);
+    mr_cu_autograph_forget(c);
     if (c->ag->prof) {
         double all = 0;
         for (auto &t : c->ag->totals) all += t.second.first;

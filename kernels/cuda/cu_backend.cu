@@ -272,15 +272,6 @@ static void cu_graph_destroy(mr_backend *be, void *graph)
         cudaGraphExecDestroy((cudaGraphExec_t)graph);
 }
 
-/* Float32 prompt GEMMs (cu_gemm.cu), float32 decode activations and the
- * float32 prompt attention kernel. */
-static void cu_prefer_float32(mr_backend *be)
-{
-    mr_cu_prefer_float32(be); /* flushes first */
-    mr_cu_q8_prefer_float32(mr_cu(be));
-    mr_cu_attn_prefer_float32(mr_cu(be));
-}
-
 /* ---- lifetime ---- */
 
 static void cu_destroy(mr_backend *be)
@@ -389,7 +380,9 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     be->graph_end = cu_graph_end;
     be->graph_launch = cu_graph_launch;
     be->graph_destroy = cu_graph_destroy;
-    be->prefer_float32 = cu_prefer_float32;
+    /* float32 prompt GEMMs; decode activations and prompt attention are
+     * float32 already unless MEMRA_CUDA_MATVEC / MEMRA_CUDA_ATTN ask */
+    be->prefer_float32 = mr_cu_prefer_float32;
     mr_cu_install_ops(be);
     mr_cu_install_attn(be);
     mr_cu_install_gdn(be);

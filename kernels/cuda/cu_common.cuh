@@ -51,10 +51,8 @@ struct mr_cu_ctx {
     mr_cu_buf scratch_moe;  /* expert GEMM: row map and padded outputs */
     mr_cu_buf scratch_grp;  /* decode expert products: pairs grouped by expert (cu_fast.cu) */
     bool matvec_q8;         /* int8-activation matvec (cu_mvq8.cu), MEMRA_CUDA_MATVEC=q8 */
-    bool matvec_forced;     /* set by MEMRA_CUDA_MATVEC: models may not change it */
     mr_cu_buf scratch_q8;   /* the q8 matvec's quantized activations */
     bool attn_tc;           /* prompt attention on the tensor cores (cu_fattn.cu), MEMRA_CUDA_ATTN=tc */
-    bool attn_forced;       /* set by MEMRA_CUDA_ATTN: models may not change it */
     mr_cu_auto *ag;         /* recorded ops and cached graphs, or NULL */
 };
 
@@ -140,14 +138,12 @@ bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
 /* Decode products with int8 activations (cu_mvq8.cu): false when not
  * selected or not applicable (the caller then runs the float32 kernels). */
 bool mr_cu_q8_init(mr_cu_ctx *c, mr_err *err);
-void mr_cu_q8_prefer_float32(mr_cu_ctx *c);
 bool mr_cu_q8_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
 bool mr_cu_q8_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
                         const int32_t *ids, int k, float *y, int n);
 /* Prompt attention on the tensor cores (cu_fattn.cu): false when not
  * selected or not applicable (the caller then runs the float32 kernel). */
 void mr_cu_attn_init(mr_cu_ctx *c);
-void mr_cu_attn_prefer_float32(mr_cu_ctx *c);
 bool mr_cu_attn_prefill_tc(mr_cu_ctx *c, const mr_kv_cache *kv, int layer,
                            const int32_t *block_table, const float *q, const int32_t *pos, int n,
                            int n_heads, float scale, float *out);

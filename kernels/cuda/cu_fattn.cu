@@ -270,14 +270,14 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
     X(MR_KV_F16, 64) X(MR_KV_F16, 128) X(MR_KV_F16, 256)                         \
     X(MR_KV_BF16, 64) X(MR_KV_BF16, 128) X(MR_KV_BF16, 256)
 
-/* At backend creation: MEMRA_CUDA_ATTN "tc" or "f32" (default).  The
+/* At backend creation: MEMRA_CUDA_ATTN "tc" or "f32" (default; also what
+ * models that ask for float32 products get unless tc is asked for).  The
  * kernels need more than the default 48 KiB of dynamic shared memory; the
  * limit is raised here once, outside any graph capture, and only when they
- * may run (prefer_float32 can turn them off, never on). */
+ * may run. */
 void mr_cu_attn_init(mr_cu_ctx *c)
 {
     const char *m = getenv("MEMRA_CUDA_ATTN");
-    c->attn_forced = m && *m;
     c->attn_tc = m && !strcmp(m, "tc");
     if (!c->attn_tc)
         return;
@@ -287,13 +287,6 @@ void mr_cu_attn_init(mr_cu_ctx *c)
                                       (int)fa_shape<DD>::bytes));
     FA_EACH(X)
 #undef X
-}
-
-/* be->prefer_float32: the float32 prompt kernel, unless MEMRA_CUDA_ATTN chose. */
-void mr_cu_attn_prefer_float32(mr_cu_ctx *c)
-{
-    if (!c->attn_forced)
-        c->attn_tc = false;
 }
 
 bool mr_cu_attn_prefill_tc(mr_cu_ctx *c, const mr_kv_cache *kv, int layer,

@@ -359,9 +359,7 @@ static void moe_launch(mr_cu_ctx *c, dim3 grid, const uint8_t *W, size_t mat_byt
                        int cols, int rows, const __half *X, const float *scale, const int32_t *dst,
                        const mg_tile *tiles, float *y)
 {
-    if constexpr (mr_cu_plain_type(T))
-        mr_cu_fail(c, "matmul_id: the fused expert GEMM takes block types only");
-    else
+    if constexpr (!mr_cu_plain_type(T)) /* the caller sends block types only */
         k_moe_gemm<T><<<grid, 128, 0, c->stream>>>(W, mat_bytes, row_bytes, cols, rows, X, scale, dst,
                                                    tiles, y);
 }
@@ -369,7 +367,7 @@ static void moe_launch(mr_cu_ctx *c, dim3 grid, const uint8_t *W, size_t mat_byt
 /* The f16 expert products through k_moe_gemm: the token-expert pairs are
  * ordered by expert (no padding), gathered and scaled to float16 once, and
  * cut into tiles of up to MG_BN tokens of one expert. */
-static bool moe_gemm_fused(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
+static void moe_gemm_fused(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
                            const std::vector<int32_t> &ids, const std::vector<int> &count, int k,
                            float *y, int n)
 {
@@ -391,11 +389,11 @@ static bool moe_gemm_fused(mr_cu_ctx *c, const mr_weight *w, const float *x, int
             tiles.push_back({(int)m, start[m] + t0, count[m] - t0 < MG_BN ? count[m] - t0 : MG_BN});
     if (tiles.size() > 65535) {
         mr_cu_fail(c, "matmul_id: %zu expert tiles (max 65535)", tiles.size());
-        return true;
+        return;
     }
     const size_t map_b = (size_t)P * 8, tile_b = tiles.size() * sizeof(mg_tile);
     if (!mr_cu_reserve(c, &c->scratch_moe, map_b + tile_b, "expert GEMM map"))
-        return true;
+        return;
     int32_t *d_map = (int32_t *)c->scratch_moe.p;
     mg_tile *d_tiles = (mg_tile *)((char *)c->scratch_moe.p + map_b);
     /* one upload: map then tiles (pageable host memory: the copy completes
@@ -406,12 +404,12 @@ static bool moe_gemm_fused(mr_cu_ctx *c, const mr_weight *w, const float *x, int
     cudaError_t e = cudaMemcpyAsync(d_map, up.data(), up.size(), cudaMemcpyHostToDevice, c->stream);
     if (e != cudaSuccess) {
         mr_cu_fail(c, "matmul_id: uploading the expert map: %s", cudaGetErrorString(e));
-        return true;
+        return;
     }
     float *scale;
     const void *xg = prepare_x(c, GEMM_F16, x, cols, P, d_map, &scale);
     if (!xg)
-        return true;
+        return;
     dim3 grid((unsigned)(rows / MG_BM), (unsigned)tiles.size());
     const uint8_t *W = (const uint8_t *)w->data;
     const size_t mat_bytes = w->row_bytes * (size_t)rows;
@@ -420,10 +418,9 @@ static bool moe_gemm_fused(mr_cu_ctx *c, const mr_weight *w, const float *x, int
                                       (const __half *)xg, scale, d_map + P, d_tiles, y); break;
         MR_CU_TYPE_LIST(X)
 #undef X
-    default: mr_cu_fail(c, "matmul_id: unsupported type %d", w->type); return true;
+    default: mr_cu_fail(c, "matmul_id: unsupported type %d", w->type); return;
     }
     MR_CU_LAUNCHED(c, "expert GEMM (fused)");
-    return true;
 }
 
 /* Expert products for a prompt, grouped by expert (see the top comment).
@@ -450,8 +447,10 @@ bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
         count[h_ids[p]]++;
     }
     if (md == GEMM_F16 && c->moe_fused && !mr_cu_plain_type(w->type) && rows % MG_BM == 0 &&
-        cols % MG_BK == 0)
-        return moe_gemm_fused(c, w, x, x_slots, h_ids, count, k, y, n);
+        cols % MG_BK == 0) {
+        moe_gemm_fused(c, w, x, x_slots, h_ids, count, k, y, n);
+        return true;
+    }
     int maxc = 0;
     for (int64_t m = 0; m < mats; m++) maxc = count[m] > maxc ? count[m] : maxc;
     /* Padded operand: expert m owns rows [m*maxc, (m+1)*maxc).  src[row] is

@@ -202,9 +202,7 @@ void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, 
         return;
     if (mr_cu_fast_matvec(c, w, x, y, n))
         return;
-    mr_cu_mvjob a = {(const uint8_t *)w->data, w->row_bytes * (size_t)w->rows, w->row_bytes, w->cols,
-                w->rows, w->n_mats, x, y, NULL, 1, 1};
-    matvec_dispatch(c, w->type, a, n, 1);
+    matvec_dispatch(c, w->type, mr_cu_mvjob_plain((const uint8_t *)w->data, w->row_bytes, w, x, y), n, 1);
 }
 
 void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
@@ -225,10 +223,12 @@ void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_s
     }
     if (mr_cu_q8_matvec_id(c, w, x, x_slots, ids, k, y, n))
         return;
-    mr_cu_mvjob a = {(const uint8_t *)w->data, w->row_bytes * (size_t)w->rows, w->row_bytes, w->cols,
-                w->rows, w->n_mats, x, y, ids, k, x_slots};
-    if (mr_cu_fast_matvec_id(c, w, a.x, x_slots, ids, k, y, n))
+    if (mr_cu_fast_matvec_id(c, w, x, x_slots, ids, k, y, n))
         return;
+    mr_cu_mvjob a = mr_cu_mvjob_plain((const uint8_t *)w->data, w->row_bytes, w, x, y);
+    a.ids = ids;
+    a.k = k;
+    a.x_slots = x_slots;
     matvec_dispatch(c, w->type, a, 1, n * k);
 }
 

@@ -311,10 +311,11 @@ bool mr_cu_q8_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_
 
 bool mr_cu_q8_init(mr_cu_ctx *c, mr_err *err)
 {
+    /* float32 unless asked: the default until measured on the models (and
+     * so models that want float32 products, the hybrids, get it too) */
     const char *m = getenv("MEMRA_CUDA_MATVEC");
-    c->matvec_forced = m && *m;
-    c->matvec_q8 = false; /* the default until measured on the models */
-    if (!c->matvec_forced)
+    c->matvec_q8 = false;
+    if (!m || !*m)
         return true;
     if (!strcasecmp(m, "q8")) {
         c->matvec_q8 = true;
@@ -323,17 +324,6 @@ bool mr_cu_q8_init(mr_cu_ctx *c, mr_err *err)
         return false;
     }
     return true;
-}
-
-/* be->prefer_float32 (models that ask for float32 products): float32
- * activations too, unless MEMRA_CUDA_MATVEC chose.  The caller has flushed
- * the recorded ops; graphs captured in the other mode must not replay. */
-void mr_cu_q8_prefer_float32(mr_cu_ctx *c)
-{
-    if (c->matvec_forced || !c->matvec_q8)
-        return;
-    c->matvec_q8 = false;
-    mr_cu_autograph_forget(c);
 }
 
 extern "C" int mr_cuda_q8_quantize(struct mr_backend *be, const float *x, int64_t rows, int64_t cols)
