@@ -84,6 +84,14 @@ static inline unsigned mr_cu_blocks(size_t n, unsigned threads)
     return (unsigned)((n + threads - 1) / threads);
 }
 
+/* Blocks for a grid-stride elementwise kernel: enough to cover n, at most
+ * 8 an SM (the kernels loop over the rest). */
+static inline unsigned mr_cu_ew_blocks(const mr_cu_ctx *c, size_t n, unsigned threads)
+{
+    size_t b = mr_cu_blocks(n, threads), cap = (size_t)c->n_sm * 8;
+    return (unsigned)(b < cap ? b : cap);
+}
+
 /* ---- device helpers ---- */
 __device__ __forceinline__ float mr_warp_sum(float v)
 {

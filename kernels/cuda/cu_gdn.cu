@@ -29,12 +29,6 @@ __global__ void k_copy_2d(float *dst, int dst_stride, const float *src, int src_
     }
 }
 
-static unsigned flat_blocks(mr_cu_ctx *c, size_t n, unsigned th)
-{
-    size_t b = mr_cu_blocks(n, th), cap = (size_t)c->n_sm * 8;
-    return (unsigned)(b < cap ? b : cap);
-}
-
 static void cu_copy_2d(mr_backend *be, float *dst, int dst_stride, const float *src, int src_stride,
                        int n_rows, int dim)
 {
@@ -42,7 +36,7 @@ static void cu_copy_2d(mr_backend *be, float *dst, int dst_stride, const float *
     if (n_rows <= 0 || dim <= 0)
         return;
     const size_t total = (size_t)n_rows * (size_t)dim;
-    k_copy_2d<<<flat_blocks(c, total, 256), 256, 0, c->stream>>>(dst, dst_stride, src, src_stride, n_rows,
+    k_copy_2d<<<mr_cu_ew_blocks(c, total, 256), 256, 0, c->stream>>>(dst, dst_stride, src, src_stride, n_rows,
                                                                 dim);
     MR_CU_LAUNCHED(c, "copy_2d");
 }
@@ -68,7 +62,7 @@ static void cu_sigmoid_mul(mr_backend *be, float *y, const float *g, int n_rows,
     if (n_rows <= 0 || dim <= 0)
         return;
     const size_t total = (size_t)n_rows * (size_t)dim;
-    k_sigmoid_mul<<<flat_blocks(c, total, 256), 256, 0, c->stream>>>(y, g, n_rows, dim, g_stride, g_scalar);
+    k_sigmoid_mul<<<mr_cu_ew_blocks(c, total, 256), 256, 0, c->stream>>>(y, g, n_rows, dim, g_stride, g_scalar);
     MR_CU_LAUNCHED(c, "sigmoid_mul");
 }
 

@@ -175,18 +175,12 @@ __global__ void k_swiglu(const float *g, const float *u, float *o, size_t n)
     }
 }
 
-static unsigned ew_blocks(mr_cu_ctx *c, size_t n, unsigned th)
-{
-    size_t b = mr_cu_blocks(n, th), cap = (size_t)c->n_sm * 8;
-    return (unsigned)(b < cap ? b : cap);
-}
-
 static void cu_swiglu(mr_backend *be, const float *gate, const float *up, float *out, size_t n)
 {
     mr_cu_ctx *c = mr_cu(be);
     if (!n)
         return;
-    k_swiglu<<<ew_blocks(c, n, 256), 256, 0, c->stream>>>(gate, up, out, n);
+    k_swiglu<<<mr_cu_ew_blocks(c, n, 256), 256, 0, c->stream>>>(gate, up, out, n);
     MR_CU_LAUNCHED(c, "swiglu");
 }
 
@@ -202,7 +196,7 @@ static void cu_add(mr_backend *be, float *y, const float *x, size_t n)
     mr_cu_ctx *c = mr_cu(be);
     if (!n)
         return;
-    k_add<<<ew_blocks(c, n, 256), 256, 0, c->stream>>>(y, x, n);
+    k_add<<<mr_cu_ew_blocks(c, n, 256), 256, 0, c->stream>>>(y, x, n);
     MR_CU_LAUNCHED(c, "add");
 }
 
