@@ -26,6 +26,7 @@
 #define MR_CU_MVQ8_CUH
 
 #include "kernels/cuda/cu_common.cuh"
+#include "kernels/cuda/cu_quant.cuh" /* the IQ4_NL code book words */
 
 /* The quantized activations of one call. */
 struct mr_q8act {
@@ -509,13 +510,6 @@ template <> struct q8k<MR_TYPE_Q4_0> {
  * are interleaved to match (once per token, shared by the rows). */
 template <> struct q8k<MR_TYPE_IQ4_XS> {
     static constexpr int STRIDE = 136, BELEMS = 256, STEP = 1024;
-    /* the code book as bytes, 4 per word */
-    static constexpr uint32_t tab(int w)
-    {
-        constexpr int8_t v[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-        return (uint32_t)(uint8_t)v[4 * w] | (uint32_t)(uint8_t)v[4 * w + 1] << 8 |
-               (uint32_t)(uint8_t)v[4 * w + 2] << 16 | (uint32_t)(uint8_t)v[4 * w + 3] << 24;
-    }
     struct P {
         const uint8_t *h, *qs;
         int ib;
@@ -536,8 +530,9 @@ template <> struct q8k<MR_TYPE_IQ4_XS> {
     /* code book values of the 4 nibbles in the low 16 bits of s */
     static __host__ __device__ __forceinline__ uint32_t look(uint32_t s)
     {
-        const uint32_t lo = q8_perm(tab(0), tab(1), s & 0x7777u);
-        const uint32_t hi = q8_perm(tab(2), tab(3), s & 0x7777u);
+        /* the code book as bytes, 4 per word (cu_quant.cuh) */
+        const uint32_t lo = q8_perm(MR_IQ4NL_W0, MR_IQ4NL_W1, s & 0x7777u);
+        const uint32_t hi = q8_perm(MR_IQ4NL_W2, MR_IQ4NL_W3, s & 0x7777u);
         return q8_perm(lo, hi, ((s & 0x8888u) >> 1) | 0x3210u);
     }
     static __host__ __device__ __forceinline__ void wptr(const uint8_t *row, int lane, P &p)

@@ -8,8 +8,6 @@
 
 #include "kernels/cuda/cu_common.cuh"
 
-__device__ __constant__ static const int8_t mr_kv_iq4nl[16] = {
-    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 /* The IQ4_NL code book as four words of int8 bytes (entries 4w..4w+3 in
  * word w), for mr_lut16. */
 __host__ __device__ constexpr uint32_t mr_pack4(int a, int b, int c, int d)
@@ -92,15 +90,22 @@ __device__ __forceinline__ void mr_dq32(const uint8_t *row, int64_t g, float v[3
         const uint8_t *b = row + g * 18;
         float d = mr_h2f(mr_ld_u16(b));
         const uint8_t *qs = b + 2;
+        if constexpr (T == MR_TYPE_Q4_0) {
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
-            int lo = qs[j] & 15, hi = qs[j] >> 4;
-            if constexpr (T == MR_TYPE_Q4_0) {
-                v[j] = (float)(lo - 8) * d;
-                v[j + 16] = (float)(hi - 8) * d;
-            } else {
-                v[j] = d * (float)mr_kv_iq4nl[lo];
-                v[j + 16] = d * (float)mr_kv_iq4nl[hi];
+            for (int j = 0; j < 16; j++) {
+                v[j] = (float)((qs[j] & 15) - 8) * d;
+                v[j + 16] = (float)((qs[j] >> 4) - 8) * d;
+            }
+        } else { /* 18-byte blocks: the quants are not word aligned */
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+                const uint32_t q = mr_ld_u32(qs + 4 * w);
+                const uint32_t lo = mr_iq4nl4(q & 0x0F0F0F0Fu), hi = mr_iq4nl4((q >> 4) & 0x0F0F0F0Fu);
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    v[4 * w + c] = d * (float)(int8_t)(lo >> (8 * c));
+                    v[4 * w + c + 16] = d * (float)(int8_t)(hi >> (8 * c));
+                }
             }
         }
     } else if constexpr (T == MR_TYPE_Q4_1) {
@@ -258,14 +263,14 @@ __device__ __forceinline__ float mr_plain_at(const uint8_t *row, int64_t c)
     else return mr_bf2f(((const uint16_t *)row)[c]);
 }
 
-/* The types this backend runs, as an X-macro: X(type) for each.  Their block
- * sizes are common/quant.c's (mr_type_get). */
 /* Types stored element by element (no 32-weight groups): any column count. */
 __host__ __device__ constexpr bool mr_cu_plain_type(int t)
 {
     return t == MR_TYPE_F32 || t == MR_TYPE_F16 || t == MR_TYPE_BF16;
 }
 
+/* The types this backend runs, as an X-macro: X(type) for each.  Their block
+ * sizes are common/quant.c's (mr_type_get). */
 #define MR_CU_TYPE_LIST(X)                                                                  \
     X(MR_TYPE_F32) X(MR_TYPE_F16) X(MR_TYPE_BF16) X(MR_TYPE_Q4_0) X(MR_TYPE_Q4_1)            \
     X(MR_TYPE_Q5_0) X(MR_TYPE_Q5_1) X(MR_TYPE_Q8_0) X(MR_TYPE_IQ4_NL) X(MR_TYPE_MXFP4)        \
