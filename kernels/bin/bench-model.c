@@ -115,15 +115,29 @@ int main(int argc, char **argv)
     }
     double *tp = calloc((size_t)runs, sizeof *tp), *tt = calloc((size_t)runs, sizeof *tt);
     int status = 0;
-    /* warm-up: one short prompt and a few decode steps (module load, scratch sizing) */
+    /* warm-up: the measured prompt length (or 8 tokens) and a few decode
+     * steps, so that module loading, the first call of every kernel and the
+     * scratch sizing fall outside the runs (and outside an op profile) */
     {
         mr_seq *s;
-        if (mr_seq_new(m, &s, &err) || mr_model_forward(m, s, toks, 8, MR_LOGITS_LAST, logits, &err)) {
+        int wp = pp > 8 ? pp : 8;
+        if (mr_seq_new(m, &s, &err) || mr_model_forward(m, s, toks, wp, MR_LOGITS_LAST, logits, &err)) {
             fprintf(stderr, "bench-model: warm-up: %s\n", err.msg);
             return 1;
         }
+        for (int i = 0; i < 3 && tg > 0; i++) {
+            int32_t id = toks[i];
+            if (mr_model_forward(m, s, &id, 1, MR_LOGITS_LAST, logits, &err)) {
+                fprintf(stderr, "bench-model: warm-up: %s\n", err.msg);
+                return 1;
+            }
+        }
         mr_seq_free(s);
     }
+#ifdef MR_HAVE_CUDA
+    if (!strcmp(be->name, "cuda"))
+        mr_cu_profile_reset(be);
+#endif
     for (int k = 0; k < runs && !status; k++) {
         mr_seq *s;
         if (pp > 0) {

@@ -318,7 +318,23 @@ static void check_matmul(const tdesc *td, int64_t cols, int64_t rows, int n)
         fetch(be, y, dy, yn * 4);
         int nan;
         double e = rel_l2(y, ref, yn, &nan);
-        report(nm, shape, e, nan, n >= MR_CU_GEMM_MIN_TOKENS ? mm_gemm_bound[bi] : 2e-5);
+        const double bound = n >= MR_CU_GEMM_MIN_TOKENS ? mm_gemm_bound[bi] : 2e-5;
+        report(nm, shape, e, nan, bound);
+        if (nan || e > bound) { /* a failure: which outputs, and does it repeat on the same data? */
+            size_t bad = 0, first = yn;
+            for (size_t i = 0; i < yn; i++)
+                if (!(fabs(y[i] - ref[i]) <= 1e-3 * (fabs(ref[i]) + 1e-3))) {
+                    bad++;
+                    if (first == yn) first = i;
+                }
+            poison(be, dy, yn * 4);
+            be->matmul(be, wt, dx, dy, n);
+            fetch(be, y, dy, yn * 4);
+            int nan2;
+            double e2 = rel_l2(y, ref, yn, &nan2);
+            printf("  (%zu of %zu outputs off, first token %zu row %zu; the same call again: %.3e, %d NaN)\n",
+                   bad, yn, first / (size_t)rows, first % (size_t)rows, e2, nan2);
+        }
         be->free(be, dx);
         be->free(be, dy);
     }

@@ -9,8 +9,9 @@
  * Prompts (ATT_PREFILL_MIN tokens or more) take a tiled kernel instead: a
  * block holds 32 queries of one head and streams the key/value positions
  * through shared memory in tiles, so each cached K/V row is read once per
- * 32 queries rather than once per query.  MEMRA_CUDA_ATTN=tc runs prompts
- * on the tensor cores instead (cu_fattn.cu). */
+ * 32 queries rather than once per query.  By default prompts run on the
+ * tensor cores instead (cu_fattn.cu); this kernel is MEMRA_CUDA_ATTN=f32,
+ * the float32 reference mode and the hybrids'. */
 #include <math.h>
 
 #include "kernels/cuda/cu_common.cuh"
@@ -96,8 +97,15 @@ static void cu_kv_store_multi(mr_backend *be, mr_kv_cache *kv, int layer,
 }
 
 #define ATT_WARPS 4
+#define ATT_U 4 /* positions a warp has in flight at once */
 
-/* Partial record per (token, head, split): m, l, then acc[D]. */
+/* Partial record per (token, head, split): m, l, then acc[D].
+ *
+ * A warp walks a contiguous run of its block's slice ATT_U positions at a
+ * time: the K and V rows of all ATT_U are loaded before any is used and the
+ * ATT_U dot products reduce side by side, so a warp waits for memory once
+ * per ATT_U positions instead of twice per position (a position at a time,
+ * a 600-position slice cost ~150 us per decode step of 16 sequences). */
 template <int DT, int EPL>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
 k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *const *tables,
@@ -115,6 +123,8 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
     const int P = pos[t] + 1;
     const int chunk = (P + n_split - 1) / n_split;
     const int p0 = s * chunk, p1 = min(P, p0 + chunk);
+    const int per = (p1 - p0 + ATT_WARPS - 1) / ATT_WARPS;
+    const int w0 = p0 + w * per, w1 = min(p1, w0 + per); /* this warp's run */
 
     float qv[EPL], acc[EPL];
     const float *qp = q + ((int64_t)t * n_heads + h) * D + lane * EPL;
@@ -125,23 +135,51 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
     }
     float m = -INFINITY, l = 0.0f;
     bool bad = false;
-    for (int p = p0 + w; p < p1; p += ATT_WARPS) {
-        const int blk = table[p / bt];
-        if (blk < 0 || blk >= n_blocks) {
-            bad = true;
-            break;
+    for (int p = w0; p < w1 && !bad; p += ATT_U) {
+        float kr[ATT_U][EPL], vr[ATT_U][EPL], sc[ATT_U];
+#pragma unroll
+        for (int u = 0; u < ATT_U; u++) {
+            const int pp = p + u < w1 ? p + u : p; /* past the run: a repeat, masked below */
+            const int blk = table[pp / bt];
+            if (blk < 0 || blk >= n_blocks) {
+                bad = true;
+                continue;
+            }
+            const int64_t base = ((int64_t)blk * bt + pp % bt) * kvdim + (int64_t)kvh * D + lane * EPL;
+#pragma unroll
+            for (int e = 0; e < EPL; e++) {
+                kr[u][e] = kv_ld<DT>(K, base + e);
+                vr[u][e] = kv_ld<DT>(V, base + e);
+            }
         }
-        const int64_t base = ((int64_t)blk * bt + p % bt) * kvdim + (int64_t)kvh * D + lane * EPL;
-        float sc = 0.0f;
+        if (bad)
+            break;
 #pragma unroll
-        for (int e = 0; e < EPL; e++) sc = fmaf(qv[e], kv_ld<DT>(K, base + e), sc);
-        sc = mr_warp_sum(sc);
-        const float mn = fmaxf(m, sc);
+        for (int u = 0; u < ATT_U; u++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int e = 0; e < EPL; e++) d = fmaf(qv[e], kr[u][e], d);
+            sc[u] = d;
+        }
+#pragma unroll
+        for (int u = 0; u < ATT_U; u++) sc[u] = mr_warp_sum(sc[u]);
+        float mn = m;
+#pragma unroll
+        for (int u = 0; u < ATT_U; u++)
+            if (p + u < w1) mn = fmaxf(mn, sc[u]);
         const float corr = expf(m - mn); /* exp(-inf) = 0 on the first position */
-        const float pe = expf(sc - mn);
-        l = l * corr + pe;
+        l *= corr;
 #pragma unroll
-        for (int e = 0; e < EPL; e++) acc[e] = fmaf(pe, kv_ld<DT>(V, base + e), acc[e] * corr);
+        for (int e = 0; e < EPL; e++) acc[e] *= corr;
+#pragma unroll
+        for (int u = 0; u < ATT_U; u++) {
+            if (p + u >= w1)
+                continue;
+            const float pe = expf(sc[u] - mn);
+            l += pe;
+#pragma unroll
+            for (int e = 0; e < EPL; e++) acc[e] = fmaf(pe, vr[u][e], acc[e]);
+        }
         m = mn;
     }
 
@@ -321,7 +359,7 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
     }
     if (n >= ATT_PREFILL_MIN && !tables) { /* one sequence's prompt */
         if (mr_cu_attn_prefill_tc(c, kv, layer, block_table, q, pos, n, n_heads, scale, out))
-            return; /* MEMRA_CUDA_ATTN=tc: the tensor-core kernel (cu_fattn.cu) */
+            return; /* the tensor-core kernel (cu_fattn.cu) */
         dim3 grid((unsigned)((n + PF_Q - 1) / PF_Q), n_heads);
 #define L(DT, DD) k_attn_prefill<DT, DD><<<grid, PF_Q * 4, 0, c->stream>>>(kv->k[layer], kv->v[layer], block_table, q, pos, n, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, out)
 #define BY_D(DT)                                           \
@@ -340,8 +378,9 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
         MR_CU_LAUNCHED(c, "attention prefill");
         return;
     }
-    /* Enough blocks to cover the SMs twice; capped so scratch stays small. */
-    int n_split = (2 * c->n_sm + n_heads * n - 1) / (n_heads * n);
+    /* Enough blocks to cover the SMs four times (the host does not know the
+     * positions: they are on the device); capped so scratch stays small. */
+    int n_split = (4 * c->n_sm + n_heads * n - 1) / (n_heads * n);
     if (n_split < 1) n_split = 1;
     if (n_split > 32) n_split = 32;
     size_t need = (size_t)n * n_heads * n_split * (D + 2) * sizeof(float);

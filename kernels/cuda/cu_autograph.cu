@@ -605,3 +605,12 @@ extern "C" void mr_cu_autograph_stats(mr_backend *be, long *captures, long *repl
     *captures = c->ag ? c->ag->captures : 0;
     *replays = c->ag ? c->ag->replays : 0;
 }
+
+extern "C" void mr_cu_profile_reset(mr_backend *be)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (c->ag && c->ag->prof) {
+        mr_cu_flush(be);
+        c->ag->totals.clear();
+    }
+}

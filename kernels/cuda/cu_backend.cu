@@ -380,8 +380,8 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     be->graph_end = cu_graph_end;
     be->graph_launch = cu_graph_launch;
     be->graph_destroy = cu_graph_destroy;
-    /* float32 prompt GEMMs; decode activations and prompt attention are
-     * float32 already unless MEMRA_CUDA_MATVEC / MEMRA_CUDA_ATTN ask */
+    /* float32 prompt GEMMs and prompt attention; decode activations are
+     * float32 already unless MEMRA_CUDA_MATVEC asks */
     be->prefer_float32 = mr_cu_prefer_float32;
     mr_cu_install_ops(be);
     mr_cu_install_attn(be);

@@ -24,6 +24,9 @@ struct mr_backend;
 double mr_cuda_time(struct mr_backend *be, void (*fn)(void *), void *arg, int warm, int iters);
 /* Graphs captured and replayed by the automatic graph layer so far. */
 void mr_cu_autograph_stats(struct mr_backend *be, long *captures, long *replays);
+/* MEMRA_CUDA_PROFILE: forgets the op times summed so far (e.g. a warm-up's
+ * first calls, which load modules); no-op without a profile. */
+void mr_cu_profile_reset(struct mr_backend *be);
 /* Device name and multiprocessor count, for reports. */
 void mr_cuda_device_info(char *name, size_t n, int *sm);
 

@@ -52,7 +52,8 @@ struct mr_cu_ctx {
     mr_cu_buf scratch_grp;  /* decode expert products: pairs grouped by expert (cu_fast.cu) */
     bool matvec_q8;         /* int8-activation matvec (cu_mvq8.cu), MEMRA_CUDA_MATVEC=q8 */
     mr_cu_buf scratch_q8;   /* the q8 matvec's quantized activations */
-    bool attn_tc;           /* prompt attention on the tensor cores (cu_fattn.cu), MEMRA_CUDA_ATTN=tc */
+    bool attn_tc;           /* prompt attention on the tensor cores (cu_fattn.cu; default) */
+    bool attn_tc_forced;    /* MEMRA_CUDA_ATTN=tc: models may not turn it off */
     mr_cu_auto *ag;         /* recorded ops and cached graphs, or NULL */
 };
 

@@ -1,4 +1,5 @@
-/* Prompt attention on the tensor cores (MEMRA_CUDA_ATTN=tc).
+/* Prompt attention on the tensor cores (the default; MEMRA_CUDA_ATTN=f32
+ * keeps the float32 kernel of cu_attn.cu).
  *
  * The same function as k_attn_prefill in cu_attn.cu (one sequence's chunk
  * of n queries at positions pos[], causal, GQA, over the paged K/V cache),
@@ -21,8 +22,9 @@
  *    most), and V is a projection of an RMS-normalised hidden state
  *    (hundreds at most in practice).  A float16 KV cache already holds K/V
  *    in float16.  Models without such bounds keep the float32 kernel: the
- *    hybrids call be->prefer_float32, which keeps it unless the variable
- *    forces tc, and the default is f32.
+ *    hybrids call be->prefer_float32, which turns this kernel off unless
+ *    MEMRA_CUDA_ATTN=tc forces it; MEMRA_CUDA_GEMM=f32 (the float32
+ *    reference mode) turns it off too unless MEMRA_CUDA_ATTN=tc.
  *
  * The output accumulators stay in WMMA fragments across tiles.  Their
  * element-to-(row, column) layout is not specified by the API, so each
@@ -270,15 +272,18 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
     X(MR_KV_F16, 64) X(MR_KV_F16, 128) X(MR_KV_F16, 256)                         \
     X(MR_KV_BF16, 64) X(MR_KV_BF16, 128) X(MR_KV_BF16, 256)
 
-/* At backend creation: MEMRA_CUDA_ATTN "tc" or "f32" (default; also what
- * models that ask for float32 products get unless tc is asked for).  The
- * kernels need more than the default 48 KiB of dynamic shared memory; the
- * limit is raised here once, outside any graph capture, and only when they
- * may run. */
+/* At backend creation: MEMRA_CUDA_ATTN "tc" (the default, measured 5.7-6.8x
+ * the float32 kernel on an H200, docs/PERFORMANCE.md) or "f32"; unset, the
+ * float32 reference mode MEMRA_CUDA_GEMM=f32 gets f32 as well.  The kernels
+ * need more than the default 48 KiB of dynamic shared memory; the limit is
+ * raised here once, outside any graph capture, and only when they may run
+ * (be->prefer_float32 may still turn them off later). */
 void mr_cu_attn_init(mr_cu_ctx *c)
 {
     const char *m = getenv("MEMRA_CUDA_ATTN");
-    c->attn_tc = m && !strcmp(m, "tc");
+    const char *g = getenv("MEMRA_CUDA_GEMM");
+    c->attn_tc_forced = m && !strcmp(m, "tc");
+    c->attn_tc = c->attn_tc_forced || (!(m && !strcmp(m, "f32")) && !(g && !strcmp(g, "f32")));
     if (!c->attn_tc)
         return;
 #define X(DT, DD)                                                                                   \

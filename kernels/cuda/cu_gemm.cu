@@ -244,13 +244,16 @@ void mr_cu_gemm_init(mr_cu_ctx *c)
     c->moe_fused = !(f && !strcmp(f, "0"));
 }
 
-/* be->prefer_float32: float32 GEMMs, unless MEMRA_CUDA_GEMM chose otherwise. */
+/* be->prefer_float32: float32 GEMMs and prompt attention, unless
+ * MEMRA_CUDA_GEMM / MEMRA_CUDA_ATTN=tc chose otherwise. */
 void mr_cu_prefer_float32(mr_backend *be)
 {
     mr_cu_ctx *c = mr_cu(be);
     mr_cu_flush(be); /* products already recorded keep the precision they were asked in */
     if (!c->gemm_mode_forced)
         c->gemm_mode = GEMM_F32;
+    if (!c->attn_tc_forced)
+        c->attn_tc = false;
 }
 
 template <typename O>
