@@ -155,6 +155,14 @@ struct mr_backend {
     void (*add_rmsnorm)(mr_backend *be, float *y, const float *x, const float *w, float *out,
                         int n_rows, int dim, float eps);
 
+    /* Qwen3's per-head normalisation of queries and keys, then RoPE, in one
+     * call: as rmsnorm(q, qw) over n * n_heads rows of head_dim and
+     * rmsnorm(k, kw) over n * n_kv_heads rows (in place), then rope on q and
+     * on k with the same pos / n_rot / theta_base / mode. */
+    void (*qk_norm_rope)(mr_backend *be, float *q, float *k, const float *qw, const float *kw,
+                         const int32_t *pos, int n, int n_heads, int n_kv_heads, int head_dim,
+                         int n_rot, float theta_base, enum mr_rope_mode mode, float eps);
+
     /* Several sequences in one call (decode batches): as kv_store and
      * attention, but token t uses the block table tables[t] (tables: n
      * pointers in backend memory); a NULL entry skips that token (nothing

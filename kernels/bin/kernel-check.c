@@ -614,6 +614,61 @@ static void check_rope(int n, int heads, int hd, int n_rot, int mode)
     free(x); free(y); free(pos); free(ref);
 }
 
+/* The fused q/k normalisation + RoPE against the four separate ops on the
+ * GPU (same arithmetic, other summation order inside the norm) and on the
+ * CPU backend. */
+static void check_qk_norm_rope(int n, int heads, int kvh, int hd, int n_rot, int mode)
+{
+    if (!gpu->qk_norm_rope)
+        return;
+    size_t lq = (size_t)n * heads * hd, lk = (size_t)n * kvh * hd;
+    float *q = malloc(lq * 4), *k = malloc(lk * 4), *qw = malloc(hd * 4), *kw = malloc(hd * 4);
+    float *yq = malloc(lq * 4), *yk = malloc(lk * 4), *rq = malloc(lq * 4), *rk = malloc(lk * 4);
+    int32_t *pos = malloc(n * 4);
+    for (size_t i = 0; i < lq; i++) q[i] = fgauss() * 2;
+    for (size_t i = 0; i < lk; i++) k[i] = fgauss() * 2;
+    for (int i = 0; i < hd; i++) { qw[i] = 1.0f + 0.2f * fgauss(); kw[i] = 1.0f + 0.2f * fgauss(); }
+    for (int t = 0; t < n; t++) pos[t] = (int32_t)(rnd() % 40000);
+    const float base = 1e6f, eps = 1e-6f;
+    char shape[64];
+    snprintf(shape, sizeof shape, "%s n=%d h=%d/%d d=%d rot=%d", mode == MR_ROPE_NEOX ? "neox" : "norm", n,
+             heads, kvh, hd, n_rot);
+    float *dq = dup_to(gpu, q, lq * 4), *dk = dup_to(gpu, k, lk * 4);
+    float *dqw = dup_to(gpu, qw, hd * 4), *dkw = dup_to(gpu, kw, hd * 4);
+    int32_t *dp = dup_to(gpu, pos, n * 4);
+    gpu->qk_norm_rope(gpu, dq, dk, dqw, dkw, dp, n, heads, kvh, hd, n_rot, base, mode, eps);
+    fetch(gpu, yq, dq, lq * 4);
+    fetch(gpu, yk, dk, lk * 4);
+    /* the separate ops on fresh copies */
+    float *sq = dup_to(gpu, q, lq * 4), *sk = dup_to(gpu, k, lk * 4);
+    gpu->rmsnorm(gpu, sq, dqw, sq, n * heads, hd, eps);
+    gpu->rmsnorm(gpu, sk, dkw, sk, n * kvh, hd, eps);
+    gpu->rope(gpu, sq, dp, n, heads, hd, n_rot, base, mode);
+    gpu->rope(gpu, sk, dp, n, kvh, hd, n_rot, base, mode);
+    fetch(gpu, rq, sq, lq * 4);
+    fetch(gpu, rk, sk, lk * 4);
+    report_f("qk_norm_rope-q", shape, yq, rq, lq, 1e-6);
+    report_f("qk_norm_rope-k", shape, yk, rk, lk, 1e-6);
+    if (cpu) {
+        float *cq = dup_to(cpu, q, lq * 4), *ck = dup_to(cpu, k, lk * 4);
+        float *cqw = dup_to(cpu, qw, hd * 4), *ckw = dup_to(cpu, kw, hd * 4);
+        int32_t *cp = dup_to(cpu, pos, n * 4);
+        cpu->rmsnorm(cpu, cq, cqw, cq, n * heads, hd, eps);
+        cpu->rmsnorm(cpu, ck, ckw, ck, n * kvh, hd, eps);
+        cpu->rope(cpu, cq, cp, n, heads, hd, n_rot, base, mode);
+        cpu->rope(cpu, ck, cp, n, kvh, hd, n_rot, base, mode);
+        fetch(cpu, rq, cq, lq * 4);
+        fetch(cpu, rk, ck, lk * 4);
+        /* the rope-vs-cpu bound: sin/cos of float32 angles computed apart */
+        report_f("qk_norm_rope-q-vs-cpu", shape, yq, rq, lq, 1e-3);
+        report_f("qk_norm_rope-k-vs-cpu", shape, yk, rk, lk, 1e-3);
+        cpu->free(cpu, cq); cpu->free(cpu, ck); cpu->free(cpu, cqw); cpu->free(cpu, ckw); cpu->free(cpu, cp);
+    }
+    gpu->free(gpu, dq); gpu->free(gpu, dk); gpu->free(gpu, dqw); gpu->free(gpu, dkw); gpu->free(gpu, dp);
+    gpu->free(gpu, sq); gpu->free(gpu, sk);
+    free(q); free(k); free(qw); free(kw); free(yq); free(yk); free(rq); free(rk); free(pos);
+}
+
 static float kv_round(float v, mr_kv_dtype dt)
 {
     if (dt == MR_KV_F16) return mr_f16_to_f32(mr_f32_to_f16(v));
@@ -1549,6 +1604,11 @@ static void check_ops(void)
     check_rope(9, 4, 64, 64, MR_ROPE_NEOX);
     check_rope(5, 8, 128, 64, MR_ROPE_NEOX);
     check_rope(5, 8, 64, 64, MR_ROPE_NORM);
+    check_qk_norm_rope(1, 32, 8, 128, 128, MR_ROPE_NEOX);   /* Qwen3-8B decode */
+    check_qk_norm_rope(1, 32, 4, 128, 128, MR_ROPE_NEOX);   /* 30B-A3B */
+    check_qk_norm_rope(37, 16, 2, 256, 64, MR_ROPE_NEOX);   /* partial rotary, head 256 */
+    check_qk_norm_rope(70, 8, 8, 64, 64, MR_ROPE_NORM);
+    check_qk_norm_rope(3, 5, 1, 96, 32, MR_ROPE_NEOX);      /* odd sizes */
     mr_kv_dtype dts[3] = {MR_KV_F32, MR_KV_F16, MR_KV_BF16};
     for (int d = 0; d < 3; d++) {
         check_attention(4, 2, 64, 1, 1, dts[d]);

@@ -38,6 +38,7 @@ struct rec_op {
         struct { const float *x, *w; float *y; int n_rows, dim; float eps; } rmsnorm;
         struct { float *y; const float *x, *w; float *out; int n_rows, dim; float eps; } add_rmsnorm;
         struct { float *x; const int32_t *pos; int n, n_heads, head_dim, n_rot; float theta_base; enum mr_rope_mode mode; } rope;
+        struct { float *q, *k; const float *qw, *kw; const int32_t *pos; int n, nh, nkv, hd, n_rot; float theta_base; enum mr_rope_mode mode; float eps; } qk_norm_rope;
         struct { mr_kv_cache *kv; int layer; const int32_t *table; const int32_t *const *tables; const float *k, *v; const int32_t *pos; int n; } kv_store;
         struct { const mr_kv_cache *kv; int layer; const int32_t *table; const int32_t *const *tables; const float *q; const int32_t *pos; int n, n_heads; float scale; float *out; } attention;
         struct { const float *g, *u; float *o; size_t n; } swiglu;
@@ -80,7 +81,7 @@ struct mr_cu_auto {
 enum { OP_GET_ROWS = 1, OP_MATMUL, OP_MATMUL_ID, OP_RMSNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION,
        OP_KV_STORE_MULTI, OP_ATTENTION_MULTI,
        OP_SWIGLU, OP_ADD, OP_MOE_ROUTE, OP_MOE_COMBINE, OP_ARGMAX, OP_ADD_RMSNORM, OP_COPY_2D,
-       OP_SIGMOID_MUL, OP_CONV1D_SILU, OP_GDN_SCAN };
+       OP_SIGMOID_MUL, OP_CONV1D_SILU, OP_GDN_SCAN, OP_QK_NORM_ROPE };
 
 #define MAX_GRAPHS 8
 
@@ -137,6 +138,12 @@ static void run_op(mr_cu_auto *a, mr_backend *be, const rec_op &o)
     case OP_ROPE: {
         auto &p = o.u.rope;
         r.rope(be, p.x, p.pos, p.n, p.n_heads, p.head_dim, p.n_rot, p.theta_base, p.mode);
+        break;
+    }
+    case OP_QK_NORM_ROPE: {
+        auto &p = o.u.qk_norm_rope;
+        r.qk_norm_rope(be, p.q, p.k, p.qw, p.kw, p.pos, p.n, p.nh, p.nkv, p.hd, p.n_rot, p.theta_base, p.mode,
+                       p.eps);
         break;
     }
     case OP_KV_STORE: {
@@ -390,6 +397,19 @@ static void w_rope(mr_backend *be, float *x, const int32_t *pos, int n, int n_he
     label(a, "rope n=%d h=%d", n, n_heads);
 }
 
+static void w_qk_norm_rope(mr_backend *be, float *q, float *k, const float *qw, const float *kw,
+                           const int32_t *pos, int n, int nh, int nkv, int hd, int n_rot, float theta_base,
+                           enum mr_rope_mode mode, float eps)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.qk_norm_rope(be, q, k, qw, kw, pos, n, nh, nkv, hd, n_rot, theta_base, mode, eps);
+    rec(be, OP_QK_NORM_ROPE).u.qk_norm_rope = {q, k, qw, kw, pos, n, nh, nkv, hd, n_rot, theta_base, mode, eps};
+    sp(a->sig, q); sp(a->sig, k); sp(a->sig, qw); sp(a->sig, kw); sp(a->sig, pos); sp(a->sig, n);
+    sp(a->sig, nh); sp(a->sig, nkv); sp(a->sig, hd); sp(a->sig, n_rot); sp(a->sig, theta_base);
+    sp(a->sig, (int)mode); sp(a->sig, eps);
+    label(a, "qk_norm_rope n=%d h=%d/%d", n, nh, nkv);
+}
+
 static void w_kv_store(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t *table,
                        const float *k, const float *v, const int32_t *pos, int n)
 {
@@ -551,6 +571,8 @@ void mr_cu_autograph_install(mr_backend *be)
     be->rmsnorm = w_rmsnorm;
     be->add_rmsnorm = w_add_rmsnorm;
     be->rope = w_rope;
+    if (be->qk_norm_rope)
+        be->qk_norm_rope = w_qk_norm_rope;
     be->kv_store = w_kv_store;
     be->attention = w_attention;
     be->kv_store_multi = w_kv_store_multi;

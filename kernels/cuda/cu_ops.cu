@@ -166,6 +166,67 @@ static void cu_rope(mr_backend *be, float *x, const int32_t *pos, int n, int n_h
     MR_CU_LAUNCHED(c, "rope");
 }
 
+/* qk_norm_rope: one block per (token, head) row, queries first, then keys.
+ * The row is normalised into shared memory (same arithmetic as k_rmsnorm:
+ * (v * inv) * w), then rotated as k_rope does; four launches a layer become
+ * one in decode, where each of them cost a launch for a few kilobytes. */
+#define QKR_MAX_D 256
+__global__ void __launch_bounds__(128) k_qk_norm_rope(float *q, float *k, const float *qw, const float *kw,
+                                                      const int32_t *pos, int n_heads, int n_kv_heads,
+                                                      int head_dim, int n_rot, float theta_base, int mode,
+                                                      float eps)
+{
+    __shared__ float sh[32];
+    __shared__ float hv[QKR_MAX_D];
+    const int t = blockIdx.y, hh = blockIdx.x;
+    const bool isq = hh < n_heads;
+    float *x = isq ? q + ((int64_t)t * n_heads + hh) * head_dim
+                   : k + ((int64_t)t * n_kv_heads + (hh - n_heads)) * head_dim;
+    const float *w = isq ? qw : kw;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+        const float v = x[i];
+        hv[i] = v;
+        ss = fmaf(v, v, ss);
+    }
+    ss = block_sum(ss, sh);
+    const float inv = 1.0f / sqrtf(ss / (float)head_dim + eps);
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) hv[i] = hv[i] * inv * w[i];
+    __syncthreads();
+    const int half = n_rot / 2;
+    for (int j = threadIdx.x; j < half; j += blockDim.x) {
+        const float fi = (float)(1.0 / pow((double)theta_base, (double)(2 * j) / (double)n_rot));
+        const float ang = (float)pos[t] * fi;
+        double sd, cd;
+        sincos((double)ang, &sd, &cd);
+        const float s = (float)sd, co = (float)cd;
+        const int a = mode == MR_ROPE_NEOX ? j : 2 * j;
+        const int b = mode == MR_ROPE_NEOX ? j + half : 2 * j + 1;
+        const float x0 = hv[a], x1 = hv[b];
+        x[a] = x0 * co - x1 * s;
+        x[b] = x0 * s + x1 * co;
+    }
+    for (int i = n_rot + threadIdx.x; i < head_dim; i += blockDim.x) x[i] = hv[i];
+}
+
+static void cu_qk_norm_rope(mr_backend *be, float *q, float *k, const float *qw, const float *kw,
+                            const int32_t *pos, int n, int n_heads, int n_kv_heads, int head_dim, int n_rot,
+                            float theta_base, enum mr_rope_mode mode, float eps)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n <= 0)
+        return;
+    if (n_rot <= 0 || n_rot > head_dim || n_rot % 2 || head_dim > QKR_MAX_D || n > 65535 ||
+        n_heads + n_kv_heads > 65535) {
+        mr_cu_fail(c, "qk_norm_rope: n_rot %d, head_dim %d (max %d), %d tokens", n_rot, head_dim, QKR_MAX_D, n);
+        return;
+    }
+    dim3 grid((unsigned)(n_heads + n_kv_heads), (unsigned)n);
+    k_qk_norm_rope<<<grid, 128, 0, c->stream>>>(q, k, qw, kw, pos, n_heads, n_kv_heads, head_dim, n_rot,
+                                                theta_base, (int)mode, eps);
+    MR_CU_LAUNCHED(c, "qk_norm_rope");
+}
+
 __global__ void k_swiglu(const float *g, const float *u, float *o, size_t n)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -360,6 +421,7 @@ void mr_cu_install_ops(mr_backend *be)
     be->rmsnorm = cu_rmsnorm;
     be->add_rmsnorm = cu_add_rmsnorm;
     be->rope = cu_rope;
+    be->qk_norm_rope = cu_qk_norm_rope;
     be->swiglu = cu_swiglu;
     be->add = cu_add;
     be->moe_route = cu_moe_route;

@@ -15,11 +15,17 @@ void mr_qwen3_attend(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int kv_lay
     const mr_hparams *hp = &m->hp;
     mr_scratch *sc = &m->sc;
 
-    /* Qwen3 normalises every query and key head before RoPE. */
-    be->rmsnorm(be, sc->q, L->q_norm, sc->q, n * hp->n_heads, hp->head_dim, hp->rms_eps);
-    be->rmsnorm(be, sc->k, L->k_norm, sc->k, n * hp->n_kv_heads, hp->head_dim, hp->rms_eps);
-    be->rope(be, sc->q, sc->pos, n, hp->n_heads, hp->head_dim, hp->n_rot, hp->rope_theta, MR_ROPE_NEOX);
-    be->rope(be, sc->k, sc->pos, n, hp->n_kv_heads, hp->head_dim, hp->n_rot, hp->rope_theta, MR_ROPE_NEOX);
+    /* Qwen3 normalises every query and key head before RoPE (one call where
+     * the backend fuses the four). */
+    if (be->qk_norm_rope) {
+        be->qk_norm_rope(be, sc->q, sc->k, L->q_norm, L->k_norm, sc->pos, n, hp->n_heads, hp->n_kv_heads,
+                         hp->head_dim, hp->n_rot, hp->rope_theta, MR_ROPE_NEOX, hp->rms_eps);
+    } else {
+        be->rmsnorm(be, sc->q, L->q_norm, sc->q, n * hp->n_heads, hp->head_dim, hp->rms_eps);
+        be->rmsnorm(be, sc->k, L->k_norm, sc->k, n * hp->n_kv_heads, hp->head_dim, hp->rms_eps);
+        be->rope(be, sc->q, sc->pos, n, hp->n_heads, hp->head_dim, hp->n_rot, hp->rope_theta, MR_ROPE_NEOX);
+        be->rope(be, sc->k, sc->pos, n, hp->n_kv_heads, hp->head_dim, hp->n_rot, hp->rope_theta, MR_ROPE_NEOX);
+    }
 
     /* K/V stores and attention read each sequence's own blocks: the short
      * segments of a batch (decode steps) in one multi-sequence call when
