@@ -19,6 +19,7 @@ typedef struct req {
     mr_seq *seq;           /* its length: tokens already through forward */
     int cached;            /* prompt tokens that came from the prefix cache */
     int state_offered;     /* hybrids: the boundary (tokens) whose state the cache already got */
+    int checkpoint_at;     /* hybrids: a prompt boundary (tokens) to checkpoint when reached, 0: none */
     bool session;          /* publish as session entries */
     bool want_logits;      /* TOKEN events carry the raw row */
     bool cancelled;
@@ -204,6 +205,13 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
     int32_t *hit = malloc(sizeof(int32_t) * (size_t)(max_hit > 0 ? max_hit : 1));
     if (!hit)
         goto oom;
+    /* A hybrid can start only where a checkpoint is.  When more of the prompt
+     * has cached K/V than has a checkpoint (another prompt went on past the
+     * part they share: a common system prompt with different questions), the
+     * state at the end of the shared part is taken when this prompt gets
+     * there, so the next one that shares it starts from it. */
+    int n_kv = s->stateful ? mr_prefix_lookup(s->prefix, q->tenant, q->salt, q->tokens, r->n_prompt, max_hit, hit)
+                           : 0;
     void *state = NULL;
     int n_hit = s->stateful ? mr_prefix_lookup_state(s->prefix, q->tenant, q->salt, q->tokens, r->n_prompt,
                                                      max_hit, hit, &state)
@@ -216,6 +224,8 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
     q->cached = n_hit * s->bt;
     if (state)
         q->state_offered = q->cached; /* it came from there */
+    if (n_kv > n_hit)
+        q->checkpoint_at = n_kv * s->bt;
 
     /* Reserve the K/V of every position it may fill: the prompt and all but
      * the last generated token.  Unused cached blocks make way if needed. */
@@ -268,13 +278,13 @@ int mr_sched_cancel(mr_sched *s, uint64_t id)
 
 /* ---- retiring ---- */
 
-/* Offers the full blocks that hold the K/V of tokens[0..len) to the cache;
- * a hybrid's only up to its last block-boundary state, which goes with them. */
-static void publish(mr_sched *s, req *q)
+/* Offers the first `full` blocks of q (their K/V) to the cache; for a
+ * hybrid, full * bt must be its last block-boundary state, which goes with
+ * them. */
+static void publish_blocks(mr_sched *s, req *q, int full)
 {
     const int32_t *blocks;
     int nb = mr_seq_blocks(q->seq, &blocks);
-    int full = (s->stateful ? mr_seq_mark_len(q->seq) : mr_seq_len(q->seq)) / s->bt;
     if (full > nb)
         full = nb;
     if (full > 0 && q->session)
@@ -292,6 +302,13 @@ static void publish(mr_sched *s, req *q)
                 mr_model_state_free(s->m, st);
         }
     }
+}
+
+/* All full blocks of tokens[0..len); a hybrid's up to its last block-boundary
+ * state. */
+static void publish(mr_sched *s, req *q)
+{
+    publish_blocks(s, q, (s->stateful ? mr_seq_mark_len(q->seq) : mr_seq_len(q->seq)) / s->bt);
 }
 
 static void finish(mr_sched *s, req *q, mr_finish_reason reason, const char *error)
@@ -406,6 +423,8 @@ int mr_sched_step(mr_sched *s, mr_err *err)
          * there can be checkpointed */
         if (s->stateful && (len + n) % s->bt && (len + n) / s->bt * s->bt > len)
             n = (len + n) / s->bt * s->bt - len;
+        if (q->checkpoint_at > len && len + n > q->checkpoint_at)
+            n = q->checkpoint_at - len; /* block-aligned: stops where the checkpoint is wanted */
         bool last = len + n == q->n_prompt;
         mr_logits_mode mode = last ? q->pick : MR_LOGITS_NONE;
         s->item_req[n_items] = q;
@@ -427,6 +446,11 @@ int mr_sched_step(mr_sched *s, mr_err *err)
             req *q = s->item_req[i];
             if (q->done)
                 continue;
+            if (q->checkpoint_at > 0 && mr_seq_len(q->seq) == q->checkpoint_at) {
+                if (mr_seq_mark_len(q->seq) == q->checkpoint_at)
+                    publish_blocks(s, q, q->checkpoint_at / s->bt);
+                q->checkpoint_at = 0;
+            }
             if (s->items[i].mode == MR_LOGITS_NONE)
                 continue;
             if (mr_seq_len(q->seq) == q->n_prompt)

@@ -362,6 +362,45 @@ START_TEST(hybrid_prefix_hits_restore_state)
 }
 END_TEST
 
+/* Prompts that share a prefix and then differ (one system prompt, several
+ * questions): the first leaves a checkpoint only at its own last boundary,
+ * past the shared part; the second finds the shared part's K/V without a
+ * checkpoint, so it takes one when its prefill reaches that boundary; the
+ * third starts there.  Every reply is what the uncached model gives. */
+START_TEST(hybrid_shared_prefix_checkpoint_at_divergence)
+{
+    static const char *const name[] = {"qwen35", "qwen35moe"};
+    mr_model_opts mo = {.n_ctx = 128, .n_seqs = 6, .block_tokens = 8};
+    open_model(name[_i], "model-BF16.gguf", &mo);
+    V = mr_model_hparams(model)->n_vocab;
+    enum { SHARED = 40, LEN = 49 }; /* 5 shared blocks, then 9 tokens of a question */
+    int32_t p[3][LEN], want[3][GEN];
+    lcg_prompt(p[0], LEN, 31, V);
+    for (int r = 1; r < 3; r++) {
+        memcpy(p[r], p[0], sizeof(int32_t) * SHARED);
+        lcg_prompt(p[r] + SHARED, LEN - SHARED, 40u + (uint32_t)r, V);
+    }
+    for (int r = 0; r < 3; r++)
+        greedy_decode(p[r], LEN, GEN, want[r]);
+    sink_t k;
+    mr_sched_opts so = {.max_seqs = 4, .chunk_tokens = 7};
+    mr_sched *s = new_sched(&so, &k);
+    static const int cached[3] = {0, 0, SHARED};
+    for (int r = 0; r < 3; r++) { /* one after the other: each sees what the previous left */
+        ck_assert_int_eq(submit(s, (uint64_t)r + 1, p[r], LEN, GEN, "acme", "x"), MR_SCHED_OK);
+        run_all(s);
+        expect_tokens(&k, (uint64_t)r + 1, want[r], GEN);
+        ck_assert_int_eq(find(&k, (uint64_t)r + 1)->usage.cached_tokens, cached[r]);
+    }
+    mr_sched_stats st;
+    mr_sched_get_stats(s, &st);
+    ck_assert_int_ge(st.prefix.n_states, 2);
+    ck_assert_int_eq(st.prefix.n_in_use, 0);
+    mr_sched_free(s);
+    close_model();
+}
+END_TEST
+
 /* ---- admission ---- */
 
 START_TEST(admission_refusal_recovery_and_eviction)
@@ -583,6 +622,7 @@ int main(void)
     tcase_add_test(tc, long_prompt_does_not_stall_decoding);
     tcase_add_test(tc, prefix_hits_isolation_and_sessions);
     tcase_add_loop_test(tc, hybrid_prefix_hits_restore_state, 0, 2);
+    tcase_add_loop_test(tc, hybrid_shared_prefix_checkpoint_at_divergence, 0, 2);
     tcase_add_test(tc, admission_refusal_recovery_and_eviction);
     tcase_add_test(tc, slots_cancellation_stop_and_errors);
     tcase_add_test(tc, seeded_sampling_is_independent_of_batchmates);
