@@ -15,8 +15,10 @@
  * activations quantized here from its definition, and its cost against the
  * float32 activations is printed (check_q8).
  *
- * Usage: kernel-check [seed [moe]]   Prints a table, then ALL GREEN or FAILED;
- * "moe" runs only the checks of the grouped expert products. */
+ * Usage: kernel-check [seed [moe|mm|ops|q8]]   Prints a table, then ALL GREEN or FAILED;
+ * "moe" runs only the checks of the grouped expert products; "mm", "ops" and
+ * "q8" one third of the whole each (run the three at once: their union is
+ * what no argument runs). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1562,9 +1564,15 @@ static void check_graph(mr_backend *g, const char *tag)
 }
 
 /* Every check, in order. */
-static void check_ops(void)
+/* The checks in three parts that can run as separate processes at once
+ * (the float64 references are single-threaded host work): PART_MM the
+ * matrix products, PART_OPS the other ops, PART_Q8 the int8-activation
+ * matvecs and the hybrid ops. */
+enum { PART_MM = 1, PART_OPS = 2, PART_Q8 = 4 };
+
+static void check_ops(int parts)
 {
-    for (int i = 0; i < N_TYPES; i++) {
+    for (int i = 0; i < N_TYPES && (parts & PART_MM); i++) {
         const tdesc *td = &TYPES[i];
         check_get_rows(td, 512, 37, 5);
         check_matmul(td, 512, 67, 1);
@@ -1580,7 +1588,7 @@ static void check_ops(void)
     }
     /* decode-sized shapes of the types the models use */
     int big[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_Q8_0, MR_TYPE_BF16, MR_TYPE_Q5_K, MR_TYPE_IQ4_XS, MR_TYPE_Q4_0};
-    for (size_t b = 0; b < sizeof big / sizeof big[0]; b++) {
+    for (size_t b = 0; b < sizeof big / sizeof big[0] && (parts & PART_MM); b++) {
         const tdesc *td = td_of(big[b]);
         check_matmul(td, 4096, 1024, 1);
         check_matmul(td, 12288, 256, 2);
@@ -1591,7 +1599,10 @@ static void check_ops(void)
         check_matmul_id(td, 2048, 768, 16, 8, 1, 72);
         check_matmul_id(td, 768, 2048, 16, 8, 8, 72);
     }
-    check_moe_grouped();
+    if (parts & PART_MM)
+        check_moe_grouped();
+    if (!(parts & PART_OPS))
+        goto q8;
     check_rmsnorm(1, 4096);
     check_rmsnorm(7, 256);
     check_rmsnorm(3, 1000);
@@ -1660,6 +1671,9 @@ static void check_ops(void)
     check_argmax(4, 1024, true);
     check_argmax(3, 17, false);
     check_graph(gpu, "");
+q8:
+    if (!(parts & PART_Q8))
+        return;
     check_q8_all();
     check_graph(q8_be[0], "-q8");
     if (cpu) check_hybrid_ops();
@@ -1734,10 +1748,12 @@ int main(int argc, char **argv)
            (unsigned long long)seed);
     printf("%-14s %-44s %10s %9s %5s\n", "op", "shape", "rel L2", "bound", "NaN");
 
-    if (argc > 2 && !strcmp(argv[2], "moe"))
+    const char *part = argc > 2 ? argv[2] : "";
+    if (!strcmp(part, "moe"))
         check_moe_grouped();
     else
-        check_ops();
+        check_ops(!strcmp(part, "mm") ? PART_MM : !strcmp(part, "ops") ? PART_OPS : !strcmp(part, "q8") ? PART_Q8
+                                                                                   : PART_MM | PART_OPS | PART_Q8);
 
     printf("%d checks: %d passed, %d failed\n", n_pass + n_fail, n_pass, n_fail);
     if (cpu) cpu->destroy(cpu);
