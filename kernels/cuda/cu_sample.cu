@@ -23,6 +23,8 @@
  * boundary or the top_p goal of a cumulative head sum. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cuda/cu_common.cuh"
 
@@ -85,21 +87,24 @@ __device__ __forceinline__ float4 ld4(const float *row, int dim, bool vec, int i
     return v;
 }
 
-/* f(i, l) for every element of the row, in no particular order; four
- * float4 loads in flight per thread. */
+/* Loads in flight per thread in a pass: one block reads a whole row, so
+ * its speed is what it keeps in flight (the passes wait on memory). */
+#define UNROLL 8
+
+/* f(i, l) for every element of the row, in no particular order. */
 template <class F>
 __device__ __forceinline__ void pass(const float *row, int dim, bool vec, F f)
 {
     const int nch = (dim + 3) >> 2;
-    for (int c0 = threadIdx.x; c0 < nch; c0 += 4 * ST) {
-        float4 v[4];
+    for (int c0 = threadIdx.x; c0 < nch; c0 += UNROLL * ST) {
+        float4 v[UNROLL];
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < UNROLL; k++) {
             int c = c0 + k * ST;
             v[k] = c < nch ? ld4(row, dim, vec, c * 4) : make_float4(NAN, NAN, NAN, NAN);
         }
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < UNROLL; k++) {
             int c = c0 + k * ST, i = c * 4;
             if (c >= nch) break;
             f(i, v[k].x);
@@ -111,15 +116,22 @@ __device__ __forceinline__ void pass(const float *row, int dim, bool vec, F f)
 }
 
 /* f(i, l) for the elements [a, b) by one warp, rows of 128 in id order
- * (a a multiple of 4): lane l holds a + 128 j + 4 l .. +3. */
+ * (a a multiple of 4): lane l holds a + 128 j + 4 l .. +3; UNROLL rows
+ * loaded at a time. */
 template <class F>
 __device__ __forceinline__ void warp_rows(const float *row, int dim, bool vec, int a, int b, F f)
 {
-    const int lane = threadIdx.x & 31;
-    for (int base = a; base < b; base += 128) {
-        int i = base + lane * 4;
-        float4 v = i < b ? ld4(row, b < dim ? b : dim, vec, i) : make_float4(NAN, NAN, NAN, NAN);
-        f(base, i, v);
+    const int lane = threadIdx.x & 31, end = b < dim ? b : dim;
+    for (int base = a; base < b; base += 128 * UNROLL) {
+        float4 v[UNROLL];
+#pragma unroll
+        for (int k = 0; k < UNROLL; k++) {
+            int i = base + 128 * k + lane * 4;
+            v[k] = i < b ? ld4(row, end, vec, i) : make_float4(NAN, NAN, NAN, NAN);
+        }
+#pragma unroll
+        for (int k = 0; k < UNROLL; k++)
+            if (base + 128 * k < b) f(base + 128 * k, base + 128 * k + lane * 4, v[k]);
     }
 }
 
@@ -804,4 +816,10 @@ static void cu_sample(mr_backend *be, float *logits, int n, int dim, const mr_sa
     MR_CU_LAUNCHED(c, "sample");
 }
 
-void mr_cu_install_sample(mr_backend *be) { be->sample = cu_sample; }
+/* MEMRA_CUDA_SAMPLE=0 leaves sampling to the host (to compare the two). */
+void mr_cu_install_sample(mr_backend *be)
+{
+    const char *e = getenv("MEMRA_CUDA_SAMPLE");
+    if (!(e && !strcmp(e, "0")))
+        be->sample = cu_sample;
+}
