@@ -52,8 +52,11 @@ void mr_rng_seed(mr_rng *r, uint64_t seed)
 
 double mr_rng_uniform(mr_rng *r)
 {
-    /* the midpoint of one of 2^53 equal cells: never 0, never 1 */
-    return ((double)(mr_rng_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    /* the midpoint of one of 2^53 equal cells: never 0; from 2^52 on the
+     * + 0.5 rounds to even, which for the last cell gives 1 itself: that
+     * one draw becomes the largest double below 1 */
+    double u = ((double)(mr_rng_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    return u < 1.0 ? u : 1.0 - 1.0 / 9007199254740992.0;
 }
 
 /* The inverse of an odd a modulo 2^64 (Newton: each step doubles the
