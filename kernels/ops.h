@@ -39,7 +39,7 @@ typedef struct mr_backend mr_backend;
  * took it); then add[add_off ..) gives n_add_prompt prompt ids and
  * n_add_gen generated ids, repeats allowed, in any number of steps. */
 typedef struct mr_sample_row {
-    double u;                   /* strictly inside (0, 1), drawn on the host: the inverse-CDF point */
+    double u;                   /* in (0, 1), the request's own draw (mr_rng_uniform): the inverse-CDF point */
     float temperature;          /* <= 0: greedy (after the penalties) */
     float top_p, min_p;
     float presence, frequency, repetition;
