@@ -215,11 +215,13 @@ int mr_prefix_lookup(mr_prefix *pc, const char *tenant, const char *salt, const 
 }
 
 int mr_prefix_lookup_state(mr_prefix *pc, const char *tenant, const char *salt, const int32_t *tokens,
-                           int n_tokens, int max_blocks, int32_t *blocks, void **state)
+                           int n_tokens, int max_blocks, int32_t *blocks, void **state, int *kv_blocks)
 {
     int depth = 0;
     *state = NULL;
-    walk(pc, tenant, salt, tokens, n_tokens, max_blocks, blocks, &depth, state);
+    int n = walk(pc, tenant, salt, tokens, n_tokens, max_blocks, blocks, &depth, state);
+    if (kv_blocks)
+        *kv_blocks = n;
     return depth;
 }
 

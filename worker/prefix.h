@@ -64,9 +64,10 @@ int mr_prefix_attach_state(mr_prefix *pc, const char *tenant, const char *salt, 
                            int n_blocks, void *state);
 /* As mr_prefix_lookup, but only a run that ends at an entry with a
  * checkpoint counts: returns the deepest such run's length (its blocks in
- * blocks[0..]) and its checkpoint in *state (NULL and 0: none). */
+ * blocks[0..]) and its checkpoint in *state (NULL and 0: none); the whole
+ * cached run, checkpoint or not, in *kv_blocks (when not NULL). */
 int mr_prefix_lookup_state(mr_prefix *pc, const char *tenant, const char *salt, const int32_t *tokens,
-                           int n_tokens, int max_blocks, int32_t *blocks, void **state);
+                           int n_tokens, int max_blocks, int32_t *blocks, void **state, int *kv_blocks);
 
 /* Caches the first n_blocks full blocks of a sequence: blocks[i] holds the
  * K/V of tokens[i * block_tokens .. (i + 1) * block_tokens).  Blocks already

@@ -246,11 +246,10 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
      * part they share: a common system prompt with different questions), the
      * state at the end of the shared part is taken when this prompt gets
      * there, so the next one that shares it starts from it. */
-    int n_kv = s->stateful ? mr_prefix_lookup(s->prefix, q->tenant, q->salt, q->tokens, r->n_prompt, max_hit, hit)
-                           : 0;
+    int n_kv = 0;
     void *state = NULL;
     int n_hit = s->stateful ? mr_prefix_lookup_state(s->prefix, q->tenant, q->salt, q->tokens, r->n_prompt,
-                                                     max_hit, hit, &state)
+                                                     max_hit, hit, &state, &n_kv)
                             : mr_prefix_lookup(s->prefix, q->tenant, q->salt, q->tokens, r->n_prompt, max_hit, hit);
     int rc = n_hit > 0 && state ? mr_seq_attach_state(q->seq, hit, n_hit, state, err)
                                 : mr_seq_attach(q->seq, hit, n_hit, err);
