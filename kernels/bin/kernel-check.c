@@ -621,6 +621,26 @@ static void check_rope(int n, int heads, int hd, int n_rot, int mode)
     free(x); free(y); free(pos); free(ref);
 }
 
+/* The four separate ops the fused qk_norm_rope stands for, on backend be:
+ * q[n][heads][hd] and k[n][kvh][hd] (host) normalised and rotated into rq,
+ * rk (host). */
+static void qk_norm_rope_apart(mr_backend *be, const float *q, const float *k, const float *qw, const float *kw,
+                               const int32_t *pos, int n, int heads, int kvh, int hd, int n_rot, float base,
+                               int mode, float eps, float *rq, float *rk)
+{
+    size_t lq = (size_t)n * heads * hd, lk = (size_t)n * kvh * hd;
+    float *dq = dup_to(be, q, lq * 4), *dk = dup_to(be, k, lk * 4);
+    float *dqw = dup_to(be, qw, hd * 4), *dkw = dup_to(be, kw, hd * 4);
+    int32_t *dp = dup_to(be, pos, n * 4);
+    be->rmsnorm(be, dq, dqw, dq, n * heads, hd, eps);
+    be->rmsnorm(be, dk, dkw, dk, n * kvh, hd, eps);
+    be->rope(be, dq, dp, n, heads, hd, n_rot, base, mode);
+    be->rope(be, dk, dp, n, kvh, hd, n_rot, base, mode);
+    fetch(be, rq, dq, lq * 4);
+    fetch(be, rk, dk, lk * 4);
+    be->free(be, dq); be->free(be, dk); be->free(be, dqw); be->free(be, dkw); be->free(be, dp);
+}
+
 /* The fused q/k normalisation + RoPE against the four separate ops on the
  * GPU (same arithmetic, other summation order inside the norm) and on the
  * CPU backend. */
@@ -646,33 +666,16 @@ static void check_qk_norm_rope(int n, int heads, int kvh, int hd, int n_rot, int
     gpu->qk_norm_rope(gpu, dq, dk, dqw, dkw, dp, n, heads, kvh, hd, n_rot, base, mode, eps);
     fetch(gpu, yq, dq, lq * 4);
     fetch(gpu, yk, dk, lk * 4);
-    /* the separate ops on fresh copies */
-    float *sq = dup_to(gpu, q, lq * 4), *sk = dup_to(gpu, k, lk * 4);
-    gpu->rmsnorm(gpu, sq, dqw, sq, n * heads, hd, eps);
-    gpu->rmsnorm(gpu, sk, dkw, sk, n * kvh, hd, eps);
-    gpu->rope(gpu, sq, dp, n, heads, hd, n_rot, base, mode);
-    gpu->rope(gpu, sk, dp, n, kvh, hd, n_rot, base, mode);
-    fetch(gpu, rq, sq, lq * 4);
-    fetch(gpu, rk, sk, lk * 4);
+    gpu->free(gpu, dq); gpu->free(gpu, dk); gpu->free(gpu, dqw); gpu->free(gpu, dkw); gpu->free(gpu, dp);
+    qk_norm_rope_apart(gpu, q, k, qw, kw, pos, n, heads, kvh, hd, n_rot, base, mode, eps, rq, rk);
     report_f("qk_norm_rope-q", shape, yq, rq, lq, 1e-6);
     report_f("qk_norm_rope-k", shape, yk, rk, lk, 1e-6);
     if (cpu) {
-        float *cq = dup_to(cpu, q, lq * 4), *ck = dup_to(cpu, k, lk * 4);
-        float *cqw = dup_to(cpu, qw, hd * 4), *ckw = dup_to(cpu, kw, hd * 4);
-        int32_t *cp = dup_to(cpu, pos, n * 4);
-        cpu->rmsnorm(cpu, cq, cqw, cq, n * heads, hd, eps);
-        cpu->rmsnorm(cpu, ck, ckw, ck, n * kvh, hd, eps);
-        cpu->rope(cpu, cq, cp, n, heads, hd, n_rot, base, mode);
-        cpu->rope(cpu, ck, cp, n, kvh, hd, n_rot, base, mode);
-        fetch(cpu, rq, cq, lq * 4);
-        fetch(cpu, rk, ck, lk * 4);
+        qk_norm_rope_apart(cpu, q, k, qw, kw, pos, n, heads, kvh, hd, n_rot, base, mode, eps, rq, rk);
         /* the rope-vs-cpu bound: sin/cos of float32 angles computed apart */
         report_f("qk_norm_rope-q-vs-cpu", shape, yq, rq, lq, 1e-3);
         report_f("qk_norm_rope-k-vs-cpu", shape, yk, rk, lk, 1e-3);
-        cpu->free(cpu, cq); cpu->free(cpu, ck); cpu->free(cpu, cqw); cpu->free(cpu, ckw); cpu->free(cpu, cp);
     }
-    gpu->free(gpu, dq); gpu->free(gpu, dk); gpu->free(gpu, dqw); gpu->free(gpu, dkw); gpu->free(gpu, dp);
-    gpu->free(gpu, sq); gpu->free(gpu, sk);
     free(q); free(k); free(qw); free(kw); free(yq); free(yk); free(rq); free(rk); free(pos);
 }
 

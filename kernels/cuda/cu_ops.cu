@@ -126,8 +126,26 @@ static void cu_add_rmsnorm(mr_backend *be, float *y, const float *x, const float
     MR_CU_LAUNCHED(c, "add_rmsnorm");
 }
 
-/* Angle as the reference computes it: inv_freq rounded to float32, then
- * pos * inv_freq in float32; sin/cos of that angle in double. */
+/* Rotates pair j (< n_rot / 2) of one head at position p: reads the pair
+ * from src, writes it to dst (either may be the head itself).  Angle as the
+ * reference computes it: inv_freq rounded to float32, then p * inv_freq in
+ * float32; sin/cos of that angle in double. */
+__device__ __forceinline__ void rope_pair(const float *src, float *dst, int p, int j, int n_rot,
+                                          float theta_base, int mode)
+{
+    const int half = n_rot / 2;
+    const float inv = (float)(1.0 / pow((double)theta_base, (double)(2 * j) / (double)n_rot));
+    const float ang = (float)p * inv;
+    double sd, cd;
+    sincos((double)ang, &sd, &cd);
+    const float s = (float)sd, co = (float)cd;
+    const int a = mode == MR_ROPE_NEOX ? j : 2 * j;
+    const int b = mode == MR_ROPE_NEOX ? j + half : 2 * j + 1;
+    const float x0 = src[a], x1 = src[b];
+    dst[a] = x0 * co - x1 * s;
+    dst[b] = x0 * s + x1 * co;
+}
+
 __global__ void k_rope(float *x, const int32_t *pos, int n_heads, int head_dim, int n_rot,
                        float theta_base, int mode)
 {
@@ -136,18 +154,8 @@ __global__ void k_rope(float *x, const int32_t *pos, int n_heads, int head_dim, 
     const int i = blockIdx.x * blockDim.x + threadIdx.x; /* over n_heads * half */
     if (i >= n_heads * half)
         return;
-    const int h = i / half, j = i % half;
-    const float inv = (float)(1.0 / pow((double)theta_base, (double)(2 * j) / (double)n_rot));
-    const float ang = (float)pos[t] * inv;
-    double sd, cd;
-    sincos((double)ang, &sd, &cd);
-    const float s = (float)sd, co = (float)cd;
-    float *xh = x + ((int64_t)t * n_heads + h) * head_dim;
-    const int a = mode == MR_ROPE_NEOX ? j : 2 * j;
-    const int b = mode == MR_ROPE_NEOX ? j + half : 2 * j + 1;
-    const float x0 = xh[a], x1 = xh[b];
-    xh[a] = x0 * co - x1 * s;
-    xh[b] = x0 * s + x1 * co;
+    float *xh = x + ((int64_t)t * n_heads + i / half) * head_dim;
+    rope_pair(xh, xh, pos[t], i % half, n_rot, theta_base, mode);
 }
 
 static void cu_rope(mr_backend *be, float *x, const int32_t *pos, int n, int n_heads, int head_dim,
@@ -193,19 +201,7 @@ __global__ void __launch_bounds__(128) k_qk_norm_rope(float *q, float *k, const 
     const float inv = 1.0f / sqrtf(ss / (float)head_dim + eps);
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) hv[i] = hv[i] * inv * w[i];
     __syncthreads();
-    const int half = n_rot / 2;
-    for (int j = threadIdx.x; j < half; j += blockDim.x) {
-        const float fi = (float)(1.0 / pow((double)theta_base, (double)(2 * j) / (double)n_rot));
-        const float ang = (float)pos[t] * fi;
-        double sd, cd;
-        sincos((double)ang, &sd, &cd);
-        const float s = (float)sd, co = (float)cd;
-        const int a = mode == MR_ROPE_NEOX ? j : 2 * j;
-        const int b = mode == MR_ROPE_NEOX ? j + half : 2 * j + 1;
-        const float x0 = hv[a], x1 = hv[b];
-        x[a] = x0 * co - x1 * s;
-        x[b] = x0 * s + x1 * co;
-    }
+    for (int j = threadIdx.x; j < n_rot / 2; j += blockDim.x) rope_pair(hv, x, pos[t], j, n_rot, theta_base, mode);
     for (int i = n_rot + threadIdx.x; i < head_dim; i += blockDim.x) x[i] = hv[i];
 }
 
