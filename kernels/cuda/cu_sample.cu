@@ -513,24 +513,29 @@ __device__ int draw_full(smem_t &sh, const rowp &p, double u, int fallback, P pr
         __syncthreads();
     };
     auto span_of = [](int n) { return ((n + NWARP - 1) / NWARP + 127) / 128 * 128; };
+    /* the first of the NWARP sums part_sums left whose running total passes
+     * target (-1: none does), the total before it in *cum, the last one
+     * with any weight in *last (-1: none) */
+    auto crossing = [&](double target, double *cum, int *last) {
+        *cum = 0.0;
+        *last = -1;
+        for (int i = 0; i < NWARP; i++) {
+            const double s = sh.dred[i];
+            if (!(s > 0.0)) continue;
+            *last = i;
+            if (target < *cum + s) return i;
+            *cum += s;
+        }
+        return -1;
+    };
     /* level 1: the row in NWARP segments */
     const int span1 = span_of(p.dim);
     part_sums(0, span1, p.dim);
     double total = 0.0;
     for (int i = 0; i < NWARP; i++) total += sh.dred[i];
-    double target = u * total;
-    int seg = -1, last_seg = -1;
-    double cum = 0.0;
-    for (int i = 0; i < NWARP; i++) {
-        double s = sh.dred[i];
-        if (!(s > 0.0)) continue;
-        last_seg = i;
-        if (target < cum + s) {
-            seg = i;
-            break;
-        }
-        cum += s;
-    }
+    double target = u * total, cum;
+    int last_seg;
+    const int seg = crossing(target, &cum, &last_seg);
     if (last_seg < 0) return fallback;
     if (seg < 0) { /* the sums rounded below the target: the last survivor */
         int last = -1;
@@ -541,18 +546,8 @@ __device__ int draw_full(smem_t &sh, const rowp &p, double u, int fallback, P pr
     /* level 2: that segment in NWARP parts */
     const int a1 = seg * span1, e1 = min(a1 + span1, p.dim), span2 = span_of(e1 - a1);
     part_sums(a1, span2, e1);
-    int part = -1, last_part = -1;
-    cum = 0.0;
-    for (int i = 0; i < NWARP; i++) {
-        double s = sh.dred[i];
-        if (!(s > 0.0)) continue;
-        last_part = i;
-        if (target < cum + s) {
-            part = i;
-            break;
-        }
-        cum += s;
-    }
+    int last_part;
+    int part = crossing(target, &cum, &last_part);
     if (last_part < 0) return sh.ired[0] >= 0 ? sh.ired[0] : fallback; /* cannot happen: level 1 saw weight here */
     if (part < 0) {
         part = last_part;
