@@ -138,7 +138,15 @@ static int cu_weight_load(mr_backend *be, mr_weight *w, const void *host, mr_err
     cudaError_t e = cudaMalloc(&d, n);
     if (e != cudaSuccess)
         return mr_errf(err, "cuda: weight %s: cudaMalloc(%zu): %s", name, n, cudaGetErrorString(e));
-    e = cudaMemcpy(d, host, n, cudaMemcpyHostToDevice);
+    /* On the context's stream, then a sync: the stream is non-blocking, so
+     * it is not ordered after the legacy stream that cudaMemcpy uses, and a
+     * cudaMemcpy from pageable memory may return before its DMA has landed.
+     * The repack kernels of mr_cu_weight_prepare then read bytes that were
+     * not there yet (seen on an H200 as rare, unrepeatable wrong results of
+     * one backend among identical ones under load). */
+    e = cudaMemcpyAsync(d, host, n, cudaMemcpyHostToDevice, c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
     if (e != cudaSuccess) {
         cudaFree(d);
         return mr_errf(err, "cuda: weight %s: copy of %zu bytes: %s", name, n, cudaGetErrorString(e));
