@@ -429,9 +429,9 @@ k_moe_gemm_x3(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, in
                 dl[q] = make_uint4(lw[4 * q], lw[4 * q + 1], lw[4 * q + 2], lw[4 * q + 3]);
             }
         }
-        /* tokens: MG_BN rows x MG_BK halves of each part, 16 bytes a load;
+        /* tokens: 16 nj rows x MG_BK halves of each part, 16 bytes a load;
          * rows past cnt are zero */
-        for (int u = tid; u < MG_BN * (MG_BK / 8); u += 128) {
+        for (int u = tid; u < 16 * nj * (MG_BK / 8); u += 128) {
             const int t = u / (MG_BK / 8), c8 = u % (MG_BK / 8);
             uint4 h = make_uint4(0, 0, 0, 0), l = h;
             if (t < tl.cnt) {
