@@ -27,6 +27,31 @@
 
 typedef struct mr_backend mr_backend;
 
+/* One row of the sample op (backend memory, written by the host before the
+ * step): a request's sampling parameters as worker/sample.h defines them,
+ * its uniform, and what its penalty table gains this step.
+ *
+ * A penalty table (mr_sample_table_ints(dim) int32 in backend memory, owned by
+ * one request at a time) remembers the ids a request has seen, so that a
+ * long prompt is sent once, not every step: entry[id] = 2 * (times id was
+ * generated) + (1 if id is in the prompt), then a list of the ids whose entry
+ * is not 0, then that list's length.  reset empties it (a request that just
+ * took it); then add[add_off ..) gives n_add_prompt prompt ids and
+ * n_add_gen generated ids, repeats allowed, in any number of steps. */
+typedef struct mr_sample_row {
+    double u;                   /* in (0, 1), the request's own draw (mr_rng_uniform): the inverse-CDF point */
+    float temperature;          /* <= 0: greedy (after the penalties) */
+    float top_p, min_p;
+    float presence, frequency, repetition;
+    int32_t top_k;
+    int32_t skip;               /* 1: not sampled here (its logits go to the host untouched) */
+    int32_t reset;              /* 1: empty the table first */
+    int32_t add_off, n_add_prompt, n_add_gen;
+    int32_t *table;             /* NULL: no penalties */
+} mr_sample_row;
+
+static inline size_t mr_sample_table_ints(int dim) { return 2 * (size_t)dim + 1; }
+
 /* A weight matrix, or a stack of n_mats matrices (MoE experts), in the GGUF
  * block layout.  Shape as GGUF writes it: cols = ne[0] (input features, the
  * contiguous dimension), rows = ne[1] (output features), n_mats = ne[2]. */
@@ -149,6 +174,20 @@ struct mr_backend {
     int (*graph_end)(mr_backend *be, void **graph, mr_err *err);
     int (*graph_launch)(mr_backend *be, void *graph, mr_err *err);
     void (*graph_destroy)(mr_backend *be, void *graph);
+
+    /* Sampling where the logits are: for each row r < n of logits [n][dim]
+     * not marked skip, updates its penalty table, applies the penalties to
+     * the row in place and writes the id worker/sample.h's mr_sample would
+     * pick with rows[r] and the draw u to ids[r] (greedy: the largest
+     * penalised logit, lowest id on ties; else temperature, top_k, min_p,
+     * top_p, then the first survivor in id order whose cumulative weight
+     * exceeds u * total).  rows and add (the ids rows name by add_off) are in
+     * backend memory, so a captured step replays with new ones.  Weights
+     * are float64 as on the host; only the order of their sums differs,
+     * which can move a pick that lies within about 1e-10 * total of a
+     * boundary.  NULL: the host samples (the CPU backend). */
+    void (*sample)(mr_backend *be, float *logits, int n, int dim, const mr_sample_row *rows,
+                   const int32_t *add, int32_t *ids);
 
     /* Fused residual add + RMSNorm: y[i] += x[i] for the n_rows x dim rows,
      * then out = rmsnorm(y) * w (as add then rmsnorm). */

@@ -408,6 +408,9 @@ void mr_model_free(mr_model *m)
         return;
     mr_backend *be = m->be;
     free_scratch(m);
+    if (m->samp_dev)
+        m->be->free(m->be, m->samp_dev);
+    free(m->samp_host);
     mr_qwen35_free(m);
     if (m->layers) {
         for (int il = 0; il < m->hp.n_layers; il++)
@@ -739,12 +742,23 @@ static int check_item(const mr_model *m, const mr_batch_item *it, int idx, mr_er
             return mr_errf(err, "forward: token id %d (index %d) is out of range [0, %d)", it->tokens[t], t,
                            m->hp.n_vocab);
     if (it->mode != MR_LOGITS_NONE && it->mode != MR_LOGITS_LAST && it->mode != MR_LOGITS_ALL &&
-        it->mode != MR_LOGITS_ARGMAX)
+        it->mode != MR_LOGITS_ARGMAX && it->mode != MR_LOGITS_SAMPLE)
         return mr_errf(err, "forward: unknown logits mode %d", (int)it->mode);
     if ((it->mode == MR_LOGITS_LAST || it->mode == MR_LOGITS_ALL) && !it->logits)
         return mr_errf(err, "forward: logits requested without an output buffer");
     if (it->mode == MR_LOGITS_ARGMAX && !it->argmax)
         return mr_errf(err, "forward: argmax requested without an output buffer");
+    if (it->mode == MR_LOGITS_SAMPLE) {
+        if (!m->be->sample)
+            return mr_errf(err, "forward: the %s backend does not sample", m->be->name);
+        const mr_sample_row *r = it->sample;
+        if (!it->argmax || !r)
+            return mr_errf(err, "forward: sampling requested without its row or an output buffer");
+        if (r->n_add_prompt < 0 || r->n_add_gen < 0 || r->n_add_prompt > (1 << 26) - r->n_add_gen ||
+            (r->n_add_prompt + r->n_add_gen > 0 && (!it->sample_add || !r->table)))
+            return mr_errf(err, "forward: sampling row adds %d + %d ids to %s", r->n_add_prompt, r->n_add_gen,
+                           r->table ? "its table" : "no table");
+    }
     return 0;
 }
 
@@ -856,7 +870,8 @@ static int download_outputs(mr_model *m, const mr_batch_item *items, const mr_fw
         size_t bytes = 0;
         for (int i = 0; i < n_items; i++) {
             const mr_fwd_seg *g = &segs[i];
-            if ((items[i].mode == MR_LOGITS_ARGMAX) != ids || g->n == g->out_first)
+            bool id_mode = items[i].mode == MR_LOGITS_ARGMAX || items[i].mode == MR_LOGITS_SAMPLE;
+            if (id_mode != ids || g->n == g->out_first)
                 continue;
             char *d = ids ? (char *)items[i].argmax : (char *)items[i].logits;
             const char *sr = ids ? (const char *)(m->sc.ids + g->out_row)
@@ -876,6 +891,75 @@ static int download_outputs(mr_model *m, const mr_batch_item *items, const mr_fw
             return -1;
     }
     return 0;
+}
+
+bool mr_model_can_sample(const mr_model *m) { return m->be->sample != NULL; }
+
+int32_t *mr_model_sample_table_new(mr_model *m)
+{
+    return m->be->alloc(m->be, sizeof(int32_t) * mr_sample_table_ints(m->hp.n_vocab));
+}
+
+void mr_model_sample_table_free(mr_model *m, int32_t *table)
+{
+    if (table)
+        m->be->free(m->be, table);
+}
+
+/* The sample op's input for the n_out output rows of a call: a row per
+ * output row (SAMPLE items' own, a greedy one for ARGMAX items, skip for
+ * rows whose logits go to the host), then the ids the rows add to their
+ * tables, in one upload to m->samp_dev. */
+static int stage_samples(mr_model *m, const mr_batch_item *items, const mr_fwd_seg *segs, int n_items, int n_out,
+                         mr_err *err)
+{
+    size_t n_add = 0;
+    for (int i = 0; i < n_items; i++)
+        if (items[i].mode == MR_LOGITS_SAMPLE)
+            n_add += (size_t)items[i].sample->n_add_prompt + (size_t)items[i].sample->n_add_gen;
+    if (n_add > INT32_MAX)
+        return mr_errf(err, "forward: %zu ids for the penalty tables in one step", n_add);
+    size_t rows_bytes = (sizeof(mr_sample_row) * (size_t)n_out + 255) & ~(size_t)255;
+    size_t bytes = rows_bytes + sizeof(int32_t) * n_add;
+    if (bytes > m->samp_host_cap) {
+        char *p = realloc(m->samp_host, bytes + bytes / 2);
+        if (!p)
+            return mr_errf(err, "out of memory staging %d sample rows", n_out);
+        m->samp_host = p;
+        m->samp_host_cap = bytes + bytes / 2;
+    }
+    if (bytes > m->samp_dev_cap) {
+        if (m->samp_dev)
+            m->be->free(m->be, m->samp_dev);
+        m->samp_dev_cap = 0;
+        m->samp_dev = m->be->alloc(m->be, m->samp_host_cap);
+        if (!m->samp_dev)
+            return mr_errf(err, "out of backend memory for %d sample rows", n_out);
+        m->samp_dev_cap = m->samp_host_cap;
+    }
+    mr_sample_row *rows = (mr_sample_row *)(void *)m->samp_host;
+    int32_t *add = (int32_t *)(void *)(m->samp_host + rows_bytes);
+    int32_t off = 0;
+    for (int i = 0; i < n_items; i++) {
+        const mr_batch_item *it = &items[i];
+        for (int r = segs[i].out_row; r < segs[i].out_row + segs[i].n - segs[i].out_first; r++) {
+            if (it->mode == MR_LOGITS_SAMPLE) {
+                rows[r] = *it->sample;
+                rows[r].skip = 0;
+                rows[r].add_off = off;
+                int na = it->sample->n_add_prompt + it->sample->n_add_gen;
+                if (na > 0)
+                    memcpy(add + off, it->sample_add, sizeof(int32_t) * (size_t)na);
+                off += na;
+            } else {
+                /* ARGMAX: greedy without penalties; LAST / ALL: left alone */
+                rows[r] = (mr_sample_row){.skip = it->mode != MR_LOGITS_ARGMAX};
+            }
+        }
+    }
+    m->samp_rows = (const mr_sample_row *)(void *)m->samp_dev;
+    m->samp_add = (const int32_t *)(void *)(m->samp_dev + rows_bytes);
+    return m->be->upload(m->be, m->samp_dev, m->samp_host, bytes, err);
 }
 
 int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items, mr_err *err)
@@ -914,7 +998,7 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
     mr_fwd_seg *segs = m->segs;
     int32_t *pos = host + n;
     int row = 0, out_row = 0;
-    bool any_argmax = false;
+    bool any_argmax = false, any_sample = false;
     for (int i = 0; i < n_items; i++) {
         const mr_batch_item *it = &items[i];
         memcpy(host + row, it->tokens, sizeof(int32_t) * (size_t)it->n);
@@ -922,11 +1006,14 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
             pos[row + t] = it->seq->len + t;
         int of = it->mode == MR_LOGITS_ALL ? 0 : it->mode == MR_LOGITS_NONE ? it->n : it->n - 1;
         any_argmax |= it->mode == MR_LOGITS_ARGMAX;
+        any_sample |= it->mode == MR_LOGITS_SAMPLE;
         segs[i] = (mr_fwd_seg){.s = it->seq, .start = row, .n = it->n, .out_first = of, .out_row = out_row};
         row += it->n;
         out_row += it->n - of;
     }
     if (mr_model_stage_upload(m, n, stage_multi(m, segs, n_items, n), err))
+        return -1;
+    if (any_sample && stage_samples(m, items, segs, n_items, out_row, err))
         return -1;
     /* decode rows: leading one-token items with an output row (the
      * scheduler puts them ahead of prompt chunks) */
@@ -937,7 +1024,10 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
     m->alone_rows = 0;
     if (frc)
         return -1;
-    if (any_argmax && out_row > 0)
+    /* a step with sampled rows picks its greedy ones in the same launch */
+    if (any_sample)
+        m->be->sample(m->be, m->sc.logits, out_row, m->hp.n_vocab, m->samp_rows, m->samp_add, m->sc.ids);
+    else if (any_argmax && out_row > 0)
         m->be->argmax(m->be, m->sc.logits, out_row, m->hp.n_vocab, m->sc.ids);
     if (m->be->sync(m->be, err))
         return mr_err_wrap(err, "forward");

@@ -78,6 +78,11 @@ typedef enum mr_logits_mode {
      * ties), found by the backend: one int32 comes back instead of a row
      * (mr_model_forward_batch only, into mr_batch_item.argmax) */
     MR_LOGITS_ARGMAX = 3,
+    /* only the id the backend's sample op draws for the last token under
+     * mr_batch_item.sample (worker/sample.h's pipeline, on the device): one
+     * int32 comes back into mr_batch_item.argmax (mr_model_forward_batch
+     * only, where mr_model_can_sample) */
+    MR_LOGITS_SAMPLE = 4,
 } mr_logits_mode;
 
 /* Opens path, reads the hyperparameters, binds every weight on be and
@@ -158,7 +163,12 @@ typedef struct mr_batch_item {
     int n;
     mr_logits_mode mode;
     float *logits;         /* host memory: [vocab] (LAST) or [n][vocab] (ALL) */
-    int32_t *argmax;       /* host memory: one id (ARGMAX) */
+    int32_t *argmax;       /* host memory: one id (ARGMAX, SAMPLE) */
+    /* SAMPLE: the row's parameters and uniform (host memory; add_off is
+     * the model's to set), and the ids it adds to its penalty table
+     * (sample->n_add_prompt + sample->n_add_gen of them, host memory) */
+    const mr_sample_row *sample;
+    const int32_t *sample_add;
 } mr_batch_item;
 
 /* One forward step over several distinct sequences: every matmul runs over
@@ -167,5 +177,12 @@ typedef struct mr_batch_item {
  * depend on its batchmates or on how its tokens are split into calls (on
  * the CPU backend bit for bit).  On error no sequence length changes. */
 int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items, mr_err *err);
+
+/* Whether the backend samples rows itself (MR_LOGITS_SAMPLE). */
+bool mr_model_can_sample(const mr_model *m);
+/* A penalty table for SAMPLE rows (kernels/ops.h, mr_sample_row) in backend
+ * memory, NULL when there is no room; and its release. */
+int32_t *mr_model_sample_table_new(mr_model *m);
+void mr_model_sample_table_free(mr_model *m, int32_t *table);
 
 #endif

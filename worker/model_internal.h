@@ -57,6 +57,12 @@ struct mr_model {
     int stage_cap;
     mr_fwd_seg *segs;    /* host: [segs_cap] segments of a batched call */
     int segs_cap;
+    /* The sample op's rows (one per output row) then the ids they add to
+     * their penalty tables, staged on the host and copied in one upload. */
+    char *samp_host, *samp_dev;
+    size_t samp_host_cap, samp_dev_cap;
+    const mr_sample_row *samp_rows; /* in samp_dev: the staged rows and ids */
+    const int32_t *samp_add;
     /* The call in flight whose short segments share one attention call:
      * rows multi_r0..multi_r1-1 have their tables in sc.tables (NULL for
      * the rows of longer segments in that range); multi_segs NULL: none. */

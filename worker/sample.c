@@ -52,8 +52,33 @@ void mr_rng_seed(mr_rng *r, uint64_t seed)
 
 double mr_rng_uniform(mr_rng *r)
 {
-    /* the midpoint of one of 2^53 equal cells: never 0, never 1 */
-    return ((double)(mr_rng_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    /* the midpoint of one of 2^53 equal cells: never 0; from 2^52 on the
+     * + 0.5 rounds to even, which for the last cell gives 1 itself: that
+     * one draw becomes the largest double below 1 */
+    double u = ((double)(mr_rng_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    return u < 1.0 ? u : 1.0 - 1.0 / 9007199254740992.0;
+}
+
+/* The inverse of an odd a modulo 2^64 (Newton: each step doubles the
+ * correct low bits, from 3). */
+static uint64_t inv_odd(uint64_t a)
+{
+    uint64_t x = a;
+    for (int i = 0; i < 6; i++)
+        x *= 2 - a * x;
+    return x;
+}
+
+void mr_rng_rig(mr_rng *r, double u)
+{
+    /* k: the 53 bits mr_rng_uniform scales (for k >= 2^52 the + 0.5 rounds
+     * to even, so the floor of u * 2^53 is a k that gives u again) */
+    double f = floor(u * 9007199254740992.0);
+    uint64_t k = f >= 9007199254740991.0 ? (1ull << 53) - 1 : f > 0.0 ? (uint64_t)f : 0;
+    uint64_t m = (k << 11) * inv_odd(9); /* mr_rng_next's output is rotl(s1 * 5, 7) * 9 */
+    m = m >> 7 | m << 57;
+    mr_rng_seed(r, k ^ 0x5851f42d4c957f2dull); /* the words after s1: any */
+    r->s[1] = m * inv_odd(5);
 }
 
 /* ---- sampler ---- */

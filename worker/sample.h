@@ -68,6 +68,11 @@ static inline uint64_t mr_rng_next(mr_rng *r)
 /* A double strictly inside (0, 1): (k + 0.5) / 2^53 for a 53-bit k. */
 double mr_rng_uniform(mr_rng *r);
 
+/* Sets r so that its next mr_rng_uniform returns u, a value mr_rng_uniform
+ * returned (e.g. a draw handed to a backend's sample op, which a reference
+ * mr_sample then replays). */
+void mr_rng_rig(mr_rng *r, double u);
+
 /* Reusable working memory for one vocabulary size. */
 typedef struct mr_sampler mr_sampler;
 int mr_sampler_new(int n_vocab, mr_sampler **out, mr_err *err);

@@ -13,8 +13,13 @@ typedef struct req {
     int32_t *stop;
     int n_stop;
     mr_sample_params sp;
-    mr_logits_mode pick;   /* MR_LOGITS_ARGMAX (plain greedy: the backend picks) or MR_LOGITS_LAST */
+    /* MR_LOGITS_ARGMAX (plain greedy: the backend picks), MR_LOGITS_SAMPLE
+     * (the backend samples) or MR_LOGITS_LAST (the host samples the row) */
+    mr_logits_mode pick;
     mr_rng rng;
+    int32_t *pen;          /* SAMPLE with penalties: its penalty table (backend memory) */
+    bool pen_reset;        /* the table held another request's ids: emptied at its next row */
+    int pen_prompt, pen_gen; /* prompt and generated ids the table has been given */
     char *tenant, *salt;
     mr_seq *seq;           /* its length: tokens already through forward */
     int cached;            /* prompt tokens that came from the prefix cache */
@@ -42,17 +47,28 @@ struct mr_sched {
     req **item_req;        /* [max_seqs] */
     float *logits;         /* [max_seqs][n_vocab] */
     float *raw;            /* [n_vocab] a want_logits row before sampling rewrites it */
-    int32_t *argmax;       /* [max_seqs] ids picked by the backend (greedy without penalties) */
+    int32_t *argmax;       /* [max_seqs] ids picked by the backend (ARGMAX, SAMPLE) */
+    mr_sample_row *rows;   /* [max_seqs] the SAMPLE items' rows */
+    int32_t **pen_free;    /* [max_seqs] penalty tables no request holds, kept for the next */
+    int n_pen_free;
     uint64_t steps, step_tokens_total, admitted, refused, finished;
     bool stateful;         /* hybrid model: cached prefixes need state checkpoints */
 };
 
 static void state_free(void *ctx, void *state) { mr_model_state_free(ctx, state); }
 
-static void req_free(req *r)
+/* A penalty table for q: a kept one, or a new one (NULL: none to be had). */
+static int32_t *pen_take(mr_sched *s)
+{
+    return s->n_pen_free > 0 ? s->pen_free[--s->n_pen_free] : mr_model_sample_table_new(s->m);
+}
+
+static void req_free(mr_sched *s, req *r)
 {
     if (!r)
         return;
+    if (r->pen) /* at most max_seqs tables exist: there is room */
+        s->pen_free[s->n_pen_free++] = r->pen;
     mr_seq_free(r->seq);
     free(r->tokens);
     free(r->stop);
@@ -108,7 +124,9 @@ int mr_sched_new(mr_model *m, const mr_sched_opts *opts, mr_sched_cb cb, void *u
     s->logits = malloc(sizeof(float) * (size_t)o.max_seqs * (size_t)s->n_vocab);
     s->argmax = calloc((size_t)o.max_seqs, sizeof *s->argmax);
     s->raw = malloc(sizeof(float) * (size_t)s->n_vocab);
-    if (!s->live || !s->items || !s->item_req || !s->logits || !s->argmax || !s->raw) {
+    s->rows = calloc((size_t)o.max_seqs, sizeof *s->rows);
+    s->pen_free = calloc((size_t)o.max_seqs, sizeof *s->pen_free);
+    if (!s->live || !s->items || !s->item_req || !s->logits || !s->argmax || !s->raw || !s->rows || !s->pen_free) {
         mr_errf(err, "scheduler: out of memory for %d sequences", o.max_seqs);
         goto fail;
     }
@@ -124,7 +142,9 @@ void mr_sched_free(mr_sched *s)
     if (!s)
         return;
     for (int i = 0; i < s->n_live; i++)
-        req_free(s->live[i]);
+        req_free(s, s->live[i]);
+    for (int i = 0; i < s->n_pen_free; i++)
+        mr_model_sample_table_free(s->m, s->pen_free[i]);
     mr_prefix_free(s->prefix);
     mr_sampler_free(s->sampler);
     free(s->live);
@@ -133,6 +153,8 @@ void mr_sched_free(mr_sched *s)
     free(s->logits);
     free(s->argmax);
     free(s->raw);
+    free(s->rows);
+    free(s->pen_free);
     free(s);
 }
 
@@ -182,7 +204,21 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
     q->max_tokens = max_tokens;
     q->sp = r->sampling;
     q->want_logits = r->want_logits;
-    q->pick = mr_sample_plain_greedy(&q->sp) && !q->want_logits ? MR_LOGITS_ARGMAX : MR_LOGITS_LAST;
+    /* where the id is picked: log-probabilities need the row on the host;
+     * else the backend picks a plain greedy id, and samples where it can
+     * (and has room for the penalty table, if any) */
+    q->pick = MR_LOGITS_LAST;
+    if (!q->want_logits && mr_sample_plain_greedy(&q->sp)) {
+        q->pick = MR_LOGITS_ARGMAX;
+    } else if (!q->want_logits && mr_model_can_sample(s->m)) {
+        q->pick = MR_LOGITS_SAMPLE;
+        if (mr_sample_penalized(&q->sp)) {
+            q->pen = pen_take(s);
+            q->pen_reset = true;
+            if (!q->pen)
+                q->pick = MR_LOGITS_LAST;
+        }
+    }
     mr_rng_seed(&q->rng, r->sampling.seed);
     q->stop_token = -1;
     q->tokens = malloc(sizeof(int32_t) * ((size_t)r->n_prompt + (size_t)max_tokens));
@@ -251,7 +287,7 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
                 (unsigned long long)r->id, need, r->n_prompt, max_tokens,
                 never ? mr_kv_pool_size(pool) : mr_kv_pool_available(pool),
                 never ? "in the whole pool" : "available");
-        req_free(q);
+        req_free(s, q);
         s->refused++;
         return never ? MR_SCHED_TOO_LARGE : MR_SCHED_NO_CAPACITY;
     }
@@ -262,7 +298,7 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
 oom:
     mr_errf(err, "request %llu: out of memory", (unsigned long long)r->id);
 fail:
-    req_free(q);
+    req_free(s, q);
     return MR_SCHED_INVALID;
 }
 
@@ -334,7 +370,7 @@ static void sweep(mr_sched *s)
     int k = 0;
     for (int i = 0; i < s->n_live; i++) {
         if (s->live[i]->done)
-            req_free(s->live[i]);
+            req_free(s, s->live[i]);
         else
             s->live[k++] = s->live[i];
     }
@@ -369,7 +405,7 @@ static void advance(mr_sched *s, req *q, const mr_batch_item *it)
         memcpy(s->raw, it->logits, sizeof(float) * (size_t)s->n_vocab);
         raw = s->raw;
     }
-    int32_t id = it->mode == MR_LOGITS_ARGMAX
+    int32_t id = it->mode == MR_LOGITS_ARGMAX || it->mode == MR_LOGITS_SAMPLE
                      ? *it->argmax
                      : mr_sample(s->sampler, &q->sp, &q->rng, it->logits, q->tokens, q->n_prompt,
                                  q->tokens + q->n_prompt, q->n_gen);
@@ -383,6 +419,38 @@ static void advance(mr_sched *s, req *q, const mr_batch_item *it)
     s->cb(s->user, &ev);
     if (q->n_gen >= q->max_tokens)
         finish(s, q, MR_SCHED_FIN_LENGTH, NULL);
+}
+
+/* The sample op's row for q's next id: its parameters, the uniform its
+ * host sampling would draw now (so a seeded request draws the same ids
+ * wherever it is sampled), and the ids its penalty table has not had yet
+ * (the whole prompt with the first row; then one generated id a step). */
+static void stage_row(mr_sched *s, req *q, mr_batch_item *it, mr_sample_row *row)
+{
+    const mr_sample_params *p = &q->sp;
+    *row = (mr_sample_row){
+        .u = p->temperature > 0.0f ? mr_rng_uniform(&q->rng) : 0.5,
+        .temperature = p->temperature,
+        .top_p = p->top_p,
+        .min_p = p->min_p,
+        .presence = p->presence_penalty,
+        .frequency = p->frequency_penalty,
+        .repetition = p->repetition_penalty,
+        .top_k = p->top_k,
+        .table = q->pen,
+    };
+    it->sample = row;
+    if (!q->pen)
+        return;
+    /* prompt then generated ids are adjacent in q->tokens, and the prompt
+     * goes in whole before any generated id */
+    row->reset = q->pen_reset;
+    row->n_add_prompt = q->n_prompt - q->pen_prompt;
+    row->n_add_gen = q->n_gen - q->pen_gen;
+    it->sample_add = q->tokens + (row->n_add_prompt > 0 ? q->pen_prompt : q->n_prompt + q->pen_gen);
+    q->pen_reset = false;
+    q->pen_prompt = q->n_prompt;
+    q->pen_gen = q->n_gen;
 }
 
 int mr_sched_step(mr_sched *s, mr_err *err)
@@ -434,6 +502,9 @@ int mr_sched_step(mr_sched *s, mr_err *err)
         n_items++;
         budget -= n;
     }
+    for (int i = 0; i < n_items; i++)
+        if (s->items[i].mode == MR_LOGITS_SAMPLE)
+            stage_row(s, s->item_req[i], &s->items[i], &s->rows[i]);
     int rc = 0;
     if (mr_model_forward_batch(s->m, s->items, n_items, err)) {
         for (int i = 0; i < n_items; i++)

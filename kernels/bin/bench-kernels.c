@@ -10,16 +10,22 @@
  * Prompt products ("gemm"): one 512-token prompt's dense and expert
  * products in each GEMM precision (MEMRA_CUDA_GEMM f16, f16x3, f32).
  *
- * Usage: bench-kernels [iters [moe|attn|gemm]]   (needs a CUDA device;
- * "moe": only the expert products of decode batches, "attn": only prompt
- * attention, "gemm": only the prompt products) */
+ * Sampling: the sample op on rows of a 151,936-id vocabulary against what
+ * the host path costs for the same rows (download, then worker/sample.c).
+ *
+ * Usage: bench-kernels [iters [moe|attn|gemm|sample]]   (needs a CUDA
+ * device; "moe": only the expert products of decode batches, "attn": only
+ * prompt attention, "gemm": only the prompt products, "sample": only
+ * sampling) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/half.h"
 #include "kernels/ops.h"
+#include "worker/sample.h"
 #ifdef MR_HAVE_CUDA
 #include "kernels/cuda/cu_bench.h"
 #include "kernels/cuda/cu_mvq8.h"
@@ -462,6 +468,140 @@ static int bench_attn(int iters)
     return 0;
 }
 
+/* ---- sampling ---- */
+
+typedef struct {
+    mr_backend *be;
+    float *l;
+    int n, V;
+    const mr_sample_row *rows;
+    const int32_t *add;
+    int32_t *ids;
+} samp_arg;
+
+static void run_samp(void *p)
+{
+    samp_arg *a = p;
+    a->be->sample(a->be, a->l, a->n, a->V, a->rows, a->add, a->ids);
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static float gauss(void)
+{
+    double u = ((rnd() >> 11) + 1.0) / 9007199254740993.0, v = (rnd() >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+/* Per parameter set and rows n = 1, 16, 64 of 151,936 logits shaped like a
+ * language model's (a N(0, 2.5) body, 24 ids at 8..18): the op's time per
+ * call (a replayed graph, as in a decode step; penalised rows carry a
+ * 1,000-id prompt in their tables and add one id a call) against the host
+ * path's for the same rows (download the rows, then mr_sample each with
+ * its 1,000-id prompt), which the scheduler runs today. */
+static int bench_sample(int iters)
+{
+    mr_err err;
+    mr_backend *be = mr_backend_cuda_create(0, &err);
+    if (!be || !be->sample) {
+        fprintf(stderr, "cuda: %s\n", be ? "no sample op" : err.msg);
+        return 1;
+    }
+    enum { V = 151936, NMAX = 64, NP = 1000 };
+    struct { const char *name; mr_sample_params p; } sets[] = {
+        {"greedy+pen", {.temperature = 0.0f, .presence_penalty = 0.5f, .repetition_penalty = 1.1f}},
+        {"T1", {.temperature = 1.0f}},
+        {"T.7-k20-p.8", {.temperature = 0.7f, .top_k = 20, .top_p = 0.8f}},
+        {"T.8-p.95", {.temperature = 0.8f, .top_p = 0.95f}},
+        {"T.7-minp.05", {.temperature = 0.7f, .min_p = 0.05f}},
+        {"T.7-k40-p.95+pen", {.temperature = 0.7f, .top_k = 40, .top_p = 0.95f, .presence_penalty = 0.5f,
+                              .frequency_penalty = 0.2f, .repetition_penalty = 1.1f}},
+    };
+    float *x = malloc(sizeof(float) * V * NMAX), *h = malloc(sizeof(float) * V * NMAX);
+    for (size_t i = 0; i < (size_t)V * NMAX; i++) x[i] = 2.5f * gauss();
+    for (int r = 0; r < NMAX; r++)
+        for (int j = 0; j < 24; j++) x[(size_t)r * V + rnd() % V] = 8.0f + (float)(rnd() % 1000) / 100.0f;
+    int32_t *prompt = malloc(sizeof(int32_t) * (NP + 1) * NMAX);
+    for (int i = 0; i < (NP + 1) * NMAX; i++) prompt[i] = (int32_t)(rnd() % 20000);
+    float *dl = be->alloc(be, sizeof(float) * V * NMAX);
+    mr_sample_row *hr = calloc(NMAX, sizeof *hr), *drows = be->alloc(be, sizeof *hr * NMAX);
+    int32_t *dadd = be->alloc(be, sizeof(int32_t) * (NP + 1) * NMAX), *dids = be->alloc(be, 4 * NMAX);
+    int32_t *tables = be->alloc(be, sizeof(int32_t) * mr_sample_table_ints(V) * NMAX);
+    mr_sampler *smp;
+    if (!dl || !drows || !dadd || !dids || !tables || mr_sampler_new(V, &smp, &err) ||
+        be->upload(be, dadd, prompt, sizeof(int32_t) * (NP + 1) * NMAX, &err)) {
+        fprintf(stderr, "bench sample: %s\n", err.msg);
+        return 1;
+    }
+    printf("%-18s %3s %12s %10s %12s %12s %12s %8s\n", "sample", "n", "op", "op/row", "host", "download",
+           "mr_sample", "host/op");
+    const int ns[3] = {1, 16, 64};
+    for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++)
+        for (int k = 0; k < 3; k++) {
+            const int n = ns[k];
+            const mr_sample_params *p = &sets[si].p;
+            bool pen = mr_sample_penalized(p);
+            if (be->upload(be, dl, x, sizeof(float) * V * (size_t)n, &err)) break;
+            mr_rng rng;
+            mr_rng_seed(&rng, 1);
+            for (int r = 0; r < n; r++)
+                hr[r] = (mr_sample_row){.u = mr_rng_uniform(&rng), .temperature = p->temperature,
+                                        .top_p = p->top_p, .min_p = p->min_p, .presence = p->presence_penalty,
+                                        .frequency = p->frequency_penalty, .repetition = p->repetition_penalty,
+                                        .top_k = p->top_k, .reset = 1, .add_off = r * (NP + 1),
+                                        .n_add_prompt = pen ? NP : 0,
+                                        .table = pen ? tables + mr_sample_table_ints(V) * (size_t)r : NULL};
+            samp_arg a = {be, dl, n, V, drows, dadd, dids};
+            /* the prompt into the tables once; then a decode step adds one id */
+            if (be->upload(be, drows, hr, sizeof *hr * (size_t)n, &err)) break;
+            run_samp(&a);
+            for (int r = 0; r < n; r++) {
+                hr[r].reset = 0;
+                hr[r].add_off = r * (NP + 1) + NP;
+                hr[r].n_add_prompt = 0;
+                hr[r].n_add_gen = pen ? 1 : 0;
+            }
+            if (be->upload(be, drows, hr, sizeof *hr * (size_t)n, &err)) break;
+            double t[3];
+            for (int rep = 0; rep < 3; rep++) t[rep] = mr_cuda_time(be, run_samp, &a, 3, iters);
+            if (be->sync(be, &err)) {
+                fprintf(stderr, "bench sample: %s\n", err.msg);
+                return 1;
+            }
+            double op = median3(t);
+            /* the host path: the rows come down, then one mr_sample each */
+            int reps = n >= 16 ? 2 : 5;
+            double td = 0, ts = 0;
+            for (int rep = 0; rep < reps; rep++) {
+                double t0 = now_s();
+                if (be->download(be, h, dl, sizeof(float) * V * (size_t)n, &err)) break;
+                double t1 = now_s();
+                memcpy(h, x, sizeof(float) * V * (size_t)n); /* the unpenalised rows */
+                double t2 = now_s();
+                for (int r = 0; r < n; r++)
+                    mr_sample(smp, p, &rng, h + (size_t)r * V, prompt + r * (NP + 1), NP,
+                              prompt + r * (NP + 1) + NP, 1);
+                double t3 = now_s();
+                td += t1 - t0;
+                ts += t3 - t2;
+            }
+            td /= reps;
+            ts /= reps;
+            printf("%-18s %3d %9.1f us %7.1f us %9.1f us %9.1f us %9.1f us %7.1fx\n", sets[si].name, n, op * 1e6,
+                   op * 1e6 / n, (td + ts) * 1e6, td * 1e6, ts * 1e6, (td + ts) / op);
+        }
+    mr_sampler_free(smp);
+    be->free(be, dl); be->free(be, drows); be->free(be, dadd); be->free(be, dids); be->free(be, tables);
+    free(x); free(h); free(hr); free(prompt);
+    be->destroy(be);
+    return 0;
+}
+
 static double bench_mv(mr_backend *be, const char *label, int type, int64_t rows, int64_t cols, int n,
                        int iters, double bw)
 {
@@ -529,6 +669,8 @@ int main(int argc, char **argv)
         return bench_attn(iters);
     if (argc > 2 && !strcmp(argv[2], "gemm"))
         return bench_gemm(iters, cbw);
+    if (argc > 2 && !strcmp(argv[2], "sample"))
+        return bench_sample(iters);
     if (argc > 2 && !strcmp(argv[2], "moe")) {
         printf("%-8s %-9s %-16s %3s %12s %11s %13s %7s\n", "kernel", "type", "rows x cols", "n", "bytes",
                "time", "bandwidth", "%copy");
@@ -603,6 +745,7 @@ int main(int argc, char **argv)
     gen->destroy(gen);
     fast->destroy(fast);
     if (bench_attn(iters)) return 1;
+    if (bench_sample(iters / 10 > 5 ? iters / 10 : 5)) return 1;
     return bench_moe(iters, cbw);
 }
 #endif

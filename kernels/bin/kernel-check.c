@@ -17,10 +17,14 @@
  * activations quantized here from its definition, and its cost against the
  * float32 activations is printed (check_q8).
  *
- * Usage: kernel-check [seed [moe|mm|ops|q8]]   Prints a table, then ALL GREEN or FAILED;
- * "moe" runs only the checks of the grouped expert products; "mm", "ops" and
- * "q8" one third of the whole each (run the three at once: their union is
- * what no argument runs). */
+ * The sample op is checked against worker/sample.c's mr_sample on the same
+ * logits and uniform (check_sample_all).
+ *
+ * Usage: kernel-check [seed [moe|sample|mm|ops|q8]]   Prints a table, then
+ * ALL GREEN or FAILED; "moe" runs only the checks of the grouped expert
+ * products, "sample" only those of the sample op; "mm", "ops" and "q8" one
+ * third of the whole each (run the three at once: their union is what no
+ * argument runs). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +35,7 @@
 #include "common/quant.h"
 #include "kernels/ops.h"
 #include "kernels/cuda/cu_bench.h"
+#include "worker/sample.h"
 
 
 static uint64_t rng_s = 0x9e3779b97f4a7c15ull;
@@ -1611,6 +1616,459 @@ static void check_graph(mr_backend *g, const char *tag)
     free(host);
 }
 
+/* ---- sampling: the sample op against worker/sample.c's mr_sample ----
+ *
+ * Every row is sampled twice from the same logits: by the op (penalty
+ * tables fed the row's prompt and generated ids, the uniform u) and by
+ * mr_sample on a host copy with a generator whose first draw is u.  The
+ * ids must be equal, except where the host's own float64 arithmetic puts
+ * the row within a hair of a decision: u * total within 1e-10 * total of a
+ * CDF boundary, the top_p goal within 1e-10 * total of a head sum, or a
+ * weight within 1e-12 (relative) of min_p.  Those rows are found by an
+ * independent reference here (a full sort, long double sums) and listed as
+ * near-boundary, not failed; the reference must agree with mr_sample
+ * everywhere else too. */
+
+#define SAMPLE_NEAR_SUM 1e-10
+#define SAMPLE_NEAR_MINP 1e-12
+
+typedef struct {
+    mr_sample_params p;
+    double u;
+    int np, ng;
+    int32_t *toks; /* prompt then generated ids */
+} srow;
+
+typedef struct { float l; int32_t id; } scand;
+static int scand_rank(const void *a, const void *b)
+{
+    const scand *x = a, *y = b;
+    if (x->l != y->l) return x->l > y->l ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+typedef struct { int32_t id; double w; } sdraw;
+static int sdraw_id(const void *a, const void *b)
+{
+    const sdraw *x = a, *y = b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* The reference pick from penalised logits (mr_sample's semantics, sorted,
+ * long double sums) and how close the row is to a decision boundary
+ * (*near: the smallest margin relative to its threshold; 1 when none). */
+static int32_t sample_ref(const float *l, int V, const mr_sample_params *p, double u, double *near,
+                          const char **why)
+{
+    *near = 1.0;
+    *why = "";
+    if (!(p->temperature > 0.0f)) {
+        int32_t b = 0;
+        for (int i = 1; i < V; i++)
+            if (l[i] > l[b] || (isnan(l[b]) && !isnan(l[i]))) b = i;
+        return b;
+    }
+    float mx = -INFINITY;
+    int32_t best = 0;
+    for (int i = 0; i < V; i++)
+        if (l[i] > mx) { mx = l[i]; best = i; }
+    if (!isfinite(mx)) return best;
+    scand *c = malloc(sizeof *c * (size_t)V);
+    int n = 0;
+    for (int i = 0; i < V; i++)
+        if (l[i] == l[i]) c[n++] = (scand){l[i], i};
+    qsort(c, (size_t)n, sizeof *c, scand_rank);
+    if (p->top_k > 0 && p->top_k < n) n = p->top_k;
+    double inv_t = 1.0 / (double)p->temperature;
+    double *w = malloc(sizeof *w * (size_t)(n > 0 ? n : 1));
+    long double total = 0;
+    for (int j = 0; j < n; j++) {
+        w[j] = exp(((double)c[j].l - (double)mx) * inv_t);
+        if (p->min_p > 0.0f && w[j] > 0.0) {
+            double m = fabs(w[j] - (double)p->min_p) / (double)p->min_p;
+            if (m < *near && m < SAMPLE_NEAR_MINP) { *near = m; *why = "min_p"; }
+        }
+        if (!(w[j] > 0.0) || (p->min_p > 0.0f && w[j] < (double)p->min_p)) w[j] = 0.0;
+        total += w[j];
+    }
+    if (p->top_p > 0.0f && p->top_p < 1.0f) {
+        long double goal = (long double)p->top_p * total, head = 0;
+        int R = n;
+        for (int j = 0; j < n; j++) {
+            long double before = head;
+            head += w[j];
+            if (head >= goal && w[j] > 0.0) {
+                double m1 = (double)(fabsl(head - goal) / total), m0 = (double)(fabsl(goal - before) / total);
+                double m = m1 < m0 ? m1 : m0;
+                if (m < SAMPLE_NEAR_SUM && m < *near) { *near = m; *why = "top_p"; }
+                R = j + 1;
+                break;
+            }
+        }
+        for (int j = R; j < n; j++) w[j] = 0.0;
+    }
+    /* survivors in id order */
+    sdraw *s = malloc(sizeof *s * (size_t)(n > 0 ? n : 1));
+    int ns = 0;
+    for (int j = 0; j < n; j++)
+        if (w[j] > 0.0) s[ns++] = (sdraw){c[j].id, w[j]};
+    qsort(s, (size_t)ns, sizeof *s, sdraw_id);
+    long double tot2 = 0;
+    for (int j = 0; j < ns; j++) tot2 += s[j].w;
+    long double target = (long double)u * tot2, cum = 0;
+    int32_t pick = ns ? s[ns - 1].id : best; /* the last survivor when the sum falls short */
+    bool found = false;
+    for (int j = 0; j < ns && !found; j++) {
+        long double before = cum;
+        cum += s[j].w;
+        if (target < cum) {
+            double m1 = (double)((cum - target) / tot2), m0 = (double)((target - before) / tot2);
+            double m = m1 < m0 ? m1 : m0;
+            if (m < SAMPLE_NEAR_SUM && m < *near) { *near = m; *why = "cdf"; }
+            pick = s[j].id;
+            found = true;
+        }
+    }
+    if (!found && ns) {
+        double m = (double)((target - cum) / tot2);
+        if (m < SAMPLE_NEAR_SUM && m < *near) { *near = m; *why = "cdf-end"; }
+    }
+    free(c); free(w); free(s);
+    return pick;
+}
+
+static mr_sampler *sample_host;
+static int sample_host_v;
+
+/* One call of the op over rows[0..n) of V logits (x, not penalised); with
+ * tables (one per penalised row, reset on the first step) fed everything
+ * the first step and the ids after given[r] later.  Compares with
+ * mr_sample; returns the number of failures. */
+static int sample_compare(const char *tag, int V, int n, const float *x, srow *rows, int32_t **tables,
+                          const int *given, int *near_rows, bool quiet)
+{
+    mr_err e2;
+    if (sample_host_v != V) {
+        mr_sampler_free(sample_host);
+        if (mr_sampler_new(V, &sample_host, &e2)) { err = e2; die("sampler"); }
+        sample_host_v = V;
+    }
+    size_t len = (size_t)n * V;
+    mr_sample_row *hr = calloc((size_t)n, sizeof *hr);
+    size_t n_add = 0;
+    for (int r = 0; r < n; r++) n_add += (size_t)rows[r].np + (size_t)rows[r].ng;
+    int32_t *add = malloc(sizeof(int32_t) * (n_add ? n_add : 1));
+    int off = 0;
+    for (int r = 0; r < n; r++) {
+        srow *q = &rows[r];
+        bool pen = mr_sample_penalized(&q->p);
+        hr[r] = (mr_sample_row){.u = q->u, .temperature = q->p.temperature, .top_p = q->p.top_p,
+                                .min_p = q->p.min_p, .presence = q->p.presence_penalty,
+                                .frequency = q->p.frequency_penalty, .repetition = q->p.repetition_penalty,
+                                .top_k = q->p.top_k, .table = pen ? tables[r] : NULL};
+        if (!pen) continue;
+        int g0 = given ? given[r] : -1; /* -1: first step (reset, everything) */
+        hr[r].reset = g0 < 0;
+        hr[r].add_off = off;
+        if (g0 < 0) {
+            memcpy(add + off, q->toks, sizeof(int32_t) * (size_t)(q->np + q->ng));
+            hr[r].n_add_prompt = q->np;
+            hr[r].n_add_gen = q->ng;
+            off += q->np + q->ng;
+        } else {
+            memcpy(add + off, q->toks + q->np + g0, sizeof(int32_t) * (size_t)(q->ng - g0));
+            hr[r].n_add_gen = q->ng - g0;
+            off += q->ng - g0;
+        }
+    }
+    float *dl = dup_to(gpu, x, len * 4);
+    mr_sample_row *drows = dup_to(gpu, hr, sizeof *hr * (size_t)n);
+    int32_t *dadd = dup_to(gpu, add, sizeof(int32_t) * (off ? (size_t)off : 1));
+    int32_t *dids = dalloc(gpu, (size_t)n * 4), *ids = malloc((size_t)n * 4);
+    poison(gpu, dids, (size_t)n * 4);
+    gpu->sample(gpu, dl, n, V, drows, dadd, dids);
+    fetch(gpu, ids, dids, (size_t)n * 4);
+    int bad = 0, near = 0;
+    float *h = malloc((size_t)V * 4);
+    for (int r = 0; r < n; r++) {
+        srow *q = &rows[r];
+        memcpy(h, x + (size_t)r * V, (size_t)V * 4);
+        mr_rng g;
+        mr_rng_rig(&g, q->u);
+        int32_t want = mr_sample(sample_host, &q->p, &g, h, q->toks, q->np, q->toks + q->np, q->ng);
+        double m;
+        const char *why;
+        int32_t ref = sample_ref(h, V, &q->p, q->u, &m, &why); /* h is penalised now */
+        bool is_near = m < 1.0;
+        if (ids[r] == want && (ref == want || is_near)) continue;
+        if (is_near) {
+            near++;
+            printf("  %s row %d: near a boundary (%s, margin %.2e): op %d, mr_sample %d, reference %d\n", tag, r,
+                   why, m, ids[r], want, ref);
+            continue;
+        }
+        bad++;
+        if (bad <= 8 || !quiet)
+            printf("  %s row %d FAIL: op %d, mr_sample %d, reference %d (T %g top_k %d top_p %g min_p %g pres %g "
+                   "freq %g rep %g u %.17g np %d ng %d)\n", tag, r, ids[r], want, ref, (double)q->p.temperature,
+                   q->p.top_k, (double)q->p.top_p, (double)q->p.min_p, (double)q->p.presence_penalty,
+                   (double)q->p.frequency_penalty, (double)q->p.repetition_penalty, q->u, q->np, q->ng);
+    }
+    *near_rows += near;
+    gpu->free(gpu, dl); gpu->free(gpu, drows); gpu->free(gpu, dadd); gpu->free(gpu, dids);
+    free(hr); free(add); free(ids); free(h);
+    return bad;
+}
+
+/* Logits like a language model's: a broad body and a few strong ids. */
+static void sample_logits(float *x, int V, int kind)
+{
+    for (int i = 0; i < V; i++) {
+        switch (kind) {
+        case 0: x[i] = 2.5f * fgauss(); break;                      /* body */
+        case 1: x[i] = (float)(rnd() % 5); break;                   /* exact ties everywhere */
+        case 2: x[i] = rnd() % 2 ? -INFINITY : 3.0f * fgauss(); break; /* half -inf */
+        case 3: x[i] = 0.05f * fgauss(); break;                     /* nearly flat */
+        }
+    }
+    if (kind == 0)
+        for (int j = 0; j < 24; j++) x[rnd() % (uint64_t)V] = 8.0f + 10.0f * (float)(rnd() % 1000) / 1000.0f;
+}
+
+static void srow_ids(srow *q, int V, int np, int ng)
+{
+    q->np = np;
+    q->ng = ng;
+    q->toks = malloc(sizeof(int32_t) * (size_t)(np + ng + 1));
+    int span = V < 4000 ? V : 4000; /* repeats */
+    for (int i = 0; i < np + ng; i++) q->toks[i] = (int32_t)(rnd() % (uint64_t)span);
+}
+
+static mr_sample_params sample_params_mixed(int V)
+{
+    mr_sample_params p = {0};
+    int f = (int)(rnd() % 64);
+    p.temperature = f % 7 == 0 ? 0.0f : 0.1f + (float)(rnd() % 200) / 100.0f;
+    if (f & 1) p.top_k = 1 + (int)(rnd() % (uint64_t)(rnd() % 4 ? 100 : V));
+    if (f & 2) p.top_p = 0.3f + (float)(rnd() % 70) / 100.0f;
+    if (f & 4) p.min_p = (float)(rnd() % 30) / 100.0f;
+    if (f & 8) p.presence_penalty = (float)((int)(rnd() % 41) - 20) / 10.0f;
+    if (f & 16) p.frequency_penalty = (float)((int)(rnd() % 41) - 20) / 10.0f;
+    if (f & 32) p.repetition_penalty = 0.5f + (float)(rnd() % 20) / 10.0f;
+    return p;
+}
+
+static double sample_u(void)
+{
+    mr_rng r;
+    mr_rng_seed(&r, rnd());
+    return mr_rng_uniform(&r);
+}
+
+static void sample_group(const char *name, int V, int n, int kind, const mr_sample_params *fixed, int n_fixed,
+                         const double *fixed_u)
+{
+    float *x = malloc((size_t)n * V * 4);
+    srow *rows = calloc((size_t)n, sizeof *rows);
+    int32_t **tables = calloc((size_t)n, sizeof *tables);
+    for (int r = 0; r < n; r++) {
+        sample_logits(x + (size_t)r * V, V, kind);
+        rows[r].p = r < n_fixed ? fixed[r] : sample_params_mixed(V);
+        rows[r].u = fixed_u && r < n_fixed && fixed_u[r] > 0 ? fixed_u[r] : sample_u();
+        srow_ids(&rows[r], V, 1 + (int)(rnd() % 300), (int)(rnd() % 40));
+        tables[r] = dalloc(gpu, sizeof(int32_t) * mr_sample_table_ints(V));
+        poison(gpu, tables[r], sizeof(int32_t) * mr_sample_table_ints(V)); /* reset must clear it */
+    }
+    int near = 0;
+    int bad = sample_compare(name, V, n, x, rows, tables, NULL, &near, true);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%s V=%d n=%d (%d near)", name, V, n, near);
+    report("sample", shape, (double)bad, 0, 0.0);
+    for (int r = 0; r < n; r++) { free(rows[r].toks); gpu->free(gpu, tables[r]); }
+    free(x); free(rows); free(tables);
+}
+
+/* Tables fed over several steps: the prompt (a long one in row 0) and the
+ * generated ids so far with the first step, one more id a step after. */
+static void sample_steps(int V, int n, int steps)
+{
+    float *x = malloc((size_t)n * V * 4);
+    srow *rows = calloc((size_t)n, sizeof *rows);
+    int32_t **tables = calloc((size_t)n, sizeof *tables);
+    int *given = calloc((size_t)n, sizeof *given);
+    for (int r = 0; r < n; r++) {
+        rows[r].p = (mr_sample_params){.temperature = r % 4 == 3 ? 0.0f : 0.8f, .top_k = r % 2 ? 40 : 0,
+                                       .top_p = r % 3 ? 0.9f : 0.0f, .presence_penalty = 0.4f,
+                                       .frequency_penalty = 0.3f, .repetition_penalty = r % 2 ? 1.3f : 1.0f};
+        srow_ids(&rows[r], V, r == 0 ? 30000 : 50 + r, steps + 2);
+        tables[r] = dalloc(gpu, sizeof(int32_t) * mr_sample_table_ints(V));
+        poison(gpu, tables[r], sizeof(int32_t) * mr_sample_table_ints(V));
+    }
+    int bad = 0, near = 0;
+    for (int s = 0; s < steps; s++) {
+        for (int r = 0; r < n; r++) {
+            sample_logits(x + (size_t)r * V, V, 0);
+            rows[r].u = sample_u();
+            given[r] = rows[r].ng; /* what the table had */
+            rows[r].ng = 2 + s;
+        }
+        bad += sample_compare("steps", V, n, x, rows, tables, s ? given : NULL, &near, true);
+    }
+    char shape[64];
+    snprintf(shape, sizeof shape, "tables over %d steps V=%d n=%d (%d near)", steps, V, n, near);
+    report("sample", shape, (double)bad, 0, 0.0);
+    for (int r = 0; r < n; r++) { free(rows[r].toks); gpu->free(gpu, tables[r]); }
+    free(x); free(rows); free(tables); free(given);
+}
+
+/* The op recorded and replayed as a CUDA graph (the automatic graphs:
+ * the same call three times, new rows and logits uploaded in between),
+ * and inside an explicit capture. */
+static void sample_graph(int V, int n)
+{
+    float *x = malloc((size_t)n * V * 4), *h = malloc((size_t)V * 4);
+    mr_sample_row *hr = calloc((size_t)n, sizeof *hr);
+    srow *rows = calloc((size_t)n, sizeof *rows);
+    float *dl = dalloc(gpu, (size_t)n * V * 4);
+    mr_sample_row *drows = dalloc(gpu, sizeof *hr * (size_t)n);
+    int32_t *dadd = dalloc(gpu, 4), *dids = dalloc(gpu, (size_t)n * 4), *ids = malloc((size_t)n * 4);
+    long caps0 = 0, reps0 = 0, caps1 = 0, reps1 = 0;
+#ifdef MR_HAVE_CUDA
+    mr_cu_autograph_stats(gpu, &caps0, &reps0);
+#endif
+    void *graph = NULL;
+    int bad = 0;
+    for (int it = 0; it < 6; it++) {
+        for (int r = 0; r < n; r++) {
+            sample_logits(x + (size_t)r * V, V, 0);
+            rows[r].p = (mr_sample_params){.temperature = 0.3f + 0.2f * (float)r, .top_k = r % 2 ? 0 : 30,
+                                           .top_p = 0.9f};
+            rows[r].u = sample_u();
+            hr[r] = (mr_sample_row){.u = rows[r].u, .temperature = rows[r].p.temperature, .top_p = 0.9f,
+                                    .top_k = rows[r].p.top_k};
+        }
+        if (gpu->upload(gpu, dl, x, (size_t)n * V * 4, &err) || gpu->upload(gpu, drows, hr, sizeof *hr * (size_t)n, &err))
+            die("upload");
+        poison(gpu, dids, (size_t)n * 4);
+        if (it < 3) { /* automatic: recorded, captured at the second, replayed at the third */
+            gpu->sample(gpu, dl, n, V, drows, dadd, dids);
+        } else {
+            if (it == 3) {
+                if (gpu->graph_begin(gpu, &err)) die("graph_begin");
+                gpu->sample(gpu, dl, n, V, drows, dadd, dids);
+                if (gpu->graph_end(gpu, &graph, &err)) die("graph_end");
+            }
+            if (gpu->graph_launch(gpu, graph, &err)) die("graph_launch");
+        }
+        fetch(gpu, ids, dids, (size_t)n * 4);
+        for (int r = 0; r < n; r++) {
+            memcpy(h, x + (size_t)r * V, (size_t)V * 4);
+            mr_rng g;
+            mr_rng_rig(&g, rows[r].u);
+            int32_t want = mr_sample(sample_host, &rows[r].p, &g, h, NULL, 0, NULL, 0);
+            double m;
+            const char *why;
+            sample_ref(h, V, &rows[r].p, rows[r].u, &m, &why);
+            if (ids[r] != want && !(m < 1.0)) {
+                bad++;
+                printf("  graph step %d row %d FAIL: op %d, mr_sample %d\n", it, r, ids[r], want);
+            }
+        }
+    }
+    gpu->graph_destroy(gpu, graph);
+#ifdef MR_HAVE_CUDA
+    mr_cu_autograph_stats(gpu, &caps1, &reps1);
+#endif
+    char shape[96];
+    snprintf(shape, sizeof shape, "graphs V=%d n=%d (auto: %ld captured, %ld replayed)", V, n, caps1 - caps0,
+             reps1 - reps0);
+    bool autog = !(getenv("MEMRA_CUDA_AUTOGRAPH") && !strcmp(getenv("MEMRA_CUDA_AUTOGRAPH"), "0"));
+    report("sample", shape, (double)bad + (autog && (caps1 - caps0 < 1 || reps1 - reps0 < 1)), 0, 0.0);
+    gpu->free(gpu, dl); gpu->free(gpu, drows); gpu->free(gpu, dadd); gpu->free(gpu, dids);
+    free(x); free(h); free(hr); free(rows); free(ids);
+}
+
+static void check_sample_all(void)
+{
+    if (!gpu->sample) {
+        report("sample", "no sample op", 1.0, 0, 0.0);
+        return;
+    }
+    const int QV = 151936;
+    /* each feature alone, then together, and the paths of the kernel:
+     * candidates in shared memory (top_k <= 2048, or a nucleus within the
+     * 2048 best), the whole row (top_k > 2048, a flat nucleus, none) */
+    const mr_sample_params one[] = {
+        {.temperature = 1.0f},
+        {.temperature = 0.7f, .top_k = 1},
+        {.temperature = 0.7f, .top_k = 20},
+        {.temperature = 0.9f, .top_k = 2048},
+        {.temperature = 0.9f, .top_k = 2049},
+        {.temperature = 1.3f, .top_k = 50000},
+        {.temperature = 0.8f, .top_p = 0.9f},
+        {.temperature = 1.0f, .top_p = 0.999f},
+        {.temperature = 1.0f, .min_p = 0.05f},
+        {.temperature = 0.6f, .min_p = 0.5f},
+        {.temperature = 1.0f, .presence_penalty = 1.5f, .frequency_penalty = 0.5f, .repetition_penalty = 1.3f},
+        {.temperature = 0.0f, .presence_penalty = 2.0f, .repetition_penalty = 1.5f},
+        {.temperature = 0.0f},
+        {.temperature = 1e-4f},
+        {.temperature = 50.0f},
+        {.temperature = 0.7f, .top_k = 40, .top_p = 0.95f, .min_p = 0.02f, .presence_penalty = 0.5f,
+         .frequency_penalty = 0.3f, .repetition_penalty = 1.1f},
+        {.temperature = 50.0f, .top_p = 0.9f},
+        {.temperature = 50.0f, .top_k = 3000, .top_p = 0.5f},
+        {.temperature = 2.0f, .top_k = 100, .min_p = 0.1f, .repetition_penalty = 0.7f},
+        {.temperature = 0.7f, .top_p = 0.8f, .top_k = 20},
+    };
+    const int n_one = (int)(sizeof one / sizeof one[0]);
+    /* u at the ends: the smallest draw, the largest below 1, and 1 itself
+     * (what mr_rng_uniform returns for k = 2^53 - 1) */
+    double ends_u[6] = {0.5 / 9007199254740992.0, 1.0 - 1.0 / 4503599627370496.0, 1.0,
+                        0.5 / 9007199254740992.0, 1.0 - 1.0 / 4503599627370496.0, 1.0};
+    const mr_sample_params ends[6] = {
+        {.temperature = 1.0f}, {.temperature = 1.0f}, {.temperature = 1.0f},
+        {.temperature = 0.8f, .top_k = 20, .top_p = 0.9f}, {.temperature = 0.8f, .top_k = 20, .top_p = 0.9f},
+        {.temperature = 0.8f, .top_k = 20, .top_p = 0.9f},
+    };
+    sample_group("one-by-one", QV, n_one, 0, one, n_one, NULL);
+    sample_group("u-ends", QV, 6, 0, ends, 6, ends_u);
+    sample_group("mixed", QV, 64, 0, NULL, 0, NULL);
+    sample_group("mixed", 1000, 64, 0, NULL, 0, NULL);
+    sample_group("mixed", 33, 64, 0, NULL, 0, NULL);
+    sample_group("ties", QV, 32, 1, one, n_one, NULL);
+    sample_group("ties", 1000, 64, 1, NULL, 0, NULL);
+    sample_group("half-inf", QV, 24, 2, one, n_one, NULL);
+    sample_group("flat", QV, 24, 3, one, n_one, NULL);
+    sample_group("flat", 5003, 32, 3, NULL, 0, NULL);
+    sample_steps(QV, 8, 4);
+    sample_graph(QV, 4);
+    /* rows that cannot be sampled as numbers: all -inf, NaN among them */
+    {
+        const int V = 1000, n = 4;
+        float *x = malloc((size_t)n * V * 4);
+        for (int i = 0; i < n * V; i++) x[i] = -INFINITY;
+        x[1 * V + 0] = NAN;
+        x[2 * V + 0] = NAN;
+        x[2 * V + 500] = 1.0f;
+        for (int i = 0; i < V; i++) x[3 * V + i] = i % 3 ? NAN : fgauss();
+        srow rows[4];
+        int32_t *tables[4] = {0};
+        mr_sample_params ps[4] = {{.temperature = 1.0f}, {.temperature = 0.0f}, {.temperature = 0.5f, .top_k = 3},
+                                  {.temperature = 0.9f, .top_p = 0.5f}};
+        for (int r = 0; r < n; r++) {
+            rows[r] = (srow){.p = ps[r], .u = sample_u()};
+            srow_ids(&rows[r], V, 0, 0);
+        }
+        int near = 0, bad = sample_compare("odd", V, n, x, rows, tables, NULL, &near, false);
+        report("sample", "all -inf / NaN rows V=1000 n=4", (double)bad, 0, 0.0);
+        for (int r = 0; r < n; r++) free(rows[r].toks);
+        free(x);
+    }
+    mr_sampler_free(sample_host);
+    sample_host = NULL;
+    sample_host_v = 0;
+}
+
 /* Every check, in order. */
 /* The checks in three parts that can run as separate processes at once
  * (the float64 references are single-threaded host work): PART_MM the
@@ -1727,6 +2185,7 @@ q8:
     check_q8_all();
     check_graph(q8_be[0], "-q8");
     if (cpu) check_hybrid_ops();
+    check_sample_all();
 }
 
 int main(int argc, char **argv)
@@ -1805,6 +2264,8 @@ int main(int argc, char **argv)
     const char *part = argc > 2 ? argv[2] : "";
     if (!strcmp(part, "moe"))
         check_moe_grouped();
+    else if (!strcmp(part, "sample"))
+        check_sample_all();
     else
         check_ops(!strcmp(part, "mm") ? PART_MM : !strcmp(part, "ops") ? PART_OPS : !strcmp(part, "q8") ? PART_Q8
                                                                                    : PART_MM | PART_OPS | PART_Q8);

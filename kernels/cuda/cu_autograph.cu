@@ -50,6 +50,7 @@ struct rec_op {
         struct { float *y; const float *g; int n_rows, dim, gs; bool scalar; } sigmoid_mul;
         struct { const float *x, *w; float *state; int n, channels, k; float *y; } conv1d_silu;
         struct { const float *qkv; int stride; const float *alpha, *beta, *a, *dt_bias; float *state; int n, nk, nv, dk, dv; float eps; float *out; } gdn_scan;
+        struct { float *l; int n, dim; const mr_sample_row *rows; const int32_t *add; int32_t *ids; } sample;
     } u;
 };
 
@@ -81,7 +82,7 @@ struct mr_cu_auto {
 enum { OP_GET_ROWS = 1, OP_MATMUL, OP_MATMUL_ID, OP_RMSNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION,
        OP_KV_STORE_MULTI, OP_ATTENTION_MULTI,
        OP_SWIGLU, OP_ADD, OP_MOE_ROUTE, OP_MOE_COMBINE, OP_ARGMAX, OP_ADD_RMSNORM, OP_COPY_2D,
-       OP_SIGMOID_MUL, OP_CONV1D_SILU, OP_GDN_SCAN, OP_QK_NORM_ROPE };
+       OP_SIGMOID_MUL, OP_CONV1D_SILU, OP_GDN_SCAN, OP_QK_NORM_ROPE, OP_SAMPLE };
 
 #define MAX_GRAPHS 8
 
@@ -200,6 +201,7 @@ static void run_op(mr_cu_auto *a, mr_backend *be, const rec_op &o)
                    p.dv, p.eps, p.out);
         break;
     }
+    case OP_SAMPLE: { auto &p = o.u.sample; r.sample(be, p.l, p.n, p.dim, p.rows, p.add, p.ids); break; }
     }
 }
 
@@ -555,6 +557,19 @@ static void w_gdn_scan(mr_backend *be, const float *qkv, int stride, const float
     label(a, "gdn_scan n=%d h=%d/%d d=%d/%d", n, nk, nv, dk, dv);
 }
 
+/* The rows (parameters, uniforms, penalty tables) and the ids they add are
+ * device memory the host rewrites before each step, like the token ids: a
+ * replayed graph samples with the step's own. */
+static void w_sample(mr_backend *be, float *l, int n, int dim, const mr_sample_row *rows,
+                     const int32_t *add, int32_t *ids)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.sample(be, l, n, dim, rows, add, ids);
+    rec(be, OP_SAMPLE).u.sample = {l, n, dim, rows, add, ids};
+    sp(a->sig, l); sp(a->sig, n); sp(a->sig, dim); sp(a->sig, rows); sp(a->sig, add); sp(a->sig, ids);
+    label(a, "sample n=%d dim=%d", n, dim);
+}
+
 void mr_cu_autograph_install(mr_backend *be)
 {
     mr_cu_ctx *c = mr_cu(be);
@@ -586,6 +601,7 @@ void mr_cu_autograph_install(mr_backend *be)
     be->sigmoid_mul = w_sigmoid_mul;
     be->conv1d_silu = w_conv1d_silu;
     be->gdn_scan = w_gdn_scan;
+    if (be->sample) be->sample = w_sample;
 }
 
 void mr_cu_autograph_free(mr_backend *be)

@@ -386,6 +386,7 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     mr_cu_install_ops(be);
     mr_cu_install_attn(be);
     mr_cu_install_gdn(be);
+    mr_cu_install_sample(be);
     /* last: it wraps the table above.  Ops are recorded and launched at the
      * next flush, so any op added to this table later must be wrapped in
      * cu_autograph.cu too (or call mr_cu_flush(be) before launching), or it

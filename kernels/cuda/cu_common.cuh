@@ -133,6 +133,7 @@ void mr_cu_weight_free_priv(mr_backend *be, mr_weight *w);
 void mr_cu_install_ops(mr_backend *be);
 void mr_cu_install_attn(mr_backend *be);
 void mr_cu_install_gdn(mr_backend *be); /* cu_gdn.cu: the hybrid-model ops */
+void mr_cu_install_sample(mr_backend *be); /* cu_sample.cu: sampling on the device */
 /* Decode matvec settings read once at backend creation (cu_fast.cu). */
 void mr_cu_fast_init(mr_cu_ctx *c);
 bool mr_cu_type_supported(int type);

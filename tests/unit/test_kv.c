@@ -220,11 +220,12 @@ START_TEST(batched_and_chunked_logits_are_bit_identical)
     }
     mr_batch_item it[3];
     for (int s = 0; s < 3; s++)
-        it[s] = (mr_batch_item){q[s], p[s], n[s], MR_LOGITS_ALL, out[s], NULL};
+        it[s] = (mr_batch_item){.seq = q[s], .tokens = p[s], .n = n[s], .mode = MR_LOGITS_ALL, .logits = out[s]};
     ck_assert_msg(mr_model_forward_batch(model, it, 3, &err) == 0, "%s", err.msg);
     for (int d = 0; d < DEC; d++) {
         for (int s = 0; s < 3; s++)
-            it[s] = (mr_batch_item){q[s], &p[s][n[s] + d], 1, MR_LOGITS_LAST, out[s] + (size_t)(n[s] + d) * V, NULL};
+            it[s] = (mr_batch_item){.seq = q[s], .tokens = &p[s][n[s] + d], .n = 1, .mode = MR_LOGITS_LAST,
+                                    .logits = out[s] + (size_t)(n[s] + d) * V};
         ck_assert_int_eq(mr_model_forward_batch(model, it, 3, &err), 0);
     }
     for (int s = 0; s < 3; s++) {
@@ -248,13 +249,13 @@ START_TEST(batched_and_chunked_logits_are_bit_identical)
         while (done_b < NB) {
             int k = 0;
             if (dec_a < DEC) {
-                it[k++] = (mr_batch_item){q[0], &pa[NA + dec_a], 1, MR_LOGITS_LAST, last, NULL};
+                it[k++] = (mr_batch_item){.seq = q[0], .tokens = &pa[NA + dec_a], .n = 1, .mode = MR_LOGITS_LAST, .logits = last};
             }
             int nb = NB - done_b < chunk ? NB - done_b : chunk;
-            it[k++] = (mr_batch_item){q[1], &pb[done_b], nb, MR_LOGITS_LAST, last + V, NULL};
+            it[k++] = (mr_batch_item){.seq = q[1], .tokens = &pb[done_b], .n = nb, .mode = MR_LOGITS_LAST, .logits = last + V};
             int nc = NC - done_c < 5 ? NC - done_c : 5;
             if (nc > 0)
-                it[k++] = (mr_batch_item){q[2], &pc[done_c], nc, MR_LOGITS_LAST, last + 2 * V, NULL};
+                it[k++] = (mr_batch_item){.seq = q[2], .tokens = &pc[done_c], .n = nc, .mode = MR_LOGITS_LAST, .logits = last + 2 * V};
             ck_assert_int_eq(mr_model_forward_batch(model, it, k, &err), 0);
             if (dec_a < DEC) {
                 ck_assert(memcmp(last, solo[0] + (size_t)(NA + dec_a) * V, row) == 0);
@@ -336,13 +337,15 @@ START_TEST(batch_rejects_bad_items)
     ck_assert_int_eq(mr_seq_new(model, &b, &err), 0);
     int32_t t[4] = {1, 2, 3, 4}, bad[1] = {5000};
     float lg[1024 * 4];
-    mr_batch_item same[2] = {{a, t, 2, MR_LOGITS_NONE, NULL, NULL}, {a, t + 2, 2, MR_LOGITS_NONE, NULL, NULL}};
+    mr_batch_item same[2] = {{.seq = a, .tokens = t, .n = 2, .mode = MR_LOGITS_NONE},
+                             {.seq = a, .tokens = t + 2, .n = 2, .mode = MR_LOGITS_NONE}};
     ck_assert_int_ne(mr_model_forward_batch(model, same, 2, &err), 0);
     ck_assert_msg(strstr(err.msg, "twice") != NULL, "%s", err.msg);
-    mr_batch_item oob[2] = {{a, t, 2, MR_LOGITS_LAST, lg, NULL}, {b, bad, 1, MR_LOGITS_LAST, lg + 1024, NULL}};
+    mr_batch_item oob[2] = {{.seq = a, .tokens = t, .n = 2, .mode = MR_LOGITS_LAST, .logits = lg},
+                            {.seq = b, .tokens = bad, .n = 1, .mode = MR_LOGITS_LAST, .logits = lg + 1024}};
     ck_assert_int_ne(mr_model_forward_batch(model, oob, 2, &err), 0);
     ck_assert_int_eq(mr_seq_len(a), 0); /* nothing changed */
-    mr_batch_item nolog[1] = {{a, t, 2, MR_LOGITS_ALL, NULL, NULL}};
+    mr_batch_item nolog[1] = {{.seq = a, .tokens = t, .n = 2, .mode = MR_LOGITS_ALL}};
     ck_assert_int_ne(mr_model_forward_batch(model, nolog, 1, &err), 0);
     ck_assert_int_ne(mr_model_forward_batch(model, nolog, 0, &err), 0);
     mr_seq_free(a);
