@@ -7,12 +7,16 @@
  *
  * Prompt attention: the float32 kernel against the tensor-core one.
  *
+ * Prompt products ("gemm"): one 512-token prompt's dense and expert
+ * products in each GEMM precision (MEMRA_CUDA_GEMM f16, f16x3, f32).
+ *
  * Sampling: the sample op on rows of a 151,936-id vocabulary against what
  * the host path costs for the same rows (download, then worker/sample.c).
  *
- * Usage: bench-kernels [iters [moe|attn|sample]]   (needs a CUDA device;
- * "moe": only the expert products, "attn": only prompt attention,
- * "sample": only sampling) */
+ * Usage: bench-kernels [iters [moe|attn|gemm|sample]]   (needs a CUDA
+ * device; "moe": only the expert products of decode batches, "attn": only
+ * prompt attention, "gemm": only the prompt products, "sample": only
+ * sampling) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,7 +195,8 @@ static void run_id(void *p)
  * and routings); xs input rows a token (1: gate/up, k: down).  Bandwidth
  * counts the bytes of the distinct experts a call reads. */
 static void bench_id(mr_backend **be, const char **label, int nbe, int type, int64_t rows,
-                     int64_t cols, int mats, int k, int xs, const int *ns, int nn, int iters, double bw)
+                     int64_t cols, int mats, int k, int xs, const int *ns, int nn, int iters, double bw,
+                     bool flops)
 {
     int bb = 0, be_ = block_of(type, &bb);
     size_t rb = (size_t)(cols / be_) * bb, mat = rb * rows, bytes = mat * mats;
@@ -261,10 +266,14 @@ static void bench_id(mr_backend **be, const char **label, int nbe, int type, int
                 exit(1);
             }
             double med = median3(t), gbs = rbytes / med / 1e9;
-            printf("%-8s %-9s %7lld x %-6lld n=%d %9.0f KB %8.2f us %8.1f GB/s %6.1f%%  %5.1f of %d experts, k=%d%s\n",
-                   label[b], type == MR_TYPE_Q4_K ? "Q4_K" : type == MR_TYPE_Q6_K ? "Q6_K" : "?", (long long)rows,
-                   (long long)cols, n, rbytes / 1024.0, med * 1e6, gbs, 100.0 * gbs / bw, used, mats, k,
-                   xs > 1 ? ", a row per pair" : "");
+            if (flops)
+                printf("%-9s %-7s %4d x %5lld x %-5lld k=%d n=%-4d %10.1f us %8.1f TFLOP/s  (%.1f experts used%s)\n",
+                       label[b], type_name(type), mats, (long long)rows, (long long)cols, k, n, med * 1e6,
+                       2.0 * rows * cols * n * k / med / 1e12, used, xs > 1 ? ", a row per pair" : "");
+            else
+                printf("%-8s %-9s %7lld x %-6lld n=%d %9.0f KB %8.2f us %8.1f GB/s %6.1f%%  %5.1f of %d experts, k=%d%s\n",
+                       label[b], type_name(type), (long long)rows, (long long)cols, n, rbytes / 1024.0, med * 1e6,
+                       gbs, 100.0 * gbs / bw, used, mats, k, xs > 1 ? ", a row per pair" : "");
             be[b]->free(be[b], x);
             be[b]->free(be[b], y);
             for (int i = 0; i < nw; i++) be[b]->free(be[b], ids[b * nw + i]);
@@ -297,10 +306,66 @@ static int bench_moe(int iters, double cbw)
         return 1;
     }
     const int ns[] = {1, 4, 16, 64};
-    bench_id(be, label, 2, MR_TYPE_Q4_K, 768, 2048, 128, 8, 1, ns, 4, iters, cbw);
-    bench_id(be, label, 2, MR_TYPE_Q6_K, 2048, 768, 128, 8, 8, ns, 4, iters, cbw);
+    bench_id(be, label, 2, MR_TYPE_Q4_K, 768, 2048, 128, 8, 1, ns, 4, iters, cbw, false);
+    bench_id(be, label, 2, MR_TYPE_Q6_K, 2048, 768, 128, 8, 8, ns, 4, iters, cbw, false);
     be[1]->destroy(be[1]);
     be[0]->destroy(be[0]);
+    return 0;
+}
+
+/* One 512-token prompt's products in each GEMM precision, one backend a
+ * mode (MEMRA_CUDA_GEMM f16, f16x3, f32; the hybrids run f16x3 through
+ * be->prefer_float32): dense Q4_K 4096 x 2048 and 2048 x 4096, IQ4_XS
+ * 8192 x 2048 (the 35B-A3B's widest projection), and expert products with
+ * k = 8 distinct random experts a token: the 35B-A3B's IQ4_XS gate/up
+ * (256 x 512 x 2048) and down (256 x 2048 x 512, an input row a pair) and
+ * the Qwen3-30B-A3B's Q4_K gate/up (128 x 768 x 2048).  FLOP: 2 rows cols n
+ * (experts: times k). */
+static int bench_gemm(int iters, double cbw)
+{
+    static const char *mode[3] = {"f16", "f16x3", "f32"};
+    const char *label[3] = {"gemm-f16", "gemm-x3", "gemm-f32"};
+    mr_backend *be[3];
+    mr_err err;
+    for (int i = 0; i < 3; i++) {
+        setenv("MEMRA_CUDA_GEMM", mode[i], 1);
+        be[i] = mr_backend_cuda_create(0, &err);
+        if (!be[i]) {
+            fprintf(stderr, "cuda (MEMRA_CUDA_GEMM=%s): %s\n", mode[i], err.msg);
+            return 1;
+        }
+    }
+    unsetenv("MEMRA_CUDA_GEMM");
+    const int n = 512;
+    printf("%-9s %-7s %-27s %-6s %13s %16s\n", "mode", "type", "shape", "n", "time", "rate");
+    struct { int type; int64_t rows, cols; } dn[] = {
+        {MR_TYPE_Q4_K, 4096, 2048}, {MR_TYPE_Q4_K, 2048, 4096}, {MR_TYPE_IQ4_XS, 8192, 2048},
+    };
+    for (size_t i = 0; i < sizeof dn / sizeof dn[0]; i++) {
+        mv_set m;
+        mv_load(&m, be[0], dn[i].type, dn[i].rows, dn[i].cols, n); /* device pointers: every backend reads them */
+        double tt[3];
+        for (int b = 0; b < 3; b++) {
+            mv_arg a = {be[b], m.w, m.nw, 0, n, m.x, m.y};
+            double t[3];
+            for (int r = 0; r < 3; r++) t[r] = mr_cuda_time(be[b], run_mv, &a, 3, iters);
+            if (be[b]->sync(be[b], &err)) {
+                fprintf(stderr, "bench %s: %s\n", label[b], err.msg);
+                exit(1);
+            }
+            tt[b] = median3(t);
+            printf("%-9s %-7s %11lld x %-15lld n=%-4d %10.1f us %8.1f TFLOP/s\n", label[b], type_name(dn[i].type),
+                   (long long)dn[i].rows, (long long)dn[i].cols, n, tt[b] * 1e6,
+                   2.0 * dn[i].rows * dn[i].cols * n / tt[b] / 1e12);
+        }
+        printf("%-9s f16x3 %.2fx the time of f16, f32 %.2fx the time of f16x3\n", "", tt[1] / tt[0], tt[2] / tt[1]);
+        mv_free(&m);
+    }
+    const int ns[1] = {n};
+    bench_id(be, label, 3, MR_TYPE_IQ4_XS, 512, 2048, 256, 8, 1, ns, 1, iters, cbw, true);
+    bench_id(be, label, 3, MR_TYPE_IQ4_XS, 2048, 512, 256, 8, 8, ns, 1, iters, cbw, true);
+    bench_id(be, label, 3, MR_TYPE_Q4_K, 768, 2048, 128, 8, 1, ns, 1, iters, cbw, true);
+    for (int i = 2; i >= 0; i--) be[i]->destroy(be[i]);
     return 0;
 }
 
@@ -602,6 +667,8 @@ int main(int argc, char **argv)
     printf("device %s, %d SMs; D2D copy (2 GiB, read+write) median of 3: %.1f GB/s\n", name, sm, cbw);
     if (argc > 2 && !strcmp(argv[2], "attn"))
         return bench_attn(iters);
+    if (argc > 2 && !strcmp(argv[2], "gemm"))
+        return bench_gemm(iters, cbw);
     if (argc > 2 && !strcmp(argv[2], "sample"))
         return bench_sample(iters);
     if (argc > 2 && !strcmp(argv[2], "moe")) {

@@ -10,7 +10,9 @@
  * sequence, the fast matvec kernels against the generic ones
  * (MEMRA_CUDA_GENERIC=1), decode batches of experts grouped by expert bit
  * for bit against the per-pair path (MEMRA_CUDA_MOE_GROUPED=0), and a
- * replayed CUDA graph against direct runs.  The int8-activation matvec
+ * replayed CUDA graph against direct runs.  Prompt-sized products run in
+ * every GEMM precision (MEMRA_CUDA_GEMM f16, tf32, f32 and f16x3), each
+ * against its own bound (mm_gemm_bound).  The int8-activation matvec
  * (MEMRA_CUDA_MATVEC=q8) is checked against float64 products with
  * activations quantized here from its definition, and its cost against the
  * float32 activations is printed (check_q8).
@@ -53,16 +55,19 @@ static float fgauss(void)
 
 static int n_fail, n_pass;
 static mr_backend *gpu, *gpu_generic, *cpu, *gpu_r2, *gpu_r4, *gpu_r2_pair, *gpu_r4_pair;
+static mr_backend *gpu_x3; /* MEMRA_CUDA_GEMM=f16x3: float32-grade prompt products */
 static mr_backend *gpu_attn_tc; /* MEMRA_CUDA_ATTN=tc: prompt attention on the tensor cores */
 /* matmul paths compared: the default GPU kernels, the fast kernels with 4
  * and 2 rows per block forced, the generic GPU kernels, the CPU backend,
  * and for expert weights (n_mats > 1) the -r4/-r2 backends again with
  * decode batches of experts on the per-pair path instead of grouped by
- * expert (the grouped results must equal theirs bit for bit) */
-#define N_MM 7
+ * expert (the grouped results must equal theirs bit for bit), and for
+ * prompt-sized calls only (MR_CU_GEMM_MIN_TOKENS or more) the f16x3 GEMMs */
+#define N_MM 8
 static mr_backend *mm_be[N_MM];
-static const char *mm_name[N_MM] = {"", "-r4", "-r2", "-generic", "-cpu", "-r4-pair", "-r2-pair"};
-static const bool mm_experts_only[N_MM] = {false, false, false, false, false, true, true};
+static const char *mm_name[N_MM] = {"", "-r4", "-r2", "-generic", "-cpu", "-r4-pair", "-r2-pair", "-f16x3"};
+static const bool mm_experts_only[N_MM] = {false, false, false, false, false, true, true, false};
+static const bool mm_gemm_only[N_MM] = {false, false, false, false, false, false, false, true};
 /* grouped and per-pair backends compared bit for bit (same R) */
 static const int mm_exact[2][2] = {{1, 5}, {2, 6}};
 /* Bound of the prompt path (MR_CU_GEMM_MIN_TOKENS or more: dequantize + GEMM) per
@@ -70,8 +75,22 @@ static const int mm_exact[2][2] = {{1, 5}, {2, 6}};
  * default one with f16 (the production default), -r4 with tf32, -r2 and
  * -generic with f32.  f16 and tf32 round both operands to an 11-bit
  * significand (unit roundoff 2^-11 = 4.9e-4; TF32 may truncate, 2^-10):
- * a product's relative error is about that, bound 2e-3.  f32 keeps 2e-5. */
-static double mm_gemm_bound[N_MM] = {2e-3, 2e-3, 2e-5, 2e-5, 2e-5, 2e-3, 2e-5};
+ * a product's relative error is about that, bound 2e-3.  f32 keeps 2e-5.
+ * f16x3 (each operand a float16 high part plus a float16 low part scaled
+ * by 2^11, three float16 products; kernels/cuda/cu_gemm.cu) without
+ * measuring: a term W x is represented to 3 * 2^-22 at worst (W's split,
+ * x's split, the dropped low x low product), ~2^-23 rms; the big product
+ * W_hi x_hi is summed in the tensor cores over at most 512 columns (cuBLAS)
+ * or 128 (the fused expert kernel), 32 or 8 MMA steps of 16 columns, and
+ * the pieces are added in float32 with round to nearest.  Taking each MMA
+ * step to truncate at most 2^-22 of its partial sum c_i, all one way (the
+ * tensor cores round toward zero), a piece of s steps errs by at most
+ * 2^-22 sum |c_i|, which for the random-sign terms here is ~(2/3) s 2^-22
+ * of the piece: 5.1e-6 (s = 32) or 1.3e-6 (s = 8), independent of the
+ * columns; the round-to-nearest adds and the representation add < 1e-6.
+ * Bound 1e-5; expected ~8e-7 through cuBLAS and ~2.5e-7 fused (the same
+ * model with an ulp truncated at random each step); float16 is 2e-3. */
+static double mm_gemm_bound[N_MM] = {2e-3, 2e-3, 2e-5, 2e-5, 2e-5, 2e-3, 2e-5, 1e-5};
 static mr_err err;
 
 static void die(const char *what)
@@ -315,7 +334,7 @@ static void check_matmul(const tdesc *td, int64_t cols, int64_t rows, int n)
     float *y = malloc(yn * 4);
     for (int bi = 0; bi < N_MM; bi++) {
         mr_backend *be = mm_be[bi];
-        if (!be || !w.loaded[bi]) continue;
+        if (!be || !w.loaded[bi] || (mm_gemm_only[bi] && n < MR_CU_GEMM_MIN_TOKENS)) continue;
         const mr_weight *wt = &w.m[bi];
         char nm[32];
         snprintf(nm, sizeof nm, "matmul%s", mm_name[bi]);
@@ -434,7 +453,9 @@ static void check_matmul_id_route(const tdesc *td, int64_t cols, int64_t rows, i
     float *ys[N_MM] = {0};
     for (int bi = 0; bi < N_MM; bi++) {
         mr_backend *be = mm_be[bi];
-        if (!be || !w.loaded[bi] || (any_bad && be == cpu)) continue;
+        if (!be || !w.loaded[bi] || (any_bad && be == cpu) ||
+            (mm_gemm_only[bi] && n < MR_CU_GEMM_MIN_TOKENS))
+            continue;
         const mr_weight *wt = &w.m[bi];
         char nm[32];
         snprintf(nm, sizeof nm, "matmul_id%s", mm_name[bi]);
@@ -521,6 +542,33 @@ static void check_moe_grouped(void)
     check_matmul_id_route(q4k, 2048, 768, 128, 8, 1, 16, ROUTE_BAD);
     check_matmul_id_route(q6k, 768, 2048, 128, 8, 8, 16, ROUTE_RANDOM); /* down */
     check_matmul_id_route(q6k, 768, 2048, 128, 8, 8, 64, ROUTE_RANDOM);
+}
+
+/* Prompt-sized products (MR_CU_GEMM_MIN_TOKENS tokens or more) of the
+ * weight types the models use, for every GEMM mode and above all the f16x3
+ * backend's bound: odd token counts; dense rows not a multiple of a tile;
+ * experts through the fused kernel (rows a multiple of 64, columns of 128;
+ * the block types) under every routing kind (out-of-range ids leave the
+ * GEMM path: their rows must still be NaN) and, with 70 rows or plain
+ * types, through the padded dequantize + cuBLAS path; the 35B-A3B's expert
+ * shapes at a few experts (512 x 2048 gate/up, 2048 x 512 down). */
+static void check_gemm_prompt(void)
+{
+    const int types[] = {MR_TYPE_IQ4_XS, MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_Q8_0, MR_TYPE_BF16, MR_TYPE_F32};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        const tdesc *td = td_of(types[i]);
+        check_matmul(td, 2048, 192, 65);
+        check_matmul(td, 1024, 100, 131);
+        check_matmul_id_route(td, 1024, 128, 32, 8, 1, 67, ROUTE_RANDOM);
+        check_matmul_id_route(td, 512, 128, 32, 4, 4, 65, ROUTE_MIX);
+        check_matmul_id_route(td, 512, 64, 32, 4, 1, 97, ROUTE_ONE); /* 388 pairs: 13 tiles of one expert */
+        check_matmul_id_route(td, 512, 64, 64, 4, 4, 81, ROUTE_SPREAD);
+        check_matmul_id_route(td, 512, 64, 32, 4, 1, 66, ROUTE_BAD);
+        check_matmul_id_route(td, 512, 70, 16, 4, 1, 71, ROUTE_RANDOM); /* padded path */
+    }
+    const tdesc *iq4 = td_of(MR_TYPE_IQ4_XS);
+    check_matmul_id_route(iq4, 2048, 512, 8, 2, 1, 65, ROUTE_RANDOM); /* gate/up */
+    check_matmul_id_route(iq4, 512, 2048, 8, 2, 2, 65, ROUTE_RANDOM); /* down */
 }
 
 static void check_rmsnorm(int rows, int dim)
@@ -2060,8 +2108,10 @@ static void check_ops(int parts)
         check_matmul_id(td, 2048, 768, 16, 8, 1, 72);
         check_matmul_id(td, 768, 2048, 16, 8, 8, 72);
     }
-    if (parts & PART_MM)
+    if (parts & PART_MM) {
         check_moe_grouped();
+        check_gemm_prompt();
+    }
     if (!(parts & PART_OPS))
         goto q8;
     check_rmsnorm(1, 4096);
@@ -2185,9 +2235,12 @@ int main(int argc, char **argv)
     gpu_r4_pair = mr_backend_cuda_create(0, &err);
     unsetenv("MEMRA_CUDA_MOE_GROUPED");
     unsetenv("MEMRA_CUDA_FAST_R");
-    unsetenv("MEMRA_CUDA_GEMM");
     unsetenv("MEMRA_CUDA_Q4K_WIDE");
+    setenv("MEMRA_CUDA_GEMM", "f16x3", 1);
+    gpu_x3 = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_GEMM");
     if (!gpu_r4 || !gpu_r2 || !gpu_r4_pair || !gpu_r2_pair) die("cuda (forced rows per block)");
+    if (!gpu_x3) die("cuda (f16x3 GEMMs)");
     setenv("MEMRA_CUDA_MATVEC", "q8", 1);
     q8_be[0] = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_FAST_R", "4", 1);
@@ -2206,6 +2259,7 @@ int main(int argc, char **argv)
     mm_be[4] = cpu;
     mm_be[5] = gpu_r4_pair;
     mm_be[6] = gpu_r2_pair;
+    mm_be[7] = gpu_x3;
     printf("kernel-check seed %llu (GPU vs float64 host math and vs the CPU backend)\n",
            (unsigned long long)seed);
     printf("%-14s %-44s %10s %9s %5s\n", "op", "shape", "rel L2", "bound", "NaN");
@@ -2228,6 +2282,7 @@ int main(int argc, char **argv)
     gpu_r4->destroy(gpu_r4);
     gpu_r2_pair->destroy(gpu_r2_pair);
     gpu_r4_pair->destroy(gpu_r4_pair);
+    gpu_x3->destroy(gpu_x3);
     gpu->destroy(gpu);
     if (n_fail) {
         printf("FAILED\n");

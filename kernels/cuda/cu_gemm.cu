@@ -2,17 +2,75 @@
  * the GGUF blocks are dequantized tile by tile into scratch and multiplied
  * with cuBLAS, on the tensor cores unless told otherwise.
  *
- * Precision (MEMRA_CUDA_GEMM, default f16):
+ * Precision (MEMRA_CUDA_GEMM, default f16; a model that calls
+ * be->prefer_float32 gets f16x3 unless the variable is set):
  *   f16   weights and activations rounded to float16, products accumulated
  *         in float32 (CUBLAS_COMPUTE_32F).  Each activation row is first
  *         scaled by a power of two so that its largest magnitude is 2^8:
  *         float16's range then never clips a row (Qwen's hidden states have
  *         outliers past float16's 65504), and the scale is undone exactly on
  *         the float32 output.  Relative error of a product ~2^-11.
+ *   f16x3 float32-grade products made of float16 tensor-core products with
+ *         split operands (below).  Relative error of a product ~2^-20 or
+ *         less; three times the MMA work of f16.
  *   tf32  float32 tiles, TF32 tensor-core products (10-bit mantissa, the same
  *         rounding as f16 without the range question, half the rate and
  *         twice the scratch traffic).
  *   f32   float32 SGEMM with pedantic math: the float32 reference.
+ *
+ * f16x3.  A value v (a decoded weight, or an activation after its row
+ * scale) is split into hi = fp16(v) and lo = fp16((v - hi) * 2^11): v - hi
+ * is exact in float32, and v = hi + 2^-11 lo up to the rounding of lo,
+ * at most 2^-11 |v - hi| <= 2^-22 |v| (plus 2^-36 absolute where lo is a
+ * float16 subnormal).  Why 2^11: |v - hi| is at most half a float16 ulp of
+ * v, 2^-11 |v|, so |lo| <= |v|: the low part cannot overflow where the high
+ * part does not, and it is a normal float16 down to about the magnitudes
+ * where the high part is (a shift s > 11 would overflow lo for |v| > 2^(27-s) while
+ * hi is still finite; s < 11 would push more low parts into subnormals).
+ * Then
+ *     W x = W_hi x_hi + 2^-11 (W_lo x_hi + W_hi x_lo)  [+ 2^-22 W_lo x_lo]
+ * with the bracketed term left out: each low part is at most 2^-11 of its
+ * value, so that term is at most 2^-22 |W x| a term, next to float32's own
+ * unit roundoff 2^-24.  Representation error of a term: <= 3 * 2^-22
+ * (W's split, x's split, the dropped term), ~2^-23 rms.  float16 products
+ * are exact in float32 on the tensor cores, subnormals included.
+ *   The accumulation is the other half.  Tensor cores add an MMA's products
+ * to the float32 accumulator with truncation (round toward zero, about an
+ * ulp per instruction of 16 products, not IEEE round-to-nearest: published
+ * measurements of V100 to A100, taken here to hold for Hopper), and a
+ * truncation leans one way: over s instructions its error grows like s, not
+ * like sqrt(s).  So the big term W_hi x_hi never runs long inside a
+ * tensor-core accumulator:
+ *   - cuBLAS (dense products, the padded expert path): W_hi x_hi in chunks
+ *     of X3_KC = 512 columns, each chunk a GEMM with beta 1 that adds its
+ *     result to C in its float32 epilogue (round to nearest): 32 MMA steps
+ *     of 16 columns at most in the tensor cores;
+ *   - the fused expert kernel: a fresh accumulator every MG_BK = 128
+ *     columns (8 steps), added to the running float32 sum by an ordinary
+ *     (round-to-nearest) add.
+ * The small terms run the whole K in one accumulator: their truncation is
+ * 2^-11 below the result.  Order: the small terms first (one GEMM over the
+ * stacked 2K columns [W_lo | W_hi] . [x_hi | x_lo] with alpha 2^-11, beta
+ * 0), then the chunks of the big term (beta 1).  Each GEMM after the first
+ * rounds C once (round to nearest, at C's scale), so the count of roundings
+ * at the result's scale is one a big chunk in either order; small first
+ * loses least because the small sum is formed and stored at its own scale
+ * (its roundings 2^-11 below the result's) and no accumulator ever holds
+ * the big value while the 2K small columns are summed (a GEMM kernel that
+ * started its accumulator from beta C would otherwise truncate 2K/16 more
+ * times at the result's scale).
+ *   What that adds up to, for random-sign terms (the checks' data; a model's
+ * products are not worse): a chunk of s MMA steps truncating at most
+ * 2^-22 |partial sum| each errs by at most 2^-22 sum_i |c_i| ~ 2^-22 (2/3) s
+ * |chunk sum|: 5.1e-6 relative for s = 32 (cuBLAS), 1.3e-6 for s = 8
+ * (fused); the round-to-nearest adds of the chunks and the representation
+ * (~2^-23 rms a term) stay below 1e-6.  kernel-check bounds f16x3 at 1e-5.
+ * A host model of this (Gaussian terms, each 16-column step truncated to
+ * float32 toward zero) gives ~8e-7 through cuBLAS at any K and ~2.5e-7
+ * fused (the representation alone: 8e-8); without the chunks 3.4e-6 at K =
+ * 2048, 6.8e-6 at 4096, 1.9e-5 at 12288; float32 FMAs in sequence 1.2e-6
+ * at 4096.  Range: the same as f16 (weights beyond float16's 65504 become
+ * infinite; activation rows are scaled).
  *
  * Expert matrices (matmul_id) are grouped: the host reads the expert ids
  * (one small download: the prompt path is never inside a graph), gathers
@@ -21,13 +79,14 @@
  * to (token, slot) order.  Every expert is read once for the whole prompt
  * instead of once per token.
  *
- * In f16 mode the experts take a fused kernel instead (k_moe_gemm): each
- * block dequantizes a tile of one expert's rows straight from the GGUF
- * blocks into shared memory as float16 and multiplies it with that expert's
- * gathered tokens on the tensor cores (WMMA, float32 accumulate), writing
- * the scaled results to (token, slot) order itself.  No float16 copy of the
- * experts goes through memory, and the work follows the tokens: an expert
- * nobody chose costs nothing.  Same rounding as the cuBLAS path (both
+ * In f16 and f16x3 modes the experts take a fused kernel instead
+ * (k_moe_gemm, k_moe_gemm_x3): each block dequantizes a tile of one
+ * expert's rows straight from the GGUF blocks into shared memory as float16
+ * (f16x3: high and low parts) and multiplies it with that expert's gathered
+ * tokens on the tensor cores (WMMA, float32 accumulate), writing the scaled
+ * results to (token, slot) order itself.  No float16 copy of the experts
+ * goes through memory, and the work follows the tokens: an expert nobody
+ * chose costs nothing.  Same rounding as the cuBLAS path of the mode (both
  * operands float16, float32 sums), another summation order. */
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +101,35 @@
 template <typename O> __device__ __forceinline__ O to_out(float v);
 template <> __device__ __forceinline__ float to_out<float>(float v) { return v; }
 template <> __device__ __forceinline__ __half to_out<__half>(float v) { return __float2half_rn(v); }
+
+/* f16x3 split (top comment): v = hi + 2^-X3_SHIFT lo. */
+#define X3_SHIFT 11
+#define X3_LO 2048.0f             /* 2^X3_SHIFT */
+#define X3_INV (1.0f / 2048.0f)   /* 2^-X3_SHIFT */
+#define X3_KC 512                 /* columns of W_hi x_hi a cuBLAS call sums in the tensor cores */
+
+/* Two values split at once, as the bits of a float16 pair (hi) and of the
+ * scaled low parts (lo).  A value past float16's range keeps lo = 0, so it
+ * stays infinite (as in f16 mode) instead of turning into inf - inf = NaN;
+ * NaN stays NaN in both parts. */
+__device__ __forceinline__ void x3_split2(float a, float b, uint32_t *hi, uint32_t *lo)
+{
+    const __half2 h = __floats2half2_rn(a, b);
+    const float2 hf = __half22float2(h);
+    const float la = isinf(hf.x) ? 0.0f : (a - hf.x) * X3_LO;
+    const float lb = isinf(hf.y) ? 0.0f : (b - hf.y) * X3_LO;
+    const __half2 l = __floats2half2_rn(la, lb);
+    *hi = *(const uint32_t *)&h;
+    *lo = *(const uint32_t *)&l;
+}
+
+__device__ __forceinline__ void x3_split(float v, __half *hi, __half *lo)
+{
+    const __half h = __float2half_rn(v);
+    const float hf = __half2float(h);
+    *hi = h;
+    *lo = __float2half_rn(isinf(hf) ? 0.0f : (v - hf) * X3_LO);
+}
 
 #define DQ_THREADS 256 /* groups of 32 weights per block in the dequantize kernel */
 
@@ -98,19 +186,73 @@ k_dequant(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int64_t cols, in
     }
 }
 
+/* f16x3 weight tiles: rows [r0, r0+nr) of n_mats stacked matrices into
+ * out[m][r][2 * cols] halves, the scaled low parts in [0, cols) and the high
+ * parts in [cols, 2 cols) of each row, so that one GEMM over all 2 cols
+ * columns against activation rows (hi | lo) gives W_lo x_hi + W_hi x_lo, and
+ * the high half alone (leading dimension 2 cols) gives W_hi x_hi.  Block
+ * types: a thread decodes one group of 32 as in k_dequant; the block writes
+ * its high and low spans from shared memory with 16-byte stores (a group's
+ * 32 halves are 64 aligned bytes; consecutive groups of a row are
+ * consecutive in both halves of the output row). */
+template <int T>
+__global__ void __launch_bounds__(DQ_THREADS)
+k_dequant_x3(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int64_t cols, int64_t r0,
+             int64_t nr, __half *out)
+{
+    const uint8_t *Wm = W + (size_t)blockIdx.y * mat_bytes;
+    __half *om = out + (size_t)blockIdx.y * nr * 2 * cols;
+    if constexpr (mr_cu_plain_type(T)) {
+        const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+        if (i >= nr * cols)
+            return;
+        const int64_t r = i / cols, c = i % cols;
+        x3_split(mr_plain_at<T>(Wm + (r0 + r) * row_bytes, c), &om[r * 2 * cols + cols + c],
+                 &om[r * 2 * cols + c]);
+    } else {
+        constexpr int STRIDE = 17; /* 16 words a group, odd stride: no bank conflicts */
+        __shared__ uint32_t tile[2][DQ_THREADS * STRIDE]; /* [0] high, [1] low */
+        const int64_t gpr = cols / 32, groups = nr * gpr;
+        const int64_t g0 = (int64_t)blockIdx.x * DQ_THREADS;
+        const int64_t i = g0 + threadIdx.x;
+        if (i < groups) {
+            const int64_t r = i / gpr, g = i % gpr;
+            float v[32];
+            mr_dq32<T>(Wm + (r0 + r) * row_bytes, g, v);
+            uint32_t *th = tile[0] + threadIdx.x * STRIDE, *tl = tile[1] + threadIdx.x * STRIDE;
+#pragma unroll
+            for (int q = 0; q < 16; q++) x3_split2(v[2 * q], v[2 * q + 1], &th[q], &tl[q]);
+        }
+        __syncthreads();
+        const int ng = (int)(groups - g0 < DQ_THREADS ? groups - g0 : DQ_THREADS);
+        /* 4 stores of 16 bytes a group and part; u runs over the high part's
+         * stores, then the low part's */
+        for (int u = threadIdx.x; u < ng * 8; u += DQ_THREADS) {
+            const int part = u >= ng * 4, j = u - part * ng * 4, grp = j >> 2, q4 = j & 3;
+            const int64_t G = g0 + grp, r = G / gpr, g = G % gpr;
+            const uint32_t *src = tile[part] + grp * STRIDE + 4 * q4;
+            __half *d = om + r * 2 * cols + (part ? 0 : cols) + 32 * g + 8 * q4;
+            *(uint4 *)d = make_uint4(src[0], src[1], src[2], src[3]);
+        }
+    }
+}
+
 /* Gathers activation rows into a GEMM operand.  Row p of the operand is
  * input row src[p] of x (src NULL: row p); negative src: a padding row of
  * zeros.  For float16 the row is scaled by 2^-e with e chosen so that the
- * largest magnitude lands at 2^ROW_SCALE_LOG2; scale[p] = 2^e undoes it. */
-template <typename O>
+ * largest magnitude lands at 2^ROW_SCALE_LOG2; scale[p] = 2^e undoes it.
+ * X3 (f16x3): the operand row is 2 cols halves, the high parts of the
+ * scaled row, then its scaled low parts. */
+template <typename O, bool X3 = false>
 __global__ void k_gather_rows(const float *x, int64_t cols, const int32_t *src, O *out,
                               float *scale)
 {
     const int p = blockIdx.x;
     const int s = src ? src[p] : p;
-    O *o = out + (int64_t)p * cols;
+    const int64_t ld = X3 ? 2 * cols : cols;
+    O *o = out + (int64_t)p * ld;
     if (s < 0) {
-        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) o[c] = to_out<O>(0.0f);
+        for (int64_t c = threadIdx.x; c < ld; c += blockDim.x) o[c] = to_out<O>(0.0f);
         if (scale && threadIdx.x == 0) scale[p] = 0.0f;
         return;
     }
@@ -139,7 +281,11 @@ __global__ void k_gather_rows(const float *x, int64_t cols, const int32_t *src, 
         mul = ldexpf(1.0f, -e);
         if (threadIdx.x == 0) scale[p] = ldexpf(1.0f, e);
     }
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) o[c] = to_out<O>(xr[c] * mul);
+    if constexpr (X3) {
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) x3_split(xr[c] * mul, &o[c], &o[cols + c]);
+    } else {
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) o[c] = to_out<O>(xr[c] * mul);
+    }
 }
 
 /* y[dst[p]][r] = Y[p][r] * scale[p] for the gathered rows that are real
@@ -228,30 +374,164 @@ k_moe_gemm(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int r
     }
 }
 
+/* The f16x3 fused expert GEMM: k_moe_gemm with high and low weight tiles
+ * (decoded and split in shared memory) and activation rows of (hi | lo)
+ * halves.  Per MG_BK columns a warp runs W_hi x_hi into a fresh accumulator
+ * and adds it to its float32 sums with ordinary adds (the tensor cores'
+ * truncation never runs more than MG_BK / 16 = 8 steps; top comment), and
+ * W_lo x_hi + W_hi x_lo into one accumulator for the whole K.  A tile of
+ * 16 tokens or fewer (most of them where 256 experts share a prompt) skips
+ * the products of the second 16-token half, which are all zero rows.
+ * Shared memory: two weight tiles and two token tiles, 51 KiB, dynamic (the
+ * limit is raised at init); the output staging reuses the high weight
+ * tile. */
+#define MG_LD (MG_BK + MG_PAD)
+#define MG_X3_SMEM ((2 * MG_BM + 2 * MG_BN) * MG_LD * (int)sizeof(__half))
+static_assert(MG_BM * (MG_BN + 4) * sizeof(float) <= MG_BM * MG_LD * sizeof(__half),
+              "the output staging fits in the high weight tile");
+
+template <int T>
+__global__ void __launch_bounds__(128)
+k_moe_gemm_x3(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int rows,
+              const __half *X, const float *scale, const int32_t *dst, const mg_tile *tiles, float *y)
+{
+    using namespace nvcuda;
+    extern __shared__ __align__(128) unsigned char mg_smem[]; /* WMMA wants 32-byte alignment */
+    typedef __half hrow[MG_LD];
+    typedef float crow[MG_BN + 4];
+    hrow *wh = (hrow *)mg_smem, *wl = wh + MG_BM, *xh = wl + MG_BM, *xl = xh + MG_BN;
+    crow *cs = (crow *)mg_smem; /* after the last k step only */
+    const mg_tile tl = tiles[blockIdx.y];
+    const int r0 = blockIdx.x * MG_BM, tid = threadIdx.x, warp = tid >> 5;
+    const uint8_t *Wm = W + (size_t)tl.m * mat_bytes;
+    const size_t ldx = 2 * (size_t)cols;
+    const int nj = tl.cnt > 16 ? 2 : 1; /* 16-token halves with tokens (the same for the whole block) */
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2], accx[2], part[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        wmma::fill_fragment(acc[j], 0.0f);
+        wmma::fill_fragment(accx[j], 0.0f);
+    }
+    for (int k0 = 0; k0 < cols; k0 += MG_BK) {
+        /* weights: MG_BM rows x MG_BK/32 groups, two groups a thread, each
+         * written as 4 + 4 stores of 16 bytes (high, low) */
+        for (int u = tid; u < MG_BM * (MG_BK / 32); u += 128) {
+            const int r = u / (MG_BK / 32), g = u % (MG_BK / 32);
+            float v[32];
+            mr_dq32<T>(Wm + (size_t)(r0 + r) * row_bytes, (k0 >> 5) + g, v);
+            uint32_t hw[16], lw[16];
+#pragma unroll
+            for (int q = 0; q < 16; q++) x3_split2(v[2 * q], v[2 * q + 1], &hw[q], &lw[q]);
+            uint4 *dh = (uint4 *)&wh[r][32 * g], *dl = (uint4 *)&wl[r][32 * g];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                dh[q] = make_uint4(hw[4 * q], hw[4 * q + 1], hw[4 * q + 2], hw[4 * q + 3]);
+                dl[q] = make_uint4(lw[4 * q], lw[4 * q + 1], lw[4 * q + 2], lw[4 * q + 3]);
+            }
+        }
+        /* tokens: 16 nj rows x MG_BK halves of each part, 16 bytes a load;
+         * rows past cnt are zero */
+        for (int u = tid; u < 16 * nj * (MG_BK / 8); u += 128) {
+            const int t = u / (MG_BK / 8), c8 = u % (MG_BK / 8);
+            uint4 h = make_uint4(0, 0, 0, 0), l = h;
+            if (t < tl.cnt) {
+                const __half *xr = X + (size_t)(tl.row0 + t) * ldx + k0 + 8 * c8;
+                h = *(const uint4 *)xr;
+                l = *(const uint4 *)(xr + cols);
+            }
+            *(uint4 *)&xh[t][8 * c8] = h;
+            *(uint4 *)&xl[t][8 * c8] = l;
+        }
+        __syncthreads();
+        wmma::fill_fragment(part[0], 0.0f);
+        wmma::fill_fragment(part[1], 0.0f);
+#pragma unroll
+        for (int kk = 0; kk < MG_BK; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> ah, al;
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> bh[2], bl[2];
+            wmma::load_matrix_sync(ah, &wh[16 * warp][kk], MG_LD);
+            wmma::load_matrix_sync(al, &wl[16 * warp][kk], MG_LD);
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                if (j < nj) {
+                    wmma::load_matrix_sync(bh[j], &xh[16 * j][kk], MG_LD);
+                    wmma::load_matrix_sync(bl[j], &xl[16 * j][kk], MG_LD);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                if (j < nj) {
+                    wmma::mma_sync(part[j], ah, bh[j], part[j]);
+                    wmma::mma_sync(accx[j], al, bh[j], accx[j]);
+                    wmma::mma_sync(accx[j], ah, bl[j], accx[j]);
+                }
+            }
+        }
+        /* same fragment type: the elements correspond one to one */
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int i = 0; i < part[j].num_elements; i++) acc[j].x[i] += part[j].x[i];
+        __syncthreads();
+    }
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int i = 0; i < acc[j].num_elements; i++) acc[j].x[i] = fmaf(accx[j].x[i], X3_INV, acc[j].x[i]);
+    wmma::store_matrix_sync(&cs[16 * warp][0], acc[0], MG_BN + 4, wmma::mem_row_major);
+    wmma::store_matrix_sync(&cs[16 * warp][16], acc[1], MG_BN + 4, wmma::mem_row_major);
+    __syncthreads();
+    for (int u = tid; u < MG_BM * tl.cnt; u += 128) {
+        const int t = u / MG_BM, r = u % MG_BM;
+        const int p = tl.row0 + t;
+        y[(size_t)dst[p] * rows + r0 + r] = cs[r][t] * scale[p];
+    }
+}
+
 /* ---- host side ---- */
 
-enum gemm_mode { GEMM_F16 = 0, GEMM_TF32, GEMM_F32 };
+enum gemm_mode { GEMM_F16 = 0, GEMM_TF32, GEMM_F32, GEMM_F16X3 };
 
 static gemm_mode mode_of(mr_cu_ctx *c) { return (gemm_mode)c->gemm_mode; }
 
-/* At backend creation: MEMRA_CUDA_GEMM "f16" (default), "tf32" or "f32". */
+/* The fused f16x3 kernels need more than the default 48 KiB of dynamic
+ * shared memory. */
+template <int T>
+static void moe_x3_allow_smem(mr_cu_ctx *c)
+{
+    if constexpr (!mr_cu_plain_type(T))
+        MR_CU_TRY(c, cudaFuncSetAttribute(k_moe_gemm_x3<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          MG_X3_SMEM));
+}
+
+/* At backend creation: MEMRA_CUDA_GEMM "f16" (default), "f16x3", "tf32" or
+ * "f32".  The shared memory limit of the fused f16x3 kernels is raised
+ * whatever the mode (be->prefer_float32 may select f16x3 later), once and
+ * outside any graph capture. */
 void mr_cu_gemm_init(mr_cu_ctx *c)
 {
     const char *m = getenv("MEMRA_CUDA_GEMM");
     c->gemm_mode_forced = m && *m;
-    c->gemm_mode = m && !strcmp(m, "f32") ? GEMM_F32 : m && !strcmp(m, "tf32") ? GEMM_TF32 : GEMM_F16;
+    c->gemm_mode = m && !strcmp(m, "f32")     ? GEMM_F32
+                   : m && !strcmp(m, "tf32")  ? GEMM_TF32
+                   : m && !strcmp(m, "f16x3") ? GEMM_F16X3
+                                              : GEMM_F16;
     const char *f = getenv("MEMRA_CUDA_MOE_FUSED");
     c->moe_fused = !(f && !strcmp(f, "0"));
+#define X(TT) moe_x3_allow_smem<TT>(c);
+    MR_CU_TYPE_LIST(X)
+#undef X
 }
 
-/* be->prefer_float32: float32 GEMMs and prompt attention, unless
+/* be->prefer_float32: float32-grade GEMMs (f16x3; MEMRA_CUDA_GEMM=f32 keeps
+ * the SGEMM reference) and the float32 prompt attention, unless
  * MEMRA_CUDA_GEMM / MEMRA_CUDA_ATTN=tc chose otherwise. */
 void mr_cu_prefer_float32(mr_backend *be)
 {
     mr_cu_ctx *c = mr_cu(be);
     mr_cu_flush(be); /* products already recorded keep the precision they were asked in */
     if (!c->gemm_mode_forced)
-        c->gemm_mode = GEMM_F32;
+        c->gemm_mode = GEMM_F16X3;
     if (!c->attn_tc_forced)
         c->attn_tc = false;
 }
@@ -272,26 +552,38 @@ static void dequant_launch(mr_cu_ctx *c, int type, const uint8_t *W, size_t mat_
     MR_CU_LAUNCHED(c, "dequant");
 }
 
-/* C (m x n, column-major, ldc) = A^T (m x k) * B (k x n): A is k x m with
- * leading dimension k (our row-major weight rows), B k x n (our token rows),
- * batched over `batch` matrices with the given strides. */
-static bool gemm(mr_cu_ctx *c, gemm_mode md, const char *what, int m, int n, int k, const void *A,
-                 long long sa, const void *B, long long sb, float *C, int ldc, long long sc,
-                 int batch)
+/* f16x3 weight tiles: rows of (lo | hi) halves (k_dequant_x3). */
+static void dequant_x3_launch(mr_cu_ctx *c, int type, const uint8_t *W, size_t mat_bytes,
+                              size_t row_bytes, int64_t cols, int64_t r0, int64_t nr, int mats,
+                              __half *out)
 {
-    const float one = 1.0f, zero = 0.0f;
-    cudaDataType_t t = md == GEMM_F16 ? CUDA_R_16F : CUDA_R_32F;
-    cublasComputeType_t ct = md == GEMM_F16    ? CUBLAS_COMPUTE_32F
-                             : md == GEMM_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                               : CUBLAS_COMPUTE_32F_PEDANTIC;
+    const unsigned th = DQ_THREADS;
+    size_t units = mr_cu_plain_type(type) ? (size_t)(nr * cols) : (size_t)(nr * (cols / 32));
+    dim3 grid(mr_cu_blocks(units, th), mats);
+    switch (type) {
+#define X(TT) case TT: k_dequant_x3<TT><<<grid, th, 0, c->stream>>>(W, mat_bytes, row_bytes, cols, r0, nr, out); break;
+        MR_CU_TYPE_LIST(X)
+#undef X
+    default: mr_cu_fail(c, "dequant: unsupported type %d", type); return;
+    }
+    MR_CU_LAUNCHED(c, "dequant (f16x3)");
+}
+
+/* C (m x n, column-major, ldc) = alpha A^T B + beta C: A is k x m with
+ * leading dimension lda (our row-major weight rows), B k x n with ldb (our
+ * token rows), batched over `batch` matrices with the given strides. */
+static bool gemm_ex(mr_cu_ctx *c, const char *what, cudaDataType_t t, cublasComputeType_t ct, int m,
+                    int n, int k, float alpha, const void *A, int lda, long long sa, const void *B,
+                    int ldb, long long sb, float beta, float *C, int ldc, long long sc, int batch)
+{
     cublasStatus_t st;
     if (batch == 1)
-        st = cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, A, t, k, B, t, k, &zero,
-                          C, CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT);
+        st = cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, A, t, lda, B, t, ldb,
+                          &beta, C, CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT);
     else
-        st = cublasGemmStridedBatchedEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, A, t, k,
-                                        sa, B, t, k, sb, &zero, C, CUDA_R_32F, ldc, sc, batch, ct,
-                                        CUBLAS_GEMM_DEFAULT);
+        st = cublasGemmStridedBatchedEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, A, t,
+                                        lda, sa, B, t, ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch,
+                                        ct, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS) {
         mr_cu_fail(c, "%s: cuBLAS GEMM failed (%d)", what, (int)st);
         return false;
@@ -299,10 +591,43 @@ static bool gemm(mr_cu_ctx *c, gemm_mode md, const char *what, int m, int n, int
     return true;
 }
 
+/* The product of the mode: C = A^T B with A's and B's rows of k elements
+ * in the mode's type, strides sa and sb in elements; f16x3: an element is
+ * two halves, rows of 2k halves, A's (lo | hi) from k_dequant_x3, B's
+ * (hi | lo) from k_gather_rows<__half, true>.  f16x3 order and chunks: top
+ * comment. */
+static bool gemm(mr_cu_ctx *c, gemm_mode md, const char *what, int m, int n, int k, const void *A,
+                 long long sa, const void *B, long long sb, float *C, int ldc, long long sc,
+                 int batch)
+{
+    if (md == GEMM_F16X3) {
+        const __half *Ah = (const __half *)A, *Bh = (const __half *)B;
+        /* 2^-11 (W_lo x_hi + W_hi x_lo): all 2k columns of both */
+        if (!gemm_ex(c, what, CUDA_R_16F, CUBLAS_COMPUTE_32F, m, n, 2 * k, X3_INV, Ah, 2 * k, 2 * sa, Bh,
+                     2 * k, 2 * sb, 0.0f, C, ldc, sc, batch))
+            return false;
+        /* + W_hi x_hi, X3_KC columns a call */
+        for (int k0 = 0; k0 < k; k0 += X3_KC) {
+            const int kc = k - k0 < X3_KC ? k - k0 : X3_KC;
+            if (!gemm_ex(c, what, CUDA_R_16F, CUBLAS_COMPUTE_32F, m, n, kc, 1.0f, Ah + k + k0, 2 * k,
+                         2 * sa, Bh + k0, 2 * k, 2 * sb, 1.0f, C, ldc, sc, batch))
+                return false;
+        }
+        return true;
+    }
+    cudaDataType_t t = md == GEMM_F16 ? CUDA_R_16F : CUDA_R_32F;
+    cublasComputeType_t ct = md == GEMM_F16    ? CUBLAS_COMPUTE_32F
+                             : md == GEMM_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                               : CUBLAS_COMPUTE_32F_PEDANTIC;
+    return gemm_ex(c, what, t, ct, m, n, k, 1.0f, A, k, sa, B, k, sb, 0.0f, C, ldc, sc, batch);
+}
+
+/* Bytes of an operand element in the mode's scratch (f16x3: two halves). */
 static size_t elem_bytes(gemm_mode md) { return md == GEMM_F16 ? 2 : 4; }
 
 /* Activations in the GEMM's input type: x itself for float32 modes, else a
- * scaled float16 copy in scratch_act with per-row scales after it. */
+ * scaled float16 copy (f16x3: high and low parts) in scratch_act with
+ * per-row scales after it. */
 static const void *prepare_x(mr_cu_ctx *c, gemm_mode md, const float *x, int64_t cols, int n_rows,
                              const int32_t *src, float **scale)
 {
@@ -313,9 +638,12 @@ static const void *prepare_x(mr_cu_ctx *c, gemm_mode md, const float *x, int64_t
         return NULL;
     char *base = (char *)c->scratch_act.p;
     unsigned th = cols >= 1024 ? 256 : 128;
-    if (md == GEMM_F16) {
+    if (md == GEMM_F16 || md == GEMM_F16X3) {
         *scale = (float *)(base + xb);
-        k_gather_rows<__half><<<n_rows, th, 0, c->stream>>>(x, cols, src, (__half *)base, *scale);
+        if (md == GEMM_F16X3)
+            k_gather_rows<__half, true><<<n_rows, th, 0, c->stream>>>(x, cols, src, (__half *)base, *scale);
+        else
+            k_gather_rows<__half><<<n_rows, th, 0, c->stream>>>(x, cols, src, (__half *)base, *scale);
     } else {
         if (!src)
             return x;
@@ -323,6 +651,19 @@ static const void *prepare_x(mr_cu_ctx *c, gemm_mode md, const float *x, int64_t
     }
     MR_CU_LAUNCHED(c, "gemm gather");
     return base;
+}
+
+/* Weight rows [r0, r0 + nr) of `mats` matrices into scratch in the mode's
+ * operand form. */
+static void dequant_mode(mr_cu_ctx *c, gemm_mode md, int type, const uint8_t *W, size_t mat_bytes,
+                         size_t row_bytes, int64_t cols, int64_t r0, int64_t nr, int mats, void *out)
+{
+    if (md == GEMM_F16X3)
+        dequant_x3_launch(c, type, W, mat_bytes, row_bytes, cols, r0, nr, mats, (__half *)out);
+    else if (md == GEMM_F16)
+        dequant_launch(c, type, W, mat_bytes, row_bytes, cols, r0, nr, mats, (__half *)out);
+    else
+        dequant_launch(c, type, W, mat_bytes, row_bytes, cols, r0, nr, mats, (float *)out);
 }
 
 /* y[n][rows] = x[n][cols] * W^T for a plain matrix. */
@@ -343,10 +684,7 @@ void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
     const uint8_t *W = (const uint8_t *)w->data;
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         int64_t nr = rows - r0 < chunk ? rows - r0 : chunk;
-        if (md == GEMM_F16)
-            dequant_launch(c, w->type, W, 0, w->row_bytes, cols, r0, nr, 1, (__half *)c->scratch_w.p);
-        else
-            dequant_launch(c, w->type, W, 0, w->row_bytes, cols, r0, nr, 1, (float *)c->scratch_w.p);
+        dequant_mode(c, md, w->type, W, 0, w->row_bytes, cols, r0, nr, 1, c->scratch_w.p);
         if (!gemm(c, md, w->name ? w->name : "matmul", (int)nr, n, (int)cols, c->scratch_w.p, 0, xg,
                   0, y + r0, (int)rows, 0, 1))
             return;
@@ -358,21 +696,26 @@ void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
 }
 
 template <int T>
-static void moe_launch(mr_cu_ctx *c, dim3 grid, const uint8_t *W, size_t mat_bytes, size_t row_bytes,
-                       int cols, int rows, const __half *X, const float *scale, const int32_t *dst,
-                       const mg_tile *tiles, float *y)
+static void moe_launch(mr_cu_ctx *c, bool x3, dim3 grid, const uint8_t *W, size_t mat_bytes,
+                       size_t row_bytes, int cols, int rows, const __half *X, const float *scale,
+                       const int32_t *dst, const mg_tile *tiles, float *y)
 {
-    if constexpr (!mr_cu_plain_type(T)) /* the caller sends block types only */
-        k_moe_gemm<T><<<grid, 128, 0, c->stream>>>(W, mat_bytes, row_bytes, cols, rows, X, scale, dst,
-                                                   tiles, y);
+    if constexpr (!mr_cu_plain_type(T)) { /* the caller sends block types only */
+        if (x3)
+            k_moe_gemm_x3<T><<<grid, 128, MG_X3_SMEM, c->stream>>>(W, mat_bytes, row_bytes, cols, rows,
+                                                                   X, scale, dst, tiles, y);
+        else
+            k_moe_gemm<T><<<grid, 128, 0, c->stream>>>(W, mat_bytes, row_bytes, cols, rows, X, scale,
+                                                       dst, tiles, y);
+    }
 }
 
-/* The f16 expert products through k_moe_gemm: the token-expert pairs are
- * ordered by expert (no padding), gathered and scaled to float16 once, and
- * cut into tiles of up to MG_BN tokens of one expert. */
-static void moe_gemm_fused(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
-                           const std::vector<int32_t> &ids, const std::vector<int> &count, int k,
-                           float *y, int n)
+/* The f16 / f16x3 expert products through k_moe_gemm / k_moe_gemm_x3: the
+ * token-expert pairs are ordered by expert (no padding), gathered and scaled
+ * to float16 once, and cut into tiles of up to MG_BN tokens of one expert. */
+static void moe_gemm_fused(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, const float *x,
+                           int x_slots, const std::vector<int32_t> &ids, const std::vector<int> &count,
+                           int k, float *y, int n)
 {
     const int64_t cols = w->cols, rows = w->rows, mats = w->n_mats;
     const int P = n * k;
@@ -410,15 +753,15 @@ static void moe_gemm_fused(mr_cu_ctx *c, const mr_weight *w, const float *x, int
         return;
     }
     float *scale;
-    const void *xg = prepare_x(c, GEMM_F16, x, cols, P, d_map, &scale);
+    const void *xg = prepare_x(c, md, x, cols, P, d_map, &scale);
     if (!xg)
         return;
     dim3 grid((unsigned)(rows / MG_BM), (unsigned)tiles.size());
     const uint8_t *W = (const uint8_t *)w->data;
     const size_t mat_bytes = w->row_bytes * (size_t)rows;
     switch (w->type) {
-#define X(TT) case TT: moe_launch<TT>(c, grid, W, mat_bytes, w->row_bytes, (int)cols, (int)rows, \
-                                      (const __half *)xg, scale, d_map + P, d_tiles, y); break;
+#define X(TT) case TT: moe_launch<TT>(c, md == GEMM_F16X3, grid, W, mat_bytes, w->row_bytes, (int)cols, \
+                                      (int)rows, (const __half *)xg, scale, d_map + P, d_tiles, y); break;
         MR_CU_TYPE_LIST(X)
 #undef X
     default: mr_cu_fail(c, "matmul_id: unsupported type %d", w->type); return;
@@ -449,9 +792,9 @@ bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
             return false;
         count[h_ids[p]]++;
     }
-    if (md == GEMM_F16 && c->moe_fused && !mr_cu_plain_type(w->type) && rows % MG_BM == 0 &&
-        cols % MG_BK == 0) {
-        moe_gemm_fused(c, w, x, x_slots, h_ids, count, k, y, n);
+    if ((md == GEMM_F16 || md == GEMM_F16X3) && c->moe_fused && !mr_cu_plain_type(w->type) &&
+        rows % MG_BM == 0 && cols % MG_BK == 0) {
+        moe_gemm_fused(c, md, w, x, x_slots, h_ids, count, k, y, n);
         return true;
     }
     int maxc = 0;
@@ -493,12 +836,8 @@ bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
     const size_t mat_bytes = w->row_bytes * (size_t)rows;
     for (int64_t m0 = 0; m0 < mats; m0 += per) {
         int64_t nm = mats - m0 < per ? mats - m0 : per;
-        if (md == GEMM_F16)
-            dequant_launch(c, w->type, W + m0 * mat_bytes, mat_bytes, w->row_bytes, cols, 0, rows,
-                           (int)nm, (__half *)c->scratch_w.p);
-        else
-            dequant_launch(c, w->type, W + m0 * mat_bytes, mat_bytes, w->row_bytes, cols, 0, rows,
-                           (int)nm, (float *)c->scratch_w.p);
+        dequant_mode(c, md, w->type, W + m0 * mat_bytes, mat_bytes, w->row_bytes, cols, 0, rows, (int)nm,
+                     c->scratch_w.p);
         const char *B = (const char *)xg + (size_t)(m0 * maxc * cols) * eb;
         if (!gemm(c, md, w->name ? w->name : "matmul_id", (int)rows, maxc, (int)cols, c->scratch_w.p,
                   rows * cols, B, (long long)maxc * cols, Y + m0 * maxc * rows, (int)rows,
