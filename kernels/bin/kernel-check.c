@@ -507,6 +507,122 @@ static void check_matmul_id(const tdesc *td, int64_t cols, int64_t rows, int mat
     check_matmul_id_route(td, cols, rows, mats, k, xs, n, ROUTE_MIX);
 }
 
+/* Consecutive matmuls over one input (q/k/v, gate/up; matmul_id at one
+ * token with shared ids) that the op recorder sends as one launch: each
+ * output against float64 math, and bit for bit against the same calls made
+ * one at a time (a sync after each, so nothing is shared); `saved` is how
+ * many of the m calls the recorder must report as run inside another's
+ * launch (mr_cu_autograph_mv_fused): a weight of another type starts a new
+ * launch, and expert products share one only at one token. */
+static void check_matmul_multi(const int *types, const int64_t *rows, int m, int64_t cols, int mats, int k,
+                               int n, long saved)
+{
+    tweight w[3];
+    const int P = mats > 1 ? n * k : n; /* output rows a matrix row has */
+    size_t xn = (size_t)n * cols, yn[3];
+    float *x = malloc(xn * 4);
+    for (size_t i = 0; i < xn; i++) x[i] = fgauss();
+    int32_t *ids = NULL, *dids = NULL;
+    if (mats > 1) {
+        ids = malloc((size_t)P * 4);
+        make_ids(ids, n, k, mats, ROUTE_RANDOM);
+        dids = dup_to(gpu, ids, (size_t)P * 4);
+    }
+    float *dx = dup_to(gpu, x, xn * 4), *dy[3], *dz[3];
+    char shape[96];
+    int len = snprintf(shape, sizeof shape, "%dx", m);
+    for (int s = 0; s < m; s++) {
+        const tdesc *td = td_of(types[s]);
+        tw_make(&w[s], td, cols, rows[s], mats);
+        yn[s] = (size_t)P * rows[s];
+        dy[s] = dalloc(gpu, yn[s] * 4);
+        dz[s] = dalloc(gpu, yn[s] * 4);
+        poison(gpu, dy[s], yn[s] * 4);
+        poison(gpu, dz[s], yn[s] * 4);
+        len += snprintf(shape + len, sizeof shape - len, "%s%s %lld", s ? "," : "", td->name, (long long)rows[s]);
+    }
+    snprintf(shape + len, sizeof shape - len, " x%lld%s n=%d", (long long)cols, mats > 1 ? " ids" : "", n);
+    long f0 = mr_cu_autograph_mv_fused(gpu);
+    for (int s = 0; s < m; s++) { /* recorded back to back: shared launches */
+        if (mats > 1) gpu->matmul_id(gpu, &w[s].g, dx, 1, dids, k, dy[s], n);
+        else gpu->matmul(gpu, &w[s].g, dx, dy[s], n);
+    }
+    if (gpu->sync(gpu, &err)) die("sync");
+    const long got = mr_cu_autograph_mv_fused(gpu) - f0;
+    for (int s = 0; s < m; s++) { /* one at a time */
+        if (mats > 1) gpu->matmul_id(gpu, &w[s].g, dx, 1, dids, k, dz[s], n);
+        else gpu->matmul(gpu, &w[s].g, dx, dz[s], n);
+        if (gpu->sync(gpu, &err)) die("sync");
+    }
+    int nan_all = 0;
+    double e_all = 0, diff = 0;
+    for (int s = 0; s < m; s++) {
+        const tdesc *td = td_of(types[s]);
+        float *y = malloc(yn[s] * 4), *z = malloc(yn[s] * 4), *wr = malloc(cols * 4);
+        double *ref = calloc(yn[s], 8);
+        fetch(gpu, y, dy[s], yn[s] * 4);
+        fetch(gpu, z, dz[s], yn[s] * 4);
+        for (int p = 0; p < P; p++) {
+            const int e = mats > 1 ? ids[p] : 0, t = mats > 1 ? p / k : p;
+            for (int64_t r = 0; r < rows[s]; r++) {
+                deq_row(td, w[s].host + ((size_t)e * rows[s] + r) * w[s].g.row_bytes, cols, wr);
+                double acc = 0;
+                for (int64_t c = 0; c < cols; c++) acc += (double)wr[c] * x[t * cols + c];
+                ref[(size_t)p * rows[s] + r] = acc;
+            }
+        }
+        int nan;
+        double e = rel_l2(y, ref, yn[s], &nan);
+        nan_all += nan;
+        if (e > e_all) e_all = e;
+        for (size_t i = 0; i < yn[s]; i++) diff += memcmp(&y[i], &z[i], 4) != 0;
+        free(y); free(z); free(wr); free(ref);
+    }
+    report("matmul-multi", shape, e_all, nan_all, 2e-5);
+    report("multi-vs-one", shape, diff, 0, 0.0); /* outputs that differ in any bit */
+    report("multi-launches", shape, (double)labs(got - saved), 0, 0.0);
+    for (int s = 0; s < m; s++) {
+        gpu->free(gpu, dy[s]);
+        gpu->free(gpu, dz[s]);
+        tw_free(&w[s]);
+    }
+    gpu->free(gpu, dx);
+    if (dids) gpu->free(gpu, dids);
+    free(x); free(ids);
+}
+
+static void check_matmul_multi_all(void)
+{
+    const int q4 = MR_TYPE_Q4_K, q6 = MR_TYPE_Q6_K;
+    { /* q/k/v of one type, 1-8 tokens (launches of 4, 2, 1) and more */
+        const int t[3] = {q4, q4, q4};
+        const int64_t r[3] = {1024, 256, 256};
+        const int ns[] = {1, 2, 3, 5, 8, 21}; /* 21: a decode batch, 8 tokens a launch */
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) check_matmul_multi(t, r, 3, 2048, 1, 1, ns[i], 2);
+    }
+    { /* v of another type: q and k share a launch, v runs alone */
+        const int t[3] = {q4, q4, q6};
+        const int64_t r[3] = {512, 128, 128};
+        check_matmul_multi(t, r, 3, 4096, 1, 1, 1, 1);
+    }
+    { /* gate/up of every fast type, odd row counts (last block of a matrix partly used) */
+        const int ty[] = {MR_TYPE_Q4_K, MR_TYPE_Q5_K, MR_TYPE_Q6_K, MR_TYPE_Q8_0, MR_TYPE_Q4_0,
+                          MR_TYPE_IQ4_XS, MR_TYPE_BF16, MR_TYPE_F32};
+        for (size_t i = 0; i < sizeof ty / sizeof ty[0]; i++) {
+            const int t[2] = {ty[i], ty[i]};
+            const int64_t r[2] = {333, 333};
+            check_matmul_multi(t, r, 2, 1024, 1, 1, 1, 1);
+            check_matmul_multi(t, r, 2, 512, 1, 1, 4, 1);
+        }
+    }
+    { /* expert gate/up at one token (k = 8 of 16), and a decode batch (not shared) */
+        const int t[2] = {q4, q4};
+        const int64_t r[2] = {768, 768};
+        check_matmul_multi(t, r, 2, 2048, 16, 8, 1, 1);
+        check_matmul_multi(t, r, 2, 2048, 16, 8, 3, 0);
+    }
+}
+
 /* Decode batches of experts (2..64 tokens, k = 8 of 128): the grouped path
  * of every fast weight type under random, one-expert, spread and partly
  * out-of-range routings, with one input row a token (gate/up) and one a
@@ -2109,6 +2225,7 @@ static void check_ops(int parts)
         check_matmul_id(td, 768, 2048, 16, 8, 8, 72);
     }
     if (parts & PART_MM) {
+        check_matmul_multi_all();
         check_moe_grouped();
         check_gemm_prompt();
     }

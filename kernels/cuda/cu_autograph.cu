@@ -77,6 +77,10 @@ struct mr_cu_auto {
     const float *add_x = NULL;
     size_t add_n = 0;
     long fused = 0;
+    /* consecutive matmuls over one input share a launch (q/k/v, gate/up;
+     * MEMRA_CUDA_FUSE_MV=0 turns it off); launches saved so far */
+    bool fuse_mv = true;
+    long mv_fused = 0;
 };
 
 enum { OP_GET_ROWS = 1, OP_MATMUL, OP_MATMUL_ID, OP_RMSNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION,
@@ -205,20 +209,104 @@ static void run_op(mr_cu_auto *a, mr_backend *be, const rec_op &o)
     }
 }
 
+static bool overlap(const void *p, size_t pn, const void *q, size_t qn)
+{
+    const char *a = (const char *)p, *b = (const char *)q;
+    return a < b + qn && b < a + pn;
+}
+
+/* Ops i, i+1, ... that are matmuls (or matmul_ids) over the same input,
+ * with the same tokens (and ids), of one weight type and width, writing
+ * places that no other of them reads or writes: up to MR_CU_MV_SUBS of
+ * them run as one launch (q/k/v and gate/up of a decode step), with the
+ * results of separate calls bit for bit.  Returns how many ops it ran (0:
+ * none, op i runs alone). */
+static size_t run_multi(mr_cu_auto *a, mr_backend *be, size_t i)
+{
+    const rec_op &o = a->ops[i];
+    if (!a->fuse_mv || (o.op != OP_MATMUL && o.op != OP_MATMUL_ID))
+        return 0;
+    const mr_weight *w[MR_CU_MV_SUBS];
+    float *y[MR_CU_MV_SUBS];
+    size_t yn[MR_CU_MV_SUBS];
+    size_t m = 0;
+    for (size_t j = i; j < a->ops.size() && m < MR_CU_MV_SUBS && a->ops[j].op == o.op; j++) {
+        const rec_op &p = a->ops[j];
+        const mr_weight *pw;
+        float *py;
+        size_t ny, nx;
+        if (o.op == OP_MATMUL) {
+            auto &q = p.u.matmul, &f = o.u.matmul;
+            if (q.x != f.x || q.n != f.n)
+                break;
+            pw = q.w;
+            py = q.y;
+            ny = (size_t)q.n * (size_t)q.w->rows;
+            nx = (size_t)q.n * (size_t)q.w->cols;
+        } else {
+            auto &q = p.u.matmul_id, &f = o.u.matmul_id;
+            if (q.x != f.x || q.n != f.n || q.ids != f.ids || q.k != f.k || q.x_slots != f.x_slots)
+                break;
+            pw = q.w;
+            py = q.y;
+            ny = (size_t)q.n * (size_t)q.k * (size_t)q.w->rows;
+            nx = (size_t)q.n * (size_t)q.x_slots * (size_t)q.w->cols;
+        }
+        if (!pw || (m && (pw->type != w[0]->type || pw->cols != w[0]->cols || pw->n_mats != w[0]->n_mats)))
+            break;
+        const void *x = o.op == OP_MATMUL ? (const void *)o.u.matmul.x : (const void *)o.u.matmul_id.x;
+        bool clash = overlap(py, ny * sizeof(float), x, nx * sizeof(float));
+        if (o.op == OP_MATMUL_ID)
+            clash |= overlap(py, ny * sizeof(float), o.u.matmul_id.ids, sizeof(int32_t));
+        for (size_t t = 0; t < m && !clash; t++) clash = overlap(py, ny * sizeof(float), y[t], yn[t] * sizeof(float));
+        if (clash)
+            break;
+        w[m] = pw;
+        y[m] = py;
+        yn[m] = ny;
+        m++;
+    }
+    if (m < 2)
+        return 0;
+    bool ran;
+    if (o.op == OP_MATMUL) {
+        auto &f = o.u.matmul;
+        ran = mr_cu_matmul_multi(be, w, y, (int)m, f.x, f.n);
+    } else {
+        auto &f = o.u.matmul_id;
+        ran = mr_cu_matmul_id_multi(be, w, y, (int)m, f.x, f.x_slots, f.ids, f.k, f.n);
+    }
+    if (!ran)
+        return 0;
+    a->mv_fused += (long)m - 1;
+    return m;
+}
+
+/* Runs the recorded ops on the stream (or into a capture); with the
+ * profile on, times each with events (a shared launch is timed as its first
+ * op, whose label says so, and its other ops as nothing). */
 static void run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
 {
-    if (!a->prof || a->labels.size() != a->ops.size()) {
-        for (auto &o : a->ops) run_op(a, be, o);
-        return;
-    }
-    size_t n = a->ops.size();
-    std::vector<cudaEvent_t> ev(n + 1);
+    const size_t n = a->ops.size();
+    const bool timed = a->prof && a->labels.size() == n;
+    std::vector<cudaEvent_t> ev(timed ? n + 1 : 0);
     for (auto &e : ev) cudaEventCreate(&e);
-    cudaEventRecord(ev[0], st);
-    for (size_t i = 0; i < n; i++) {
-        run_op(a, be, a->ops[i]);
-        cudaEventRecord(ev[i + 1], st);
+    if (timed)
+        cudaEventRecord(ev[0], st);
+    for (size_t i = 0; i < n;) {
+        size_t used = run_multi(a, be, i);
+        if (used && timed)
+            a->labels[i] += " (+" + std::to_string(used - 1) + " in one launch)";
+        if (!used) {
+            run_op(a, be, a->ops[i]);
+            used = 1;
+        }
+        if (timed)
+            for (size_t j = i; j < i + used; j++) cudaEventRecord(ev[j + 1], st);
+        i += used;
     }
+    if (!timed)
+        return;
     cudaEventSynchronize(ev[n]);
     for (size_t i = 0; i < n; i++) {
         float ms = 0;
@@ -580,6 +668,8 @@ void mr_cu_autograph_install(mr_backend *be)
     c->ag->real = *be;
     const char *pe = getenv("MEMRA_CUDA_PROFILE");
     c->ag->prof = pe && *pe && strcmp(pe, "0");
+    const char *fm = getenv("MEMRA_CUDA_FUSE_MV");
+    c->ag->fuse_mv = !(fm && !strcmp(fm, "0"));
     be->get_rows = w_get_rows;
     be->matmul = w_matmul;
     be->matmul_id = w_matmul_id;
@@ -613,8 +703,10 @@ void mr_cu_autograph_free(mr_backend *be)
     if (c->ag->prof) {
         double all = 0;
         for (auto &t : c->ag->totals) all += t.second.first;
-        fprintf(stderr, "cuda op profile (event-timed, no graphs): %.3f ms in all; %ld add+rmsnorm fused\n",
-                all, c->ag->fused);
+        fprintf(stderr,
+                "cuda op profile (event-timed, no graphs): %.3f ms in all; %ld add+rmsnorm fused; "
+                "%ld matvec launches saved by sharing\n",
+                all, c->ag->fused, c->ag->mv_fused);
         std::vector<std::pair<double, std::string>> v;
         for (auto &t : c->ag->totals) v.push_back({t.second.first, t.first});
         std::sort(v.rbegin(), v.rend());
@@ -642,6 +734,12 @@ extern "C" void mr_cu_autograph_stats(mr_backend *be, long *captures, long *repl
     mr_cu_ctx *c = mr_cu(be);
     *captures = c->ag ? c->ag->captures : 0;
     *replays = c->ag ? c->ag->replays : 0;
+}
+
+extern "C" long mr_cu_autograph_mv_fused(mr_backend *be)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    return c->ag ? c->ag->mv_fused : 0;
 }
 
 extern "C" void mr_cu_profile_reset(mr_backend *be)

@@ -24,6 +24,9 @@ struct mr_backend;
 double mr_cuda_time(struct mr_backend *be, void (*fn)(void *), void *arg, int warm, int iters);
 /* Graphs captured and replayed by the automatic graph layer so far. */
 void mr_cu_autograph_stats(struct mr_backend *be, long *captures, long *replays);
+/* Matmul calls so far that ran inside another's launch (consecutive
+ * matmuls over one input share one: q/k/v, gate/up). */
+long mr_cu_autograph_mv_fused(struct mr_backend *be);
 /* MEMRA_CUDA_PROFILE: forgets the op times summed so far (e.g. a warm-up's
  * first calls, which load modules); no-op without a profile. */
 void mr_cu_profile_reset(struct mr_backend *be);

@@ -27,6 +27,7 @@ struct mr_cu_auto; /* cu_autograph.cu */
 
 /* Tokens per matvec launch (the kernels keep one accumulator per token). */
 #define MR_CU_MATVEC_MAX 8
+#define MR_CU_MV_SUBS 3 /* matrices one matvec launch may cover (mr_cu_matmul_multi) */
 
 struct mr_cu_ctx {
     int device;
@@ -127,6 +128,13 @@ __device__ __forceinline__ uint32_t mr_ld_u32(const uint8_t *p)
 void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, int n);
 void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
                      const int32_t *ids, int k, float *y, int n);
+/* m (2..3) matmuls, or one-token matmul_ids, over the same input in one
+ * launch, bitwise equal to the m calls; false (nothing launched) when they
+ * cannot share one (cu_matmul.cu; the op recorder fuses q/k/v and gate/up). */
+bool mr_cu_matmul_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m,
+                        const float *x, int n);
+bool mr_cu_matmul_id_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m,
+                           const float *x, int x_slots, const int32_t *ids, int k, int n);
 void mr_cu_get_rows(mr_backend *be, const mr_weight *w, const int32_t *ids, int n, float *out);
 int mr_cu_weight_prepare(mr_backend *be, mr_weight *w, mr_err *err);
 void mr_cu_weight_free_priv(mr_backend *be, mr_weight *w);

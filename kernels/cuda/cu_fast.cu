@@ -178,10 +178,11 @@ __device__ __forceinline__ float step_dot(const uint8_t *__restrict__ p, int lan
  * thousands of warps with loads in flight), then the warps' partial sums
  * meet in shared memory.  grid.x: row groups, grid.y: jobs (experts). */
 template <int T, int R, int NT>
-__global__ void __launch_bounds__(FW * 32) k_fast(mr_cu_mvjob a)
+__global__ void __launch_bounds__(FW * 32) k_fast(mr_cu_mvjob job)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t r0 = (int64_t)blockIdx.x * R;
+    int64_t r0;
+    const mr_cu_mvjob a = mr_cu_mv_sub<R>(job, &r0);
     const uint8_t *W;
     const float *x;
     float *y;
@@ -240,10 +241,11 @@ __global__ void __launch_bounds__(FW * 32) k_fast(mr_cu_mvjob a)
  * 64-column group (two 4-byte loads, quads 4k and 16+4k of both nibble
  * halves) so the scale/min work is paid once per 16 weights, not per 8. */
 template <int R>
-__global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob a)
+__global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t r0 = (int64_t)blockIdx.x * R;
+    int64_t r0;
+    const mr_cu_mvjob a = mr_cu_mv_sub<R>(job, &r0);
     const uint8_t *W;
     const float *x;
     float *y;
@@ -646,10 +648,34 @@ void mr_cu_weight_free_priv(mr_backend *be, mr_weight *w)
 
 /* ---- dispatch ---- */
 
-template <int T, int R, int NT>
-static void launch_fast_r(mr_cu_ctx *c, const mr_cu_mvjob &a, int jobs)
+/* Rows of all the matrices of a launch. */
+static int64_t job_rows(const mr_cu_mvjob &a)
 {
-    dim3 grid((unsigned)((a.rows + R - 1) / R), jobs);
+    if (a.n_sub <= 1)
+        return a.rows;
+    int64_t r = 0;
+    for (int s = 0; s < a.n_sub; s++) r += a.sub_rows[s];
+    return r;
+}
+
+/* grid.x of a launch of R rows a block; for a multi-matrix launch, sets
+ * where each matrix's run of blocks starts. */
+static unsigned job_blocks(mr_cu_mvjob *a, int R)
+{
+    if (a->n_sub <= 1)
+        return (unsigned)((a->rows + R - 1) / R);
+    unsigned b = 0;
+    for (int s = 0; s < a->n_sub; s++) {
+        a->sub_blk[s] = b;
+        b += (unsigned)((a->sub_rows[s] + R - 1) / R);
+    }
+    return b;
+}
+
+template <int T, int R, int NT>
+static void launch_fast_r(mr_cu_ctx *c, mr_cu_mvjob a, int jobs)
+{
+    dim3 grid(job_blocks(&a, R), jobs);
     k_fast<T, R, NT><<<grid, FW * 32, 0, c->stream>>>(a);
     MR_CU_LAUNCHED(c, "fast matvec");
 }
@@ -657,20 +683,20 @@ static void launch_fast_r(mr_cu_ctx *c, const mr_cu_mvjob &a, int jobs)
 /* Rows per block: more rows share each activation load, fewer give more
  * blocks; keep at least ~8 blocks per SM. */
 template <int T, int NT>
-static void launch_fast(mr_cu_ctx *c, const mr_cu_mvjob &a, int jobs)
+static void launch_fast(mr_cu_ctx *c, mr_cu_mvjob a, int jobs)
 {
+    const int64_t units = job_rows(a) * jobs, want = (int64_t)c->n_sm * 8;
     if (T == MR_TYPE_Q4_K && NT == 1 && a.cols % 512 == 0 && c->q4k_wide) {
-        const int64_t units = a.rows * jobs, want = (int64_t)c->n_sm * 8;
         if (units / 2 >= want) {
-            k_q4k_wide<2><<<dim3((unsigned)((a.rows + 1) / 2), jobs), FW * 32, 0, c->stream>>>(a);
+            const unsigned gx = job_blocks(&a, 2);
+            k_q4k_wide<2><<<dim3(gx, jobs), FW * 32, 0, c->stream>>>(a);
         } else {
-            k_q4k_wide<1><<<dim3((unsigned)a.rows, jobs), FW * 32, 0, c->stream>>>(a);
+            const unsigned gx = job_blocks(&a, 1);
+            k_q4k_wide<1><<<dim3(gx, jobs), FW * 32, 0, c->stream>>>(a);
         }
         MR_CU_LAUNCHED(c, "q4_k wide matvec");
         return;
     }
-    const int64_t want = (int64_t)c->n_sm * 8;
-    const int64_t units = a.rows * jobs;
     if (NT == 1 && c->fast_r != 2 && c->fast_r != 1 && (c->fast_r == 4 || units / 4 >= want))
         launch_fast_r<T, 4, NT>(c, a, jobs);
     else if (c->fast_r != 1 && (c->fast_r == 2 || units / 2 >= want))
@@ -690,6 +716,7 @@ static void launch_fast_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
         else launch_fast<T, 1>(c, a, jobs);
         a.x += (int64_t)nt * a.cols;
         a.y += (int64_t)nt * a.rows;
+        for (int s = 0; s < a.n_sub; s++) a.sub_y[s] += (int64_t)nt * a.sub_rows[s];
         n -= nt;
     }
 }
@@ -730,6 +757,56 @@ bool mr_cu_fast_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
     if (!fast_ok(c, w, x))
         return false;
     return fast_run(c, w, make_job(w, x, y), n, 1);
+}
+
+/* The job of m matrices (2..MR_CU_MV_SUBS) of one type and width in one
+ * launch, or false when they cannot share one: every one must take the
+ * fast kernels, and their expert counts must agree. */
+static bool multi_job(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
+                      mr_cu_mvjob *a)
+{
+    if (m < 2 || m > MR_CU_MV_SUBS)
+        return false;
+    for (int s = 0; s < m; s++)
+        if (!fast_ok(c, w[s], x) || w[s]->type != w[0]->type || w[s]->cols != w[0]->cols ||
+            w[s]->n_mats != w[0]->n_mats)
+            return false;
+    *a = make_job(w[0], x, y[0]);
+    a->n_sub = m;
+    for (int s = 0; s < m; s++) {
+        a->sub_W[s] = (const uint8_t *)(w[s]->priv ? w[s]->priv : w[s]->data);
+        a->sub_y[s] = y[s];
+        a->sub_rows[s] = w[s]->rows;
+    }
+    return true;
+}
+
+/* m matrices over the same n input rows in one launch a chunk of tokens:
+ * each output row is computed by the code and in the order that
+ * mr_cu_fast_matvec uses for its matrix alone (the kernel, R aside, is
+ * chosen the same way, and R does not change a row's sums), so the results
+ * are bitwise those of m separate calls. */
+bool mr_cu_fast_matvec_multi(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m,
+                             const float *x, int n)
+{
+    mr_cu_mvjob a;
+    if (!multi_job(c, w, y, m, x, &a))
+        return false;
+    return fast_run(c, w[0], a, n, 1);
+}
+
+/* The same for expert matrices chosen by the same ids (gate and up of a
+ * mixture layer), on the one-token path: one job a token-expert pair. */
+bool mr_cu_fast_matvec_id_multi(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m,
+                                const float *x, int x_slots, const int32_t *ids, int k, int n)
+{
+    mr_cu_mvjob a;
+    if (n != 1 || !multi_job(c, w, y, m, x, &a))
+        return false;
+    a.ids = ids;
+    a.k = k;
+    a.x_slots = x_slots;
+    return fast_run(c, w[0], a, 1, n * k);
 }
 
 /* At backend creation: MEMRA_CUDA_MOE_GROUPED=0 keeps decode batches of

@@ -18,6 +18,16 @@ struct mr_cu_mvjob {
     float *y;
     const int32_t *ids; /* NULL: plain matmul (one job) */
     int k, x_slots;
+    /* Several matrices of one type and width over the same inputs in one
+     * launch (q/k/v or gate/up of a decode step): with n_sub > 1, grid.x is
+     * cut into n_sub runs of blocks, run s (from block sub_blk[s]) computing
+     * sub_rows[s] rows of the matrices at sub_W[s] into sub_y[s]; W, y and
+     * rows above are then unused.  n_sub <= 1: one matrix. */
+    int n_sub;
+    unsigned sub_blk[MR_CU_MV_SUBS];
+    const uint8_t *sub_W[MR_CU_MV_SUBS];
+    float *sub_y[MR_CU_MV_SUBS];
+    int64_t sub_rows[MR_CU_MV_SUBS];
 };
 
 /* A plain (one-job) matvec over w's rows stored row_bytes apart at W. */
@@ -36,7 +46,43 @@ static inline mr_cu_mvjob mr_cu_mvjob_plain(const uint8_t *W, size_t row_bytes, 
     a.ids = NULL;
     a.k = 1;
     a.x_slots = 1;
+    a.n_sub = 0;
     return a;
+}
+
+/* The plain job of the matrix block blockIdx.x works on, and the block's
+ * first row (R rows a block): for a multi-matrix launch, the run of blocks
+ * it falls in picks the matrix (constant indices only: a dynamic index into
+ * the parameter arrays would copy them to local memory). */
+template <int R>
+__device__ __forceinline__ mr_cu_mvjob mr_cu_mv_sub(const mr_cu_mvjob &a, int64_t *r0)
+{
+    const unsigned b = blockIdx.x;
+    if (a.n_sub <= 1) {
+        *r0 = (int64_t)b * R;
+        return a;
+    }
+    mr_cu_mvjob j = a;
+    unsigned first = 0;
+    if (a.n_sub > 2 && b >= a.sub_blk[2]) {
+        first = a.sub_blk[2];
+        j.W = a.sub_W[2];
+        j.y = a.sub_y[2];
+        j.rows = a.sub_rows[2];
+    } else if (b >= a.sub_blk[1]) {
+        first = a.sub_blk[1];
+        j.W = a.sub_W[1];
+        j.y = a.sub_y[1];
+        j.rows = a.sub_rows[1];
+    } else {
+        j.W = a.sub_W[0];
+        j.y = a.sub_y[0];
+        j.rows = a.sub_rows[0];
+    }
+    j.mat_bytes = j.row_bytes * (size_t)j.rows;
+    j.n_sub = 0;
+    *r0 = (int64_t)(b - first) * R;
+    return j;
 }
 
 /* Resolves job j to its matrix, input and output pointers; false when the
@@ -73,6 +119,10 @@ __device__ __forceinline__ bool mr_cu_mv_rows(const mr_cu_mvjob &a, int64_t r0, 
 }
 
 bool mr_cu_fast_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
+bool mr_cu_fast_matvec_multi(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m,
+                             const float *x, int n);
+bool mr_cu_fast_matvec_id_multi(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m,
+                                const float *x, int x_slots, const int32_t *ids, int k, int n);
 bool mr_cu_fast_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
                           const int32_t *ids, int k, float *y, int n);
 

@@ -232,6 +232,47 @@ void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_s
     matvec_dispatch(c, w->type, a, 1, n * k);
 }
 
+/* Whether m weights can share a decode launch: present, of a type the
+ * backend takes, and no int8-activation path (that one quantizes per call).
+ * Quiet: a bad weight is reported by the one-by-one call that follows. */
+static bool multi_ok(mr_cu_ctx *c, const mr_weight *const *w, int m)
+{
+    if (c->matvec_q8 || c->failed)
+        return false;
+    for (int s = 0; s < m; s++)
+        if (!w[s] || !w[s]->data || !mr_cu_type_supported(w[s]->type))
+            return false;
+    return true;
+}
+
+bool mr_cu_matmul_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m,
+                        const float *x, int n)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n < 1 || n >= MR_CU_GEMM_MIN_TOKENS || m < 2 || m > MR_CU_MV_SUBS || !multi_ok(c, w, m))
+        return false;
+    /* a decode batch: 8 tokens a launch, as mr_cu_matmul does (whether the
+     * fast kernels take the weights does not depend on the tokens, so
+     * either every chunk shares launches or none is run) */
+    float *yc[MR_CU_MV_SUBS];
+    for (int t0 = 0; t0 < n; t0 += MR_CU_MATVEC_MAX) {
+        const int nc = n - t0 < MR_CU_MATVEC_MAX ? n - t0 : MR_CU_MATVEC_MAX;
+        for (int s = 0; s < m; s++) yc[s] = y[s] + (int64_t)t0 * w[s]->rows;
+        if (!mr_cu_fast_matvec_multi(c, w, yc, m, x + (int64_t)t0 * w[0]->cols, nc))
+            return false;
+    }
+    return true;
+}
+
+bool mr_cu_matmul_id_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m,
+                           const float *x, int x_slots, const int32_t *ids, int k, int n)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n != 1 || k < 1 || (x_slots != 1 && x_slots != k) || !multi_ok(c, w, m))
+        return false;
+    return mr_cu_fast_matvec_id_multi(c, w, y, m, x, x_slots, ids, k, n);
+}
+
 void mr_cu_get_rows(mr_backend *be, const mr_weight *w, const int32_t *ids, int n, float *out)
 {
     mr_cu_ctx *c = mr_cu(be);
