@@ -850,6 +850,75 @@ static float kv_round(float v, mr_kv_dtype dt)
     return v;
 }
 
+/* qk_norm_rope followed by kv_store of its keys, which the op recorder runs
+ * as one launch: q, k and both caches bit for bit against the two ops made
+ * apart (a sync between them), on one block table or a table a token
+ * (multi: token 1's is NULL, a skipped token), with a negative position
+ * (stored nowhere) among them; `qkv-fused` counts the fused stores. */
+static void check_qk_norm_rope_kv(int n, int heads, int kvh, int hd, mr_kv_dtype dt, bool multi)
+{
+    if (!gpu->qk_norm_rope)
+        return;
+    const int bt = 16, nblk = 8, kvdim = kvh * hd;
+    const size_t lq = (size_t)n * heads * hd, lk = (size_t)n * kvdim;
+    const size_t esz = dt == MR_KV_F32 ? 4 : 2, cbytes = (size_t)nblk * bt * kvdim * esz;
+    float *q = malloc(lq * 4), *k = malloc(lk * 4), *v = malloc(lk * 4), *qw = malloc(hd * 4), *kw = malloc(hd * 4);
+    int32_t *pos = malloc(n * 4), table[8];
+    for (size_t i = 0; i < lq; i++) q[i] = fgauss() * 2;
+    for (size_t i = 0; i < lk; i++) { k[i] = fgauss() * 2; v[i] = fgauss(); }
+    for (int i = 0; i < hd; i++) { qw[i] = 1.0f + 0.2f * fgauss(); kw[i] = 1.0f + 0.2f * fgauss(); }
+    for (int i = 0; i < nblk; i++) table[i] = (i * 5 + 3) % nblk;
+    const int off = (int)(rnd() % (nblk * bt)); /* distinct positions: no two tokens share a slot */
+    for (int t = 0; t < n; t++) pos[t] = t == n / 2 && n > 2 ? -1 : (int32_t)((t * 37 + off) % (nblk * bt));
+    int32_t *dtab = dup_to(gpu, table, sizeof table), *dp = dup_to(gpu, pos, n * 4);
+    const int32_t **tabs = malloc(n * sizeof *tabs);
+    for (int t = 0; t < n; t++) tabs[t] = t == 1 ? NULL : dtab;
+    const int32_t *const *dtabs = multi ? dup_to(gpu, tabs, n * sizeof *tabs) : NULL;
+    float *dqw = dup_to(gpu, qw, hd * 4), *dkw = dup_to(gpu, kw, hd * 4), *dv = dup_to(gpu, v, lk * 4);
+    uint8_t *out[2][4]; /* [fused, apart][q, k, K cache, V cache] */
+    long fused[2];
+    for (int apart = 0; apart < 2; apart++) {
+        mr_kv_cache kv = {.n_layers = 2, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh, .head_dim = hd,
+                          .dtype = dt};
+        if (gpu->kv_create(gpu, &kv, &err)) die("kv_create");
+        poison(gpu, kv.k[1], cbytes);
+        poison(gpu, kv.v[1], cbytes);
+        float *dq = dup_to(gpu, q, lq * 4), *dk = dup_to(gpu, k, lk * 4);
+        const long f0 = mr_cu_autograph_kv_fused(gpu);
+        gpu->qk_norm_rope(gpu, dq, dk, dqw, dkw, dp, n, heads, kvh, hd, hd, 1e6f, MR_ROPE_NEOX, 1e-6f);
+        if (apart && gpu->sync(gpu, &err)) die("sync");
+        if (multi) gpu->kv_store_multi(gpu, &kv, 1, dtabs, dk, dv, dp, n);
+        else gpu->kv_store(gpu, &kv, 1, dtab, dk, dv, dp, n);
+        if (gpu->sync(gpu, &err)) die("sync");
+        fused[apart] = mr_cu_autograph_kv_fused(gpu) - f0;
+        const size_t sz[4] = {lq * 4, lk * 4, cbytes, cbytes};
+        const void *src[4] = {dq, dk, kv.k[1], kv.v[1]};
+        for (int b = 0; b < 4; b++) {
+            out[apart][b] = malloc(sz[b]);
+            fetch(gpu, out[apart][b], src[b], sz[b]);
+        }
+        gpu->free(gpu, dq);
+        gpu->free(gpu, dk);
+        gpu->kv_destroy(gpu, &kv);
+    }
+    static const char *dtn[] = {"f32", "f16", "bf16"};
+    char shape[80];
+    snprintf(shape, sizeof shape, "n=%d h=%d/%d d=%d %s%s", n, heads, kvh, hd, dtn[dt], multi ? " multi" : "");
+    const size_t sz[4] = {lq * 4, lk * 4, cbytes, cbytes};
+    static const char *nm[4] = {"qkv-fused-q", "qkv-fused-k", "qkv-fused-K", "qkv-fused-V"};
+    for (int b = 0; b < 4; b++) {
+        size_t diff = 0;
+        for (size_t i = 0; i < sz[b]; i++) diff += out[0][b][i] != out[1][b][i];
+        report(nm[b], shape, (double)diff, 0, 0.0); /* bytes that differ */
+        free(out[0][b]);
+        free(out[1][b]);
+    }
+    report("qkv-fused", shape, (double)labs(fused[0] - 1) + (double)labs(fused[1]), 0, 0.0);
+    gpu->free(gpu, dtab); gpu->free(gpu, dp); gpu->free(gpu, dqw); gpu->free(gpu, dkw); gpu->free(gpu, dv);
+    if (dtabs) gpu->free(gpu, (void *)dtabs);
+    free(q); free(k); free(v); free(qw); free(kw); free(pos); free(tabs);
+}
+
 /* Fill P positions of a sequence (random block table), then n query tokens
  * at positions P-n..P-1 attend causally; reported as op with
  * the given bound on backend be (the CPU comparison runs for the default
@@ -2248,6 +2317,11 @@ static void check_ops(int parts)
     check_qk_norm_rope(37, 16, 2, 256, 64, MR_ROPE_NEOX);   /* partial rotary, head 256 */
     check_qk_norm_rope(70, 8, 8, 64, 64, MR_ROPE_NORM);
     check_qk_norm_rope(3, 5, 1, 96, 32, MR_ROPE_NEOX);      /* odd sizes */
+    check_qk_norm_rope_kv(1, 32, 8, 128, MR_KV_F16, false); /* Qwen3-8B decode */
+    check_qk_norm_rope_kv(5, 32, 4, 128, MR_KV_BF16, false);
+    check_qk_norm_rope_kv(3, 8, 2, 64, MR_KV_F32, false);
+    check_qk_norm_rope_kv(16, 32, 4, 128, MR_KV_F16, true);  /* a decode batch */
+    check_qk_norm_rope_kv(3, 5, 1, 96, MR_KV_BF16, true);
     mr_kv_dtype dts[3] = {MR_KV_F32, MR_KV_F16, MR_KV_BF16};
     for (int d = 0; d < 3; d++) {
         check_attention(4, 2, 64, 1, 1, dts[d]);

@@ -49,17 +49,8 @@ __global__ void k_kv_store(void *K, void *V, const int32_t *table, const int32_t
     if (blk < 0 || blk >= n_blocks)
         return;
     const int64_t o = ((int64_t)blk * bt + p % bt) * kvdim + i;
-    const float kv0 = k[(int64_t)t * kvdim + i], vv0 = v[(int64_t)t * kvdim + i];
-    if constexpr (DT == MR_KV_F32) {
-        ((float *)K)[o] = kv0;
-        ((float *)V)[o] = vv0;
-    } else if constexpr (DT == MR_KV_F16) {
-        ((__half *)K)[o] = __float2half_rn(kv0);
-        ((__half *)V)[o] = __float2half_rn(vv0);
-    } else {
-        ((__nv_bfloat16 *)K)[o] = __float2bfloat16_rn(kv0);
-        ((__nv_bfloat16 *)V)[o] = __float2bfloat16_rn(vv0);
-    }
+    mr_kv_put<DT>(K, o, k[(int64_t)t * kvdim + i]);
+    mr_kv_put<DT>(V, o, v[(int64_t)t * kvdim + i]);
 }
 
 static void kv_store_launch(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t *block_table,

@@ -38,7 +38,9 @@ struct rec_op {
         struct { const float *x, *w; float *y; int n_rows, dim; float eps; } rmsnorm;
         struct { float *y; const float *x, *w; float *out; int n_rows, dim; float eps; } add_rmsnorm;
         struct { float *x; const int32_t *pos; int n, n_heads, head_dim, n_rot; float theta_base; enum mr_rope_mode mode; } rope;
-        struct { float *q, *k; const float *qw, *kw; const int32_t *pos; int n, nh, nkv, hd, n_rot; float theta_base; enum mr_rope_mode mode; float eps; } qk_norm_rope;
+        struct { float *q, *k; const float *qw, *kw; const int32_t *pos; int n, nh, nkv, hd, n_rot; float theta_base; enum mr_rope_mode mode; float eps;
+                 /* OP_QK_NORM_ROPE_KV: the K/V store that followed */
+                 mr_kv_cache *kv; int layer; const int32_t *table; const int32_t *const *tables; const float *v; } qk_norm_rope;
         struct { mr_kv_cache *kv; int layer; const int32_t *table; const int32_t *const *tables; const float *k, *v; const int32_t *pos; int n; } kv_store;
         struct { const mr_kv_cache *kv; int layer; const int32_t *table; const int32_t *const *tables; const float *q; const int32_t *pos; int n, n_heads; float scale; float *out; } attention;
         struct { const float *g, *u; float *o; size_t n; } swiglu;
@@ -81,12 +83,16 @@ struct mr_cu_auto {
      * MEMRA_CUDA_FUSE_MV=0 turns it off); launches saved so far */
     bool fuse_mv = true;
     long mv_fused = 0;
+    /* a K/V store of the keys qk_norm_rope just rotated joins its launch
+     * (MEMRA_CUDA_FUSE_KV=0 turns it off) */
+    bool fuse_kv = true;
+    long kv_fused = 0;
 };
 
 enum { OP_GET_ROWS = 1, OP_MATMUL, OP_MATMUL_ID, OP_RMSNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION,
        OP_KV_STORE_MULTI, OP_ATTENTION_MULTI,
        OP_SWIGLU, OP_ADD, OP_MOE_ROUTE, OP_MOE_COMBINE, OP_ARGMAX, OP_ADD_RMSNORM, OP_COPY_2D,
-       OP_SIGMOID_MUL, OP_CONV1D_SILU, OP_GDN_SCAN, OP_QK_NORM_ROPE, OP_SAMPLE };
+       OP_SIGMOID_MUL, OP_CONV1D_SILU, OP_GDN_SCAN, OP_QK_NORM_ROPE, OP_SAMPLE, OP_QK_NORM_ROPE_KV };
 
 #define MAX_GRAPHS 8
 
@@ -149,6 +155,12 @@ static void run_op(mr_cu_auto *a, mr_backend *be, const rec_op &o)
         auto &p = o.u.qk_norm_rope;
         r.qk_norm_rope(be, p.q, p.k, p.qw, p.kw, p.pos, p.n, p.nh, p.nkv, p.hd, p.n_rot, p.theta_base, p.mode,
                        p.eps);
+        break;
+    }
+    case OP_QK_NORM_ROPE_KV: {
+        auto &p = o.u.qk_norm_rope;
+        mr_cu_qk_norm_rope_kv(be, p.q, p.k, p.qw, p.kw, p.pos, p.n, p.nh, p.nkv, p.hd, p.n_rot, p.theta_base,
+                              p.mode, p.eps, p.kv, p.layer, p.table, p.tables, p.v);
         break;
     }
     case OP_KV_STORE: {
@@ -493,11 +505,43 @@ static void w_qk_norm_rope(mr_backend *be, float *q, float *k, const float *qw, 
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.qk_norm_rope(be, q, k, qw, kw, pos, n, nh, nkv, hd, n_rot, theta_base, mode, eps);
-    rec(be, OP_QK_NORM_ROPE).u.qk_norm_rope = {q, k, qw, kw, pos, n, nh, nkv, hd, n_rot, theta_base, mode, eps};
+    rec(be, OP_QK_NORM_ROPE).u.qk_norm_rope = {q, k, qw, kw, pos, n, nh, nkv, hd, n_rot, theta_base, mode, eps,
+                                               NULL, 0, NULL, NULL, NULL};
     sp(a->sig, q); sp(a->sig, k); sp(a->sig, qw); sp(a->sig, kw); sp(a->sig, pos); sp(a->sig, n);
     sp(a->sig, nh); sp(a->sig, nkv); sp(a->sig, hd); sp(a->sig, n_rot); sp(a->sig, theta_base);
     sp(a->sig, (int)mode); sp(a->sig, eps);
     label(a, "qk_norm_rope n=%d h=%d/%d", n, nh, nkv);
+}
+
+/* A K/V store straight after qk_norm_rope of the same keys, positions and
+ * tokens joins its launch: the recorded qk_norm_rope becomes
+ * OP_QK_NORM_ROPE_KV (the signature keeps both ops, so a sequence and its
+ * graph stay one-to-one).  False: record the store on its own. */
+static bool fuse_kv_store(mr_cu_auto *a, mr_kv_cache *kv, int layer, const int32_t *table,
+                          const int32_t *const *tables, const float *k, const float *v, const int32_t *pos,
+                          int n)
+{
+    if (!a->fuse_kv || a->last_op != OP_QK_NORM_ROPE || a->ops.empty() || a->ops.back().op != OP_QK_NORM_ROPE)
+        return false;
+    auto &p = a->ops.back().u.qk_norm_rope;
+    if (p.k != k || p.pos != pos || p.n != n || kv->n_kv_heads != p.nkv || kv->head_dim != p.hd ||
+        layer < 0 || layer >= kv->n_layers)
+        return false;
+    /* v must not be what the rotation writes */
+    const char *vb = (const char *)v, *ve = vb + (size_t)n * p.nkv * p.hd * sizeof(float);
+    const char *qb = (const char *)p.q, *qe = qb + (size_t)n * p.nh * p.hd * sizeof(float);
+    const char *kb = (const char *)p.k, *ke = kb + (size_t)n * p.nkv * p.hd * sizeof(float);
+    if ((vb < qe && qb < ve) || (vb < ke && kb < ve))
+        return false;
+    a->ops.back().op = OP_QK_NORM_ROPE_KV;
+    p.kv = kv;
+    p.layer = layer;
+    p.table = table;
+    p.tables = tables;
+    p.v = v;
+    if (a->prof && !a->labels.empty()) a->labels.back() += " + kv_store";
+    a->kv_fused++;
+    return true;
 }
 
 static void w_kv_store(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t *table,
@@ -505,6 +549,13 @@ static void w_kv_store(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.kv_store(be, kv, layer, table, k, v, pos, n);
+    if (fuse_kv_store(a, kv, layer, table, NULL, k, v, pos, n)) {
+        a->last_op = OP_KV_STORE;
+        a->sig.push_back((uint64_t)OP_KV_STORE);
+        sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, table); sp(a->sig, k); sp(a->sig, v);
+        sp(a->sig, pos); sp(a->sig, n);
+        return;
+    }
     rec(be, OP_KV_STORE).u.kv_store = {kv, layer, table, NULL, k, v, pos, n};
     sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, table); sp(a->sig, k); sp(a->sig, v);
     sp(a->sig, pos); sp(a->sig, n);
@@ -530,6 +581,13 @@ static void w_kv_store_multi(mr_backend *be, mr_kv_cache *kv, int layer, const i
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.kv_store_multi(be, kv, layer, tables, k, v, pos, n);
+    if (fuse_kv_store(a, kv, layer, NULL, tables, k, v, pos, n)) {
+        a->last_op = OP_KV_STORE_MULTI;
+        a->sig.push_back((uint64_t)OP_KV_STORE_MULTI);
+        sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, (const void *)tables); sp(a->sig, k);
+        sp(a->sig, v); sp(a->sig, pos); sp(a->sig, n);
+        return;
+    }
     rec(be, OP_KV_STORE_MULTI).u.kv_store = {kv, layer, NULL, tables, k, v, pos, n};
     sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, (const void *)tables); sp(a->sig, k);
     sp(a->sig, v); sp(a->sig, pos); sp(a->sig, n);
@@ -670,6 +728,8 @@ void mr_cu_autograph_install(mr_backend *be)
     c->ag->prof = pe && *pe && strcmp(pe, "0");
     const char *fm = getenv("MEMRA_CUDA_FUSE_MV");
     c->ag->fuse_mv = !(fm && !strcmp(fm, "0"));
+    const char *fk = getenv("MEMRA_CUDA_FUSE_KV");
+    c->ag->fuse_kv = !(fk && !strcmp(fk, "0"));
     be->get_rows = w_get_rows;
     be->matmul = w_matmul;
     be->matmul_id = w_matmul_id;
@@ -705,8 +765,8 @@ void mr_cu_autograph_free(mr_backend *be)
         for (auto &t : c->ag->totals) all += t.second.first;
         fprintf(stderr,
                 "cuda op profile (event-timed, no graphs): %.3f ms in all; %ld add+rmsnorm fused; "
-                "%ld matvec launches saved by sharing\n",
-                all, c->ag->fused, c->ag->mv_fused);
+                "%ld matvec launches saved by sharing; %ld K/V stores in qk_norm_rope\n",
+                all, c->ag->fused, c->ag->mv_fused, c->ag->kv_fused);
         std::vector<std::pair<double, std::string>> v;
         for (auto &t : c->ag->totals) v.push_back({t.second.first, t.first});
         std::sort(v.rbegin(), v.rend());
@@ -740,6 +800,12 @@ extern "C" long mr_cu_autograph_mv_fused(mr_backend *be)
 {
     mr_cu_ctx *c = mr_cu(be);
     return c->ag ? c->ag->mv_fused : 0;
+}
+
+extern "C" long mr_cu_autograph_kv_fused(mr_backend *be)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    return c->ag ? c->ag->kv_fused : 0;
 }
 
 extern "C" void mr_cu_profile_reset(mr_backend *be)

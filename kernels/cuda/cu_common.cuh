@@ -124,6 +124,16 @@ __device__ __forceinline__ uint32_t mr_ld_u32(const uint8_t *p)
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
+/* Element o of a KV cache of dtype DT (mr_kv_dtype) gets v, rounded to
+ * nearest (every writer of the cache converts the same way). */
+template <int DT>
+__device__ __forceinline__ void mr_kv_put(void *base, int64_t o, float v)
+{
+    if constexpr (DT == MR_KV_F32) ((float *)base)[o] = v;
+    else if constexpr (DT == MR_KV_F16) ((__half *)base)[o] = __float2half_rn(v);
+    else ((__nv_bfloat16 *)base)[o] = __float2bfloat16_rn(v);
+}
+
 /* Kernel entry points shared between files (host side launchers). */
 void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, int n);
 void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
@@ -136,6 +146,14 @@ bool mr_cu_matmul_multi(mr_backend *be, const mr_weight *const *w, float *const 
 bool mr_cu_matmul_id_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m,
                            const float *x, int x_slots, const int32_t *ids, int k, int n);
 void mr_cu_get_rows(mr_backend *be, const mr_weight *w, const int32_t *ids, int n, float *out);
+/* qk_norm_rope followed by the K/V store of the same keys (cu_ops.cu): the
+ * key blocks also write their rotated rows into the cache and extra blocks
+ * copy v, the same values kv_store writes; table for one sequence or
+ * tables[t] a token (multi-sequence). */
+void mr_cu_qk_norm_rope_kv(mr_backend *be, float *q, float *k, const float *qw, const float *kw,
+                           const int32_t *pos, int n, int n_heads, int n_kv_heads, int head_dim, int n_rot,
+                           float theta_base, enum mr_rope_mode mode, float eps, mr_kv_cache *kv, int layer,
+                           const int32_t *table, const int32_t *const *tables, const float *v);
 int mr_cu_weight_prepare(mr_backend *be, mr_weight *w, mr_err *err);
 void mr_cu_weight_free_priv(mr_backend *be, mr_weight *w);
 void mr_cu_install_ops(mr_backend *be);

@@ -179,14 +179,56 @@ static void cu_rope(mr_backend *be, float *x, const int32_t *pos, int n, int n_h
  * (v * inv) * w), then rotated as k_rope does; four launches a layer become
  * one in decode, where each of them cost a launch for a few kilobytes. */
 #define QKR_MAX_D 256
+
+/* Where the fused K/V store writes (DT >= 0): the layer's caches, the block
+ * table(s) and the values. */
+struct qkr_kv {
+    void *K, *V;
+    const int32_t *table;
+    const int32_t *const *tables;
+    const float *v;
+    int bt, n_blocks;
+};
+
+/* Offset of token t's row in the cache, or -1 where kv_store writes
+ * nothing (no table for the token, a negative position, a block outside
+ * the pool): the same rules as k_kv_store. */
+__device__ __forceinline__ int64_t qkr_slot(const qkr_kv &c, int t, int p, int kvdim)
+{
+    const int32_t *tab = c.tables ? c.tables[t] : c.table;
+    if (!tab || p < 0)
+        return -1;
+    const int blk = tab[p / c.bt];
+    if (blk < 0 || blk >= c.n_blocks)
+        return -1;
+    return ((int64_t)blk * c.bt + p % c.bt) * kvdim;
+}
+
+/* Blocks [0, n_heads) rotate query heads, the next n_kv_heads key heads;
+ * with DT >= 0 the key blocks then store their rows into the cache and n_kv_heads more
+ * blocks copy the value heads there. */
+template <int DT>
 __global__ void __launch_bounds__(128) k_qk_norm_rope(float *q, float *k, const float *qw, const float *kw,
                                                       const int32_t *pos, int n_heads, int n_kv_heads,
                                                       int head_dim, int n_rot, float theta_base, int mode,
-                                                      float eps)
+                                                      float eps, qkr_kv kv)
 {
     __shared__ float sh[32];
     __shared__ float hv[QKR_MAX_D];
     const int t = blockIdx.y, hh = blockIdx.x;
+    const int kvdim = n_kv_heads * head_dim;
+    if constexpr (DT >= 0) {
+        if (hh >= n_heads + n_kv_heads) { /* a value head: copied as it is */
+            const int vh = hh - n_heads - n_kv_heads;
+            const int64_t o = qkr_slot(kv, t, pos[t], kvdim);
+            if (o < 0)
+                return;
+            const float *src = kv.v + (int64_t)t * kvdim + (int64_t)vh * head_dim;
+            for (int i = threadIdx.x; i < head_dim; i += blockDim.x)
+                mr_kv_put<DT>(kv.V, o + (int64_t)vh * head_dim + i, src[i]);
+            return;
+        }
+    }
     const bool isq = hh < n_heads;
     float *x = isq ? q + ((int64_t)t * n_heads + hh) * head_dim
                    : k + ((int64_t)t * n_kv_heads + (hh - n_heads)) * head_dim;
@@ -203,6 +245,29 @@ __global__ void __launch_bounds__(128) k_qk_norm_rope(float *q, float *k, const 
     __syncthreads();
     for (int j = threadIdx.x; j < n_rot / 2; j += blockDim.x) rope_pair(hv, x, pos[t], j, n_rot, theta_base, mode);
     for (int i = n_rot + threadIdx.x; i < head_dim; i += blockDim.x) x[i] = hv[i];
+    if constexpr (DT >= 0) {
+        if (isq)
+            return;
+        /* the row as written above (the block's own global writes are
+         * visible to it after the barrier), stored as kv_store would */
+        __syncthreads();
+        const int64_t o = qkr_slot(kv, t, pos[t], kvdim);
+        if (o < 0)
+            return;
+        const int kh = hh - n_heads;
+        for (int i = threadIdx.x; i < head_dim; i += blockDim.x)
+            mr_kv_put<DT>(kv.K, o + (int64_t)kh * head_dim + i, x[i]);
+    }
+}
+
+static bool qkr_shape_ok(mr_cu_ctx *c, int n, int n_heads, int n_kv_heads, int head_dim, int n_rot, int extra)
+{
+    if (n_rot <= 0 || n_rot > head_dim || n_rot % 2 || head_dim > QKR_MAX_D || n > 65535 ||
+        n_heads + n_kv_heads + extra > 65535) {
+        mr_cu_fail(c, "qk_norm_rope: n_rot %d, head_dim %d (max %d), %d tokens", n_rot, head_dim, QKR_MAX_D, n);
+        return false;
+    }
+    return true;
 }
 
 static void cu_qk_norm_rope(mr_backend *be, float *q, float *k, const float *qw, const float *kw,
@@ -210,17 +275,35 @@ static void cu_qk_norm_rope(mr_backend *be, float *q, float *k, const float *qw,
                             float theta_base, enum mr_rope_mode mode, float eps)
 {
     mr_cu_ctx *c = mr_cu(be);
-    if (n <= 0)
+    if (n <= 0 || !qkr_shape_ok(c, n, n_heads, n_kv_heads, head_dim, n_rot, 0))
         return;
-    if (n_rot <= 0 || n_rot > head_dim || n_rot % 2 || head_dim > QKR_MAX_D || n > 65535 ||
-        n_heads + n_kv_heads > 65535) {
-        mr_cu_fail(c, "qk_norm_rope: n_rot %d, head_dim %d (max %d), %d tokens", n_rot, head_dim, QKR_MAX_D, n);
+    dim3 grid((unsigned)(n_heads + n_kv_heads), (unsigned)n);
+    k_qk_norm_rope<-1><<<grid, 128, 0, c->stream>>>(q, k, qw, kw, pos, n_heads, n_kv_heads, head_dim, n_rot,
+                                                    theta_base, (int)mode, eps, qkr_kv{});
+    MR_CU_LAUNCHED(c, "qk_norm_rope");
+}
+
+void mr_cu_qk_norm_rope_kv(mr_backend *be, float *q, float *k, const float *qw, const float *kw,
+                           const int32_t *pos, int n, int n_heads, int n_kv_heads, int head_dim, int n_rot,
+                           float theta_base, enum mr_rope_mode mode, float eps, mr_kv_cache *kv, int layer,
+                           const int32_t *table, const int32_t *const *tables, const float *v)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n <= 0 || !qkr_shape_ok(c, n, n_heads, n_kv_heads, head_dim, n_rot, n_kv_heads))
+        return;
+    if (layer < 0 || layer >= kv->n_layers || kv->n_kv_heads != n_kv_heads || kv->head_dim != head_dim) {
+        mr_cu_fail(c, "qk_norm_rope + kv_store: layer %d of %d, cache heads %d x %d for %d x %d", layer,
+                   kv->n_layers, kv->n_kv_heads, kv->head_dim, n_kv_heads, head_dim);
         return;
     }
-    dim3 grid((unsigned)(n_heads + n_kv_heads), (unsigned)n);
-    k_qk_norm_rope<<<grid, 128, 0, c->stream>>>(q, k, qw, kw, pos, n_heads, n_kv_heads, head_dim, n_rot,
-                                                theta_base, (int)mode, eps);
-    MR_CU_LAUNCHED(c, "qk_norm_rope");
+    const qkr_kv a = {kv->k[layer], kv->v[layer], table, tables, v, kv->block_tokens, kv->n_blocks};
+    dim3 grid((unsigned)(n_heads + 2 * n_kv_heads), (unsigned)n);
+#define L(DT) k_qk_norm_rope<DT><<<grid, 128, 0, c->stream>>>(q, k, qw, kw, pos, n_heads, n_kv_heads, head_dim, n_rot, theta_base, (int)mode, eps, a)
+    if (kv->dtype == MR_KV_F32) L(MR_KV_F32);
+    else if (kv->dtype == MR_KV_F16) L(MR_KV_F16);
+    else L(MR_KV_BF16);
+#undef L
+    MR_CU_LAUNCHED(c, "qk_norm_rope + kv_store");
 }
 
 __global__ void k_swiglu(const float *g, const float *u, float *o, size_t n)
