@@ -52,12 +52,16 @@ __global__ void __launch_bounds__(1024) k_rmsnorm4(float *y, const float *x, con
     const int64_t row = blockIdx.x;
     float4 *yr = (float4 *)(y + row * dim4 * 4);
     const float4 *xr = FUSED ? (const float4 *)(x + row * dim4 * 4) : NULL;
-    float4 v[RN_K];
+    const float4 *w4 = (const float4 *)w;
+    float4 v[RN_K], g[RN_K];
     float ss = 0.0f;
+    /* the weights are loaded with the row, not after the sum: one memory
+     * round trip fewer on the way out */
 #pragma unroll
     for (int k = 0; k < RN_K; k++) {
         const int i = threadIdx.x + k * blockDim.x;
         if (i < dim4) {
+            g[k] = w4[i];
             float4 a = yr[i];
             if (FUSED) {
                 const float4 b = xr[i];
@@ -71,15 +75,12 @@ __global__ void __launch_bounds__(1024) k_rmsnorm4(float *y, const float *x, con
     ss = block_sum(ss, sh);
     const float inv = 1.0f / sqrtf(ss / (float)(dim4 * 4) + eps);
     float4 *o = (float4 *)(out + row * dim4 * 4);
-    const float4 *w4 = (const float4 *)w;
 #pragma unroll
     for (int k = 0; k < RN_K; k++) {
         const int i = threadIdx.x + k * blockDim.x;
-        if (i < dim4) {
-            const float4 g = w4[i];
-            o[i] = make_float4(v[k].x * inv * g.x, v[k].y * inv * g.y, v[k].z * inv * g.z,
-                               v[k].w * inv * g.w);
-        }
+        if (i < dim4)
+            o[i] = make_float4(v[k].x * inv * g[k].x, v[k].y * inv * g[k].y, v[k].z * inv * g[k].z,
+                               v[k].w * inv * g[k].w);
     }
 }
 
