@@ -208,11 +208,18 @@ static int cu_kv_create(mr_backend *be, mr_kv_cache *kv, mr_err *err)
         kv->k = kv->v = NULL;
         return mr_errf(err, "cuda: kv cache: out of host memory");
     }
+    /* The zeroing goes on the context's stream and is waited for: a plain
+     * cudaMemset runs on the legacy stream, which the non-blocking stream is
+     * not ordered after, and returns before it is done, so it could land on
+     * top of the first K/V stores (seen on an H200 as a cache zeroed after
+     * kernel-check had filled it). */
+    mr_cu_ctx *c = mr_cu(be);
     for (int l = 0; l < kv->n_layers; l++) {
         cudaError_t e = cudaMalloc(&kv->k[l], per);
         if (e == cudaSuccess) e = cudaMalloc(&kv->v[l], per);
-        if (e == cudaSuccess) e = cudaMemset(kv->k[l], 0, per);
-        if (e == cudaSuccess) e = cudaMemset(kv->v[l], 0, per);
+        if (e == cudaSuccess) e = cudaMemsetAsync(kv->k[l], 0, per, c->stream);
+        if (e == cudaSuccess) e = cudaMemsetAsync(kv->v[l], 0, per, c->stream);
+        if (e == cudaSuccess && l == kv->n_layers - 1) e = cudaStreamSynchronize(c->stream);
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
             cu_kv_destroy(be, kv);
