@@ -416,6 +416,15 @@ static inline rec_op &rec(mr_backend *be, int op)
     return a->ops.back();
 }
 
+/* An op that joined the recorded one before it: its id goes into the
+ * signature as rec() would put it (the caller adds its arguments), but no
+ * record of its own. */
+static inline void sig_only(mr_cu_auto *a, int op)
+{
+    a->last_op = op;
+    a->sig.push_back((uint64_t)op);
+}
+
 /* While an explicit capture (graph_begin..graph_end) runs, ops go straight
  * to the stream: recording is for the implicit graphs only. */
 #define DIRECT(be) (mr_cu(be)->capturing)
@@ -528,10 +537,8 @@ static bool fuse_kv_store(mr_cu_auto *a, mr_kv_cache *kv, int layer, const int32
         layer < 0 || layer >= kv->n_layers)
         return false;
     /* v must not be what the rotation writes */
-    const char *vb = (const char *)v, *ve = vb + (size_t)n * p.nkv * p.hd * sizeof(float);
-    const char *qb = (const char *)p.q, *qe = qb + (size_t)n * p.nh * p.hd * sizeof(float);
-    const char *kb = (const char *)p.k, *ke = kb + (size_t)n * p.nkv * p.hd * sizeof(float);
-    if ((vb < qe && qb < ve) || (vb < ke && kb < ve))
+    const size_t kvb = (size_t)n * p.nkv * p.hd * sizeof(float), qb = (size_t)n * p.nh * p.hd * sizeof(float);
+    if (overlap(v, kvb, p.q, qb) || overlap(v, kvb, p.k, kvb))
         return false;
     a->ops.back().op = OP_QK_NORM_ROPE_KV;
     p.kv = kv;
@@ -549,17 +556,15 @@ static void w_kv_store(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.kv_store(be, kv, layer, table, k, v, pos, n);
-    if (fuse_kv_store(a, kv, layer, table, NULL, k, v, pos, n)) {
-        a->last_op = OP_KV_STORE;
-        a->sig.push_back((uint64_t)OP_KV_STORE);
-        sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, table); sp(a->sig, k); sp(a->sig, v);
-        sp(a->sig, pos); sp(a->sig, n);
-        return;
-    }
-    rec(be, OP_KV_STORE).u.kv_store = {kv, layer, table, NULL, k, v, pos, n};
+    const bool joined = fuse_kv_store(a, kv, layer, table, NULL, k, v, pos, n);
+    if (joined)
+        sig_only(a, OP_KV_STORE);
+    else
+        rec(be, OP_KV_STORE).u.kv_store = {kv, layer, table, NULL, k, v, pos, n};
     sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, table); sp(a->sig, k); sp(a->sig, v);
     sp(a->sig, pos); sp(a->sig, n);
-    label(a, "kv_store n=%d", n);
+    if (!joined) /* the joined op's label says so */
+        label(a, "kv_store n=%d", n);
 }
 
 static void w_attention(mr_backend *be, const mr_kv_cache *kv, int layer, const int32_t *table,
@@ -581,17 +586,15 @@ static void w_kv_store_multi(mr_backend *be, mr_kv_cache *kv, int layer, const i
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.kv_store_multi(be, kv, layer, tables, k, v, pos, n);
-    if (fuse_kv_store(a, kv, layer, NULL, tables, k, v, pos, n)) {
-        a->last_op = OP_KV_STORE_MULTI;
-        a->sig.push_back((uint64_t)OP_KV_STORE_MULTI);
-        sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, (const void *)tables); sp(a->sig, k);
-        sp(a->sig, v); sp(a->sig, pos); sp(a->sig, n);
-        return;
-    }
-    rec(be, OP_KV_STORE_MULTI).u.kv_store = {kv, layer, NULL, tables, k, v, pos, n};
+    const bool joined = fuse_kv_store(a, kv, layer, NULL, tables, k, v, pos, n);
+    if (joined)
+        sig_only(a, OP_KV_STORE_MULTI);
+    else
+        rec(be, OP_KV_STORE_MULTI).u.kv_store = {kv, layer, NULL, tables, k, v, pos, n};
     sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, (const void *)tables); sp(a->sig, k);
     sp(a->sig, v); sp(a->sig, pos); sp(a->sig, n);
-    label(a, "kv_store_multi n=%d", n);
+    if (!joined) /* the joined op's label says so */
+        label(a, "kv_store_multi n=%d", n);
 }
 
 static void w_attention_multi(mr_backend *be, const mr_kv_cache *kv, int layer,
