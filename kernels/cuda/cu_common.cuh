@@ -56,6 +56,9 @@ struct mr_cu_ctx {
     bool attn_tc;           /* prompt attention on the tensor cores (cu_fattn.cu; default) */
     bool attn_tc_forced;    /* MEMRA_CUDA_ATTN=tc: models may not turn it off */
     mr_cu_auto *ag;         /* recorded ops and cached graphs, or NULL */
+    bool pdl;               /* kernels launched with programmatic dependent launch (cu_pdl.cuh;
+                               compute capability 9+, MEMRA_CUDA_PDL=0: off) */
+    cudaError_t launch_err; /* the first error of an mr_cu_launch not yet taken by MR_CU_LAUNCHED */
 };
 
 static inline mr_cu_ctx *mr_cu(mr_backend *be) { return (mr_cu_ctx *)be->ctx; }
@@ -63,10 +66,14 @@ static inline mr_cu_ctx *mr_cu(mr_backend *be) { return (mr_cu_ctx *)be->ctx; }
 /* Records the first failure; later ones are dropped (the first is the cause). */
 void mr_cu_fail(mr_cu_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* After each launch: a bad configuration shows up here, not at sync. */
+/* After each launch (<<<>>> or mr_cu_launch): a bad configuration shows up
+ * here, not at sync. */
 #define MR_CU_LAUNCHED(c, what)                                                        \
     do {                                                                               \
         cudaError_t e_ = cudaGetLastError();                                           \
+        if (e_ == cudaSuccess)                                                         \
+            e_ = (c)->launch_err;                                                      \
+        (c)->launch_err = cudaSuccess;                                                 \
         if (e_ != cudaSuccess)                                                         \
             mr_cu_fail((c), "%s: launch failed: %s", (what), cudaGetErrorString(e_)); \
     } while (0)
@@ -77,6 +84,9 @@ void mr_cu_fail(mr_cu_ctx *c, const char *fmt, ...) __attribute__((format(printf
         if (e_ != cudaSuccess)                                                               \
             mr_cu_fail((c), "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
     } while (0)
+
+/* mr_pdl_wait / mr_pdl_trigger and the launch helper mr_cu_launch. */
+#include "kernels/cuda/cu_pdl.cuh"
 
 /* Makes buf at least n bytes; false (and a sticky error) when it cannot. */
 bool mr_cu_reserve(mr_cu_ctx *c, mr_cu_buf *buf, size_t n, const char *what);
