@@ -62,6 +62,8 @@ __global__ void __launch_bounds__(Q8_QUANT_THREADS)
 k_q8_quant(const float *__restrict__ x, int64_t groups, int8_t *__restrict__ q, float *__restrict__ d,
            float *__restrict__ s)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const bool in = i < groups;
     float v[8];
@@ -119,8 +121,8 @@ static bool q8_quantize(mr_cu_ctx *c, const float *x, int64_t rows, int64_t cols
     float *d = (float *)(q + nq); /* nq is a multiple of 256: aligned */
     float *s = d + nb;
     const int64_t groups = rows * cols / 8;
-    k_q8_quant<<<mr_cu_blocks((size_t)groups, Q8_QUANT_THREADS), Q8_QUANT_THREADS, 0, c->stream>>>(
-        x, groups, q, d, s);
+    mr_cu_launch(c, k_q8_quant, mr_cu_blocks((size_t)groups, Q8_QUANT_THREADS), Q8_QUANT_THREADS, 0, x, groups, q,
+                 d, s);
     MR_CU_LAUNCHED(c, "q8 quantize");
     *xa = {q, d, s, x, cols};
     return true;
@@ -131,6 +133,8 @@ static bool q8_quantize(mr_cu_ctx *c, const float *x, int64_t rows, int64_t cols
 template <int T, int R, int NT>
 __global__ void __launch_bounds__(Q8_WARPS * 32) k_mvq8(mr_cu_mvjob a, mr_q8act xa, int nt)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     using K = q8k<T>;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int64_t r0 = (int64_t)blockIdx.x * R;
@@ -203,7 +207,7 @@ static void q8_launch_r(mr_cu_ctx *c, const mr_cu_mvjob &a, const mr_q8act &xa, 
     const int64_t nsteps = (a.cols + q8k<T>::STEP - 1) / q8k<T>::STEP;
     const int nw = nsteps < Q8_WARPS ? (int)nsteps : Q8_WARPS;
     dim3 grid((unsigned)((a.rows + R - 1) / R), (unsigned)jobs);
-    k_mvq8<T, R, NT><<<grid, nw * 32, 0, c->stream>>>(a, xa, nt);
+    mr_cu_launch(c, k_mvq8<T, R, NT>, grid, nw * 32, 0, a, xa, nt);
     MR_CU_LAUNCHED(c, "q8 matvec");
 }
 
