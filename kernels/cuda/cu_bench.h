@@ -29,6 +29,8 @@ void mr_cu_autograph_stats(struct mr_backend *be, long *captures, long *replays)
 long mr_cu_autograph_mv_fused(struct mr_backend *be);
 /* K/V stores so far that ran inside the qk_norm_rope launch before them. */
 long mr_cu_autograph_kv_fused(struct mr_backend *be);
+/* Nodes (kernels, copies) of the last graph it captured; 0 before any. */
+long mr_cu_autograph_nodes(struct mr_backend *be);
 /* MEMRA_CUDA_PROFILE: forgets the op times summed so far (e.g. a warm-up's
  * first calls, which load modules); no-op without a profile. */
 void mr_cu_profile_reset(struct mr_backend *be);
