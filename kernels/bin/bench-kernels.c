@@ -22,7 +22,8 @@
  * Usage: bench-kernels [iters [moe|attn|gemm|sample|pdl]]   (needs a CUDA
  * device; "moe": only the expert products of decode batches, "attn": only
  * prompt attention, "gemm": only the prompt products, "sample": only
- * sampling, "pdl": only the PDL chains) */
+ * sampling, "pdl": only the PDL chains, "mv TYPE ROWS COLS [N]": one
+ * matvec shape) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -861,6 +862,30 @@ static void bench_quant(mr_backend *be, int64_t cols, int n, int iters, double b
     free(hx);
 }
 
+/* "mv TYPE ROWS COLS [N]": one matvec shape on the default backend (the
+ * kernels the environment selects), e.g. under a profiler. */
+static int bench_one_mv(int argc, char **argv, int iters, double cbw)
+{
+    const int type = argc > 0 ? mr_type_from_name(argv[0]) : -1;
+    const long long rows = argc > 1 ? atoll(argv[1]) : 0, cols = argc > 2 ? atoll(argv[2]) : 0;
+    const int n = argc > 3 ? atoi(argv[3]) : 1;
+    int bb = 0;
+    if (type < 0 || rows <= 0 || cols <= 0 || n < 1 || n > 64 || !block_of(type, &bb) ||
+        cols % block_of(type, &bb)) {
+        fprintf(stderr, "usage: bench-kernels ITERS mv TYPE ROWS COLS [N]  (COLS a multiple of the block)\n");
+        return 2;
+    }
+    mr_err err;
+    mr_backend *be = mr_backend_cuda_create(0, &err);
+    if (!be) {
+        fprintf(stderr, "cuda: %s\n", err.msg);
+        return 1;
+    }
+    bench_mv(be, "default", type, rows, cols, n, iters, cbw);
+    be->destroy(be);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int iters = argc > 1 ? atoi(argv[1]) : 200;
@@ -883,6 +908,8 @@ int main(int argc, char **argv)
         return bench_sample(iters);
     if (argc > 2 && !strcmp(argv[2], "pdl"))
         return bench_pdl(iters);
+    if (argc > 2 && !strcmp(argv[2], "mv"))
+        return bench_one_mv(argc - 3, argv + 3, iters, cbw);
     if (argc > 2 && !strcmp(argv[2], "moe")) {
         printf("%-8s %-9s %-16s %3s %12s %11s %13s %7s\n", "kernel", "type", "rows x cols", "n", "bytes",
                "time", "bandwidth", "%copy");
