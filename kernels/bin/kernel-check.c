@@ -1520,13 +1520,22 @@ static void check_hybrid_ops(void)
  *      is about d/sqrt(12)/sigma; for Gaussian blocks of 32 the absmax is
  *      ~2.0-2.1 sigma: ~4.7e-3.  Bound 2e-2 (4x).
  * Types and shapes the kernels do not take (not a multiple of 256 columns,
- * other types) run the float kernels: checked against (b) at 2e-5. */
-#define N_Q8 3
-static mr_backend *q8_be[N_Q8]; /* default rows per block, forced 4, forced 2 */
-static const char *q8_name[N_Q8] = {"-q8", "-q8r4", "-q8r2"};
+ * other types) run the float kernels: checked against (b) at 2e-5.
+ *
+ * The matvec with 22-bit integer activations (MEMRA_CUDA_MATVEC=x24,
+ * backend "-x24": Q4_K and Q6_K, one token) is checked the same way with
+ * its own quantization (absmax / (2^21 - 1) per 32): (a) at 1e-5, (b) at
+ * the float kernels' own bound, 2e-5 (expected ~3e-7: d/sqrt(12)/sigma
+ * with d 16,500 times smaller than int8's). */
+#define N_Q8 4
+#define Q8_X24 3 /* the index of the x24 backend */
+static mr_backend *q8_be[N_Q8]; /* q8: default rows per block, forced 4, forced 2; x24 */
+static const char *q8_name[N_Q8] = {"-q8", "-q8r4", "-q8r2", "-x24"};
 
-static int q8_handles(int type, int64_t cols)
+static int q8_handles(int bi, int type, int64_t cols, int n)
 {
+    if (bi == Q8_X24)
+        return cols % 256 == 0 && cols <= 13312 && n == 1 && (type == MR_TYPE_Q4_K || type == MR_TYPE_Q6_K);
     return cols % 256 == 0 && (type == MR_TYPE_Q4_K || type == MR_TYPE_Q5_K || type == MR_TYPE_Q6_K ||
                                type == MR_TYPE_Q8_0 || type == MR_TYPE_Q4_0 || type == MR_TYPE_IQ4_XS);
 }
@@ -1536,7 +1545,7 @@ static int q8_handles(int type, int64_t cols)
  * integer, ties to even (both quotients and the product rounded to float
  * once, as the kernel does); x-hat = d * q.  A block with a NaN or an
  * infinity is all NaN. */
-static void q8_ref_quant(const float *x, size_t n, double *xh)
+static void q8_ref_quant_to(const float *x, size_t n, double *xh, float qmax)
 {
     for (size_t b = 0; b < n; b += 32) {
         float amax = 0.0f;
@@ -1546,16 +1555,18 @@ static void q8_ref_quant(const float *x, size_t n, double *xh)
             if (!isfinite(a)) bad = 1;
             else if (a > amax) amax = a;
         }
-        float d = amax / 127.0f, iv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        float d = amax / qmax, iv = amax > 0.0f ? qmax / amax : 0.0f;
         for (int i = 0; i < 32; i++) {
             float p = x[b + i] * iv;
             long q = lrintf(p); /* the default rounding mode: nearest, ties to even */
-            if (q > 127) q = 127;
-            if (q < -127) q = -127;
+            if (q > (long)qmax) q = (long)qmax;
+            if (q < -(long)qmax) q = -(long)qmax;
             xh[b + i] = bad ? NAN : (double)d * (double)q;
         }
     }
 }
+
+static void q8_ref_quant(const float *x, size_t n, double *xh) { q8_ref_quant_to(x, n, xh, 127.0f); }
 
 /* rq[t][r] = row r of matrix `mat` times x-hat row xrow + t, rf[t][r] the
  * same with x itself, for every row r and nt rows of x, in float64. */
@@ -1599,8 +1610,10 @@ static void q8_report(int bi, const char *op, const char *cost, const char *shap
         return;
     }
     report_rel(nm, shape, y, rq, n, 1e-5);
-    if (bi == 0) {
+    if (bi == 0)
         report_rel(cost, shape, y, rf, n, 2e-2);
+    if (bi == Q8_X24) {
+        report_rel(strncmp(cost, "mmid", 4) ? "mm-x24-cost" : "mmid-x24-cost", shape, y, rf, n, 2e-5);
     }
 }
 
@@ -1612,9 +1625,11 @@ static void check_q8(const tdesc *td, int64_t cols, int64_t rows, int n)
     rand_blocks(td, host, rb * rows / td->bb);
     float *x = malloc(xn * 4), *y = malloc(yn * 4);
     for (size_t i = 0; i < xn; i++) x[i] = fgauss();
-    double *xh = malloc(xn * 8), *rq = malloc(yn * 8), *rf = malloc(yn * 8);
+    double *xh = malloc(xn * 8), *rq = malloc(yn * 8), *rf = malloc(yn * 8), *rq24 = malloc(yn * 8);
     q8_ref_quant(x, xn, xh);
     q8_refs(td, host, rb, cols, rows, x, xh, 0, n, 0, rq, rf);
+    q8_ref_quant_to(x, xn, xh, 2097151.0f);
+    q8_refs(td, host, rb, cols, rows, x, xh, 0, n, 0, rq24, rf);
     char shape[64];
     snprintf(shape, sizeof shape, "%s %lldx%lld n=%d", td->name, (long long)rows, (long long)cols, n);
     for (int bi = 0; bi < N_Q8; bi++) {
@@ -1625,12 +1640,13 @@ static void check_q8(const tdesc *td, int64_t cols, int64_t rows, int n)
         poison(be, dy, yn * 4);
         be->matmul(be, &w, dx, dy, n);
         fetch(be, y, dy, yn * 4);
-        q8_report(bi, "matmul", "mm-q8-cost", shape, q8_handles(td->type, cols), y, rq, rf, yn);
+        q8_report(bi, "matmul", "mm-q8-cost", shape, q8_handles(bi, td->type, cols, n), y,
+                  bi == Q8_X24 ? rq24 : rq, rf, yn);
         be->free(be, dx);
         be->free(be, dy);
         be->weight_release(be, &w);
     }
-    free(host); free(x); free(y); free(xh); free(rq); free(rf);
+    free(host); free(x); free(y); free(xh); free(rq); free(rf); free(rq24);
 }
 
 /* Expert products with int8 activations.  bad_id: the second pair names
@@ -1649,15 +1665,17 @@ static void check_q8_id(const tdesc *td, int64_t cols, int64_t rows, int mats, i
         for (int j = 0; j < k; j++) ids[t * k + j] = (int32_t)((t * 7 + j * 3 + (int)(rnd() % 2)) % mats);
     const int badp = bad_id && n * k > 1 ? 1 : -1; /* the pair with the bad id */
     if (badp >= 0) ids[badp] = mats;
-    double *xh = malloc(xn * 8), *rq = malloc(yn * 8), *rf = malloc(yn * 8);
-    q8_ref_quant(x, xn, xh);
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < k; j++) {
-            size_t p = (size_t)t * k + j;
-            if ((int)p == badp) continue;
-            q8_refs(td, host, rb, cols, rows, x, xh, (int64_t)t * xs + (xs > 1 ? j : 0), 1,
-                    (size_t)ids[p], rq + p * rows, rf + p * rows);
-        }
+    double *xh = malloc(xn * 8), *rq = malloc(yn * 8), *rf = malloc(yn * 8), *rq24 = malloc(yn * 8);
+    for (int pass = 0; pass < 2; pass++) {
+        q8_ref_quant_to(x, xn, xh, pass ? 2097151.0f : 127.0f);
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < k; j++) {
+                size_t p = (size_t)t * k + j;
+                if ((int)p == badp) continue;
+                q8_refs(td, host, rb, cols, rows, x, xh, (int64_t)t * xs + (xs > 1 ? j : 0), 1,
+                        (size_t)ids[p], (pass ? rq24 : rq) + p * rows, rf + p * rows);
+            }
+    }
     char shape[64];
     snprintf(shape, sizeof shape, "%s %dx%lldx%lld k=%d xs=%d n=%d%s", td->name, mats, (long long)rows,
              (long long)cols, k, xs, n, badp >= 0 ? " bad id" : "");
@@ -1665,6 +1683,7 @@ static void check_q8_id(const tdesc *td, int64_t cols, int64_t rows, int mats, i
     size_t cn = badp >= 0 ? yn - (size_t)rows : yn;
     if (badp >= 0) {
         memmove(rq + badp * rows, rq + (badp + 1) * rows, (yn - (badp + 1) * rows) * 8);
+        memmove(rq24 + badp * rows, rq24 + (badp + 1) * rows, (yn - (badp + 1) * rows) * 8);
         memmove(rf + badp * rows, rf + (badp + 1) * rows, (yn - (badp + 1) * rows) * 8);
     }
     for (int bi = 0; bi < N_Q8; bi++) {
@@ -1686,13 +1705,14 @@ static void check_q8_id(const tdesc *td, int64_t cols, int64_t rows, int mats, i
             report(nm, "out-of-range expert id: NaN rows", (double)notnan, 0, 0.0);
             memmove(y + badp * rows, y + (badp + 1) * rows, (yn - (badp + 1) * rows) * 4);
         }
-        q8_report(bi, "matmul_id", "mmid-q8-cost", shape, q8_handles(td->type, cols), y, rq, rf, cn);
+        q8_report(bi, "matmul_id", "mmid-q8-cost", shape, q8_handles(bi, td->type, cols, n), y,
+                  bi == Q8_X24 ? rq24 : rq, rf, cn);
         be->free(be, dx);
         be->free(be, dy);
         be->free(be, dids);
         be->weight_release(be, &w);
     }
-    free(host); free(x); free(y); free(ids); free(xh); free(rq); free(rf);
+    free(host); free(x); free(y); free(ids); free(xh); free(rq); free(rf); free(rq24);
 }
 
 static void check_q8_all(void)
@@ -1816,7 +1836,7 @@ static void check_graph(mr_backend *g, const char *tag)
  * wait would read a value of the running kernel or of the step before.  So
  * whole decode steps of a small model run on backends that differ only in
  * MEMRA_CUDA_PDL (0, unset), for each family of decode kernels (the
- * float32 kernels, MEMRA_CUDA_MATVEC=q8): the same
+ * float32 kernels, MEMRA_CUDA_MATVEC=q8 and x24): the same
  * kernels with the same launch shapes, so every logit must be the same
  * bits and every argmax the same id.  A step of n tokens (one sequence):
  * embedding rows (Q8_0), 4 layers (attention: q/k/v products, qk norm +
@@ -2053,8 +2073,8 @@ static int pdl_steps(const pdl_model *m, mr_backend *be, int n, const int32_t *i
 
 static void check_pdl(void)
 {
-    enum { NF = 2, NM = 2 };
-    static const struct { const char *name, *matvec; } fam[NF] = {{"f32", "f32"}, {"q8", "q8"}};
+    enum { NF = 3, NM = 2 };
+    static const struct { const char *name, *matvec; } fam[NF] = {{"f32", "f32"}, {"q8", "q8"}, {"x24", "x24"}};
     static const char *mode[NM] = {"0", NULL}; /* NULL: unset, the default */
     static const char *mode_name[NM] = {"off", "on"};
     pdl_model m;
@@ -2750,8 +2770,10 @@ int main(int argc, char **argv)
     setenv("MEMRA_CUDA_FAST_R", "2", 1);
     q8_be[2] = mr_backend_cuda_create(0, &err);
     unsetenv("MEMRA_CUDA_FAST_R");
+    setenv("MEMRA_CUDA_MATVEC", "x24", 1);
+    q8_be[Q8_X24] = mr_backend_cuda_create(0, &err);
     unsetenv("MEMRA_CUDA_MATVEC");
-    if (!q8_be[0] || !q8_be[1] || !q8_be[2]) die("cuda (q8 matvec)");
+    if (!q8_be[0] || !q8_be[1] || !q8_be[2] || !q8_be[Q8_X24]) die("cuda (q8 / x24 matvec)");
     cpu = mr_backend_cpu_create(&err);
     if (!cpu) die("cpu");
     mm_be[0] = gpu;

@@ -762,6 +762,8 @@ static mr_cu_mvjob make_job(const mr_weight *w, const float *x, float *y)
 
 bool mr_cu_fast_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n)
 {
+    if (n == 1 && mr_cu_x24_matvec(c, &w, &y, 1, x, NULL, 1, 1, 1))
+        return true;
     if (!fast_ok(c, w, x))
         return false;
     return fast_run(c, w, make_job(w, x, y), n, 1);
@@ -800,6 +802,13 @@ bool mr_cu_fast_matvec_multi(mr_cu_ctx *c, const mr_weight *const *w, float *con
     mr_cu_mvjob a;
     if (!multi_job(c, w, y, m, x, &a))
         return false;
+    /* one token: every matrix must take the kernel it takes alone (the
+     * launch is then bitwise the separate calls), else no shared launch */
+    const int x24 = n == 1 ? mr_cu_x24_takes(c, w, m, x, 1) : 0;
+    if (x24 < 0)
+        return false;
+    if (x24 > 0)
+        return mr_cu_x24_matvec(c, w, y, m, x, NULL, 1, 1, 1);
     return fast_run(c, w[0], a, n, 1);
 }
 
@@ -811,6 +820,11 @@ bool mr_cu_fast_matvec_id_multi(mr_cu_ctx *c, const mr_weight *const *w, float *
     mr_cu_mvjob a;
     if (n != 1 || !multi_job(c, w, y, m, x, &a))
         return false;
+    const int x24 = mr_cu_x24_takes(c, w, m, x, k); /* as in mr_cu_fast_matvec_multi */
+    if (x24 < 0)
+        return false;
+    if (x24 > 0)
+        return mr_cu_x24_matvec(c, w, y, m, x, ids, k, x_slots, k);
     a.ids = ids;
     a.k = k;
     a.x_slots = x_slots;
@@ -934,6 +948,8 @@ bool mr_cu_fast_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
 {
     if (!fast_ok(c, w, x))
         return false;
+    if (n == 1 && mr_cu_x24_matvec(c, &w, &y, 1, x, ids, k, x_slots, k))
+        return true;
     mr_cu_mvjob a = make_job(w, x, y);
     a.ids = ids;
     a.k = k;

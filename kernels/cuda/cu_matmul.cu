@@ -261,6 +261,10 @@ bool mr_cu_matmul_multi(mr_backend *be, const mr_weight *const *w, float *const 
      * fast kernels take the weights does not depend on the tokens, so
      * either every chunk shares launches or none is run) */
     float *yc[MR_CU_MV_SUBS];
+    /* a one-token chunk may send the matrices to different kernels (the
+     * 22-bit kernel by shape): then none of the chunks shares a launch */
+    if (n % MR_CU_MATVEC_MAX == 1 && mr_cu_x24_takes(c, w, m, x, 1) < 0)
+        return false;
     for (int t0 = 0; t0 < n; t0 += MR_CU_MATVEC_MAX) {
         const int nc = n - t0 < MR_CU_MATVEC_MAX ? n - t0 : MR_CU_MATVEC_MAX;
         for (int s = 0; s < m; s++) yc[s] = y[s] + (int64_t)t0 * w[s]->rows;
