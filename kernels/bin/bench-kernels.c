@@ -13,10 +13,17 @@
  * Sampling: the sample op on rows of a 151,936-id vocabulary against what
  * the host path costs for the same rows (download, then worker/sample.c).
  *
- * Usage: bench-kernels [iters [moe|attn|gemm|sample]]   (needs a CUDA
+ * Programmatic dependent launch ("pdl"): chains of dependent kernels
+ * replayed as graphs with MEMRA_CUDA_PDL=0 and unset (bench_pdl).  With
+ * PDL on (the default on sm_90+) the other lines time successive calls
+ * that may overlap their ramps too; MEMRA_CUDA_PDL=0 in the environment
+ * gives the plain launches for every line.
+ *
+ * Usage: bench-kernels [iters [moe|attn|gemm|sample|pdl]]   (needs a CUDA
  * device; "moe": only the expert products of decode batches, "attn": only
  * prompt attention, "gemm": only the prompt products, "sample": only
- * sampling) */
+ * sampling, "pdl": only the PDL chains, "mv TYPE ROWS COLS [N]": one
+ * matvec shape) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -602,6 +609,210 @@ static int bench_sample(int iters)
     return 0;
 }
 
+/* ---- programmatic dependent launch ----
+ *
+ * Chains of dependent kernels, each call one replay of an automatic graph
+ * (the same sequence every call), timed on backends that differ only in
+ * MEMRA_CUDA_PDL: off (0) and on (unset).  What a graph node costs less
+ * with PDL is (off - on) / nodes.
+ *   add    432 adds of 4096 floats, each on the previous one's output
+ *   mv     432 Q4_K 4096 x 4096 matvecs, x -> y -> x ..., 36 matrices in
+ *          turn (340 MB: read from HBM; the values overflow, which costs
+ *          nothing on a GPU)
+ *   layer  36 layers of the 8B decode step at position 1,023: add +
+ *          RMSNorm, q/k/v, qk norm + RoPE, KV store, attention (split and
+ *          merge), o, add + RMSNorm, gate/up, SwiGLU, down; 4 sets of
+ *          layer weights in turn (490 MB)
+ * The matvec kernels are those the environment selects (MEMRA_CUDA_MATVEC=q8
+ * applies to both backends). */
+#define PB_D 4096
+#define PB_FF 12288
+#define PB_H 32
+#define PB_KVH 8
+#define PB_HD 128
+#define PB_L 36
+#define PB_SETS 4
+#define PB_CHAIN 432
+#define PB_MATS 36
+
+typedef struct {
+    mr_weight q, k, v, o, g, u, d;
+} pb_layer;
+
+typedef struct {
+    mr_backend *be;
+    int kind; /* 0 add, 1 mv, 2 layer */
+    mr_weight *mats;
+    pb_layer *sets;
+    float *x, *y, *h, *q, *k, *v, *att, *o, *g, *u, *s, *f, *norm, *qkn;
+    mr_kv_cache *kv;
+    int32_t *pos, *tab;
+} pb_arg;
+
+static void run_pdl(void *p)
+{
+    pb_arg *a = p;
+    mr_backend *be = a->be;
+    if (a->kind == 0) {
+        for (int i = 0; i < PB_CHAIN; i++) be->add(be, a->y, a->x, PB_D);
+        return;
+    }
+    if (a->kind == 1) {
+        for (int i = 0; i < PB_CHAIN; i++)
+            be->matmul(be, &a->mats[i % PB_MATS], i & 1 ? a->y : a->x, i & 1 ? a->x : a->y, 1);
+        return;
+    }
+    for (int l = 0; l < PB_L; l++) {
+        const pb_layer *w = &a->sets[l % PB_SETS];
+        if (l) be->add(be, a->x, a->f, PB_D); /* fused with the RMSNorm after it */
+        be->rmsnorm(be, a->x, a->norm, a->h, 1, PB_D, 1e-6f);
+        be->matmul(be, &w->q, a->h, a->q, 1);
+        be->matmul(be, &w->k, a->h, a->k, 1);
+        be->matmul(be, &w->v, a->h, a->v, 1);
+        be->qk_norm_rope(be, a->q, a->k, a->qkn, a->qkn, a->pos, 1, PB_H, PB_KVH, PB_HD, PB_HD, 1e6f,
+                         MR_ROPE_NEOX, 1e-6f);
+        be->kv_store(be, a->kv, l, a->tab, a->k, a->v, a->pos, 1);
+        be->attention(be, a->kv, l, a->tab, a->q, a->pos, 1, PB_H, 0.0884f, a->att);
+        be->matmul(be, &w->o, a->att, a->o, 1);
+        be->add(be, a->x, a->o, PB_D);
+        be->rmsnorm(be, a->x, a->norm, a->h, 1, PB_D, 1e-6f);
+        be->matmul(be, &w->g, a->h, a->g, 1);
+        be->matmul(be, &w->u, a->h, a->u, 1);
+        be->swiglu(be, a->g, a->u, a->s, PB_FF);
+        be->matmul(be, &w->d, a->s, a->f, 1);
+    }
+    be->add(be, a->x, a->f, PB_D);
+}
+
+/* A weight of random valid blocks from the bytes at h (at least its size). */
+static mr_weight pb_weight(mr_backend *be, const uint8_t *h, int type, int64_t rows, int64_t cols)
+{
+    int bb = 0, bel = block_of(type, &bb);
+    mr_weight w = {"bench", type, cols, rows, 1, (size_t)(cols / bel) * bb, NULL, NULL};
+    mr_err err;
+    if (be->weight_load(be, &w, h, &err)) {
+        fprintf(stderr, "weight_load: %s\n", err.msg);
+        exit(1);
+    }
+    return w;
+}
+
+/* n floats base + spread * u, u uniform in [-1, 1], on the device */
+static float *pb_floats(mr_backend *be, size_t n, float base, float spread)
+{
+    float *h = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) h[i] = base + spread * (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
+    mr_err err;
+    float *d = be->alloc(be, n * 4);
+    if (!d || be->upload(be, d, h, n * 4, &err)) {
+        fprintf(stderr, "bench pdl: device memory\n");
+        exit(1);
+    }
+    free(h);
+    return d;
+}
+
+static int bench_pdl(int iters)
+{
+    enum { NM = 2 };
+    static const char *mode[NM] = {"0", NULL};
+    mr_backend *be[NM];
+    mr_err err;
+    for (int i = 0; i < NM; i++) {
+        if (mode[i]) setenv("MEMRA_CUDA_PDL", mode[i], 1);
+        else unsetenv("MEMRA_CUDA_PDL");
+        be[i] = mr_backend_cuda_create(0, &err);
+        if (!be[i]) {
+            fprintf(stderr, "cuda: %s\n", err.msg);
+            return 1;
+        }
+    }
+    unsetenv("MEMRA_CUDA_PDL");
+    const int pm = mr_cuda_pdl_mode(be[NM - 1]);
+    printf("pdl: the default backend launches %s\n", pm ? "with PDL" : "without PDL (device or build)");
+    /* one host buffer of random blocks, as large as the largest matrix */
+    size_t hb = (size_t)PB_D * (PB_FF / 256) * 210;
+    uint8_t *h = malloc(hb);
+    fill(h, hb, MR_TYPE_Q6_K, 210); /* valid Q6_K blocks; as Q4_K bytes: random scales, finite */
+    uint8_t *h4 = malloc(hb);
+    fill(h4, hb, MR_TYPE_Q4_K, 144);
+    pb_arg a = {0};
+    a.mats = calloc(PB_MATS, sizeof *a.mats);
+    for (int i = 0; i < PB_MATS; i++) a.mats[i] = pb_weight(be[0], h4, MR_TYPE_Q4_K, PB_D, PB_D);
+    a.sets = calloc(PB_SETS, sizeof *a.sets);
+    for (int i = 0; i < PB_SETS; i++) {
+        pb_layer *w = &a.sets[i];
+        w->q = pb_weight(be[0], h4, MR_TYPE_Q4_K, PB_H * PB_HD, PB_D);
+        w->k = pb_weight(be[0], h4, MR_TYPE_Q4_K, PB_KVH * PB_HD, PB_D);
+        w->v = pb_weight(be[0], h, MR_TYPE_Q6_K, PB_KVH * PB_HD, PB_D);
+        w->o = pb_weight(be[0], h4, MR_TYPE_Q4_K, PB_D, PB_H * PB_HD);
+        w->g = pb_weight(be[0], h4, MR_TYPE_Q4_K, PB_FF, PB_D);
+        w->u = pb_weight(be[0], h4, MR_TYPE_Q4_K, PB_FF, PB_D);
+        w->d = pb_weight(be[0], h, MR_TYPE_Q6_K, PB_D, PB_FF);
+    }
+    free(h);
+    free(h4);
+    a.x = pb_floats(be[0], PB_D, 0.0f, 1.0f);
+    a.y = pb_floats(be[0], PB_D, 0.0f, 1.0f);
+    a.norm = pb_floats(be[0], PB_D, 1.0f, 0.0f);
+    a.qkn = pb_floats(be[0], PB_HD, 1.0f, 0.0f);
+    float **bufs[] = {&a.h, &a.q, &a.att, &a.o, &a.f, &a.k, &a.v, &a.g, &a.u, &a.s};
+    const size_t bn[] = {PB_D, PB_D, PB_D, PB_D, PB_D, PB_KVH * PB_HD, PB_KVH * PB_HD, PB_FF, PB_FF, PB_FF};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) *bufs[i] = pb_floats(be[0], bn[i], 0.0f, 1.0f);
+    mr_kv_cache kv = {.n_layers = PB_L, .n_blocks = 80, .block_tokens = 16, .n_kv_heads = PB_KVH,
+                      .head_dim = PB_HD, .dtype = MR_KV_F16};
+    if (be[0]->kv_create(be[0], &kv, &err)) {
+        fprintf(stderr, "kv_create: %s\n", err.msg);
+        return 1;
+    }
+    a.kv = &kv;
+    int32_t tab[80], pos = 1023;
+    for (int i = 0; i < 80; i++) tab[i] = 79 - i;
+    a.tab = be[0]->alloc(be[0], sizeof tab);
+    a.pos = be[0]->alloc(be[0], 4);
+    if (!a.tab || !a.pos || be[0]->upload(be[0], a.tab, tab, sizeof tab, &err) ||
+        be[0]->upload(be[0], a.pos, &pos, 4, &err)) {
+        fprintf(stderr, "bench pdl: device memory\n");
+        return 1;
+    }
+    printf("%-6s %-6s %6s %11s %11s %13s\n", "pdl", "chain", "nodes", "off", "on", "(off-on)/node");
+    static const char *chain[3] = {"add", "mv", "layer"};
+    const int it = iters / 4 > 5 ? iters / 4 : 5;
+    for (int k = 0; k < 3; k++) {
+        double t[NM];
+        long nodes = 0;
+        for (int b = 0; b < NM; b++) {
+            a.be = be[b];
+            a.kind = k;
+            double r[3];
+            for (int i = 0; i < 3; i++) r[i] = mr_cuda_time(be[b], run_pdl, &a, 3, it);
+            if (be[b]->sync(be[b], &err)) {
+                fprintf(stderr, "bench pdl %s: %s\n", chain[k], err.msg);
+                return 1;
+            }
+            t[b] = median3(r);
+            nodes = mr_cu_autograph_nodes(be[b]);
+        }
+        printf("%-6s %-6s %6ld %8.1f us %8.1f us %10.2f us\n", "pdl", chain[k], nodes, t[0] * 1e6, t[1] * 1e6,
+               nodes ? (t[0] - t[1]) * 1e6 / nodes : 0.0);
+    }
+    for (int i = 0; i < PB_MATS; i++) be[0]->weight_release(be[0], &a.mats[i]);
+    for (int i = 0; i < PB_SETS; i++) {
+        mr_weight *ws[] = {&a.sets[i].q, &a.sets[i].k, &a.sets[i].v, &a.sets[i].o, &a.sets[i].g, &a.sets[i].u,
+                           &a.sets[i].d};
+        for (int j = 0; j < 7; j++) be[0]->weight_release(be[0], ws[j]);
+    }
+    float *fs[] = {a.x, a.y, a.norm, a.qkn, a.h, a.q, a.att, a.o, a.f, a.k, a.v, a.g, a.u, a.s};
+    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) be[0]->free(be[0], fs[i]);
+    be[0]->free(be[0], a.tab);
+    be[0]->free(be[0], a.pos);
+    be[0]->kv_destroy(be[0], &kv);
+    free(a.mats);
+    free(a.sets);
+    for (int i = NM - 1; i >= 0; i--) be[i]->destroy(be[i]);
+    return 0;
+}
+
 static double bench_mv(mr_backend *be, const char *label, int type, int64_t rows, int64_t cols, int n,
                        int iters, double bw)
 {
@@ -651,6 +862,30 @@ static void bench_quant(mr_backend *be, int64_t cols, int n, int iters, double b
     free(hx);
 }
 
+/* "mv TYPE ROWS COLS [N]": one matvec shape on the default backend (the
+ * kernels the environment selects), e.g. under a profiler. */
+static int bench_one_mv(int argc, char **argv, int iters, double cbw)
+{
+    const int type = argc > 0 ? mr_type_from_name(argv[0]) : -1;
+    const long long rows = argc > 1 ? atoll(argv[1]) : 0, cols = argc > 2 ? atoll(argv[2]) : 0;
+    const int n = argc > 3 ? atoi(argv[3]) : 1;
+    int bb = 0;
+    if (type < 0 || rows <= 0 || cols <= 0 || n < 1 || n > 64 || !block_of(type, &bb) ||
+        cols % block_of(type, &bb)) {
+        fprintf(stderr, "usage: bench-kernels ITERS mv TYPE ROWS COLS [N]  (COLS a multiple of the block)\n");
+        return 2;
+    }
+    mr_err err;
+    mr_backend *be = mr_backend_cuda_create(0, &err);
+    if (!be) {
+        fprintf(stderr, "cuda: %s\n", err.msg);
+        return 1;
+    }
+    bench_mv(be, "default", type, rows, cols, n, iters, cbw);
+    be->destroy(be);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int iters = argc > 1 ? atoi(argv[1]) : 200;
@@ -671,6 +906,10 @@ int main(int argc, char **argv)
         return bench_gemm(iters, cbw);
     if (argc > 2 && !strcmp(argv[2], "sample"))
         return bench_sample(iters);
+    if (argc > 2 && !strcmp(argv[2], "pdl"))
+        return bench_pdl(iters);
+    if (argc > 2 && !strcmp(argv[2], "mv"))
+        return bench_one_mv(argc - 3, argv + 3, iters, cbw);
     if (argc > 2 && !strcmp(argv[2], "moe")) {
         printf("%-8s %-9s %-16s %3s %12s %11s %13s %7s\n", "kernel", "type", "rows x cols", "n", "bytes",
                "time", "bandwidth", "%copy");
@@ -746,6 +985,7 @@ int main(int argc, char **argv)
     fast->destroy(fast);
     if (bench_attn(iters)) return 1;
     if (bench_sample(iters / 10 > 5 ? iters / 10 : 5)) return 1;
+    if (bench_pdl(iters)) return 1;
     return bench_moe(iters, cbw);
 }
 #endif

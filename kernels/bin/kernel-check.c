@@ -20,11 +20,15 @@
  * The sample op is checked against worker/sample.c's mr_sample on the same
  * logits and uniform (check_sample_all).
  *
- * Usage: kernel-check [seed [moe|sample|mm|ops|q8]]   Prints a table, then
- * ALL GREEN or FAILED; "moe" runs only the checks of the grouped expert
- * products, "sample" only those of the sample op; "mm", "ops" and "q8" one
- * third of the whole each (run the three at once: their union is what no
- * argument runs). */
+ * Programmatic dependent launch (MEMRA_CUDA_PDL) is checked by running
+ * whole decode steps of a small model with it off and on, bit for bit
+ * (check_pdl).
+ *
+ * Usage: kernel-check [seed [moe|sample|pdl|mm|ops|q8]]   Prints a table,
+ * then ALL GREEN or FAILED; "moe" runs only the checks of the grouped
+ * expert products, "sample" only those of the sample op, "pdl" only the
+ * PDL comparison; "mm", "ops" and "q8" one third of the whole each (run the
+ * three at once: their union is what no argument runs). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1516,13 +1520,22 @@ static void check_hybrid_ops(void)
  *      is about d/sqrt(12)/sigma; for Gaussian blocks of 32 the absmax is
  *      ~2.0-2.1 sigma: ~4.7e-3.  Bound 2e-2 (4x).
  * Types and shapes the kernels do not take (not a multiple of 256 columns,
- * other types) run the float kernels: checked against (b) at 2e-5. */
-#define N_Q8 3
-static mr_backend *q8_be[N_Q8]; /* default rows per block, forced 4, forced 2 */
-static const char *q8_name[N_Q8] = {"-q8", "-q8r4", "-q8r2"};
+ * other types) run the float kernels: checked against (b) at 2e-5.
+ *
+ * The matvec with 22-bit integer activations (MEMRA_CUDA_MATVEC=x24,
+ * backend "-x24": Q4_K and Q6_K, one token) is checked the same way with
+ * its own quantization (absmax / (2^21 - 1) per 32): (a) at 1e-5, (b) at
+ * the float kernels' own bound, 2e-5 (expected ~3e-7: d/sqrt(12)/sigma
+ * with d 16,500 times smaller than int8's). */
+#define N_Q8 4
+#define Q8_X24 3 /* the index of the x24 backend */
+static mr_backend *q8_be[N_Q8]; /* q8: default rows per block, forced 4, forced 2; x24 */
+static const char *q8_name[N_Q8] = {"-q8", "-q8r4", "-q8r2", "-x24"};
 
-static int q8_handles(int type, int64_t cols)
+static int q8_handles(int bi, int type, int64_t cols, int n)
 {
+    if (bi == Q8_X24)
+        return cols % 256 == 0 && cols <= 13312 && n == 1 && (type == MR_TYPE_Q4_K || type == MR_TYPE_Q6_K);
     return cols % 256 == 0 && (type == MR_TYPE_Q4_K || type == MR_TYPE_Q5_K || type == MR_TYPE_Q6_K ||
                                type == MR_TYPE_Q8_0 || type == MR_TYPE_Q4_0 || type == MR_TYPE_IQ4_XS);
 }
@@ -1532,7 +1545,7 @@ static int q8_handles(int type, int64_t cols)
  * integer, ties to even (both quotients and the product rounded to float
  * once, as the kernel does); x-hat = d * q.  A block with a NaN or an
  * infinity is all NaN. */
-static void q8_ref_quant(const float *x, size_t n, double *xh)
+static void q8_ref_quant_to(const float *x, size_t n, double *xh, float qmax)
 {
     for (size_t b = 0; b < n; b += 32) {
         float amax = 0.0f;
@@ -1542,16 +1555,18 @@ static void q8_ref_quant(const float *x, size_t n, double *xh)
             if (!isfinite(a)) bad = 1;
             else if (a > amax) amax = a;
         }
-        float d = amax / 127.0f, iv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        float d = amax / qmax, iv = amax > 0.0f ? qmax / amax : 0.0f;
         for (int i = 0; i < 32; i++) {
             float p = x[b + i] * iv;
             long q = lrintf(p); /* the default rounding mode: nearest, ties to even */
-            if (q > 127) q = 127;
-            if (q < -127) q = -127;
+            if (q > (long)qmax) q = (long)qmax;
+            if (q < -(long)qmax) q = -(long)qmax;
             xh[b + i] = bad ? NAN : (double)d * (double)q;
         }
     }
 }
+
+static void q8_ref_quant(const float *x, size_t n, double *xh) { q8_ref_quant_to(x, n, xh, 127.0f); }
 
 /* rq[t][r] = row r of matrix `mat` times x-hat row xrow + t, rf[t][r] the
  * same with x itself, for every row r and nt rows of x, in float64. */
@@ -1595,8 +1610,10 @@ static void q8_report(int bi, const char *op, const char *cost, const char *shap
         return;
     }
     report_rel(nm, shape, y, rq, n, 1e-5);
-    if (bi == 0) {
+    if (bi == 0)
         report_rel(cost, shape, y, rf, n, 2e-2);
+    if (bi == Q8_X24) {
+        report_rel(strncmp(cost, "mmid", 4) ? "mm-x24-cost" : "mmid-x24-cost", shape, y, rf, n, 2e-5);
     }
 }
 
@@ -1608,9 +1625,11 @@ static void check_q8(const tdesc *td, int64_t cols, int64_t rows, int n)
     rand_blocks(td, host, rb * rows / td->bb);
     float *x = malloc(xn * 4), *y = malloc(yn * 4);
     for (size_t i = 0; i < xn; i++) x[i] = fgauss();
-    double *xh = malloc(xn * 8), *rq = malloc(yn * 8), *rf = malloc(yn * 8);
+    double *xh = malloc(xn * 8), *rq = malloc(yn * 8), *rf = malloc(yn * 8), *rq24 = malloc(yn * 8);
     q8_ref_quant(x, xn, xh);
     q8_refs(td, host, rb, cols, rows, x, xh, 0, n, 0, rq, rf);
+    q8_ref_quant_to(x, xn, xh, 2097151.0f);
+    q8_refs(td, host, rb, cols, rows, x, xh, 0, n, 0, rq24, rf);
     char shape[64];
     snprintf(shape, sizeof shape, "%s %lldx%lld n=%d", td->name, (long long)rows, (long long)cols, n);
     for (int bi = 0; bi < N_Q8; bi++) {
@@ -1621,12 +1640,13 @@ static void check_q8(const tdesc *td, int64_t cols, int64_t rows, int n)
         poison(be, dy, yn * 4);
         be->matmul(be, &w, dx, dy, n);
         fetch(be, y, dy, yn * 4);
-        q8_report(bi, "matmul", "mm-q8-cost", shape, q8_handles(td->type, cols), y, rq, rf, yn);
+        q8_report(bi, "matmul", "mm-q8-cost", shape, q8_handles(bi, td->type, cols, n), y,
+                  bi == Q8_X24 ? rq24 : rq, rf, yn);
         be->free(be, dx);
         be->free(be, dy);
         be->weight_release(be, &w);
     }
-    free(host); free(x); free(y); free(xh); free(rq); free(rf);
+    free(host); free(x); free(y); free(xh); free(rq); free(rf); free(rq24);
 }
 
 /* Expert products with int8 activations.  bad_id: the second pair names
@@ -1645,15 +1665,17 @@ static void check_q8_id(const tdesc *td, int64_t cols, int64_t rows, int mats, i
         for (int j = 0; j < k; j++) ids[t * k + j] = (int32_t)((t * 7 + j * 3 + (int)(rnd() % 2)) % mats);
     const int badp = bad_id && n * k > 1 ? 1 : -1; /* the pair with the bad id */
     if (badp >= 0) ids[badp] = mats;
-    double *xh = malloc(xn * 8), *rq = malloc(yn * 8), *rf = malloc(yn * 8);
-    q8_ref_quant(x, xn, xh);
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < k; j++) {
-            size_t p = (size_t)t * k + j;
-            if ((int)p == badp) continue;
-            q8_refs(td, host, rb, cols, rows, x, xh, (int64_t)t * xs + (xs > 1 ? j : 0), 1,
-                    (size_t)ids[p], rq + p * rows, rf + p * rows);
-        }
+    double *xh = malloc(xn * 8), *rq = malloc(yn * 8), *rf = malloc(yn * 8), *rq24 = malloc(yn * 8);
+    for (int pass = 0; pass < 2; pass++) {
+        q8_ref_quant_to(x, xn, xh, pass ? 2097151.0f : 127.0f);
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < k; j++) {
+                size_t p = (size_t)t * k + j;
+                if ((int)p == badp) continue;
+                q8_refs(td, host, rb, cols, rows, x, xh, (int64_t)t * xs + (xs > 1 ? j : 0), 1,
+                        (size_t)ids[p], (pass ? rq24 : rq) + p * rows, rf + p * rows);
+            }
+    }
     char shape[64];
     snprintf(shape, sizeof shape, "%s %dx%lldx%lld k=%d xs=%d n=%d%s", td->name, mats, (long long)rows,
              (long long)cols, k, xs, n, badp >= 0 ? " bad id" : "");
@@ -1661,6 +1683,7 @@ static void check_q8_id(const tdesc *td, int64_t cols, int64_t rows, int mats, i
     size_t cn = badp >= 0 ? yn - (size_t)rows : yn;
     if (badp >= 0) {
         memmove(rq + badp * rows, rq + (badp + 1) * rows, (yn - (badp + 1) * rows) * 8);
+        memmove(rq24 + badp * rows, rq24 + (badp + 1) * rows, (yn - (badp + 1) * rows) * 8);
         memmove(rf + badp * rows, rf + (badp + 1) * rows, (yn - (badp + 1) * rows) * 8);
     }
     for (int bi = 0; bi < N_Q8; bi++) {
@@ -1682,13 +1705,14 @@ static void check_q8_id(const tdesc *td, int64_t cols, int64_t rows, int mats, i
             report(nm, "out-of-range expert id: NaN rows", (double)notnan, 0, 0.0);
             memmove(y + badp * rows, y + (badp + 1) * rows, (yn - (badp + 1) * rows) * 4);
         }
-        q8_report(bi, "matmul_id", "mmid-q8-cost", shape, q8_handles(td->type, cols), y, rq, rf, cn);
+        q8_report(bi, "matmul_id", "mmid-q8-cost", shape, q8_handles(bi, td->type, cols, n), y,
+                  bi == Q8_X24 ? rq24 : rq, rf, cn);
         be->free(be, dx);
         be->free(be, dy);
         be->free(be, dids);
         be->weight_release(be, &w);
     }
-    free(host); free(x); free(y); free(ids); free(xh); free(rq); free(rf);
+    free(host); free(x); free(y); free(ids); free(xh); free(rq); free(rf); free(rq24);
 }
 
 static void check_q8_all(void)
@@ -1802,6 +1826,312 @@ static void check_graph(mr_backend *g, const char *tag)
     free(x); free(nw); free(ya); free(yb);
     g->weight_release(g, &wt);
     free(host);
+}
+
+/* ---- programmatic dependent launch: the same steps with PDL on and off ----
+ *
+ * With PDL (kernels/cuda/cu_pdl.cuh, sm_90+) a kernel may be scheduled while
+ * the one before it still runs, and waits on the device before it touches
+ * what that kernel writes; a kernel that touched activations before its
+ * wait would read a value of the running kernel or of the step before.  So
+ * whole decode steps of a small model run on backends that differ only in
+ * MEMRA_CUDA_PDL (0, unset), for each family of decode kernels (the
+ * float32 kernels, MEMRA_CUDA_MATVEC=q8 and x24): the same
+ * kernels with the same launch shapes, so every logit must be the same
+ * bits and every argmax the same id.  A step of n tokens (one sequence):
+ * embedding rows (Q8_0), 4 layers (attention: q/k/v products, qk norm +
+ * RoPE, KV store, split-K attention, o product; layer 2 a gated delta-net
+ * block instead: qkv, convolution, scan, gate; FFN: dense SwiGLU on layers
+ * 0 and 2, 2 of 8 experts on 1 and 3), final norm, output product, argmax.
+ * The first step runs op by op, the second is captured, the others replay
+ * the graph (automatic graphs), each step on new token ids and positions. */
+#define PDL_D 1024
+#define PDL_H 8
+#define PDL_KVH 2
+#define PDL_HD 128
+#define PDL_FF 1536
+#define PDL_E 8
+#define PDL_K 2
+#define PDL_EF 512
+#define PDL_V 2048
+#define PDL_L 4
+#define PDL_NMAX 4
+#define PDL_STEPS 5
+#define PDL_GNK 2 /* gated delta-net: key heads, value heads, head sizes, taps */
+#define PDL_GNV 4
+#define PDL_GDK 128
+#define PDL_GDV 128
+#define PDL_GC (2 * PDL_GNK * PDL_GDK + PDL_GNV * PDL_GDV)
+#define PDL_GTAPS 4
+
+typedef struct {
+    mr_weight emb, out, router, wq[PDL_L], wk[PDL_L], wv[PDL_L], wo[PDL_L], wg[PDL_L], wu[PDL_L], wd[PDL_L];
+    mr_weight gqkv, ga, gb, gz, gout;
+    float *an[PDL_L], *fn[PDL_L], *onorm, *qn, *kn, *convw, *gA, *gdt; /* on gpu */
+} pdl_model;
+
+typedef struct {
+    mr_backend *be;
+    mr_kv_cache kv;
+    float *x, *h, *q, *k, *v, *att, *o, *g, *u, *s, *f, *rl, *rw, *logits;
+    float *qkv, *qkvc, *al, *bt, *gy, *z, *cst, *gst;
+    int32_t *ids, *pos, *tab, *eids, *out;
+} pdl_run;
+
+static mr_weight pdl_weight(int type, int64_t cols, int64_t rows, int64_t mats)
+{
+    const tdesc *td = td_of(type);
+    size_t rb = (size_t)(cols / td->be) * td->bb, bytes = rb * rows * mats;
+    uint8_t *h = malloc(bytes);
+    rand_blocks(td, h, bytes / td->bb);
+    mr_weight w = {td->name, type, cols, rows, mats, rb, NULL, NULL};
+    if (gpu->weight_load(gpu, &w, h, &err)) die("weight_load");
+    free(h);
+    return w;
+}
+
+static float *pdl_floats(size_t n, float mean, float sd)
+{
+    float *h = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) h[i] = mean + sd * fgauss();
+    float *d = dup_to(gpu, h, n * 4);
+    free(h);
+    return d;
+}
+
+static void pdl_model_make(pdl_model *m)
+{
+    m->emb = pdl_weight(MR_TYPE_Q8_0, PDL_D, PDL_V, 1);
+    m->out = pdl_weight(MR_TYPE_Q6_K, PDL_D, PDL_V, 1);
+    m->router = pdl_weight(MR_TYPE_F32, PDL_D, PDL_E, 1);
+    for (int l = 0; l < PDL_L; l++) {
+        m->wq[l] = pdl_weight(MR_TYPE_Q4_K, PDL_D, PDL_H * PDL_HD, 1);
+        m->wk[l] = pdl_weight(MR_TYPE_Q4_K, PDL_D, PDL_KVH * PDL_HD, 1);
+        m->wv[l] = pdl_weight(MR_TYPE_Q6_K, PDL_D, PDL_KVH * PDL_HD, 1);
+        m->wo[l] = pdl_weight(MR_TYPE_Q4_K, PDL_H * PDL_HD, PDL_D, 1);
+        if (l & 1) { /* experts */
+            m->wg[l] = pdl_weight(MR_TYPE_Q4_K, PDL_D, PDL_EF, PDL_E);
+            m->wu[l] = pdl_weight(MR_TYPE_Q4_K, PDL_D, PDL_EF, PDL_E);
+            m->wd[l] = pdl_weight(MR_TYPE_Q6_K, PDL_EF, PDL_D, PDL_E);
+        } else {
+            m->wg[l] = pdl_weight(MR_TYPE_Q4_K, PDL_D, PDL_FF, 1);
+            m->wu[l] = pdl_weight(MR_TYPE_Q4_K, PDL_D, PDL_FF, 1);
+            m->wd[l] = pdl_weight(MR_TYPE_Q6_K, PDL_FF, PDL_D, 1);
+        }
+        m->an[l] = pdl_floats(PDL_D, 1.0f, 0.1f);
+        m->fn[l] = pdl_floats(PDL_D, 1.0f, 0.1f);
+    }
+    m->gqkv = pdl_weight(MR_TYPE_Q4_K, PDL_D, PDL_GC, 1);
+    m->ga = pdl_weight(MR_TYPE_F32, PDL_D, PDL_GNV, 1);
+    m->gb = pdl_weight(MR_TYPE_F32, PDL_D, PDL_GNV, 1);
+    m->gz = pdl_weight(MR_TYPE_Q8_0, PDL_D, PDL_GNV * PDL_GDV, 1);
+    m->gout = pdl_weight(MR_TYPE_Q4_K, PDL_GNV * PDL_GDV, PDL_D, 1);
+    m->onorm = pdl_floats(PDL_D, 1.0f, 0.1f);
+    m->qn = pdl_floats(PDL_HD, 1.0f, 0.1f);
+    m->kn = pdl_floats(PDL_HD, 1.0f, 0.1f);
+    m->convw = pdl_floats((size_t)PDL_GC * PDL_GTAPS, 0.0f, 0.5f);
+    float a[PDL_GNV], dt[PDL_GNV];
+    for (int i = 0; i < PDL_GNV; i++) { a[i] = -expf(0.5f * fgauss()); dt[i] = fgauss(); }
+    m->gA = dup_to(gpu, a, sizeof a);
+    m->gdt = dup_to(gpu, dt, sizeof dt);
+}
+
+static void pdl_model_free(pdl_model *m)
+{
+    mr_weight *ws[] = {&m->emb, &m->out, &m->router, &m->gqkv, &m->ga, &m->gb, &m->gz, &m->gout};
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) gpu->weight_release(gpu, ws[i]);
+    for (int l = 0; l < PDL_L; l++) {
+        gpu->weight_release(gpu, &m->wq[l]); gpu->weight_release(gpu, &m->wk[l]);
+        gpu->weight_release(gpu, &m->wv[l]); gpu->weight_release(gpu, &m->wo[l]);
+        gpu->weight_release(gpu, &m->wg[l]); gpu->weight_release(gpu, &m->wu[l]);
+        gpu->weight_release(gpu, &m->wd[l]);
+        gpu->free(gpu, m->an[l]); gpu->free(gpu, m->fn[l]);
+    }
+    float *fs[] = {m->onorm, m->qn, m->kn, m->convw, m->gA, m->gdt};
+    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) gpu->free(gpu, fs[i]);
+}
+
+static void pdl_run_make(pdl_run *r, mr_backend *be)
+{
+    const size_t N = PDL_NMAX;
+    memset(r, 0, sizeof *r);
+    r->be = be;
+    r->kv = (mr_kv_cache){.n_layers = PDL_L, .n_blocks = 8, .block_tokens = 16, .n_kv_heads = PDL_KVH,
+                          .head_dim = PDL_HD, .dtype = MR_KV_F16};
+    if (be->kv_create(be, &r->kv, &err)) die("kv_create");
+    float **fb[] = {&r->x, &r->h, &r->q, &r->att, &r->o, &r->f};
+    for (size_t i = 0; i < sizeof fb / sizeof fb[0]; i++) *fb[i] = dalloc(be, N * PDL_D * 4);
+    r->k = dalloc(be, N * PDL_KVH * PDL_HD * 4);
+    r->v = dalloc(be, N * PDL_KVH * PDL_HD * 4);
+    r->g = dalloc(be, N * PDL_K * PDL_FF * 4); /* dense (FF a token) or experts (EF a pair) */
+    r->u = dalloc(be, N * PDL_K * PDL_FF * 4);
+    r->s = dalloc(be, N * PDL_K * PDL_FF * 4);
+    r->rl = dalloc(be, N * PDL_E * 4);
+    r->rw = dalloc(be, N * PDL_K * 4);
+    r->logits = dalloc(be, N * PDL_V * 4);
+    r->qkv = dalloc(be, N * PDL_GC * 4);
+    r->qkvc = dalloc(be, N * PDL_GC * 4);
+    r->al = dalloc(be, N * PDL_GNV * 4);
+    r->bt = dalloc(be, N * PDL_GNV * 4);
+    r->gy = dalloc(be, N * PDL_GNV * PDL_GDV * 4);
+    r->z = dalloc(be, N * PDL_GNV * PDL_GDV * 4);
+    size_t cs = (size_t)(PDL_GTAPS - 1) * PDL_GC, gs = (size_t)PDL_GNV * PDL_GDK * PDL_GDV;
+    float *zero = calloc(cs > gs ? cs : gs, 4);
+    r->cst = dup_to(be, zero, cs * 4);
+    r->gst = dup_to(be, zero, gs * 4);
+    free(zero);
+    r->ids = dalloc(be, N * 4);
+    r->pos = dalloc(be, N * 4);
+    r->eids = dalloc(be, N * PDL_K * 4);
+    r->out = dalloc(be, N * 4);
+    int32_t tab[8] = {5, 2, 7, 0, 3, 6, 1, 4};
+    r->tab = dup_to(be, tab, sizeof tab);
+}
+
+static void pdl_run_free(pdl_run *r)
+{
+    mr_backend *be = r->be;
+    void *ps[] = {r->x, r->h, r->q, r->k, r->v, r->att, r->o, r->g, r->u, r->s, r->f, r->rl, r->rw, r->logits,
+                  r->qkv, r->qkvc, r->al, r->bt, r->gy, r->z, r->cst, r->gst, r->ids, r->pos, r->tab, r->eids, r->out};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) be->free(be, ps[i]);
+    be->kv_destroy(be, &r->kv);
+}
+
+/* One step of n tokens on r's backend; returns the number of ops called. */
+static int pdl_step(const pdl_model *m, pdl_run *r, int n)
+{
+    mr_backend *be = r->be;
+    const float eps = 1e-6f;
+    int ops = 0;
+    be->get_rows(be, &m->emb, r->ids, n, r->x), ops++;
+    for (int l = 0; l < PDL_L; l++) {
+        be->rmsnorm(be, r->x, m->an[l], r->h, n, PDL_D, eps), ops++;
+        if (l == 2) { /* gated delta-net block */
+            be->matmul(be, &m->gqkv, r->h, r->qkv, n), ops++;
+            be->matmul(be, &m->ga, r->h, r->al, n), ops++;
+            be->matmul(be, &m->gb, r->h, r->bt, n), ops++;
+            be->matmul(be, &m->gz, r->h, r->z, n), ops++;
+            be->conv1d_silu(be, r->qkv, m->convw, r->cst, n, PDL_GC, PDL_GTAPS, r->qkvc), ops++;
+            be->gdn_scan(be, r->qkvc, PDL_GC, r->al, r->bt, m->gA, m->gdt, r->gst, n, PDL_GNK, PDL_GNV, PDL_GDK,
+                         PDL_GDV, eps, r->gy), ops++;
+            be->sigmoid_mul(be, r->gy, r->z, n, PDL_GNV * PDL_GDV, PDL_GNV * PDL_GDV, false), ops++;
+            be->matmul(be, &m->gout, r->gy, r->o, n), ops++;
+        } else {
+            be->matmul(be, &m->wq[l], r->h, r->q, n), ops++;
+            be->matmul(be, &m->wk[l], r->h, r->k, n), ops++;
+            be->matmul(be, &m->wv[l], r->h, r->v, n), ops++;
+            be->qk_norm_rope(be, r->q, r->k, m->qn, m->kn, r->pos, n, PDL_H, PDL_KVH, PDL_HD, PDL_HD, 1e6f,
+                             MR_ROPE_NEOX, eps), ops++;
+            be->kv_store(be, &r->kv, l, r->tab, r->k, r->v, r->pos, n), ops++;
+            be->attention(be, &r->kv, l, r->tab, r->q, r->pos, n, PDL_H, 1.0f / sqrtf((float)PDL_HD), r->att), ops++;
+            be->matmul(be, &m->wo[l], r->att, r->o, n), ops++;
+        }
+        be->add(be, r->x, r->o, (size_t)n * PDL_D), ops++;
+        be->rmsnorm(be, r->x, m->fn[l], r->h, n, PDL_D, eps), ops++;
+        if (l & 1) {
+            be->matmul(be, &m->router, r->h, r->rl, n), ops++;
+            be->moe_route(be, r->rl, n, PDL_E, PDL_K, true, r->eids, r->rw), ops++;
+            be->matmul_id(be, &m->wg[l], r->h, 1, r->eids, PDL_K, r->g, n), ops++;
+            be->matmul_id(be, &m->wu[l], r->h, 1, r->eids, PDL_K, r->u, n), ops++;
+            be->swiglu(be, r->g, r->u, r->s, (size_t)n * PDL_K * PDL_EF), ops++;
+            be->matmul_id(be, &m->wd[l], r->s, PDL_K, r->eids, PDL_K, r->g, n), ops++;
+            be->moe_combine(be, r->g, r->rw, n, PDL_K, PDL_D, r->f), ops++;
+        } else {
+            be->matmul(be, &m->wg[l], r->h, r->g, n), ops++;
+            be->matmul(be, &m->wu[l], r->h, r->u, n), ops++;
+            be->swiglu(be, r->g, r->u, r->s, (size_t)n * PDL_FF), ops++;
+            be->matmul(be, &m->wd[l], r->s, r->f, n), ops++;
+        }
+        be->add(be, r->x, r->f, (size_t)n * PDL_D), ops++;
+    }
+    be->rmsnorm(be, r->x, m->onorm, r->h, n, PDL_D, eps), ops++;
+    be->matmul(be, &m->out, r->h, r->logits, n), ops++;
+    be->argmax(be, r->logits, n, PDL_V, r->out), ops++;
+    return ops;
+}
+
+/* PDL_STEPS steps of n tokens on a fresh state of backend be: the logits
+ * and argmax ids of every step, and the ops a step. */
+static int pdl_steps(const pdl_model *m, mr_backend *be, int n, const int32_t *ids, const int32_t *pos,
+                     float *logits, int32_t *out)
+{
+    pdl_run r;
+    pdl_run_make(&r, be);
+    int ops = 0;
+    for (int s = 0; s < PDL_STEPS; s++) {
+        if (be->upload(be, r.ids, ids + s * n, (size_t)n * 4, &err) ||
+            be->upload(be, r.pos, pos + s * n, (size_t)n * 4, &err))
+            die("upload");
+        poison(be, r.logits, (size_t)n * PDL_V * 4);
+        ops = pdl_step(m, &r, n);
+        fetch(be, logits + (size_t)s * n * PDL_V, r.logits, (size_t)n * PDL_V * 4);
+        fetch(be, out + s * n, r.out, (size_t)n * 4);
+    }
+    pdl_run_free(&r);
+    return ops;
+}
+
+static void check_pdl(void)
+{
+    enum { NF = 3, NM = 2 };
+    static const struct { const char *name, *matvec; } fam[NF] = {{"f32", "f32"}, {"q8", "q8"}, {"x24", "x24"}};
+    static const char *mode[NM] = {"0", NULL}; /* NULL: unset, the default */
+    static const char *mode_name[NM] = {"off", "on"};
+    pdl_model m;
+    pdl_model_make(&m);
+    const size_t nl = (size_t)PDL_STEPS * PDL_NMAX * PDL_V;
+    float *lg[NM];
+    int32_t *ids = malloc(PDL_STEPS * PDL_NMAX * 4), *pos = malloc(PDL_STEPS * PDL_NMAX * 4), *out[NM];
+    for (int i = 0; i < NM; i++) {
+        lg[i] = malloc(nl * 4);
+        out[i] = malloc(PDL_STEPS * PDL_NMAX * 4);
+    }
+    for (int f = 0; f < NF; f++) {
+        mr_backend *be[NM];
+        setenv("MEMRA_CUDA_MATVEC", fam[f].matvec, 1);
+        for (int i = 0; i < NM; i++) {
+            if (mode[i]) setenv("MEMRA_CUDA_PDL", mode[i], 1);
+            else unsetenv("MEMRA_CUDA_PDL");
+            be[i] = mr_backend_cuda_create(0, &err);
+            if (!be[i]) die("cuda (pdl)");
+        }
+        unsetenv("MEMRA_CUDA_PDL");
+        unsetenv("MEMRA_CUDA_MATVEC");
+        int pm = 0;
+#ifdef MR_HAVE_CUDA
+        pm = mr_cuda_pdl_mode(be[NM - 1]);
+#endif
+        const int ns[2] = {1, PDL_NMAX};
+        for (int k = 0; k < 2; k++) {
+            const int n = ns[k];
+            for (int i = 0; i < PDL_STEPS * n; i++) {
+                ids[i] = (int32_t)(rnd() % PDL_V);
+                pos[i] = 20 + i; /* one sequence, n new positions a step */
+            }
+            int ops = 0;
+            for (int i = 0; i < NM; i++) ops = pdl_steps(&m, be[i], n, ids, pos, lg[i], out[i]);
+            const size_t cnt = (size_t)PDL_STEPS * n * PDL_V;
+            int nan = 0;
+            for (size_t j = 0; j < cnt; j++) nan += !isfinite(lg[0][j]);
+            for (int i = 1; i < NM; i++) {
+                size_t diff = 0;
+                for (size_t j = 0; j < cnt; j++) diff += memcmp(&lg[i][j], &lg[0][j], 4) != 0;
+                for (int j = 0; j < PDL_STEPS * n; j++) diff += out[i][j] != out[0][j];
+                char shape[96];
+                snprintf(shape, sizeof shape, "%s %s=off n=%d %d steps %d ops%s", fam[f].name, mode_name[i], n,
+                         PDL_STEPS, ops, pm ? "" : " (no PDL here)");
+                report("pdl", shape, (double)diff, nan, 0.0);
+            }
+        }
+        for (int i = NM - 1; i >= 0; i--) be[i]->destroy(be[i]);
+    }
+    for (int i = 0; i < NM; i++) {
+        free(lg[i]);
+        free(out[i]);
+    }
+    free(ids);
+    free(pos);
+    pdl_model_free(&m);
 }
 
 /* ---- sampling: the sample op against worker/sample.c's mr_sample ----
@@ -2373,6 +2703,7 @@ static void check_ops(int parts)
     check_argmax(4, 1024, true);
     check_argmax(3, 17, false);
     check_graph(gpu, "");
+    check_pdl();
 q8:
     if (!(parts & PART_Q8))
         return;
@@ -2439,8 +2770,10 @@ int main(int argc, char **argv)
     setenv("MEMRA_CUDA_FAST_R", "2", 1);
     q8_be[2] = mr_backend_cuda_create(0, &err);
     unsetenv("MEMRA_CUDA_FAST_R");
+    setenv("MEMRA_CUDA_MATVEC", "x24", 1);
+    q8_be[Q8_X24] = mr_backend_cuda_create(0, &err);
     unsetenv("MEMRA_CUDA_MATVEC");
-    if (!q8_be[0] || !q8_be[1] || !q8_be[2]) die("cuda (q8 matvec)");
+    if (!q8_be[0] || !q8_be[1] || !q8_be[2] || !q8_be[Q8_X24]) die("cuda (q8 / x24 matvec)");
     cpu = mr_backend_cpu_create(&err);
     if (!cpu) die("cpu");
     mm_be[0] = gpu;
@@ -2460,6 +2793,8 @@ int main(int argc, char **argv)
         check_moe_grouped();
     else if (!strcmp(part, "sample"))
         check_sample_all();
+    else if (!strcmp(part, "pdl"))
+        check_pdl();
     else
         check_ops(!strcmp(part, "mm") ? PART_MM : !strcmp(part, "ops") ? PART_OPS : !strcmp(part, "q8") ? PART_Q8
                                                                                    : PART_MM | PART_OPS | PART_Q8);

@@ -37,6 +37,8 @@ __global__ void k_kv_store(void *K, void *V, const int32_t *table, const int32_t
                            const float *k, const float *v, const int32_t *pos, int bt, int n_blocks,
                            int kvdim)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     const int t = blockIdx.y;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     table = tab_of(table, tables, t);
@@ -66,7 +68,7 @@ static void kv_store_launch(mr_backend *be, mr_kv_cache *kv, int layer, const in
     }
     const int kvdim = kv->n_kv_heads * kv->head_dim;
     dim3 grid(mr_cu_blocks((size_t)kvdim, 256), n);
-#define L(DT) k_kv_store<DT><<<grid, 256, 0, c->stream>>>(kv->k[layer], kv->v[layer], block_table, tables, k, v, pos, kv->block_tokens, kv->n_blocks, kvdim)
+#define L(DT) mr_cu_launch(c, k_kv_store<DT>, grid, 256, 0, kv->k[layer], kv->v[layer], block_table, tables, k, v, pos, kv->block_tokens, kv->n_blocks, kvdim)
     if (kv->dtype == MR_KV_F32) L(MR_KV_F32);
     else if (kv->dtype == MR_KV_F16) L(MR_KV_F16);
     else L(MR_KV_BF16);
@@ -103,6 +105,8 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
              const float *q, const int32_t *pos, int n_heads, int n_kv_heads, int bt, int n_blocks,
              float scale, int n_split, float *part)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     constexpr int D = EPL * 32;
     const int h = blockIdx.x, t = blockIdx.y, s = blockIdx.z;
     table = tab_of(table, tables, t);
@@ -210,6 +214,8 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
 __global__ void k_attn_merge(const float *part, const int32_t *const *tables, int n_heads,
                              int n_split, int D, float *out)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     const int h = blockIdx.x, t = blockIdx.y;
     if (tables && !tables[t])
         return;
@@ -250,6 +256,8 @@ k_attn_prefill(const void *K, const void *V, const int32_t *table, const float *
                const int32_t *pos, int n, int n_heads, int n_kv_heads, int bt, int n_blocks,
                float scale, float *out)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     constexpr int DL = D / 4;        /* dims per lane */
     constexpr int KT = 4096 / D;     /* positions per tile: 32 KiB of K and V */
     __shared__ float Ks[KT][D], Vs[KT][D];
@@ -352,7 +360,7 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
         if (mr_cu_attn_prefill_tc(c, kv, layer, block_table, q, pos, n, n_heads, scale, out))
             return; /* the tensor-core kernel (cu_fattn.cu) */
         dim3 grid((unsigned)((n + PF_Q - 1) / PF_Q), n_heads);
-#define L(DT, DD) k_attn_prefill<DT, DD><<<grid, PF_Q * 4, 0, c->stream>>>(kv->k[layer], kv->v[layer], block_table, q, pos, n, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, out)
+#define L(DT, DD) mr_cu_launch(c, k_attn_prefill<DT, DD>, grid, PF_Q * 4, 0, kv->k[layer], kv->v[layer], block_table, q, pos, n, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, out)
 #define BY_D(DT)                                           \
     switch (D) {                                           \
     case 32: L(DT, 32); break;                             \
@@ -379,7 +387,7 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
         return;
     float *part = (float *)c->scratch_attn.p;
     dim3 grid(n_heads, n, n_split);
-#define L(DT, EPL) k_attn_split<DT, EPL><<<grid, ATT_WARPS * 32, 0, c->stream>>>(kv->k[layer], kv->v[layer], block_table, tables, q, pos, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, n_split, part)
+#define L(DT, EPL) mr_cu_launch(c, k_attn_split<DT, EPL>, grid, ATT_WARPS * 32, 0, kv->k[layer], kv->v[layer], block_table, tables, q, pos, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, n_split, part)
 #define BY_EPL(DT)                                         \
     switch (D) {                                           \
     case 32: L(DT, 1); break;                              \
@@ -394,7 +402,7 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
 #undef BY_EPL
 #undef L
     MR_CU_LAUNCHED(c, "attention");
-    k_attn_merge<<<dim3(n_heads, n), 128, 0, c->stream>>>(part, tables, n_heads, n_split, D, out);
+    mr_cu_launch(c, k_attn_merge, dim3(n_heads, n), 128, 0, part, tables, n_heads, n_split, D, out);
     MR_CU_LAUNCHED(c, "attention merge");
 }
 

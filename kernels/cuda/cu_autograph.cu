@@ -67,6 +67,7 @@ struct mr_cu_auto {
     std::vector<entry> cache;
     mr_backend real; /* the op table that launches */
     long replays = 0, captures = 0;
+    long nodes = 0; /* nodes of the last graph captured */
     /* MEMRA_CUDA_PROFILE=1: no graphs; every op timed with events and
      * summed per label (op, type, shape), printed at destroy */
     bool prof = false;
@@ -370,6 +371,9 @@ void mr_cu_flush(mr_backend *be)
             err = cudaStreamEndCapture(c->stream, &g);
             if (err == cudaSuccess && !c->failed)
                 err = cudaGraphInstantiate(&ex, g, 0);
+            size_t nn = 0;
+            if (g && cudaGraphGetNodes(g, NULL, &nn) == cudaSuccess)
+                a->nodes = (long)nn;
             if (g)
                 cudaGraphDestroy(g);
         }
@@ -809,6 +813,12 @@ extern "C" long mr_cu_autograph_kv_fused(mr_backend *be)
 {
     mr_cu_ctx *c = mr_cu(be);
     return c->ag ? c->ag->kv_fused : 0;
+}
+
+extern "C" long mr_cu_autograph_nodes(mr_backend *be)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    return c->ag ? c->ag->nodes : 0;
 }
 
 extern "C" void mr_cu_profile_reset(mr_backend *be)

@@ -287,6 +287,28 @@ static void cu_graph_destroy(mr_backend *be, void *graph)
         cudaGraphExecDestroy((cudaGraphExec_t)graph);
 }
 
+/* ---- programmatic dependent launch (cu_pdl.cuh) ---- */
+
+/* Compiled with the same architectures as every kernel of the backend: its
+ * binary version is the one the device runs. */
+__global__ void k_pdl_probe(void) {}
+
+/* On where the device has it (compute capability 9+) and the code the
+ * device runs was built for sm_90 or later (there mr_pdl_wait is a real
+ * wait: code for an older architecture, run through the driver's JIT,
+ * would have none), unless MEMRA_CUDA_PDL=0. */
+static void pdl_init(mr_cu_ctx *c, const cudaDeviceProp *prop)
+{
+    const char *e = getenv("MEMRA_CUDA_PDL");
+    cudaFuncAttributes fa;
+    bool built = false;
+    if (cudaFuncGetAttributes(&fa, k_pdl_probe) == cudaSuccess)
+        built = fa.binaryVersion >= 90;
+    else
+        (void)cudaGetLastError();
+    c->pdl = prop->major >= 9 && built && !(e && !strcmp(e, "0"));
+}
+
 /* ---- lifetime ---- */
 
 static void cu_destroy(mr_backend *be)
@@ -361,6 +383,8 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     c->fast_r = fr ? atoi(fr) : 0;
     const char *qw = getenv("MEMRA_CUDA_Q4K_WIDE");
     c->q4k_wide = !(qw && !strcmp(qw, "0"));
+    pdl_init(c, &prop);
+    mr_cu_x24_init(c);
     mr_cu_fast_init(c);
     if (cublasCreate(&c->cublas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(c->cublas, c->stream) != CUBLAS_STATUS_SUCCESS) {

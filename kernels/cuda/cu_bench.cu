@@ -68,3 +68,9 @@ extern "C" void mr_cuda_device_info(char *name, size_t n, int *sm)
     snprintf(name, n, "%s", p.name);
     *sm = p.multiProcessorCount;
 }
+
+extern "C" int mr_cuda_pdl_mode(struct mr_backend *be)
+{
+    const mr_cu_ctx *c = mr_cu(be);
+    return c->pdl ? 1 : 0;
+}

@@ -29,9 +29,15 @@ void mr_cu_autograph_stats(struct mr_backend *be, long *captures, long *replays)
 long mr_cu_autograph_mv_fused(struct mr_backend *be);
 /* K/V stores so far that ran inside the qk_norm_rope launch before them. */
 long mr_cu_autograph_kv_fused(struct mr_backend *be);
+/* Nodes (kernels, copies) of the last graph it captured; 0 before any. */
+long mr_cu_autograph_nodes(struct mr_backend *be);
 /* MEMRA_CUDA_PROFILE: forgets the op times summed so far (e.g. a warm-up's
  * first calls, which load modules); no-op without a profile. */
 void mr_cu_profile_reset(struct mr_backend *be);
+/* How the backend launches its kernels (cu_pdl.cuh): 0 plain, 1 with
+ * programmatic dependent launch (the default on sm_90+; every kernel waits
+ * first). */
+int mr_cuda_pdl_mode(struct mr_backend *be);
 /* Device name and multiprocessor count, for reports. */
 void mr_cuda_device_info(char *name, size_t n, int *sm);
 

@@ -52,10 +52,17 @@ struct mr_cu_ctx {
     mr_cu_buf scratch_moe;  /* expert GEMM: row map and padded outputs */
     mr_cu_buf scratch_grp;  /* decode expert products: pairs grouped by expert (cu_fast.cu) */
     bool matvec_q8;         /* int8-activation matvec (cu_mvq8.cu), MEMRA_CUDA_MATVEC=q8 */
+    int matvec_x24;         /* 22-bit-activation matvec (cu_mvx24.cu): 0 off (MEMRA_CUDA_MATVEC=f32
+                               or q8), 1 where it wins (default), 2 wherever it can (=x24) */
+    int x24_bps;            /* MEMRA_CUDA_X24_BPS: x24 matvec blocks an SM at most (0: as many as fit) */
+    int x24_r;              /* MEMRA_CUDA_X24_R: rows a warp computes together (2 or 4) */
     mr_cu_buf scratch_q8;   /* the q8 matvec's quantized activations */
     bool attn_tc;           /* prompt attention on the tensor cores (cu_fattn.cu; default) */
     bool attn_tc_forced;    /* MEMRA_CUDA_ATTN=tc: models may not turn it off */
     mr_cu_auto *ag;         /* recorded ops and cached graphs, or NULL */
+    bool pdl;               /* kernels launched with programmatic dependent launch (cu_pdl.cuh;
+                               compute capability 9+, MEMRA_CUDA_PDL=0: off) */
+    cudaError_t launch_err; /* the first error of an mr_cu_launch not yet taken by MR_CU_LAUNCHED */
 };
 
 static inline mr_cu_ctx *mr_cu(mr_backend *be) { return (mr_cu_ctx *)be->ctx; }
@@ -63,10 +70,14 @@ static inline mr_cu_ctx *mr_cu(mr_backend *be) { return (mr_cu_ctx *)be->ctx; }
 /* Records the first failure; later ones are dropped (the first is the cause). */
 void mr_cu_fail(mr_cu_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* After each launch: a bad configuration shows up here, not at sync. */
+/* After each launch (<<<>>> or mr_cu_launch): a bad configuration shows up
+ * here, not at sync. */
 #define MR_CU_LAUNCHED(c, what)                                                        \
     do {                                                                               \
         cudaError_t e_ = cudaGetLastError();                                           \
+        if (e_ == cudaSuccess)                                                         \
+            e_ = (c)->launch_err;                                                      \
+        (c)->launch_err = cudaSuccess;                                                 \
         if (e_ != cudaSuccess)                                                         \
             mr_cu_fail((c), "%s: launch failed: %s", (what), cudaGetErrorString(e_)); \
     } while (0)
@@ -77,6 +88,9 @@ void mr_cu_fail(mr_cu_ctx *c, const char *fmt, ...) __attribute__((format(printf
         if (e_ != cudaSuccess)                                                               \
             mr_cu_fail((c), "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
     } while (0)
+
+/* mr_pdl_wait / mr_pdl_trigger and the launch helper mr_cu_launch. */
+#include "kernels/cuda/cu_pdl.cuh"
 
 /* Makes buf at least n bytes; false (and a sticky error) when it cannot. */
 bool mr_cu_reserve(mr_cu_ctx *c, mr_cu_buf *buf, size_t n, const char *what);
@@ -174,6 +188,9 @@ bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
 /* Decode products with int8 activations (cu_mvq8.cu): false when not
  * selected or not applicable (the caller then runs the float32 kernels). */
 bool mr_cu_q8_init(mr_cu_ctx *c, mr_err *err);
+/* The matvec with 22-bit integer activations (cu_mvx24.cu): its settings,
+ * read at backend creation. */
+void mr_cu_x24_init(mr_cu_ctx *c);
 bool mr_cu_q8_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
 bool mr_cu_q8_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
                         const int32_t *ids, int k, float *y, int n);

@@ -181,6 +181,8 @@ template <int T, int R, int NT>
 __global__ void __launch_bounds__(FW * 32) k_fast(mr_cu_mvjob job)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     int64_t r0;
     const mr_cu_mvjob a = mr_cu_mv_sub<R>(job, &r0);
     const uint8_t *W;
@@ -244,6 +246,8 @@ template <int R>
 __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     int64_t r0;
     const mr_cu_mvjob a = mr_cu_mv_sub<R>(job, &r0);
     const uint8_t *W;
@@ -363,6 +367,8 @@ __global__ void __launch_bounds__(GRP_THREADS)
 k_moe_group(const int32_t *__restrict__ ids, int P, int n_mats, int S, int64_t rows, float *y,
             int32_t *grp)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     extern __shared__ int grp_sh[]; /* cnt[n_mats], pos[n_mats] */
     int *cnt = grp_sh, *pos = grp_sh + n_mats;
     __shared__ int wsum[GRP_THREADS / 32][2];
@@ -527,6 +533,8 @@ template <int T, int R, int NT>
 __global__ void __launch_bounds__(FW * 32) k_fast_grouped(mr_cu_mvjob a, const int32_t *__restrict__ grp,
                                                           int S, int RS, int xstage)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     extern __shared__ uint4 grp_smem_[];
     const int slot = blockIdx.y;
     const int used = grp[0], e = grp[1 + slot]; /* slot < S: inside the scratch even when unused */
@@ -676,7 +684,7 @@ template <int T, int R, int NT>
 static void launch_fast_r(mr_cu_ctx *c, mr_cu_mvjob a, int jobs)
 {
     dim3 grid(job_blocks(&a, R), jobs);
-    k_fast<T, R, NT><<<grid, FW * 32, 0, c->stream>>>(a);
+    mr_cu_launch(c, k_fast<T, R, NT>, grid, FW * 32, 0, a);
     MR_CU_LAUNCHED(c, "fast matvec");
 }
 
@@ -689,10 +697,10 @@ static void launch_fast(mr_cu_ctx *c, mr_cu_mvjob a, int jobs)
     if (T == MR_TYPE_Q4_K && NT == 1 && a.cols % 512 == 0 && c->q4k_wide) {
         if (units / 2 >= want) {
             const unsigned gx = job_blocks(&a, 2);
-            k_q4k_wide<2><<<dim3(gx, jobs), FW * 32, 0, c->stream>>>(a);
+            mr_cu_launch(c, k_q4k_wide<2>, dim3(gx, jobs), FW * 32, 0, a);
         } else {
             const unsigned gx = job_blocks(&a, 1);
-            k_q4k_wide<1><<<dim3(gx, jobs), FW * 32, 0, c->stream>>>(a);
+            mr_cu_launch(c, k_q4k_wide<1>, dim3(gx, jobs), FW * 32, 0, a);
         }
         MR_CU_LAUNCHED(c, "q4_k wide matvec");
         return;
@@ -754,6 +762,8 @@ static mr_cu_mvjob make_job(const mr_weight *w, const float *x, float *y)
 
 bool mr_cu_fast_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n)
 {
+    if (n == 1 && mr_cu_x24_matvec(c, &w, &y, 1, x, NULL, 1, 1, 1))
+        return true;
     if (!fast_ok(c, w, x))
         return false;
     return fast_run(c, w, make_job(w, x, y), n, 1);
@@ -792,6 +802,13 @@ bool mr_cu_fast_matvec_multi(mr_cu_ctx *c, const mr_weight *const *w, float *con
     mr_cu_mvjob a;
     if (!multi_job(c, w, y, m, x, &a))
         return false;
+    /* one token: every matrix must take the kernel it takes alone (the
+     * launch is then bitwise the separate calls), else no shared launch */
+    const int x24 = n == 1 ? mr_cu_x24_takes(c, w, m, x, 1) : 0;
+    if (x24 < 0)
+        return false;
+    if (x24 > 0)
+        return mr_cu_x24_matvec(c, w, y, m, x, NULL, 1, 1, 1);
     return fast_run(c, w[0], a, n, 1);
 }
 
@@ -803,6 +820,11 @@ bool mr_cu_fast_matvec_id_multi(mr_cu_ctx *c, const mr_weight *const *w, float *
     mr_cu_mvjob a;
     if (n != 1 || !multi_job(c, w, y, m, x, &a))
         return false;
+    const int x24 = mr_cu_x24_takes(c, w, m, x, k); /* as in mr_cu_fast_matvec_multi */
+    if (x24 < 0)
+        return false;
+    if (x24 > 0)
+        return mr_cu_x24_matvec(c, w, y, m, x, ids, k, x_slots, k);
     a.ids = ids;
     a.k = k;
     a.x_slots = x_slots;
@@ -863,7 +885,7 @@ static void launch_grouped_r(mr_cu_ctx *c, const mr_cu_mvjob &a, const int32_t *
 {
     /* the grid counts every slot, used or not: the launch may not depend on the ids */
     dim3 grid((unsigned)((a.rows + pl.RS - 1) / pl.RS), (unsigned)S);
-    k_fast_grouped<T, R, NT><<<grid, FW * 32, pl.smem, c->stream>>>(a, grp, S, pl.RS, pl.xstage);
+    mr_cu_launch(c, k_fast_grouped<T, R, NT>, grid, FW * 32, pl.smem, a, grp, S, pl.RS, (int)pl.xstage);
     MR_CU_LAUNCHED(c, "grouped expert matvec");
 }
 
@@ -904,8 +926,8 @@ static bool grouped_run(mr_cu_ctx *c, const mr_weight *w, const mr_cu_mvjob &a, 
     if (!mr_cu_reserve(c, &c->scratch_grp, need, "expert grouping"))
         return true; /* the error is recorded */
     int32_t *grp = (int32_t *)c->scratch_grp.p;
-    k_moe_group<<<1, GRP_THREADS, (size_t)2 * a.n_mats * sizeof(int), c->stream>>>(
-        a.ids, P, (int)a.n_mats, S, a.rows, a.y, grp);
+    mr_cu_launch(c, k_moe_group, 1, GRP_THREADS, (size_t)2 * a.n_mats * sizeof(int), a.ids, P, (int)a.n_mats, S,
+                 a.rows, a.y, grp);
     MR_CU_LAUNCHED(c, "expert grouping");
     switch (w->type) {
     case MR_TYPE_Q4_K: launch_grouped<MR_TYPE_Q4_K>(c, a, grp, S, pl); break;
@@ -926,6 +948,8 @@ bool mr_cu_fast_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
 {
     if (!fast_ok(c, w, x))
         return false;
+    if (n == 1 && mr_cu_x24_matvec(c, &w, &y, 1, x, ids, k, x_slots, k))
+        return true;
     mr_cu_mvjob a = make_job(w, x, y);
     a.ids = ids;
     a.k = k;

@@ -118,6 +118,16 @@ __device__ __forceinline__ bool mr_cu_mv_rows(const mr_cu_mvjob &a, int64_t r0, 
     return false;
 }
 
+/* One token of m matrices (1..MR_CU_MV_SUBS, one type and width) over one
+ * input through the 22-bit-activation kernel (cu_mvx24.cu), when it is on
+ * and takes them: jobs = 1 for plain products, k expert pairs with ids;
+ * false otherwise, nothing launched. */
+bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
+                      const int32_t *ids, int k, int x_slots, int jobs);
+/* Whether those m matrices go to that kernel: 1 all, 0 none, -1 some (then
+ * they must not share a launch: each would not run what it runs alone). */
+int mr_cu_x24_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x, int jobs);
+
 bool mr_cu_fast_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
 bool mr_cu_fast_matvec_multi(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m,
                              const float *x, int n);

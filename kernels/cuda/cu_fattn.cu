@@ -87,6 +87,8 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
                   const int32_t *pos, int n, int n_heads, int n_kv_heads, int bt, int n_blocks,
                   float qscale, float *out)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     typedef fa_shape<D> S;
     constexpr int BK = S::BK, LDH = S::LDH, LDS = S::LDS, LDP = S::LDP;
     constexpr int DT16 = D / 16, KT16 = BK / 16;
@@ -305,9 +307,9 @@ bool mr_cu_attn_prefill_tc(mr_cu_ctx *c, const mr_kv_cache *kv, int layer,
     const float qscale = scale * 1.4426950408889634f; /* exp(x) = exp2(x log2 e) */
 #define X(DT, DD)                                                                                   \
     if (kv->dtype == DT && D == DD)                                                                 \
-        k_attn_prefill_tc<DT, DD><<<grid, FA_WARPS * 32, fa_shape<DD>::bytes, c->stream>>>(         \
-            kv->k[layer], kv->v[layer], block_table, q, pos, n, n_heads, kv->n_kv_heads,            \
-            kv->block_tokens, kv->n_blocks, qscale, out);
+        mr_cu_launch(c, k_attn_prefill_tc<DT, DD>, grid, FA_WARPS * 32, fa_shape<DD>::bytes,          \
+                     kv->k[layer], kv->v[layer], block_table, q, pos, n, n_heads, kv->n_kv_heads,   \
+                     kv->block_tokens, kv->n_blocks, qscale, out);
     FA_EACH(X)
 #undef X
     MR_CU_LAUNCHED(c, "attention prefill (tensor cores)");

@@ -21,6 +21,8 @@
 __global__ void k_copy_2d(float *dst, int dst_stride, const float *src, int src_stride, int n_rows,
                           int dim)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     const int64_t total = (int64_t)n_rows * dim;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
          e += (int64_t)gridDim.x * blockDim.x) {
@@ -36,8 +38,8 @@ static void cu_copy_2d(mr_backend *be, float *dst, int dst_stride, const float *
     if (n_rows <= 0 || dim <= 0)
         return;
     const size_t total = (size_t)n_rows * (size_t)dim;
-    k_copy_2d<<<mr_cu_ew_blocks(c, total, 256), 256, 0, c->stream>>>(dst, dst_stride, src, src_stride, n_rows,
-                                                                dim);
+    mr_cu_launch(c, k_copy_2d, mr_cu_ew_blocks(c, total, 256), 256, 0, dst, dst_stride, src, src_stride, n_rows,
+                 dim);
     MR_CU_LAUNCHED(c, "copy_2d");
 }
 
@@ -47,6 +49,8 @@ __device__ __forceinline__ float mr_sigmoidf(float x) { return 1.0f / (1.0f + ex
 
 __global__ void k_sigmoid_mul(float *y, const float *g, int n_rows, int dim, int g_stride, bool g_scalar)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     const int64_t total = (int64_t)n_rows * dim;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
          e += (int64_t)gridDim.x * blockDim.x) {
@@ -62,7 +66,7 @@ static void cu_sigmoid_mul(mr_backend *be, float *y, const float *g, int n_rows,
     if (n_rows <= 0 || dim <= 0)
         return;
     const size_t total = (size_t)n_rows * (size_t)dim;
-    k_sigmoid_mul<<<mr_cu_ew_blocks(c, total, 256), 256, 0, c->stream>>>(y, g, n_rows, dim, g_stride, g_scalar);
+    mr_cu_launch(c, k_sigmoid_mul, mr_cu_ew_blocks(c, total, 256), 256, 0, y, g, n_rows, dim, g_stride, g_scalar);
     MR_CU_LAUNCHED(c, "sigmoid_mul");
 }
 
@@ -73,6 +77,8 @@ static void cu_sigmoid_mul(mr_backend *be, float *y, const float *g, int n_rows,
 __global__ void k_conv1d_silu(const float *x, const float *w, const float *state, int n, int channels,
                               int k, float *y)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)n * channels)
         return;
@@ -94,6 +100,8 @@ __global__ void k_conv1d_silu(const float *x, const float *w, const float *state
  * replaced. */
 __global__ void k_conv_state(const float *x, float *state, int n, int channels, int k)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     const int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= channels)
         return;
@@ -112,6 +120,8 @@ __global__ void k_conv_state(const float *x, float *state, int n, int channels, 
 __global__ void k_conv1d_silu_seq(const float *x, const float *w, float *state, int n, int channels,
                                   int k, float *y)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     const int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= channels)
         return;
@@ -145,16 +155,16 @@ static void cu_conv1d_silu(mr_backend *be, const float *x, const float *w, float
         return;
     const unsigned th = 256;
     if (n <= CONV_SEQ_MAX) {
-        k_conv1d_silu_seq<<<mr_cu_blocks((size_t)channels, 128), 128, 0, c->stream>>>(x, w, state, n, channels,
-                                                                                   k, y);
+        mr_cu_launch(c, k_conv1d_silu_seq, mr_cu_blocks((size_t)channels, 128), 128, 0, x, w, state, n, channels,
+                     k, y);
         MR_CU_LAUNCHED(c, "conv1d_silu");
         return;
     }
-    k_conv1d_silu<<<mr_cu_blocks((size_t)n * (size_t)channels, th), th, 0, c->stream>>>(x, w, state, n,
-                                                                                      channels, k, y);
+    mr_cu_launch(c, k_conv1d_silu, mr_cu_blocks((size_t)n * (size_t)channels, th), th, 0, x, w, state, n,
+                 channels, k, y);
     MR_CU_LAUNCHED(c, "conv1d_silu");
     if (k > 1) {
-        k_conv_state<<<mr_cu_blocks((size_t)channels, th), th, 0, c->stream>>>(x, state, n, channels, k);
+        mr_cu_launch(c, k_conv_state, mr_cu_blocks((size_t)channels, th), th, 0, x, state, n, channels, k);
         MR_CU_LAUNCHED(c, "conv1d_silu state");
     }
 }
@@ -174,6 +184,8 @@ __global__ void __launch_bounds__(32 * GDN_MAX_WARPS) k_gdn_scan(const float *qk
                                                    int n_k_heads, int n_v_heads, int dk, int dv,
                                                    float eps, float *out)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     extern __shared__ float sh[];
     const int W = blockDim.x >> 5;
     float *qn = sh;                       /* [dk] */
@@ -307,8 +319,8 @@ static void cu_gdn_scan(mr_backend *be, const float *qkv, int stride, const floa
     const unsigned threads = (unsigned)(32 * W);
     const size_t shm = sizeof(float) * ((size_t)2 * dk + (size_t)2 * W * GDN_COLS + (size_t)3 * W);
 #define GDN_LAUNCH(R)                                                                              \
-    k_gdn_scan<R><<<grid, threads, shm, c->stream>>>(qkv, stride, alpha, beta, a, dt_bias, state, n, \
-                                                     n_k_heads, n_v_heads, dk, dv, eps, out)
+    mr_cu_launch(c, k_gdn_scan<R>, grid, threads, shm, qkv, stride, alpha, beta, a, dt_bias, state, n, \
+                 n_k_heads, n_v_heads, dk, dv, eps, out)
     switch (rpt) {
     case 4: GDN_LAUNCH(4); break;
     case 8: GDN_LAUNCH(8); break;

@@ -144,6 +144,8 @@ __global__ void __launch_bounds__(DQ_THREADS)
 k_dequant(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int64_t cols, int64_t r0,
           int64_t nr, O *out)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     const uint8_t *Wm = W + (size_t)blockIdx.y * mat_bytes;
     O *om = out + (size_t)blockIdx.y * nr * cols;
     if constexpr (mr_cu_plain_type(T)) {
@@ -200,6 +202,8 @@ __global__ void __launch_bounds__(DQ_THREADS)
 k_dequant_x3(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int64_t cols, int64_t r0,
              int64_t nr, __half *out)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     const uint8_t *Wm = W + (size_t)blockIdx.y * mat_bytes;
     __half *om = out + (size_t)blockIdx.y * nr * 2 * cols;
     if constexpr (mr_cu_plain_type(T)) {
@@ -247,6 +251,8 @@ template <typename O, bool X3 = false>
 __global__ void k_gather_rows(const float *x, int64_t cols, const int32_t *src, O *out,
                               float *scale)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     const int p = blockIdx.x;
     const int s = src ? src[p] : p;
     const int64_t ld = X3 ? 2 * cols : cols;
@@ -293,6 +299,8 @@ __global__ void k_gather_rows(const float *x, int64_t cols, const int32_t *src, 
 __global__ void k_scatter_rows(const float *Y, int64_t rows, const int32_t *dst, const float *scale,
                                float *y)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     const int p = blockIdx.x;
     const int d = dst ? dst[p] : p;
     if (d < 0)
@@ -322,6 +330,8 @@ __global__ void __launch_bounds__(128)
 k_moe_gemm(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int rows,
            const __half *X, const float *scale, const int32_t *dst, const mg_tile *tiles, float *y)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     using namespace nvcuda;
     __shared__ __align__(32) __half ws[MG_BM][MG_BK + MG_PAD];
     __shared__ __align__(32) __half xs[MG_BN][MG_BK + MG_PAD];
@@ -395,6 +405,8 @@ __global__ void __launch_bounds__(128)
 k_moe_gemm_x3(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int rows,
               const __half *X, const float *scale, const int32_t *dst, const mg_tile *tiles, float *y)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     using namespace nvcuda;
     extern __shared__ __align__(128) unsigned char mg_smem[]; /* WMMA wants 32-byte alignment */
     typedef __half hrow[MG_LD];
@@ -544,7 +556,7 @@ static void dequant_launch(mr_cu_ctx *c, int type, const uint8_t *W, size_t mat_
     size_t units = mr_cu_plain_type(type) ? (size_t)(nr * cols) : (size_t)(nr * (cols / 32));
     dim3 grid(mr_cu_blocks(units, th), mats);
     switch (type) {
-#define X(TT) case TT: k_dequant<TT, O><<<grid, th, 0, c->stream>>>(W, mat_bytes, row_bytes, cols, r0, nr, out); break;
+#define X(TT) case TT: mr_cu_launch(c, k_dequant<TT, O>, grid, th, 0, W, mat_bytes, row_bytes, cols, r0, nr, out); break;
         MR_CU_TYPE_LIST(X)
 #undef X
     default: mr_cu_fail(c, "dequant: unsupported type %d", type); return;
@@ -561,7 +573,7 @@ static void dequant_x3_launch(mr_cu_ctx *c, int type, const uint8_t *W, size_t m
     size_t units = mr_cu_plain_type(type) ? (size_t)(nr * cols) : (size_t)(nr * (cols / 32));
     dim3 grid(mr_cu_blocks(units, th), mats);
     switch (type) {
-#define X(TT) case TT: k_dequant_x3<TT><<<grid, th, 0, c->stream>>>(W, mat_bytes, row_bytes, cols, r0, nr, out); break;
+#define X(TT) case TT: mr_cu_launch(c, k_dequant_x3<TT>, grid, th, 0, W, mat_bytes, row_bytes, cols, r0, nr, out); break;
         MR_CU_TYPE_LIST(X)
 #undef X
     default: mr_cu_fail(c, "dequant: unsupported type %d", type); return;
@@ -641,13 +653,13 @@ static const void *prepare_x(mr_cu_ctx *c, gemm_mode md, const float *x, int64_t
     if (md == GEMM_F16 || md == GEMM_F16X3) {
         *scale = (float *)(base + xb);
         if (md == GEMM_F16X3)
-            k_gather_rows<__half, true><<<n_rows, th, 0, c->stream>>>(x, cols, src, (__half *)base, *scale);
+            mr_cu_launch(c, k_gather_rows<__half, true>, n_rows, th, 0, x, cols, src, (__half *)base, *scale);
         else
-            k_gather_rows<__half><<<n_rows, th, 0, c->stream>>>(x, cols, src, (__half *)base, *scale);
+            mr_cu_launch(c, k_gather_rows<__half>, n_rows, th, 0, x, cols, src, (__half *)base, *scale);
     } else {
         if (!src)
             return x;
-        k_gather_rows<float><<<n_rows, th, 0, c->stream>>>(x, cols, src, (float *)base, NULL);
+        mr_cu_launch(c, k_gather_rows<float>, n_rows, th, 0, x, cols, src, (float *)base, nullptr);
     }
     MR_CU_LAUNCHED(c, "gemm gather");
     return base;
@@ -682,6 +694,9 @@ void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
     if (!mr_cu_reserve(c, &c->scratch_w, (size_t)(chunk * cols) * eb, "matmul scratch"))
         return;
     const uint8_t *W = (const uint8_t *)w->data;
+    /* each chunk's k_dequant rewrites the scratch the previous chunk's
+     * cuBLAS GEMM read: launched with PDL it may start early, but its
+     * mr_pdl_wait returns only once that GEMM has completed (cu_pdl.cuh) */
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         int64_t nr = rows - r0 < chunk ? rows - r0 : chunk;
         dequant_mode(c, md, w->type, W, 0, w->row_bytes, cols, r0, nr, 1, c->scratch_w.p);
@@ -690,7 +705,7 @@ void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
             return;
     }
     if (scale) {
-        k_scatter_rows<<<n, 256, 0, c->stream>>>(y, rows, NULL, scale, y);
+        mr_cu_launch(c, k_scatter_rows, n, 256, 0, y, rows, nullptr, scale, y);
         MR_CU_LAUNCHED(c, "gemm scale");
     }
 }
@@ -702,11 +717,11 @@ static void moe_launch(mr_cu_ctx *c, bool x3, dim3 grid, const uint8_t *W, size_
 {
     if constexpr (!mr_cu_plain_type(T)) { /* the caller sends block types only */
         if (x3)
-            k_moe_gemm_x3<T><<<grid, 128, MG_X3_SMEM, c->stream>>>(W, mat_bytes, row_bytes, cols, rows,
-                                                                   X, scale, dst, tiles, y);
+            mr_cu_launch(c, k_moe_gemm_x3<T>, grid, 128, MG_X3_SMEM, W, mat_bytes, row_bytes, cols, rows, X, scale,
+                         dst, tiles, y);
         else
-            k_moe_gemm<T><<<grid, 128, 0, c->stream>>>(W, mat_bytes, row_bytes, cols, rows, X, scale,
-                                                       dst, tiles, y);
+            mr_cu_launch(c, k_moe_gemm<T>, grid, 128, 0, W, mat_bytes, row_bytes, cols, rows, X, scale, dst, tiles,
+                         y);
     }
 }
 
@@ -844,7 +859,7 @@ bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
                   (long long)maxc * rows, (int)nm))
             return true;
     }
-    k_scatter_rows<<<(unsigned)R, 256, 0, c->stream>>>(Y, rows, d_map + R, scale, y);
+    mr_cu_launch(c, k_scatter_rows, (unsigned)R, 256, 0, Y, rows, d_map + R, scale, y);
     MR_CU_LAUNCHED(c, "expert scatter");
     return true;
 }

@@ -28,6 +28,8 @@ __device__ __forceinline__ const uint8_t *mv_row(const mr_cu_mvjob &a, int64_t r
 template <int T, int NT>
 __global__ void __launch_bounds__(MV_WARPS * 32) k_mv_generic(mr_cu_mvjob a)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     const int lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
     const float *x;
@@ -62,6 +64,8 @@ __global__ void __launch_bounds__(MV_WARPS * 32) k_mv_generic(mr_cu_mvjob a)
 template <int T, int NT>
 __global__ void __launch_bounds__(MV_WARPS * 32) k_mv_plain(mr_cu_mvjob a)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     const int lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
     const float *x;
@@ -89,6 +93,8 @@ template <int T>
 __global__ void k_get_rows(const uint8_t *W, size_t row_bytes, int64_t cols, int64_t rows,
                            const int32_t *ids, float *out)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     const int t = blockIdx.y;
     const int32_t id = ids[t];
     float *o = out + (int64_t)t * cols;
@@ -131,9 +137,9 @@ static void launch_generic(mr_cu_ctx *c, const mr_cu_mvjob &a, int jobs)
 {
     dim3 grid(mr_cu_blocks((size_t)a.rows, MV_WARPS), jobs);
     if (mr_cu_plain_type(T) && a.cols % 32)
-        k_mv_plain<T, NT><<<grid, MV_WARPS * 32, 0, c->stream>>>(a);
+        mr_cu_launch(c, k_mv_plain<T, NT>, grid, MV_WARPS * 32, 0, a);
     else
-        k_mv_generic<T, NT><<<grid, MV_WARPS * 32, 0, c->stream>>>(a);
+        mr_cu_launch(c, k_mv_generic<T, NT>, grid, MV_WARPS * 32, 0, a);
     MR_CU_LAUNCHED(c, "matvec");
 }
 
@@ -255,6 +261,10 @@ bool mr_cu_matmul_multi(mr_backend *be, const mr_weight *const *w, float *const 
      * fast kernels take the weights does not depend on the tokens, so
      * either every chunk shares launches or none is run) */
     float *yc[MR_CU_MV_SUBS];
+    /* a one-token chunk may send the matrices to different kernels (the
+     * 22-bit kernel by shape): then none of the chunks shares a launch */
+    if (n % MR_CU_MATVEC_MAX == 1 && mr_cu_x24_takes(c, w, m, x, 1) < 0)
+        return false;
     for (int t0 = 0; t0 < n; t0 += MR_CU_MATVEC_MAX) {
         const int nc = n - t0 < MR_CU_MATVEC_MAX ? n - t0 : MR_CU_MATVEC_MAX;
         for (int s = 0; s < m; s++) yc[s] = y[s] + (int64_t)t0 * w[s]->rows;
@@ -287,7 +297,7 @@ void mr_cu_get_rows(mr_backend *be, const mr_weight *w, const int32_t *ids, int 
     dim3 grid(mr_cu_blocks((size_t)units, th), n);
     const uint8_t *W = (const uint8_t *)w->data;
     switch (w->type) {
-#define X(TT) case TT: k_get_rows<TT><<<grid, th, 0, c->stream>>>(W, w->row_bytes, w->cols, w->rows, ids, out); break;
+#define X(TT) case TT: mr_cu_launch(c, k_get_rows<TT>, grid, th, 0, W, w->row_bytes, w->cols, w->rows, ids, out); break;
         MR_CU_TYPE_LIST(X)
 #undef X
     default: return;

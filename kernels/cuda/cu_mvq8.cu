@@ -62,6 +62,8 @@ __global__ void __launch_bounds__(Q8_QUANT_THREADS)
 k_q8_quant(const float *__restrict__ x, int64_t groups, int8_t *__restrict__ q, float *__restrict__ d,
            float *__restrict__ s)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const bool in = i < groups;
     float v[8];
@@ -119,8 +121,8 @@ static bool q8_quantize(mr_cu_ctx *c, const float *x, int64_t rows, int64_t cols
     float *d = (float *)(q + nq); /* nq is a multiple of 256: aligned */
     float *s = d + nb;
     const int64_t groups = rows * cols / 8;
-    k_q8_quant<<<mr_cu_blocks((size_t)groups, Q8_QUANT_THREADS), Q8_QUANT_THREADS, 0, c->stream>>>(
-        x, groups, q, d, s);
+    mr_cu_launch(c, k_q8_quant, mr_cu_blocks((size_t)groups, Q8_QUANT_THREADS), Q8_QUANT_THREADS, 0, x, groups, q,
+                 d, s);
     MR_CU_LAUNCHED(c, "q8 quantize");
     *xa = {q, d, s, x, cols};
     return true;
@@ -131,6 +133,8 @@ static bool q8_quantize(mr_cu_ctx *c, const float *x, int64_t rows, int64_t cols
 template <int T, int R, int NT>
 __global__ void __launch_bounds__(Q8_WARPS * 32) k_mvq8(mr_cu_mvjob a, mr_q8act xa, int nt)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     using K = q8k<T>;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int64_t r0 = (int64_t)blockIdx.x * R;
@@ -203,7 +207,7 @@ static void q8_launch_r(mr_cu_ctx *c, const mr_cu_mvjob &a, const mr_q8act &xa, 
     const int64_t nsteps = (a.cols + q8k<T>::STEP - 1) / q8k<T>::STEP;
     const int nw = nsteps < Q8_WARPS ? (int)nsteps : Q8_WARPS;
     dim3 grid((unsigned)((a.rows + R - 1) / R), (unsigned)jobs);
-    k_mvq8<T, R, NT><<<grid, nw * 32, 0, c->stream>>>(a, xa, nt);
+    mr_cu_launch(c, k_mvq8<T, R, NT>, grid, nw * 32, 0, a, xa, nt);
     MR_CU_LAUNCHED(c, "q8 matvec");
 }
 
@@ -311,16 +315,23 @@ bool mr_cu_q8_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_
 
 bool mr_cu_q8_init(mr_cu_ctx *c, mr_err *err)
 {
-    /* float32 unless asked: the default until measured on the models (and
-     * so models that want float32 products, the hybrids, get it too) */
+    /* float32 activations unless asked (int8 costs ~5e-3 of a product), with
+     * the 22-bit integer kernel (cu_mvx24.cu, float-grade) on the shapes
+     * where it is faster */
     const char *m = getenv("MEMRA_CUDA_MATVEC");
     c->matvec_q8 = false;
+    c->matvec_x24 = 1;
     if (!m || !*m)
         return true;
     if (!strcasecmp(m, "q8")) {
         c->matvec_q8 = true;
-    } else if (strcasecmp(m, "f32")) {
-        mr_errf(err, "cuda: MEMRA_CUDA_MATVEC=%s (expected q8 or f32)", m);
+        c->matvec_x24 = 0;
+    } else if (!strcasecmp(m, "x24")) {
+        c->matvec_x24 = 2;
+    } else if (!strcasecmp(m, "f32")) {
+        c->matvec_x24 = 0;
+    } else {
+        mr_errf(err, "cuda: MEMRA_CUDA_MATVEC=%s (expected q8, x24 or f32)", m);
         return false;
     }
     return true;

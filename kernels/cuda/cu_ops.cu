@@ -21,6 +21,8 @@ __device__ __forceinline__ float block_sum(float v, float *sh)
 template <bool FUSED>
 __global__ void k_rmsnorm(float *y, const float *x, const float *w, float *out, int dim, float eps)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh: before any access */
+    mr_pdl_trigger();
     __shared__ float sh[32];
     const int64_t row = blockIdx.x;
     float *yr = y + row * dim;
@@ -48,6 +50,8 @@ template <bool FUSED>
 __global__ void __launch_bounds__(1024) k_rmsnorm4(float *y, const float *x, const float *w,
                                                    float *out, int dim4, float eps)
 {
+    mr_pdl_wait();
+    mr_pdl_trigger();
     __shared__ float sh[32];
     const int64_t row = blockIdx.x;
     float4 *yr = (float4 *)(y + row * dim4 * 4);
@@ -108,9 +112,9 @@ static void cu_rmsnorm(mr_backend *be, const float *x, const float *w, float *y,
     /* in == out is fine: each thread reads its elements before writing them,
      * and the sum is complete before any write. */
     if (rn_vec_ok(dim, x, w, y, x))
-        k_rmsnorm4<false><<<n_rows, rn_threads(dim), 0, c->stream>>>((float *)x, NULL, w, y, dim / 4, eps);
+        mr_cu_launch(c, k_rmsnorm4<false>, n_rows, rn_threads(dim), 0, (float *)x, nullptr, w, y, dim / 4, eps);
     else
-        k_rmsnorm<false><<<n_rows, ROW_THREADS, 0, c->stream>>>((float *)x, NULL, w, y, dim, eps);
+        mr_cu_launch(c, k_rmsnorm<false>, n_rows, ROW_THREADS, 0, (float *)x, nullptr, w, y, dim, eps);
     MR_CU_LAUNCHED(c, "rmsnorm");
 }
 
@@ -121,9 +125,9 @@ static void cu_add_rmsnorm(mr_backend *be, float *y, const float *x, const float
     if (n_rows <= 0 || dim <= 0)
         return;
     if (rn_vec_ok(dim, y, x, w, out))
-        k_rmsnorm4<true><<<n_rows, rn_threads(dim), 0, c->stream>>>(y, x, w, out, dim / 4, eps);
+        mr_cu_launch(c, k_rmsnorm4<true>, n_rows, rn_threads(dim), 0, y, x, w, out, dim / 4, eps);
     else
-        k_rmsnorm<true><<<n_rows, ROW_THREADS, 0, c->stream>>>(y, x, w, out, dim, eps);
+        mr_cu_launch(c, k_rmsnorm<true>, n_rows, ROW_THREADS, 0, y, x, w, out, dim, eps);
     MR_CU_LAUNCHED(c, "add_rmsnorm");
 }
 
@@ -150,6 +154,8 @@ __device__ __forceinline__ void rope_pair(const float *src, float *dst, int p, i
 __global__ void k_rope(float *x, const int32_t *pos, int n_heads, int head_dim, int n_rot,
                        float theta_base, int mode)
 {
+    mr_pdl_wait();
+    mr_pdl_trigger();
     const int t = blockIdx.y;
     const int half = n_rot / 2;
     const int i = blockIdx.x * blockDim.x + threadIdx.x; /* over n_heads * half */
@@ -171,7 +177,7 @@ static void cu_rope(mr_backend *be, float *x, const int32_t *pos, int n, int n_h
     }
     const unsigned th = 128;
     dim3 grid(mr_cu_blocks((size_t)n_heads * (n_rot / 2), th), n);
-    k_rope<<<grid, th, 0, c->stream>>>(x, pos, n_heads, head_dim, n_rot, theta_base, (int)mode);
+    mr_cu_launch(c, k_rope, grid, th, 0, x, pos, n_heads, head_dim, n_rot, theta_base, (int)mode);
     MR_CU_LAUNCHED(c, "rope");
 }
 
@@ -214,6 +220,8 @@ __global__ void __launch_bounds__(128) k_qk_norm_rope(float *q, float *k, const 
                                                       int head_dim, int n_rot, float theta_base, int mode,
                                                       float eps, qkr_kv kv)
 {
+    mr_pdl_wait();
+    mr_pdl_trigger();
     __shared__ float sh[32];
     __shared__ float hv[QKR_MAX_D];
     const int t = blockIdx.y, hh = blockIdx.x;
@@ -279,8 +287,8 @@ static void cu_qk_norm_rope(mr_backend *be, float *q, float *k, const float *qw,
     if (n <= 0 || !qkr_shape_ok(c, n, n_heads, n_kv_heads, head_dim, n_rot, 0))
         return;
     dim3 grid((unsigned)(n_heads + n_kv_heads), (unsigned)n);
-    k_qk_norm_rope<-1><<<grid, 128, 0, c->stream>>>(q, k, qw, kw, pos, n_heads, n_kv_heads, head_dim, n_rot,
-                                                    theta_base, (int)mode, eps, qkr_kv{});
+    mr_cu_launch(c, k_qk_norm_rope<-1>, grid, 128, 0, q, k, qw, kw, pos, n_heads, n_kv_heads, head_dim, n_rot,
+                 theta_base, (int)mode, eps, qkr_kv{});
     MR_CU_LAUNCHED(c, "qk_norm_rope");
 }
 
@@ -299,7 +307,7 @@ void mr_cu_qk_norm_rope_kv(mr_backend *be, float *q, float *k, const float *qw, 
     }
     const qkr_kv a = {kv->k[layer], kv->v[layer], table, tables, v, kv->block_tokens, kv->n_blocks};
     dim3 grid((unsigned)(n_heads + 2 * n_kv_heads), (unsigned)n);
-#define L(DT) k_qk_norm_rope<DT><<<grid, 128, 0, c->stream>>>(q, k, qw, kw, pos, n_heads, n_kv_heads, head_dim, n_rot, theta_base, (int)mode, eps, a)
+#define L(DT) mr_cu_launch(c, k_qk_norm_rope<DT>, grid, 128, 0, q, k, qw, kw, pos, n_heads, n_kv_heads, head_dim, n_rot, theta_base, (int)mode, eps, a)
     if (kv->dtype == MR_KV_F32) L(MR_KV_F32);
     else if (kv->dtype == MR_KV_F16) L(MR_KV_F16);
     else L(MR_KV_BF16);
@@ -309,6 +317,8 @@ void mr_cu_qk_norm_rope_kv(mr_backend *be, float *q, float *k, const float *qw, 
 
 __global__ void k_swiglu(const float *g, const float *u, float *o, size_t n)
 {
+    mr_pdl_wait();
+    mr_pdl_trigger();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         float a = g[i];
@@ -321,12 +331,14 @@ static void cu_swiglu(mr_backend *be, const float *gate, const float *up, float 
     mr_cu_ctx *c = mr_cu(be);
     if (!n)
         return;
-    k_swiglu<<<mr_cu_ew_blocks(c, n, 256), 256, 0, c->stream>>>(gate, up, out, n);
+    mr_cu_launch(c, k_swiglu, mr_cu_ew_blocks(c, n, 256), 256, 0, gate, up, out, n);
     MR_CU_LAUNCHED(c, "swiglu");
 }
 
 __global__ void k_add(float *y, const float *x, size_t n)
 {
+    mr_pdl_wait();
+    mr_pdl_trigger();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         y[i] += x[i];
@@ -337,7 +349,7 @@ static void cu_add(mr_backend *be, float *y, const float *x, size_t n)
     mr_cu_ctx *c = mr_cu(be);
     if (!n)
         return;
-    k_add<<<mr_cu_ew_blocks(c, n, 256), 256, 0, c->stream>>>(y, x, n);
+    mr_cu_launch(c, k_add, mr_cu_ew_blocks(c, n, 256), 256, 0, y, x, n);
     MR_CU_LAUNCHED(c, "add");
 }
 
@@ -347,6 +359,8 @@ static void cu_add(mr_backend *be, float *y, const float *x, size_t n)
 __global__ void k_moe_route(const float *logits, int n, int n_expert, int k, bool norm,
                             int32_t *ids, float *weights)
 {
+    mr_pdl_wait();
+    mr_pdl_trigger();
     const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (t >= n)
@@ -412,13 +426,15 @@ static void cu_moe_route(mr_backend *be, const float *logits, int n, int n_exper
         return;
     }
     const int wpb = 4;
-    k_moe_route<<<mr_cu_blocks((size_t)n, wpb), wpb * 32, 0, c->stream>>>(logits, n, n_expert, k,
-                                                                          norm_topk, ids, weights);
+    mr_cu_launch(c, k_moe_route, mr_cu_blocks((size_t)n, wpb), wpb * 32, 0, logits, n, n_expert, k, norm_topk,
+                 ids, weights);
     MR_CU_LAUNCHED(c, "moe_route");
 }
 
 __global__ void k_moe_combine(const float *y, const float *w, int k, int rows, float *out)
 {
+    mr_pdl_wait();
+    mr_pdl_trigger();
     const int t = blockIdx.y;
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows)
@@ -439,13 +455,15 @@ static void cu_moe_combine(mr_backend *be, const float *y, const float *weights,
         return;
     }
     dim3 grid(mr_cu_blocks((size_t)rows, 256), n);
-    k_moe_combine<<<grid, 256, 0, c->stream>>>(y, weights, k, rows, out);
+    mr_cu_launch(c, k_moe_combine, grid, 256, 0, y, weights, k, rows, out);
     MR_CU_LAUNCHED(c, "moe_combine");
 }
 
 /* One block per row; lowest index wins ties; NaN never wins over a number. */
 __global__ void k_argmax(const float *x, int dim, int32_t *ids)
 {
+    mr_pdl_wait();
+    mr_pdl_trigger();
     __shared__ float sv[32];
     __shared__ int si[32];
     const float *r = x + (int64_t)blockIdx.x * dim;
@@ -492,7 +510,7 @@ static void cu_argmax(mr_backend *be, const float *x, int n, int dim, int32_t *i
     mr_cu_ctx *c = mr_cu(be);
     if (n <= 0 || dim <= 0)
         return;
-    k_argmax<<<n, 256, 0, c->stream>>>(x, dim, ids);
+    mr_cu_launch(c, k_argmax, n, 256, 0, x, dim, ids);
     MR_CU_LAUNCHED(c, "argmax");
 }
 

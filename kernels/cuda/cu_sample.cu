@@ -613,6 +613,8 @@ __device__ int draw_full(smem_t &sh, const rowp &p, double u, int fallback, P pr
 __global__ void __launch_bounds__(ST) k_sample(float *logits, int dim, const mr_sample_row *rows,
                                                const int32_t *add, int32_t *ids)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     __shared__ smem_t sh;
     const mr_sample_row q = rows[blockIdx.x];
     if (q.skip) return;
@@ -807,7 +809,7 @@ static void cu_sample(mr_backend *be, float *logits, int n, int dim, const mr_sa
         mr_cu_fail(c, "sample: vocabulary of %d ids (at most %d)", dim, MAX_DIM);
         return;
     }
-    k_sample<<<n, ST, 0, c->stream>>>(logits, dim, rows, add, ids);
+    mr_cu_launch(c, k_sample, n, ST, 0, logits, dim, rows, add, ids);
     MR_CU_LAUNCHED(c, "sample");
 }
 
