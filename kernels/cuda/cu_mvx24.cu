@@ -45,6 +45,7 @@
 #define XS_WARPS 8 /* warps a block at most */
 #define XS_COLS_MAX 13312 /* widest input quantized into shared memory (48 KB) */
 #define XS_QMAX 2097151.0f /* 2^21 - 1 */
+#define XS_QU 4 /* input rounds whose loads are in flight together */
 
 /* The activation row in shared memory: three planes of cols bytes, hi
  * (int8, q >> 16), mid (uint8, (q >> 8) & 255), lo (uint8, q & 255), so
@@ -81,42 +82,59 @@ __device__ __forceinline__ int xs_join(const int *p) { return p[0] * 65536 + p[1
 
 /* Quantizes the row x (cols floats) into shared memory, all threads of the
  * block (q = rint(x * ((2^21 - 1) / absmax)), ties to even; d = absmax /
- * (2^21 - 1), both quotients IEEE); 4 consecutive threads a 32-column group (cols % 256 == 0, so a
- * warp is always whole in the loop).  A group with a NaN or an infinity
+ * (2^21 - 1), both quotients IEEE); 4 consecutive threads a 32-column
+ * group (cols % 256 == 0, so a warp is always whole in the loop).  A group with a NaN or an infinity
  * gets d = NaN: its products are NaN, as with float activations. */
 __device__ __forceinline__ void xs_quantize(const float *__restrict__ x, int cols, uint8_t *sh)
 {
     float *dq = (float *)(sh + 3 * cols);
     int *sq = (int *)(sh + 3 * cols + cols / 8);
-    for (int g8 = threadIdx.x; g8 < cols / 8; g8 += blockDim.x) {
-        const float4 a = __ldg((const float4 *)x + 2 * g8), b = __ldg((const float4 *)x + 2 * g8 + 1);
-        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        float m = 0.0f;
-        int bad = 0;
+    const int n8 = cols / 8;
+    /* the loads of XS_QU rounds first, then their work: one memory round
+     * trip for up to XS_QU * 2048 columns instead of one a round */
+    for (int base = threadIdx.x; base < n8; base += XS_QU * blockDim.x) {
+        float4 va[XS_QU], vb[XS_QU];
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            m = fmaxf(m, fabsf(v[i]));
-            bad |= !isfinite(v[i]);
-        }
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-        bad |= __shfl_xor_sync(0xffffffffu, bad, 1);
-        bad |= __shfl_xor_sync(0xffffffffu, bad, 2);
-        const float inv = m > 0.0f ? XS_QMAX / m : 0.0f;
-        uint32_t pl[3][2] = {{0, 0}, {0, 0}, {0, 0}};
-        int s = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const int q = bad ? 0 : __float2int_rn(v[i] * inv);
-            s += q;
-#pragma unroll
-            for (int k = 0; k < 3; k++) pl[k][i >> 2] |= ((uint32_t)(q >> (16 - 8 * k)) & 0xffu) << (8 * (i & 3));
+        for (int u = 0; u < XS_QU; u++) {
+            const int g8 = base + u * blockDim.x;
+            if (g8 < n8) {
+                va[u] = __ldg((const float4 *)x + 2 * g8);
+                vb[u] = __ldg((const float4 *)x + 2 * g8 + 1);
+            }
         }
 #pragma unroll
-        for (int k = 0; k < 3; k++) *(uint2 *)(sh + k * cols + 8 * g8) = make_uint2(pl[k][0], pl[k][1]);
-        sq[g8] = s;
-        if ((threadIdx.x & 3) == 0)
-            dq[g8 / 4] = bad ? __int_as_float(0x7fc00000) : m / XS_QMAX;
+        for (int u = 0; u < XS_QU; u++) {
+            const int g8 = base + u * blockDim.x;
+            if (g8 >= n8) /* the same for the whole warp: n8 and blockDim are multiples of 32 */
+                break;
+            const float v[8] = {va[u].x, va[u].y, va[u].z, va[u].w, vb[u].x, vb[u].y, vb[u].z, vb[u].w};
+            float m = 0.0f;
+            int bad = 0;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                m = fmaxf(m, fabsf(v[i]));
+                bad |= !isfinite(v[i]);
+            }
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+            bad |= __shfl_xor_sync(0xffffffffu, bad, 1);
+            bad |= __shfl_xor_sync(0xffffffffu, bad, 2);
+            const float inv = m > 0.0f ? XS_QMAX / m : 0.0f;
+            uint32_t pl[3][2] = {{0, 0}, {0, 0}, {0, 0}};
+            int s = 0;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const int q = bad ? 0 : __float2int_rn(v[i] * inv);
+                s += q;
+#pragma unroll
+                for (int k = 0; k < 3; k++) pl[k][i >> 2] |= ((uint32_t)(q >> (16 - 8 * k)) & 0xffu) << (8 * (i & 3));
+            }
+#pragma unroll
+            for (int k = 0; k < 3; k++) *(uint2 *)(sh + k * cols + 8 * g8) = make_uint2(pl[k][0], pl[k][1]);
+            sq[g8] = s;
+            if ((threadIdx.x & 3) == 0)
+                dq[g8 / 4] = bad ? __int_as_float(0x7fc00000) : m / XS_QMAX;
+        }
     }
 }
 
