@@ -9,8 +9,10 @@
  * fails; NaN anywhere fails.  Fused ops are checked against the unfused
  * sequence, the fast matvec kernels against the generic ones
  * (MEMRA_CUDA_GENERIC=1), decode batches of experts grouped by expert bit
- * for bit against the per-pair path (MEMRA_CUDA_MOE_GROUPED=0), and a
- * replayed CUDA graph against direct runs.  Prompt-sized products run in
+ * for bit against the per-pair path (MEMRA_CUDA_MOE_GROUPED=0), every row
+ * of a product of 2-8 rows bit for bit against the same row alone (the
+ * numerics rule on batchmates, check_batch_invariance), and a replayed
+ * CUDA graph against direct runs.  Prompt-sized products run in
  * every GEMM precision (MEMRA_CUDA_GEMM f16, tf32, f32 and f16x3), each
  * against its own bound (mm_gemm_bound).  The int8-activation matvec
  * (MEMRA_CUDA_MATVEC=q8) is checked against float64 products with
@@ -1522,7 +1524,7 @@ static void check_hybrid_ops(void)
  * Types and shapes the kernels do not take (not a multiple of 256 columns,
  * other types) run the float kernels: checked against (b) at 2e-5.
  *
- * The matvec with 22-bit integer activations (MEMRA_CUDA_MATVEC=x24,
+ * The matvec with 22-bit integer activations (MEMRA_CUDA_MATVEC=x24all,
  * backend "-x24": Q4_K and Q6_K, one token) is checked the same way with
  * its own quantization (absmax / (2^21 - 1) per 32): (a) at 1e-5, (b) at
  * the float kernels' own bound, 2e-5 (expected ~3e-7: d/sqrt(12)/sigma
@@ -1744,6 +1746,85 @@ static void check_q8_all(void)
         check_q8_id(td, 2048, 768, 16, 8, 1, 16, 0);
         check_q8_id(td, 4096, 1024, 4, 2, 2, 3, 1);
     }
+}
+
+/* ---- batch invariance: a row's product alone and among others ----
+ * DESIGN.md's numerics rule: a request's tokens do not depend on its
+ * batchmates.  The forward pass keeps a step's decode rows in products of
+ * fewer than batch_variant_rows rows; below that, the default backend must
+ * give every row the same bits whether it is multiplied alone (n = 1, what
+ * a lone request's step runs) or with others in one call.  Plain products
+ * at n = 2..8 and expert products at n = 2..5 (the grouped decode-batch
+ * path) against n = 1 calls, bit for bit. */
+static void check_batch_invariance_one(const tdesc *td, int64_t cols, int64_t rows, int mats, int k)
+{
+    enum { NB = 8 };
+    const size_t rb = (size_t)(cols / td->be) * td->bb;
+    uint8_t *host = malloc(rb * rows * mats);
+    rand_blocks(td, host, rb * rows * mats / td->bb);
+    const int xs = mats > 1 ? k : 1; /* expert products: one input row a pair (as the down product) */
+    const size_t xn = (size_t)NB * xs * cols, yr = (size_t)(mats > 1 ? k : 1) * rows, yn = NB * yr;
+    float *x = malloc(xn * 4), *y1 = malloc(yn * 4), *yb = malloc(yn * 4);
+    for (size_t i = 0; i < xn; i++) x[i] = fgauss();
+    int32_t ids[NB * 8];
+    for (int i = 0; i < NB * k; i++) ids[i] = (int32_t)((i * 5 + (int)(rnd() % 3)) % mats);
+    mr_weight w;
+    q8_load(gpu, td, host, cols, rows, mats, &w);
+    float *dx = dup_to(gpu, x, xn * 4), *dy = dalloc(gpu, yn * 4);
+    int32_t *dids = mats > 1 ? dup_to(gpu, ids, sizeof ids) : NULL;
+    poison(gpu, dy, yn * 4);
+    for (int t = 0; t < NB; t++) { /* alone */
+        if (mats > 1)
+            gpu->matmul_id(gpu, &w, dx + (size_t)t * xs * cols, xs, dids + t * k, k, dy + t * yr, 1);
+        else
+            gpu->matmul(gpu, &w, dx + (size_t)t * cols, dy + t * yr, 1);
+    }
+    fetch(gpu, y1, dy, yn * 4);
+    const int ns[] = {2, 3, 4, 5, 8};
+    for (size_t q = 0; q < sizeof ns / sizeof ns[0]; q++) {
+        const int n = ns[q];
+        if (mats > 1 && n > 5)
+            continue;
+        poison(gpu, dy, yn * 4);
+        if (mats > 1)
+            gpu->matmul_id(gpu, &w, dx, xs, dids, k, dy, n);
+        else
+            gpu->matmul(gpu, &w, dx, dy, n);
+        fetch(gpu, yb, dy, (size_t)n * yr * 4);
+        size_t diff = 0;
+        int nan = 0;
+        for (size_t i = 0; i < (size_t)n * yr; i++) {
+            diff += memcmp(&yb[i], &y1[i], 4) != 0;
+            nan += isnan(yb[i]);
+        }
+        char shape[96];
+        if (mats > 1)
+            snprintf(shape, sizeof shape, "%s %dx%lldx%lld k=%d n=%d vs n=1", td->name, mats, (long long)rows,
+                     (long long)cols, k, n);
+        else
+            snprintf(shape, sizeof shape, "%s %lldx%lld n=%d vs n=1", td->name, (long long)rows, (long long)cols, n);
+        report("batch-inv", shape, (double)diff, nan, 0.0);
+    }
+    gpu->free(gpu, dx);
+    gpu->free(gpu, dy);
+    if (dids) gpu->free(gpu, dids);
+    gpu->weight_release(gpu, &w);
+    free(host); free(x); free(y1); free(yb);
+}
+
+static void check_batch_invariance(void)
+{
+    const int types[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_Q5_K, MR_TYPE_Q8_0, MR_TYPE_Q4_0, MR_TYPE_IQ4_XS,
+                         MR_TYPE_BF16};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        const tdesc *td = td_of(types[i]);
+        check_batch_invariance_one(td, 4096, 1024, 1, 1);
+        check_batch_invariance_one(td, 4096, 12288, 1, 1);
+        check_batch_invariance_one(td, 2048, 768, 16, 8);
+        check_batch_invariance_one(td, 768, 2048, 16, 8);
+    }
+    check_batch_invariance_one(td_of(MR_TYPE_Q4_K), 12288, 4096, 1, 1);
+    check_batch_invariance_one(td_of(MR_TYPE_Q6_K), 4096, 151936, 1, 1);
 }
 
 /* A captured graph (rmsnorm -> matmul -> argmax) replayed on new inputs
@@ -2074,7 +2155,7 @@ static int pdl_steps(const pdl_model *m, mr_backend *be, int n, const int32_t *i
 static void check_pdl(void)
 {
     enum { NF = 3, NM = 2 };
-    static const struct { const char *name, *matvec; } fam[NF] = {{"f32", "f32"}, {"q8", "q8"}, {"x24", "x24"}};
+    static const struct { const char *name, *matvec; } fam[NF] = {{"f32", "f32"}, {"q8", "q8"}, {"x24", "x24all"}};
     static const char *mode[NM] = {"0", NULL}; /* NULL: unset, the default */
     static const char *mode_name[NM] = {"off", "on"};
     pdl_model m;
@@ -2624,6 +2705,7 @@ static void check_ops(int parts)
         check_matmul_id(td, 768, 2048, 16, 8, 8, 72);
     }
     if (parts & PART_MM) {
+        check_batch_invariance();
         check_matmul_multi_all();
         check_moe_grouped();
         check_gemm_prompt();
@@ -2770,7 +2852,7 @@ int main(int argc, char **argv)
     setenv("MEMRA_CUDA_FAST_R", "2", 1);
     q8_be[2] = mr_backend_cuda_create(0, &err);
     unsetenv("MEMRA_CUDA_FAST_R");
-    setenv("MEMRA_CUDA_MATVEC", "x24", 1);
+    setenv("MEMRA_CUDA_MATVEC", "x24all", 1);
     q8_be[Q8_X24] = mr_backend_cuda_create(0, &err);
     unsetenv("MEMRA_CUDA_MATVEC");
     if (!q8_be[0] || !q8_be[1] || !q8_be[2] || !q8_be[Q8_X24]) die("cuda (q8 / x24 matvec)");

@@ -52,8 +52,8 @@ struct mr_cu_ctx {
     mr_cu_buf scratch_moe;  /* expert GEMM: row map and padded outputs */
     mr_cu_buf scratch_grp;  /* decode expert products: pairs grouped by expert (cu_fast.cu) */
     bool matvec_q8;         /* int8-activation matvec (cu_mvq8.cu), MEMRA_CUDA_MATVEC=q8 */
-    int matvec_x24;         /* 22-bit-activation matvec (cu_mvx24.cu): 0 off (MEMRA_CUDA_MATVEC=f32
-                               or q8), 1 where it wins (default), 2 wherever it can (=x24) */
+    int matvec_x24;         /* 22-bit-activation matvec (cu_mvx24.cu): 0 off (default), 1 where it
+                               wins (MEMRA_CUDA_MATVEC=x24), 2 wherever it can (=x24all) */
     int x24_bps;            /* MEMRA_CUDA_X24_BPS: x24 matvec blocks an SM at most (0: as many as fit) */
     int x24_r;              /* MEMRA_CUDA_X24_R: rows a warp computes together (2 or 4) */
     mr_cu_buf scratch_q8;   /* the q8 matvec's quantized activations */

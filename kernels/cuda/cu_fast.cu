@@ -239,15 +239,19 @@ __global__ void __launch_bounds__(FW * 32) k_fast(mr_cu_mvjob job)
     }
 }
 
-/* Q4_K, one token, 512 columns a step: each lane takes 16 weights of one
- * 64-column group (two 4-byte loads, quads 4k and 16+4k of both nibble
- * halves) so the scale/min work is paid once per 16 weights, not per 8. */
-template <int R>
+/* Q4_K, 512 columns a step: each lane takes 16 weights of one 64-column
+ * group (two 4-byte loads, quads 4k and 16+4k of both nibble halves) so
+ * the scale/min work is paid once per 16 weights, not per 8.  NT tokens
+ * (1, 2 or 4) share each weight load; a token's sums are formed exactly as
+ * with NT = 1 (its own accumulators, the same steps in the same order, the
+ * same reductions), so a row's result does not depend on how many tokens
+ * share the launch (kernel-check's batch-invariance lines). */
+template <int R, int NT>
 __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
 {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int64_t r0;
     const mr_cu_mvjob a = mr_cu_mv_sub<R>(job, &r0);
     const uint8_t *W;
@@ -265,16 +269,25 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
         int64_t r = r0 + i < a.rows ? r0 + i : a.rows - 1;
         rp[i] = W + r * a.row_bytes + po;
     }
-    float acc[R];
+    float acc[NT][R];
 #pragma unroll
-    for (int i = 0; i < R; i++) acc[i] = 0.0f;
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int i = 0; i < R; i++) acc[t][i] = 0.0f;
 #pragma unroll 2
     for (int s = warp; s < nsteps; s += FW) {
-        const float *xs = x + 512 * s + xo;
-        const float4 a0 = __ldg((const float4 *)xs), a1 = __ldg((const float4 *)(xs + 16));
-        const float4 b0 = __ldg((const float4 *)(xs + 32)), b1 = __ldg((const float4 *)(xs + 48));
-        const float xs0 = (a0.x + a0.y) + (a0.z + a0.w) + (a1.x + a1.y) + (a1.z + a1.w);
-        const float xs1 = (b0.x + b0.y) + (b0.z + b0.w) + (b1.x + b1.y) + (b1.z + b1.w);
+        float4 a0[NT], a1[NT], b0[NT], b1[NT];
+        float xs0[NT], xs1[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float *xs = x + (int64_t)t * a.cols + 512 * s + xo;
+            a0[t] = __ldg((const float4 *)xs);
+            a1[t] = __ldg((const float4 *)(xs + 16));
+            b0[t] = __ldg((const float4 *)(xs + 32));
+            b1[t] = __ldg((const float4 *)(xs + 48));
+            xs0[t] = (a0[t].x + a0[t].y) + (a0[t].z + a0[t].w) + (a1[t].x + a1[t].y) + (a1[t].z + a1[t].w);
+            xs1[t] = (b0[t].x + b0[t].y) + (b0[t].z + b0[t].w) + (b1[t].x + b1[t].y) + (b1[t].z + b1[t].w);
+        }
 #pragma unroll
         for (int i = 0; i < R; i++) {
             const uint8_t *p = rp[i] + (size_t)s * 296;
@@ -284,30 +297,36 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
             const uint32_t q1 = *(const uint32_t *)(p + 20 + 32 * j + 16 + 4 * k);
             const uint32_t l0 = q0 & 0x0F0F0F0Fu, h0 = (q0 >> 4) & 0x0F0F0F0Fu;
             const uint32_t l1 = q1 & 0x0F0F0F0Fu, h1 = (q1 >> 4) & 0x0F0F0F0Fu;
-            const float f0 = dot4(a0, hq(l0, 0), hq(l0, 1), hq(l0, 2), hq(l0, 3)) +
-                             dot4(a1, hq(l1, 0), hq(l1, 1), hq(l1, 2), hq(l1, 3));
-            const float f1 = dot4(b0, hq(h0, 0), hq(h0, 1), hq(h0, 2), hq(h0, 3)) +
-                             dot4(b1, hq(h1, 0), hq(h1, 1), hq(h1, 2), hq(h1, 3));
-            const float s0 = 256.0f * f0 - 128.0f * xs0, s1 = 256.0f * f1 - 128.0f * xs1;
             const float d = __half2float(__ushort_as_half((uint16_t)(dd & 0xffff)));
             const float dm = __half2float(__ushort_as_half((uint16_t)(dd >> 16)));
             const float sc0 = mag(sm, 0) - MAGIC, sc1 = mag(sm, 1) - MAGIC;
             const float m0 = mag(sm, 2) - MAGIC, m1 = mag(sm, 3) - MAGIC;
-            acc[i] += d * (sc0 * s0 + sc1 * s1) - dm * (m0 * xs0 + m1 * xs1);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float f0 = dot4(a0[t], hq(l0, 0), hq(l0, 1), hq(l0, 2), hq(l0, 3)) +
+                                 dot4(a1[t], hq(l1, 0), hq(l1, 1), hq(l1, 2), hq(l1, 3));
+                const float f1 = dot4(b0[t], hq(h0, 0), hq(h0, 1), hq(h0, 2), hq(h0, 3)) +
+                                 dot4(b1[t], hq(h1, 0), hq(h1, 1), hq(h1, 2), hq(h1, 3));
+                const float s0 = 256.0f * f0 - 128.0f * xs0[t], s1 = 256.0f * f1 - 128.0f * xs1[t];
+                acc[t][i] += d * (sc0 * s0 + sc1 * s1) - dm * (m0 * xs0[t] + m1 * xs1[t]);
+            }
         }
     }
-    __shared__ float part[FW][R];
+    __shared__ float part[FW][NT * R];
 #pragma unroll
-    for (int i = 0; i < R; i++) {
-        float v = mr_warp_sum(acc[i]);
-        if (lane == 0) part[warp][i] = v;
-    }
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            const float v = mr_warp_sum(acc[t][i]);
+            if (lane == 0) part[warp][t * R + i] = v;
+        }
     __syncthreads();
-    if (threadIdx.x < R) {
+    if (threadIdx.x < NT * R) {
+        const int t = threadIdx.x / R, i = threadIdx.x % R;
         float v = 0.0f;
 #pragma unroll
         for (int w = 0; w < FW; w++) v += part[w][threadIdx.x];
-        if (r0 + threadIdx.x < a.rows) y[r0 + threadIdx.x] = v;
+        if (r0 + i < a.rows) y[(int64_t)t * a.rows + r0 + i] = v;
     }
 }
 
@@ -694,13 +713,17 @@ template <int T, int NT>
 static void launch_fast(mr_cu_ctx *c, mr_cu_mvjob a, int jobs)
 {
     const int64_t units = job_rows(a) * jobs, want = (int64_t)c->n_sm * 8;
-    if (T == MR_TYPE_Q4_K && NT == 1 && a.cols % 512 == 0 && c->q4k_wide) {
-        if (units / 2 >= want) {
+    /* Q4_K's 16-weight lanes for every token count of a plain product (the
+     * same sums at 1, 2 or 4 tokens); expert products keep the 8-weight
+     * lanes at every count, because decode batches of experts go through
+     * the grouped kernels, which sum as k_fast does */
+    if (T == MR_TYPE_Q4_K && a.cols % 512 == 0 && c->q4k_wide && !a.ids) {
+        if (NT == 1 && units / 2 >= want) {
             const unsigned gx = job_blocks(&a, 2);
-            mr_cu_launch(c, k_q4k_wide<2>, dim3(gx, jobs), FW * 32, 0, a);
+            mr_cu_launch(c, k_q4k_wide<2, 1>, dim3(gx, jobs), FW * 32, 0, a);
         } else {
             const unsigned gx = job_blocks(&a, 1);
-            mr_cu_launch(c, k_q4k_wide<1>, dim3(gx, jobs), FW * 32, 0, a);
+            mr_cu_launch(c, k_q4k_wide<1, NT>, dim3(gx, jobs), FW * 32, 0, a);
         }
         MR_CU_LAUNCHED(c, "q4_k wide matvec");
         return;

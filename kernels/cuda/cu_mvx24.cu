@@ -1,5 +1,8 @@
 /* Decode matvec with 22-bit integer activations (MEMRA_CUDA_MATVEC=x24;
- * Q4_K and Q6_K, one token).
+ * Q4_K and Q6_K, one token).  Off by default: a decode batch still runs
+ * the float kernels, so a request's tokens would depend on whether it has
+ * batchmates (DESIGN.md, numerics rules) until this kernel takes batches
+ * of tokens with the same per-token sums.
  *
  * Why another kernel: the float32 kernels (cu_fast.cu) give each block a
  * few rows and one or two loads a lane, so a product of a 4096-wide matrix
@@ -394,7 +397,8 @@ static void xs_launch(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, in
  * against 324 us) and loses below (4096 x 4096 9.3 against 7.4 us: every
  * block first quantizes the whole input, a latency the float kernels do
  * not pay), and with 12,288 columns it loses (4096 x 12288 24.6 against
- * 15.3 us).  MEMRA_CUDA_MATVEC=x24 takes every shape it can. */
+ * 15.3 us).  MEMRA_CUDA_MATVEC=x24 takes those shapes, =x24all every shape
+ * it can. */
 static bool x24_one(const mr_cu_ctx *c, const mr_weight *w, int T, int jobs)
 {
     if (w->type != T || (T == MR_TYPE_Q6_K && !w->priv) || !w->data)
