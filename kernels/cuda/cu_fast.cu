@@ -777,10 +777,14 @@ static bool fast_run(mr_cu_ctx *c, const mr_weight *w, mr_cu_mvjob a, int n, int
     return true;
 }
 
+size_t mr_cu_fast_row_bytes(const mr_weight *w)
+{
+    return (size_t)(w->cols / fast_belems(w->type)) * fast_stride(w->type);
+}
+
 static mr_cu_mvjob make_job(const mr_weight *w, const float *x, float *y)
 {
-    size_t rb = (size_t)(w->cols / fast_belems(w->type)) * fast_stride(w->type);
-    return mr_cu_mvjob_plain((const uint8_t *)(w->priv ? w->priv : w->data), rb, w, x, y);
+    return mr_cu_mvjob_plain((const uint8_t *)(w->priv ? w->priv : w->data), mr_cu_fast_row_bytes(w), w, x, y);
 }
 
 bool mr_cu_fast_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n)
@@ -825,13 +829,11 @@ bool mr_cu_fast_matvec_multi(mr_cu_ctx *c, const mr_weight *const *w, float *con
     mr_cu_mvjob a;
     if (!multi_job(c, w, y, m, x, &a))
         return false;
-    /* one token: every matrix must take the kernel it takes alone (the
-     * launch is then bitwise the separate calls), else no shared launch */
-    const int x24 = n == 1 ? mr_cu_x24_takes(c, w, m, x, 1) : 0;
-    if (x24 < 0)
-        return false;
-    if (x24 > 0)
-        return mr_cu_x24_matvec(c, w, y, m, x, NULL, 1, 1, 1);
+    /* one token: the 22-bit kernel when it takes all of them (the caller,
+     * mr_cu_matmul_multi, does not share a launch between matrices it would
+     * split) */
+    if (n == 1 && mr_cu_x24_matvec(c, w, y, m, x, NULL, 1, 1, 1))
+        return true;
     return fast_run(c, w[0], a, n, 1);
 }
 
@@ -843,11 +845,8 @@ bool mr_cu_fast_matvec_id_multi(mr_cu_ctx *c, const mr_weight *const *w, float *
     mr_cu_mvjob a;
     if (n != 1 || !multi_job(c, w, y, m, x, &a))
         return false;
-    const int x24 = mr_cu_x24_takes(c, w, m, x, k); /* as in mr_cu_fast_matvec_multi */
-    if (x24 < 0)
-        return false;
-    if (x24 > 0)
-        return mr_cu_x24_matvec(c, w, y, m, x, ids, k, x_slots, k);
+    if (mr_cu_x24_matvec(c, w, y, m, x, ids, k, x_slots, k)) /* as in mr_cu_fast_matvec_multi */
+        return true;
     a.ids = ids;
     a.k = k;
     a.x_slots = x_slots;

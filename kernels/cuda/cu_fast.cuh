@@ -50,27 +50,17 @@ static inline mr_cu_mvjob mr_cu_mvjob_plain(const uint8_t *W, size_t row_bytes, 
     return a;
 }
 
-/* The plain job of the matrix block blockIdx.x works on, and the block's
- * first row (R rows a block): for a multi-matrix launch, the run of blocks
- * it falls in picks the matrix (constant indices only: a dynamic index into
- * the parameter arrays would copy them to local memory). */
-template <int R>
-__device__ __forceinline__ mr_cu_mvjob mr_cu_mv_sub(const mr_cu_mvjob &a, int64_t *r0)
+/* Sub-matrix s (0..2) of a multi-matrix job as a plain job, with constant
+ * indices only: a dynamic index into the parameter arrays would copy them
+ * to local memory. */
+__device__ __forceinline__ mr_cu_mvjob mr_cu_mv_subjob(const mr_cu_mvjob &a, int s)
 {
-    const unsigned b = blockIdx.x;
-    if (a.n_sub <= 1) {
-        *r0 = (int64_t)b * R;
-        return a;
-    }
     mr_cu_mvjob j = a;
-    unsigned first = 0;
-    if (a.n_sub > 2 && b >= a.sub_blk[2]) {
-        first = a.sub_blk[2];
+    if (s == 2) {
         j.W = a.sub_W[2];
         j.y = a.sub_y[2];
         j.rows = a.sub_rows[2];
-    } else if (b >= a.sub_blk[1]) {
-        first = a.sub_blk[1];
+    } else if (s == 1) {
         j.W = a.sub_W[1];
         j.y = a.sub_y[1];
         j.rows = a.sub_rows[1];
@@ -81,8 +71,24 @@ __device__ __forceinline__ mr_cu_mvjob mr_cu_mv_sub(const mr_cu_mvjob &a, int64_
     }
     j.mat_bytes = j.row_bytes * (size_t)j.rows;
     j.n_sub = 0;
-    *r0 = (int64_t)(b - first) * R;
     return j;
+}
+
+/* The plain job of the matrix block blockIdx.x works on, and the block's
+ * first row (R rows a block): for a multi-matrix launch, the run of blocks
+ * it falls in picks the matrix. */
+template <int R>
+__device__ __forceinline__ mr_cu_mvjob mr_cu_mv_sub(const mr_cu_mvjob &a, int64_t *r0)
+{
+    const unsigned b = blockIdx.x;
+    if (a.n_sub <= 1) {
+        *r0 = (int64_t)b * R;
+        return a;
+    }
+    const int s = a.n_sub > 2 && b >= a.sub_blk[2] ? 2 : b >= a.sub_blk[1] ? 1 : 0;
+    const unsigned first = s == 2 ? a.sub_blk[2] : s == 1 ? a.sub_blk[1] : 0;
+    *r0 = (int64_t)(b - first) * R;
+    return mr_cu_mv_subjob(a, s);
 }
 
 /* Resolves job j to its matrix, input and output pointers; false when the
@@ -128,6 +134,9 @@ bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
  * they must not share a launch: each would not run what it runs alone). */
 int mr_cu_x24_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x, int jobs);
 
+/* Bytes of a row of w in the kernel layout (w->priv, or w->data where the
+ * type keeps the GGUF layout). */
+size_t mr_cu_fast_row_bytes(const mr_weight *w);
 bool mr_cu_fast_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
 bool mr_cu_fast_matvec_multi(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m,
                              const float *x, int n);

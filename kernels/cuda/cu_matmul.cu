@@ -239,32 +239,33 @@ void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_s
 }
 
 /* Whether m weights can share a decode launch: present, of a type the
- * backend takes, and no int8-activation path (that one quantizes per call).
- * Quiet: a bad weight is reported by the one-by-one call that follows. */
-static bool multi_ok(mr_cu_ctx *c, const mr_weight *const *w, int m)
+ * backend takes, no int8-activation path (that one quantizes per call),
+ * and, when some launch has one token (jobs of it, over x), not split by
+ * the 22-bit kernel's shape rule (a matrix it takes alone and one it does
+ * not would run different kernels in one launch, and a shared launch must
+ * be bitwise the separate calls).  Quiet: a bad weight is reported by the
+ * one-by-one call that follows. */
+static bool multi_ok(mr_cu_ctx *c, const mr_weight *const *w, int m, bool one_token, const float *x, int jobs)
 {
     if (c->matvec_q8 || c->failed)
         return false;
     for (int s = 0; s < m; s++)
         if (!w[s] || !w[s]->data || !mr_cu_type_supported(w[s]->type))
             return false;
-    return true;
+    return !one_token || mr_cu_x24_takes(c, w, m, x, jobs) >= 0;
 }
 
 bool mr_cu_matmul_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m,
                         const float *x, int n)
 {
     mr_cu_ctx *c = mr_cu(be);
-    if (n < 1 || n >= MR_CU_GEMM_MIN_TOKENS || m < 2 || m > MR_CU_MV_SUBS || !multi_ok(c, w, m))
+    if (n < 1 || n >= MR_CU_GEMM_MIN_TOKENS || m < 2 || m > MR_CU_MV_SUBS ||
+        !multi_ok(c, w, m, n % MR_CU_MATVEC_MAX == 1, x, 1))
         return false;
     /* a decode batch: 8 tokens a launch, as mr_cu_matmul does (whether the
      * fast kernels take the weights does not depend on the tokens, so
      * either every chunk shares launches or none is run) */
     float *yc[MR_CU_MV_SUBS];
-    /* a one-token chunk may send the matrices to different kernels (the
-     * 22-bit kernel by shape): then none of the chunks shares a launch */
-    if (n % MR_CU_MATVEC_MAX == 1 && mr_cu_x24_takes(c, w, m, x, 1) < 0)
-        return false;
     for (int t0 = 0; t0 < n; t0 += MR_CU_MATVEC_MAX) {
         const int nc = n - t0 < MR_CU_MATVEC_MAX ? n - t0 : MR_CU_MATVEC_MAX;
         for (int s = 0; s < m; s++) yc[s] = y[s] + (int64_t)t0 * w[s]->rows;
@@ -278,7 +279,7 @@ bool mr_cu_matmul_id_multi(mr_backend *be, const mr_weight *const *w, float *con
                            const float *x, int x_slots, const int32_t *ids, int k, int n)
 {
     mr_cu_ctx *c = mr_cu(be);
-    if (n != 1 || k < 1 || (x_slots != 1 && x_slots != k) || !multi_ok(c, w, m))
+    if (n != 1 || k < 1 || (x_slots != 1 && x_slots != k) || !multi_ok(c, w, m, true, x, k))
         return false;
     return mr_cu_fast_matvec_id_multi(c, w, y, m, x, x_slots, ids, k, n);
 }
