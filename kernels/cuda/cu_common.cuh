@@ -29,6 +29,15 @@ struct mr_cu_auto; /* cu_autograph.cu */
 #define MR_CU_MATVEC_MAX 8
 #define MR_CU_MV_SUBS 3 /* matrices one matvec launch may cover (mr_cu_matmul_multi) */
 
+/* Blocks an SM holds of the x24 matvec kernel for one type, block size and
+ * input width (cu_mvx24.cu keeps the answers of the runtime here). */
+#define MR_CU_X24_FITS 12
+struct mr_cu_x24_fit {
+    int type, warps;
+    int64_t cols;
+    int blocks;
+};
+
 struct mr_cu_ctx {
     int device;
     int n_sm;
@@ -54,8 +63,8 @@ struct mr_cu_ctx {
     bool matvec_q8;         /* int8-activation matvec (cu_mvq8.cu), MEMRA_CUDA_MATVEC=q8 */
     int matvec_x24;         /* 22-bit-activation matvec (cu_mvx24.cu): 0 off (default), 1 where it
                                wins (MEMRA_CUDA_MATVEC=x24), 2 wherever it can (=x24all) */
-    int x24_bps;            /* MEMRA_CUDA_X24_BPS: x24 matvec blocks an SM at most (0: as many as fit) */
-    int x24_r;              /* MEMRA_CUDA_X24_R: rows a warp computes together (2 or 4) */
+    mr_cu_x24_fit x24_fit[MR_CU_X24_FITS]; /* its blocks an SM per kernel and input width */
+    int x24_nfit;
     mr_cu_buf scratch_q8;   /* the q8 matvec's quantized activations */
     bool attn_tc;           /* prompt attention on the tensor cores (cu_fattn.cu; default) */
     bool attn_tc_forced;    /* MEMRA_CUDA_ATTN=tc: models may not turn it off */
@@ -188,9 +197,6 @@ bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
 /* Decode products with int8 activations (cu_mvq8.cu): false when not
  * selected or not applicable (the caller then runs the float32 kernels). */
 bool mr_cu_q8_init(mr_cu_ctx *c, mr_err *err);
-/* The matvec with 22-bit integer activations (cu_mvx24.cu): its settings,
- * read at backend creation. */
-void mr_cu_x24_init(mr_cu_ctx *c);
 bool mr_cu_q8_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
 bool mr_cu_q8_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
                         const int32_t *ids, int k, float *y, int n);

@@ -13,9 +13,9 @@
  * occupancy.  Here
  *   - the grid is sized to the SMs (as many blocks as fit), not to the
  *     rows: every warp walks its rows four at a time (the four share each
- *     activation load; MEMRA_CUDA_X24_R=2 for two), so a block pays its
- *     start once and its warps drift apart, some loading while others
- *     compute;
+ *     activation load; two at a time was slower, docs/PERFORMANCE.md), so a
+ *     block pays its start once and its warps drift apart, some loading
+ *     while others compute;
  *   - Q4_K is read from the GGUF blocks (144 bytes: 16-byte aligned, so a
  *     lane's 32 weights and its block's header are two 16-byte loads; the
  *     kernel layout's 148-byte blocks allow only 4-byte loads, which cost
@@ -37,15 +37,17 @@
  *
  * Rows of a launch: the rows of all sub-matrices (q/k/v or gate/up in one
  * launch, mr_cu_mvjob.n_sub) in order; warp g of the grid takes rows
- * Rg .. Rg + R - 1, then R(g + G) .. (G warps in all, R rows at once);
+ * Rg .. Rg + R - 1, then R(g + G) .. (G warps in all, R = XS_R rows at once);
  * jobs (experts) are grid.y as everywhere.  An out-of-range expert id gives NaN rows
  * (mr_cu_mv_rows' rule). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/cu_fast.cuh"
+#include "kernels/cuda/cu_mvq8.cuh" /* q8_dp4a_us, q8_ld32, q8_h2f */
 
 #define XS_WARPS 8 /* warps a block at most */
+#define XS_R 4     /* rows a warp computes together */
 #define XS_COLS_MAX 13312 /* widest input quantized into shared memory (48 KB) */
 #define XS_QMAX 2097151.0f /* 2^21 - 1 */
 #define XS_QU 4 /* input rounds whose loads are in flight together */
@@ -55,22 +57,14 @@
  * q = 65536 hi + 256 mid + lo; then d[cols / 32] (float) and sq[cols / 8]
  * (int32: the sum of q over each 8 columns); x ~ d q. */
 __host__ __device__ constexpr size_t xs_xbytes(int64_t cols) { return (size_t)(3 * cols + cols / 8 + cols / 2); }
-#define XS_D(xs, cols) ((const float *)((xs) + 3 * (cols)))
-#define XS_SQ(xs, cols) ((const int *)((xs) + 3 * (cols) + (cols) / 8))
+__device__ __forceinline__ float *xs_d(uint8_t *xs, int cols) { return (float *)(xs + 3 * cols); }
+__device__ __forceinline__ int *xs_sq(uint8_t *xs, int cols) { return (int *)(xs + 3 * cols + cols / 8); }
 
-__device__ __forceinline__ uint32_t xs_ld32(const uint8_t *p) { return __ldg((const uint32_t *)p); }
-
-__device__ __forceinline__ int xs_dp_hi(uint32_t w, uint32_t x, int c) /* w unsigned, x signed */
+/* A plane word against four weight quants: the high plane is signed
+ * (q8_dp4a_us), the middle and low ones unsigned. */
+__device__ __forceinline__ int xs_dp_lo(uint32_t w, uint32_t x, int c)
 {
-    int r;
-    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(w), "r"(x), "r"(c));
-    return r;
-}
-__device__ __forceinline__ int xs_dp_lo(uint32_t w, uint32_t x, int c) /* both unsigned */
-{
-    int r;
-    asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(w), "r"(x), "r"(c));
-    return r;
+    return (int)__dp4a(w, x, (unsigned)c);
 }
 
 /* Word k of a 16-byte run. */
@@ -90,8 +84,8 @@ __device__ __forceinline__ int xs_join(const int *p) { return p[0] * 65536 + p[1
  * gets d = NaN: its products are NaN, as with float activations. */
 __device__ __forceinline__ void xs_quantize(const float *__restrict__ x, int cols, uint8_t *sh)
 {
-    float *dq = (float *)(sh + 3 * cols);
-    int *sq = (int *)(sh + 3 * cols + cols / 8);
+    float *dq = xs_d(sh, cols);
+    int *sq = xs_sq(sh, cols);
     const int n8 = cols / 8;
     /* the loads of XS_QU rounds first, then their work: one memory round
      * trip for up to XS_QU * 2048 columns instead of one a round */
@@ -162,8 +156,8 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
         xa[k] = *(const uint4 *)(xs + k * cols + ca);
         xb[k] = *(const uint4 *)(xs + k * cols + cb);
     }
-    const float *dq = XS_D(xs, cols);
-    const int *sq = XS_SQ(xs, cols);
+    const float *dq = xs_d((uint8_t *)xs, cols);
+    const int *sq = xs_sq((uint8_t *)xs, cols);
     const float da = dq[ca / 32], db = dq[cb / 32];
     const float qa = (float)(sq[ca / 8] + sq[ca / 8 + 1]), qb = (float)(sq[cb / 8] + sq[cb / 8 + 1]);
     uint4 hd[R], qv[R];
@@ -181,10 +175,10 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
             const uint32_t wl = q[k] & 0x0F0F0F0Fu, wh = (q[k] >> 4) & 0x0F0F0F0Fu;
             const uint32_t va[3] = {xs_w(xa[0], k), xs_w(xa[1], k), xs_w(xa[2], k)};
             const uint32_t vb[3] = {xs_w(xb[0], k), xs_w(xb[1], k), xs_w(xb[2], k)};
-            a[0] = xs_dp_hi(wl, va[0], a[0]);
+            a[0] = q8_dp4a_us(wl, va[0], a[0]);
             a[1] = xs_dp_lo(wl, va[1], a[1]);
             a[2] = xs_dp_lo(wl, va[2], a[2]);
-            bb[0] = xs_dp_hi(wh, vb[0], bb[0]);
+            bb[0] = q8_dp4a_us(wh, vb[0], bb[0]);
             bb[1] = xs_dp_lo(wh, vb[1], bb[1]);
             bb[2] = xs_dp_lo(wh, vb[2], bb[2]);
         }
@@ -197,8 +191,7 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
         const int sh = 16 * (j & 1);
         const float sa = (float)((SC >> sh) & 0xff), sb = (float)((SC >> (sh + 8)) & 0xff);
         const float ma = (float)((M >> sh) & 0xff), mb = (float)((M >> (sh + 8)) & 0xff);
-        const float d = __half2float(__ushort_as_half((uint16_t)(hd[i].x & 0xffff)));
-        const float dm = __half2float(__ushort_as_half((uint16_t)(hd[i].x >> 16)));
+        const float d = q8_h2f(hd[i].x), dm = q8_h2f(hd[i].x >> 16);
         const float ia = (float)xs_join(a), ib = (float)xs_join(bb);
         acc[i] += d * (sa * da * ia + sb * db * ib) - dm * (ma * da * qa + mb * db * qb);
     }
@@ -214,8 +207,8 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
                                            float *acc)
 {
     const int n = u >> 2, l0 = 8 * (u & 3);
-    const float *dq = XS_D(xs, cols);
-    const int *sq = XS_SQ(xs, cols);
+    const float *dq = xs_d((uint8_t *)xs, cols);
+    const int *sq = xs_sq((uint8_t *)xs, cols);
     uint2 xv[4][3]; /* quarter, plane */
     float dx[4];
     int qs[4];
@@ -233,23 +226,23 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
         int acc3[4][3] = {};
 #pragma unroll
         for (int k = 0; k < 2; k++) {
-            const uint32_t qa = xs_ld32(b + 64 * n + l0 + 4 * k), qb = xs_ld32(b + 64 * n + 32 + l0 + 4 * k);
-            const uint32_t h = xs_ld32(b + 128 + 32 * n + l0 + 4 * k);
+            const uint32_t qa = q8_ld32(b + 64 * n + l0 + 4 * k), qb = q8_ld32(b + 64 * n + 32 + l0 + 4 * k);
+            const uint32_t h = q8_ld32(b + 128 + 32 * n + l0 + 4 * k);
             const uint32_t w[4] = {(qa & 0x0F0F0F0Fu) | ((h << 4) & 0x30303030u),
                                    (qb & 0x0F0F0F0Fu) | ((h << 2) & 0x30303030u),
                                    ((qa >> 4) & 0x0F0F0F0Fu) | (h & 0x30303030u),
                                    ((qb >> 4) & 0x0F0F0F0Fu) | ((h >> 2) & 0x30303030u)};
 #pragma unroll
             for (int qq = 0; qq < 4; qq++) {
-                acc3[qq][0] = xs_dp_hi(w[qq], k ? xv[qq][0].y : xv[qq][0].x, acc3[qq][0]);
+                acc3[qq][0] = q8_dp4a_us(w[qq], k ? xv[qq][0].y : xv[qq][0].x, acc3[qq][0]);
                 acc3[qq][1] = xs_dp_lo(w[qq], k ? xv[qq][1].y : xv[qq][1].x, acc3[qq][1]);
                 acc3[qq][2] = xs_dp_lo(w[qq], k ? xv[qq][2].y : xv[qq][2].x, acc3[qq][2]);
             }
         }
         /* the scales of this lane's positions: sc[8n + l0/16 + 2qq] */
-        const uint32_t s01 = xs_ld32(b + 192 + 8 * n), s23 = xs_ld32(b + 196 + 8 * n);
+        const uint32_t s01 = q8_ld32(b + 192 + 8 * n), s23 = q8_ld32(b + 196 + 8 * n);
         const int is = 8 * (l0 >> 4);
-        const float d = __half2float(__ushort_as_half((uint16_t)(xs_ld32(b + 208) & 0xffff)));
+        const float d = q8_h2f(q8_ld32(b + 208));
         float r = 0.0f;
 #pragma unroll
         for (int qq = 0; qq < 4; qq++) {
@@ -263,7 +256,8 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
 }
 };
 
-/* Bytes a block of each layout the kernel reads. */
+/* Bytes a block of the layout the kernel reads: Q4_K's GGUF blocks, Q6_K's
+ * padded ones (cu_fast.cu's repack). */
 template <int T> struct xs_type;
 template <> struct xs_type<MR_TYPE_Q4_K> { static constexpr int STRIDE = 144; };
 template <> struct xs_type<MR_TYPE_Q6_K> { static constexpr int STRIDE = 212; };
@@ -272,53 +266,37 @@ template <> struct xs_type<MR_TYPE_Q6_K> { static constexpr int STRIDE = 212; };
  * false for an out-of-range expert id (y still set, for the NaN). */
 __device__ __forceinline__ bool xs_row(const mr_cu_mvjob &a, int job, int64_t r, const uint8_t **W, float **y)
 {
-    const uint8_t *w = a.W;
-    float *yy = a.y;
-    int64_t rows = a.rows;
-    if (a.n_sub > 1) { /* constant indices only (see mr_cu_mv_sub) */
-        if (r < a.sub_rows[0]) {
-            w = a.sub_W[0];
-            yy = a.sub_y[0];
-            rows = a.sub_rows[0];
-        } else if (a.n_sub == 2 || r < a.sub_rows[0] + a.sub_rows[1]) {
-            r -= a.sub_rows[0];
-            w = a.sub_W[1];
-            yy = a.sub_y[1];
-            rows = a.sub_rows[1];
-        } else {
-            r -= a.sub_rows[0] + a.sub_rows[1];
-            w = a.sub_W[2];
-            yy = a.sub_y[2];
-            rows = a.sub_rows[2];
+    int s = 0;
+    if (a.n_sub > 1 && r >= a.sub_rows[0]) {
+        r -= a.sub_rows[0];
+        s = 1;
+        if (a.n_sub > 2 && r >= a.sub_rows[1]) {
+            r -= a.sub_rows[1];
+            s = 2;
         }
     }
-    bool ok = true;
-    if (a.ids) {
-        const int e = a.ids[job];
-        yy += (int64_t)job * rows;
-        ok = e >= 0 && e < a.n_mats;
-        w += ok ? (size_t)e * a.row_bytes * (size_t)rows : 0;
-    }
-    *W = w + (size_t)r * a.row_bytes;
-    *y = yy + r;
+    const float *x;
+    const bool ok = mr_cu_mv_resolve(a.n_sub > 1 ? mr_cu_mv_subjob(a, s) : a, job, W, &x, y);
+    if (ok)
+        *W += (size_t)r * a.row_bytes;
+    *y += r;
     return ok;
 }
 
-template <int T, int R>
-__global__ void __launch_bounds__(XS_WARPS * 32, R == 2 && T == MR_TYPE_Q4_K ? 3 : 2)
-    k_mvx24(mr_cu_mvjob a, int64_t total_rows)
+template <int T>
+__global__ void __launch_bounds__(XS_WARPS * 32, 2) k_mvx24(mr_cu_mvjob a, int64_t total_rows)
 {
+    constexpr int R = XS_R;
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     constexpr int S = xs_type<T>::STRIDE;
     extern __shared__ __align__(16) uint8_t xs_sh[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, job = blockIdx.y, nw = blockDim.x >> 5;
     const int cols = (int)a.cols, units = cols / 32; /* 8 units a block */
-    const float *x = a.x;
-    if (a.ids) {
-        const int t = job / a.k, j = job % a.k;
-        x = a.x + ((int64_t)t * a.x_slots + (a.x_slots > 1 ? j : 0)) * a.cols;
-    }
+    const uint8_t *W0;
+    const float *x;
+    float *y0;
+    (void)mr_cu_mv_resolve(a, job, &W0, &x, &y0); /* the job's input; rows are resolved one by one */
     xs_quantize(x, cols, xs_sh);
     __syncthreads();
     const int64_t G = (int64_t)gridDim.x * nw;
@@ -341,7 +319,7 @@ __global__ void __launch_bounds__(XS_WARPS * 32, R == 2 && T == MR_TYPE_Q4_K ? 3
             const uint8_t *p[R];
 #pragma unroll
             for (int i = 0; i < R; i++) p[i] = W[i] + (size_t)b * S;
-            xs_unit<T, R>::run(p, un & 7, xs_sh, cols, 256 * b, acc);
+            xs_unit<T, XS_R>::run(p, un & 7, xs_sh, cols, 256 * b, acc);
         }
 #pragma unroll
         for (int i = 0; i < R; i++) {
@@ -353,40 +331,48 @@ __global__ void __launch_bounds__(XS_WARPS * 32, R == 2 && T == MR_TYPE_Q4_K ? 3
 
 /* ---- dispatch ---- */
 
-/* Blocks of `warps` warps an SM can hold for this kernel and input width. */
-template <int T, int R>
-static int xs_fit(int warps, size_t smem)
+/* Blocks of `warps` warps an SM holds for kernel T with `cols`-wide inputs
+ * (its shared memory), asked of the runtime once per shape and kept in the
+ * context: a launch would otherwise query it up to three times. */
+template <int T>
+static int xs_fit(mr_cu_ctx *c, int warps, int64_t cols)
 {
+    for (int i = 0; i < c->x24_nfit; i++) {
+        const mr_cu_x24_fit &f = c->x24_fit[i];
+        if (f.type == T && f.warps == warps && f.cols == cols)
+            return f.blocks;
+    }
     int nb = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_mvx24<T, R>, warps * 32, smem) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_mvx24<T>, warps * 32, xs_xbytes(cols)) != cudaSuccess) {
         (void)cudaGetLastError();
         nb = 1;
     }
-    return nb > 0 ? nb : 1;
+    nb = nb > 0 ? nb : 1;
+    mr_cu_x24_fit &f = c->x24_fit[c->x24_nfit < MR_CU_X24_FITS ? c->x24_nfit++ : (int)(cols % MR_CU_X24_FITS)];
+    f = {T, warps, cols, nb};
+    return nb;
 }
 
-/* Grid: as many blocks as the SMs hold (MEMRA_CUDA_X24_BPS caps the blocks
- * an SM, for timing), fewer when the rows run out; blocks of 8 warps,
- * halved (down to 2) while that leaves SMs without a block. */
-template <int T, int R>
+/* Grid: as many blocks as the SMs hold, fewer when the rows run out;
+ * blocks of 8 warps, halved (down to 2) while that leaves SMs without a
+ * block. */
+template <int T>
 static void xs_launch(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, int jobs)
 {
     const size_t smem = xs_xbytes(a.cols);
-    int warps = XS_WARPS, bps = xs_fit<T, R>(warps, smem);
+    int warps = XS_WARPS, bps = xs_fit<T>(c, warps, a.cols);
     for (;;) {
-        const int64_t blocks = (total_rows + warps * R - 1) / (warps * R) * jobs;
+        const int64_t blocks = (total_rows + warps * XS_R - 1) / (warps * XS_R) * jobs;
         if (warps <= 2 || blocks >= c->n_sm * (int64_t)bps)
             break;
         warps /= 2;
-        bps = xs_fit<T, R>(warps, smem);
+        bps = xs_fit<T>(c, warps, a.cols);
     }
-    if (c->x24_bps > 0 && c->x24_bps < bps)
-        bps = c->x24_bps;
     int64_t gx = ((int64_t)c->n_sm * bps + jobs - 1) / jobs;
-    const int64_t need = (total_rows + warps * R - 1) / (warps * R);
+    const int64_t need = (total_rows + warps * XS_R - 1) / (warps * XS_R);
     if (gx > need) gx = need;
     if (gx < 1) gx = 1;
-    mr_cu_launch(c, k_mvx24<T, R>, dim3((unsigned)gx, (unsigned)jobs), warps * 32, smem, a, total_rows);
+    mr_cu_launch(c, k_mvx24<T>, dim3((unsigned)gx, (unsigned)jobs), warps * 32, smem, a, total_rows);
     MR_CU_LAUNCHED(c, "x24 matvec");
 }
 
@@ -427,8 +413,8 @@ bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
     if (mr_cu_x24_takes(c, w, m, x, jobs) != 1)
         return false;
     const int T = w[0]->type;
-    /* Q4_K: the GGUF blocks; Q6_K: the padded copy */
-    const size_t rb = (size_t)(w[0]->cols / 256) * (T == MR_TYPE_Q4_K ? 144 : 212);
+    /* Q4_K: the GGUF blocks; Q6_K: the padded copy (xs_type) */
+    const size_t rb = T == MR_TYPE_Q4_K ? w[0]->row_bytes : mr_cu_fast_row_bytes(w[0]);
     auto base = [&](int s) { return (const uint8_t *)(T == MR_TYPE_Q4_K ? w[s]->data : w[s]->priv); };
     mr_cu_mvjob a = mr_cu_mvjob_plain(base(0), rb, w[0], x, y[0]);
     int64_t total = w[0]->rows;
@@ -447,19 +433,9 @@ bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
         a.k = k;
         a.x_slots = x_slots;
     }
-    const bool r2 = c->x24_r == 2;
     if (T == MR_TYPE_Q4_K)
-        r2 ? xs_launch<MR_TYPE_Q4_K, 2>(c, a, total, jobs) : xs_launch<MR_TYPE_Q4_K, 4>(c, a, total, jobs);
+        xs_launch<MR_TYPE_Q4_K>(c, a, total, jobs);
     else
-        r2 ? xs_launch<MR_TYPE_Q6_K, 2>(c, a, total, jobs) : xs_launch<MR_TYPE_Q6_K, 4>(c, a, total, jobs);
+        xs_launch<MR_TYPE_Q6_K>(c, a, total, jobs);
     return true;
-}
-
-/* At backend creation. */
-void mr_cu_x24_init(mr_cu_ctx *c)
-{
-    const char *b = getenv("MEMRA_CUDA_X24_BPS"); /* blocks an SM at most (for timing; 0: as many as fit) */
-    c->x24_bps = b ? atoi(b) : 0;
-    const char *r = getenv("MEMRA_CUDA_X24_R"); /* rows a warp at once: 2 or 4 (default) */
-    c->x24_r = r && atoi(r) == 2 ? 2 : 4;
 }
