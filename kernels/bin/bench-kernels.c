@@ -870,8 +870,8 @@ static int bench_one_mv(int argc, char **argv, int iters, double cbw)
     const long long rows = argc > 1 ? atoll(argv[1]) : 0, cols = argc > 2 ? atoll(argv[2]) : 0;
     const int n = argc > 3 ? atoi(argv[3]) : 1;
     int bb = 0;
-    if (type < 0 || rows <= 0 || cols <= 0 || n < 1 || n > 64 || !block_of(type, &bb) ||
-        cols % block_of(type, &bb)) {
+    const int belems = type < 0 ? 0 : block_of(type, &bb);
+    if (rows <= 0 || cols <= 0 || n < 1 || n > 64 || !belems || cols % belems) {
         fprintf(stderr, "usage: bench-kernels ITERS mv TYPE ROWS COLS [N]  (COLS a multiple of the block)\n");
         return 2;
     }
