@@ -1595,11 +1595,12 @@ static void q8_refs(const tdesc *td, const uint8_t *host, size_t rb, int64_t col
     free(wr);
 }
 
-static void q8_load(mr_backend *be, const tdesc *td, const uint8_t *host, int64_t cols, int64_t rows,
-                    int64_t mats, mr_weight *w)
+/* mats matrices of rows x cols blocks of type td from host, loaded on be. */
+static void load_weight(mr_backend *be, const tdesc *td, const uint8_t *host, int64_t cols, int64_t rows,
+                        int64_t mats, mr_weight *w)
 {
     *w = (mr_weight){td->name, td->type, cols, rows, mats, (size_t)(cols / td->be) * td->bb, NULL, NULL};
-    if (be->weight_load(be, w, host, &err)) die("weight_load (q8)");
+    if (be->weight_load(be, w, host, &err)) die("weight_load");
 }
 
 /* op: the row label; cost: the label of the line against float32 x */
@@ -1638,7 +1639,7 @@ static void check_q8(const tdesc *td, int64_t cols, int64_t rows, int n)
     for (int bi = 0; bi < N_Q8; bi++) {
         mr_backend *be = q8_be[bi];
         mr_weight w;
-        q8_load(be, td, host, cols, rows, 1, &w);
+        load_weight(be, td, host, cols, rows, 1, &w);
         float *dx = dup_to(be, x, xn * 4), *dy = dalloc(be, yn * 4);
         poison(be, dy, yn * 4);
         be->matmul(be, &w, dx, dy, n);
@@ -1692,7 +1693,7 @@ static void check_q8_id(const tdesc *td, int64_t cols, int64_t rows, int mats, i
     for (int bi = 0; bi < N_Q8; bi++) {
         mr_backend *be = q8_be[bi];
         mr_weight w;
-        q8_load(be, td, host, cols, rows, mats, &w);
+        load_weight(be, td, host, cols, rows, mats, &w);
         float *dx = dup_to(be, x, xn * 4), *dy = dalloc(be, yn * 4);
         int32_t *dids = dup_to(be, ids, (size_t)n * k * 4);
         poison(be, dy, yn * 4);
@@ -1770,7 +1771,7 @@ static void check_batch_invariance_one(const tdesc *td, int64_t cols, int64_t ro
     int32_t ids[NB * 8];
     for (int i = 0; i < NB * k; i++) ids[i] = (int32_t)((i * 5 + (int)(rnd() % 3)) % mats);
     mr_weight w;
-    q8_load(gpu, td, host, cols, rows, mats, &w);
+    load_weight(gpu, td, host, cols, rows, mats, &w);
     float *dx = dup_to(gpu, x, xn * 4), *dy = dalloc(gpu, yn * 4);
     int32_t *dids = mats > 1 ? dup_to(gpu, ids, sizeof ids) : NULL;
     poison(gpu, dy, yn * 4);
@@ -1963,11 +1964,11 @@ typedef struct {
 static mr_weight pdl_weight(int type, int64_t cols, int64_t rows, int64_t mats)
 {
     const tdesc *td = td_of(type);
-    size_t rb = (size_t)(cols / td->be) * td->bb, bytes = rb * rows * mats;
+    const size_t bytes = (size_t)(cols / td->be) * td->bb * rows * mats;
     uint8_t *h = malloc(bytes);
     rand_blocks(td, h, bytes / td->bb);
-    mr_weight w = {td->name, type, cols, rows, mats, rb, NULL, NULL};
-    if (gpu->weight_load(gpu, &w, h, &err)) die("weight_load");
+    mr_weight w;
+    load_weight(gpu, td, h, cols, rows, mats, &w);
     free(h);
     return w;
 }
