@@ -111,6 +111,19 @@ static const char *type_name(int type)
            type == MR_TYPE_BF16 ? "BF16" : type == MR_TYPE_Q5_K ? "Q5_K" : type == MR_TYPE_Q4_0 ? "Q4_0" : "IQ4_XS";
 }
 
+/* A rows x cols matrix of blocks h loaded through be (exits on failure). */
+static mr_weight bench_weight(mr_backend *be, const uint8_t *h, int type, int64_t rows, int64_t cols)
+{
+    int bb = 0, bel = block_of(type, &bb);
+    mr_weight w = {"bench", type, cols, rows, 1, (size_t)(cols / bel) * bb, NULL, NULL};
+    mr_err err;
+    if (be->weight_load(be, &w, h, &err)) {
+        fprintf(stderr, "weight_load: %s\n", err.msg);
+        exit(1);
+    }
+    return w;
+}
+
 /* Weights in rotation (>= 512 MiB, so each call reads HBM) and the
  * activations of one shape, loaded through `be`; every CUDA backend of the
  * process can use them (they are device pointers on the same device). */
@@ -135,11 +148,7 @@ static void mv_load(mv_set *m, mr_backend *be, int type, int64_t rows, int64_t c
     mr_err err;
     for (int i = 0; i < nw; i++) {
         fill(h, bytes, type, bb);
-        w[i] = (mr_weight){"bench", type, cols, rows, 1, rb, NULL, NULL};
-        if (be->weight_load(be, &w[i], h, &err)) {
-            fprintf(stderr, "weight_load: %s\n", err.msg);
-            exit(1);
-        }
+        w[i] = bench_weight(be, h, type, rows, cols);
     }
     float *hx = malloc(cols * n * 4);
     for (int64_t i = 0; i < cols * n; i++) hx[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
@@ -685,18 +694,6 @@ static void run_pdl(void *p)
 }
 
 /* A weight of random valid blocks from the bytes at h (at least its size). */
-static mr_weight pb_weight(mr_backend *be, const uint8_t *h, int type, int64_t rows, int64_t cols)
-{
-    int bb = 0, bel = block_of(type, &bb);
-    mr_weight w = {"bench", type, cols, rows, 1, (size_t)(cols / bel) * bb, NULL, NULL};
-    mr_err err;
-    if (be->weight_load(be, &w, h, &err)) {
-        fprintf(stderr, "weight_load: %s\n", err.msg);
-        exit(1);
-    }
-    return w;
-}
-
 /* n floats base + spread * u, u uniform in [-1, 1], on the device */
 static float *pb_floats(mr_backend *be, size_t n, float base, float spread)
 {
@@ -738,17 +735,17 @@ static int bench_pdl(int iters)
     fill(h4, hb, MR_TYPE_Q4_K, 144);
     pb_arg a = {0};
     a.mats = calloc(PB_MATS, sizeof *a.mats);
-    for (int i = 0; i < PB_MATS; i++) a.mats[i] = pb_weight(be[0], h4, MR_TYPE_Q4_K, PB_D, PB_D);
+    for (int i = 0; i < PB_MATS; i++) a.mats[i] = bench_weight(be[0], h4, MR_TYPE_Q4_K, PB_D, PB_D);
     a.sets = calloc(PB_SETS, sizeof *a.sets);
     for (int i = 0; i < PB_SETS; i++) {
         pb_layer *w = &a.sets[i];
-        w->q = pb_weight(be[0], h4, MR_TYPE_Q4_K, PB_H * PB_HD, PB_D);
-        w->k = pb_weight(be[0], h4, MR_TYPE_Q4_K, PB_KVH * PB_HD, PB_D);
-        w->v = pb_weight(be[0], h, MR_TYPE_Q6_K, PB_KVH * PB_HD, PB_D);
-        w->o = pb_weight(be[0], h4, MR_TYPE_Q4_K, PB_D, PB_H * PB_HD);
-        w->g = pb_weight(be[0], h4, MR_TYPE_Q4_K, PB_FF, PB_D);
-        w->u = pb_weight(be[0], h4, MR_TYPE_Q4_K, PB_FF, PB_D);
-        w->d = pb_weight(be[0], h, MR_TYPE_Q6_K, PB_D, PB_FF);
+        w->q = bench_weight(be[0], h4, MR_TYPE_Q4_K, PB_H * PB_HD, PB_D);
+        w->k = bench_weight(be[0], h4, MR_TYPE_Q4_K, PB_KVH * PB_HD, PB_D);
+        w->v = bench_weight(be[0], h, MR_TYPE_Q6_K, PB_KVH * PB_HD, PB_D);
+        w->o = bench_weight(be[0], h4, MR_TYPE_Q4_K, PB_D, PB_H * PB_HD);
+        w->g = bench_weight(be[0], h4, MR_TYPE_Q4_K, PB_FF, PB_D);
+        w->u = bench_weight(be[0], h4, MR_TYPE_Q4_K, PB_FF, PB_D);
+        w->d = bench_weight(be[0], h, MR_TYPE_Q6_K, PB_D, PB_FF);
     }
     free(h);
     free(h4);
