@@ -1525,7 +1525,7 @@ static void check_hybrid_ops(void)
  * other types) run the float kernels: checked against (b) at 2e-5.
  *
  * The matvec with 22-bit integer activations (MEMRA_CUDA_MATVEC=x24all,
- * backend "-x24": Q4_K and Q6_K, one token) is checked the same way with
+ * backend "-x24": Q4_K and Q6_K plain products) is checked the same way with
  * its own quantization (absmax / (2^21 - 1) per 32): (a) at 1e-5, (b) at
  * the float kernels' own bound, 2e-5 (expected ~3e-7: d/sqrt(12)/sigma
  * with d 16,500 times smaller than int8's). */
@@ -1534,10 +1534,11 @@ static void check_hybrid_ops(void)
 static mr_backend *q8_be[N_Q8]; /* q8: default rows per block, forced 4, forced 2; x24 */
 static const char *q8_name[N_Q8] = {"-q8", "-q8r4", "-q8r2", "-x24"};
 
-static int q8_handles(int bi, int type, int64_t cols, int n)
+static int q8_handles(int bi, int type, int64_t cols, int n, bool experts)
 {
-    if (bi == Q8_X24)
-        return cols % 256 == 0 && cols <= 13312 && n == 1 && (type == MR_TYPE_Q4_K || type == MR_TYPE_Q6_K);
+    (void)n;
+    if (bi == Q8_X24) /* plain products, any token count */
+        return cols % 256 == 0 && cols <= 13312 && !experts && (type == MR_TYPE_Q4_K || type == MR_TYPE_Q6_K);
     return cols % 256 == 0 && (type == MR_TYPE_Q4_K || type == MR_TYPE_Q5_K || type == MR_TYPE_Q6_K ||
                                type == MR_TYPE_Q8_0 || type == MR_TYPE_Q4_0 || type == MR_TYPE_IQ4_XS);
 }
@@ -1644,7 +1645,7 @@ static void check_q8(const tdesc *td, int64_t cols, int64_t rows, int n)
         poison(be, dy, yn * 4);
         be->matmul(be, &w, dx, dy, n);
         fetch(be, y, dy, yn * 4);
-        q8_report(bi, "matmul", "mm-q8-cost", shape, q8_handles(bi, td->type, cols, n), y,
+        q8_report(bi, "matmul", "mm-q8-cost", shape, q8_handles(bi, td->type, cols, n, false), y,
                   bi == Q8_X24 ? rq24 : rq, rf, yn);
         be->free(be, dx);
         be->free(be, dy);
@@ -1709,7 +1710,7 @@ static void check_q8_id(const tdesc *td, int64_t cols, int64_t rows, int mats, i
             report(nm, "out-of-range expert id: NaN rows", (double)notnan, 0, 0.0);
             memmove(y + badp * rows, y + (badp + 1) * rows, (yn - (badp + 1) * rows) * 4);
         }
-        q8_report(bi, "matmul_id", "mmid-q8-cost", shape, q8_handles(bi, td->type, cols, n), y,
+        q8_report(bi, "matmul_id", "mmid-q8-cost", shape, q8_handles(bi, td->type, cols, n, true), y,
                   bi == Q8_X24 ? rq24 : rq, rf, cn);
         be->free(be, dx);
         be->free(be, dy);
@@ -1758,7 +1759,8 @@ static void check_q8_all(void)
  * a lone request's step runs) or with others in one call.  Plain products
  * at n = 2..8 and expert products at n = 2..5 (the grouped decode-batch
  * path) against n = 1 calls, bit for bit. */
-static void check_batch_invariance_one(const tdesc *td, int64_t cols, int64_t rows, int mats, int k)
+static void check_batch_invariance_one(mr_backend *be, const char *label, const tdesc *td, int64_t cols,
+                                       int64_t rows, int mats, int k)
 {
     enum { NB = 8 };
     const size_t rb = (size_t)(cols / td->be) * td->bb;
@@ -1771,28 +1773,28 @@ static void check_batch_invariance_one(const tdesc *td, int64_t cols, int64_t ro
     int32_t ids[NB * 8];
     for (int i = 0; i < NB * k; i++) ids[i] = (int32_t)((i * 5 + (int)(rnd() % 3)) % mats);
     mr_weight w;
-    load_weight(gpu, td, host, cols, rows, mats, &w);
-    float *dx = dup_to(gpu, x, xn * 4), *dy = dalloc(gpu, yn * 4);
-    int32_t *dids = mats > 1 ? dup_to(gpu, ids, sizeof ids) : NULL;
-    poison(gpu, dy, yn * 4);
+    load_weight(be, td, host, cols, rows, mats, &w);
+    float *dx = dup_to(be, x, xn * 4), *dy = dalloc(be, yn * 4);
+    int32_t *dids = mats > 1 ? dup_to(be, ids, sizeof ids) : NULL;
+    poison(be, dy, yn * 4);
     for (int t = 0; t < NB; t++) { /* alone */
         if (mats > 1)
-            gpu->matmul_id(gpu, &w, dx + (size_t)t * xs * cols, xs, dids + t * k, k, dy + t * yr, 1);
+            be->matmul_id(be, &w, dx + (size_t)t * xs * cols, xs, dids + t * k, k, dy + t * yr, 1);
         else
-            gpu->matmul(gpu, &w, dx + (size_t)t * cols, dy + t * yr, 1);
+            be->matmul(be, &w, dx + (size_t)t * cols, dy + t * yr, 1);
     }
-    fetch(gpu, y1, dy, yn * 4);
+    fetch(be, y1, dy, yn * 4);
     const int ns[] = {2, 3, 4, 5, 8};
     for (size_t q = 0; q < sizeof ns / sizeof ns[0]; q++) {
         const int n = ns[q];
         if (mats > 1 && n > 5)
             continue;
-        poison(gpu, dy, yn * 4);
+        poison(be, dy, yn * 4);
         if (mats > 1)
-            gpu->matmul_id(gpu, &w, dx, xs, dids, k, dy, n);
+            be->matmul_id(be, &w, dx, xs, dids, k, dy, n);
         else
-            gpu->matmul(gpu, &w, dx, dy, n);
-        fetch(gpu, yb, dy, (size_t)n * yr * 4);
+            be->matmul(be, &w, dx, dy, n);
+        fetch(be, yb, dy, (size_t)n * yr * 4);
         size_t diff = 0;
         int nan = 0;
         for (size_t i = 0; i < (size_t)n * yr; i++) {
@@ -1805,12 +1807,12 @@ static void check_batch_invariance_one(const tdesc *td, int64_t cols, int64_t ro
                      (long long)cols, k, n);
         else
             snprintf(shape, sizeof shape, "%s %lldx%lld n=%d vs n=1", td->name, (long long)rows, (long long)cols, n);
-        report("batch-inv", shape, (double)diff, nan, 0.0);
+        report(label, shape, (double)diff, nan, 0.0);
     }
-    gpu->free(gpu, dx);
-    gpu->free(gpu, dy);
-    if (dids) gpu->free(gpu, dids);
-    gpu->weight_release(gpu, &w);
+    be->free(be, dx);
+    be->free(be, dy);
+    if (dids) be->free(be, dids);
+    be->weight_release(be, &w);
     free(host); free(x); free(y1); free(yb);
 }
 
@@ -1820,13 +1822,22 @@ static void check_batch_invariance(void)
                          MR_TYPE_BF16};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         const tdesc *td = td_of(types[i]);
-        check_batch_invariance_one(td, 4096, 1024, 1, 1);
-        check_batch_invariance_one(td, 4096, 12288, 1, 1);
-        check_batch_invariance_one(td, 2048, 768, 16, 8);
-        check_batch_invariance_one(td, 768, 2048, 16, 8);
+        check_batch_invariance_one(gpu, "batch-inv", td, 4096, 1024, 1, 1);
+        check_batch_invariance_one(gpu, "batch-inv", td, 4096, 12288, 1, 1);
+        check_batch_invariance_one(gpu, "batch-inv", td, 2048, 768, 16, 8);
+        check_batch_invariance_one(gpu, "batch-inv", td, 768, 2048, 16, 8);
     }
-    check_batch_invariance_one(td_of(MR_TYPE_Q4_K), 12288, 4096, 1, 1);
-    check_batch_invariance_one(td_of(MR_TYPE_Q6_K), 4096, 151936, 1, 1);
+    check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q4_K), 12288, 4096, 1, 1);
+    check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q6_K), 4096, 151936, 1, 1);
+    /* the 22-bit kernel on every shape it takes (MEMRA_CUDA_MATVEC=x24all) */
+    const int x24t[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K};
+    for (int i = 0; i < 2; i++) {
+        const tdesc *td = td_of(x24t[i]);
+        check_batch_invariance_one(q8_be[Q8_X24], "batch-inv-x24", td, 4096, 1024, 1, 1);
+        check_batch_invariance_one(q8_be[Q8_X24], "batch-inv-x24", td, 4096, 12288, 1, 1);
+        check_batch_invariance_one(q8_be[Q8_X24], "batch-inv-x24", td, 12288, 4096, 1, 1);
+        check_batch_invariance_one(q8_be[Q8_X24], "batch-inv-x24", td, 2048, 768, 16, 8);
+    }
 }
 
 /* A captured graph (rmsnorm -> matmul -> argmax) replayed on new inputs

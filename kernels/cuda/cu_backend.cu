@@ -384,6 +384,7 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     const char *qw = getenv("MEMRA_CUDA_Q4K_WIDE");
     c->q4k_wide = !(qw && !strcmp(qw, "0"));
     pdl_init(c, &prop);
+    mr_cu_x24_init(c);
     mr_cu_fast_init(c);
     if (cublasCreate(&c->cublas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(c->cublas, c->stream) != CUBLAS_STATUS_SUCCESS) {

@@ -29,11 +29,11 @@ struct mr_cu_auto; /* cu_autograph.cu */
 #define MR_CU_MATVEC_MAX 8
 #define MR_CU_MV_SUBS 3 /* matrices one matvec launch may cover (mr_cu_matmul_multi) */
 
-/* Blocks an SM holds of the x24 matvec kernel for one type, block size and
- * input width (cu_mvx24.cu keeps the answers of the runtime here). */
+/* Blocks an SM holds of the x24 matvec kernel for one type, token count,
+ * block size and input width (cu_mvx24.cu keeps the answers of the runtime here). */
 #define MR_CU_X24_FITS 12
 struct mr_cu_x24_fit {
-    int type, warps;
+    int type, nt, warps;
     int64_t cols;
     int blocks;
 };
@@ -61,10 +61,11 @@ struct mr_cu_ctx {
     mr_cu_buf scratch_moe;  /* expert GEMM: row map and padded outputs */
     mr_cu_buf scratch_grp;  /* decode expert products: pairs grouped by expert (cu_fast.cu) */
     bool matvec_q8;         /* int8-activation matvec (cu_mvq8.cu), MEMRA_CUDA_MATVEC=q8 */
-    int matvec_x24;         /* 22-bit-activation matvec (cu_mvx24.cu): 0 off (default), 1 where it
-                               wins (MEMRA_CUDA_MATVEC=x24), 2 wherever it can (=x24all) */
+    int matvec_x24;         /* 22-bit-activation matvec (cu_mvx24.cu): 0 off (MEMRA_CUDA_MATVEC=f32
+                               or q8), 1 where it wins (default, =x24), 2 wherever it can (=x24all) */
     mr_cu_x24_fit x24_fit[MR_CU_X24_FITS]; /* its blocks an SM per kernel and input width */
     int x24_nfit;
+    size_t x24_smem;        /* shared memory an x24 launch may ask for */
     mr_cu_buf scratch_q8;   /* the q8 matvec's quantized activations */
     bool attn_tc;           /* prompt attention on the tensor cores (cu_fattn.cu; default) */
     bool attn_tc_forced;    /* MEMRA_CUDA_ATTN=tc: models may not turn it off */
@@ -197,6 +198,9 @@ bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
 /* Decode products with int8 activations (cu_mvq8.cu): false when not
  * selected or not applicable (the caller then runs the float32 kernels). */
 bool mr_cu_q8_init(mr_cu_ctx *c, mr_err *err);
+/* The matvec with 22-bit integer activations (cu_mvx24.cu): the shared
+ * memory its launches may ask for, read at backend creation. */
+void mr_cu_x24_init(mr_cu_ctx *c);
 bool mr_cu_q8_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
 bool mr_cu_q8_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
                         const int32_t *ids, int k, float *y, int n);

@@ -789,7 +789,7 @@ static mr_cu_mvjob make_job(const mr_weight *w, const float *x, float *y)
 
 bool mr_cu_fast_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n)
 {
-    if (n == 1 && mr_cu_x24_matvec(c, &w, &y, 1, x, NULL, 1, 1, 1))
+    if (mr_cu_x24_matvec(c, &w, &y, 1, x, n))
         return true;
     if (!fast_ok(c, w, x))
         return false;
@@ -829,10 +829,10 @@ bool mr_cu_fast_matvec_multi(mr_cu_ctx *c, const mr_weight *const *w, float *con
     mr_cu_mvjob a;
     if (!multi_job(c, w, y, m, x, &a))
         return false;
-    /* one token: the 22-bit kernel when it takes all of them (the caller,
+    /* the 22-bit kernel when it takes all of them (the caller,
      * mr_cu_matmul_multi, does not share a launch between matrices it would
      * split) */
-    if (n == 1 && mr_cu_x24_matvec(c, w, y, m, x, NULL, 1, 1, 1))
+    if (mr_cu_x24_matvec(c, w, y, m, x, n))
         return true;
     return fast_run(c, w[0], a, n, 1);
 }
@@ -845,8 +845,6 @@ bool mr_cu_fast_matvec_id_multi(mr_cu_ctx *c, const mr_weight *const *w, float *
     mr_cu_mvjob a;
     if (n != 1 || !multi_job(c, w, y, m, x, &a))
         return false;
-    if (mr_cu_x24_matvec(c, w, y, m, x, ids, k, x_slots, k)) /* as in mr_cu_fast_matvec_multi */
-        return true;
     a.ids = ids;
     a.k = k;
     a.x_slots = x_slots;
@@ -970,8 +968,6 @@ bool mr_cu_fast_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
 {
     if (!fast_ok(c, w, x))
         return false;
-    if (n == 1 && mr_cu_x24_matvec(c, &w, &y, 1, x, ids, k, x_slots, k))
-        return true;
     mr_cu_mvjob a = make_job(w, x, y);
     a.ids = ids;
     a.k = k;

@@ -124,15 +124,15 @@ __device__ __forceinline__ bool mr_cu_mv_rows(const mr_cu_mvjob &a, int64_t r0, 
     return false;
 }
 
-/* One token of m matrices (1..MR_CU_MV_SUBS, one type and width) over one
- * input through the 22-bit-activation kernel (cu_mvx24.cu), when it is on
- * and takes them: jobs = 1 for plain products, k expert pairs with ids;
- * false otherwise, nothing launched. */
-bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
-                      const int32_t *ids, int k, int x_slots, int jobs);
+/* n tokens (1..MR_CU_MATVEC_MAX) of m matrices (1..MR_CU_MV_SUBS, one type
+ * and width) over the same inputs through the 22-bit-activation kernel
+ * (cu_mvx24.cu), when it is on and takes them; false otherwise, nothing
+ * launched.  Plain products only. */
+bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x, int n);
 /* Whether those m matrices go to that kernel: 1 all, 0 none, -1 some (then
- * they must not share a launch: each would not run what it runs alone). */
-int mr_cu_x24_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x, int jobs);
+ * they must not share a launch: each would not run what it runs alone).
+ * Does not depend on the token count. */
+int mr_cu_x24_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x);
 
 /* Bytes of a row of w in the kernel layout (w->priv, or w->data where the
  * type keeps the GGUF layout). */

@@ -240,19 +240,18 @@ void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_s
 
 /* Whether m weights can share a decode launch: present, of a type the
  * backend takes, no int8-activation path (that one quantizes per call),
- * and, when some launch has one token (jobs of it, over x), not split by
- * the 22-bit kernel's shape rule (a matrix it takes alone and one it does
+ * and not split by the 22-bit kernel's shape rule (a matrix it takes alone and one it does
  * not would run different kernels in one launch, and a shared launch must
  * be bitwise the separate calls).  Quiet: a bad weight is reported by the
  * one-by-one call that follows. */
-static bool multi_ok(mr_cu_ctx *c, const mr_weight *const *w, int m, bool one_token, const float *x, int jobs)
+static bool multi_ok(mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x)
 {
     if (c->matvec_q8 || c->failed)
         return false;
     for (int s = 0; s < m; s++)
         if (!w[s] || !w[s]->data || !mr_cu_type_supported(w[s]->type))
             return false;
-    return !one_token || mr_cu_x24_takes(c, w, m, x, jobs) >= 0;
+    return mr_cu_x24_takes(c, w, m, x) >= 0;
 }
 
 bool mr_cu_matmul_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m,
@@ -260,7 +259,7 @@ bool mr_cu_matmul_multi(mr_backend *be, const mr_weight *const *w, float *const 
 {
     mr_cu_ctx *c = mr_cu(be);
     if (n < 1 || n >= MR_CU_GEMM_MIN_TOKENS || m < 2 || m > MR_CU_MV_SUBS ||
-        !multi_ok(c, w, m, n % MR_CU_MATVEC_MAX == 1, x, 1))
+        !multi_ok(c, w, m, x))
         return false;
     /* a decode batch: 8 tokens a launch, as mr_cu_matmul does (whether the
      * fast kernels take the weights does not depend on the tokens, so
@@ -279,7 +278,7 @@ bool mr_cu_matmul_id_multi(mr_backend *be, const mr_weight *const *w, float *con
                            const float *x, int x_slots, const int32_t *ids, int k, int n)
 {
     mr_cu_ctx *c = mr_cu(be);
-    if (n != 1 || k < 1 || (x_slots != 1 && x_slots != k) || !multi_ok(c, w, m, true, x, k))
+    if (n != 1 || k < 1 || (x_slots != 1 && x_slots != k) || !multi_ok(c, w, m, x))
         return false;
     return mr_cu_fast_matvec_id_multi(c, w, y, m, x, x_slots, ids, k, n);
 }

@@ -315,24 +315,26 @@ bool mr_cu_q8_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_
 
 bool mr_cu_q8_init(mr_cu_ctx *c, mr_err *err)
 {
-    /* float32 activations unless asked: int8 costs ~5e-3 of a product; the
-     * 22-bit integer kernel (cu_mvx24.cu, float-grade and faster on the
-     * large products) takes one token at a time, so a decode row would be
-     * computed by it alone and by the float kernels in a batch, and a
-     * request's tokens must not depend on its batchmates (DESIGN.md,
-     * numerics rules): off until it takes decode batches too */
+    /* float32 activations unless asked (int8 costs ~5e-3 of a product),
+     * with the 22-bit integer kernel (cu_mvx24.cu, float-grade) on the
+     * large plain products, where it is faster; it takes 1-8 tokens with
+     * the same per-token sums, so a request's tokens do not depend on its
+     * batchmates (DESIGN.md, numerics rules) */
     const char *m = getenv("MEMRA_CUDA_MATVEC");
     c->matvec_q8 = false;
-    c->matvec_x24 = 0;
+    c->matvec_x24 = 1;
     if (!m || !*m)
         return true;
     if (!strcasecmp(m, "q8")) {
         c->matvec_q8 = true;
+        c->matvec_x24 = 0;
     } else if (!strcasecmp(m, "x24")) {
         c->matvec_x24 = 1;
     } else if (!strcasecmp(m, "x24all")) {
         c->matvec_x24 = 2;
-    } else if (strcasecmp(m, "f32")) {
+    } else if (!strcasecmp(m, "f32")) {
+        c->matvec_x24 = 0;
+    } else {
         mr_errf(err, "cuda: MEMRA_CUDA_MATVEC=%s (expected q8, x24, x24all or f32)", m);
         return false;
     }

@@ -1,8 +1,9 @@
-/* Decode matvec with 22-bit integer activations (MEMRA_CUDA_MATVEC=x24;
- * Q4_K and Q6_K, one token).  Off by default: a decode batch still runs
- * the float kernels, so a request's tokens would depend on whether it has
- * batchmates (DESIGN.md, numerics rules) until this kernel takes batches
- * of tokens with the same per-token sums.
+/* Decode matvec with 22-bit integer activations (Q4_K and Q6_K plain
+ * products of 1-8 tokens; on by default for the large ones, see x24_one).
+ * A token's sums do not depend on how many tokens share the launch, so a
+ * request's tokens do not depend on its batchmates (DESIGN.md, numerics
+ * rules; kernel-check batch-inv-x24).  Expert products are not taken: their
+ * decode batches go through the grouped float kernels.
  *
  * Why another kernel: the float32 kernels (cu_fast.cu) give each block a
  * few rows and one or two loads a lane, so a product of a 4096-wide matrix
@@ -12,8 +13,9 @@
  * scheduler, 64 registers, DRAM at 25%) and the Q6_K output matrix at 31%
  * occupancy.  Here
  *   - the grid is sized to the SMs (as many blocks as fit), not to the
- *     rows: every warp walks its rows four at a time (the four share each
- *     activation load; two at a time was slower, docs/PERFORMANCE.md), so a
+ *     rows: every warp walks its rows R at a time (R = 4 for one token,
+ *     sharing each activation load; 2 for two tokens, 1 for four; two
+ *     rows for one token was slower, docs/PERFORMANCE.md), so a
  *     block pays its start once and its warps drift apart, some loading
  *     while others compute;
  *   - Q4_K is read from the GGUF blocks (144 bytes: 16-byte aligned, so a
@@ -21,7 +23,7 @@
  *     kernel layout's 148-byte blocks allow only 4-byte loads, which cost
  *     four times the L1 wavefronts); Q6_K from the padded layout (212
  *     bytes) with 4-byte loads;
- *   - the activation row is quantized once per block into shared memory as
+ *   - the activation rows are quantized once per block into shared memory as
  *     integers of 22 bits (d = absmax / (2^21 - 1) per 32 columns, q =
  *     rint(x / d)) in three byte planes (signed high, unsigned middle and
  *     low), so four 4- or 6-bit quants meet four activations in one dp4a
@@ -37,9 +39,7 @@
  *
  * Rows of a launch: the rows of all sub-matrices (q/k/v or gate/up in one
  * launch, mr_cu_mvjob.n_sub) in order; warp g of the grid takes rows
- * Rg .. Rg + R - 1, then R(g + G) .. (G warps in all, R = XS_R rows at once);
- * jobs (experts) are grid.y as everywhere.  An out-of-range expert id gives NaN rows
- * (mr_cu_mv_rows' rule). */
+ * Rg .. Rg + R - 1, then R(g + G) .. (G warps in all). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,7 +47,6 @@
 #include "kernels/cuda/cu_mvq8.cuh" /* q8_dp4a_us, q8_ld32, q8_h2f */
 
 #define XS_WARPS 8 /* warps a block at most */
-#define XS_R 4     /* rows a warp computes together */
 #define XS_COLS_MAX 13312 /* widest input quantized into shared memory (48 KB) */
 #define XS_QMAX 2097151.0f /* 2^21 - 1 */
 #define XS_QU 4 /* input rounds whose loads are in flight together */
@@ -138,28 +137,18 @@ __device__ __forceinline__ void xs_quantize(const float *__restrict__ x, int col
 /* One lane's unit (32 weights of one block) of R rows: p[i] the block in
  * row i (global memory), u the unit in the block, c0 the block's first
  * column; acc[i] += the unit's part of row i. */
-template <int T, int R> struct xs_unit;
+template <int T, int R, int NT> struct xs_unit;
 
 /* Q4_K (GGUF blocks: d, dmin, 12 bytes of 6-bit scales and mins, qs at
  * +16): unit u = 2j + h takes the 16 qs bytes of half h of group j: low
  * nibbles are columns 64j + 16h + 0..15 (sub-block 2j), high nibbles the
  * same 32 columns on (sub-block 2j + 1). */
-template <int R> struct xs_unit<MR_TYPE_Q4_K, R> {
-static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const uint8_t *xs, int cols, int c0,
-                                           float *acc)
+template <int R, int NT> struct xs_unit<MR_TYPE_Q4_K, R, NT> {
+static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const uint8_t *xs0, int xstride,
+                                           int cols, int c0, float *acc)
 {
     const int j = u >> 1, h = u & 1;
     const int ca = c0 + 64 * j + 16 * h, cb = ca + 32;
-    uint4 xa[3], xb[3]; /* planes hi, mid, lo of the two 16-column runs */
-#pragma unroll
-    for (int k = 0; k < 3; k++) {
-        xa[k] = *(const uint4 *)(xs + k * cols + ca);
-        xb[k] = *(const uint4 *)(xs + k * cols + cb);
-    }
-    const float *dq = xs_d((uint8_t *)xs, cols);
-    const int *sq = xs_sq((uint8_t *)xs, cols);
-    const float da = dq[ca / 32], db = dq[cb / 32];
-    const float qa = (float)(sq[ca / 8] + sq[ca / 8 + 1]), qb = (float)(sq[cb / 8] + sq[cb / 8 + 1]);
     uint4 hd[R], qv[R];
 #pragma unroll
     for (int i = 0; i < R; i++) {
@@ -167,33 +156,47 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
         qv[i] = __ldg((const uint4 *)(p[i] + 16 + 32 * j + 16 * h));
     }
 #pragma unroll
-    for (int i = 0; i < R; i++) {
-        const uint32_t q[4] = {qv[i].x, qv[i].y, qv[i].z, qv[i].w};
-        int a[3] = {0, 0, 0}, bb[3] = {0, 0, 0};
+    for (int t = 0; t < NT; t++) {
+        const uint8_t *xs = xs0 + t * xstride;
+        uint4 xa[3], xb[3]; /* planes hi, mid, lo of the two 16-column runs */
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint32_t wl = q[k] & 0x0F0F0F0Fu, wh = (q[k] >> 4) & 0x0F0F0F0Fu;
-            const uint32_t va[3] = {xs_w(xa[0], k), xs_w(xa[1], k), xs_w(xa[2], k)};
-            const uint32_t vb[3] = {xs_w(xb[0], k), xs_w(xb[1], k), xs_w(xb[2], k)};
-            a[0] = q8_dp4a_us(wl, va[0], a[0]);
-            a[1] = xs_dp_lo(wl, va[1], a[1]);
-            a[2] = xs_dp_lo(wl, va[2], a[2]);
-            bb[0] = q8_dp4a_us(wh, vb[0], bb[0]);
-            bb[1] = xs_dp_lo(wh, vb[1], bb[1]);
-            bb[2] = xs_dp_lo(wh, vb[2], bb[2]);
+        for (int k = 0; k < 3; k++) {
+            xa[k] = *(const uint4 *)(xs + k * cols + ca);
+            xb[k] = *(const uint4 *)(xs + k * cols + cb);
         }
-        /* scales and mins of sub-blocks 2j, 2j + 1 (upstream get_scale_min_k4,
-         * four at a time): bytes 0..3 from the low 6 bits of s0 / s1, bytes
-         * 4..7 from s2's nibbles and the top 2 bits of s0 / s1 */
-        const uint32_t s0 = hd[i].y, s1 = hd[i].z, s2 = hd[i].w;
-        const uint32_t SC = j < 2 ? (s0 & 0x3F3F3F3Fu) : ((s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u));
-        const uint32_t M = j < 2 ? (s1 & 0x3F3F3F3Fu) : (((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u));
-        const int sh = 16 * (j & 1);
-        const float sa = (float)((SC >> sh) & 0xff), sb = (float)((SC >> (sh + 8)) & 0xff);
-        const float ma = (float)((M >> sh) & 0xff), mb = (float)((M >> (sh + 8)) & 0xff);
-        const float d = q8_h2f(hd[i].x), dm = q8_h2f(hd[i].x >> 16);
-        const float ia = (float)xs_join(a), ib = (float)xs_join(bb);
-        acc[i] += d * (sa * da * ia + sb * db * ib) - dm * (ma * da * qa + mb * db * qb);
+        const float *dq = xs_d((uint8_t *)xs, cols);
+        const int *sq = xs_sq((uint8_t *)xs, cols);
+        const float da = dq[ca / 32], db = dq[cb / 32];
+        const float qa = (float)(sq[ca / 8] + sq[ca / 8 + 1]), qb = (float)(sq[cb / 8] + sq[cb / 8 + 1]);
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            const uint32_t q[4] = {qv[i].x, qv[i].y, qv[i].z, qv[i].w};
+            int a[3] = {0, 0, 0}, bb[3] = {0, 0, 0};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const uint32_t wl = q[k] & 0x0F0F0F0Fu, wh = (q[k] >> 4) & 0x0F0F0F0Fu;
+                const uint32_t va[3] = {xs_w(xa[0], k), xs_w(xa[1], k), xs_w(xa[2], k)};
+                const uint32_t vb[3] = {xs_w(xb[0], k), xs_w(xb[1], k), xs_w(xb[2], k)};
+                a[0] = q8_dp4a_us(wl, va[0], a[0]);
+                a[1] = xs_dp_lo(wl, va[1], a[1]);
+                a[2] = xs_dp_lo(wl, va[2], a[2]);
+                bb[0] = q8_dp4a_us(wh, vb[0], bb[0]);
+                bb[1] = xs_dp_lo(wh, vb[1], bb[1]);
+                bb[2] = xs_dp_lo(wh, vb[2], bb[2]);
+            }
+            /* scales and mins of sub-blocks 2j, 2j + 1 (upstream get_scale_min_k4,
+             * four at a time): bytes 0..3 from the low 6 bits of s0 / s1, bytes
+             * 4..7 from s2's nibbles and the top 2 bits of s0 / s1 */
+            const uint32_t s0 = hd[i].y, s1 = hd[i].z, s2 = hd[i].w;
+            const uint32_t SC = j < 2 ? (s0 & 0x3F3F3F3Fu) : ((s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u));
+            const uint32_t M = j < 2 ? (s1 & 0x3F3F3F3Fu) : (((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u));
+            const int sh = 16 * (j & 1);
+            const float sa = (float)((SC >> sh) & 0xff), sb = (float)((SC >> (sh + 8)) & 0xff);
+            const float ma = (float)((M >> sh) & 0xff), mb = (float)((M >> (sh + 8)) & 0xff);
+            const float d = q8_h2f(hd[i].x), dm = q8_h2f(hd[i].x >> 16);
+            const float ia = (float)xs_join(a), ib = (float)xs_join(bb);
+            acc[t * R + i] += d * (sa * da * ia + sb * db * ib) - dm * (ma * da * qa + mb * db * qb);
+        }
     }
 }
 };
@@ -202,69 +205,72 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
  * takes positions l = 8k .. 8k + 7 of half n (128 columns): from
  * ql[64n + l], ql[64n + 32 + l] and qh[32n + l] the four quarters
  * 128n + 32qq + l, qq = 0..3, each with its own scale. */
-template <int R> struct xs_unit<MR_TYPE_Q6_K, R> {
-static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const uint8_t *xs, int cols, int c0,
-                                           float *acc)
+template <int R, int NT> struct xs_unit<MR_TYPE_Q6_K, R, NT> {
+static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const uint8_t *xs0, int xstride,
+                                           int cols, int c0, float *acc)
 {
     const int n = u >> 2, l0 = 8 * (u & 3);
-    const float *dq = xs_d((uint8_t *)xs, cols);
-    const int *sq = xs_sq((uint8_t *)xs, cols);
-    uint2 xv[4][3]; /* quarter, plane */
-    float dx[4];
-    int qs[4];
 #pragma unroll
-    for (int qq = 0; qq < 4; qq++) {
-        const int c = c0 + 128 * n + 32 * qq + l0;
-#pragma unroll
-        for (int k = 0; k < 3; k++) xv[qq][k] = *(const uint2 *)(xs + k * cols + c);
-        dx[qq] = dq[c / 32];
-        qs[qq] = 32 * sq[c / 8];
-    }
-#pragma unroll
-    for (int i = 0; i < R; i++) {
-        const uint8_t *b = p[i];
-        int acc3[4][3] = {};
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            const uint32_t qa = q8_ld32(b + 64 * n + l0 + 4 * k), qb = q8_ld32(b + 64 * n + 32 + l0 + 4 * k);
-            const uint32_t h = q8_ld32(b + 128 + 32 * n + l0 + 4 * k);
-            const uint32_t w[4] = {(qa & 0x0F0F0F0Fu) | ((h << 4) & 0x30303030u),
-                                   (qb & 0x0F0F0F0Fu) | ((h << 2) & 0x30303030u),
-                                   ((qa >> 4) & 0x0F0F0F0Fu) | (h & 0x30303030u),
-                                   ((qb >> 4) & 0x0F0F0F0Fu) | ((h >> 2) & 0x30303030u)};
-#pragma unroll
-            for (int qq = 0; qq < 4; qq++) {
-                acc3[qq][0] = q8_dp4a_us(w[qq], k ? xv[qq][0].y : xv[qq][0].x, acc3[qq][0]);
-                acc3[qq][1] = xs_dp_lo(w[qq], k ? xv[qq][1].y : xv[qq][1].x, acc3[qq][1]);
-                acc3[qq][2] = xs_dp_lo(w[qq], k ? xv[qq][2].y : xv[qq][2].x, acc3[qq][2]);
-            }
-        }
-        /* the scales of this lane's positions: sc[8n + l0/16 + 2qq] */
-        const uint32_t s01 = q8_ld32(b + 192 + 8 * n), s23 = q8_ld32(b + 196 + 8 * n);
-        const int is = 8 * (l0 >> 4);
-        const float d = q8_h2f(q8_ld32(b + 208));
-        float r = 0.0f;
+    for (int t = 0; t < NT; t++) {
+        const uint8_t *xs = xs0 + t * xstride;
+        const float *dq = xs_d((uint8_t *)xs, cols);
+        const int *sq = xs_sq((uint8_t *)xs, cols);
+        uint2 xv[4][3]; /* quarter, plane */
+        float dx[4];
+        int qs[4];
 #pragma unroll
         for (int qq = 0; qq < 4; qq++) {
-            const uint32_t sw = qq < 2 ? s01 : s23;
-            const float sc = (float)(int8_t)((sw >> (is + 16 * (qq & 1))) & 0xff);
-            /* sum (w - 32) q = sum w q - 32 sum q, exact */
-            r += sc * dx[qq] * (float)(xs_join(acc3[qq]) - qs[qq]);
+            const int c = c0 + 128 * n + 32 * qq + l0;
+#pragma unroll
+            for (int k = 0; k < 3; k++) xv[qq][k] = *(const uint2 *)(xs + k * cols + c);
+            dx[qq] = dq[c / 32];
+            qs[qq] = 32 * sq[c / 8];
         }
-        acc[i] += d * r;
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            const uint8_t *b = p[i];
+            int acc3[4][3] = {};
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const uint32_t qa = q8_ld32(b + 64 * n + l0 + 4 * k), qb = q8_ld32(b + 64 * n + 32 + l0 + 4 * k);
+                const uint32_t h = q8_ld32(b + 128 + 32 * n + l0 + 4 * k);
+                const uint32_t w[4] = {(qa & 0x0F0F0F0Fu) | ((h << 4) & 0x30303030u),
+                                       (qb & 0x0F0F0F0Fu) | ((h << 2) & 0x30303030u),
+                                       ((qa >> 4) & 0x0F0F0F0Fu) | (h & 0x30303030u),
+                                       ((qb >> 4) & 0x0F0F0F0Fu) | ((h >> 2) & 0x30303030u)};
+#pragma unroll
+                for (int qq = 0; qq < 4; qq++) {
+                    acc3[qq][0] = q8_dp4a_us(w[qq], k ? xv[qq][0].y : xv[qq][0].x, acc3[qq][0]);
+                    acc3[qq][1] = xs_dp_lo(w[qq], k ? xv[qq][1].y : xv[qq][1].x, acc3[qq][1]);
+                    acc3[qq][2] = xs_dp_lo(w[qq], k ? xv[qq][2].y : xv[qq][2].x, acc3[qq][2]);
+                }
+            }
+            /* the scales of this lane's positions: sc[8n + l0/16 + 2qq] */
+            const uint32_t s01 = q8_ld32(b + 192 + 8 * n), s23 = q8_ld32(b + 196 + 8 * n);
+            const int is = 8 * (l0 >> 4);
+            const float d = q8_h2f(q8_ld32(b + 208));
+            float r = 0.0f;
+#pragma unroll
+            for (int qq = 0; qq < 4; qq++) {
+                const uint32_t sw = qq < 2 ? s01 : s23;
+                const float sc = (float)(int8_t)((sw >> (is + 16 * (qq & 1))) & 0xff);
+                /* sum (w - 32) q = sum w q - 32 sum q, exact */
+                r += sc * dx[qq] * (float)(xs_join(acc3[qq]) - qs[qq]);
+            }
+            acc[t * R + i] += d * r;
+        }
     }
 }
 };
 
-/* Bytes a block of the layout the kernel reads: Q4_K's GGUF blocks, Q6_K's
- * padded ones (cu_fast.cu's repack). */
+/* Bytes a block of each layout the kernel reads. */
 template <int T> struct xs_type;
 template <> struct xs_type<MR_TYPE_Q4_K> { static constexpr int STRIDE = 144; };
 template <> struct xs_type<MR_TYPE_Q6_K> { static constexpr int STRIDE = 212; };
 
-/* Row r (of all the launch's rows) of job `job`: its bytes and output, or
- * false for an out-of-range expert id (y still set, for the NaN). */
-__device__ __forceinline__ bool xs_row(const mr_cu_mvjob &a, int job, int64_t r, const uint8_t **W, float **y)
+/* Row r (of all the launch's rows): its bytes, its output for the first
+ * token and the distance between two tokens' outputs. */
+__device__ __forceinline__ void xs_row(const mr_cu_mvjob &a, int64_t r, const uint8_t **W, float **y, int64_t *ys)
 {
     int s = 0;
     if (a.n_sub > 1 && r >= a.sub_rows[0]) {
@@ -275,145 +281,153 @@ __device__ __forceinline__ bool xs_row(const mr_cu_mvjob &a, int job, int64_t r,
             s = 2;
         }
     }
-    const float *x;
-    const bool ok = mr_cu_mv_resolve(a.n_sub > 1 ? mr_cu_mv_subjob(a, s) : a, job, W, &x, y);
-    if (ok)
-        *W += (size_t)r * a.row_bytes;
-    *y += r;
-    return ok;
+    const mr_cu_mvjob j = a.n_sub > 1 ? mr_cu_mv_subjob(a, s) : a;
+    *W = j.W + (size_t)r * a.row_bytes;
+    *y = j.y + r;
+    *ys = j.rows;
 }
 
-template <int T>
+/* NT tokens (rows of a.x, a.cols apart) against R rows at a time: a
+ * token's sums are formed exactly as with NT = 1 and any R (its own
+ * accumulators, a lane's units in order, then a warp sum), so a row's
+ * result does not depend on how many tokens or rows share the launch. */
+template <int T, int R, int NT>
 __global__ void __launch_bounds__(XS_WARPS * 32, 2) k_mvx24(mr_cu_mvjob a, int64_t total_rows)
 {
-    constexpr int R = XS_R;
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     constexpr int S = xs_type<T>::STRIDE;
     extern __shared__ __align__(16) uint8_t xs_sh[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, job = blockIdx.y, nw = blockDim.x >> 5;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int cols = (int)a.cols, units = cols / 32; /* 8 units a block */
-    const uint8_t *W0;
-    const float *x;
-    float *y0;
-    (void)mr_cu_mv_resolve(a, job, &W0, &x, &y0); /* the job's input; rows are resolved one by one */
-    xs_quantize(x, cols, xs_sh);
+    const int xstride = (int)xs_xbytes(cols);
+    for (int t = 0; t < NT; t++) xs_quantize(a.x + (int64_t)t * cols, cols, xs_sh + t * xstride);
     __syncthreads();
     const int64_t G = (int64_t)gridDim.x * nw;
     for (int64_t r0 = ((int64_t)blockIdx.x * nw + warp) * R; r0 < total_rows; r0 += G * R) {
         const uint8_t *W[R];
         float *y[R];
-        bool ok[R];
+        int64_t ys[R];
 #pragma unroll
-        for (int i = 0; i < R; i++) {
-            /* past the end: row r0 again (computed, not stored) */
-            ok[i] = xs_row(a, job, r0 + i < total_rows ? r0 + i : r0, &W[i], &y[i]);
-            if (!ok[i]) W[i] = a.n_sub > 1 ? a.sub_W[0] : a.W; /* any readable block; NaN is stored */
-        }
-        float acc[R];
+        for (int i = 0; i < R; i++) /* past the end: row r0 again (computed, not stored) */
+            xs_row(a, r0 + i < total_rows ? r0 + i : r0, &W[i], &y[i], &ys[i]);
+        float acc[NT * R];
 #pragma unroll
-        for (int i = 0; i < R; i++) acc[i] = 0.0f;
-#pragma unroll(8 / R)
+        for (int i = 0; i < NT * R; i++) acc[i] = 0.0f;
+#pragma unroll(8 / (R * NT) > 0 ? 8 / (R * NT) : 1)
         for (int un = lane; un < units; un += 32) {
             const int b = un >> 3;
             const uint8_t *p[R];
 #pragma unroll
             for (int i = 0; i < R; i++) p[i] = W[i] + (size_t)b * S;
-            xs_unit<T, XS_R>::run(p, un & 7, xs_sh, cols, 256 * b, acc);
+            xs_unit<T, R, NT>::run(p, un & 7, xs_sh, xstride, cols, 256 * b, acc);
         }
 #pragma unroll
-        for (int i = 0; i < R; i++) {
-            const float v = mr_warp_sum(acc[i]);
-            if (lane == 0 && r0 + i < total_rows) *y[i] = ok[i] ? v : __int_as_float(0x7fc00000);
-        }
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                const float v = mr_warp_sum(acc[t * R + i]);
+                if (lane == 0 && r0 + i < total_rows) y[i][t * ys[i]] = v;
+            }
     }
 }
 
 /* ---- dispatch ---- */
 
-/* Blocks of `warps` warps an SM holds for kernel T with `cols`-wide inputs
- * (its shared memory), asked of the runtime once per shape and kept in the
- * context: a launch would otherwise query it up to three times. */
-template <int T>
+/* Blocks of `warps` warps an SM holds for kernel T with NT tokens of
+ * `cols`-wide inputs (its shared memory), asked of the runtime once per
+ * shape and kept in the context: a launch would otherwise query it up to
+ * three times. */
+template <int T, int R, int NT>
 static int xs_fit(mr_cu_ctx *c, int warps, int64_t cols)
 {
     for (int i = 0; i < c->x24_nfit; i++) {
         const mr_cu_x24_fit &f = c->x24_fit[i];
-        if (f.type == T && f.warps == warps && f.cols == cols)
+        if (f.type == T && f.nt == NT && f.warps == warps && f.cols == cols)
             return f.blocks;
     }
     int nb = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_mvx24<T>, warps * 32, xs_xbytes(cols)) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_mvx24<T, R, NT>, warps * 32, NT * xs_xbytes(cols)) !=
+        cudaSuccess) {
         (void)cudaGetLastError();
         nb = 1;
     }
     nb = nb > 0 ? nb : 1;
     mr_cu_x24_fit &f = c->x24_fit[c->x24_nfit < MR_CU_X24_FITS ? c->x24_nfit++ : (int)(cols % MR_CU_X24_FITS)];
-    f = {T, warps, cols, nb};
+    f = {T, NT, warps, cols, nb};
     return nb;
 }
 
 /* Grid: as many blocks as the SMs hold, fewer when the rows run out;
  * blocks of 8 warps, halved (down to 2) while that leaves SMs without a
  * block. */
-template <int T>
-static void xs_launch(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, int jobs)
+template <int T, int R, int NT>
+static void xs_launch(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows)
 {
-    const size_t smem = xs_xbytes(a.cols);
-    int warps = XS_WARPS, bps = xs_fit<T>(c, warps, a.cols);
+    const size_t smem = NT * xs_xbytes(a.cols);
+    int warps = XS_WARPS, bps = xs_fit<T, R, NT>(c, warps, a.cols);
     for (;;) {
-        const int64_t blocks = (total_rows + warps * XS_R - 1) / (warps * XS_R) * jobs;
+        const int64_t blocks = (total_rows + warps * R - 1) / (warps * R);
         if (warps <= 2 || blocks >= c->n_sm * (int64_t)bps)
             break;
         warps /= 2;
-        bps = xs_fit<T>(c, warps, a.cols);
+        bps = xs_fit<T, R, NT>(c, warps, a.cols);
     }
-    int64_t gx = ((int64_t)c->n_sm * bps + jobs - 1) / jobs;
-    const int64_t need = (total_rows + warps * XS_R - 1) / (warps * XS_R);
+    int64_t gx = (int64_t)c->n_sm * bps;
+    const int64_t need = (total_rows + warps * R - 1) / (warps * R);
     if (gx > need) gx = need;
     if (gx < 1) gx = 1;
-    mr_cu_launch(c, k_mvx24<T>, dim3((unsigned)gx, (unsigned)jobs), warps * 32, smem, a, total_rows);
+    mr_cu_launch(c, k_mvx24<T, R, NT>, dim3((unsigned)gx), warps * 32, smem, a, total_rows);
     MR_CU_LAUNCHED(c, "x24 matvec");
 }
 
-/* Whether matrix w (jobs of it in a launch) goes to this kernel.  Measured
- * on the H200 (docs/GPU-NOTES.md 29): with 4096 columns it wins from about
- * 12,288 rows a launch (the gate/up pair and the output matrix of the 8B
- * shape: 24576 x 4096 20.5 against 32.0 us, 151936 x 4096 Q6_K 146
- * against 324 us) and loses below (4096 x 4096 9.3 against 7.4 us: every
- * block first quantizes the whole input, a latency the float kernels do
- * not pay), and with 12,288 columns it loses (4096 x 12288 24.6 against
- * 15.3 us).  MEMRA_CUDA_MATVEC=x24 takes those shapes, =x24all every shape
- * it can. */
-static bool x24_one(const mr_cu_ctx *c, const mr_weight *w, int T, int jobs)
+/* R rows a warp: 4 for one token, fewer with more tokens (registers). */
+template <int T>
+static void xs_launch_nt(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, int nt)
+{
+    if (nt == 4) xs_launch<T, 1, 4>(c, a, total_rows);
+    else if (nt == 2) xs_launch<T, 2, 2>(c, a, total_rows);
+    else xs_launch<T, 4, 1>(c, a, total_rows);
+}
+
+/* Whether matrix w goes to this kernel.  Measured on the H200
+ * (docs/GPU-NOTES.md 29): with 4096 columns it wins from about 12,288 rows
+ * a launch (the gate/up pair and the output matrix of the 8B shape: 24576 x
+ * 4096 20.5 against 32.0 us, 151936 x 4096 Q6_K 146 against 324 us) and
+ * loses below (4096 x 4096 9.3 against 7.4 us: every block first quantizes
+ * the whole input, a latency the float kernels do not pay), and with
+ * 12,288 columns it loses (4096 x 12288 24.6 against 15.3 us).
+ * MEMRA_CUDA_MATVEC=x24 takes those shapes, =x24all every shape it can.
+ * The choice never depends on the token count: a row gets the same kernel
+ * alone and in a decode batch. */
+static bool x24_one(const mr_cu_ctx *c, const mr_weight *w, int T)
 {
     if (w->type != T || (T == MR_TYPE_Q6_K && !w->priv) || !w->data)
         return false;
-    return c->matvec_x24 == 2 || (w->cols <= 4096 && w->rows * (int64_t)jobs >= 12288);
+    return c->matvec_x24 == 2 || (w->cols <= 4096 && w->rows >= 12288);
 }
 
-int mr_cu_x24_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x, int jobs)
+int mr_cu_x24_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x)
 {
     const int T = w[0]->type;
     if (!c->matvec_x24 || c->no_fast || (T != MR_TYPE_Q4_K && T != MR_TYPE_Q6_K) || w[0]->cols % 256 ||
-        w[0]->cols > XS_COLS_MAX || ((uintptr_t)x & 15) || m < 1 || m > MR_CU_MV_SUBS || jobs > 65535)
+        w[0]->cols > XS_COLS_MAX || ((uintptr_t)x & 15) || m < 1 || m > MR_CU_MV_SUBS)
         return 0;
     int yes = 0;
     for (int s = 0; s < m; s++) {
-        if (w[s]->cols != w[0]->cols || w[s]->n_mats != w[0]->n_mats)
+        if (w[s]->cols != w[0]->cols || w[s]->n_mats != 1)
             return 0;
-        yes += x24_one(c, w[s], T, jobs);
+        yes += x24_one(c, w[s], T);
     }
     return yes == m ? 1 : yes ? -1 : 0;
 }
 
-bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
-                      const int32_t *ids, int k, int x_slots, int jobs)
+bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x, int n)
 {
-    if (mr_cu_x24_takes(c, w, m, x, jobs) != 1)
+    if (n < 1 || n > MR_CU_MATVEC_MAX || mr_cu_x24_takes(c, w, m, x) != 1)
         return false;
     const int T = w[0]->type;
-    /* Q4_K: the GGUF blocks; Q6_K: the padded copy (xs_type) */
+    /* Q4_K: the GGUF blocks; Q6_K: the padded copy */
     const size_t rb = T == MR_TYPE_Q4_K ? w[0]->row_bytes : mr_cu_fast_row_bytes(w[0]);
     auto base = [&](int s) { return (const uint8_t *)(T == MR_TYPE_Q4_K ? w[s]->data : w[s]->priv); };
     mr_cu_mvjob a = mr_cu_mvjob_plain(base(0), rb, w[0], x, y[0]);
@@ -428,14 +442,39 @@ bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
             total += w[s]->rows;
         }
     }
-    if (ids) {
-        a.ids = ids;
-        a.k = k;
-        a.x_slots = x_slots;
+    /* tokens in chunks of 4, 2, 1, as many as fit in shared memory */
+    const size_t xb = xs_xbytes(a.cols);
+    while (n > 0) {
+        int nt = n >= 4 ? 4 : n >= 2 ? 2 : 1;
+        while (nt > 1 && nt * xb > c->x24_smem) nt /= 2;
+        if (T == MR_TYPE_Q4_K) xs_launch_nt<MR_TYPE_Q4_K>(c, a, total, nt);
+        else xs_launch_nt<MR_TYPE_Q6_K>(c, a, total, nt);
+        a.x += (int64_t)nt * a.cols;
+        a.y += (int64_t)nt * a.rows;
+        for (int s = 0; s < a.n_sub; s++) a.sub_y[s] += (int64_t)nt * a.sub_rows[s];
+        n -= nt;
     }
-    if (T == MR_TYPE_Q4_K)
-        xs_launch<MR_TYPE_Q4_K>(c, a, total, jobs);
-    else
-        xs_launch<MR_TYPE_Q6_K>(c, a, total, jobs);
     return true;
+}
+
+/* At backend creation: the shared memory a launch may ask for (several
+ * tokens' input planes need more than the default 48 KB). */
+void mr_cu_x24_init(mr_cu_ctx *c)
+{
+    int dev = 0, optin = 0;
+    c->x24_smem = 48 * 1024;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    const cudaFuncAttribute at = cudaFuncAttributeMaxDynamicSharedMemorySize;
+#define XS_OPTIN(T, R, NT) (cudaFuncSetAttribute(k_mvx24<T, R, NT>, at, optin) == cudaSuccess)
+    const bool ok = XS_OPTIN(MR_TYPE_Q4_K, 4, 1) && XS_OPTIN(MR_TYPE_Q4_K, 2, 2) && XS_OPTIN(MR_TYPE_Q4_K, 1, 4) &&
+                    XS_OPTIN(MR_TYPE_Q6_K, 4, 1) && XS_OPTIN(MR_TYPE_Q6_K, 2, 2) && XS_OPTIN(MR_TYPE_Q6_K, 1, 4);
+#undef XS_OPTIN
+    if (ok)
+        c->x24_smem = (size_t)optin;
+    else
+        (void)cudaGetLastError();
 }
