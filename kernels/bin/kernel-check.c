@@ -1816,8 +1816,54 @@ static void check_batch_invariance_one(mr_backend *be, const char *label, const 
     free(host); free(x); free(y1); free(yb);
 }
 
+/* MEMRA_CUDA_X24_PRE=1 (inputs quantized once by their own kernel) against
+ * the default x24 path (each block quantizes into shared memory): the same
+ * quantized values meet the same sums, so the same bits. */
+static void check_x24_pre(const tdesc *td, int64_t cols, int64_t rows, int n)
+{
+    setenv("MEMRA_CUDA_MATVEC", "x24all", 1);
+    setenv("MEMRA_CUDA_X24_PRE", "1", 1);
+    mr_backend *pre = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_X24_PRE");
+    unsetenv("MEMRA_CUDA_MATVEC");
+    if (!pre) die("cuda (x24 pre)");
+    mr_backend *be[2] = {q8_be[Q8_X24], pre};
+    const size_t rb = (size_t)(cols / td->be) * td->bb, xn = (size_t)n * cols, yn = (size_t)n * rows;
+    uint8_t *host = malloc(rb * rows);
+    rand_blocks(td, host, rb * rows / td->bb);
+    float *x = malloc(xn * 4), *y[2] = {malloc(yn * 4), malloc(yn * 4)};
+    for (size_t i = 0; i < xn; i++) x[i] = fgauss();
+    for (int b = 0; b < 2; b++) {
+        mr_weight w;
+        load_weight(be[b], td, host, cols, rows, 1, &w);
+        float *dx = dup_to(be[b], x, xn * 4), *dy = dalloc(be[b], yn * 4);
+        poison(be[b], dy, yn * 4);
+        be[b]->matmul(be[b], &w, dx, dy, n);
+        fetch(be[b], y[b], dy, yn * 4);
+        be[b]->free(be[b], dx);
+        be[b]->free(be[b], dy);
+        be[b]->weight_release(be[b], &w);
+    }
+    size_t diff = 0;
+    int nan = 0;
+    for (size_t i = 0; i < yn; i++) {
+        diff += memcmp(&y[0][i], &y[1][i], 4) != 0;
+        nan += isnan(y[1][i]);
+    }
+    char shape[64];
+    snprintf(shape, sizeof shape, "%s %lldx%lld n=%d", td->name, (long long)rows, (long long)cols, n);
+    report("x24-pre-vs-smem", shape, (double)diff, nan, 0.0);
+    pre->destroy(pre);
+    free(host); free(x); free(y[0]); free(y[1]);
+}
+
 static void check_batch_invariance(void)
 {
+    for (int n = 1; n <= 8; n += 3) {
+        check_x24_pre(td_of(MR_TYPE_Q4_K), 4096, 12288, n);
+        check_x24_pre(td_of(MR_TYPE_Q6_K), 4096, 1024, n);
+        check_x24_pre(td_of(MR_TYPE_Q4_K), 12288, 4096, n);
+    }
     const int types[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_Q5_K, MR_TYPE_Q8_0, MR_TYPE_Q4_0, MR_TYPE_IQ4_XS,
                          MR_TYPE_BF16};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {

@@ -30,11 +30,11 @@ struct mr_cu_auto; /* cu_autograph.cu */
 #define MR_CU_MV_SUBS 3 /* matrices one matvec launch may cover (mr_cu_matmul_multi) */
 
 /* Blocks an SM holds of the x24 matvec kernel for one type, token count,
- * block size and input width (cu_mvx24.cu keeps the answers of the runtime here). */
+ * block size and shared memory (cu_mvx24.cu keeps the answers of the runtime here). */
 #define MR_CU_X24_FITS 12
 struct mr_cu_x24_fit {
     int type, nt, warps;
-    int64_t cols;
+    size_t smem;
     int blocks;
 };
 
@@ -63,9 +63,11 @@ struct mr_cu_ctx {
     bool matvec_q8;         /* int8-activation matvec (cu_mvq8.cu), MEMRA_CUDA_MATVEC=q8 */
     int matvec_x24;         /* 22-bit-activation matvec (cu_mvx24.cu): 0 off (MEMRA_CUDA_MATVEC=f32
                                or q8), 1 where it wins (default, =x24), 2 wherever it can (=x24all) */
-    mr_cu_x24_fit x24_fit[MR_CU_X24_FITS]; /* its blocks an SM per kernel and input width */
+    mr_cu_x24_fit x24_fit[MR_CU_X24_FITS]; /* its blocks an SM per kernel and shared memory */
     int x24_nfit;
     size_t x24_smem;        /* shared memory an x24 launch may ask for */
+    bool x24_pre;           /* MEMRA_CUDA_X24_PRE=1: x24 inputs quantized by their own kernel */
+    mr_cu_buf scratch_x24;  /* ... into this buffer */
     mr_cu_buf scratch_q8;   /* the q8 matvec's quantized activations */
     bool attn_tc;           /* prompt attention on the tensor cores (cu_fattn.cu; default) */
     bool attn_tc_forced;    /* MEMRA_CUDA_ATTN=tc: models may not turn it off */

@@ -81,18 +81,19 @@ __device__ __forceinline__ int xs_join(const int *p) { return p[0] * 65536 + p[1
  * (2^21 - 1), both quotients IEEE); 4 consecutive threads a 32-column
  * group (cols % 256 == 0, so a warp is always whole in the loop).  A group with a NaN or an infinity
  * gets d = NaN: its products are NaN, as with float activations. */
-__device__ __forceinline__ void xs_quantize(const float *__restrict__ x, int cols, uint8_t *sh)
+__device__ __forceinline__ void xs_quantize(const float *__restrict__ x, int cols, uint8_t *sh, int first,
+                                            int step)
 {
     float *dq = xs_d(sh, cols);
     int *sq = xs_sq(sh, cols);
     const int n8 = cols / 8;
     /* the loads of XS_QU rounds first, then their work: one memory round
      * trip for up to XS_QU * 2048 columns instead of one a round */
-    for (int base = threadIdx.x; base < n8; base += XS_QU * blockDim.x) {
+    for (int base = first; base < n8; base += XS_QU * step) {
         float4 va[XS_QU], vb[XS_QU];
 #pragma unroll
         for (int u = 0; u < XS_QU; u++) {
-            const int g8 = base + u * blockDim.x;
+            const int g8 = base + u * step;
             if (g8 < n8) {
                 va[u] = __ldg((const float4 *)x + 2 * g8);
                 vb[u] = __ldg((const float4 *)x + 2 * g8 + 1);
@@ -100,8 +101,8 @@ __device__ __forceinline__ void xs_quantize(const float *__restrict__ x, int col
         }
 #pragma unroll
         for (int u = 0; u < XS_QU; u++) {
-            const int g8 = base + u * blockDim.x;
-            if (g8 >= n8) /* the same for the whole warp: n8 and blockDim are multiples of 32 */
+            const int g8 = base + u * step;
+            if (g8 >= n8) /* the same for the whole warp: n8, first - lane and step are multiples of 32 */
                 break;
             const float v[8] = {va[u].x, va[u].y, va[u].z, va[u].w, vb[u].x, vb[u].y, vb[u].z, vb[u].w};
             float m = 0.0f;
@@ -291,8 +292,23 @@ __device__ __forceinline__ void xs_row(const mr_cu_mvjob &a, int64_t r, const ui
  * token's sums are formed exactly as with NT = 1 and any R (its own
  * accumulators, a lane's units in order, then a warp sum), so a row's
  * result does not depend on how many tokens or rows share the launch. */
+/* MEMRA_CUDA_X24_PRE=1: the input rows quantized once per product by
+ * their own small kernel into device memory (xg), which every block then
+ * reads, instead of every block quantizing them into shared memory first
+ * (a round trip and a barrier before its first weight load).  Same values,
+ * so the same products. */
+__global__ void __launch_bounds__(256) k_x24_quant(const float *x, int n, int cols, uint8_t *out)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    const int xb = (int)xs_xbytes(cols);
+    for (int t = 0; t < n; t++)
+        xs_quantize(x + (int64_t)t * cols, cols, out + (size_t)t * xb, blockIdx.x * blockDim.x + threadIdx.x,
+                    gridDim.x * blockDim.x);
+}
+
 template <int T, int R, int NT>
-__global__ void __launch_bounds__(XS_WARPS * 32, 2) k_mvx24(mr_cu_mvjob a, int64_t total_rows)
+__global__ void __launch_bounds__(XS_WARPS * 32, 2) k_mvx24(mr_cu_mvjob a, int64_t total_rows, const uint8_t *xg)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
@@ -301,8 +317,13 @@ __global__ void __launch_bounds__(XS_WARPS * 32, 2) k_mvx24(mr_cu_mvjob a, int64
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int cols = (int)a.cols, units = cols / 32; /* 8 units a block */
     const int xstride = (int)xs_xbytes(cols);
-    for (int t = 0; t < NT; t++) xs_quantize(a.x + (int64_t)t * cols, cols, xs_sh + t * xstride);
-    __syncthreads();
+    const uint8_t *xs = xg;
+    if (!xg) { /* the same for the whole block */
+        for (int t = 0; t < NT; t++)
+            xs_quantize(a.x + (int64_t)t * cols, cols, xs_sh + t * xstride, threadIdx.x, blockDim.x);
+        __syncthreads();
+        xs = xs_sh;
+    }
     const int64_t G = (int64_t)gridDim.x * nw;
     for (int64_t r0 = ((int64_t)blockIdx.x * nw + warp) * R; r0 < total_rows; r0 += G * R) {
         const uint8_t *W[R];
@@ -320,7 +341,7 @@ __global__ void __launch_bounds__(XS_WARPS * 32, 2) k_mvx24(mr_cu_mvjob a, int64
             const uint8_t *p[R];
 #pragma unroll
             for (int i = 0; i < R; i++) p[i] = W[i] + (size_t)b * S;
-            xs_unit<T, R, NT>::run(p, un & 7, xs_sh, xstride, cols, 256 * b, acc);
+            xs_unit<T, R, NT>::run(p, un & 7, xs, xstride, cols, 256 * b, acc);
         }
 #pragma unroll
         for (int t = 0; t < NT; t++)
@@ -334,27 +355,26 @@ __global__ void __launch_bounds__(XS_WARPS * 32, 2) k_mvx24(mr_cu_mvjob a, int64
 
 /* ---- dispatch ---- */
 
-/* Blocks of `warps` warps an SM holds for kernel T with NT tokens of
- * `cols`-wide inputs (its shared memory), asked of the runtime once per
+/* Blocks of `warps` warps an SM holds for kernel T with NT tokens and smem
+ * bytes of shared memory a block, asked of the runtime once per
  * shape and kept in the context: a launch would otherwise query it up to
  * three times. */
 template <int T, int R, int NT>
-static int xs_fit(mr_cu_ctx *c, int warps, int64_t cols)
+static int xs_fit(mr_cu_ctx *c, int warps, size_t smem)
 {
     for (int i = 0; i < c->x24_nfit; i++) {
         const mr_cu_x24_fit &f = c->x24_fit[i];
-        if (f.type == T && f.nt == NT && f.warps == warps && f.cols == cols)
+        if (f.type == T && f.nt == NT && f.warps == warps && f.smem == smem)
             return f.blocks;
     }
     int nb = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_mvx24<T, R, NT>, warps * 32, NT * xs_xbytes(cols)) !=
-        cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_mvx24<T, R, NT>, warps * 32, smem) != cudaSuccess) {
         (void)cudaGetLastError();
         nb = 1;
     }
     nb = nb > 0 ? nb : 1;
-    mr_cu_x24_fit &f = c->x24_fit[c->x24_nfit < MR_CU_X24_FITS ? c->x24_nfit++ : (int)(cols % MR_CU_X24_FITS)];
-    f = {T, NT, warps, cols, nb};
+    mr_cu_x24_fit &f = c->x24_fit[c->x24_nfit < MR_CU_X24_FITS ? c->x24_nfit++ : (int)(smem % MR_CU_X24_FITS)];
+    f = {T, NT, warps, smem, nb};
     return nb;
 }
 
@@ -362,32 +382,32 @@ static int xs_fit(mr_cu_ctx *c, int warps, int64_t cols)
  * blocks of 8 warps, halved (down to 2) while that leaves SMs without a
  * block. */
 template <int T, int R, int NT>
-static void xs_launch(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows)
+static void xs_launch(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg)
 {
-    const size_t smem = NT * xs_xbytes(a.cols);
-    int warps = XS_WARPS, bps = xs_fit<T, R, NT>(c, warps, a.cols);
+    const size_t smem = xg ? 0 : NT * xs_xbytes(a.cols);
+    int warps = XS_WARPS, bps = xs_fit<T, R, NT>(c, warps, smem);
     for (;;) {
         const int64_t blocks = (total_rows + warps * R - 1) / (warps * R);
         if (warps <= 2 || blocks >= c->n_sm * (int64_t)bps)
             break;
         warps /= 2;
-        bps = xs_fit<T, R, NT>(c, warps, a.cols);
+        bps = xs_fit<T, R, NT>(c, warps, smem);
     }
     int64_t gx = (int64_t)c->n_sm * bps;
     const int64_t need = (total_rows + warps * R - 1) / (warps * R);
     if (gx > need) gx = need;
     if (gx < 1) gx = 1;
-    mr_cu_launch(c, k_mvx24<T, R, NT>, dim3((unsigned)gx), warps * 32, smem, a, total_rows);
+    mr_cu_launch(c, k_mvx24<T, R, NT>, dim3((unsigned)gx), warps * 32, smem, a, total_rows, xg);
     MR_CU_LAUNCHED(c, "x24 matvec");
 }
 
 /* R rows a warp: 4 for one token, fewer with more tokens (registers). */
 template <int T>
-static void xs_launch_nt(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, int nt)
+static void xs_launch_nt(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, int nt, const uint8_t *xg)
 {
-    if (nt == 4) xs_launch<T, 1, 4>(c, a, total_rows);
-    else if (nt == 2) xs_launch<T, 2, 2>(c, a, total_rows);
-    else xs_launch<T, 4, 1>(c, a, total_rows);
+    if (nt == 4) xs_launch<T, 1, 4>(c, a, total_rows, xg);
+    else if (nt == 2) xs_launch<T, 2, 2>(c, a, total_rows, xg);
+    else xs_launch<T, 4, 1>(c, a, total_rows, xg);
 }
 
 /* Whether matrix w goes to this kernel.  Measured on the H200
@@ -444,11 +464,22 @@ bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
     }
     /* tokens in chunks of 4, 2, 1, as many as fit in shared memory */
     const size_t xb = xs_xbytes(a.cols);
+    const uint8_t *xg = NULL;
+    if (c->x24_pre) {
+        if (!mr_cu_reserve(c, &c->scratch_x24, (size_t)n * xb, "x24 matvec inputs"))
+            return true; /* the sticky error */
+        const int blocks = (int)((a.cols / 8 + 255) / 256);
+        mr_cu_launch(c, k_x24_quant, dim3((unsigned)blocks), 256, 0, a.x, n, (int)a.cols,
+                     (uint8_t *)c->scratch_x24.p);
+        MR_CU_LAUNCHED(c, "x24 input quantization");
+        xg = (const uint8_t *)c->scratch_x24.p;
+    }
     while (n > 0) {
         int nt = n >= 4 ? 4 : n >= 2 ? 2 : 1;
-        while (nt > 1 && nt * xb > c->x24_smem) nt /= 2;
-        if (T == MR_TYPE_Q4_K) xs_launch_nt<MR_TYPE_Q4_K>(c, a, total, nt);
-        else xs_launch_nt<MR_TYPE_Q6_K>(c, a, total, nt);
+        while (!xg && nt > 1 && nt * xb > c->x24_smem) nt /= 2;
+        if (T == MR_TYPE_Q4_K) xs_launch_nt<MR_TYPE_Q4_K>(c, a, total, nt, xg);
+        else xs_launch_nt<MR_TYPE_Q6_K>(c, a, total, nt, xg);
+        if (xg) xg += (size_t)nt * xb;
         a.x += (int64_t)nt * a.cols;
         a.y += (int64_t)nt * a.rows;
         for (int s = 0; s < a.n_sub; s++) a.sub_y[s] += (int64_t)nt * a.sub_rows[s];
@@ -461,6 +492,8 @@ bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
  * tokens' input planes need more than the default 48 KB). */
 void mr_cu_x24_init(mr_cu_ctx *c)
 {
+    const char *pre = getenv("MEMRA_CUDA_X24_PRE"); /* 1: inputs quantized by their own kernel */
+    c->x24_pre = pre && atoi(pre) == 1;
     int dev = 0, optin = 0;
     c->x24_smem = 48 * 1024;
     if (cudaGetDevice(&dev) != cudaSuccess ||
