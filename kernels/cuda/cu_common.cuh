@@ -31,7 +31,7 @@ struct mr_cu_auto; /* cu_autograph.cu */
 
 /* Blocks an SM holds of the x24 matvec kernel for one type, token count,
  * block size and shared memory (cu_mvx24.cu keeps the answers of the runtime here). */
-#define MR_CU_X24_FITS 12
+#define MR_CU_X24_FITS 32
 struct mr_cu_x24_fit {
     int type, nt, warps;
     size_t smem;
@@ -68,6 +68,10 @@ struct mr_cu_ctx {
     size_t x24_smem;        /* shared memory an x24 launch may ask for */
     bool x24_pre;           /* MEMRA_CUDA_X24_PRE=1: x24 inputs quantized by their own kernel */
     mr_cu_buf scratch_x24;  /* ... into this buffer */
+    int x24_nt_max;         /* tokens an x24 launch at most (2; MEMRA_CUDA_X24_NT) */
+    bool x24_moe;           /* expert products of decode through the x24 kernel (cu_moex24.cu;
+                               MEMRA_CUDA_X24_MOE=0: off) */
+    mr_cu_buf scratch_x24m; /* their quantized inputs */
     mr_cu_buf scratch_q8;   /* the q8 matvec's quantized activations */
     bool attn_tc;           /* prompt attention on the tensor cores (cu_fattn.cu; default) */
     bool attn_tc_forced;    /* MEMRA_CUDA_ATTN=tc: models may not turn it off */

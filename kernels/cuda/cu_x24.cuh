@@ -1,0 +1,267 @@
+/* The 22-bit-activation matvec's device parts (cu_mvx24.cu: plain
+ * products; cu_moex24.cu: expert products): the input planes, their
+ * quantization, and one lane's unit of weights against NT tokens.  Both
+ * kernels sum a (row, token) the same way: a lane's units in order, each
+ * unit's scaling with its rounding spelled out, then a warp sum. */
+#ifndef MR_CU_X24_CUH
+#define MR_CU_X24_CUH
+
+#include "kernels/cuda/cu_fast.cuh"
+#include "kernels/cuda/cu_mvq8.cuh" /* q8_dp4a_us, q8_ld32, q8_h2f */
+
+#define XS_WARPS 8 /* warps a block at most */
+#define XS_COLS_MAX 13312 /* widest input quantized into shared memory (48 KB) */
+#define XS_QMAX 2097151.0f /* 2^21 - 1 */
+#define XS_QU 4 /* input rounds whose loads are in flight together */
+
+/* The activation row in shared memory: three planes of cols bytes, hi
+ * (int8, q >> 16), mid (uint8, (q >> 8) & 255), lo (uint8, q & 255), so
+ * q = 65536 hi + 256 mid + lo; then d[cols / 32] (float) and sq[cols / 8]
+ * (int32: the sum of q over each 8 columns); x ~ d q. */
+__host__ __device__ constexpr size_t xs_xbytes(int64_t cols) { return (size_t)(3 * cols + cols / 8 + cols / 2); }
+__device__ __forceinline__ float *xs_d(uint8_t *xs, int cols) { return (float *)(xs + 3 * cols); }
+__device__ __forceinline__ int *xs_sq(uint8_t *xs, int cols) { return (int *)(xs + 3 * cols + cols / 8); }
+
+/* A plane word against four weight quants: the high plane is signed
+ * (q8_dp4a_us), the middle and low ones unsigned. */
+__device__ __forceinline__ int xs_dp_lo(uint32_t w, uint32_t x, int c)
+{
+    return (int)__dp4a(w, x, (unsigned)c);
+}
+
+/* Float steps of a unit's scaling with their rounding fixed: the compiler
+ * neither fuses nor splits them, so every instance (any R, NT) rounds a
+ * token's sums the same way. */
+__device__ __forceinline__ float xs_mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float xs_fma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+
+/* Word k of a 16-byte run. */
+__device__ __forceinline__ uint32_t xs_w(const uint4 &v, int k)
+{
+    return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+}
+
+/* The sum over the three planes: 65536 hi + 256 mid + lo (exact in int32:
+ * the callers' sums are below 2^31, see the top). */
+__device__ __forceinline__ int xs_join(const int *p) { return p[0] * 65536 + p[1] * 256 + p[2]; }
+
+/* Quantizes the row x (cols floats) into shared memory, all threads of the
+ * block (q = rint(x * ((2^21 - 1) / absmax)), ties to even; d = absmax /
+ * (2^21 - 1), both quotients IEEE); 4 consecutive threads a 32-column
+ * group (cols % 256 == 0, so a warp is always whole in the loop).  A group with a NaN or an infinity
+ * gets d = NaN: its products are NaN, as with float activations. */
+__device__ __forceinline__ void xs_quantize(const float *__restrict__ x, int cols, uint8_t *sh, int first,
+                                            int step)
+{
+    float *dq = xs_d(sh, cols);
+    int *sq = xs_sq(sh, cols);
+    const int n8 = cols / 8;
+    /* the loads of XS_QU rounds first, then their work: one memory round
+     * trip for up to XS_QU * 2048 columns instead of one a round */
+    for (int base = first; base < n8; base += XS_QU * step) {
+        float4 va[XS_QU], vb[XS_QU];
+#pragma unroll
+        for (int u = 0; u < XS_QU; u++) {
+            const int g8 = base + u * step;
+            if (g8 < n8) {
+                va[u] = __ldg((const float4 *)x + 2 * g8);
+                vb[u] = __ldg((const float4 *)x + 2 * g8 + 1);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < XS_QU; u++) {
+            const int g8 = base + u * step;
+            if (g8 >= n8) /* the same for the whole warp: n8, first - lane and step are multiples of 32 */
+                break;
+            const float v[8] = {va[u].x, va[u].y, va[u].z, va[u].w, vb[u].x, vb[u].y, vb[u].z, vb[u].w};
+            float m = 0.0f;
+            int bad = 0;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                m = fmaxf(m, fabsf(v[i]));
+                bad |= !isfinite(v[i]);
+            }
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+            bad |= __shfl_xor_sync(0xffffffffu, bad, 1);
+            bad |= __shfl_xor_sync(0xffffffffu, bad, 2);
+            const float inv = m > 0.0f ? XS_QMAX / m : 0.0f;
+            uint32_t pl[3][2] = {{0, 0}, {0, 0}, {0, 0}};
+            int s = 0;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const int q = bad ? 0 : __float2int_rn(v[i] * inv);
+                s += q;
+#pragma unroll
+                for (int k = 0; k < 3; k++) pl[k][i >> 2] |= ((uint32_t)(q >> (16 - 8 * k)) & 0xffu) << (8 * (i & 3));
+            }
+#pragma unroll
+            for (int k = 0; k < 3; k++) *(uint2 *)(sh + k * cols + 8 * g8) = make_uint2(pl[k][0], pl[k][1]);
+            sq[g8] = s;
+            if ((threadIdx.x & 3) == 0)
+                dq[g8 / 4] = bad ? __int_as_float(0x7fc00000) : m / XS_QMAX;
+        }
+    }
+}
+
+/* Rows x (n of them, cols apart) quantized into planes at out, xs_xbytes(cols)
+ * apart: grid.y a row. */
+static __global__ void __launch_bounds__(256) k_x24_quant(const float *__restrict__ x, int cols, uint8_t *out)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    const int64_t t = blockIdx.y;
+    xs_quantize(x + t * cols, cols, out + (size_t)t * xs_xbytes(cols), blockIdx.x * blockDim.x + threadIdx.x,
+                gridDim.x * blockDim.x);
+}
+
+/* Launches k_x24_quant over n rows; returns out. */
+static inline const uint8_t *mr_cu_x24_quantize(mr_cu_ctx *c, const float *x, int n, int64_t cols, uint8_t *out)
+{
+    const unsigned blocks = (unsigned)((cols / 8 + 255) / 256);
+    mr_cu_launch(c, k_x24_quant, dim3(blocks, (unsigned)n), 256, 0, x, (int)cols, out);
+    MR_CU_LAUNCHED(c, "x24 input quantization");
+    return out;
+}
+
+/* One lane's unit (32 weights of one block) of R rows: p[i] the block in
+ * row i (global memory), u the unit in the block, c0 the block's first
+ * column, xt[t] token t's planes; acc[t R + i] += the unit's part of row i for
+ * token t. */
+template <int T, int R, int NT> struct xs_unit;
+
+/* Q4_K (GGUF blocks: d, dmin, 12 bytes of 6-bit scales and mins, qs at
+ * +16): unit u = 2j + h takes the 16 qs bytes of half h of group j: low
+ * nibbles are columns 64j + 16h + 0..15 (sub-block 2j), high nibbles the
+ * same 32 columns on (sub-block 2j + 1). */
+template <int R, int NT> struct xs_unit<MR_TYPE_Q4_K, R, NT> {
+static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const uint8_t *const *xt, int cols,
+                                           int c0, float *acc)
+{
+    const int j = u >> 1, h = u & 1;
+    const int ca = c0 + 64 * j + 16 * h, cb = ca + 32;
+    uint4 hd[R], qv[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        hd[i] = __ldg((const uint4 *)p[i]);
+        qv[i] = __ldg((const uint4 *)(p[i] + 16 + 32 * j + 16 * h));
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const uint8_t *xs = xt[t];
+        uint4 xa[3], xb[3]; /* planes hi, mid, lo of the two 16-column runs */
+#pragma unroll
+        for (int k = 0; k < 3; k++) {
+            xa[k] = *(const uint4 *)(xs + k * cols + ca);
+            xb[k] = *(const uint4 *)(xs + k * cols + cb);
+        }
+        const float *dq = xs_d((uint8_t *)xs, cols);
+        const int *sq = xs_sq((uint8_t *)xs, cols);
+        const float da = dq[ca / 32], db = dq[cb / 32];
+        const float qa = (float)(sq[ca / 8] + sq[ca / 8 + 1]), qb = (float)(sq[cb / 8] + sq[cb / 8 + 1]);
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            const uint32_t q[4] = {qv[i].x, qv[i].y, qv[i].z, qv[i].w};
+            int a[3] = {0, 0, 0}, bb[3] = {0, 0, 0};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const uint32_t wl = q[k] & 0x0F0F0F0Fu, wh = (q[k] >> 4) & 0x0F0F0F0Fu;
+                const uint32_t va[3] = {xs_w(xa[0], k), xs_w(xa[1], k), xs_w(xa[2], k)};
+                const uint32_t vb[3] = {xs_w(xb[0], k), xs_w(xb[1], k), xs_w(xb[2], k)};
+                a[0] = q8_dp4a_us(wl, va[0], a[0]);
+                a[1] = xs_dp_lo(wl, va[1], a[1]);
+                a[2] = xs_dp_lo(wl, va[2], a[2]);
+                bb[0] = q8_dp4a_us(wh, vb[0], bb[0]);
+                bb[1] = xs_dp_lo(wh, vb[1], bb[1]);
+                bb[2] = xs_dp_lo(wh, vb[2], bb[2]);
+            }
+            /* scales and mins of sub-blocks 2j, 2j + 1 (upstream get_scale_min_k4,
+             * four at a time): bytes 0..3 from the low 6 bits of s0 / s1, bytes
+             * 4..7 from s2's nibbles and the top 2 bits of s0 / s1 */
+            const uint32_t s0 = hd[i].y, s1 = hd[i].z, s2 = hd[i].w;
+            const uint32_t SC = j < 2 ? (s0 & 0x3F3F3F3Fu) : ((s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u));
+            const uint32_t M = j < 2 ? (s1 & 0x3F3F3F3Fu) : (((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u));
+            const int sh = 16 * (j & 1);
+            const float sa = (float)((SC >> sh) & 0xff), sb = (float)((SC >> (sh + 8)) & 0xff);
+            const float ma = (float)((M >> sh) & 0xff), mb = (float)((M >> (sh + 8)) & 0xff);
+            const float d = q8_h2f(hd[i].x), dm = q8_h2f(hd[i].x >> 16);
+            const float ia = (float)xs_join(a), ib = (float)xs_join(bb);
+            /* rounding spelled out (xs_fma, xs_mul): left to the compiler, the
+             * contraction into fused multiply-adds may differ between the
+             * instances for 1, 2 and 4 tokens, and a token's bits with them */
+            const float sx = xs_fma(xs_mul(sa, da), ia, xs_mul(xs_mul(sb, db), ib));
+            const float mx = xs_fma(xs_mul(ma, da), qa, xs_mul(xs_mul(mb, db), qb));
+            acc[t * R + i] = xs_fma(d, sx, xs_fma(-dm, mx, acc[t * R + i]));
+        }
+    }
+}
+};
+
+/* Q6_K (padded 212-byte blocks: ql 128, qh 64, sc 16, d): unit u = 4n + k
+ * takes positions l = 8k .. 8k + 7 of half n (128 columns): from
+ * ql[64n + l], ql[64n + 32 + l] and qh[32n + l] the four quarters
+ * 128n + 32qq + l, qq = 0..3, each with its own scale. */
+template <int R, int NT> struct xs_unit<MR_TYPE_Q6_K, R, NT> {
+static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const uint8_t *const *xt, int cols,
+                                           int c0, float *acc)
+{
+    const int n = u >> 2, l0 = 8 * (u & 3);
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const uint8_t *xs = xt[t];
+        const float *dq = xs_d((uint8_t *)xs, cols);
+        const int *sq = xs_sq((uint8_t *)xs, cols);
+        uint2 xv[4][3]; /* quarter, plane */
+        float dx[4];
+        int qs[4];
+#pragma unroll
+        for (int qq = 0; qq < 4; qq++) {
+            const int c = c0 + 128 * n + 32 * qq + l0;
+#pragma unroll
+            for (int k = 0; k < 3; k++) xv[qq][k] = *(const uint2 *)(xs + k * cols + c);
+            dx[qq] = dq[c / 32];
+            qs[qq] = 32 * sq[c / 8];
+        }
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            const uint8_t *b = p[i];
+            int acc3[4][3] = {};
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const uint32_t qa = q8_ld32(b + 64 * n + l0 + 4 * k), qb = q8_ld32(b + 64 * n + 32 + l0 + 4 * k);
+                const uint32_t h = q8_ld32(b + 128 + 32 * n + l0 + 4 * k);
+                const uint32_t w[4] = {(qa & 0x0F0F0F0Fu) | ((h << 4) & 0x30303030u),
+                                       (qb & 0x0F0F0F0Fu) | ((h << 2) & 0x30303030u),
+                                       ((qa >> 4) & 0x0F0F0F0Fu) | (h & 0x30303030u),
+                                       ((qb >> 4) & 0x0F0F0F0Fu) | ((h >> 2) & 0x30303030u)};
+#pragma unroll
+                for (int qq = 0; qq < 4; qq++) {
+                    acc3[qq][0] = q8_dp4a_us(w[qq], k ? xv[qq][0].y : xv[qq][0].x, acc3[qq][0]);
+                    acc3[qq][1] = xs_dp_lo(w[qq], k ? xv[qq][1].y : xv[qq][1].x, acc3[qq][1]);
+                    acc3[qq][2] = xs_dp_lo(w[qq], k ? xv[qq][2].y : xv[qq][2].x, acc3[qq][2]);
+                }
+            }
+            /* the scales of this lane's positions: sc[8n + l0/16 + 2qq] */
+            const uint32_t s01 = q8_ld32(b + 192 + 8 * n), s23 = q8_ld32(b + 196 + 8 * n);
+            const int is = 8 * (l0 >> 4);
+            const float d = q8_h2f(q8_ld32(b + 208));
+            float r = 0.0f;
+#pragma unroll
+            for (int qq = 0; qq < 4; qq++) {
+                const uint32_t sw = qq < 2 ? s01 : s23;
+                const float sc = (float)(int8_t)((sw >> (is + 16 * (qq & 1))) & 0xff);
+                /* sum (w - 32) q = sum w q - 32 sum q, exact */
+                r = xs_fma(xs_mul(sc, dx[qq]), (float)(xs_join(acc3[qq]) - qs[qq]), r);
+            }
+            acc[t * R + i] = xs_fma(d, r, acc[t * R + i]); /* explicit rounding: see Q4_K */
+        }
+    }
+}
+};
+
+/* Bytes a block of each layout the kernel reads. */
+template <int T> struct xs_type;
+template <> struct xs_type<MR_TYPE_Q4_K> { static constexpr int STRIDE = 144; };
+template <> struct xs_type<MR_TYPE_Q6_K> { static constexpr int STRIDE = 212; };
+
+#endif
