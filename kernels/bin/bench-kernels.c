@@ -306,26 +306,30 @@ static void bench_id(mr_backend **be, const char **label, int nbe, int type, int
 }
 
 /* Qwen3-30B-A3B experts (gate/up Q4_K 768x2048, down Q6_K 2048x768, k = 8
- * of 128): decode batches of 1, 4, 16, 64 tokens, grouped by expert and one
- * job per pair (MEMRA_CUDA_MOE_GROUPED=0). */
+ * of 128): decode batches of 1, 4, 8, 16, 64 tokens through the 22-bit
+ * kernel (the default), the float kernels grouped by expert
+ * (MEMRA_CUDA_X24_MOE=0) and the float kernels one job per pair (and
+ * MEMRA_CUDA_MOE_GROUPED=0). */
 static int bench_moe(int iters, double cbw)
 {
     mr_err err;
-    mr_backend *be[2];
-    const char *label[2] = {"moe-grp", "moe-pair"};
+    mr_backend *be[3];
+    const char *label[3] = {"moe-x24", "moe-grp", "moe-pair"};
     be[0] = mr_backend_cuda_create(0, &err);
-    setenv("MEMRA_CUDA_MOE_GROUPED", "0", 1);
+    setenv("MEMRA_CUDA_X24_MOE", "0", 1);
     be[1] = be[0] ? mr_backend_cuda_create(0, &err) : NULL;
+    setenv("MEMRA_CUDA_MOE_GROUPED", "0", 1);
+    be[2] = be[1] ? mr_backend_cuda_create(0, &err) : NULL;
     unsetenv("MEMRA_CUDA_MOE_GROUPED");
-    if (!be[0] || !be[1]) {
+    unsetenv("MEMRA_CUDA_X24_MOE");
+    if (!be[0] || !be[1] || !be[2]) {
         fprintf(stderr, "cuda: %s\n", err.msg);
         return 1;
     }
-    const int ns[] = {1, 4, 16, 64};
-    bench_id(be, label, 2, MR_TYPE_Q4_K, 768, 2048, 128, 8, 1, ns, 4, iters, cbw, false);
-    bench_id(be, label, 2, MR_TYPE_Q6_K, 2048, 768, 128, 8, 8, ns, 4, iters, cbw, false);
-    be[1]->destroy(be[1]);
-    be[0]->destroy(be[0]);
+    const int ns[] = {1, 4, 8, 16, 64};
+    bench_id(be, label, 3, MR_TYPE_Q4_K, 768, 2048, 128, 8, 1, ns, 5, iters, cbw, false);
+    bench_id(be, label, 3, MR_TYPE_Q6_K, 2048, 768, 128, 8, 8, ns, 5, iters, cbw, false);
+    for (int b = 2; b >= 0; b--) be[b]->destroy(be[b]);
     return 0;
 }
 

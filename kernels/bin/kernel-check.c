@@ -1883,7 +1883,20 @@ static void check_batch_invariance(void)
         check_batch_invariance_one(q8_be[Q8_X24], "batch-inv-x24", td, 4096, 12288, 1, 1);
         check_batch_invariance_one(q8_be[Q8_X24], "batch-inv-x24", td, 12288, 4096, 1, 1);
         check_batch_invariance_one(q8_be[Q8_X24], "batch-inv-x24", td, 2048, 768, 16, 8);
+        check_batch_invariance_one(q8_be[Q8_X24], "batch-inv-x24", td, 768, 2048, 128, 8);
     }
+    /* and with up to 8 tokens a launch (MEMRA_CUDA_X24_NT=8; the default is 2) */
+    setenv("MEMRA_CUDA_MATVEC", "x24all", 1);
+    setenv("MEMRA_CUDA_X24_NT", "8", 1);
+    mr_backend *nt8 = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_X24_NT");
+    unsetenv("MEMRA_CUDA_MATVEC");
+    if (!nt8) die("cuda (x24, 8 tokens a launch)");
+    for (int i = 0; i < 2; i++) {
+        check_batch_invariance_one(nt8, "batch-inv-x24nt8", td_of(x24t[i]), 4096, 12288, 1, 1);
+        check_batch_invariance_one(nt8, "batch-inv-x24nt8", td_of(x24t[i]), 2048, 768, 16, 8);
+    }
+    nt8->destroy(nt8);
 }
 
 /* A captured graph (rmsnorm -> matmul -> argmax) replayed on new inputs

@@ -845,6 +845,8 @@ bool mr_cu_fast_matvec_id_multi(mr_cu_ctx *c, const mr_weight *const *w, float *
     mr_cu_mvjob a;
     if (n != 1 || !multi_job(c, w, y, m, x, &a))
         return false;
+    if (mr_cu_x24_matvec_id(c, w, y, m, x, x_slots, ids, k, n))
+        return true;
     a.ids = ids;
     a.k = k;
     a.x_slots = x_slots;
@@ -924,31 +926,48 @@ static void launch_grouped(mr_cu_ctx *c, const mr_cu_mvjob &a, const int32_t *gr
     }
 }
 
+bool mr_cu_moe_group_fits(int P, int64_t n_mats)
+{
+    return P <= GRP_MAX_PAIRS && n_mats <= GRP_MAX_MATS;
+}
+
+const int32_t *mr_cu_moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int k, int64_t n_mats, int64_t rows,
+                               float *y, int *S)
+{
+    if (!mr_cu_moe_group_fits(P, n_mats))
+        return NULL;
+    *S = (int)(P < n_mats ? P : n_mats);
+    /* sized for the largest decode batch at this k and expert count, so that
+     * a batch growing step by step does not reallocate it (a reallocation
+     * drops the cached graphs) */
+    int pmax = (MR_CU_GEMM_MIN_TOKENS - 1) * k;
+    if (pmax > GRP_MAX_PAIRS) pmax = GRP_MAX_PAIRS;
+    const size_t need = grp_ints(pmax, n_mats) * sizeof(int32_t);
+    if (c->scratch_grp.cap < need && c->capturing)
+        return NULL;
+    if (!mr_cu_reserve(c, &c->scratch_grp, need, "expert grouping"))
+        return NULL;
+    int32_t *grp = (int32_t *)c->scratch_grp.p;
+    mr_cu_launch(c, k_moe_group, 1, GRP_THREADS, (size_t)2 * n_mats * sizeof(int), ids, P, (int)n_mats, *S, rows,
+                 y, grp);
+    MR_CU_LAUNCHED(c, "expert grouping");
+    return grp;
+}
+
 /* The grouped path (see k_moe_group): false, having launched nothing, when
  * the call is outside its limits or would need scratch inside a capture. */
 static bool grouped_run(mr_cu_ctx *c, const mr_weight *w, const mr_cu_mvjob &a, int n)
 {
     const int P = n * a.k;
-    if (P > GRP_MAX_PAIRS || a.n_mats > GRP_MAX_MATS)
+    if (!mr_cu_moe_group_fits(P, a.n_mats))
         return false;
-    const int S = (int)(P < a.n_mats ? P : a.n_mats);
+    int S = (int)(P < a.n_mats ? P : a.n_mats);
     grp_plan pl;
     if (!grp_plan_make(c, a, P, S, &pl))
         return false;
-    /* sized for the largest decode batch at this k and expert count, so that
-     * a batch growing step by step does not reallocate it (a reallocation
-     * drops the cached graphs) */
-    int pmax = (MR_CU_GEMM_MIN_TOKENS - 1) * a.k;
-    if (pmax > GRP_MAX_PAIRS) pmax = GRP_MAX_PAIRS;
-    const size_t need = grp_ints(pmax, a.n_mats) * sizeof(int32_t);
-    if (c->scratch_grp.cap < need && c->capturing)
-        return false;
-    if (!mr_cu_reserve(c, &c->scratch_grp, need, "expert grouping"))
-        return true; /* the error is recorded */
-    int32_t *grp = (int32_t *)c->scratch_grp.p;
-    mr_cu_launch(c, k_moe_group, 1, GRP_THREADS, (size_t)2 * a.n_mats * sizeof(int), a.ids, P, (int)a.n_mats, S,
-                 a.rows, a.y, grp);
-    MR_CU_LAUNCHED(c, "expert grouping");
+    const int32_t *grp = mr_cu_moe_group(c, a.ids, P, a.k, a.n_mats, a.rows, a.y, &S);
+    if (!grp)
+        return c->failed; /* capture without scratch: the per-pair path; a failure: recorded */
     switch (w->type) {
     case MR_TYPE_Q4_K: launch_grouped<MR_TYPE_Q4_K>(c, a, grp, S, pl); break;
     case MR_TYPE_Q5_K: launch_grouped<MR_TYPE_Q5_K>(c, a, grp, S, pl); break;
@@ -966,6 +985,8 @@ static bool grouped_run(mr_cu_ctx *c, const mr_weight *w, const mr_cu_mvjob &a, 
 bool mr_cu_fast_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
                           const int32_t *ids, int k, float *y, int n)
 {
+    if (mr_cu_x24_matvec_id(c, &w, &y, 1, x, x_slots, ids, k, n))
+        return true;
     if (!fast_ok(c, w, x))
         return false;
     mr_cu_mvjob a = make_job(w, x, y);

@@ -134,6 +134,24 @@ bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
  * Does not depend on the token count. */
 int mr_cu_x24_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x);
 
+/* Expert products of decode through the 22-bit kernel (cu_moex24.cu): m
+ * expert matrices (1..MR_CU_MV_SUBS, one type and width, chosen by the same
+ * ids) over n tokens (1..MR_CU_GEMM_MIN_TOKENS - 1); false, nothing
+ * launched, when it is off or does not take them.  Whether it takes them
+ * does not depend on n, and a pair's sums are the same at any n. */
+bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
+                         int x_slots, const int32_t *ids, int k, int n);
+
+/* Decode expert products grouped by expert (cu_fast.cu, k_moe_group): the
+ * list of used experts and each one's pairs, built on the device into
+ * c->scratch_grp (layout there), NaN written to y's rows (rows a pair) of
+ * pairs whose id is out of range; *S the slots (min(P, n_mats)).  NULL,
+ * nothing launched, outside the limits (mr_cu_moe_group_fits), when the
+ * scratch would grow inside a capture, or on a failure (recorded). */
+bool mr_cu_moe_group_fits(int P, int64_t n_mats);
+const int32_t *mr_cu_moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int k, int64_t n_mats, int64_t rows,
+                               float *y, int *S);
+
 /* Bytes of a row of w in the kernel layout (w->priv, or w->data where the
  * type keeps the GGUF layout). */
 size_t mr_cu_fast_row_bytes(const mr_weight *w);

@@ -1,0 +1,217 @@
+/* Expert products of decode (matmul_id, 1..64 tokens) with 22-bit integer
+ * activations: the units of cu_x24.cuh (dp4a on three byte planes of the
+ * input, Q4_K from the GGUF blocks, Q6_K from the padded copy) on the
+ * experts the tokens chose.
+ *
+ * Why: a decode batch of 16 tokens on the 30B-A3B shape spends ~12 ms of a
+ * ~26 ms step in the float grouped kernels (cu_fast.cu, k_fast_grouped),
+ * which are issue-bound (docs/GPU-NOTES.md 16: 12-26% of copy bandwidth),
+ * not in moving the ~4 ms of experts it reads; the integer units take ~1.9
+ * instructions a weight against ~3.4.
+ *
+ * Shape of the work.  The inputs are quantized once per call by their own
+ * small kernel (k_x24_quant: a row per token, or per pair when each pair
+ * has its own input, as the down product).  One token (the common decode
+ * step): grid.y is the pair, the block reads its expert id itself.  More
+ * tokens: the grouping kernel of cu_fast.cu lists the used experts and
+ * their pairs, grid.y is the slot (used experts first; blocks of unused
+ * slots exit), and every block walks its rows once per chunk of up to 2 of
+ * its expert's pairs (cu_mvx24.cu's x24_nt_max), so an expert is read from
+ * memory once per call while its rows stay in L1/L2 between chunks.  grid.z is the matrix (gate and
+ * up of one step in one launch).
+ *
+ * Exactness: a (pair, row) is summed as in the plain x24 kernel (a lane's
+ * units in order, each unit's scaling with its rounding spelled out, then
+ * a warp sum), whatever the chunk it falls in and however many tokens
+ * share the call, so a request's tokens do not depend on its batchmates
+ * (kernel-check batch-inv-x24 compares 2..5 tokens with each alone). */
+#include <string.h>
+
+#include "kernels/cuda/cu_x24.cuh"
+
+#define XM_WARPS 4 /* warps a block */
+#define XM_ROWS 4  /* rows a warp takes at a time */
+
+/* Rows r0 .. r0 + R - 1 (those from `end` on computed but not stored) of
+ * expert matrix W for the NT pairs pr[] with planes xt[]. */
+template <int T, int R, int NT>
+__device__ __forceinline__ void xm_rows(const uint8_t *W, size_t row_bytes, int cols, int64_t r0, int64_t end,
+                                        const uint8_t *const *xt, const int *pr, float *y, int64_t rows, int lane)
+{
+    constexpr int S = xs_type<T>::STRIDE;
+    const uint8_t *Wr[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) Wr[i] = W + (size_t)(r0 + i < end ? r0 + i : r0) * row_bytes;
+    float acc[NT * R];
+#pragma unroll
+    for (int i = 0; i < NT * R; i++) acc[i] = 0.0f;
+    const int units = cols / 32;
+    for (int un = lane; un < units; un += 32) {
+        const int b = un >> 3;
+        const uint8_t *p[R];
+#pragma unroll
+        for (int i = 0; i < R; i++) p[i] = Wr[i] + (size_t)b * S;
+        xs_unit<T, R, NT>::run(p, un & 7, xt, cols, 256 * b, acc);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            const float v = mr_warp_sum(acc[t * R + i]);
+            if (lane == 0 && r0 + i < end) y[(int64_t)pr[t] * rows + r0 + i] = v;
+        }
+}
+
+/* a: the job (W, y, rows of matrix 0 or sub-matrices via n_sub; ids, k,
+ * x_slots, n_mats, cols, row_bytes, mat_bytes); grp: the grouping (NULL
+ * for one token: grid.y is then the pair); S: its slots; RS: rows a block;
+ * xg: the quantized inputs; P: the pairs (for the NaN rows of bad ids);
+ * nt_max: pairs a chunk at most (c->x24_nt_max: 2 unless set for timing). */
+template <int T>
+__global__ void __launch_bounds__(XM_WARPS * 32, 4) k_moex24(mr_cu_mvjob a, const int32_t *__restrict__ grp, int S,
+                                                          int RS, const uint8_t *__restrict__ xg, int P, int nt_max)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    const mr_cu_mvjob j = a.n_sub > 1 ? mr_cu_mv_subjob(a, (int)blockIdx.z) : a;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t rb = (int64_t)blockIdx.x * RS;
+    const int64_t re = rb + RS < j.rows ? rb + RS : j.rows;
+    if (rb >= j.rows)
+        return;
+    const int slot = (int)blockIdx.y;
+    int e, np, first = 0;
+    if (grp) {
+        /* pairs with a bad id are not listed: their rows get NaN here (the
+         * per-pair rule), by the first slot's blocks, for every matrix */
+        if (slot == 0)
+            for (int p = warp; p < P; p += XM_WARPS) {
+                const int id = a.ids[p];
+                if (id < 0 || id >= a.n_mats)
+                    for (int64_t r = rb + lane; r < re; r += 32) j.y[(int64_t)p * j.rows + r] = __int_as_float(0x7fc00000);
+            }
+        if (slot >= grp[0])
+            return;
+        e = grp[1 + slot];
+        first = grp[1 + S + slot];
+        np = grp[2 + S + slot] - first;
+    } else {
+        e = a.ids[slot];
+        np = 1;
+        if (e < 0 || e >= a.n_mats) {
+            for (int64_t r = rb + threadIdx.x; r < re; r += blockDim.x)
+                j.y[(int64_t)slot * j.rows + r] = __int_as_float(0x7fc00000);
+            return;
+        }
+    }
+    const int32_t *list = grp ? grp + 2 + 2 * S + first : NULL;
+    const uint8_t *W = j.W + (size_t)e * j.mat_bytes;
+    const size_t xb = xs_xbytes(j.cols);
+    const int cols = (int)j.cols;
+    for (int64_t r0 = rb + (int64_t)warp * XM_ROWS; r0 < re; r0 += XM_WARPS * XM_ROWS) {
+        for (int q = 0; q < np;) {
+            const int m = np - q >= 4 && nt_max >= 4 ? 4 : np - q >= 2 && nt_max >= 2 ? 2 : 1;
+            int pr[4];
+            const uint8_t *xt[4];
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                const int pp = list ? list[q + (t < m ? t : m - 1)] : slot;
+                const int in = (pp / a.k) * a.x_slots + (a.x_slots > 1 ? pp % a.k : 0);
+                pr[t] = pp;
+                xt[t] = xg + (size_t)in * xb;
+            }
+            /* rows a pass as in cu_mvx24.cu's xs_launch_nt (registers) */
+            constexpr int R4 = T == MR_TYPE_Q4_K ? 2 : 1, R2 = T == MR_TYPE_Q4_K ? 4 : 2;
+            if (m == 4) {
+#pragma unroll
+                for (int i = 0; i < XM_ROWS; i += R4)
+                    xm_rows<T, R4, 4>(W, j.row_bytes, cols, r0 + i, re, xt, pr, j.y, j.rows, lane);
+            } else if (m == 2) {
+#pragma unroll
+                for (int i = 0; i < XM_ROWS; i += R2)
+                    xm_rows<T, R2, 2>(W, j.row_bytes, cols, r0 + i, re, xt, pr, j.y, j.rows, lane);
+            } else {
+                xm_rows<T, XM_ROWS, 1>(W, j.row_bytes, cols, r0, re, xt, pr, j.y, j.rows, lane);
+            }
+            q += m;
+        }
+    }
+}
+
+/* ---- dispatch ---- */
+
+/* Whether the kernel takes these expert matrices: on, Q4_K or Q6_K (with
+ * its padded copy), whole 256-column blocks, one type, width and expert
+ * count.  Never depends on the token count. */
+static bool xm_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x)
+{
+    if (!c->matvec_x24 || !c->x24_moe || c->no_fast || m < 1 || m > MR_CU_MV_SUBS || ((uintptr_t)x & 15))
+        return false;
+    const int T = w[0]->type;
+    if (T != MR_TYPE_Q4_K && T != MR_TYPE_Q6_K)
+        return false;
+    for (int s = 0; s < m; s++) {
+        const mr_weight *v = w[s];
+        if (!v->data || v->type != T || v->cols != w[0]->cols || v->n_mats != w[0]->n_mats || v->n_mats < 2 ||
+            v->cols % 256 || v->cols > XS_COLS_MAX || (T == MR_TYPE_Q6_K && !v->priv))
+            return false;
+    }
+    return true;
+}
+
+bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
+                         int x_slots, const int32_t *ids, int k, int n)
+{
+    if (n < 1 || n >= MR_CU_GEMM_MIN_TOKENS || k < 1 || !xm_takes(c, w, m, x))
+        return false;
+    const int T = w[0]->type, P = n * k;
+    if (!mr_cu_moe_group_fits(P, w[0]->n_mats))
+        return false;
+    /* Q4_K: the GGUF blocks; Q6_K: the padded copy */
+    const size_t rb = T == MR_TYPE_Q4_K ? w[0]->row_bytes : mr_cu_fast_row_bytes(w[0]);
+    auto base = [&](int s) { return (const uint8_t *)(T == MR_TYPE_Q4_K ? w[s]->data : w[s]->priv); };
+    mr_cu_mvjob a = mr_cu_mvjob_plain(base(0), rb, w[0], x, y[0]);
+    a.ids = ids;
+    a.k = k;
+    a.x_slots = x_slots;
+    a.n_sub = m > 1 ? m : 0;
+    int64_t rows_max = 0;
+    for (int s = 0; s < m; s++) {
+        a.sub_W[s] = base(s);
+        a.sub_y[s] = y[s];
+        a.sub_rows[s] = w[s]->rows;
+        rows_max = w[s]->rows > rows_max ? w[s]->rows : rows_max;
+    }
+    /* the quantized inputs, sized once for the largest decode batch at this
+     * k (a reallocation would drop the cached graphs) */
+    const size_t xb = xs_xbytes(a.cols);
+    const size_t need = (size_t)(MR_CU_GEMM_MIN_TOKENS - 1) * k * xb;
+    if (c->scratch_x24m.cap < need && c->capturing)
+        return false;
+    if (!mr_cu_reserve(c, &c->scratch_x24m, need, "x24 expert inputs"))
+        return true; /* the sticky error */
+    const int32_t *grp = NULL;
+    int S = P;
+    if (n > 1) {
+        grp = mr_cu_moe_group(c, ids, P, k, a.n_mats, a.sub_rows[0], a.sub_y[0], &S);
+        if (!grp)
+            return c->failed ? true : false;
+    }
+    const uint8_t *xg = mr_cu_x24_quantize(c, x, n * x_slots, a.cols, (uint8_t *)c->scratch_x24m.p);
+    /* rows a block: a multiple of the block's XM_WARPS * XM_ROWS, about 8
+     * blocks an SM when every slot is used */
+    const int step = XM_WARPS * XM_ROWS;
+    int64_t RS = (rows_max * S * m + (int64_t)8 * c->n_sm - 1) / ((int64_t)8 * c->n_sm);
+    RS = (RS + step - 1) / step * step;
+    if (RS < step) RS = step;
+    if (RS > 16 * step) RS = 16 * step;
+    const dim3 grid((unsigned)((rows_max + RS - 1) / RS), (unsigned)S, (unsigned)m);
+    if (T == MR_TYPE_Q4_K)
+        mr_cu_launch(c, k_moex24<MR_TYPE_Q4_K>, grid, XM_WARPS * 32, 0, a, grp, S, (int)RS, xg, P,
+                     c->x24_nt_max);
+    else
+        mr_cu_launch(c, k_moex24<MR_TYPE_Q6_K>, grid, XM_WARPS * 32, 0, a, grp, S, (int)RS, xg, P,
+                     c->x24_nt_max);
+    MR_CU_LAUNCHED(c, "x24 expert matvec");
+    return true;
+}
