@@ -99,6 +99,19 @@ static void cu_kv_store_multi(mr_backend *be, mr_kv_cache *kv, int layer,
  * ATT_U dot products reduce side by side, so a warp waits for memory once
  * per ATT_U positions instead of twice per position (a position at a time,
  * a 600-position slice cost ~150 us per decode step of 16 sequences). */
+/* Positions a split of a P-position context takes: the context cut into at
+ * most n_split slices of at least ATT_MIN_CHUNK positions.  It depends on
+ * P and n_split only, and n_split on the model and the card only (not on
+ * how many sequences share the step), so a sequence's sums do not depend
+ * on its batchmates (DESIGN.md, numerics rules).  Splits past the last
+ * slice write an empty record, which the merge skips. */
+#define ATT_MIN_CHUNK 64
+__device__ __forceinline__ int attn_chunk(int P, int n_split)
+{
+    const int c = (P + n_split - 1) / n_split;
+    return c > ATT_MIN_CHUNK ? c : ATT_MIN_CHUNK;
+}
+
 template <int DT, int EPL>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
 k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *const *tables,
@@ -116,7 +129,7 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
     const int kvh = h / (n_heads / n_kv_heads);
     const int kvdim = n_kv_heads * D;
     const int P = pos[t] + 1;
-    const int chunk = (P + n_split - 1) / n_split;
+    const int chunk = attn_chunk(P, n_split);
     const int p0 = s * chunk, p1 = min(P, p0 + chunk);
     const int per = (p1 - p0 + ATT_WARPS - 1) / ATT_WARPS;
     const int w0 = p0 + w * per, w1 = min(p1, w0 + per); /* this warp's run */
@@ -377,12 +390,15 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
         MR_CU_LAUNCHED(c, "attention prefill");
         return;
     }
-    /* Enough blocks to cover the SMs four times (the host does not know the
-     * positions: they are on the device); capped so scratch stays small. */
-    int n_split = (4 * c->n_sm + n_heads * n - 1) / (n_heads * n);
+    /* Enough splits for one token's heads to cover the SMs four times (the
+     * host does not know the positions: they are on the device); capped so
+     * scratch stays small.  Not a function of n: see attn_chunk. */
+    int n_split = (4 * c->n_sm + n_heads - 1) / n_heads;
     if (n_split < 1) n_split = 1;
     if (n_split > 32) n_split = 32;
-    size_t need = (size_t)n * n_heads * n_split * (D + 2) * sizeof(float);
+    /* sized for at least 64 tokens, so that decode batches growing step by
+     * step do not reallocate it (a reallocation drops the cached graphs) */
+    size_t need = (size_t)(n > 64 ? n : 64) * n_heads * n_split * (D + 2) * sizeof(float);
     if (!mr_cu_reserve(c, &c->scratch_attn, need, "attention scratch"))
         return;
     float *part = (float *)c->scratch_attn.p;
