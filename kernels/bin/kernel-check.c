@@ -1762,7 +1762,7 @@ static void check_q8_all(void)
 static void check_batch_invariance_one(mr_backend *be, const char *label, const tdesc *td, int64_t cols,
                                        int64_t rows, int mats, int k)
 {
-    enum { NB = 8 };
+    enum { NB = 21 };
     const size_t rb = (size_t)(cols / td->be) * td->bb;
     uint8_t *host = malloc(rb * rows * mats);
     rand_blocks(td, host, rb * rows * mats / td->bb);
@@ -1784,7 +1784,7 @@ static void check_batch_invariance_one(mr_backend *be, const char *label, const 
             be->matmul(be, &w, dx + (size_t)t * cols, dy + t * yr, 1);
     }
     fetch(be, y1, dy, yn * 4);
-    const int ns[] = {2, 3, 4, 5, 8};
+    const int ns[] = {2, 3, 4, 5, 8, 16, 21}; /* 16, 21: decode batches of several launches, or one */
     for (size_t q = 0; q < sizeof ns / sizeof ns[0]; q++) {
         const int n = ns[q];
         if (mats > 1 && n > 5)
@@ -1897,6 +1897,19 @@ static void check_batch_invariance(void)
         check_batch_invariance_one(nt8, "batch-inv-x24nt8", td_of(x24t[i]), 2048, 768, 16, 8);
     }
     nt8->destroy(nt8);
+    /* the tensor-core path for Q4_K decode batches from 2 tokens
+     * (MEMRA_CUDA_X24_MMA=2; by default from 9), against one token */
+    setenv("MEMRA_CUDA_MATVEC", "x24all", 1);
+    setenv("MEMRA_CUDA_X24_MMA", "2", 1);
+    mr_backend *mma = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_X24_MMA");
+    unsetenv("MEMRA_CUDA_MATVEC");
+    if (!mma) die("cuda (x24 on the tensor cores)");
+    check_batch_invariance_one(mma, "batch-inv-x24mma", td_of(MR_TYPE_Q4_K), 4096, 1024, 1, 1);
+    check_batch_invariance_one(mma, "batch-inv-x24mma", td_of(MR_TYPE_Q4_K), 4096, 12288, 1, 1);
+    check_batch_invariance_one(mma, "batch-inv-x24mma", td_of(MR_TYPE_Q4_K), 12288, 4096, 1, 1);
+    check_batch_invariance_one(mma, "batch-inv-x24mma", td_of(MR_TYPE_Q4_K), 768, 1000, 1, 1);
+    mma->destroy(mma);
 }
 
 /* A captured graph (rmsnorm -> matmul -> argmax) replayed on new inputs

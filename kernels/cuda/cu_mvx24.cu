@@ -46,25 +46,6 @@
 #include "kernels/cuda/cu_x24.cuh"
 
 
-/* Row r (of all the launch's rows): its bytes, its output for the first
- * token and the distance between two tokens' outputs. */
-__device__ __forceinline__ void xs_row(const mr_cu_mvjob &a, int64_t r, const uint8_t **W, float **y, int64_t *ys)
-{
-    int s = 0;
-    if (a.n_sub > 1 && r >= a.sub_rows[0]) {
-        r -= a.sub_rows[0];
-        s = 1;
-        if (a.n_sub > 2 && r >= a.sub_rows[1]) {
-            r -= a.sub_rows[1];
-            s = 2;
-        }
-    }
-    const mr_cu_mvjob j = a.n_sub > 1 ? mr_cu_mv_subjob(a, s) : a;
-    *W = j.W + (size_t)r * a.row_bytes;
-    *y = j.y + r;
-    *ys = j.rows;
-}
-
 /* NT tokens (rows of a.x, a.cols apart) against R rows at a time: a
  * token's sums are formed exactly as with NT = 1 and any R (its own
  * accumulators, a lane's units in order, then a warp sum), so a row's
@@ -218,9 +199,12 @@ int mr_cu_x24_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const 
 
 bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x, int n)
 {
-    if (n < 1 || n > MR_CU_MATVEC_MAX || mr_cu_x24_takes(c, w, m, x) != 1)
-        return false;
     const int T = w[0]->type;
+    /* Q4_K decode batches from x24_mma_min tokens: the tensor cores, all
+     * tokens in one launch (up to the GEMM threshold) */
+    const bool mma = T == MR_TYPE_Q4_K && c->x24_mma_min > 0 && n >= c->x24_mma_min;
+    if (n < 1 || n > (mma ? MR_CU_GEMM_MIN_TOKENS - 1 : MR_CU_MATVEC_MAX) || mr_cu_x24_takes(c, w, m, x) != 1)
+        return false;
     /* Q4_K: the GGUF blocks; Q6_K: the padded copy */
     const size_t rb = T == MR_TYPE_Q4_K ? w[0]->row_bytes : mr_cu_fast_row_bytes(w[0]);
     auto base = [&](int s) { return (const uint8_t *)(T == MR_TYPE_Q4_K ? w[s]->data : w[s]->priv); };
@@ -235,6 +219,15 @@ bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
             a.sub_rows[s] = w[s]->rows;
             total += w[s]->rows;
         }
+    }
+    const size_t xb0 = xs_xbytes(a.cols);
+    if (mma) {
+        /* sized for the largest decode batch (a reallocation would drop the
+         * cached graphs) */
+        if (!mr_cu_reserve(c, &c->scratch_x24, (size_t)(MR_CU_GEMM_MIN_TOKENS - 1) * xb0, "x24 matvec inputs"))
+            return true; /* the sticky error */
+        mr_cu_x24_mma(c, a, total, mr_cu_x24_quantize(c, a.x, n, a.cols, (uint8_t *)c->scratch_x24.p), n);
+        return true;
     }
     /* tokens in chunks of 8, 4, 2, 1, as many as fit in shared memory: each
      * chunk reads the matrix once */
@@ -275,6 +268,13 @@ void mr_cu_x24_init(mr_cu_ctx *c)
     c->x24_nt_max = ntv == 1 || ntv == 4 || ntv == 8 ? ntv : 2;
     const char *moe = getenv("MEMRA_CUDA_X24_MOE"); /* 0: expert products stay on the float kernels */
     c->x24_moe = !(moe && !strcmp(moe, "0"));
+    /* Q4_K decode batches of 9+ tokens on the tensor cores (cu_mvx24mma.cu;
+     * same bits): run 47 has them faster at 16 tokens (24576x4096 206 vs 252
+     * us, 4096x4096 58 vs 139), slower at 2-4, even at 8;
+     * MEMRA_CUDA_X24_MMA=N from N tokens, 0: never */
+    const char *mm = getenv("MEMRA_CUDA_X24_MMA");
+    c->x24_mma_min = mm ? atoi(mm) : MR_CU_MATVEC_MAX + 1;
+    if (c->x24_mma_min < 0) c->x24_mma_min = 0;
     int dev = 0, optin = 0;
     c->x24_smem = 48 * 1024;
     if (cudaGetDevice(&dev) != cudaSuccess ||

@@ -104,6 +104,30 @@ __device__ __forceinline__ void xs_quantize(const float *__restrict__ x, int col
     }
 }
 
+/* Row r (of all the launch's rows): its bytes, its output for the first
+ * token and the distance between two tokens' outputs. */
+__device__ __forceinline__ void xs_row(const mr_cu_mvjob &a, int64_t r, const uint8_t **W, float **y, int64_t *ys)
+{
+    int s = 0;
+    if (a.n_sub > 1 && r >= a.sub_rows[0]) {
+        r -= a.sub_rows[0];
+        s = 1;
+        if (a.n_sub > 2 && r >= a.sub_rows[1]) {
+            r -= a.sub_rows[1];
+            s = 2;
+        }
+    }
+    const mr_cu_mvjob j = a.n_sub > 1 ? mr_cu_mv_subjob(a, s) : a;
+    *W = j.W + (size_t)r * a.row_bytes;
+    *y = j.y + r;
+    *ys = j.rows;
+}
+
+/* Q4_K decode batches on the tensor cores (cu_mvx24mma.cu): n tokens
+ * (planes at xg) of the job a's total_rows rows, the bits of the one-token
+ * kernel. */
+void mr_cu_x24_mma(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int n);
+
 /* Rows x (n of them, cols apart) quantized into planes at out, xs_xbytes(cols)
  * apart: grid.y a row. */
 static __global__ void __launch_bounds__(256) k_x24_quant(const float *__restrict__ x, int cols, uint8_t *out)
@@ -122,6 +146,34 @@ static inline const uint8_t *mr_cu_x24_quantize(mr_cu_ctx *c, const float *x, in
     mr_cu_launch(c, k_x24_quant, dim3(blocks, (unsigned)n), 256, 0, x, (int)cols, out);
     MR_CU_LAUNCHED(c, "x24 input quantization");
     return out;
+}
+
+/* A Q4_K unit's share of a row's sum: the block header hd (d, dmin, 12
+ * bytes of 6-bit scales and mins), group j, the exact integer sums ia, ib
+ * of its two 16-column runs against the input (sub-blocks 2j and 2j + 1),
+ * the input's scales da, db and the sums of its integers qa, qb over those
+ * runs; returns acc plus the share.  The matvec units and the tensor-core
+ * kernel (cu_mvx24mma.cu) both call it, so they round alike. */
+__device__ __forceinline__ float xs_q4k_scale(const uint4 &hd, int j, int ia_i, int ib_i, float da, float db,
+                                              float qa, float qb, float acc)
+{
+    /* scales and mins of sub-blocks 2j, 2j + 1 (upstream get_scale_min_k4,
+     * four at a time): bytes 0..3 from the low 6 bits of s0 / s1, bytes
+     * 4..7 from s2's nibbles and the top 2 bits of s0 / s1 */
+    const uint32_t s0 = hd.y, s1 = hd.z, s2 = hd.w;
+    const uint32_t SC = j < 2 ? (s0 & 0x3F3F3F3Fu) : ((s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u));
+    const uint32_t M = j < 2 ? (s1 & 0x3F3F3F3Fu) : (((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u));
+    const int sh = 16 * (j & 1);
+    const float sa = (float)((SC >> sh) & 0xff), sb = (float)((SC >> (sh + 8)) & 0xff);
+    const float ma = (float)((M >> sh) & 0xff), mb = (float)((M >> (sh + 8)) & 0xff);
+    const float d = q8_h2f(hd.x), dm = q8_h2f(hd.x >> 16);
+    const float ia = (float)ia_i, ib = (float)ib_i;
+    /* rounding spelled out (xs_fma, xs_mul): left to the compiler, the
+     * contraction into fused multiply-adds may differ between instances,
+     * and a token's bits with them */
+    const float sx = xs_fma(xs_mul(sa, da), ia, xs_mul(xs_mul(sb, db), ib));
+    const float mx = xs_fma(xs_mul(ma, da), qa, xs_mul(xs_mul(mb, db), qb));
+    return xs_fma(d, sx, xs_fma(-dm, mx, acc));
 }
 
 /* One lane's unit (32 weights of one block) of R rows: p[i] the block in
@@ -175,23 +227,7 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
                 bb[1] = xs_dp_lo(wh, vb[1], bb[1]);
                 bb[2] = xs_dp_lo(wh, vb[2], bb[2]);
             }
-            /* scales and mins of sub-blocks 2j, 2j + 1 (upstream get_scale_min_k4,
-             * four at a time): bytes 0..3 from the low 6 bits of s0 / s1, bytes
-             * 4..7 from s2's nibbles and the top 2 bits of s0 / s1 */
-            const uint32_t s0 = hd[i].y, s1 = hd[i].z, s2 = hd[i].w;
-            const uint32_t SC = j < 2 ? (s0 & 0x3F3F3F3Fu) : ((s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u));
-            const uint32_t M = j < 2 ? (s1 & 0x3F3F3F3Fu) : (((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u));
-            const int sh = 16 * (j & 1);
-            const float sa = (float)((SC >> sh) & 0xff), sb = (float)((SC >> (sh + 8)) & 0xff);
-            const float ma = (float)((M >> sh) & 0xff), mb = (float)((M >> (sh + 8)) & 0xff);
-            const float d = q8_h2f(hd[i].x), dm = q8_h2f(hd[i].x >> 16);
-            const float ia = (float)xs_join(a), ib = (float)xs_join(bb);
-            /* rounding spelled out (xs_fma, xs_mul): left to the compiler, the
-             * contraction into fused multiply-adds may differ between the
-             * instances for 1, 2 and 4 tokens, and a token's bits with them */
-            const float sx = xs_fma(xs_mul(sa, da), ia, xs_mul(xs_mul(sb, db), ib));
-            const float mx = xs_fma(xs_mul(ma, da), qa, xs_mul(xs_mul(mb, db), qb));
-            acc[t * R + i] = xs_fma(d, sx, xs_fma(-dm, mx, acc[t * R + i]));
+            acc[t * R + i] = xs_q4k_scale(hd[i], j, xs_join(a), xs_join(bb), da, db, qa, qb, acc[t * R + i]);
         }
     }
 }
