@@ -327,7 +327,6 @@ static void cu_destroy(mr_backend *be)
         if (c->scratch_grp.p) cudaFree(c->scratch_grp.p);
         if (c->scratch_q8.p) cudaFree(c->scratch_q8.p);
         if (c->scratch_x24.p) cudaFree(c->scratch_x24.p);
-        if (c->scratch_x24m.p) cudaFree(c->scratch_x24m.p);
         if (c->cublas) cublasDestroy(c->cublas);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c);

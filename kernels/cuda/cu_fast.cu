@@ -789,8 +789,6 @@ static mr_cu_mvjob make_job(const mr_weight *w, const float *x, float *y)
 
 bool mr_cu_fast_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n)
 {
-    if (mr_cu_x24_matvec(c, &w, &y, 1, x, n))
-        return true;
     if (!fast_ok(c, w, x))
         return false;
     return fast_run(c, w, make_job(w, x, y), n, 1);
@@ -829,11 +827,6 @@ bool mr_cu_fast_matvec_multi(mr_cu_ctx *c, const mr_weight *const *w, float *con
     mr_cu_mvjob a;
     if (!multi_job(c, w, y, m, x, &a))
         return false;
-    /* the 22-bit kernel when it takes all of them (the caller,
-     * mr_cu_matmul_multi, does not share a launch between matrices it would
-     * split) */
-    if (mr_cu_x24_matvec(c, w, y, m, x, n))
-        return true;
     return fast_run(c, w[0], a, n, 1);
 }
 

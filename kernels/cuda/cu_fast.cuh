@@ -124,10 +124,12 @@ __device__ __forceinline__ bool mr_cu_mv_rows(const mr_cu_mvjob &a, int64_t r0, 
     return false;
 }
 
-/* n tokens (1..MR_CU_MATVEC_MAX) of m matrices (1..MR_CU_MV_SUBS, one type
- * and width) over the same inputs through the 22-bit-activation kernel
- * (cu_mvx24.cu), when it is on and takes them; false otherwise, nothing
- * launched.  Plain products only. */
+/* n tokens (1..MR_CU_GEMM_MIN_TOKENS - 1) of m matrices (1..MR_CU_MV_SUBS,
+ * one type and width) over the same inputs through the 22-bit-activation
+ * kernel (cu_mvx24.cu; Q4_K batches from c->x24_mma_min tokens on the
+ * tensor cores, cu_mvx24mma.cu), when it is on and takes them; false
+ * otherwise, nothing launched.  Plain products only; mr_cu_matmul and
+ * mr_cu_matmul_multi try it first. */
 bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x, int n);
 /* Whether those m matrices go to that kernel: 1 all, 0 none, -1 some (then
  * they must not share a launch: each would not run what it runs alone).

@@ -198,8 +198,8 @@ void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, 
         mr_cu_matmul_gemm(c, w, x, y, n);
         return;
     }
-    if (n > MR_CU_MATVEC_MAX && mr_cu_x24_matvec(c, &w, &y, 1, x, n))
-        return; /* a decode batch in one launch (tensor cores) */
+    if (mr_cu_x24_matvec(c, &w, &y, 1, x, n))
+        return; /* the 22-bit kernel takes the matrix (at any decode size) */
     if (n > MR_CU_MATVEC_MAX) { /* a decode batch: 8 tokens a launch */
         for (int t0 = 0; t0 < n; t0 += MR_CU_MATVEC_MAX)
             mr_cu_matmul(be, w, x + (int64_t)t0 * w->cols, y + (int64_t)t0 * w->rows,
@@ -263,11 +263,11 @@ bool mr_cu_matmul_multi(mr_backend *be, const mr_weight *const *w, float *const 
     if (n < 1 || n >= MR_CU_GEMM_MIN_TOKENS || m < 2 || m > MR_CU_MV_SUBS ||
         !multi_ok(c, w, m, x))
         return false;
+    if (mr_cu_x24_matvec(c, w, y, m, x, n))
+        return true; /* the 22-bit kernel takes all of them (multi_ok: all or none) */
     /* a decode batch: 8 tokens a launch, as mr_cu_matmul does (whether the
      * fast kernels take the weights does not depend on the tokens, so
      * either every chunk shares launches or none is run) */
-    if (n > MR_CU_MATVEC_MAX && mr_cu_x24_matvec(c, w, y, m, x, n))
-        return true; /* in one launch (tensor cores) */
     float *yc[MR_CU_MV_SUBS];
     for (int t0 = 0; t0 < n; t0 += MR_CU_MATVEC_MAX) {
         const int nc = n - t0 < MR_CU_MATVEC_MAX ? n - t0 : MR_CU_MATVEC_MAX;

@@ -33,7 +33,11 @@
 #define XM_ROWS 4  /* rows a warp takes at a time */
 
 /* Rows r0 .. r0 + R - 1 (those from `end` on computed but not stored) of
- * expert matrix W for the NT pairs pr[] with planes xt[]. */
+ * expert matrix W for the NT pairs pr[] with planes xt[].  The loop over
+ * units is k_mvx24's, written out in both: a shared function changed
+ * ptxas' register spills in the measured one-token kernels (up to 52
+ * bytes instead of 4 for the Q6_K instance), a change no GPU run has
+ * timed. */
 template <int T, int R, int NT>
 __device__ __forceinline__ void xm_rows(const uint8_t *W, size_t row_bytes, int cols, int64_t r0, int64_t end,
                                         const uint8_t *const *xt, const int *pr, float *y, int64_t rows, int lane)
@@ -64,12 +68,12 @@ __device__ __forceinline__ void xm_rows(const uint8_t *W, size_t row_bytes, int 
 
 /* a: the job (W, y, rows of matrix 0 or sub-matrices via n_sub; ids, k,
  * x_slots, n_mats, cols, row_bytes, mat_bytes); grp: the grouping (NULL
- * for one token: grid.y is then the pair); S: its slots; RS: rows a block;
- * xg: the quantized inputs; P: the pairs (for the NaN rows of bad ids);
- * nt_max: pairs a chunk at most (c->x24_nt_max: 2 unless set for timing). */
+ * for one token: grid.y is then the pair; with it, one matrix); S: its
+ * slots; RS: rows a block; xg: the quantized inputs; nt_max: pairs a chunk
+ * at most (c->x24_nt_max: 2 unless set for timing). */
 template <int T>
 __global__ void __launch_bounds__(XM_WARPS * 32, 4) k_moex24(mr_cu_mvjob a, const int32_t *__restrict__ grp, int S,
-                                                          int RS, const uint8_t *__restrict__ xg, int P, int nt_max)
+                                                          int RS, const uint8_t *__restrict__ xg, int nt_max)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
@@ -81,15 +85,7 @@ __global__ void __launch_bounds__(XM_WARPS * 32, 4) k_moex24(mr_cu_mvjob a, cons
         return;
     const int slot = (int)blockIdx.y;
     int e, np, first = 0;
-    if (grp) {
-        /* pairs with a bad id are not listed: their rows get NaN here (the
-         * per-pair rule), by the first slot's blocks, for every matrix */
-        if (slot == 0)
-            for (int p = warp; p < P; p += XM_WARPS) {
-                const int id = a.ids[p];
-                if (id < 0 || id >= a.n_mats)
-                    for (int64_t r = rb + lane; r < re; r += 32) j.y[(int64_t)p * j.rows + r] = __int_as_float(0x7fc00000);
-            }
+    if (grp) { /* pairs with a bad id are not listed: the grouping kernel wrote their NaN rows */
         if (slot >= grp[0])
             return;
         e = grp[1 + slot];
@@ -164,40 +160,26 @@ bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
 {
     if (n < 1 || n >= MR_CU_GEMM_MIN_TOKENS || k < 1 || !xm_takes(c, w, m, x))
         return false;
+    /* gate and up share a launch at one token only (mr_cu_matmul_id_multi):
+     * the grouping kernel writes the NaN rows of bad ids into one matrix */
     const int T = w[0]->type, P = n * k;
-    if (!mr_cu_moe_group_fits(P, w[0]->n_mats))
+    if ((m > 1 && n > 1) || !mr_cu_moe_group_fits(P, w[0]->n_mats))
         return false;
-    /* Q4_K: the GGUF blocks; Q6_K: the padded copy */
-    const size_t rb = T == MR_TYPE_Q4_K ? w[0]->row_bytes : mr_cu_fast_row_bytes(w[0]);
-    auto base = [&](int s) { return (const uint8_t *)(T == MR_TYPE_Q4_K ? w[s]->data : w[s]->priv); };
-    mr_cu_mvjob a = mr_cu_mvjob_plain(base(0), rb, w[0], x, y[0]);
+    int64_t total, rows_max;
+    mr_cu_mvjob a = xs_job(w, y, m, x, &total, &rows_max);
     a.ids = ids;
     a.k = k;
     a.x_slots = x_slots;
-    a.n_sub = m > 1 ? m : 0;
-    int64_t rows_max = 0;
-    for (int s = 0; s < m; s++) {
-        a.sub_W[s] = base(s);
-        a.sub_y[s] = y[s];
-        a.sub_rows[s] = w[s]->rows;
-        rows_max = w[s]->rows > rows_max ? w[s]->rows : rows_max;
-    }
-    /* the quantized inputs, sized once for the largest decode batch at this
-     * k (a reallocation would drop the cached graphs) */
-    const size_t xb = xs_xbytes(a.cols);
-    const size_t need = (size_t)(MR_CU_GEMM_MIN_TOKENS - 1) * k * xb;
-    if (c->scratch_x24m.cap < need && c->capturing)
-        return false;
-    if (!mr_cu_reserve(c, &c->scratch_x24m, need, "x24 expert inputs"))
-        return true; /* the sticky error */
     const int32_t *grp = NULL;
     int S = P;
     if (n > 1) {
-        grp = mr_cu_moe_group(c, ids, P, k, a.n_mats, a.sub_rows[0], a.sub_y[0], &S);
+        grp = mr_cu_moe_group(c, ids, P, k, a.n_mats, a.rows, a.y, &S);
         if (!grp)
-            return c->failed ? true : false;
+            return c->failed;
     }
-    const uint8_t *xg = mr_cu_x24_quantize(c, x, n * x_slots, a.cols, (uint8_t *)c->scratch_x24m.p);
+    const uint8_t *xg = mr_cu_x24_planes(c, x, n * x_slots, a.cols, (MR_CU_GEMM_MIN_TOKENS - 1) * x_slots);
+    if (!xg)
+        return true; /* the sticky error */
     /* rows a block: a multiple of the block's XM_WARPS * XM_ROWS, about 8
      * blocks an SM when every slot is used */
     const int step = XM_WARPS * XM_ROWS;
@@ -207,10 +189,10 @@ bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
     if (RS > 16 * step) RS = 16 * step;
     const dim3 grid((unsigned)((rows_max + RS - 1) / RS), (unsigned)S, (unsigned)m);
     if (T == MR_TYPE_Q4_K)
-        mr_cu_launch(c, k_moex24<MR_TYPE_Q4_K>, grid, XM_WARPS * 32, 0, a, grp, S, (int)RS, xg, P,
+        mr_cu_launch(c, k_moex24<MR_TYPE_Q4_K>, grid, XM_WARPS * 32, 0, a, grp, S, (int)RS, xg,
                      c->x24_nt_max);
     else
-        mr_cu_launch(c, k_moex24<MR_TYPE_Q6_K>, grid, XM_WARPS * 32, 0, a, grp, S, (int)RS, xg, P,
+        mr_cu_launch(c, k_moex24<MR_TYPE_Q6_K>, grid, XM_WARPS * 32, 0, a, grp, S, (int)RS, xg,
                      c->x24_nt_max);
     MR_CU_LAUNCHED(c, "x24 expert matvec");
     return true;

@@ -103,6 +103,28 @@ __global__ void __launch_bounds__(XS_WARPS * 32, 2) k_mvx24(mr_cu_mvjob a, int64
     }
 }
 
+/* Rows x quantized into planes at out, xs_xbytes(cols) apart: grid.y a row. */
+__global__ void __launch_bounds__(256) k_x24_quant(const float *__restrict__ x, int cols, uint8_t *out)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    const int64_t t = blockIdx.y;
+    xs_quantize(x + t * cols, cols, out + (size_t)t * xs_xbytes(cols), blockIdx.x * blockDim.x + threadIdx.x,
+                gridDim.x * blockDim.x);
+}
+
+const uint8_t *mr_cu_x24_planes(mr_cu_ctx *c, const float *x, int rows, int64_t cols, int max_rows)
+{
+    if (!mr_cu_reserve(c, &c->scratch_x24, (size_t)(max_rows > rows ? max_rows : rows) * xs_xbytes(cols),
+                       "x24 input planes"))
+        return NULL;
+    uint8_t *out = (uint8_t *)c->scratch_x24.p;
+    mr_cu_launch(c, k_x24_quant, dim3((unsigned)((cols / 8 + 255) / 256), (unsigned)rows), 256, 0, x, (int)cols,
+                 out);
+    MR_CU_LAUNCHED(c, "x24 input quantization");
+    return out;
+}
+
 /* ---- dispatch ---- */
 
 /* Blocks of `warps` warps an SM holds for kernel T with NT tokens and smem
@@ -199,45 +221,27 @@ int mr_cu_x24_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const 
 
 bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x, int n)
 {
-    const int T = w[0]->type;
-    /* Q4_K decode batches from x24_mma_min tokens: the tensor cores, all
-     * tokens in one launch (up to the GEMM threshold) */
-    const bool mma = T == MR_TYPE_Q4_K && c->x24_mma_min > 0 && n >= c->x24_mma_min;
-    if (n < 1 || n > (mma ? MR_CU_GEMM_MIN_TOKENS - 1 : MR_CU_MATVEC_MAX) || mr_cu_x24_takes(c, w, m, x) != 1)
+    if (n < 1 || n >= MR_CU_GEMM_MIN_TOKENS || mr_cu_x24_takes(c, w, m, x) != 1)
         return false;
-    /* Q4_K: the GGUF blocks; Q6_K: the padded copy */
-    const size_t rb = T == MR_TYPE_Q4_K ? w[0]->row_bytes : mr_cu_fast_row_bytes(w[0]);
-    auto base = [&](int s) { return (const uint8_t *)(T == MR_TYPE_Q4_K ? w[s]->data : w[s]->priv); };
-    mr_cu_mvjob a = mr_cu_mvjob_plain(base(0), rb, w[0], x, y[0]);
-    int64_t total = w[0]->rows;
-    if (m > 1) {
-        a.n_sub = m;
-        total = 0;
-        for (int s = 0; s < m; s++) {
-            a.sub_W[s] = base(s);
-            a.sub_y[s] = y[s];
-            a.sub_rows[s] = w[s]->rows;
-            total += w[s]->rows;
-        }
-    }
-    const size_t xb0 = xs_xbytes(a.cols);
-    if (mma) {
-        /* sized for the largest decode batch (a reallocation would drop the
-         * cached graphs) */
-        if (!mr_cu_reserve(c, &c->scratch_x24, (size_t)(MR_CU_GEMM_MIN_TOKENS - 1) * xb0, "x24 matvec inputs"))
+    const int T = w[0]->type;
+    int64_t total, rows_max;
+    mr_cu_mvjob a = xs_job(w, y, m, x, &total, &rows_max);
+    const size_t xb = xs_xbytes(a.cols);
+    /* Q4_K decode batches from x24_mma_min tokens: the tensor cores, all
+     * tokens in one launch */
+    const bool mma = T == MR_TYPE_Q4_K && c->x24_mma_min > 0 && n >= c->x24_mma_min;
+    const uint8_t *xg = NULL;
+    if (mma || c->x24_pre) {
+        xg = mr_cu_x24_planes(c, x, n, a.cols, MR_CU_GEMM_MIN_TOKENS - 1);
+        if (!xg)
             return true; /* the sticky error */
-        mr_cu_x24_mma(c, a, total, mr_cu_x24_quantize(c, a.x, n, a.cols, (uint8_t *)c->scratch_x24.p), n);
+    }
+    if (mma) {
+        mr_cu_x24_mma(c, a, total, xg, n);
         return true;
     }
-    /* tokens in chunks of 8, 4, 2, 1, as many as fit in shared memory: each
-     * chunk reads the matrix once */
-    const size_t xb = xs_xbytes(a.cols);
-    const uint8_t *xg = NULL;
-    if (c->x24_pre) {
-        if (!mr_cu_reserve(c, &c->scratch_x24, (size_t)n * xb, "x24 matvec inputs"))
-            return true; /* the sticky error */
-        xg = mr_cu_x24_quantize(c, a.x, n, a.cols, (uint8_t *)c->scratch_x24.p);
-    }
+    /* tokens in chunks of 8, 4, 2, 1 (at most x24_nt_max), as many as fit
+     * in shared memory: each chunk reads the matrix once */
     while (n > 0) {
         int nt = n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1;
         while (nt > c->x24_nt_max) nt /= 2;
@@ -284,9 +288,9 @@ void mr_cu_x24_init(mr_cu_ctx *c)
     }
     const cudaFuncAttribute at = cudaFuncAttributeMaxDynamicSharedMemorySize;
 #define XS_OPTIN(T, R, NT) (cudaFuncSetAttribute(k_mvx24<T, R, NT>, at, optin) == cudaSuccess)
-    const bool ok = XS_OPTIN(MR_TYPE_Q4_K, 4, 1) && XS_OPTIN(MR_TYPE_Q4_K, 4, 2) && XS_OPTIN(MR_TYPE_Q4_K, 2, 4) && XS_OPTIN(MR_TYPE_Q4_K, 2, 8) &&
-                    XS_OPTIN(MR_TYPE_Q6_K, 4, 1) && XS_OPTIN(MR_TYPE_Q6_K, 2, 2) && XS_OPTIN(MR_TYPE_Q6_K, 1, 4) &&
-                    XS_OPTIN(MR_TYPE_Q6_K, 1, 8);
+    const bool ok = XS_OPTIN(MR_TYPE_Q4_K, 4, 1) && XS_OPTIN(MR_TYPE_Q4_K, 4, 2) && XS_OPTIN(MR_TYPE_Q4_K, 2, 4) &&
+                    XS_OPTIN(MR_TYPE_Q4_K, 2, 8) && XS_OPTIN(MR_TYPE_Q6_K, 4, 1) && XS_OPTIN(MR_TYPE_Q6_K, 2, 2) &&
+                    XS_OPTIN(MR_TYPE_Q6_K, 1, 4) && XS_OPTIN(MR_TYPE_Q6_K, 1, 8);
 #undef XS_OPTIN
     if (ok)
         c->x24_smem = (size_t)optin;

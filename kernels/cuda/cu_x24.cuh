@@ -128,24 +128,36 @@ __device__ __forceinline__ void xs_row(const mr_cu_mvjob &a, int64_t r, const ui
  * kernel. */
 void mr_cu_x24_mma(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int n);
 
-/* Rows x (n of them, cols apart) quantized into planes at out, xs_xbytes(cols)
- * apart: grid.y a row. */
-static __global__ void __launch_bounds__(256) k_x24_quant(const float *__restrict__ x, int cols, uint8_t *out)
-{
-    mr_pdl_wait(); /* cu_pdl.cuh */
-    mr_pdl_trigger();
-    const int64_t t = blockIdx.y;
-    xs_quantize(x + t * cols, cols, out + (size_t)t * xs_xbytes(cols), blockIdx.x * blockDim.x + threadIdx.x,
-                gridDim.x * blockDim.x);
-}
+/* The planes of rows x (rows of them, cols apart) in c->scratch_x24,
+ * xs_xbytes(cols) apart, quantized by a small kernel of their own; the
+ * buffer is sized for max_rows rows (the largest decode batch of the
+ * caller), so that growing batches do not reallocate it (a reallocation
+ * drops the cached graphs).  NULL, nothing launched, on a failure
+ * (recorded).  One buffer for every x24 product: each call's kernels wait
+ * for the previous ones (PDL waits first), so a call never overwrites
+ * planes still being read. */
+const uint8_t *mr_cu_x24_planes(mr_cu_ctx *c, const float *x, int rows, int64_t cols, int max_rows);
 
-/* Launches k_x24_quant over n rows; returns out. */
-static inline const uint8_t *mr_cu_x24_quantize(mr_cu_ctx *c, const float *x, int n, int64_t cols, uint8_t *out)
+/* The job of m matrices (1..MR_CU_MV_SUBS) of one type and width over x
+ * into y[]: Q4_K read from the GGUF blocks, Q6_K from the padded copy
+ * (w->priv); sub-matrices filled in for m > 1.  *total: their rows in all,
+ * *rows_max: the most of any. */
+static inline mr_cu_mvjob xs_job(const mr_weight *const *w, float *const *y, int m, const float *x,
+                                 int64_t *total, int64_t *rows_max)
 {
-    const unsigned blocks = (unsigned)((cols / 8 + 255) / 256);
-    mr_cu_launch(c, k_x24_quant, dim3(blocks, (unsigned)n), 256, 0, x, (int)cols, out);
-    MR_CU_LAUNCHED(c, "x24 input quantization");
-    return out;
+    const bool q4 = w[0]->type == MR_TYPE_Q4_K;
+    const size_t rb = q4 ? w[0]->row_bytes : mr_cu_fast_row_bytes(w[0]);
+    mr_cu_mvjob a = mr_cu_mvjob_plain((const uint8_t *)(q4 ? w[0]->data : w[0]->priv), rb, w[0], x, y[0]);
+    a.n_sub = m > 1 ? m : 0;
+    *total = *rows_max = 0;
+    for (int s = 0; s < m; s++) {
+        a.sub_W[s] = (const uint8_t *)(q4 ? w[s]->data : w[s]->priv);
+        a.sub_y[s] = y[s];
+        a.sub_rows[s] = w[s]->rows;
+        *total += w[s]->rows;
+        if (w[s]->rows > *rows_max) *rows_max = w[s]->rows;
+    }
+    return a;
 }
 
 /* A Q4_K unit's share of a row's sum: the block header hd (d, dmin, 12
