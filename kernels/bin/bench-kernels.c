@@ -697,7 +697,6 @@ static void run_pdl(void *p)
     be->add(be, a->x, a->f, PB_D);
 }
 
-/* A weight of random valid blocks from the bytes at h (at least its size). */
 /* n floats base + spread * u, u uniform in [-1, 1], on the device */
 static float *pb_floats(mr_backend *be, size_t n, float base, float spread)
 {

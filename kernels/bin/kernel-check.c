@@ -1534,9 +1534,8 @@ static void check_hybrid_ops(void)
 static mr_backend *q8_be[N_Q8]; /* q8: default rows per block, forced 4, forced 2; x24 */
 static const char *q8_name[N_Q8] = {"-q8", "-q8r4", "-q8r2", "-x24"};
 
-static int q8_handles(int bi, int type, int64_t cols, int n, bool experts)
+static int q8_handles(int bi, int type, int64_t cols, bool experts)
 {
-    (void)n;
     if (bi == Q8_X24) /* plain products, any token count */
         return cols % 256 == 0 && cols <= 13312 && !experts && (type == MR_TYPE_Q4_K || type == MR_TYPE_Q6_K);
     return cols % 256 == 0 && (type == MR_TYPE_Q4_K || type == MR_TYPE_Q5_K || type == MR_TYPE_Q6_K ||
@@ -1645,7 +1644,7 @@ static void check_q8(const tdesc *td, int64_t cols, int64_t rows, int n)
         poison(be, dy, yn * 4);
         be->matmul(be, &w, dx, dy, n);
         fetch(be, y, dy, yn * 4);
-        q8_report(bi, "matmul", "mm-q8-cost", shape, q8_handles(bi, td->type, cols, n, false), y,
+        q8_report(bi, "matmul", "mm-q8-cost", shape, q8_handles(bi, td->type, cols, false), y,
                   bi == Q8_X24 ? rq24 : rq, rf, yn);
         be->free(be, dx);
         be->free(be, dy);
@@ -1710,7 +1709,7 @@ static void check_q8_id(const tdesc *td, int64_t cols, int64_t rows, int mats, i
             report(nm, "out-of-range expert id: NaN rows", (double)notnan, 0, 0.0);
             memmove(y + badp * rows, y + (badp + 1) * rows, (yn - (badp + 1) * rows) * 4);
         }
-        q8_report(bi, "matmul_id", "mmid-q8-cost", shape, q8_handles(bi, td->type, cols, n, true), y,
+        q8_report(bi, "matmul_id", "mmid-q8-cost", shape, q8_handles(bi, td->type, cols, true), y,
                   bi == Q8_X24 ? rq24 : rq, rf, cn);
         be->free(be, dx);
         be->free(be, dy);
@@ -1816,17 +1815,24 @@ static void check_batch_invariance_one(mr_backend *be, const char *label, const 
     free(host); free(x); free(y1); free(yb);
 }
 
+/* A backend with the 22-bit kernel on every shape it takes
+ * (MEMRA_CUDA_MATVEC=x24all) and one more switch var=val. */
+static mr_backend *x24_backend(const char *var, const char *val)
+{
+    setenv("MEMRA_CUDA_MATVEC", "x24all", 1);
+    setenv(var, val, 1);
+    mr_backend *be = mr_backend_cuda_create(0, &err);
+    unsetenv(var);
+    unsetenv("MEMRA_CUDA_MATVEC");
+    if (!be) die(var);
+    return be;
+}
+
 /* MEMRA_CUDA_X24_PRE=1 (inputs quantized once by their own kernel) against
  * the default x24 path (each block quantizes into shared memory): the same
  * quantized values meet the same sums, so the same bits. */
-static void check_x24_pre(const tdesc *td, int64_t cols, int64_t rows, int n)
+static void check_x24_pre(mr_backend *pre, const tdesc *td, int64_t cols, int64_t rows, int n)
 {
-    setenv("MEMRA_CUDA_MATVEC", "x24all", 1);
-    setenv("MEMRA_CUDA_X24_PRE", "1", 1);
-    mr_backend *pre = mr_backend_cuda_create(0, &err);
-    unsetenv("MEMRA_CUDA_X24_PRE");
-    unsetenv("MEMRA_CUDA_MATVEC");
-    if (!pre) die("cuda (x24 pre)");
     mr_backend *be[2] = {q8_be[Q8_X24], pre};
     const size_t rb = (size_t)(cols / td->be) * td->bb, xn = (size_t)n * cols, yn = (size_t)n * rows;
     uint8_t *host = malloc(rb * rows);
@@ -1853,17 +1859,18 @@ static void check_x24_pre(const tdesc *td, int64_t cols, int64_t rows, int n)
     char shape[64];
     snprintf(shape, sizeof shape, "%s %lldx%lld n=%d", td->name, (long long)rows, (long long)cols, n);
     report("x24-pre-vs-smem", shape, (double)diff, nan, 0.0);
-    pre->destroy(pre);
     free(host); free(x); free(y[0]); free(y[1]);
 }
 
 static void check_batch_invariance(void)
 {
+    mr_backend *pre = x24_backend("MEMRA_CUDA_X24_PRE", "1");
     for (int n = 1; n <= 8; n += 3) {
-        check_x24_pre(td_of(MR_TYPE_Q4_K), 4096, 12288, n);
-        check_x24_pre(td_of(MR_TYPE_Q6_K), 4096, 1024, n);
-        check_x24_pre(td_of(MR_TYPE_Q4_K), 12288, 4096, n);
+        check_x24_pre(pre, td_of(MR_TYPE_Q4_K), 4096, 12288, n);
+        check_x24_pre(pre, td_of(MR_TYPE_Q6_K), 4096, 1024, n);
+        check_x24_pre(pre, td_of(MR_TYPE_Q4_K), 12288, 4096, n);
     }
+    pre->destroy(pre);
     const int types[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_Q5_K, MR_TYPE_Q8_0, MR_TYPE_Q4_0, MR_TYPE_IQ4_XS,
                          MR_TYPE_BF16};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
@@ -1886,12 +1893,7 @@ static void check_batch_invariance(void)
         check_batch_invariance_one(q8_be[Q8_X24], "batch-inv-x24", td, 768, 2048, 128, 8);
     }
     /* and with up to 8 tokens a launch (MEMRA_CUDA_X24_NT=8; the default is 2) */
-    setenv("MEMRA_CUDA_MATVEC", "x24all", 1);
-    setenv("MEMRA_CUDA_X24_NT", "8", 1);
-    mr_backend *nt8 = mr_backend_cuda_create(0, &err);
-    unsetenv("MEMRA_CUDA_X24_NT");
-    unsetenv("MEMRA_CUDA_MATVEC");
-    if (!nt8) die("cuda (x24, 8 tokens a launch)");
+    mr_backend *nt8 = x24_backend("MEMRA_CUDA_X24_NT", "8");
     for (int i = 0; i < 2; i++) {
         check_batch_invariance_one(nt8, "batch-inv-x24nt8", td_of(x24t[i]), 4096, 12288, 1, 1);
         check_batch_invariance_one(nt8, "batch-inv-x24nt8", td_of(x24t[i]), 2048, 768, 16, 8);
@@ -1899,12 +1901,7 @@ static void check_batch_invariance(void)
     nt8->destroy(nt8);
     /* the tensor-core path for Q4_K decode batches from 2 tokens
      * (MEMRA_CUDA_X24_MMA=2; by default from 9), against one token */
-    setenv("MEMRA_CUDA_MATVEC", "x24all", 1);
-    setenv("MEMRA_CUDA_X24_MMA", "2", 1);
-    mr_backend *mma = mr_backend_cuda_create(0, &err);
-    unsetenv("MEMRA_CUDA_X24_MMA");
-    unsetenv("MEMRA_CUDA_MATVEC");
-    if (!mma) die("cuda (x24 on the tensor cores)");
+    mr_backend *mma = x24_backend("MEMRA_CUDA_X24_MMA", "2");
     check_batch_invariance_one(mma, "batch-inv-x24mma", td_of(MR_TYPE_Q4_K), 4096, 1024, 1, 1);
     check_batch_invariance_one(mma, "batch-inv-x24mma", td_of(MR_TYPE_Q4_K), 4096, 12288, 1, 1);
     check_batch_invariance_one(mma, "batch-inv-x24mma", td_of(MR_TYPE_Q4_K), 12288, 4096, 1, 1);
