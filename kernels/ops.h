@@ -89,12 +89,12 @@ typedef struct mr_kv_cache {
 struct mr_backend {
     const char *name;      /* "cpu", "cuda" */
     void *ctx;             /* backend state */
-    /* Products of this many rows or more may round differently from
-     * smaller ones (CUDA: float16 tensor-core GEMMs from
+    /* matmul and matmul_id calls of this many rows or more may round
+     * differently from smaller ones (CUDA: float16 tensor-core GEMMs from
      * MR_CU_GEMM_MIN_TOKENS rows); 0: a row's result never depends on how
-     * many rows share the call.  The forward pass keeps a step's decode
-     * rows in smaller products, so that greedy decoding gives the same
-     * tokens alone or in any batch. */
+     * many rows share the call.  The forward pass keeps a step's generated
+     * rows in smaller products (and its prompt rows in matmul_prompt), so
+     * that greedy decoding gives the same tokens alone or in any batch. */
     int batch_variant_rows;
 
     /* ---- memory ---- */
@@ -211,6 +211,22 @@ struct mr_backend {
     void (*attention_multi)(mr_backend *be, const mr_kv_cache *kv, int layer,
                             const int32_t *const *tables, const float *q, const int32_t *pos, int n,
                             int n_heads, float scale, float *out);
+
+    /* Prompt rows.  The forward pass sends a call's prompt tokens here and
+     * its generated tokens (decode steps, speculative verify rows) to
+     * matmul, matmul_id and attention / attention_multi, so that a backend
+     * whose fastest kernels depend on the call's size can still give each
+     * kind one numerics: a prompt row's result may not depend on how many
+     * rows share its call or where its prompt was cut into chunks, nor may a
+     * generated row's (docs/NUMERICS.md).  Same contracts as the ops they
+     * stand for; NULL: those ops serve both kinds (the CPU backend, whose
+     * rows never depend on the call). */
+    void (*matmul_prompt)(mr_backend *be, const mr_weight *w, const float *x, float *y, int n);
+    void (*matmul_id_prompt)(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
+                             const int32_t *ids, int k, float *y, int n);
+    void (*attention_prompt)(mr_backend *be, const mr_kv_cache *kv, int layer,
+                             const int32_t *block_table, const float *q, const int32_t *pos, int n,
+                             int n_heads, float scale, float *out);
 
     /* Asks for float32 arithmetic on every path, for models whose accuracy
      * needs it (the recurrent hybrids carry rounding from one token to the

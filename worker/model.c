@@ -728,6 +728,13 @@ int mr_model_forward(mr_model *m, mr_seq *s, const int32_t *tokens, int n, mr_lo
     return mr_model_forward_batch(m, &it, 1, err);
 }
 
+int mr_model_forward_gen(mr_model *m, mr_seq *s, const int32_t *tokens, int n, mr_logits_mode mode,
+                         float *logits, mr_err *err)
+{
+    mr_batch_item it = {.seq = s, .tokens = tokens, .n = n, .mode = mode, .logits = logits, .gen = true};
+    return mr_model_forward_batch(m, &it, 1, err);
+}
+
 static int check_item(const mr_model *m, const mr_batch_item *it, int idx, mr_err *err)
 {
     if (!it->seq || it->seq->m != m)
@@ -822,38 +829,53 @@ static int stage_multi(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n)
     return r1 - r0;
 }
 
-/* How many leading rows of an n-row product go in products of their own:
- * 0 when the backend computes every row the same whatever the call's size
- * or the product is small enough anyway. */
-static int alone_rows(const mr_model *m, int n)
+/* Generated rows [0, g) of an n-row product, then prompt rows [g, n).  A
+ * backend that rounds every row the same whatever the call (no
+ * batch_variant_rows, no matmul_prompt) gets one call. */
+static void products(mr_model *m, const mr_weight *w, const float *x, float *y, int n, int g)
 {
-    int v = m->be->batch_variant_rows, a = m->alone_rows < n ? m->alone_rows : n;
-    return v > 1 && n >= v && a > 0 ? a : 0;
+    mr_backend *be = m->be;
+    const int v = be->batch_variant_rows;
+    if (v <= 1 && !be->matmul_prompt) {
+        be->matmul(be, w, x, y, n);
+        return;
+    }
+    g = g < n ? g : n;
+    const int step = v > 1 ? v - 1 : g;
+    const size_t xr = (size_t)w->cols, yr = (size_t)w->rows;
+    for (int r = 0; r < g; r += step)
+        be->matmul(be, w, x + (size_t)r * xr, y + (size_t)r * yr, g - r < step ? g - r : step);
+    if (n > g)
+        (be->matmul_prompt ? be->matmul_prompt : be->matmul)(be, w, x + (size_t)g * xr, y + (size_t)g * yr, n - g);
 }
 
 void mr_fwd_matmul(mr_model *m, const mr_weight *w, const float *x, float *y, int n)
 {
-    mr_backend *be = m->be;
-    const int a = alone_rows(m, n), step = be->batch_variant_rows - 1;
-    for (int r = 0; r < a; r += step)
-        be->matmul(be, w, x + (size_t)r * (size_t)w->cols, y + (size_t)r * (size_t)w->rows,
-                   a - r < step ? a - r : step);
-    if (n > a)
-        be->matmul(be, w, x + (size_t)a * (size_t)w->cols, y + (size_t)a * (size_t)w->rows, n - a);
+    products(m, w, x, y, n, m->gen_rows);
+}
+
+void mr_fwd_matmul_out(mr_model *m, const mr_weight *w, const float *x, float *y, int n)
+{
+    products(m, w, x, y, n, m->gen_out);
 }
 
 void mr_fwd_matmul_id(mr_model *m, const mr_weight *w, const float *x, int x_slots, const int32_t *ids,
                       int k, float *y, int n)
 {
     mr_backend *be = m->be;
-    const int a = alone_rows(m, n), step = be->batch_variant_rows - 1;
+    const int v = be->batch_variant_rows;
+    if (v <= 1 && !be->matmul_id_prompt) {
+        be->matmul_id(be, w, x, x_slots, ids, k, y, n);
+        return;
+    }
+    const int g = m->gen_rows < n ? m->gen_rows : n, step = v > 1 ? v - 1 : g;
     const size_t xr = (size_t)x_slots * (size_t)w->cols, yr = (size_t)k * (size_t)w->rows;
-    for (int r = 0; r < a; r += step)
+    for (int r = 0; r < g; r += step)
         be->matmul_id(be, w, x + (size_t)r * xr, x_slots, ids + (size_t)r * (size_t)k, k, y + (size_t)r * yr,
-                      a - r < step ? a - r : step);
-    if (n > a)
-        be->matmul_id(be, w, x + (size_t)a * xr, x_slots, ids + (size_t)a * (size_t)k, k, y + (size_t)a * yr,
-                      n - a);
+                      g - r < step ? g - r : step);
+    if (n > g)
+        (be->matmul_id_prompt ? be->matmul_id_prompt : be->matmul_id)(
+            be, w, x + (size_t)g * xr, x_slots, ids + (size_t)g * (size_t)k, k, y + (size_t)g * yr, n - g);
 }
 
 /* Copies the output rows of the items back: argmax ids, then logits rows;
@@ -973,6 +995,8 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
         for (int j = 0; j < i; j++)
             if (items[j].seq == items[i].seq)
                 return mr_errf(err, "forward: sequence appears twice in one batch (items %d and %d)", j, i);
+        if (i > 0 && items[i].gen && !items[i - 1].gen)
+            return mr_errf(err, "forward: generated item %d after a prompt item (generated items come first)", i);
         total += items[i].n;
     }
     if (total > (1 << 24))
@@ -1007,7 +1031,8 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
         int of = it->mode == MR_LOGITS_ALL ? 0 : it->mode == MR_LOGITS_NONE ? it->n : it->n - 1;
         any_argmax |= it->mode == MR_LOGITS_ARGMAX;
         any_sample |= it->mode == MR_LOGITS_SAMPLE;
-        segs[i] = (mr_fwd_seg){.s = it->seq, .start = row, .n = it->n, .out_first = of, .out_row = out_row};
+        segs[i] = (mr_fwd_seg){
+            .s = it->seq, .start = row, .n = it->n, .out_first = of, .out_row = out_row, .gen = it->gen};
         row += it->n;
         out_row += it->n - of;
     }
@@ -1015,13 +1040,14 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
         return -1;
     if (any_sample && stage_samples(m, items, segs, n_items, out_row, err))
         return -1;
-    /* decode rows: leading one-token items with an output row (the
-     * scheduler puts them ahead of prompt chunks) */
-    m->alone_rows = 0;
-    while (m->alone_rows < n_items && items[m->alone_rows].n == 1 && items[m->alone_rows].mode != MR_LOGITS_NONE)
-        m->alone_rows++;
+    /* generated rows: the leading generated items' (checked above) */
+    m->gen_rows = m->gen_out = 0;
+    for (int i = 0; i < n_items && items[i].gen; i++) {
+        m->gen_rows += segs[i].n;
+        m->gen_out += segs[i].n - segs[i].out_first;
+    }
     int frc = (m->q35 ? mr_qwen35_forward_segs : mr_qwen3_forward_segs)(m, segs, n_items, n, err);
-    m->alone_rows = 0;
+    m->gen_rows = m->gen_out = 0;
     if (frc)
         return -1;
     /* a step with sampled rows picks its greedy ones in the same launch */

@@ -135,6 +135,10 @@ int mr_seq_truncate(mr_seq *s, int len, mr_err *err);
  * sequence length is unchanged. */
 int mr_model_forward(mr_model *m, mr_seq *s, const int32_t *tokens, int n, mr_logits_mode mode,
                      float *logits, mr_err *err);
+/* The same for tokens the model generated (decode steps, speculative
+ * verify rows; mr_batch_item.gen): mr_model_forward is for prompt tokens. */
+int mr_model_forward_gen(mr_model *m, mr_seq *s, const int32_t *tokens, int n, mr_logits_mode mode,
+                         float *logits, mr_err *err);
 
 /* ---- paged KV and batching (used by the scheduler) ---- */
 
@@ -169,6 +173,12 @@ typedef struct mr_batch_item {
      * (sample->n_add_prompt + sample->n_add_gen of them, host memory) */
     const mr_sample_row *sample;
     const int32_t *sample_add;
+    /* The tokens are the model's own output (a decode step, speculative
+     * verify rows), not prompt: they take the backend's decode numerics and
+     * prompt tokens its prompt numerics (kernels/ops.h, matmul_prompt), so
+     * that neither depends on what shares the step.  A batch's generated
+     * items come before its prompt items. */
+    bool gen;
 } mr_batch_item;
 
 /* One forward step over several distinct sequences: every matmul runs over

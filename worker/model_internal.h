@@ -68,10 +68,10 @@ struct mr_model {
      * the rows of longer segments in that range); multi_segs NULL: none. */
     const mr_fwd_seg *multi_segs;
     int multi_nsegs, multi_r0, multi_r1;
-    /* The call in flight's first alone_rows rows are decode rows (one token
-     * of a sequence, with an output row each, ahead of any prompt chunk):
-     * mr_fwd_matmul keeps them out of batch-variant products. */
-    int alone_rows;
+    /* The call in flight's first gen_rows rows, and first gen_out output
+     * rows, are generated tokens (its generated items come first): the
+     * products give them the decode kernels and the rest the prompt ones. */
+    int gen_rows, gen_out;
 
     struct mr_q35 *q35;  /* hybrid-model weights and buffers (worker/arch/qwen35.c), or NULL */
     size_t rstate_bytes; /* recurrent state per sequence (0: none) */
@@ -99,21 +99,24 @@ struct mr_fwd_seg {
     int start, n;
     int out_first;
     int out_row;
+    bool gen; /* generated tokens (mr_batch_item.gen) */
 };
 
-/* Segments this short (decode steps, MTP verification) of different
- * sequences go through one multi-sequence K/V store and attention call
- * where the backend has those ops; longer ones (prompt chunks) get their
- * own calls, which the backends tile for prompts. */
+/* Generated segments this short (decode steps, MTP verification) of
+ * different sequences go through one multi-sequence K/V store and attention
+ * call where the backend has those ops; the others get their own calls
+ * (prompt segments through attention_prompt where the backend has it). */
 #define MR_FWD_MULTI_MAX 8
-static inline bool mr_fwd_seg_multi(const mr_fwd_seg *g) { return g->n <= MR_FWD_MULTI_MAX; }
+static inline bool mr_fwd_seg_multi(const mr_fwd_seg *g) { return g->gen && g->n <= MR_FWD_MULTI_MAX; }
 
 /* y = x W^T (matmul) and the expert form (matmul_id) over the n rows of a
- * forward call (or its n output rows: the decode rows come first there
- * too).  Where the backend's large products round differently
- * (batch_variant_rows), the call's decode rows go in products of their
- * own below that size, the rest in one product. */
+ * forward call: its generated rows (the first gen_rows) go to matmul in
+ * products below the backend's batch_variant_rows, the prompt rows to
+ * matmul_prompt (where the backend has one; a backend without either
+ * distinction gets one product).  mr_fwd_matmul_out: the same over the
+ * call's n output rows, of which the first gen_out are generated. */
 void mr_fwd_matmul(mr_model *m, const mr_weight *w, const float *x, float *y, int n);
+void mr_fwd_matmul_out(mr_model *m, const mr_weight *w, const float *x, float *y, int n);
 void mr_fwd_matmul_id(mr_model *m, const mr_weight *w, const float *x, int x_slots, const int32_t *ids,
                       int k, float *y, int n);
 

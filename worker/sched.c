@@ -470,7 +470,7 @@ int mr_sched_step(mr_sched *s, mr_err *err)
         s->item_req[n_items] = q;
         s->items[n_items] = (mr_batch_item){.seq = q->seq, .tokens = q->tokens + len, .n = 1, .mode = q->pick,
                                             .logits = s->logits + (size_t)n_items * (size_t)s->n_vocab,
-                                            .argmax = s->argmax + n_items};
+                                            .argmax = s->argmax + n_items, .gen = true};
         n_items++;
         budget--;
     }

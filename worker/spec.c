@@ -93,7 +93,7 @@ int mr_spec_generate(mr_model *m, const int32_t *prompt, int n_prompt, int n_gen
             goto done;
         toks[0] = t;
         memcpy(toks + 1, draft, sizeof(int32_t) * (size_t)kk);
-        if (mr_model_forward(m, s, toks, kk + 1, MR_LOGITS_ALL, logits, err))
+        if (mr_model_forward_gen(m, s, toks, kk + 1, MR_LOGITS_ALL, logits, err))
             goto done;
         st.verifies++;
         st.drafted += kk;
@@ -111,7 +111,7 @@ int mr_spec_generate(mr_model *m, const int32_t *prompt, int n_prompt, int n_gen
         if (j < kk) {
             /* the rejected drafts went through the recurrent layers: rebuild */
             if (mr_seq_truncate(s, L, err) || mr_seq_state_load(s, snap, err) ||
-                mr_model_forward(m, s, toks, j + 1, MR_LOGITS_ALL, logits, err))
+                mr_model_forward_gen(m, s, toks, j + 1, MR_LOGITS_ALL, logits, err))
                 goto done;
             st.replays++;
         }

@@ -343,13 +343,17 @@ static int bench_moe(int iters, double cbw)
  * (experts: times k). */
 static int bench_gemm(int iters, double cbw)
 {
-    static const char *mode[3] = {"f16", "f16x3", "f32"};
-    const char *label[3] = {"gemm-f16", "gemm-x3", "gemm-f32"};
-    mr_backend *be[3];
+    /* float16 through k_hgemm (every row the same bits in any call), the
+     * same through cuBLAS (MEMRA_CUDA_HGEMM=cublas), f16x3, f32 */
+    static const char *mode[4] = {"f16", "f16", "f16x3", "f32"};
+    const char *label[4] = {"gemm-f16", "gemm-cublas", "gemm-x3", "gemm-f32"};
+    mr_backend *be[4];
     mr_err err;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         setenv("MEMRA_CUDA_GEMM", mode[i], 1);
+        if (i == 1) setenv("MEMRA_CUDA_HGEMM", "cublas", 1);
         be[i] = mr_backend_cuda_create(0, &err);
+        unsetenv("MEMRA_CUDA_HGEMM");
         if (!be[i]) {
             fprintf(stderr, "cuda (MEMRA_CUDA_GEMM=%s): %s\n", mode[i], err.msg);
             return 1;
@@ -357,15 +361,17 @@ static int bench_gemm(int iters, double cbw)
     }
     unsetenv("MEMRA_CUDA_GEMM");
     const int n = 512;
-    printf("%-9s %-7s %-27s %-6s %13s %16s\n", "mode", "type", "shape", "n", "time", "rate");
+    printf("%-11s %-7s %-27s %-6s %13s %16s\n", "mode", "type", "shape", "n", "time", "rate");
     struct { int type; int64_t rows, cols; } dn[] = {
         {MR_TYPE_Q4_K, 4096, 2048}, {MR_TYPE_Q4_K, 2048, 4096}, {MR_TYPE_IQ4_XS, 8192, 2048},
+        {MR_TYPE_Q4_K, 4096, 4096}, {MR_TYPE_Q4_K, 12288, 4096}, {MR_TYPE_Q6_K, 4096, 12288},
+        {MR_TYPE_Q4_K, 1024, 4096},
     };
     for (size_t i = 0; i < sizeof dn / sizeof dn[0]; i++) {
         mv_set m;
         mv_load(&m, be[0], dn[i].type, dn[i].rows, dn[i].cols, n); /* device pointers: every backend reads them */
-        double tt[3];
-        for (int b = 0; b < 3; b++) {
+        double tt[4];
+        for (int b = 0; b < 4; b++) {
             mv_arg a = {be[b], m.w, m.nw, 0, n, m.x, m.y};
             double t[3];
             for (int r = 0; r < 3; r++) t[r] = mr_cuda_time(be[b], run_mv, &a, 3, iters);
@@ -374,18 +380,21 @@ static int bench_gemm(int iters, double cbw)
                 exit(1);
             }
             tt[b] = median3(t);
-            printf("%-9s %-7s %11lld x %-15lld n=%-4d %10.1f us %8.1f TFLOP/s\n", label[b], type_name(dn[i].type),
+            printf("%-11s %-7s %11lld x %-15lld n=%-4d %10.1f us %8.1f TFLOP/s\n", label[b], type_name(dn[i].type),
                    (long long)dn[i].rows, (long long)dn[i].cols, n, tt[b] * 1e6,
                    2.0 * dn[i].rows * dn[i].cols * n / tt[b] / 1e12);
         }
-        printf("%-9s f16x3 %.2fx the time of f16, f32 %.2fx the time of f16x3\n", "", tt[1] / tt[0], tt[2] / tt[1]);
+        printf("%-11s k_hgemm %.2fx the time of cuBLAS; f16x3 %.2fx the time of f16, f32 %.2fx the time of f16x3\n",
+               "", tt[0] / tt[1], tt[2] / tt[0], tt[3] / tt[2]);
         mv_free(&m);
     }
     const int ns[1] = {n};
-    bench_id(be, label, 3, MR_TYPE_IQ4_XS, 512, 2048, 256, 8, 1, ns, 1, iters, cbw, true);
-    bench_id(be, label, 3, MR_TYPE_IQ4_XS, 2048, 512, 256, 8, 8, ns, 1, iters, cbw, true);
-    bench_id(be, label, 3, MR_TYPE_Q4_K, 768, 2048, 128, 8, 1, ns, 1, iters, cbw, true);
-    for (int i = 2; i >= 0; i--) be[i]->destroy(be[i]);
+    mr_backend *bx[3] = {be[0], be[2], be[3]};
+    const char *lx[3] = {label[0], label[2], label[3]};
+    bench_id(bx, lx, 3, MR_TYPE_IQ4_XS, 512, 2048, 256, 8, 1, ns, 1, iters, cbw, true);
+    bench_id(bx, lx, 3, MR_TYPE_IQ4_XS, 2048, 512, 256, 8, 8, ns, 1, iters, cbw, true);
+    bench_id(bx, lx, 3, MR_TYPE_Q4_K, 768, 2048, 128, 8, 1, ns, 1, iters, cbw, true);
+    for (int i = 3; i >= 0; i--) be[i]->destroy(be[i]);
     return 0;
 }
 

@@ -127,7 +127,7 @@ int main(int argc, char **argv)
         }
         for (int i = 0; i < 3 && tg > 0; i++) {
             int32_t id = toks[i];
-            if (mr_model_forward(m, s, &id, 1, MR_LOGITS_LAST, logits, &err)) {
+            if (mr_model_forward_gen(m, s, &id, 1, MR_LOGITS_LAST, logits, &err)) {
                 fprintf(stderr, "bench-model: warm-up: %s\n", err.msg);
                 return 1;
             }
@@ -156,7 +156,7 @@ int main(int argc, char **argv)
             int32_t next = toks[0] % hp->n_vocab;
             double a = now();
             for (int i = 0; i < tg; i++) {
-                if (mr_model_forward(m, s, &next, 1, MR_LOGITS_LAST, logits, &err)) { status = 1; break; }
+                if (mr_model_forward_gen(m, s, &next, 1, MR_LOGITS_LAST, logits, &err)) { status = 1; break; }
                 int best = 0;
                 for (int v = 1; v < hp->n_vocab; v++) if (logits[v] > logits[best]) best = v;
                 next = best;

@@ -693,6 +693,161 @@ static void check_gemm_prompt(void)
     check_matmul_id_route(iq4, 512, 2048, 8, 2, 2, 65, ROUTE_RANDOM); /* down */
 }
 
+static void load_weight(mr_backend *be, const tdesc *td, const uint8_t *host, int64_t cols, int64_t rows,
+                        int64_t mats, mr_weight *w);
+
+/* ---- prompt rows: the same bits in any call (matmul_prompt) ----
+ * A prompt row's product may not depend on how many rows share its call:
+ * the scheduler cuts prompts into chunks of any size and adds other
+ * requests' prompts to a step.  n = 150 rows in one matmul_prompt call
+ * against the same rows in calls of 1, 7, 64 and 65 rows, bit for bit,
+ * plain and expert products, for the default (float16) and f16x3 GEMMs; the
+ * one-call result against the CPU backend with the GEMM bound. */
+static void check_prompt_rows_one(mr_backend *be, const char *label, double bound, const tdesc *td, int64_t cols,
+                                  int64_t rows, int mats, int k)
+{
+    enum { NP = 150 };
+    const size_t rb = (size_t)(cols / td->be) * td->bb;
+    uint8_t *host = malloc(rb * rows * mats);
+    rand_blocks(td, host, rb * rows * mats / td->bb);
+    const int xs = mats > 1 ? k : 1;
+    const size_t xr = (size_t)xs * cols, yr = (size_t)(mats > 1 ? k : 1) * rows;
+    float *x = malloc(NP * xr * 4), *y1 = malloc(NP * yr * 4), *yc = malloc(NP * yr * 4);
+    for (size_t i = 0; i < NP * xr; i++) x[i] = fgauss();
+    int32_t *ids = malloc(NP * (size_t)k * 4);
+    make_ids(ids, NP, k, mats, ROUTE_RANDOM);
+    mr_weight w;
+    load_weight(be, td, host, cols, rows, mats, &w);
+    float *dx = dup_to(be, x, NP * xr * 4), *dy = dalloc(be, NP * yr * 4);
+    int32_t *dids = mats > 1 ? dup_to(be, ids, NP * (size_t)k * 4) : NULL;
+    char shape[96];
+    if (mats > 1)
+        snprintf(shape, sizeof shape, "%s %dx%lldx%lld k=%d", td->name, mats, (long long)rows, (long long)cols, k);
+    else
+        snprintf(shape, sizeof shape, "%s %lldx%lld", td->name, (long long)rows, (long long)cols);
+    poison(be, dy, NP * yr * 4);
+    if (mats > 1)
+        be->matmul_id_prompt(be, &w, dx, xs, dids, k, dy, NP);
+    else
+        be->matmul_prompt(be, &w, dx, dy, NP);
+    fetch(be, y1, dy, NP * yr * 4);
+    if (cpu) {
+        mr_weight cw;
+        load_weight(cpu, td, host, cols, rows, mats, &cw);
+        float *cx = dup_to(cpu, x, NP * xr * 4), *cy = dalloc(cpu, NP * yr * 4);
+        int32_t *cids = mats > 1 ? dup_to(cpu, ids, NP * (size_t)k * 4) : NULL;
+        if (mats > 1)
+            cpu->matmul_id(cpu, &cw, cx, xs, cids, k, cy, NP);
+        else
+            cpu->matmul(cpu, &cw, cx, cy, NP);
+        float *yh = malloc(NP * yr * 4);
+        fetch(cpu, yh, cy, NP * yr * 4);
+        char sh[160];
+        snprintf(sh, sizeof sh, "%s n=%d", shape, NP);
+        char op[48];
+        snprintf(op, sizeof op, "%s-cpu", label);
+        report_f(op, sh, y1, yh, NP * yr, bound);
+        free(yh);
+        cpu->free(cpu, cx); cpu->free(cpu, cy);
+        if (cids) cpu->free(cpu, cids);
+        cpu->weight_release(cpu, &cw);
+    }
+    const int steps[] = {1, 7, 64, 65};
+    for (size_t q = 0; q < sizeof steps / sizeof steps[0]; q++) {
+        poison(be, dy, NP * yr * 4);
+        for (int r = 0; r < NP; r += steps[q]) {
+            const int n = NP - r < steps[q] ? NP - r : steps[q];
+            if (mats > 1)
+                be->matmul_id_prompt(be, &w, dx + (size_t)r * xr, xs, dids + (size_t)r * k, k, dy + (size_t)r * yr, n);
+            else
+                be->matmul_prompt(be, &w, dx + (size_t)r * xr, dy + (size_t)r * yr, n);
+        }
+        fetch(be, yc, dy, NP * yr * 4);
+        size_t diff = 0;
+        int nan = 0;
+        for (size_t i = 0; i < NP * yr; i++) {
+            diff += memcmp(&yc[i], &y1[i], 4) != 0;
+            nan += isnan(yc[i]);
+        }
+        char sh[160];
+        snprintf(sh, sizeof sh, "%s calls of %d vs one of %d", shape, steps[q], NP);
+        report(label, sh, (double)diff, nan, 0.0);
+    }
+    be->free(be, dx);
+    be->free(be, dy);
+    if (dids) be->free(be, dids);
+    be->weight_release(be, &w);
+    free(host); free(x); free(y1); free(yc); free(ids);
+}
+
+static void check_prompt_rows(void)
+{
+    const int types[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_Q8_0, MR_TYPE_IQ4_XS, MR_TYPE_BF16};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        const tdesc *td = td_of(types[i]);
+        check_prompt_rows_one(gpu, "prompt-inv", mm_gemm_bound[0], td, 2048, 300, 1, 1);
+        check_prompt_rows_one(gpu, "prompt-inv", mm_gemm_bound[0], td, 1024, 128, 32, 8);
+        check_prompt_rows_one(gpu_x3, "prompt-inv-f16x3", 1e-5, td, 2048, 300, 1, 1);
+        check_prompt_rows_one(gpu_x3, "prompt-inv-f16x3", 1e-5, td, 1024, 128, 32, 8);
+    }
+    check_prompt_rows_one(gpu, "prompt-inv", mm_gemm_bound[0], td_of(MR_TYPE_Q4_K), 4096, 4096, 1, 1);
+    check_prompt_rows_one(gpu, "prompt-inv", mm_gemm_bound[0], td_of(MR_TYPE_BF16), 1024, 70, 16, 4); /* padded experts */
+}
+
+/* Prompt attention of P queries (positions 0..P-1) in one attention_prompt
+ * call against the same prompt in calls of c queries, bit for bit: a query's
+ * result may depend on its position and the keys only. */
+static void check_attention_prompt_chunks(mr_backend *be, const char *op, int heads, int kvh, int hd, int P,
+                                          mr_kv_dtype dt)
+{
+    const int bt = 16, nblk = (P + bt - 1) / bt + 2;
+    mr_kv_cache kv = {.n_layers = 1, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh, .head_dim = hd,
+                      .dtype = dt};
+    if (be->kv_create(be, &kv, &err)) die("kv_create");
+    int32_t *table = malloc(nblk * 4);
+    for (int i = 0; i < nblk; i++) table[i] = nblk - 1 - i;
+    const int kvdim = kvh * hd;
+    const size_t qn = (size_t)P * heads * hd;
+    float *K = malloc((size_t)P * kvdim * 4), *V = malloc((size_t)P * kvdim * 4), *q = malloc(qn * 4);
+    for (size_t i = 0; i < (size_t)P * kvdim; i++) { K[i] = fgauss(); V[i] = fgauss(); }
+    for (size_t i = 0; i < qn; i++) q[i] = fgauss() * 0.5f;
+    int32_t *pos = malloc(P * 4);
+    for (int i = 0; i < P; i++) pos[i] = i;
+    int32_t *dtab = dup_to(be, table, nblk * 4), *dpos = dup_to(be, pos, P * 4);
+    float *dK = dup_to(be, K, (size_t)P * kvdim * 4), *dV = dup_to(be, V, (size_t)P * kvdim * 4);
+    float *dq = dup_to(be, q, qn * 4), *dout = dalloc(be, qn * 4);
+    float *one = malloc(qn * 4), *cut = malloc(qn * 4);
+    const float scale = 1.0f / sqrtf((float)hd);
+    be->kv_store(be, &kv, 0, dtab, dK, dV, dpos, P);
+    poison(be, dout, qn * 4);
+    be->attention_prompt(be, &kv, 0, dtab, dq, dpos, P, heads, scale, dout);
+    fetch(be, one, dout, qn * 4);
+    const int cs[] = {1, 7, 16, 64, 65};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        poison(be, dout, qn * 4);
+        for (int t0 = 0; t0 < P; t0 += cs[i]) {
+            const int n = P - t0 < cs[i] ? P - t0 : cs[i];
+            const size_t o = (size_t)t0 * heads * hd;
+            be->attention_prompt(be, &kv, 0, dtab, dq + o, dpos + t0, n, heads, scale, dout + o);
+        }
+        fetch(be, cut, dout, qn * 4);
+        size_t diff = 0;
+        int nan = 0;
+        for (size_t e = 0; e < qn; e++) {
+            diff += memcmp(&cut[e], &one[e], 4) != 0;
+            nan += isnan(cut[e]);
+        }
+        char shape[96];
+        snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d calls of %d vs one",
+                 dt == MR_KV_F32 ? "f32" : dt == MR_KV_F16 ? "f16" : "bf16", heads, kvh, hd, P, cs[i]);
+        report(op, shape, (double)diff, nan, 0.0);
+    }
+    be->free(be, dtab); be->free(be, dpos); be->free(be, dK); be->free(be, dV);
+    be->free(be, dq); be->free(be, dout);
+    be->kv_destroy(be, &kv);
+    free(table); free(K); free(V); free(q); free(pos); free(one); free(cut);
+}
+
 static void check_rmsnorm(int rows, int dim)
 {
     size_t n = (size_t)rows * dim;
@@ -2791,6 +2946,7 @@ static void check_ops(int parts)
         check_matmul_multi_all();
         check_moe_grouped();
         check_gemm_prompt();
+        check_prompt_rows();
     }
     if (!(parts & PART_OPS))
         goto q8;
@@ -2841,6 +2997,10 @@ static void check_ops(int parts)
     check_attention_tc(32, 4, 128, 764, 64, MR_KV_F32);
     check_attention_tc(32, 8, 128, 800, 100, MR_KV_F32);
     check_attention_tc(16, 2, 128, 1212, 512, MR_KV_F16);
+    check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 32, 8, 128, 300, MR_KV_F16);
+    check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 16, 4, 64, 200, MR_KV_F32);
+    check_attention_prompt_chunks(gpu, "attention-prompt-inv", 32, 8, 128, 300, MR_KV_F16);
+    check_attention_prompt_chunks(gpu, "attention-prompt-inv", 16, 2, 256, 130, MR_KV_BF16);
     check_attention_tc(16, 2, 256, 512, 512, MR_KV_F32);
     check_attention_tc(16, 4, 256, 100, 100, MR_KV_F16);
     check_attention_tc(16, 2, 256, 764, 64, MR_KV_F16);

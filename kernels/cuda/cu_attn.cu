@@ -6,7 +6,8 @@
  * kernel merges the splits.  The slice bounds come from pos[] on the device,
  * so the launch shape does not depend on the position (graph replay).
  *
- * Prompts (ATT_PREFILL_MIN tokens or more) take a tiled kernel instead: a
+ * Prompt rows (be->attention_prompt, and other calls of ATT_PREFILL_MIN
+ * tokens or more) take a tiled kernel instead: a
  * block holds 32 queries of one head and streams the key/value positions
  * through shared memory in tiles, so each cached K/V row is read once per
  * 32 queries rather than once per query.  By default prompts run on the
@@ -354,10 +355,12 @@ k_attn_prefill(const void *K, const void *V, const int32_t *table, const float *
     }
 }
 
+/* prompt: the prompt kernels whatever n (be->attention_prompt), else they
+ * take calls of one sequence from ATT_PREFILL_MIN queries on. */
 static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
                              const int32_t *block_table, const int32_t *const *tables,
                              const float *q, const int32_t *pos, int n, int n_heads, float scale,
-                             float *out)
+                             float *out, bool prompt)
 {
     mr_cu_ctx *c = mr_cu(be);
     if (n <= 0)
@@ -369,7 +372,7 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
                    kv->n_layers, n_heads, kv->n_kv_heads, n);
         return;
     }
-    if (n >= ATT_PREFILL_MIN && !tables) { /* one sequence's prompt */
+    if ((prompt || n >= ATT_PREFILL_MIN) && !tables) { /* one sequence's prompt */
         if (mr_cu_attn_prefill_tc(c, kv, layer, block_table, q, pos, n, n_heads, scale, out))
             return; /* the tensor-core kernel (cu_fattn.cu) */
         dim3 grid((unsigned)((n + PF_Q - 1) / PF_Q), n_heads);
@@ -426,14 +429,26 @@ static void cu_attention(mr_backend *be, const mr_kv_cache *kv, int layer,
                          const int32_t *block_table, const float *q, const int32_t *pos, int n,
                          int n_heads, float scale, float *out)
 {
-    attention_launch(be, kv, layer, block_table, NULL, q, pos, n, n_heads, scale, out);
+    attention_launch(be, kv, layer, block_table, NULL, q, pos, n, n_heads, scale, out, false);
+}
+
+/* Prompt rows: a query's result from the prompt kernels depends on its
+ * position and the keys only, not on the other queries of its call (a fully
+ * masked key tile leaves the running max, rescales by exactly 1 and adds
+ * exact zeros), so a prompt cut into chunks of any size meets the same sums
+ * as the whole prompt in one call. */
+static void cu_attention_prompt(mr_backend *be, const mr_kv_cache *kv, int layer,
+                                const int32_t *block_table, const float *q, const int32_t *pos, int n,
+                                int n_heads, float scale, float *out)
+{
+    attention_launch(be, kv, layer, block_table, NULL, q, pos, n, n_heads, scale, out, true);
 }
 
 static void cu_attention_multi(mr_backend *be, const mr_kv_cache *kv, int layer,
                                const int32_t *const *tables, const float *q, const int32_t *pos,
                                int n, int n_heads, float scale, float *out)
 {
-    attention_launch(be, kv, layer, NULL, tables, q, pos, n, n_heads, scale, out);
+    attention_launch(be, kv, layer, NULL, tables, q, pos, n, n_heads, scale, out, false);
 }
 
 void mr_cu_install_attn(mr_backend *be)
@@ -442,4 +457,5 @@ void mr_cu_install_attn(mr_backend *be)
     be->attention = cu_attention;
     be->kv_store_multi = cu_kv_store_multi;
     be->attention_multi = cu_attention_multi;
+    be->attention_prompt = cu_attention_prompt;
 }

@@ -12,8 +12,8 @@
  *   - anything else (prompts, first steps, tests) is launched op by op.
  * Device memory holds the token ids, positions and block tables, so the
  * same sequence is the same computation on new inputs: replay needs no
- * cooperation from the forward pass.  Sequences that call cuBLAS (prompt
- * GEMMs) are never captured.  MEMRA_CUDA_AUTOGRAPH=0 turns this off. */
+ * cooperation from the forward pass.  Sequences with prompt products
+ * (GEMMs, cuBLAS or host-read expert ids) are never captured.  MEMRA_CUDA_AUTOGRAPH=0 turns this off. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,7 +93,8 @@ struct mr_cu_auto {
 enum { OP_GET_ROWS = 1, OP_MATMUL, OP_MATMUL_ID, OP_RMSNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION,
        OP_KV_STORE_MULTI, OP_ATTENTION_MULTI,
        OP_SWIGLU, OP_ADD, OP_MOE_ROUTE, OP_MOE_COMBINE, OP_ARGMAX, OP_ADD_RMSNORM, OP_COPY_2D,
-       OP_SIGMOID_MUL, OP_CONV1D_SILU, OP_GDN_SCAN, OP_QK_NORM_ROPE, OP_SAMPLE, OP_QK_NORM_ROPE_KV };
+       OP_SIGMOID_MUL, OP_CONV1D_SILU, OP_GDN_SCAN, OP_QK_NORM_ROPE, OP_SAMPLE, OP_QK_NORM_ROPE_KV,
+       OP_MATMUL_PROMPT, OP_MATMUL_ID_PROMPT, OP_ATTENTION_PROMPT };
 
 #define MAX_GRAPHS 8
 
@@ -141,6 +142,12 @@ static void run_op(mr_cu_auto *a, mr_backend *be, const rec_op &o)
         r.matmul_id(be, p.w, p.x, p.x_slots, p.ids, p.k, p.y, p.n);
         break;
     }
+    case OP_MATMUL_PROMPT: { auto &p = o.u.matmul; r.matmul_prompt(be, p.w, p.x, p.y, p.n); break; }
+    case OP_MATMUL_ID_PROMPT: {
+        auto &p = o.u.matmul_id;
+        r.matmul_id_prompt(be, p.w, p.x, p.x_slots, p.ids, p.k, p.y, p.n);
+        break;
+    }
     case OP_RMSNORM: { auto &p = o.u.rmsnorm; r.rmsnorm(be, p.x, p.w, p.y, p.n_rows, p.dim, p.eps); break; }
     case OP_ADD_RMSNORM: {
         auto &p = o.u.add_rmsnorm;
@@ -182,6 +189,11 @@ static void run_op(mr_cu_auto *a, mr_backend *be, const rec_op &o)
     case OP_ATTENTION: {
         auto &p = o.u.attention;
         r.attention(be, p.kv, p.layer, p.table, p.q, p.pos, p.n, p.n_heads, p.scale, p.out);
+        break;
+    }
+    case OP_ATTENTION_PROMPT: {
+        auto &p = o.u.attention;
+        r.attention_prompt(be, p.kv, p.layer, p.table, p.q, p.pos, p.n, p.n_heads, p.scale, p.out);
         break;
     }
     case OP_SWIGLU: { auto &p = o.u.swiglu; r.swiglu(be, p.g, p.u, p.o, p.n); break; }
@@ -464,6 +476,31 @@ static void w_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int 
     label(a, "matmul_id t%d %lldx%lldx%lld k=%d n=%d", w->type, (long long)w->n_mats, (long long)w->rows, (long long)w->cols, k, n);
 }
 
+/* Prompt products: the GEMM path, which reads expert ids on the host and
+ * whose calls vary with the prompt: never captured. */
+static void w_matmul_prompt(mr_backend *be, const mr_weight *w, const float *x, float *y, int n)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.matmul_prompt(be, w, x, y, n);
+    rec(be, OP_MATMUL_PROMPT).u.matmul = {w, x, y, n};
+    sp(a->sig, w); sp(a->sig, x); sp(a->sig, y); sp(a->sig, n);
+    a->capturable = false;
+    label(a, "matmul_prompt t%d %lldx%lld n=%d", w->type, (long long)w->rows, (long long)w->cols, n);
+}
+
+static void w_matmul_id_prompt(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
+                               const int32_t *ids, int k, float *y, int n)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.matmul_id_prompt(be, w, x, x_slots, ids, k, y, n);
+    rec(be, OP_MATMUL_ID_PROMPT).u.matmul_id = {w, x, x_slots, ids, k, y, n};
+    sp(a->sig, w); sp(a->sig, x); sp(a->sig, x_slots); sp(a->sig, ids); sp(a->sig, k);
+    sp(a->sig, y); sp(a->sig, n);
+    a->capturable = false;
+    label(a, "matmul_id_prompt t%d %lldx%lldx%lld k=%d n=%d", w->type, (long long)w->n_mats, (long long)w->rows,
+          (long long)w->cols, k, n);
+}
+
 static void w_add_rmsnorm(mr_backend *be, float *y, const float *x, const float *w, float *out,
                           int n_rows, int dim, float eps);
 
@@ -581,6 +618,17 @@ static void w_attention(mr_backend *be, const mr_kv_cache *kv, int layer, const 
     sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, table); sp(a->sig, q); sp(a->sig, pos);
     sp(a->sig, n); sp(a->sig, n_heads); sp(a->sig, scale); sp(a->sig, out);
     label(a, "attention n=%d h=%d", n, n_heads);
+}
+
+static void w_attention_prompt(mr_backend *be, const mr_kv_cache *kv, int layer, const int32_t *table,
+                               const float *q, const int32_t *pos, int n, int n_heads, float scale, float *out)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.attention_prompt(be, kv, layer, table, q, pos, n, n_heads, scale, out);
+    rec(be, OP_ATTENTION_PROMPT).u.attention = {kv, layer, table, NULL, q, pos, n, n_heads, scale, out};
+    sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, table); sp(a->sig, q); sp(a->sig, pos);
+    sp(a->sig, n); sp(a->sig, n_heads); sp(a->sig, scale); sp(a->sig, out);
+    label(a, "attention_prompt n=%d h=%d", n, n_heads);
 }
 
 /* The multi-sequence forms: the tables array is device memory the host
@@ -740,6 +788,9 @@ void mr_cu_autograph_install(mr_backend *be)
     be->get_rows = w_get_rows;
     be->matmul = w_matmul;
     be->matmul_id = w_matmul_id;
+    if (be->matmul_prompt) be->matmul_prompt = w_matmul_prompt;
+    if (be->matmul_id_prompt) be->matmul_id_prompt = w_matmul_id_prompt;
+    if (be->attention_prompt) be->attention_prompt = w_attention_prompt;
     be->rmsnorm = w_rmsnorm;
     be->add_rmsnorm = w_add_rmsnorm;
     be->rope = w_rope;

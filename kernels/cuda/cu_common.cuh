@@ -55,6 +55,8 @@ struct mr_cu_ctx {
     bool gemm_mode_forced;  /* set by MEMRA_CUDA_GEMM: models may not change it */
     bool moe_fused;         /* float16 expert GEMMs from the quantized blocks
                                (MEMRA_CUDA_MOE_FUSED=0: dequantize + cuBLAS) */
+    bool hgemm_cublas;      /* float16 GEMMs through cuBLAS instead of k_hgemm (cu_hgemm.cu;
+                               MEMRA_CUDA_HGEMM=cublas: faster, a row's bits then depend on the call) */
     mr_cu_buf scratch_w;    /* dequantized weight chunk for the GEMM path */
     mr_cu_buf scratch_attn; /* split-K attention partials */
     mr_cu_buf scratch_act;  /* activation scratch (quantized x, GEMM operands) */
@@ -169,6 +171,10 @@ __device__ __forceinline__ void mr_kv_put(void *base, int64_t o, float v)
 void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, int n);
 void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
                      const int32_t *ids, int k, float *y, int n);
+/* Prompt rows: the GEMM path at any size (cu_matmul.cu). */
+void mr_cu_matmul_prompt(mr_backend *be, const mr_weight *w, const float *x, float *y, int n);
+void mr_cu_matmul_id_prompt(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
+                            const int32_t *ids, int k, float *y, int n);
 /* m (2..3) matmuls, or one-token matmul_ids, over the same input in one
  * launch, bitwise equal to the m calls; false (nothing launched) when they
  * cannot share one (cu_matmul.cu; the op recorder fuses q/k/v and gate/up). */
@@ -200,6 +206,13 @@ void mr_cu_prefer_float32(mr_backend *be);
 /* Drops the cached graphs (a scratch buffer they use was reallocated). */
 void mr_cu_autograph_forget(mr_cu_ctx *c);
 void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
+/* The float16 GEMM whose rows do not depend on the call (cu_hgemm.cu):
+ * C = alpha A^T B + beta C as cublasGemmStridedBatchedEx with CUBLAS_OP_T,
+ * CUBLAS_OP_N and float32 C; false, nothing done, for operands it cannot
+ * load (k, lda, ldb, strides not multiples of 8, or A, B not 16-byte aligned). */
+void mr_cu_hgemm_init(mr_cu_ctx *c);
+bool mr_cu_hgemm(mr_cu_ctx *c, int m, int n, int k, float alpha, const __half *A, int lda, long long sa,
+                 const __half *B, int ldb, long long sb, float beta, float *C, int ldc, long long sc, int batch);
 bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
                           const int32_t *ids, int k, float *y, int n);
 /* Decode products with int8 activations (cu_mvq8.cu): false when not

@@ -1,6 +1,6 @@
 /* Prompt path of the matrix products (MR_CU_GEMM_MIN_TOKENS tokens or more):
  * the GGUF blocks are dequantized tile by tile into scratch and multiplied
- * with cuBLAS, on the tensor cores unless told otherwise.
+ * on the tensor cores (k_hgemm, cu_hgemm.cu; cuBLAS for the float32 modes).
  *
  * Precision (MEMRA_CUDA_GEMM, default f16; a model that calls
  * be->prefer_float32 gets f16x3 unless the variable is set):
@@ -41,7 +41,7 @@
  * truncation leans one way: over s instructions its error grows like s, not
  * like sqrt(s).  So the big term W_hi x_hi never runs long inside a
  * tensor-core accumulator:
- *   - cuBLAS (dense products, the padded expert path): W_hi x_hi in chunks
+ *   - the GEMM calls (dense products, the padded expert path): W_hi x_hi in chunks
  *     of X3_KC = 512 columns, each chunk a GEMM with beta 1 that adds its
  *     result to C in its float32 epilogue (round to nearest): 32 MMA steps
  *     of 16 columns at most in the tensor cores;
@@ -62,11 +62,11 @@
  *   What that adds up to, for random-sign terms (the checks' data; a model's
  * products are not worse): a chunk of s MMA steps truncating at most
  * 2^-22 |partial sum| each errs by at most 2^-22 sum_i |c_i| ~ 2^-22 (2/3) s
- * |chunk sum|: 5.1e-6 relative for s = 32 (cuBLAS), 1.3e-6 for s = 8
+ * |chunk sum|: 5.1e-6 relative for s = 32 (the GEMM calls), 1.3e-6 for s = 8
  * (fused); the round-to-nearest adds of the chunks and the representation
  * (~2^-23 rms a term) stay below 1e-6.  kernel-check bounds f16x3 at 1e-5.
  * A host model of this (Gaussian terms, each 16-column step truncated to
- * float32 toward zero) gives ~8e-7 through cuBLAS at any K and ~2.5e-7
+ * float32 toward zero) gives ~8e-7 through the GEMM calls at any K and ~2.5e-7
  * fused (the representation alone: 8e-8); without the chunks 3.4e-6 at K =
  * 2048, 6.8e-6 at 4096, 1.9e-5 at 12288; float32 FMAs in sequence 1.2e-6
  * at 4096.  Range: the same as f16 (weights beyond float16's 65504 become
@@ -86,7 +86,7 @@
  * tokens on the tensor cores (WMMA, float32 accumulate), writing the scaled
  * results to (token, slot) order itself.  No float16 copy of the experts
  * goes through memory, and the work follows the tokens: an expert nobody
- * chose costs nothing.  Same rounding as the cuBLAS path of the mode (both
+ * chose costs nothing.  Same rounding as the GEMM path of the mode (both
  * operands float16, float32 sums), another summation order. */
 #include <stdlib.h>
 #include <string.h>
@@ -106,7 +106,7 @@ template <> __device__ __forceinline__ __half to_out<__half>(float v) { return _
 #define X3_SHIFT 11
 #define X3_LO 2048.0f             /* 2^X3_SHIFT */
 #define X3_INV (1.0f / 2048.0f)   /* 2^-X3_SHIFT */
-#define X3_KC 512                 /* columns of W_hi x_hi a cuBLAS call sums in the tensor cores */
+#define X3_KC 512                 /* columns of W_hi x_hi one GEMM call sums in the tensor cores */
 
 /* Two values split at once, as the bits of a float16 pair (hi) and of the
  * scaled low parts (lo).  A value past float16's range keeps lo = 0, so it
@@ -528,6 +528,9 @@ void mr_cu_gemm_init(mr_cu_ctx *c)
                    : m && !strcmp(m, "tf32")  ? GEMM_TF32
                    : m && !strcmp(m, "f16x3") ? GEMM_F16X3
                                               : GEMM_F16;
+    const char *h = getenv("MEMRA_CUDA_HGEMM");
+    c->hgemm_cublas = h && !strcmp(h, "cublas");
+    mr_cu_hgemm_init(c);
     const char *f = getenv("MEMRA_CUDA_MOE_FUSED");
     c->moe_fused = !(f && !strcmp(f, "0"));
 #define X(TT) moe_x3_allow_smem<TT>(c);
@@ -583,11 +586,19 @@ static void dequant_x3_launch(mr_cu_ctx *c, int type, const uint8_t *W, size_t m
 
 /* C (m x n, column-major, ldc) = alpha A^T B + beta C: A is k x m with
  * leading dimension lda (our row-major weight rows), B k x n with ldb (our
- * token rows), batched over `batch` matrices with the given strides. */
+ * token rows), batched over `batch` matrices with the given strides.
+ * float16 operands go to k_hgemm (cu_hgemm.cu), whose rows come out the same
+ * whatever the call's size, unless MEMRA_CUDA_HGEMM=cublas; the float32
+ * modes (tf32, f32: checks and references) and operands k_hgemm cannot load
+ * go to cuBLAS. */
 static bool gemm_ex(mr_cu_ctx *c, const char *what, cudaDataType_t t, cublasComputeType_t ct, int m,
                     int n, int k, float alpha, const void *A, int lda, long long sa, const void *B,
                     int ldb, long long sb, float beta, float *C, int ldc, long long sc, int batch)
 {
+    if (t == CUDA_R_16F && !c->hgemm_cublas &&
+        mr_cu_hgemm(c, m, n, k, alpha, (const __half *)A, lda, sa, (const __half *)B, ldb, sb, beta, C, ldc, sc,
+                    batch))
+        return !c->failed;
     cublasStatus_t st;
     if (batch == 1)
         st = cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, A, t, lda, B, t, ldb,
@@ -695,7 +706,7 @@ void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
         return;
     const uint8_t *W = (const uint8_t *)w->data;
     /* each chunk's k_dequant rewrites the scratch the previous chunk's
-     * cuBLAS GEMM read: launched with PDL it may start early, but its
+     * GEMM read: launched with PDL it may start early, but its
      * mr_pdl_wait returns only once that GEMM has completed (cu_pdl.cuh) */
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         int64_t nr = rows - r0 < chunk ? rows - r0 : chunk;

@@ -213,6 +213,28 @@ void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, 
     matvec_dispatch(c, w->type, mr_cu_mvjob_plain((const uint8_t *)w->data, w->row_bytes, w, x, y), n, 1);
 }
 
+/* Prompt rows (be->matmul_prompt): the GEMM path at any size, whose rows
+ * do not depend on how many share the call (cu_hgemm.cu), so that a prompt
+ * row meets the same sums in a chunk of 7 tokens as in a prompt of 512. */
+void mr_cu_matmul_prompt(mr_backend *be, const mr_weight *w, const float *x, float *y, int n)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n <= 0 || !weight_ok(c, w, "matmul"))
+        return;
+    mr_cu_matmul_gemm(c, w, x, y, n);
+}
+
+void mr_cu_matmul_id_prompt(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
+                            const int32_t *ids, int k, float *y, int n)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n <= 0 || k <= 0 || !weight_ok(c, w, "matmul_id"))
+        return;
+    if ((x_slots == 1 || x_slots == k) && mr_cu_matmul_id_gemm(c, w, x, x_slots, ids, k, y, n))
+        return;
+    mr_cu_matmul_id(be, w, x, x_slots, ids, k, y, n); /* bad ids or slots: its checks and NaN rows */
+}
+
 void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
                      const int32_t *ids, int k, float *y, int n)
 {

@@ -354,6 +354,125 @@ START_TEST(batch_rejects_bad_items)
 }
 END_TEST
 
+/* The forward pass's routing by row kind (kernels/ops.h, matmul_prompt): a
+ * CPU backend whose ops count what they are given, with prompt ops and a
+ * batch_variant_rows of 3.  In a step of three generated items and two
+ * prompt items the generated rows go to matmul / matmul_id in products of
+ * at most 2 rows and to the decode attention, the prompt rows to the prompt
+ * ops in one product (12 rows; 7 output rows) and one attention call per
+ * segment; every row's logits equal its solo run's, and a generated item
+ * after a prompt item is refused. */
+static mr_backend real_ops;
+static int mm_gen_max, mm_prompt_bad, mm_prompt_calls, att_gen_bad, att_prompt_calls, att_prompt_bad;
+
+static void count_matmul(mr_backend *b, const mr_weight *w, const float *x, float *y, int n)
+{
+    mm_gen_max = n > mm_gen_max ? n : mm_gen_max;
+    real_ops.matmul(b, w, x, y, n);
+}
+static void count_matmul_prompt(mr_backend *b, const mr_weight *w, const float *x, float *y, int n)
+{
+    mm_prompt_calls++;
+    mm_prompt_bad += n != 12 && n != 7;
+    real_ops.matmul(b, w, x, y, n);
+}
+static void count_matmul_id(mr_backend *b, const mr_weight *w, const float *x, int xs, const int32_t *ids, int k,
+                            float *y, int n)
+{
+    mm_gen_max = n > mm_gen_max ? n : mm_gen_max;
+    real_ops.matmul_id(b, w, x, xs, ids, k, y, n);
+}
+static void count_matmul_id_prompt(mr_backend *b, const mr_weight *w, const float *x, int xs, const int32_t *ids,
+                                   int k, float *y, int n)
+{
+    mm_prompt_calls++;
+    mm_prompt_bad += n != 12;
+    real_ops.matmul_id(b, w, x, xs, ids, k, y, n);
+}
+static void count_attention(mr_backend *b, const mr_kv_cache *kv, int layer, const int32_t *table, const float *q,
+                            const int32_t *pos, int n, int heads, float scale, float *out)
+{
+    att_gen_bad += n != 1;
+    real_ops.attention(b, kv, layer, table, q, pos, n, heads, scale, out);
+}
+static void count_attention_prompt(mr_backend *b, const mr_kv_cache *kv, int layer, const int32_t *table,
+                                   const float *q, const int32_t *pos, int n, int heads, float scale, float *out)
+{
+    att_prompt_calls++;
+    att_prompt_bad += n != 7 && n != 5;
+    real_ops.attention(b, kv, layer, table, q, pos, n, heads, scale, out);
+}
+
+START_TEST(rows_routed_by_kind)
+{
+    mr_model_opts o = {.n_ctx = 64, .n_seqs = 5, .block_tokens = 8};
+    mr_err err;
+    be = mr_backend_cpu_create(&err);
+    ck_assert_msg(be != NULL, "%s", err.msg);
+    real_ops = *be;
+    be->batch_variant_rows = 3;
+    be->matmul = count_matmul;
+    be->matmul_prompt = count_matmul_prompt;
+    be->matmul_id = count_matmul_id;
+    be->matmul_id_prompt = count_matmul_id_prompt;
+    be->attention = count_attention;
+    be->attention_prompt = count_attention_prompt;
+    be->kv_store_multi = NULL; /* generated segments one attention call each */
+    be->attention_multi = NULL;
+    ck_assert_msg(mr_model_load(fixture_path("models/qwen3moe/model-BF16.gguf"), be, &o, &model, &err) == 0, "%s",
+                  err.msg);
+    int V = mr_model_hparams(model)->n_vocab;
+    int32_t p[5][8];
+    for (int i = 0; i < 5; i++)
+        lcg_prompt(p[i], 8, 60 + (uint32_t)i, V);
+    /* solo: sequences 0-2 take a 6-token prompt and decode p[i][6]; 3 and 4
+     * run prompts of 7 (all rows) and 5 tokens */
+    float *solo = malloc(sizeof(float) * (size_t)V * 10), *got = malloc(sizeof(float) * (size_t)V * 10);
+    mr_seq *sq[5];
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(mr_seq_new(model, &sq[i], &err), 0);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(mr_model_forward(model, sq[i], p[i], 6, MR_LOGITS_NONE, NULL, &err), 0);
+        ck_assert_int_eq(mr_model_forward_gen(model, sq[i], p[i] + 6, 1, MR_LOGITS_LAST, solo + (size_t)i * V, &err), 0);
+    }
+    ck_assert_int_eq(mr_model_forward(model, sq[3], p[3], 7, MR_LOGITS_ALL, solo + (size_t)3 * V, &err), 0);
+    for (int i = 0; i < 5; i++)
+        mr_seq_free(sq[i]);
+    /* batched: the three decode steps, then both prompts */
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(mr_seq_new(model, &sq[i], &err), 0);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(mr_model_forward(model, sq[i], p[i], 6, MR_LOGITS_NONE, NULL, &err), 0);
+    mr_batch_item it[5];
+    for (int i = 0; i < 3; i++)
+        it[i] = (mr_batch_item){.seq = sq[i], .tokens = p[i] + 6, .n = 1, .mode = MR_LOGITS_LAST,
+                                .logits = got + (size_t)i * V, .gen = true};
+    it[3] = (mr_batch_item){.seq = sq[3], .tokens = p[3], .n = 7, .mode = MR_LOGITS_ALL, .logits = got + (size_t)3 * V};
+    it[4] = (mr_batch_item){.seq = sq[4], .tokens = p[4], .n = 5, .mode = MR_LOGITS_NONE};
+    mm_gen_max = mm_prompt_bad = mm_prompt_calls = att_gen_bad = att_prompt_calls = att_prompt_bad = 0;
+    ck_assert_msg(mr_model_forward_batch(model, it, 5, &err) == 0, "%s", err.msg);
+    ck_assert_int_le(mm_gen_max, 2);
+    ck_assert_int_gt(mm_prompt_calls, 0);
+    ck_assert_int_eq(mm_prompt_bad, 0);
+    ck_assert_int_eq(att_gen_bad, 0);
+    ck_assert_int_eq(att_prompt_calls, 2 * (int)mr_model_hparams(model)->n_layers);
+    ck_assert_int_eq(att_prompt_bad, 0);
+    ck_assert(memcmp(solo, got, sizeof(float) * (size_t)V * 10) == 0);
+    /* a generated item after a prompt item: refused, nothing changed */
+    int len = mr_seq_len(sq[0]);
+    mr_batch_item late[2] = {{.seq = sq[4], .tokens = p[4] + 5, .n = 1, .mode = MR_LOGITS_NONE},
+                             {.seq = sq[0], .tokens = p[0], .n = 1, .mode = MR_LOGITS_LAST, .logits = got, .gen = true}};
+    ck_assert_int_ne(mr_model_forward_batch(model, late, 2, &err), 0);
+    ck_assert_msg(strstr(err.msg, "generated item") != NULL, "%s", err.msg);
+    ck_assert_int_eq(mr_seq_len(sq[0]), len);
+    for (int i = 0; i < 5; i++)
+        mr_seq_free(sq[i]);
+    free(solo);
+    free(got);
+    close_model();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kv");
@@ -366,6 +485,7 @@ int main(void)
     tcase_add_loop_test(tc, batched_and_chunked_logits_are_bit_identical, 0, 4);
     tcase_add_test(tc, argmax_mode_matches_host_argmax);
     tcase_add_test(tc, batch_rejects_bad_items);
+    tcase_add_test(tc, rows_routed_by_kind);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

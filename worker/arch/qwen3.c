@@ -47,8 +47,9 @@ void mr_qwen3_attend(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int kv_lay
             continue;
         size_t r = (size_t)g->start;
         be->kv_store(be, kv, kv_layer, g->s->blocks_dev, sc->k + r * kvd, sc->v + r * kvd, sc->pos + r, g->n);
-        be->attention(be, kv, kv_layer, g->s->blocks_dev, sc->q + r * qd, sc->pos + r, g->n, hp->n_heads, scale,
-                      sc->att + r * qd);
+        (g->gen || !be->attention_prompt ? be->attention : be->attention_prompt)(
+            be, kv, kv_layer, g->s->blocks_dev, sc->q + r * qd, sc->pos + r, g->n, hp->n_heads, scale,
+            sc->att + r * qd);
     }
 }
 
@@ -139,5 +140,5 @@ void mr_qwen3_output_head(mr_model *m, const mr_fwd_seg *segs, int n_segs)
             rows = g->out_row + r;
     }
     if (rows > 0)
-        mr_fwd_matmul(m, &m->output, sc->xn, sc->logits, rows);
+        mr_fwd_matmul_out(m, &m->output, sc->xn, sc->logits, rows);
 }

@@ -503,10 +503,15 @@ int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens,
     be->matmul(be, &q->eh_proj, q->mtp_cat, sc->x, n);
 
     be->rmsnorm(be, sc->x, q->mtp.attn_norm, sc->xn, n, E, hp->rms_eps);
-    mr_fwd_seg seg = {.s = s, .start = 0, .n = n, .out_first = 0, .out_row = 0};
+    /* the rows over a prompt (from position 0) are prompt work, the draft
+     * chain and the rows after a verify generated ones (decode kernels) */
+    const bool gen = pos0 > 0;
+    mr_fwd_seg seg = {.s = s, .start = 0, .n = n, .out_first = 0, .out_row = 0, .gen = gen};
+    m->gen_rows = gen ? n : 0;
     full_attention(m, &q->mtp, &q->mtp_kv, 0, &seg, 1, n);
     be->add(be, sc->x, sc->proj, (size_t)n * (size_t)E);
     ffn_block(m, &q->mtp, &q->mtp_q, n);
+    m->gen_rows = 0;
     be->rmsnorm(be, sc->x, q->head_norm ? q->head_norm : m->output_norm, q->mtp_h, n, E, hp->rms_eps);
     be->matmul(be, &m->output, q->mtp_h, sc->logits, n);
     if (be->sync(be, err))

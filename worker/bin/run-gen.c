@@ -283,7 +283,7 @@ int main(int argc, char **argv)
             if (ds && (mr_detok_stream_push(ds, next, &text, &err) || put_text(&text, &ends_nl, &err)))
                 goto fail;
             if (i + 1 < n_gen) {
-                if (mr_model_forward(m, s, &next, 1, MR_LOGITS_LAST, logits, &err))
+                if (mr_model_forward_gen(m, s, &next, 1, MR_LOGITS_LAST, logits, &err))
                     goto fail;
                 next = mr_sample_argmax(logits, hp->n_vocab);
             }

@@ -115,7 +115,7 @@ static int solo(mr_model *m, const int32_t *prompt, int n_prompt, int n_gen, int
     for (int i = 0; !rc && i < n_gen; i++) {
         out[i] = mr_sample_argmax(lg, V);
         if (i + 1 < n_gen)
-            rc = mr_model_forward(m, s, &out[i], 1, MR_LOGITS_LAST, lg, err);
+            rc = mr_model_forward_gen(m, s, &out[i], 1, MR_LOGITS_LAST, lg, err);
     }
     mr_seq_free(s);
     free(lg);
