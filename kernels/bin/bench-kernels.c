@@ -306,8 +306,9 @@ static void bench_id(mr_backend **be, const char **label, int nbe, int type, int
 }
 
 /* Qwen3-30B-A3B experts (gate/up Q4_K 768x2048, down Q6_K 2048x768, k = 8
- * of 128): decode batches of 1, 4, 8, 16, 64 tokens through the 22-bit
- * kernel (the default), the float kernels grouped by expert
+ * of 128) and Qwen3.6-35B-A3B experts (gate/up IQ4_XS 512x2048, down
+ * 2048x512, k = 8 of 256): decode batches of 1, 4, 8, 16, 64 tokens through
+ * the 22-bit kernel (the default), the float kernels grouped by expert
  * (MEMRA_CUDA_X24_MOE=0) and the float kernels one job per pair (and
  * MEMRA_CUDA_MOE_GROUPED=0). */
 static int bench_moe(int iters, double cbw)
@@ -329,6 +330,8 @@ static int bench_moe(int iters, double cbw)
     const int ns[] = {1, 4, 8, 16, 64};
     bench_id(be, label, 3, MR_TYPE_Q4_K, 768, 2048, 128, 8, 1, ns, 5, iters, cbw, false);
     bench_id(be, label, 3, MR_TYPE_Q6_K, 2048, 768, 128, 8, 8, ns, 5, iters, cbw, false);
+    bench_id(be, label, 3, MR_TYPE_IQ4_XS, 512, 2048, 256, 8, 1, ns, 5, iters, cbw, false);
+    bench_id(be, label, 3, MR_TYPE_IQ4_XS, 2048, 512, 256, 8, 8, ns, 5, iters, cbw, false);
     for (int b = 2; b >= 0; b--) be[b]->destroy(be[b]);
     return 0;
 }

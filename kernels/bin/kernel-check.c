@@ -1680,10 +1680,14 @@ static void check_hybrid_ops(void)
  * other types) run the float kernels: checked against (b) at 2e-5.
  *
  * The matvec with 22-bit integer activations (MEMRA_CUDA_MATVEC=x24all,
- * backend "-x24": Q4_K and Q6_K plain products) is checked the same way with
- * its own quantization (absmax / (2^21 - 1) per 32): (a) at 1e-5, (b) at
- * the float kernels' own bound, 2e-5 (expected ~3e-7: d/sqrt(12)/sigma
- * with d 16,500 times smaller than int8's). */
+ * backend "-x24": Q4_K, Q6_K, IQ4_XS and Q8_0 plain products) is checked the
+ * same way with its own quantization (absmax / (2^21 - 1) per 32): (a) at
+ * 1e-5, (b) at the float kernels' own bound, 2e-5 (expected ~3e-7:
+ * d/sqrt(12)/sigma with d 16,500 times smaller than int8's).  "flat x"
+ * lines: every input 1, so every q is 2^21 - 1 and a 32-column IQ4_XS or
+ * Q8_0 unit's sum q * sum(w) passes 2^31 wherever |sum(w)| > 1024 (~1.5% of
+ * the units of random blocks): the sums that must not be formed in
+ * int32. */
 #define N_Q8 4
 #define Q8_X24 3 /* the index of the x24 backend */
 static mr_backend *q8_be[N_Q8]; /* q8: default rows per block, forced 4, forced 2; x24 */
@@ -1692,7 +1696,8 @@ static const char *q8_name[N_Q8] = {"-q8", "-q8r4", "-q8r2", "-x24"};
 static int q8_handles(int bi, int type, int64_t cols, bool experts)
 {
     if (bi == Q8_X24) /* plain products, any token count */
-        return cols % 256 == 0 && cols <= 13312 && !experts && (type == MR_TYPE_Q4_K || type == MR_TYPE_Q6_K);
+        return cols % 256 == 0 && cols <= 13312 && !experts &&
+               (type == MR_TYPE_Q4_K || type == MR_TYPE_Q6_K || type == MR_TYPE_IQ4_XS || type == MR_TYPE_Q8_0);
     return cols % 256 == 0 && (type == MR_TYPE_Q4_K || type == MR_TYPE_Q5_K || type == MR_TYPE_Q6_K ||
                                type == MR_TYPE_Q8_0 || type == MR_TYPE_Q4_0 || type == MR_TYPE_IQ4_XS);
 }
@@ -1776,21 +1781,23 @@ static void q8_report(int bi, const char *op, const char *cost, const char *shap
     }
 }
 
-/* y = W x with int8 activations, n <= 64 tokens (matvec path). */
-static void check_q8(const tdesc *td, int64_t cols, int64_t rows, int n)
+/* y = W x with int8 activations, n <= 64 tokens (matvec path); flat: x
+ * all ones instead of Gaussian. */
+static void check_q8_x(const tdesc *td, int64_t cols, int64_t rows, int n, bool flat)
 {
     size_t rb = (size_t)(cols / td->be) * td->bb, xn = (size_t)n * cols, yn = (size_t)n * rows;
     uint8_t *host = malloc(rb * rows);
     rand_blocks(td, host, rb * rows / td->bb);
     float *x = malloc(xn * 4), *y = malloc(yn * 4);
-    for (size_t i = 0; i < xn; i++) x[i] = fgauss();
+    for (size_t i = 0; i < xn; i++) x[i] = flat ? 1.0f : fgauss();
     double *xh = malloc(xn * 8), *rq = malloc(yn * 8), *rf = malloc(yn * 8), *rq24 = malloc(yn * 8);
     q8_ref_quant(x, xn, xh);
     q8_refs(td, host, rb, cols, rows, x, xh, 0, n, 0, rq, rf);
     q8_ref_quant_to(x, xn, xh, 2097151.0f);
     q8_refs(td, host, rb, cols, rows, x, xh, 0, n, 0, rq24, NULL);
     char shape[64];
-    snprintf(shape, sizeof shape, "%s %lldx%lld n=%d", td->name, (long long)rows, (long long)cols, n);
+    snprintf(shape, sizeof shape, "%s %lldx%lld n=%d%s", td->name, (long long)rows, (long long)cols, n,
+             flat ? " flat x" : "");
     for (int bi = 0; bi < N_Q8; bi++) {
         mr_backend *be = q8_be[bi];
         mr_weight w;
@@ -1807,6 +1814,8 @@ static void check_q8(const tdesc *td, int64_t cols, int64_t rows, int n)
     }
     free(host); free(x); free(y); free(xh); free(rq); free(rf); free(rq24);
 }
+
+static void check_q8(const tdesc *td, int64_t cols, int64_t rows, int n) { check_q8_x(td, cols, rows, n, false); }
 
 /* Expert products with int8 activations.  bad_id: the second pair names
  * expert `mats` (out of range): its rows must come out NaN, the others as
@@ -1903,6 +1912,24 @@ static void check_q8_all(void)
         check_q8_id(td, 2048, 768, 16, 8, 1, 16, 0);
         check_q8_id(td, 4096, 1024, 4, 2, 2, 3, 1);
     }
+    /* sums past 2^31 (flat x), on every type the 22-bit kernel takes */
+    const int x24t[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_IQ4_XS, MR_TYPE_Q8_0};
+    for (size_t b = 0; b < sizeof x24t / sizeof x24t[0]; b++) {
+        check_q8_x(td_of(x24t[b]), 4096, 1024, 1, true);
+        check_q8_x(td_of(x24t[b]), 2048, 512, 3, true);
+    }
+    /* the hybrids' shapes: Qwen3.6-35B-A3B (IQ4_XS: the 8192 x 2048
+     * projection, experts 256 x 512 x 2048 gate/up and 256 x 2048 x 512 down
+     * at k = 8) and Qwen3.5-9B (Q8_0: gate/up 12288 x 4096) */
+    const tdesc *iq = td_of(MR_TYPE_IQ4_XS), *q80 = td_of(MR_TYPE_Q8_0);
+    check_q8(iq, 2048, 8192, 1);
+    check_q8(iq, 2048, 8192, 2);
+    check_q8_id(iq, 2048, 512, 256, 8, 1, 1, 0);
+    check_q8_id(iq, 2048, 512, 256, 8, 1, 4, 0);
+    check_q8_id(iq, 512, 2048, 256, 8, 8, 1, 0);
+    check_q8_id(iq, 512, 2048, 256, 8, 8, 5, 1);
+    check_q8(q80, 4096, 12288, 1);
+    check_q8(q80, 4096, 12288, 2);
 }
 
 /* ---- batch invariance: a row's product alone and among others ----
@@ -2025,6 +2052,10 @@ static void check_batch_invariance(void)
         check_x24_pre(pre, td_of(MR_TYPE_Q6_K), 4096, 1024, n);
         check_x24_pre(pre, td_of(MR_TYPE_Q4_K), 12288, 4096, n);
     }
+    for (int n = 1; n <= 8; n += 7) {
+        check_x24_pre(pre, td_of(MR_TYPE_IQ4_XS), 2048, 8192, n);
+        check_x24_pre(pre, td_of(MR_TYPE_Q8_0), 4096, 12288, n);
+    }
     pre->destroy(pre);
     const int types[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_Q5_K, MR_TYPE_Q8_0, MR_TYPE_Q4_0, MR_TYPE_IQ4_XS,
                          MR_TYPE_BF16};
@@ -2038,8 +2069,9 @@ static void check_batch_invariance(void)
     check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q4_K), 12288, 4096, 1, 1);
     check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q6_K), 4096, 151936, 1, 1);
     /* the 22-bit kernel on every shape it takes (MEMRA_CUDA_MATVEC=x24all) */
-    const int x24t[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K};
-    for (int i = 0; i < 2; i++) {
+    const int x24t[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_IQ4_XS, MR_TYPE_Q8_0};
+    const int nx24 = (int)(sizeof x24t / sizeof x24t[0]);
+    for (int i = 0; i < nx24; i++) {
         const tdesc *td = td_of(x24t[i]);
         check_batch_invariance_one(q8_be[Q8_X24], "batch-inv-x24", td, 4096, 1024, 1, 1);
         check_batch_invariance_one(q8_be[Q8_X24], "batch-inv-x24", td, 4096, 12288, 1, 1);
@@ -2047,9 +2079,17 @@ static void check_batch_invariance(void)
         check_batch_invariance_one(q8_be[Q8_X24], "batch-inv-x24", td, 2048, 768, 16, 8);
         check_batch_invariance_one(q8_be[Q8_X24], "batch-inv-x24", td, 768, 2048, 128, 8);
     }
+    /* the 35B-A3B's shapes (IQ4_XS there; Q8_0 too): the 8192 x 2048
+     * projection, experts gate/up 512 x 2048 and down 2048 x 512, k = 8 of 256 */
+    for (int i = 2; i < nx24; i++) {
+        const tdesc *td = td_of(x24t[i]);
+        check_batch_invariance_one(q8_be[Q8_X24], "batch-inv-x24", td, 2048, 8192, 1, 1);
+        check_batch_invariance_one(q8_be[Q8_X24], "batch-inv-x24", td, 2048, 512, 256, 8);
+        check_batch_invariance_one(q8_be[Q8_X24], "batch-inv-x24", td, 512, 2048, 256, 8);
+    }
     /* and with up to 8 tokens a launch (MEMRA_CUDA_X24_NT=8; the default is 2) */
     mr_backend *nt8 = x24_backend("MEMRA_CUDA_X24_NT", "8");
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < nx24; i++) {
         check_batch_invariance_one(nt8, "batch-inv-x24nt8", td_of(x24t[i]), 4096, 12288, 1, 1);
         check_batch_invariance_one(nt8, "batch-inv-x24nt8", td_of(x24t[i]), 2048, 768, 16, 8);
     }

@@ -1,13 +1,15 @@
 /* Expert products of decode (matmul_id, 1..64 tokens) with 22-bit integer
  * activations: the units of cu_x24.cuh (dp4a on three byte planes of the
- * input, Q4_K from the GGUF blocks, Q6_K from the padded copy) on the
- * experts the tokens chose.
+ * input; Q4_K and IQ4_XS from the GGUF blocks, Q6_K and Q8_0 from the
+ * padded copy) on the experts the tokens chose.
  *
  * Why: a decode batch of 16 tokens on the 30B-A3B shape spends ~12 ms of a
  * ~26 ms step in the float grouped kernels (cu_fast.cu, k_fast_grouped),
  * which are issue-bound (docs/GPU-NOTES.md 16: 12-26% of copy bandwidth),
  * not in moving the ~4 ms of experts it reads; the integer units take ~1.9
- * instructions a weight against ~3.4.
+ * instructions a weight against ~3.4.  The 35B-A3B's experts are IQ4_XS,
+ * whose float kernels also pay a code book lookup a weight (GPU-NOTES
+ * 38).
  *
  * Shape of the work.  The inputs are quantized once per call by their own
  * small kernel (k_x24_quant: a row per token, or per pair when each pair
@@ -117,7 +119,7 @@ __global__ void __launch_bounds__(XM_WARPS * 32, 4) k_moex24(mr_cu_mvjob a, cons
                 xt[t] = xg + (size_t)in * xb;
             }
             /* rows a pass as in cu_mvx24.cu's xs_launch_nt (registers) */
-            constexpr int R4 = T == MR_TYPE_Q4_K ? 2 : 1, R2 = T == MR_TYPE_Q4_K ? 4 : 2;
+            constexpr int R4 = xs_type<T>::R4, R2 = xs_type<T>::R2;
             if (m == 4) {
 #pragma unroll
                 for (int i = 0; i < XM_ROWS; i += R4)
@@ -136,23 +138,30 @@ __global__ void __launch_bounds__(XM_WARPS * 32, 4) k_moex24(mr_cu_mvjob a, cons
 
 /* ---- dispatch ---- */
 
-/* Whether the kernel takes these expert matrices: on, Q4_K or Q6_K (with
- * its padded copy), whole 256-column blocks, one type, width and expert
- * count.  Never depends on the token count. */
+/* Whether the kernel takes these expert matrices: on, Q4_K, Q6_K, IQ4_XS
+ * or Q8_0 (Q6_K and Q8_0 with their padded copy), whole 256-column blocks,
+ * one type, width and expert count.  Never depends on the token count. */
 static bool xm_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x)
 {
     if (!c->matvec_x24 || !c->x24_moe || c->no_fast || m < 1 || m > MR_CU_MV_SUBS || ((uintptr_t)x & 15))
         return false;
     const int T = w[0]->type;
-    if (T != MR_TYPE_Q4_K && T != MR_TYPE_Q6_K)
+    if (!xs_has(T))
         return false;
     for (int s = 0; s < m; s++) {
         const mr_weight *v = w[s];
         if (!v->data || v->type != T || v->cols != w[0]->cols || v->n_mats != w[0]->n_mats || v->n_mats < 2 ||
-            v->cols % 256 || v->cols > XS_COLS_MAX || (T == MR_TYPE_Q6_K && !v->priv))
+            v->cols % 256 || v->cols > XS_COLS_MAX || (xs_padded(T) && !v->priv))
             return false;
     }
     return true;
+}
+
+template <int T>
+static void xm_launch(mr_cu_ctx *c, dim3 grid, const mr_cu_mvjob &a, const int32_t *grp, int S, int RS,
+                      const uint8_t *xg)
+{
+    mr_cu_launch(c, k_moex24<T>, grid, XM_WARPS * 32, 0, a, grp, S, RS, xg, c->x24_nt_max);
 }
 
 bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
@@ -188,12 +197,12 @@ bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
     if (RS < step) RS = step;
     if (RS > 16 * step) RS = 16 * step;
     const dim3 grid((unsigned)((rows_max + RS - 1) / RS), (unsigned)S, (unsigned)m);
-    if (T == MR_TYPE_Q4_K)
-        mr_cu_launch(c, k_moex24<MR_TYPE_Q4_K>, grid, XM_WARPS * 32, 0, a, grp, S, (int)RS, xg,
-                     c->x24_nt_max);
-    else
-        mr_cu_launch(c, k_moex24<MR_TYPE_Q6_K>, grid, XM_WARPS * 32, 0, a, grp, S, (int)RS, xg,
-                     c->x24_nt_max);
+    switch (T) {
+    case MR_TYPE_Q4_K: xm_launch<MR_TYPE_Q4_K>(c, grid, a, grp, S, (int)RS, xg); break;
+    case MR_TYPE_Q6_K: xm_launch<MR_TYPE_Q6_K>(c, grid, a, grp, S, (int)RS, xg); break;
+    case MR_TYPE_IQ4_XS: xm_launch<MR_TYPE_IQ4_XS>(c, grid, a, grp, S, (int)RS, xg); break;
+    default: xm_launch<MR_TYPE_Q8_0>(c, grid, a, grp, S, (int)RS, xg); break; /* xs_has */
+    }
     MR_CU_LAUNCHED(c, "x24 expert matvec");
     return true;
 }

@@ -1,5 +1,6 @@
-/* Decode matvec with 22-bit integer activations (Q4_K and Q6_K plain
- * products of 1-8 tokens; on by default for the large ones, see x24_one).
+/* Decode matvec with 22-bit integer activations (Q4_K, Q6_K, IQ4_XS and
+ * Q8_0 plain products of 1-8 tokens; on by default for the large ones, see
+ * x24_one).
  * A token's sums do not depend on how many tokens share the launch, so a
  * request's tokens do not depend on its batchmates (DESIGN.md, numerics
  * rules; kernel-check batch-inv-x24).  Expert products go through the same
@@ -22,14 +23,18 @@
  *     lane's 32 weights and its block's header are two 16-byte loads; the
  *     kernel layout's 148-byte blocks allow only 4-byte loads, which cost
  *     four times the L1 wavefronts); Q6_K from the padded layout (212
- *     bytes) with 4-byte loads;
+ *     bytes) with 4-byte loads; IQ4_XS from the GGUF blocks (136 bytes,
+ *     8-byte loads), Q8_0 from the padded layout (36 bytes, 8-byte loads
+ *     from the 8-byte boundary at or before the block);
  *   - the activation rows are quantized once per block into shared memory as
  *     integers of 22 bits (d = absmax / (2^21 - 1) per 32 columns, q =
  *     rint(x / d)) in three byte planes (signed high, unsigned middle and
  *     low), so four 4- or 6-bit quants meet four activations in one dp4a
  *     per plane and every 8- to 16-element sum is exact in int32 (at most
- *     63 * 2^21 * 8 < 2^31); only its scaling is float.  ~1.9 instructions
- *     a weight against ~3.4 for float32 math.  Rounding x to 22 bits moves
+ *     63 * 2^21 * 8 < 2^31; IQ4_XS's code book values and Q8_0's quants
+ *     against 32 columns need int64 for the join of the planes, see
+ *     cu_x24.cuh); only its scaling is float.  ~1.9 instructions a Q4_K
+ *     weight against ~3.4 for float32 math.  Rounding x to 22 bits moves
  *     a product by ~5e-7 of its size, below what the float kernels' own
  *     order of summation changes (16 bits, tried first, moved it by 2e-5,
  *     as much as the bound the float kernels are held to).
@@ -174,17 +179,16 @@ static void xs_launch(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, co
 }
 
 /* R rows a warp: 4 for one token; with more tokens as many as the
- * registers allow without spilling (ptxas, sm_90a): Q4_K 4 rows for two
- * tokens and 2 for four or eight, Q6_K (more registers a unit) 2 and 1.
- * More rows a warp share each load of the input planes. */
+ * registers allow, per type (cu_x24.cuh, xs_type: Q4_K 4 rows for two
+ * tokens and 2 for four or eight, Q6_K 2 and 1). */
 template <int T>
 static void xs_launch_nt(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, int nt, const uint8_t *xg)
 {
-    constexpr bool q4 = T == MR_TYPE_Q4_K;
-    if (nt == 8) xs_launch<T, q4 ? 2 : 1, 8>(c, a, total_rows, xg);
-    else if (nt == 4) xs_launch<T, q4 ? 2 : 1, 4>(c, a, total_rows, xg);
-    else if (nt == 2) xs_launch<T, q4 ? 4 : 2, 2>(c, a, total_rows, xg);
-    else xs_launch<T, 4, 1>(c, a, total_rows, xg);
+    using X = xs_type<T>;
+    if (nt == 8) xs_launch<T, X::R8, 8>(c, a, total_rows, xg);
+    else if (nt == 4) xs_launch<T, X::R4, 4>(c, a, total_rows, xg);
+    else if (nt == 2) xs_launch<T, X::R2, 2>(c, a, total_rows, xg);
+    else xs_launch<T, X::R1, 1>(c, a, total_rows, xg);
 }
 
 /* Whether matrix w goes to this kernel.  Measured on the H200
@@ -195,11 +199,12 @@ static void xs_launch_nt(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows,
  * the whole input, a latency the float kernels do not pay), and with
  * 12,288 columns it loses (4096 x 12288 24.6 against 15.3 us).
  * MEMRA_CUDA_MATVEC=x24 takes those shapes, =x24all every shape it can.
- * The choice never depends on the token count: a row gets the same kernel
- * alone and in a decode batch. */
+ * IQ4_XS and Q8_0 follow the same rule, not yet timed (docs/GPU-NOTES.md
+ * 38).  The choice never depends on the token count: a row gets the same
+ * kernel alone and in a decode batch. */
 static bool x24_one(const mr_cu_ctx *c, const mr_weight *w, int T)
 {
-    if (w->type != T || (T == MR_TYPE_Q6_K && !w->priv) || !w->data)
+    if (w->type != T || (xs_padded(T) && !w->priv) || !w->data)
         return false;
     return c->matvec_x24 == 2 || (w->cols <= 4096 && w->rows >= 12288);
 }
@@ -207,7 +212,7 @@ static bool x24_one(const mr_cu_ctx *c, const mr_weight *w, int T)
 int mr_cu_x24_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x)
 {
     const int T = w[0]->type;
-    if (!c->matvec_x24 || c->no_fast || (T != MR_TYPE_Q4_K && T != MR_TYPE_Q6_K) || w[0]->cols % 256 ||
+    if (!c->matvec_x24 || c->no_fast || !xs_has(T) || w[0]->cols % 256 ||
         w[0]->cols > XS_COLS_MAX || ((uintptr_t)x & 15) || m < 1 || m > MR_CU_MV_SUBS)
         return 0;
     int yes = 0;
@@ -246,8 +251,12 @@ bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
         int nt = n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1;
         while (nt > c->x24_nt_max) nt /= 2;
         while (!xg && nt > 1 && nt * xb > c->x24_smem) nt /= 2;
-        if (T == MR_TYPE_Q4_K) xs_launch_nt<MR_TYPE_Q4_K>(c, a, total, nt, xg);
-        else xs_launch_nt<MR_TYPE_Q6_K>(c, a, total, nt, xg);
+        switch (T) {
+        case MR_TYPE_Q4_K: xs_launch_nt<MR_TYPE_Q4_K>(c, a, total, nt, xg); break;
+        case MR_TYPE_Q6_K: xs_launch_nt<MR_TYPE_Q6_K>(c, a, total, nt, xg); break;
+        case MR_TYPE_IQ4_XS: xs_launch_nt<MR_TYPE_IQ4_XS>(c, a, total, nt, xg); break;
+        default: xs_launch_nt<MR_TYPE_Q8_0>(c, a, total, nt, xg); break; /* xs_has */
+        }
         if (xg) xg += (size_t)nt * xb;
         a.x += (int64_t)nt * a.cols;
         a.y += (int64_t)nt * a.rows;
@@ -255,6 +264,18 @@ bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
         n -= nt;
     }
     return true;
+}
+
+/* Lets every instance of type T ask for optin bytes of shared memory. */
+template <int T>
+static bool xs_optin(int optin)
+{
+    using X = xs_type<T>;
+    const cudaFuncAttribute at = cudaFuncAttributeMaxDynamicSharedMemorySize;
+    return cudaFuncSetAttribute(k_mvx24<T, X::R1, 1>, at, optin) == cudaSuccess &&
+           cudaFuncSetAttribute(k_mvx24<T, X::R2, 2>, at, optin) == cudaSuccess &&
+           cudaFuncSetAttribute(k_mvx24<T, X::R4, 4>, at, optin) == cudaSuccess &&
+           cudaFuncSetAttribute(k_mvx24<T, X::R8, 8>, at, optin) == cudaSuccess;
 }
 
 /* At backend creation: the shared memory a launch may ask for (several
@@ -286,12 +307,8 @@ void mr_cu_x24_init(mr_cu_ctx *c)
         (void)cudaGetLastError();
         return;
     }
-    const cudaFuncAttribute at = cudaFuncAttributeMaxDynamicSharedMemorySize;
-#define XS_OPTIN(T, R, NT) (cudaFuncSetAttribute(k_mvx24<T, R, NT>, at, optin) == cudaSuccess)
-    const bool ok = XS_OPTIN(MR_TYPE_Q4_K, 4, 1) && XS_OPTIN(MR_TYPE_Q4_K, 4, 2) && XS_OPTIN(MR_TYPE_Q4_K, 2, 4) &&
-                    XS_OPTIN(MR_TYPE_Q4_K, 2, 8) && XS_OPTIN(MR_TYPE_Q6_K, 4, 1) && XS_OPTIN(MR_TYPE_Q6_K, 2, 2) &&
-                    XS_OPTIN(MR_TYPE_Q6_K, 1, 4) && XS_OPTIN(MR_TYPE_Q6_K, 1, 8);
-#undef XS_OPTIN
+    const bool ok = xs_optin<MR_TYPE_Q4_K>(optin) && xs_optin<MR_TYPE_Q6_K>(optin) &&
+                    xs_optin<MR_TYPE_IQ4_XS>(optin) && xs_optin<MR_TYPE_Q8_0>(optin);
     if (ok)
         c->x24_smem = (size_t)optin;
     else

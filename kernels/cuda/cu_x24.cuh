@@ -2,12 +2,30 @@
  * products; cu_moex24.cu: expert products): the input planes, their
  * quantization, and one lane's unit of weights against NT tokens.  Both
  * kernels sum a (row, token) the same way: a lane's units in order, each
- * unit's scaling with its rounding spelled out, then a warp sum. */
+ * unit's scaling with its rounding spelled out, then a warp sum.
+ *
+ * Types: Q4_K, Q6_K (the 8B / 30B-A3B shapes), IQ4_XS (the 35B-A3B hybrid,
+ * experts included) and Q8_0 (the 9B hybrid).  A unit is 32 weights of one
+ * row; its integer sums against the planes must be exact, so that a
+ * token's result does not depend on how it was grouped.  The input q is in
+ * [-(2^21 - 1), 2^21 - 1]: plane hi in [-32, 31], mid and lo in [0, 255],
+ * and any sum over c columns of w (q - lo) or w q is at most |w|max c 2^21:
+ *   - Q4_K: w 0..15, sums of 16 columns: < 2^29, int32 (xs_join);
+ *   - Q6_K: w 0..63, sums of 8 columns: < 2^30, and the -32 sum q term
+ *     (32 * 8 * 2^21 = 2^29) keeps the difference below 2^31, int32;
+ *   - IQ4_XS: w the code book values -127..113, Q8_0: w -128..127, one
+ *     scale over 32 columns: the sum reaches 128 * 32 * 2^21 = 2^33, past
+ *     int32.  The plane sums stay small (|hi sum| <= 128 * 32 * 32 = 2^17,
+ *     |mid sum|, |lo sum| <= 128 * 255 * 32 < 2^20, so 256 mid + lo <
+ *     2^29 in int32), and the join 65536 hi + (256 mid + lo) is done in
+ *     int64 and rounded to float once (xs_dot32s).  Splitting the unit
+ *     into 8-column int32 sums would fit too, at four float scalings a
+ *     unit instead of one. */
 #ifndef MR_CU_X24_CUH
 #define MR_CU_X24_CUH
 
 #include "kernels/cuda/cu_fast.cuh"
-#include "kernels/cuda/cu_mvq8.cuh" /* q8_dp4a_us, q8_ld32, q8_h2f */
+#include "kernels/cuda/cu_mvq8.cuh" /* q8_dp4a_us, q8_ld32, q8_h2f; MR_IQ4NL_W* (cu_quant.cuh) */
 
 #define XS_WARPS 8 /* warps a block at most */
 #define XS_COLS_MAX 13312 /* widest input quantized into shared memory (48 KB) */
@@ -29,6 +47,17 @@ __device__ __forceinline__ int xs_dp_lo(uint32_t w, uint32_t x, int c)
     return (int)__dp4a(w, x, (unsigned)c);
 }
 
+/* The same with signed weights (IQ4_XS code book values, Q8_0 quants):
+ * against the signed high plane, and against the unsigned middle and low
+ * ones. */
+__device__ __forceinline__ int xs_dps_hi(uint32_t w, uint32_t x, int c) { return __dp4a((int)w, (int)x, c); }
+__device__ __forceinline__ int xs_dps_lo(uint32_t w, uint32_t x, int c)
+{
+    int r;
+    asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(w), "r"(x), "r"(c));
+    return r;
+}
+
 /* Float steps of a unit's scaling with their rounding fixed: the compiler
  * neither fuses nor splits them, so every instance (any R, NT) rounds a
  * token's sums the same way. */
@@ -44,6 +73,51 @@ __device__ __forceinline__ uint32_t xs_w(const uint4 &v, int k)
 /* The sum over the three planes: 65536 hi + 256 mid + lo (exact in int32:
  * the callers' sums are below 2^31, see the top). */
 __device__ __forceinline__ int xs_join(const int *p) { return p[0] * 65536 + p[1] * 256 + p[2]; }
+
+/* 32 signed weights against 32 columns of one token's planes: w[0..3] the
+ * 16 columns of xa (word k: columns 4k .. 4k + 3), w[4..7] the 16 of xb.
+ * The sum can pass 2^31 (see the top): joined in int64, exactly, and
+ * rounded to float once. */
+__device__ __forceinline__ float xs_dot32s(const uint32_t *w, const uint4 *xa, const uint4 *xb)
+{
+    int p[3] = {0, 0, 0};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        p[0] = xs_dps_hi(w[k], xs_w(xa[0], k), p[0]);
+        p[1] = xs_dps_lo(w[k], xs_w(xa[1], k), p[1]);
+        p[2] = xs_dps_lo(w[k], xs_w(xa[2], k), p[2]);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        p[0] = xs_dps_hi(w[4 + k], xs_w(xb[0], k), p[0]);
+        p[1] = xs_dps_lo(w[4 + k], xs_w(xb[1], k), p[1]);
+        p[2] = xs_dps_lo(w[4 + k], xs_w(xb[2], k), p[2]);
+    }
+    return __ll2float_rn((long long)p[0] * 65536 + (p[1] * 256 + p[2]));
+}
+
+/* The IQ4_NL code book values (int8) of the 8 nibbles of an IQ4_XS qs word
+ * (byte k: column k in its low nibble, column k + 16 in its high one), in
+ * column order: *lo columns 0..3, *hi columns 16..19.  Byte permutes with
+ * the book in registers (cu_quant.cuh's four words, as mr_lut16): the
+ * low 3 bits of an index pick one of entries 0-7 and one of 8-15 (the
+ * selector's bit 3, the hardware's sign-replicate mode, is cleared), bit
+ * 3 then picks between the two.  The selector takes the nibbles in place
+ * (columns 0, 16, 1, 17 from the low half-word, 2, 18, 3, 19 from the
+ * high one) and two last permutes put them in column order: 8 permutes
+ * and ~7 shifts and masks for 8 weights, against ~20 instructions for
+ * mr_iq4nl4 twice (which packs each selector first). */
+__device__ __forceinline__ void xs_iq4nl8(uint32_t q, uint32_t *lo, uint32_t *hi)
+{
+    const uint32_t s = q & 0x77777777u;
+    const uint32_t h = ((q >> 1) & 0x44444444u) | 0x32103210u; /* byte n from the first lookup or the second */
+    const uint32_t a0 = __byte_perm(MR_IQ4NL_W0, MR_IQ4NL_W1, s), b0 = __byte_perm(MR_IQ4NL_W2, MR_IQ4NL_W3, s);
+    const uint32_t a1 = __byte_perm(MR_IQ4NL_W0, MR_IQ4NL_W1, s >> 16);
+    const uint32_t b1 = __byte_perm(MR_IQ4NL_W2, MR_IQ4NL_W3, s >> 16);
+    const uint32_t v0 = __byte_perm(a0, b0, h), v1 = __byte_perm(a1, b1, h >> 16); /* columns 0,16,1,17 / 2,18,3,19 */
+    *lo = __byte_perm(v0, v1, 0x6420u);
+    *hi = __byte_perm(v0, v1, 0x7531u);
+}
 
 /* Quantizes the row x (cols floats) into shared memory, all threads of the
  * block (q = rint(x * ((2^21 - 1) / absmax)), ties to even; d = absmax /
@@ -138,20 +212,32 @@ void mr_cu_x24_mma(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const
  * planes still being read. */
 const uint8_t *mr_cu_x24_planes(mr_cu_ctx *c, const float *x, int rows, int64_t cols, int max_rows);
 
+/* Whether the kernels read type t from the padded copy of cu_fast.cu
+ * (w->priv: Q6_K's 212-byte blocks, Q8_0's 36-byte ones with the quants
+ * 4-byte aligned) rather than from the GGUF blocks (Q4_K 144 bytes, 16-byte
+ * aligned; IQ4_XS 136, 8-byte aligned). */
+static inline bool xs_padded(int t) { return t == MR_TYPE_Q6_K || t == MR_TYPE_Q8_0; }
+
+/* The types the kernels take. */
+static inline bool xs_has(int t)
+{
+    return t == MR_TYPE_Q4_K || t == MR_TYPE_Q6_K || t == MR_TYPE_IQ4_XS || t == MR_TYPE_Q8_0;
+}
+
 /* The job of m matrices (1..MR_CU_MV_SUBS) of one type and width over x
- * into y[]: Q4_K read from the GGUF blocks, Q6_K from the padded copy
- * (w->priv); sub-matrices filled in for m > 1.  *total: their rows in all,
- * *rows_max: the most of any. */
+ * into y[]: read from the GGUF blocks or the padded copy (xs_padded);
+ * sub-matrices filled in for m > 1.  *total: their rows in all, *rows_max:
+ * the most of any. */
 static inline mr_cu_mvjob xs_job(const mr_weight *const *w, float *const *y, int m, const float *x,
                                  int64_t *total, int64_t *rows_max)
 {
-    const bool q4 = w[0]->type == MR_TYPE_Q4_K;
-    const size_t rb = q4 ? w[0]->row_bytes : mr_cu_fast_row_bytes(w[0]);
-    mr_cu_mvjob a = mr_cu_mvjob_plain((const uint8_t *)(q4 ? w[0]->data : w[0]->priv), rb, w[0], x, y[0]);
+    const bool pad = xs_padded(w[0]->type);
+    const size_t rb = pad ? mr_cu_fast_row_bytes(w[0]) : w[0]->row_bytes;
+    mr_cu_mvjob a = mr_cu_mvjob_plain((const uint8_t *)(pad ? w[0]->priv : w[0]->data), rb, w[0], x, y[0]);
     a.n_sub = m > 1 ? m : 0;
     *total = *rows_max = 0;
     for (int s = 0; s < m; s++) {
-        a.sub_W[s] = (const uint8_t *)(q4 ? w[s]->data : w[s]->priv);
+        a.sub_W[s] = (const uint8_t *)(pad ? w[s]->priv : w[s]->data);
         a.sub_y[s] = y[s];
         a.sub_rows[s] = w[s]->rows;
         *total += w[s]->rows;
@@ -307,9 +393,109 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
 }
 };
 
-/* Bytes a block of each layout the kernel reads. */
+/* IQ4_XS (GGUF blocks of 136 bytes: d, scales_h (2 bits a sub-block),
+ * scales_l (4 bits a sub-block), qs at +8): unit u is sub-block u, columns
+ * 32u .. 32u + 31, scale d (ls - 32); its 16 qs bytes (two 8-byte loads:
+ * the blocks are only 8-byte aligned) hold column k in the low nibble of
+ * byte k and column k + 16 in the high one, indices into the code book
+ * (xs_iq4nl8).  Each row's weights are looked up once for all NT tokens. */
+template <int R, int NT> struct xs_unit<MR_TYPE_IQ4_XS, R, NT> {
+static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const uint8_t *const *xt, int cols,
+                                           int c0, float *acc)
+{
+    const int ca = c0 + 32 * u;
+    uint32_t w[R][8]; /* code book values: words 0..3 columns 0..15, 4..7 columns 16..31 */
+    float ds[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        const uint2 hd = __ldg((const uint2 *)p[i]);
+        const uint2 qa = __ldg((const uint2 *)(p[i] + 8 + 16 * u)), qb = __ldg((const uint2 *)(p[i] + 16 + 16 * u));
+        xs_iq4nl8(qa.x, &w[i][0], &w[i][4]);
+        xs_iq4nl8(qa.y, &w[i][1], &w[i][5]);
+        xs_iq4nl8(qb.x, &w[i][2], &w[i][6]);
+        xs_iq4nl8(qb.y, &w[i][3], &w[i][7]);
+        const uint32_t ls = ((hd.y >> (4 * u)) & 15) | (((hd.x >> (16 + 2 * u)) & 3) << 4);
+        ds[i] = xs_mul(q8_h2f(hd.x), (float)((int)ls - 32)); /* exact: 11 by 6 bits */
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const uint8_t *xs = xt[t];
+        uint4 xa[3], xb[3]; /* planes hi, mid, lo of columns 0..15 and 16..31 */
+#pragma unroll
+        for (int k = 0; k < 3; k++) {
+            xa[k] = *(const uint4 *)(xs + k * cols + ca);
+            xb[k] = *(const uint4 *)(xs + k * cols + ca + 16);
+        }
+        const float dx = xs_d((uint8_t *)xs, cols)[ca / 32];
+#pragma unroll
+        for (int i = 0; i < R; i++) /* explicit rounding: see Q4_K */
+            acc[t * R + i] = xs_fma(xs_mul(ds[i], dx), xs_dot32s(w[i], xa, xb), acc[t * R + i]);
+    }
+}
+};
+
+/* Q8_0 (the padded copy: 36-byte blocks, d at 0, the 32 int8 quants at +4,
+ * 8 blocks a 256-column step): unit u is block u.  The block starts 4 bytes
+ * past an 8-byte boundary when u is odd, so five 8-byte loads from the
+ * boundary at or before it (40 bytes, inside the step) cover it either
+ * way, and the words are picked by u's parity: 5 loads instead of 9. */
+template <int R, int NT> struct xs_unit<MR_TYPE_Q8_0, R, NT> {
+static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const uint8_t *const *xt, int cols,
+                                           int c0, float *acc)
+{
+    const int ca = c0 + 32 * u, o = u & 1;
+    uint32_t w[R][8]; /* quants: words 0..3 columns 0..15, 4..7 columns 16..31 */
+    float d[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        const uint8_t *b = p[i] + 36 * u - 4 * o;
+        uint32_t v[10];
+#pragma unroll
+        for (int k = 0; k < 5; k++) {
+            const uint2 l = __ldg((const uint2 *)(b + 8 * k));
+            v[2 * k] = l.x;
+            v[2 * k + 1] = l.y;
+        }
+        d[i] = q8_h2f(o ? v[1] : v[0]);
+#pragma unroll
+        for (int k = 0; k < 8; k++) w[i][k] = o ? v[k + 2] : v[k + 1];
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const uint8_t *xs = xt[t];
+        uint4 xa[3], xb[3];
+#pragma unroll
+        for (int k = 0; k < 3; k++) {
+            xa[k] = *(const uint4 *)(xs + k * cols + ca);
+            xb[k] = *(const uint4 *)(xs + k * cols + ca + 16);
+        }
+        const float dx = xs_d((uint8_t *)xs, cols)[ca / 32];
+#pragma unroll
+        for (int i = 0; i < R; i++) /* explicit rounding: see Q4_K */
+            acc[t * R + i] = xs_fma(xs_mul(d[i], dx), xs_dot32s(w[i], xa, xb), acc[t * R + i]);
+    }
+}
+};
+
+/* Per layout the kernels read: STRIDE, the bytes of a 256-column step of a
+ * row; R1, R2, R4, R8, the rows a warp takes at a time with 1, 2, 4 or 8
+ * tokens a launch.  More rows a warp share each load of the input planes,
+ * as far as the 128 registers allow: Q4_K's and Q6_K's were timed
+ * (docs/GPU-NOTES.md 33; Q6_K takes more registers a unit); IQ4_XS's and
+ * Q8_0's are ptxas' (sm_90a): no spills at 1-4 tokens, the fewest at 8
+ * (Q8_0 spills at 4 rows and 2 tokens, so 2). */
 template <int T> struct xs_type;
-template <> struct xs_type<MR_TYPE_Q4_K> { static constexpr int STRIDE = 144; };
-template <> struct xs_type<MR_TYPE_Q6_K> { static constexpr int STRIDE = 212; };
+template <> struct xs_type<MR_TYPE_Q4_K> {
+    static constexpr int STRIDE = 144, R1 = 4, R2 = 4, R4 = 2, R8 = 2;
+};
+template <> struct xs_type<MR_TYPE_Q6_K> {
+    static constexpr int STRIDE = 212, R1 = 4, R2 = 2, R4 = 1, R8 = 1;
+};
+template <> struct xs_type<MR_TYPE_IQ4_XS> {
+    static constexpr int STRIDE = 136, R1 = 4, R2 = 4, R4 = 2, R8 = 2;
+};
+template <> struct xs_type<MR_TYPE_Q8_0> {
+    static constexpr int STRIDE = 8 * 36, R1 = 4, R2 = 2, R4 = 2, R8 = 1;
+};
 
 #endif
