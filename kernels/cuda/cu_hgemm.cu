@@ -60,27 +60,52 @@ __device__ __forceinline__ void hg_mma(float (&d)[4], const uint32_t (&a)[4], ui
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* Loads the k-step ks (columns 64 ks ..) of the block's A and B rows into
- * the stage at st: (HG_BM + BN) rows x 8 chunks. */
-template <int BN>
-__device__ __forceinline__ void hg_load(uint32_t st, const __half *A, int lda, const __half *B, int ldb, int m0,
-                                        int n0, int m, int n, int k, int ks, int tid)
-{
-    constexpr int CH = (HG_BM + BN) * 8;
-    static_assert(CH % HG_THREADS == 0, "whole rounds of chunks");
+/* A thread's share of a stage: rows r0, r0 + 32, ... (A's HG_BM rows, then
+ * B's BN rows) at one chunk c, so one pointer per operand, advanced by
+ * HG_BK halves a step, and one shared-memory offset serve all of them. */
+template <int BN> struct hg_loader {
+    static constexpr int NA = HG_BM / 32, NB = BN / 32; /* rows a thread loads a stage */
+    const __half *a, *b;
+    int lda32, ldb32;   /* 32 rows of each operand, in halves */
+    uint32_t s_off;     /* offset of the thread's first chunk in a stage */
+    uint32_t a_ok, b_ok; /* bit i: row r0 + 32 i exists */
+    int col;            /* the chunk's first column at step 0 */
+
+    __device__ __forceinline__ hg_loader(const __half *A, int lda, const __half *B, int ldb, int m0, int n0, int m,
+                                         int n, int tid)
+    {
+        const int r0 = tid >> 3, c = tid & 7;
+        col = c * 8;
+        s_off = (uint32_t)hg_off(r0, c);
+        a_ok = b_ok = 0;
 #pragma unroll
-    for (int i = 0; i < CH / HG_THREADS; i++) {
-        const int u = tid + i * HG_THREADS; /* A chunks, then B chunks */
-        const bool is_b = u >= HG_BM * 8;
-        const int v = is_b ? u - HG_BM * 8 : u, r = v >> 3, c = v & 7;
-        const int col = ks * HG_BK + c * 8;
-        const int row = (is_b ? n0 : m0) + r;
-        const bool ok = row < (is_b ? n : m) && col < k;
-        const __half *src = is_b ? B + (size_t)(ok ? row : 0) * ldb + (ok ? col : 0)
-                                 : A + (size_t)(ok ? row : 0) * lda + (ok ? col : 0);
-        hg_cp16(st + (is_b ? HG_BM * 128 : 0) + hg_off(r, c), src, ok);
+        for (int i = 0; i < NA; i++) a_ok |= (uint32_t)(m0 + r0 + 32 * i < m) << i;
+#pragma unroll
+        for (int i = 0; i < NB; i++) b_ok |= (uint32_t)(n0 + r0 + 32 * i < n) << i;
+        /* rows past the end read row 0 of the operand, with a zero fill */
+        a = A + (size_t)(m0 + r0 < m ? m0 + r0 : 0) * lda + col;
+        b = B + (size_t)(n0 + r0 < n ? n0 + r0 : 0) * ldb + col;
+        lda32 = 32 * lda;
+        ldb32 = 32 * ldb;
     }
-}
+
+    /* k-step ks into the stage at st (shared address) */
+    __device__ __forceinline__ void load(uint32_t st, int ks, int k) const
+    {
+        const bool kin = col + ks * HG_BK < k;
+        const size_t o = (size_t)ks * HG_BK;
+#pragma unroll
+        for (int i = 0; i < NA; i++) {
+            const bool ok = kin && (a_ok >> i & 1);
+            hg_cp16(st + s_off + i * 32 * 128, ok ? a + (size_t)i * lda32 + o : a, ok);
+        }
+#pragma unroll
+        for (int i = 0; i < NB; i++) {
+            const bool ok = kin && (b_ok >> i & 1);
+            hg_cp16(st + HG_BM * 128 + s_off + i * 32 * 128, ok ? b + (size_t)i * ldb32 + o : b, ok);
+        }
+    }
+};
 
 /* BN tokens a tile; the 8 warps as WM x (8 / WM), each (HG_BM / WM) rows x
  * (BN / (8 / WM)) tokens. */
@@ -112,41 +137,50 @@ __global__ void __launch_bounds__(HG_THREADS, 2) k_hgemm(int m, int n, int k, fl
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
 
+    const hg_loader<BN> ld(A, lda, B, ldb, m0, n0, m, n, tid);
 #pragma unroll
     for (int s = 0; s < HG_STAGES - 1; s++) {
         if (s < nk)
-            hg_load<BN>(base + s * STAGE, A, lda, B, ldb, m0, n0, m, n, k, s, tid);
+            ld.load(base + s * STAGE, s, k);
         asm volatile("cp.async.commit_group;");
     }
     /* ldmatrix addresses: lane l gives row l % 16 (A) of the 16-row
      * fragment and chunk l / 16 of the 16-column step; for B, rows l % 8 +
      * 8 (l / 16) and chunk (l / 8) % 2 give two n8 fragments */
-    const int a_row = lane & 15, a_chk = lane >> 4;
-    const int b_row = (lane & 7) + ((lane >> 4) << 3), b_chk = (lane >> 3) & 1;
+    const int a_row = wm * (HG_BM / WM) + (lane & 15), a_chk = lane >> 4;
+    const int b_row = wn * (BN / WN) + (lane & 7) + ((lane >> 4) << 3), b_chk = (lane >> 3) & 1;
+    uint32_t af[2][MI][4], bf[2][NJ][2]; /* fragments of this 16-column step and the next */
     for (int ks = 0; ks < nk; ks++) {
         asm volatile("cp.async.wait_group %0;" ::"n"(HG_STAGES - 2));
         __syncthreads();
         /* the stage freed at the previous step is refilled while this one runs */
         const int nx = ks + HG_STAGES - 1;
         if (nx < nk)
-            hg_load<BN>(base + (nx % HG_STAGES) * STAGE, A, lda, B, ldb, m0, n0, m, n, k, nx, tid);
+            ld.load(base + (nx % HG_STAGES) * STAGE, nx, k);
         asm volatile("cp.async.commit_group;");
         const uint32_t sA = base + (ks % HG_STAGES) * STAGE, sB = sA + HG_BM * 128;
+        /* step h's fragments are loaded while step h - 1's MMAs run; the
+         * MMAs still go in k order */
 #pragma unroll
-        for (int h = 0; h < HG_BK / 16; h++) { /* the 16-column steps, in order */
-            uint32_t af[MI][4], bf[NJ][2];
+        for (int h = 0; h <= HG_BK / 16; h++) {
+            if (h < HG_BK / 16) {
+                const int f = h & 1;
 #pragma unroll
-            for (int i = 0; i < MI; i++)
-                hg_ldsm4(sA + hg_off(wm * (HG_BM / WM) + i * 16 + a_row, 2 * h + a_chk), af[i][0], af[i][1],
-                         af[i][2], af[i][3]);
+                for (int i = 0; i < MI; i++)
+                    hg_ldsm4(sA + hg_off(a_row + i * 16, 2 * h + a_chk), af[f][i][0], af[f][i][1], af[f][i][2],
+                             af[f][i][3]);
 #pragma unroll
-            for (int j = 0; j < NJ / 2; j++)
-                hg_ldsm4(sB + hg_off(wn * (BN / WN) + j * 16 + b_row, 2 * h + b_chk), bf[2 * j][0], bf[2 * j][1],
-                         bf[2 * j + 1][0], bf[2 * j + 1][1]);
+                for (int j = 0; j < NJ / 2; j++)
+                    hg_ldsm4(sB + hg_off(b_row + j * 16, 2 * h + b_chk), bf[f][2 * j][0], bf[f][2 * j][1],
+                             bf[f][2 * j + 1][0], bf[f][2 * j + 1][1]);
+            }
+            if (h > 0) {
+                const int f = (h - 1) & 1;
 #pragma unroll
-            for (int i = 0; i < MI; i++)
+                for (int i = 0; i < MI; i++)
 #pragma unroll
-                for (int j = 0; j < NJ; j++) hg_mma(acc[i][j], af[i], bf[j][0], bf[j][1]);
+                    for (int j = 0; j < NJ; j++) hg_mma(acc[i][j], af[f][i], bf[f][j][0], bf[f][j][1]);
+            }
         }
     }
     asm volatile("cp.async.wait_group 0;");
