@@ -273,9 +273,10 @@ void mr_cu_x24_init(mr_cu_ctx *c)
     const char *moe = getenv("MEMRA_CUDA_X24_MOE"); /* 0: expert products stay on the float kernels */
     c->x24_moe = !(moe && !strcmp(moe, "0"));
     /* Q4_K decode batches of 9+ tokens on the tensor cores (cu_mvx24mma.cu;
-     * same bits): run 47 has them faster at 16 tokens (24576x4096 206 vs 252
-     * us, 4096x4096 58 vs 139), slower at 2-4, even at 8;
-     * MEMRA_CUDA_X24_MMA=N from N tokens, 0: never */
+     * same bits): run 47 has version 1 faster at 16 tokens (24576x4096 206
+     * vs 252 us, 4096x4096 58 vs 139), slower at 2-4, even at 8; version 2
+     * (docs/GPU-NOTES.md 36) is not yet measured, the threshold is version
+     * 1's; MEMRA_CUDA_X24_MMA=N from N tokens, 0: never */
     const char *mm = getenv("MEMRA_CUDA_X24_MMA");
     c->x24_mma_min = mm ? atoi(mm) : MR_CU_MATVEC_MAX + 1;
     if (c->x24_mma_min < 0) c->x24_mma_min = 0;
