@@ -1970,7 +1970,7 @@ static void check_batch_invariance(void)
         check_batch_invariance_one(nt8, "batch-inv-x24nt8", td_of(x24t[i]), 2048, 768, 16, 8);
     }
     nt8->destroy(nt8);
-    /* the tensor-core path for Q4_K decode batches from 2 tokens
+    /* the tensor-core path for Q4_K and Q6_K decode batches from 2 tokens
      * (MEMRA_CUDA_X24_MMA=2; by default from 9), against one token */
     mr_backend *mma = x24_backend("MEMRA_CUDA_X24_MMA", "2");
     /* every way a tile meets its tokens (1-2, 3-4, 5-8 real tokens), full
@@ -1986,10 +1986,18 @@ static void check_batch_invariance(void)
     check_batch_invariance_ns(mma, "batch-inv-x24mma", q4, 12288, 4096, 1, 1, mma_ns, mma_nn);
     check_batch_invariance_ns(mma, "batch-inv-x24mma", q4, 768, 1000, 1, 1, mma_ns, mma_nn);
     check_batch_invariance_ns(mma, "batch-inv-x24mma", q4, 13312, 200, 1, 1, mma_ns, mma_nn);
+    /* Q6_K (one mapping of tokens; 13312 columns: shared memory past 48 KB) */
+    const tdesc *q6 = td_of(MR_TYPE_Q6_K);
+    check_batch_invariance_ns(mma, "batch-inv-x24mma", q6, 4096, 1024, 1, 1, mma_ns, mma_nn);
+    check_batch_invariance_ns(mma, "batch-inv-x24mma", q6, 768, 1000, 1, 1, mma_ns, mma_nn);
+    check_batch_invariance_ns(mma, "batch-inv-x24mma", q6, 13312, 200, 1, 1, mma_ns, mma_nn);
     /* sub-matrices in one launch (gate/up, q/k/v), a tile across their
      * boundary (rows 1000 + 600 + 24) */
     static const int multi_ns[] = {2, 3, 5, 9, 17};
-    for (int i = 0; i < 5; i++) check_x24_multi(mma, q4, 1000, 600, 24, 768, multi_ns[i]);
+    for (int i = 0; i < 5; i++) {
+        check_x24_multi(mma, q4, 1000, 600, 24, 768, multi_ns[i]);
+        check_x24_multi(mma, q6, 1000, 600, 24, 768, multi_ns[i]);
+    }
     mma->destroy(mma);
 }
 

@@ -1,5 +1,6 @@
 /* Decode batches of Q4_K plain products on the tensor cores, with the same
- * bits as the one-token 22-bit kernel (cu_mvx24.cu).
+ * bits as the one-token 22-bit kernel (cu_mvx24.cu); Q6_K the same way at
+ * the end of the file.
  *
  * Why: at 2+ tokens a launch the matvec kernels are bound by loading every
  * token's input from L1 once per row group (docs/GPU-NOTES.md 33: Q4_K
@@ -401,4 +402,193 @@ void mr_cu_x24_mma(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const
     else if (n <= XT_TOK) mr_cu_launch(c, k_mvx24_mma<4>, grid, XT_CLS * 32, smem, a, total_rows, xg, n);
     else mr_cu_launch(c, k_mvx24_mma<0>, grid, XT_CLS * 32, smem, a, total_rows, xg, n);
     MR_CU_LAUNCHED(c, "x24 tensor-core matvec");
+}
+
+/* ---- Q6_K ----
+ * The matvec's Q6_K unit u = 4n + k (cu_x24.cuh, xs_unit<Q6_K>) sums four
+ * quarters of 8 columns each (positions l0 = 8k .. 8k + 7 of half n in
+ * quarter qq: columns 256b + 128n + 32qq + l0 ..), each quarter's exact
+ * integer sum s of w q (w = 0..63) scaled on its own:
+ *   r = 0; r = xs_q6k_step(sc, dx, s, 32 sq, r) for qq = 0..3 in order;
+ *   the lane's accumulator += d r (xs_fma);
+ * with sc the quarter's signed 8-bit scale (sc[8n + l0 / 16 + 2qq]), dx
+ * the input's scale of the 32 columns and sq its integer sum over the 8.
+ * An 8-column sum does not fill the MMA's 16 k, so an MMA takes two units
+ * at once, k = 0..7 the positions of unit k (even), k = 8..15 those of unit
+ * k + 1, and one weight row twice: A row g holds the row's quants of unit k at
+ * k = 0..7 and zeros at 8..15, A row g + 8 zeros at 0..7 and unit k + 1's at
+ * 8..15.  So lane q's A word is the row's quants at pair positions 4q ..
+ * 4q + 3 (16k' + 4q with k' = k / 2: positions l0 + 4q of unit k for q < 2,
+ * l0 + 8 + 4 (q - 2) of unit k + 1 for q >= 2), in a0 for q < 2 and a1 for
+ * q >= 2 (the other word zero), and B is the planes at the same 16 columns
+ * (token g, as for Q4_K).  C then holds (row, unit k, tokens 2q, 2q + 1)
+ * and (row, unit k + 1, the same tokens): every quarter sum of an output
+ * lands in the lane that scales it, and the three planes are joined by the
+ * same chained MMAs (|partial| < 2^31: 8 x 63 x 2^21).  Two MMA chains a
+ * quarter cover the lane's two rows (g and g + 8 of the tile), so a lane
+ * scales 8 outputs (2 rows x 2 units x 2 tokens) of a unit pair with the
+ * same float steps, in the same order, as the matvec's lane 8c + u; the
+ * partials and the warp sum's tree as for Q4_K.  Half the A bytes are
+ * zeros: twice the MMAs of Q4_K a weight, still few against the scaling.
+ * Tokens meet the MMA columns one to one (xt_run<4>'s mapping) at any
+ * count; absent tokens are not scaled. */
+
+/* The input side of the tile's nt real tokens, once a block: tq6[2 (8 P +
+ * t) + e] = 32 sq[2P + e], token t's integer sums over the 8-column groups
+ * 2P, 2P + 1 (the quarter of a unit pair: a lane's 4 values of a quarter
+ * in one 16-byte load), times 32 as the matvec's qs; td6[8 G + t] = dq[G],
+ * its scale of the 32 columns G. */
+__device__ __forceinline__ void xt6_tokens(const uint8_t *xg, int cols, int tok0, int nt, int *tq6, float *td6)
+{
+    const size_t xb = xs_xbytes(cols);
+    const int g8 = cols / 8, g32 = cols / 32;
+    for (int i = threadIdx.x; i < nt * g8; i += blockDim.x) {
+        const int t = i / g8, G = i - t * g8;
+        const int *sq = xs_sq((uint8_t *)(xg + (size_t)(tok0 + t) * xb), cols);
+        tq6[2 * (8 * (G >> 1) + t) + (G & 1)] = 32 * sq[G];
+    }
+    for (int i = threadIdx.x; i < nt * g32; i += blockDim.x) {
+        const int t = i / g32, G = i - t * g32;
+        td6[8 * G + t] = xs_d((uint8_t *)(xg + (size_t)(tok0 + t) * xb), cols)[G];
+    }
+}
+
+/* Shared memory of k_mvx24_mma6: tq6 and td6 (5 bytes a column), then the
+ * partials in their place. */
+static size_t xt6_smem(int64_t cols)
+{
+    const size_t tok = 5 * (size_t)cols;
+    return tok > XT_PART_BYTES ? tok : XT_PART_BYTES;
+}
+
+/* a, xg, n as k_mvx24_mma; the job's Q6_K rows in the padded 212-byte
+ * blocks (ql 128, qh 64, sc 16, d at 208).  Eight warps a tile: warp w the
+ * units 4n .. 4n + 3 (n = w / 4) of the blocks of class c = w % 4, so a
+ * lane holds 16 accumulators (4 units x 2 rows x 2 tokens). */
+__global__ void __launch_bounds__(2 * XT_CLS * 32, 2) k_mvx24_mma6(mr_cu_mvjob a, int64_t total_rows,
+                                                                     const uint8_t *xg, int n)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    extern __shared__ __align__(16) float xt_sh[]; /* tq6, td6; then the partials */
+    const int ntt = (n + XT_TOK - 1) / XT_TOK;
+    const int64_t r0 = (int64_t)(blockIdx.x / ntt) * XT_ROWS;
+    const int tok0 = (int)(blockIdx.x % ntt) * XT_TOK, nt = n - tok0 < XT_TOK ? n - tok0 : XT_TOK;
+    const int lane = threadIdx.x & 31, c = (threadIdx.x >> 5) & 3, hn = threadIdx.x >> 7, g = lane >> 2,
+              q = lane & 3;
+    const int cols = (int)a.cols, nb = cols / 256;
+    const size_t xb = xs_xbytes(cols);
+    /* the lane's rows g, g + 8 (past the end: row r0, computed, not stored) */
+    const uint8_t *W[2];
+    float *yd;
+    int64_t ys;
+    xs_row(a, r0 + g < total_rows ? r0 + g : r0, &W[0], &yd, &ys);
+    xs_row(a, r0 + g + 8 < total_rows ? r0 + g + 8 : r0, &W[1], &yd, &ys);
+    /* B: token g's planes (an absent token: token tok0's, never scaled) */
+    const uint8_t *xB = xg + (size_t)(tok0 + (g < nt ? g : 0)) * xb + 4 * q;
+    int *tq6 = (int *)xt_sh;
+    float *td6 = (float *)(tq6 + 8 * (cols / 8));
+    xt6_tokens(xg, cols, tok0, nt, tq6, td6);
+    __syncthreads();
+    const uint32_t alo = q < 2 ? 0xFFFFFFFFu : 0u; /* lane q's word in a0 (q < 2) or a1 */
+
+    float acc[4][4]; /* [unit 4n + uh][row g + 8 rr, token 2q + k: 2 rr + k] */
+#pragma unroll
+    for (int uh = 0; uh < 4; uh++)
+#pragma unroll
+        for (int o = 0; o < 4; o++) acc[uh][o] = 0.0f;
+    for (int b = c; b < nb; b += XT_CLS) {
+        const uint8_t *p[2] = {W[0] + (size_t)b * 212, W[1] + (size_t)b * 212};
+        float d[2];
+        uint32_t sw[2][2]; /* the rows' scale words sc[8n .. 8n + 3], sc[8n + 4 .. 8n + 7] */
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            d[rr] = q8_h2f(q8_ld32(p[rr] + 208));
+            sw[rr][0] = q8_ld32(p[rr] + 192 + 8 * hn);
+            sw[rr][1] = q8_ld32(p[rr] + 196 + 8 * hn);
+        }
+#pragma unroll
+        for (int kp = 0; kp < 2; kp++) { /* units 4n + 2kp + e, e = 0, 1 (uh = 2kp + e) */
+            const int l = 16 * kp + 4 * q;
+            uint32_t w[2][4]; /* the rows' quants at pair positions 4q .. 4q + 3, quarters 0..3 */
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++)
+                xs_q6k_words(q8_ld32(p[rr] + 64 * hn + l), q8_ld32(p[rr] + 64 * hn + 32 + l),
+                             q8_ld32(p[rr] + 128 + 32 * hn + l), w[rr]);
+            float r[2][2][2] = {}; /* [rr][e][token 2q + k] */
+#pragma unroll
+            for (int qq = 0; qq < 4; qq++) {
+                const int col = 256 * b + 128 * hn + 32 * qq + 16 * kp; /* the pair's 16 columns */
+                const uint32_t x0 = q8_ld32(xB + col), x1 = q8_ld32(xB + cols + col),
+                               x2 = q8_ld32(xB + 2 * cols + col);
+                /* 32 sq[c / 8] of units 4n + 2kp + e and dq[c / 32] of
+                 * tokens 2q + k (xt6_tokens) */
+                const int4 qv = *(const int4 *)(tq6 + 2 * (8 * (16 * b + 8 * hn + 2 * qq + kp) + 2 * q));
+                const int qs[2][2] = {{qv.x, qv.z}, {qv.y, qv.w}};
+                const float2 dv = *(const float2 *)(td6 + 8 * (8 * b + 4 * hn + qq) + 2 * q);
+                const float dx[2] = {dv.x, dv.y};
+#pragma unroll
+                for (int rr = 0; rr < 2; rr++) {
+                    int s[4]; /* (unit 4n + 2kp, tokens 2q, 2q + 1), (the next unit, the same) */
+                    xt_run3(s, w[rr][qq] & alo, w[rr][qq] & ~alo, x0, x1, x2);
+                    const uint32_t v = sw[rr][qq >> 1];
+                    const float sc = (float)(int8_t)((v >> (8 * kp + 16 * (qq & 1))) & 0xff);
+#pragma unroll
+                    for (int k = 0; k < 2; k++)
+                        if (2 * q + k < nt)
+#pragma unroll
+                            for (int e = 0; e < 2; e++)
+                                r[rr][e][k] = xs_q6k_step(sc, dx[k], s[2 * e + k], qs[e][k], r[rr][e][k]);
+                }
+            }
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+#pragma unroll
+                    for (int k = 0; k < 2; k++)
+                        acc[2 * kp + e][2 * rr + k] = xs_fma(d[rr], r[rr][e][k], acc[2 * kp + e][2 * rr + k]);
+        }
+    }
+    __syncthreads(); /* every warp done with tq6, td6: the partials take their place */
+#pragma unroll
+    for (int uh = 0; uh < 4; uh++)
+#pragma unroll
+        for (int o = 0; o < 4; o++)
+            xt_sh[((g + 8 * (o >> 1)) * XT_TOK + 2 * q + (o & 1)) * XT_PSTR + 8 * c + 4 * hn + uh] = acc[uh][o];
+    __syncthreads();
+    if (threadIdx.x < XT_ROWS * XT_TOK) { /* one thread an output */
+        const int row = threadIdx.x / XT_TOK, tok = threadIdx.x % XT_TOK;
+        if (tok < nt && r0 + row < total_rows) {
+            const float v = xt_tree(xt_sh + threadIdx.x * XT_PSTR);
+            const uint8_t *Wr;
+            float *y;
+            int64_t s;
+            xs_row(a, r0 + row, &Wr, &y, &s);
+            y[(int64_t)(tok0 + tok) * s] = v;
+        }
+    }
+}
+
+/* Whether the Q6_K kernel takes cols columns: its shared memory within
+ * what the backend's launches may ask (c->x24_smem, mr_cu_x24_init). */
+bool mr_cu_x24_mma_q6k_ok(const mr_cu_ctx *c, int64_t cols) { return xt6_smem(cols) <= c->x24_smem; }
+
+/* At backend creation: launches of the Q6_K kernel may ask for up to bytes
+ * of shared memory (wide inputs need more than the default 48 KB). */
+bool mr_cu_x24_mma_optin(int bytes)
+{
+    return cudaFuncSetAttribute(k_mvx24_mma6, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
+}
+
+/* n tokens of the job a, Q6_K from the padded copy (xs_job), total_rows
+ * rows; xg: the planes; cols that mr_cu_x24_mma_q6k_ok takes.  Not yet
+ * measured. */
+void mr_cu_x24_mma_q6k(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int n)
+{
+    const int64_t tiles = (total_rows + XT_ROWS - 1) / XT_ROWS;
+    const int ntt = (n + XT_TOK - 1) / XT_TOK;
+    mr_cu_launch(c, k_mvx24_mma6, dim3((unsigned)(tiles * ntt)), 2 * XT_CLS * 32, xt6_smem(a.cols), a, total_rows,
+                 xg, n);
+    MR_CU_LAUNCHED(c, "x24 tensor-core matvec (Q6_K)");
 }

@@ -123,10 +123,15 @@ __device__ __forceinline__ void xs_row(const mr_cu_mvjob &a, int64_t r, const ui
     *ys = j.rows;
 }
 
-/* Q4_K decode batches on the tensor cores (cu_mvx24mma.cu): n tokens
- * (planes at xg) of the job a's total_rows rows, the bits of the one-token
- * kernel. */
+/* Q4_K and Q6_K decode batches on the tensor cores (cu_mvx24mma.cu): n
+ * tokens (planes at xg) of the job a's total_rows rows, the bits of the
+ * one-token kernel. */
 void mr_cu_x24_mma(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int n);
+void mr_cu_x24_mma_q6k(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int n);
+/* whether the Q6_K one takes cols columns (its shared memory); at backend
+ * creation, the shared memory its launches may ask for */
+bool mr_cu_x24_mma_q6k_ok(const mr_cu_ctx *c, int64_t cols);
+bool mr_cu_x24_mma_optin(int bytes);
 
 /* The planes of rows x (rows of them, cols apart) in c->scratch_x24,
  * xs_xbytes(cols) apart, quantized by a small kernel of their own; the
@@ -279,6 +284,17 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
 }
 };
 
+/* Q6_K quants 0..63 of four positions l .. l + 3 of half n in each quarter
+ * qq (columns 128n + 32qq + l ..): from the words ql[64n + l] (qa),
+ * ql[64n + 32 + l] (qb) and qh[32n + l] (h). */
+__device__ __forceinline__ void xs_q6k_words(uint32_t qa, uint32_t qb, uint32_t h, uint32_t (&w)[4])
+{
+    w[0] = (qa & 0x0F0F0F0Fu) | ((h << 4) & 0x30303030u);
+    w[1] = (qb & 0x0F0F0F0Fu) | ((h << 2) & 0x30303030u);
+    w[2] = ((qa >> 4) & 0x0F0F0F0Fu) | (h & 0x30303030u);
+    w[3] = ((qb >> 4) & 0x0F0F0F0Fu) | ((h >> 2) & 0x30303030u);
+}
+
 /* Q6_K (padded 212-byte blocks: ql 128, qh 64, sc 16, d): unit u = 4n + k
  * takes positions l = 8k .. 8k + 7 of half n (128 columns): from
  * ql[64n + l], ql[64n + 32 + l] and qh[32n + l] the four quarters
@@ -312,10 +328,8 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
             for (int k = 0; k < 2; k++) {
                 const uint32_t qa = q8_ld32(b + 64 * n + l0 + 4 * k), qb = q8_ld32(b + 64 * n + 32 + l0 + 4 * k);
                 const uint32_t h = q8_ld32(b + 128 + 32 * n + l0 + 4 * k);
-                const uint32_t w[4] = {(qa & 0x0F0F0F0Fu) | ((h << 4) & 0x30303030u),
-                                       (qb & 0x0F0F0F0Fu) | ((h << 2) & 0x30303030u),
-                                       ((qa >> 4) & 0x0F0F0F0Fu) | (h & 0x30303030u),
-                                       ((qb >> 4) & 0x0F0F0F0Fu) | ((h >> 2) & 0x30303030u)};
+                uint32_t w[4];
+                xs_q6k_words(qa, qb, h, w);
 #pragma unroll
                 for (int qq = 0; qq < 4; qq++) {
                     acc3[qq][0] = q8_dp4a_us(w[qq], k ? xv[qq][0].y : xv[qq][0].x, acc3[qq][0]);
