@@ -1938,35 +1938,44 @@ static void check_q8_all(void)
  * fewer than batch_variant_rows rows; below that, the default backend must
  * give every row the same bits whether it is multiplied alone (n = 1, what
  * a lone request's step runs) or with others in one call.  Plain products
- * at n = 2..8 and expert products at n = 2..5 (the grouped decode-batch
- * path) against n = 1 calls, bit for bit. */
-static void check_batch_invariance_one(mr_backend *be, const char *label, const tdesc *td, int64_t cols,
-                                       int64_t rows, int mats, int k)
+ * at n = 2..21 (2..64 on the tensor-core path) and expert products at n =
+ * 2..5 (the grouped decode-batch path) against n = 1 calls, bit for bit. */
+static const int bi_ns[] = {2, 3, 4, 5, 8, 16, 21}; /* 16, 21: decode batches of several launches, or one */
+
+/* ns[0 .. nn - 1]: the token counts to compare with one token (bi_ns when
+ * ns is NULL); at most 64 (the largest decode call). */
+static void check_batch_invariance_ns(mr_backend *be, const char *label, const tdesc *td, int64_t cols,
+                                      int64_t rows, int mats, int k, const int *ns, int nn)
 {
-    enum { NB = 21 };
+    if (!ns) {
+        ns = bi_ns;
+        nn = (int)(sizeof bi_ns / sizeof bi_ns[0]);
+    }
+    int nmax = 1;
+    for (int q = 0; q < nn; q++)
+        if (ns[q] > nmax) nmax = ns[q];
     const size_t rb = (size_t)(cols / td->be) * td->bb;
     uint8_t *host = malloc(rb * rows * mats);
     rand_blocks(td, host, rb * rows * mats / td->bb);
     const int xs = mats > 1 ? k : 1; /* expert products: one input row a pair (as the down product) */
-    const size_t xn = (size_t)NB * xs * cols, yr = (size_t)(mats > 1 ? k : 1) * rows, yn = NB * yr;
+    const size_t xn = (size_t)nmax * xs * cols, yr = (size_t)(mats > 1 ? k : 1) * rows, yn = nmax * yr;
     float *x = malloc(xn * 4), *y1 = malloc(yn * 4), *yb = malloc(yn * 4);
     for (size_t i = 0; i < xn; i++) x[i] = fgauss();
-    int32_t ids[NB * 8];
-    for (int i = 0; i < NB * k; i++) ids[i] = (int32_t)((i * 5 + (int)(rnd() % 3)) % mats);
+    int32_t ids[64 * 8] = {0};
+    for (int i = 0; i < nmax * k; i++) ids[i] = (int32_t)((i * 5 + (int)(rnd() % 3)) % mats);
     mr_weight w;
     load_weight(be, td, host, cols, rows, mats, &w);
     float *dx = dup_to(be, x, xn * 4), *dy = dalloc(be, yn * 4);
     int32_t *dids = mats > 1 ? dup_to(be, ids, sizeof ids) : NULL;
     poison(be, dy, yn * 4);
-    for (int t = 0; t < NB; t++) { /* alone */
+    for (int t = 0; t < nmax; t++) { /* alone */
         if (mats > 1)
             be->matmul_id(be, &w, dx + (size_t)t * xs * cols, xs, dids + t * k, k, dy + t * yr, 1);
         else
             be->matmul(be, &w, dx + (size_t)t * cols, dy + t * yr, 1);
     }
     fetch(be, y1, dy, yn * 4);
-    const int ns[] = {2, 3, 4, 5, 8, 16, 21}; /* 16, 21: decode batches of several launches, or one */
-    for (size_t q = 0; q < sizeof ns / sizeof ns[0]; q++) {
+    for (int q = 0; q < nn; q++) {
         const int n = ns[q];
         if (mats > 1 && n > 5)
             continue;
@@ -1995,6 +2004,12 @@ static void check_batch_invariance_one(mr_backend *be, const char *label, const 
     if (dids) be->free(be, dids);
     be->weight_release(be, &w);
     free(host); free(x); free(y1); free(yb);
+}
+
+static void check_batch_invariance_one(mr_backend *be, const char *label, const tdesc *td, int64_t cols,
+                                       int64_t rows, int mats, int k)
+{
+    check_batch_invariance_ns(be, label, td, cols, rows, mats, k, NULL, 0);
 }
 
 /* A backend with the 22-bit kernel on every shape it takes
@@ -2042,6 +2057,62 @@ static void check_x24_pre(mr_backend *pre, const tdesc *td, int64_t cols, int64_
     snprintf(shape, sizeof shape, "%s %lldx%lld n=%d", td->name, (long long)rows, (long long)cols, n);
     report("x24-pre-vs-smem", shape, (double)diff, nan, 0.0);
     free(host); free(x); free(y[0]); free(y[1]);
+}
+
+/* Three matrices of type td over one input recorded back to back on be (the
+ * recorder shares one launch: sub-matrices, rows r0 + r1 + r2) against the
+ * same calls one at a time, bit for bit, at n tokens. */
+static void check_x24_multi(mr_backend *be, const tdesc *td, int64_t r0, int64_t r1, int64_t r2, int64_t cols,
+                            int n)
+{
+    const int64_t rows[3] = {r0, r1, r2};
+    const size_t rb = (size_t)(cols / td->be) * td->bb, xn = (size_t)n * cols;
+    float *x = malloc(xn * 4);
+    for (size_t i = 0; i < xn; i++) x[i] = fgauss();
+    float *dx = dup_to(be, x, xn * 4), *dy[3], *dz[3];
+    mr_weight w[3];
+    uint8_t *host[3];
+    for (int s = 0; s < 3; s++) {
+        host[s] = malloc(rb * rows[s]);
+        rand_blocks(td, host[s], rb * rows[s] / td->bb);
+        load_weight(be, td, host[s], cols, rows[s], 1, &w[s]);
+        dy[s] = dalloc(be, (size_t)n * rows[s] * 4);
+        dz[s] = dalloc(be, (size_t)n * rows[s] * 4);
+        poison(be, dy[s], (size_t)n * rows[s] * 4);
+        poison(be, dz[s], (size_t)n * rows[s] * 4);
+    }
+    const long f0 = mr_cu_autograph_mv_fused(be);
+    for (int s = 0; s < 3; s++) be->matmul(be, &w[s], dx, dy[s], n); /* one launch */
+    if (be->sync(be, &err)) die("sync");
+    const long fused = mr_cu_autograph_mv_fused(be) - f0;
+    for (int s = 0; s < 3; s++) { /* one at a time */
+        be->matmul(be, &w[s], dx, dz[s], n);
+        if (be->sync(be, &err)) die("sync");
+    }
+    size_t diff = 0;
+    int nan = 0;
+    for (int s = 0; s < 3; s++) {
+        const size_t yn = (size_t)n * rows[s];
+        float *y = malloc(yn * 4), *z = malloc(yn * 4);
+        fetch(be, y, dy[s], yn * 4);
+        fetch(be, z, dz[s], yn * 4);
+        for (size_t i = 0; i < yn; i++) {
+            diff += memcmp(&y[i], &z[i], 4) != 0;
+            nan += isnan(y[i]);
+        }
+        free(y); free(z);
+        be->free(be, dy[s]);
+        be->free(be, dz[s]);
+        be->weight_release(be, &w[s]);
+        free(host[s]);
+    }
+    be->free(be, dx);
+    free(x);
+    char shape[96];
+    snprintf(shape, sizeof shape, "%s 3x(%lld,%lld,%lld)x%lld n=%d", td->name, (long long)r0, (long long)r1,
+             (long long)r2, (long long)cols, n);
+    report("x24mma-multi-vs-one", shape, (double)diff, nan, 0.0);
+    report("x24mma-multi-launches", shape, (double)labs(fused - 2), 0, 0.0);
 }
 
 static void check_batch_invariance(void)
@@ -2094,13 +2165,34 @@ static void check_batch_invariance(void)
         check_batch_invariance_one(nt8, "batch-inv-x24nt8", td_of(x24t[i]), 2048, 768, 16, 8);
     }
     nt8->destroy(nt8);
-    /* the tensor-core path for Q4_K decode batches from 2 tokens
+    /* the tensor-core path for Q4_K and Q6_K decode batches from 2 tokens
      * (MEMRA_CUDA_X24_MMA=2; by default from 9), against one token */
     mr_backend *mma = x24_backend("MEMRA_CUDA_X24_MMA", "2");
-    check_batch_invariance_one(mma, "batch-inv-x24mma", td_of(MR_TYPE_Q4_K), 4096, 1024, 1, 1);
-    check_batch_invariance_one(mma, "batch-inv-x24mma", td_of(MR_TYPE_Q4_K), 4096, 12288, 1, 1);
-    check_batch_invariance_one(mma, "batch-inv-x24mma", td_of(MR_TYPE_Q4_K), 12288, 4096, 1, 1);
-    check_batch_invariance_one(mma, "batch-inv-x24mma", td_of(MR_TYPE_Q4_K), 768, 1000, 1, 1);
+    /* every way a tile meets its tokens (1-2, 3-4, 5-8 real tokens), full
+     * and partial last token tiles (9: 8 + 1, 11: 8 + 3, 13: 8 + 5), up to
+     * the largest decode call; rows not a multiple of 16 (1000, 200), a
+     * block class without blocks (768 columns: 3 blocks a row), the widest
+     * input (13312 columns: the most shared memory) */
+    static const int mma_ns[] = {2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 16, 17, 21, 33, 64};
+    const int mma_nn = (int)(sizeof mma_ns / sizeof mma_ns[0]);
+    const tdesc *q4 = td_of(MR_TYPE_Q4_K);
+    check_batch_invariance_ns(mma, "batch-inv-x24mma", q4, 4096, 1024, 1, 1, mma_ns, mma_nn);
+    check_batch_invariance_ns(mma, "batch-inv-x24mma", q4, 4096, 12288, 1, 1, mma_ns, mma_nn);
+    check_batch_invariance_ns(mma, "batch-inv-x24mma", q4, 12288, 4096, 1, 1, mma_ns, mma_nn);
+    check_batch_invariance_ns(mma, "batch-inv-x24mma", q4, 768, 1000, 1, 1, mma_ns, mma_nn);
+    check_batch_invariance_ns(mma, "batch-inv-x24mma", q4, 13312, 200, 1, 1, mma_ns, mma_nn);
+    /* Q6_K (one mapping of tokens; 13312 columns: shared memory past 48 KB) */
+    const tdesc *q6 = td_of(MR_TYPE_Q6_K);
+    check_batch_invariance_ns(mma, "batch-inv-x24mma", q6, 4096, 1024, 1, 1, mma_ns, mma_nn);
+    check_batch_invariance_ns(mma, "batch-inv-x24mma", q6, 768, 1000, 1, 1, mma_ns, mma_nn);
+    check_batch_invariance_ns(mma, "batch-inv-x24mma", q6, 13312, 200, 1, 1, mma_ns, mma_nn);
+    /* sub-matrices in one launch (gate/up, q/k/v), a tile across their
+     * boundary (rows 1000 + 600 + 24) */
+    static const int multi_ns[] = {2, 3, 5, 9, 17};
+    for (int i = 0; i < 5; i++) {
+        check_x24_multi(mma, q4, 1000, 600, 24, 768, multi_ns[i]);
+        check_x24_multi(mma, q6, 1000, 600, 24, 768, multi_ns[i]);
+    }
     mma->destroy(mma);
 }
 

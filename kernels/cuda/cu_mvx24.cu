@@ -232,9 +232,11 @@ bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
     int64_t total, rows_max;
     mr_cu_mvjob a = xs_job(w, y, m, x, &total, &rows_max);
     const size_t xb = xs_xbytes(a.cols);
-    /* Q4_K decode batches from x24_mma_min tokens: the tensor cores, all
-     * tokens in one launch */
-    const bool mma = T == MR_TYPE_Q4_K && c->x24_mma_min > 0 && n >= c->x24_mma_min;
+    /* decode batches from x24_mma_min tokens: the tensor cores, all tokens
+     * in one launch (Q6_K: inputs whose sums fit its shared memory; the
+     * choice depends on the shape, and both kernels give the same bits) */
+    const bool mma = c->x24_mma_min > 0 && n >= c->x24_mma_min &&
+                     (T == MR_TYPE_Q4_K || (T == MR_TYPE_Q6_K && mr_cu_x24_mma_q6k_ok(c, a.cols)));
     const uint8_t *xg = NULL;
     if (mma || c->x24_pre) {
         xg = mr_cu_x24_planes(c, x, n, a.cols, MR_CU_GEMM_MIN_TOKENS - 1);
@@ -242,7 +244,8 @@ bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
             return true; /* the sticky error */
     }
     if (mma) {
-        mr_cu_x24_mma(c, a, total, xg, n);
+        if (T == MR_TYPE_Q4_K) mr_cu_x24_mma(c, a, total, xg, n);
+        else mr_cu_x24_mma_q6k(c, a, total, xg, n);
         return true;
     }
     /* tokens in chunks of 8, 4, 2, 1 (at most x24_nt_max), as many as fit
@@ -293,10 +296,12 @@ void mr_cu_x24_init(mr_cu_ctx *c)
     c->x24_nt_max = ntv == 1 || ntv == 4 || ntv == 8 ? ntv : 2;
     const char *moe = getenv("MEMRA_CUDA_X24_MOE"); /* 0: expert products stay on the float kernels */
     c->x24_moe = !(moe && !strcmp(moe, "0"));
-    /* Q4_K decode batches of 9+ tokens on the tensor cores (cu_mvx24mma.cu;
-     * same bits): run 47 has them faster at 16 tokens (24576x4096 206 vs 252
-     * us, 4096x4096 58 vs 139), slower at 2-4, even at 8;
-     * MEMRA_CUDA_X24_MMA=N from N tokens, 0: never */
+    /* Q4_K and Q6_K decode batches of 9+ tokens on the tensor cores
+     * (cu_mvx24mma.cu; same bits): run 47 has Q4_K version 1 faster at 16
+     * tokens (24576x4096 206 vs 252 us, 4096x4096 58 vs 139), slower at
+     * 2-4, even at 8; version 2 and Q6_K (docs/GPU-NOTES.md 36) are not yet
+     * measured, the threshold is version 1's; MEMRA_CUDA_X24_MMA=N from N
+     * tokens, 0: never */
     const char *mm = getenv("MEMRA_CUDA_X24_MMA");
     c->x24_mma_min = mm ? atoi(mm) : MR_CU_MATVEC_MAX + 1;
     if (c->x24_mma_min < 0) c->x24_mma_min = 0;
@@ -308,7 +313,7 @@ void mr_cu_x24_init(mr_cu_ctx *c)
         return;
     }
     const bool ok = xs_optin<MR_TYPE_Q4_K>(optin) && xs_optin<MR_TYPE_Q6_K>(optin) &&
-                    xs_optin<MR_TYPE_IQ4_XS>(optin) && xs_optin<MR_TYPE_Q8_0>(optin);
+                    xs_optin<MR_TYPE_IQ4_XS>(optin) && xs_optin<MR_TYPE_Q8_0>(optin) && mr_cu_x24_mma_optin(optin);
     if (ok)
         c->x24_smem = (size_t)optin;
     else

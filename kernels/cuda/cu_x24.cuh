@@ -197,10 +197,15 @@ __device__ __forceinline__ void xs_row(const mr_cu_mvjob &a, int64_t r, const ui
     *ys = j.rows;
 }
 
-/* Q4_K decode batches on the tensor cores (cu_mvx24mma.cu): n tokens
- * (planes at xg) of the job a's total_rows rows, the bits of the one-token
- * kernel. */
+/* Q4_K and Q6_K decode batches on the tensor cores (cu_mvx24mma.cu): n
+ * tokens (planes at xg) of the job a's total_rows rows, the bits of the
+ * one-token kernel. */
 void mr_cu_x24_mma(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int n);
+void mr_cu_x24_mma_q6k(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int n);
+/* whether the Q6_K one takes cols columns (its shared memory); at backend
+ * creation, the shared memory its launches may ask for */
+bool mr_cu_x24_mma_q6k_ok(const mr_cu_ctx *c, int64_t cols);
+bool mr_cu_x24_mma_optin(int bytes);
 
 /* The planes of rows x (rows of them, cols apart) in c->scratch_x24,
  * xs_xbytes(cols) apart, quantized by a small kernel of their own; the
@@ -246,32 +251,66 @@ static inline mr_cu_mvjob xs_job(const mr_weight *const *w, float *const *y, int
     return a;
 }
 
-/* A Q4_K unit's share of a row's sum: the block header hd (d, dmin, 12
- * bytes of 6-bit scales and mins), group j, the exact integer sums ia, ib
- * of its two 16-column runs against the input (sub-blocks 2j and 2j + 1),
- * the input's scales da, db and the sums of its integers qa, qb over those
- * runs; returns acc plus the share.  The matvec units and the tensor-core
- * kernel (cu_mvx24mma.cu) both call it, so they round alike. */
-__device__ __forceinline__ float xs_q4k_scale(const uint4 &hd, int j, int ia_i, int ib_i, float da, float db,
-                                              float qa, float qb, float acc)
+/* A Q4_K unit's share of a row's sum, in three steps that every caller
+ * takes in this order, so that all of them round alike (the matvec units
+ * through xs_q4k_scale; the tensor-core kernel, cu_mvx24mma.cu, with the
+ * first two hoisted out of its unit and token loops, which changes no
+ * operand of any rounding):
+ *   xs_q4k_sm: the scales and mins of sub-blocks 2j, 2j + 1 from the block
+ *     header hd (d, dmin, 12 bytes of 6-bit scales and mins), as floats
+ *     (exact: integers below 64);
+ *   xs_q4k_tok: those times the input's scales da, db of the unit's two
+ *     runs (one rounding each);
+ *   xs_q4k_add: acc plus the share, from the exact integer sums ia, ib of
+ *     the two 16-column runs against the input, the sums of its integers
+ *     qa, qb over those runs, and the block's d and dmin. */
+struct xs_q4k_f { float sa, sb, ma, mb; }; /* sub-block 2j: a, 2j + 1: b */
+__device__ __forceinline__ xs_q4k_f xs_q4k_sm(const uint4 &hd, int j)
 {
-    /* scales and mins of sub-blocks 2j, 2j + 1 (upstream get_scale_min_k4,
-     * four at a time): bytes 0..3 from the low 6 bits of s0 / s1, bytes
-     * 4..7 from s2's nibbles and the top 2 bits of s0 / s1 */
+    /* upstream get_scale_min_k4, four at a time: bytes 0..3 from the low 6
+     * bits of s0 / s1, bytes 4..7 from s2's nibbles and the top 2 bits of
+     * s0 / s1 */
     const uint32_t s0 = hd.y, s1 = hd.z, s2 = hd.w;
     const uint32_t SC = j < 2 ? (s0 & 0x3F3F3F3Fu) : ((s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u));
     const uint32_t M = j < 2 ? (s1 & 0x3F3F3F3Fu) : (((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u));
     const int sh = 16 * (j & 1);
-    const float sa = (float)((SC >> sh) & 0xff), sb = (float)((SC >> (sh + 8)) & 0xff);
-    const float ma = (float)((M >> sh) & 0xff), mb = (float)((M >> (sh + 8)) & 0xff);
-    const float d = q8_h2f(hd.x), dm = q8_h2f(hd.x >> 16);
+    return {(float)((SC >> sh) & 0xff), (float)((SC >> (sh + 8)) & 0xff), (float)((M >> sh) & 0xff),
+            (float)((M >> (sh + 8)) & 0xff)};
+}
+__device__ __forceinline__ xs_q4k_f xs_q4k_tok(const xs_q4k_f &s, float da, float db)
+{
+    return {xs_mul(s.sa, da), xs_mul(s.sb, db), xs_mul(s.ma, da), xs_mul(s.mb, db)};
+}
+__device__ __forceinline__ float xs_q4k_add(const xs_q4k_f &p, float d, float dm, int ia_i, int ib_i, float qa,
+                                            float qb, float acc)
+{
     const float ia = (float)ia_i, ib = (float)ib_i;
     /* rounding spelled out (xs_fma, xs_mul): left to the compiler, the
      * contraction into fused multiply-adds may differ between instances,
      * and a token's bits with them */
-    const float sx = xs_fma(xs_mul(sa, da), ia, xs_mul(xs_mul(sb, db), ib));
-    const float mx = xs_fma(xs_mul(ma, da), qa, xs_mul(xs_mul(mb, db), qb));
+    const float sx = xs_fma(p.sa, ia, xs_mul(p.sb, ib));
+    const float mx = xs_fma(p.ma, qa, xs_mul(p.mb, qb));
     return xs_fma(d, sx, xs_fma(-dm, mx, acc));
+}
+
+/* The three steps at once: unit j of the block with header hd, the input's
+ * scales da, db and integer sums qa, qb of the unit's runs. */
+__device__ __forceinline__ float xs_q4k_scale(const uint4 &hd, int j, int ia_i, int ib_i, float da, float db,
+                                              float qa, float qb, float acc)
+{
+    return xs_q4k_add(xs_q4k_tok(xs_q4k_sm(hd, j), da, db), q8_h2f(hd.x), q8_h2f(hd.x >> 16), ia_i, ib_i, qa, qb,
+                      acc);
+}
+
+/* A Q6_K quarter's step (8 columns of one scale): r plus sc dx times the
+ * exact sum s of w q over the quarter less 32 times the sum qs of q (the
+ * quants are w - 32); a unit's share is d times r over its four quarters in
+ * order, from r = 0 (xs_unit<Q6_K>; the tensor-core kernel calls the same
+ * step). */
+__device__ __forceinline__ float xs_q6k_step(float sc, float dx, int s, int qs, float r)
+{
+    /* sum (w - 32) q = sum w q - 32 sum q, exact */
+    return xs_fma(xs_mul(sc, dx), (float)(s - qs), r);
 }
 
 /* One lane's unit (32 weights of one block) of R rows: p[i] the block in
@@ -331,6 +370,17 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
 }
 };
 
+/* Q6_K quants 0..63 of four positions l .. l + 3 of half n in each quarter
+ * qq (columns 128n + 32qq + l ..): from the words ql[64n + l] (qa),
+ * ql[64n + 32 + l] (qb) and qh[32n + l] (h). */
+__device__ __forceinline__ void xs_q6k_words(uint32_t qa, uint32_t qb, uint32_t h, uint32_t (&w)[4])
+{
+    w[0] = (qa & 0x0F0F0F0Fu) | ((h << 4) & 0x30303030u);
+    w[1] = (qb & 0x0F0F0F0Fu) | ((h << 2) & 0x30303030u);
+    w[2] = ((qa >> 4) & 0x0F0F0F0Fu) | (h & 0x30303030u);
+    w[3] = ((qb >> 4) & 0x0F0F0F0Fu) | ((h >> 2) & 0x30303030u);
+}
+
 /* Q6_K (padded 212-byte blocks: ql 128, qh 64, sc 16, d): unit u = 4n + k
  * takes positions l = 8k .. 8k + 7 of half n (128 columns): from
  * ql[64n + l], ql[64n + 32 + l] and qh[32n + l] the four quarters
@@ -364,10 +414,8 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
             for (int k = 0; k < 2; k++) {
                 const uint32_t qa = q8_ld32(b + 64 * n + l0 + 4 * k), qb = q8_ld32(b + 64 * n + 32 + l0 + 4 * k);
                 const uint32_t h = q8_ld32(b + 128 + 32 * n + l0 + 4 * k);
-                const uint32_t w[4] = {(qa & 0x0F0F0F0Fu) | ((h << 4) & 0x30303030u),
-                                       (qb & 0x0F0F0F0Fu) | ((h << 2) & 0x30303030u),
-                                       ((qa >> 4) & 0x0F0F0F0Fu) | (h & 0x30303030u),
-                                       ((qb >> 4) & 0x0F0F0F0Fu) | ((h >> 2) & 0x30303030u)};
+                uint32_t w[4];
+                xs_q6k_words(qa, qb, h, w);
 #pragma unroll
                 for (int qq = 0; qq < 4; qq++) {
                     acc3[qq][0] = q8_dp4a_us(w[qq], k ? xv[qq][0].y : xv[qq][0].x, acc3[qq][0]);
@@ -384,8 +432,7 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
             for (int qq = 0; qq < 4; qq++) {
                 const uint32_t sw = qq < 2 ? s01 : s23;
                 const float sc = (float)(int8_t)((sw >> (is + 16 * (qq & 1))) & 0xff);
-                /* sum (w - 32) q = sum w q - 32 sum q, exact */
-                r = xs_fma(xs_mul(sc, dx[qq]), (float)(xs_join(acc3[qq]) - qs[qq]), r);
+                r = xs_q6k_step(sc, dx[qq], xs_join(acc3[qq]), qs[qq], r);
             }
             acc[t * R + i] = xs_fma(d, r, acc[t * R + i]); /* explicit rounding: see Q4_K */
         }
