@@ -296,14 +296,17 @@ void mr_cu_x24_init(mr_cu_ctx *c)
     c->x24_nt_max = ntv == 1 || ntv == 4 || ntv == 8 ? ntv : 2;
     const char *moe = getenv("MEMRA_CUDA_X24_MOE"); /* 0: expert products stay on the float kernels */
     c->x24_moe = !(moe && !strcmp(moe, "0"));
-    /* Q4_K and Q6_K decode batches of 9+ tokens on the tensor cores
-     * (cu_mvx24mma.cu; same bits): run 47 has Q4_K version 1 faster at 16
-     * tokens (24576x4096 206 vs 252 us, 4096x4096 58 vs 139), slower at
-     * 2-4, even at 8; version 2 and Q6_K (docs/GPU-NOTES.md 36) are not yet
-     * measured, the threshold is version 1's; MEMRA_CUDA_X24_MMA=N from N
-     * tokens, 0: never */
+    /* Q4_K and Q6_K decode batches on the tensor cores (cu_mvx24mma.cu; same
+     * bits) from 4 tokens (smaller products win from 2, but the default
+     * shape rule, x24_one, gives the 22-bit kernels only products of 12288+
+     * rows).
+     * Run 51 (H200, us, two-token matvec / tensor cores): Q4_K 24576x4096
+     * n = 2 31.7 / 47.8, 4 63.2 / 63.8, 8 126.3 / 88.4, 16 252.6 / 170.5;
+     * 4096x4096 n = 2 18.2 / 12.3, 4 35.6 / 16.7, 8 70.2 / 21.4, 16 138.9 /
+     * 33.1; Q6_K 151936x4096 n = 2 338 / 467, 4 676 / 518, 8 1354 / 699.
+     * MEMRA_CUDA_X24_MMA=N: from N tokens; 0: never */
     const char *mm = getenv("MEMRA_CUDA_X24_MMA");
-    c->x24_mma_min = mm ? atoi(mm) : MR_CU_MATVEC_MAX + 1;
+    c->x24_mma_min = mm ? atoi(mm) : 4;
     if (c->x24_mma_min < 0) c->x24_mma_min = 0;
     int dev = 0, optin = 0;
     c->x24_smem = 48 * 1024;
