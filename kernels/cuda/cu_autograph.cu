@@ -454,14 +454,33 @@ static void w_get_rows(mr_backend *be, const mr_weight *w, const int32_t *ids, i
     label(a, "get_rows t%d %lldx%lld n=%d", w->type, (long long)w->rows, (long long)w->cols, n);
 }
 
+/* A matmul or matmul_id record of op id `op` (the decode or the prompt
+ * form: the same arguments). */
+static void rec_matmul(mr_backend *be, int op, const char *name, const mr_weight *w, const float *x, float *y, int n)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    rec(be, op).u.matmul = {w, x, y, n};
+    sp(a->sig, w); sp(a->sig, x); sp(a->sig, y); sp(a->sig, n);
+    label(a, "%s t%d %lldx%lld n=%d", name, w->type, (long long)w->rows, (long long)w->cols, n);
+}
+
+static void rec_matmul_id(mr_backend *be, int op, const char *name, const mr_weight *w, const float *x, int x_slots,
+                          const int32_t *ids, int k, float *y, int n)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    rec(be, op).u.matmul_id = {w, x, x_slots, ids, k, y, n};
+    sp(a->sig, w); sp(a->sig, x); sp(a->sig, x_slots); sp(a->sig, ids); sp(a->sig, k);
+    sp(a->sig, y); sp(a->sig, n);
+    label(a, "%s t%d %lldx%lldx%lld k=%d n=%d", name, w->type, (long long)w->n_mats, (long long)w->rows,
+          (long long)w->cols, k, n);
+}
+
 static void w_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, int n)
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.matmul(be, w, x, y, n);
-    rec(be, OP_MATMUL).u.matmul = {w, x, y, n};
-    sp(a->sig, w); sp(a->sig, x); sp(a->sig, y); sp(a->sig, n);
-    if (n >= MR_CU_GEMM_MIN_TOKENS) a->capturable = false; /* cuBLAS */
-    label(a, "matmul t%d %lldx%lld n=%d", w->type, (long long)w->rows, (long long)w->cols, n);
+    rec_matmul(be, OP_MATMUL, "matmul", w, x, y, n);
+    if (n >= MR_CU_GEMM_MIN_TOKENS) a->capturable = false; /* the GEMM path */
 }
 
 static void w_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
@@ -469,11 +488,8 @@ static void w_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int 
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.matmul_id(be, w, x, x_slots, ids, k, y, n);
-    rec(be, OP_MATMUL_ID).u.matmul_id = {w, x, x_slots, ids, k, y, n};
-    sp(a->sig, w); sp(a->sig, x); sp(a->sig, x_slots); sp(a->sig, ids); sp(a->sig, k);
-    sp(a->sig, y); sp(a->sig, n);
-    if (n >= MR_CU_GEMM_MIN_TOKENS) a->capturable = false; /* reads the ids on the host, cuBLAS */
-    label(a, "matmul_id t%d %lldx%lldx%lld k=%d n=%d", w->type, (long long)w->n_mats, (long long)w->rows, (long long)w->cols, k, n);
+    rec_matmul_id(be, OP_MATMUL_ID, "matmul_id", w, x, x_slots, ids, k, y, n);
+    if (n >= MR_CU_GEMM_MIN_TOKENS) a->capturable = false; /* reads the ids on the host */
 }
 
 /* Prompt products: the GEMM path, which reads expert ids on the host and
@@ -482,10 +498,8 @@ static void w_matmul_prompt(mr_backend *be, const mr_weight *w, const float *x, 
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.matmul_prompt(be, w, x, y, n);
-    rec(be, OP_MATMUL_PROMPT).u.matmul = {w, x, y, n};
-    sp(a->sig, w); sp(a->sig, x); sp(a->sig, y); sp(a->sig, n);
+    rec_matmul(be, OP_MATMUL_PROMPT, "matmul_prompt", w, x, y, n);
     a->capturable = false;
-    label(a, "matmul_prompt t%d %lldx%lld n=%d", w->type, (long long)w->rows, (long long)w->cols, n);
 }
 
 static void w_matmul_id_prompt(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
@@ -493,12 +507,8 @@ static void w_matmul_id_prompt(mr_backend *be, const mr_weight *w, const float *
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.matmul_id_prompt(be, w, x, x_slots, ids, k, y, n);
-    rec(be, OP_MATMUL_ID_PROMPT).u.matmul_id = {w, x, x_slots, ids, k, y, n};
-    sp(a->sig, w); sp(a->sig, x); sp(a->sig, x_slots); sp(a->sig, ids); sp(a->sig, k);
-    sp(a->sig, y); sp(a->sig, n);
+    rec_matmul_id(be, OP_MATMUL_ID_PROMPT, "matmul_id_prompt", w, x, x_slots, ids, k, y, n);
     a->capturable = false;
-    label(a, "matmul_id_prompt t%d %lldx%lldx%lld k=%d n=%d", w->type, (long long)w->n_mats, (long long)w->rows,
-          (long long)w->cols, k, n);
 }
 
 static void w_add_rmsnorm(mr_backend *be, float *y, const float *x, const float *w, float *out,
@@ -608,27 +618,32 @@ static void w_kv_store(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t
         label(a, "kv_store n=%d", n);
 }
 
+/* An attention record of one sequence (op: the decode or the prompt form). */
+static void rec_attention(mr_backend *be, int op, const char *name, const mr_kv_cache *kv, int layer,
+                          const int32_t *table, const float *q, const int32_t *pos, int n, int n_heads, float scale,
+                          float *out)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    rec(be, op).u.attention = {kv, layer, table, NULL, q, pos, n, n_heads, scale, out};
+    sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, table); sp(a->sig, q); sp(a->sig, pos);
+    sp(a->sig, n); sp(a->sig, n_heads); sp(a->sig, scale); sp(a->sig, out);
+    label(a, "%s n=%d h=%d", name, n, n_heads);
+}
+
 static void w_attention(mr_backend *be, const mr_kv_cache *kv, int layer, const int32_t *table,
                         const float *q, const int32_t *pos, int n, int n_heads, float scale,
                         float *out)
 {
-    mr_cu_auto *a = mr_cu(be)->ag;
-    if (DIRECT(be)) return a->real.attention(be, kv, layer, table, q, pos, n, n_heads, scale, out);
-    rec(be, OP_ATTENTION).u.attention = {kv, layer, table, NULL, q, pos, n, n_heads, scale, out};
-    sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, table); sp(a->sig, q); sp(a->sig, pos);
-    sp(a->sig, n); sp(a->sig, n_heads); sp(a->sig, scale); sp(a->sig, out);
-    label(a, "attention n=%d h=%d", n, n_heads);
+    if (DIRECT(be)) return mr_cu(be)->ag->real.attention(be, kv, layer, table, q, pos, n, n_heads, scale, out);
+    rec_attention(be, OP_ATTENTION, "attention", kv, layer, table, q, pos, n, n_heads, scale, out);
 }
 
 static void w_attention_prompt(mr_backend *be, const mr_kv_cache *kv, int layer, const int32_t *table,
                                const float *q, const int32_t *pos, int n, int n_heads, float scale, float *out)
 {
-    mr_cu_auto *a = mr_cu(be)->ag;
-    if (DIRECT(be)) return a->real.attention_prompt(be, kv, layer, table, q, pos, n, n_heads, scale, out);
-    rec(be, OP_ATTENTION_PROMPT).u.attention = {kv, layer, table, NULL, q, pos, n, n_heads, scale, out};
-    sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, table); sp(a->sig, q); sp(a->sig, pos);
-    sp(a->sig, n); sp(a->sig, n_heads); sp(a->sig, scale); sp(a->sig, out);
-    label(a, "attention_prompt n=%d h=%d", n, n_heads);
+    if (DIRECT(be))
+        return mr_cu(be)->ag->real.attention_prompt(be, kv, layer, table, q, pos, n, n_heads, scale, out);
+    rec_attention(be, OP_ATTENTION_PROMPT, "attention_prompt", kv, layer, table, q, pos, n, n_heads, scale, out);
 }
 
 /* The multi-sequence forms: the tables array is device memory the host

@@ -126,6 +126,23 @@ __device__ __forceinline__ float xt_tree(const float *p)
     return v[0] + v[1];
 }
 
+/* Thread threadIdx.x < XT_ROWS * XT_TOK sums output (row, token) =
+ * (threadIdx.x / XT_TOK, threadIdx.x % XT_TOK) from its parked partials in
+ * the warp sum's tree and stores it, if that row and token exist. */
+__device__ __forceinline__ void xt_store(const mr_cu_mvjob &a, int64_t total_rows, int64_t r0, int tok0, int nt,
+                                         const float *xt_sh)
+{
+    const int row = threadIdx.x / XT_TOK, tok = threadIdx.x % XT_TOK;
+    if (tok < nt && r0 + row < total_rows) {
+        const float v = xt_tree(xt_sh + threadIdx.x * XT_PSTR);
+        const uint8_t *W;
+        float *y;
+        int64_t s;
+        xs_row(a, r0 + row, &W, &y, &s);
+        y[(int64_t)(tok0 + tok) * s] = v;
+    }
+}
+
 /* The input side of the tile's nt real tokens, once a block: tq[8U + t] =
  * (qa, qb), token t's integer sums over the two runs of unit U rounded to
  * float as the matvec rounds them; td[8G + t] = (da, db), its scales of the
@@ -366,16 +383,7 @@ __global__ void __launch_bounds__(XT_CLS * 32, MODE == 1 ? 5 : 4)
     else if (nt <= 4) xt_run<2>(a, total_rows, xg, r0, tok0, nt, xt_sh);
     else xt_run<4>(a, total_rows, xg, r0, tok0, nt, xt_sh);
     __syncthreads();
-    /* one thread an output (XT_CLS * 32 = 128 = 16 rows x 8 tokens) */
-    const int row = threadIdx.x / XT_TOK, tok = threadIdx.x % XT_TOK;
-    if (tok < nt && r0 + row < total_rows) {
-        const float v = xt_tree(xt_sh + threadIdx.x * XT_PSTR);
-        const uint8_t *W;
-        float *y;
-        int64_t s;
-        xs_row(a, r0 + row, &W, &y, &s);
-        y[(int64_t)(tok0 + tok) * s] = v;
-    }
+    xt_store(a, total_rows, r0, tok0, nt, xt_sh); /* XT_CLS * 32 = 128 threads: one an output */
 }
 
 /* n tokens (1 .. MR_CU_GEMM_MIN_TOKENS - 1) of the job a, Q4_K from the
@@ -557,17 +565,8 @@ __global__ void __launch_bounds__(2 * XT_CLS * 32, 2) k_mvx24_mma6(mr_cu_mvjob a
         for (int o = 0; o < 4; o++)
             xt_sh[((g + 8 * (o >> 1)) * XT_TOK + 2 * q + (o & 1)) * XT_PSTR + 8 * c + 4 * hn + uh] = acc[uh][o];
     __syncthreads();
-    if (threadIdx.x < XT_ROWS * XT_TOK) { /* one thread an output */
-        const int row = threadIdx.x / XT_TOK, tok = threadIdx.x % XT_TOK;
-        if (tok < nt && r0 + row < total_rows) {
-            const float v = xt_tree(xt_sh + threadIdx.x * XT_PSTR);
-            const uint8_t *Wr;
-            float *y;
-            int64_t s;
-            xs_row(a, r0 + row, &Wr, &y, &s);
-            y[(int64_t)(tok0 + tok) * s] = v;
-        }
-    }
+    if (threadIdx.x < XT_ROWS * XT_TOK)
+        xt_store(a, total_rows, r0, tok0, nt, xt_sh);
 }
 
 /* Whether the Q6_K kernel takes cols columns: its shared memory within

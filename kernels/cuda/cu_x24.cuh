@@ -440,6 +440,29 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
 }
 };
 
+/* The signed-weight units (IQ4_XS, Q8_0): 32 columns from ca, R rows of
+ * eight quant words w[i] with one scale ds[i] each, against NT tokens'
+ * planes: acc[t R + i] += (ds[i] dx) (w[i] . x), rounded as spelled. */
+template <int R, int NT>
+__device__ __forceinline__ void xs_tokens32(const uint32_t (&w)[R][8], const float (&ds)[R], const uint8_t *const *xt,
+                                            int cols, int ca, float *acc)
+{
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const uint8_t *xs = xt[t];
+        uint4 xa[3], xb[3]; /* planes hi, mid, lo of columns 0..15 and 16..31 */
+#pragma unroll
+        for (int k = 0; k < 3; k++) {
+            xa[k] = *(const uint4 *)(xs + k * cols + ca);
+            xb[k] = *(const uint4 *)(xs + k * cols + ca + 16);
+        }
+        const float dx = xs_d((uint8_t *)xs, cols)[ca / 32];
+#pragma unroll
+        for (int i = 0; i < R; i++) /* explicit rounding: see Q4_K */
+            acc[t * R + i] = xs_fma(xs_mul(ds[i], dx), xs_dot32s(w[i], xa, xb), acc[t * R + i]);
+    }
+}
+
 /* IQ4_XS (GGUF blocks of 136 bytes: d, scales_h (2 bits a sub-block),
  * scales_l (4 bits a sub-block), qs at +8): unit u is sub-block u, columns
  * 32u .. 32u + 31, scale d (ls - 32); its 16 qs bytes (two 8-byte loads:
@@ -464,20 +487,7 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
         const uint32_t ls = ((hd.y >> (4 * u)) & 15) | (((hd.x >> (16 + 2 * u)) & 3) << 4);
         ds[i] = xs_mul(q8_h2f(hd.x), (float)((int)ls - 32)); /* exact: 11 by 6 bits */
     }
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const uint8_t *xs = xt[t];
-        uint4 xa[3], xb[3]; /* planes hi, mid, lo of columns 0..15 and 16..31 */
-#pragma unroll
-        for (int k = 0; k < 3; k++) {
-            xa[k] = *(const uint4 *)(xs + k * cols + ca);
-            xb[k] = *(const uint4 *)(xs + k * cols + ca + 16);
-        }
-        const float dx = xs_d((uint8_t *)xs, cols)[ca / 32];
-#pragma unroll
-        for (int i = 0; i < R; i++) /* explicit rounding: see Q4_K */
-            acc[t * R + i] = xs_fma(xs_mul(ds[i], dx), xs_dot32s(w[i], xa, xb), acc[t * R + i]);
-    }
+    xs_tokens32<R, NT>(w, ds, xt, cols, ca, acc);
 }
 };
 
@@ -507,20 +517,7 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
 #pragma unroll
         for (int k = 0; k < 8; k++) w[i][k] = o ? v[k + 2] : v[k + 1];
     }
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const uint8_t *xs = xt[t];
-        uint4 xa[3], xb[3];
-#pragma unroll
-        for (int k = 0; k < 3; k++) {
-            xa[k] = *(const uint4 *)(xs + k * cols + ca);
-            xb[k] = *(const uint4 *)(xs + k * cols + ca + 16);
-        }
-        const float dx = xs_d((uint8_t *)xs, cols)[ca / 32];
-#pragma unroll
-        for (int i = 0; i < R; i++) /* explicit rounding: see Q4_K */
-            acc[t * R + i] = xs_fma(xs_mul(d[i], dx), xs_dot32s(w[i], xa, xb), acc[t * R + i]);
-    }
+    xs_tokens32<R, NT>(w, d, xt, cols, ca, acc);
 }
 };
 
