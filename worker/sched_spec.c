@@ -25,7 +25,11 @@ struct mr_sched_spec {
     int32_t toks[SPEC_K_MAX + 1];
     int32_t draft[SPEC_K_MAX];
     int32_t cand[SPEC_K_MAX + 1];
-    void *snap;      /* host copy of the recurrent state before the verify call */
+    /* the recurrent state before the verify call: in backend memory (no
+     * host round trip each step), or on the host when the backend had no
+     * room for it */
+    void *snap_dev;
+    void *snap;
     /* the verify call awaiting its commit */
     bool pending;
     mr_seq *seq;
@@ -50,8 +54,10 @@ int mr_sched_spec_new(mr_model *m, int k, const mr_spec_drafter *drafter, mr_sch
     size_t rows = (size_t)k + 1, V = (size_t)m->hp.n_vocab;
     p->logits = malloc(sizeof(float) * rows * V);
     p->mlog = malloc(sizeof(float) * rows * V);
-    p->snap = malloc(m->rstate_bytes ? m->rstate_bytes : 1);
-    if (!p->logits || !p->mlog || !p->snap) {
+    p->snap_dev = mr_model_state_alloc(m);
+    if (!p->snap_dev)
+        p->snap = malloc(m->rstate_bytes ? m->rstate_bytes : 1);
+    if (!p->logits || !p->mlog || (!p->snap_dev && !p->snap)) {
         mr_sched_spec_free(p);
         return mr_errf(err, "speculation: out of memory for %d drafts", k);
     }
@@ -66,6 +72,7 @@ void mr_sched_spec_free(mr_sched_spec *p)
     free(p->logits);
     free(p->mlog);
     free(p->snap);
+    mr_model_state_free(p->m, p->snap_dev);
     free(p);
 }
 
@@ -115,7 +122,9 @@ int mr_sched_spec_verify(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int32
                 return mr_errf(err, "speculation: draft token %d is out of range [0, %d)", p->draft[i], V);
         /* the verify call runs the drafts through the recurrent layers too:
          * keep the state of L tokens for a rejection */
-        if (mr_seq_state_save(seq, p->snap, err))
+        if (p->snap_dev)
+            mr_seq_state_copy_out(seq, p->snap_dev);
+        else if (mr_seq_state_save(seq, p->snap, err))
             return mr_err_wrap(err, "speculation: state snapshot");
     }
     p->toks[0] = t;
@@ -161,8 +170,13 @@ int mr_sched_spec_commit(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int k
     if (j < kk) {
         /* rejected drafts went through the recurrent layers: back to the
          * state of L tokens and re-run the accepted ones */
-        if (mr_seq_truncate(seq, L, err) || mr_seq_state_load(seq, p->snap, err) ||
-            mr_model_forward_gen(m, seq, p->toks, j + 1, MR_LOGITS_ALL, p->logits, err))
+        if (mr_seq_truncate(seq, L, err))
+            return mr_err_wrap(err, "speculation: replay");
+        if (p->snap_dev)
+            mr_seq_state_copy_in(seq, p->snap_dev);
+        else if (mr_seq_state_load(seq, p->snap, err))
+            return mr_err_wrap(err, "speculation: replay");
+        if (mr_model_forward_gen(m, seq, p->toks, j + 1, MR_LOGITS_ALL, p->logits, err))
             return mr_err_wrap(err, "speculation: replay");
         p->st.replays++;
         p->st.tokens += (uint64_t)j + 1;
