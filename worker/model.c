@@ -534,6 +534,18 @@ void mr_seq_mark_save(const mr_seq *s, void *state)
         state_copy(s->m, state, s->rmark);
 }
 
+void mr_seq_state_copy_out(const mr_seq *s, void *state)
+{
+    if (s->rstate && state)
+        state_copy(s->m, state, s->rstate);
+}
+
+void mr_seq_state_copy_in(mr_seq *s, const void *state)
+{
+    if (s->rstate && state)
+        state_copy(s->m, s->rstate, state);
+}
+
 static void mr_seq_state_restore(mr_seq *s, const void *state, int len)
 {
     if (!s->rstate || !state)

@@ -109,6 +109,11 @@ int mr_seq_len(const mr_seq *s);
 size_t mr_seq_state_bytes(const mr_model *m);
 int mr_seq_state_save(const mr_seq *s, void *host, mr_err *err);
 int mr_seq_state_load(mr_seq *s, const void *host, mr_err *err);
+/* The same into / from backend memory (a state from mr_model_state_alloc,
+ * below): queued on the backend in order with forward calls, no host round
+ * trip (a speculative step's snapshot).  No-ops without recurrent state. */
+void mr_seq_state_copy_out(const mr_seq *s, void *state);
+void mr_seq_state_copy_in(mr_seq *s, const void *state);
 
 /* Checkpoints for a prefix cache over a hybrid model (no-ops without
  * recurrent state).  With them on, each sequence created afterwards keeps a

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "worker/sched.h"
+#include "worker/sched_spec.h"
 
 typedef struct req {
     uint64_t id;
@@ -27,6 +28,8 @@ typedef struct req {
     int checkpoint_at;     /* hybrids: a prompt boundary (tokens) to checkpoint when reached, 0: none */
     bool session;          /* publish as session entries */
     bool want_logits;      /* TOKEN events carry the raw row */
+    bool spec_ok;          /* plain greedy on a model that speculates: may decode speculatively */
+    mr_spec_state spec;    /* its first draft for the next speculative step */
     bool cancelled;
     bool done;
     mr_finish_reason reason;
@@ -53,6 +56,7 @@ struct mr_sched {
     int n_pen_free;
     uint64_t steps, step_tokens_total, admitted, refused, finished;
     bool stateful;         /* hybrid model: cached prefixes need state checkpoints */
+    mr_sched_spec *spec;   /* MTP speculation (opts.spec_k > 0 and an MTP block), or NULL */
 };
 
 static void state_free(void *ctx, void *state) { mr_model_state_free(ctx, state); }
@@ -97,6 +101,8 @@ int mr_sched_new(mr_model *m, const mr_sched_opts *opts, mr_sched_cb cb, void *u
                        o.step_tokens, o.max_seqs);
     if (o.default_max_tokens < 0)
         o.default_max_tokens = 0;
+    if (o.spec_k < 0 || o.spec_k > 8)
+        return mr_errf(err, "scheduler: spec_k %d, need 0 (off) .. 8", o.spec_k);
     mr_sched *s = calloc(1, sizeof *s);
     if (!s)
         return mr_errf(err, "out of memory");
@@ -118,6 +124,9 @@ int mr_sched_new(mr_model *m, const mr_sched_opts *opts, mr_sched_cb cb, void *u
     mr_model_set_checkpoints(m, s->stateful);
     if (s->stateful)
         mr_prefix_set_states(s->prefix, o.max_seqs, state_free, m);
+    if (o.spec_k > 0 && mr_spec_supported(m) &&
+        mr_sched_spec_new(m, o.spec_k, o.spec_drafter.replace ? &o.spec_drafter : NULL, &s->spec, err))
+        goto fail;
     s->live = calloc((size_t)o.max_seqs, sizeof *s->live);
     s->items = calloc((size_t)o.max_seqs, sizeof *s->items);
     s->item_req = calloc((size_t)o.max_seqs, sizeof *s->item_req);
@@ -147,6 +156,7 @@ void mr_sched_free(mr_sched *s)
         mr_model_sample_table_free(s->m, s->pen_free[i]);
     mr_prefix_free(s->prefix);
     mr_sampler_free(s->sampler);
+    mr_sched_spec_free(s->spec);
     free(s->live);
     free(s->items);
     free(s->item_req);
@@ -219,6 +229,9 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
                 q->pick = MR_LOGITS_LAST;
         }
     }
+    /* speculation verifies drafts against the argmax: exact for plain
+     * greedy only */
+    q->spec_ok = s->spec && q->pick == MR_LOGITS_ARGMAX;
     mr_rng_seed(&q->rng, r->sampling.seed);
     q->stop_token = -1;
     q->tokens = malloc(sizeof(int32_t) * ((size_t)r->n_prompt + (size_t)max_tokens));
@@ -394,6 +407,23 @@ static bool is_stop(const req *q, int32_t id)
     return false;
 }
 
+/* Appends id to q's output and delivers it: FINISH/STOP for a stop id,
+ * else its TOKEN event (raw: the row for want_logits), then FINISH/LENGTH
+ * when it was the last one allowed. */
+static void deliver(mr_sched *s, req *q, int32_t id, const float *raw)
+{
+    q->tokens[q->n_prompt + q->n_gen++] = id;
+    if (is_stop(q, id)) {
+        q->stop_token = id;
+        finish(s, q, MR_SCHED_FIN_STOP, NULL);
+        return;
+    }
+    mr_sched_event ev = {.type = MR_EV_TOKEN, .id = q->id, .token = id, .logits = raw};
+    s->cb(s->user, &ev);
+    if (q->n_gen >= q->max_tokens)
+        finish(s, q, MR_SCHED_FIN_LENGTH, NULL);
+}
+
 /* Picks the next id of q (from the backend's argmax or by sampling its
  * logits row) and delivers it. */
 static void advance(mr_sched *s, req *q, const mr_batch_item *it)
@@ -408,16 +438,55 @@ static void advance(mr_sched *s, req *q, const mr_batch_item *it)
                      ? *it->argmax
                      : mr_sample(s->sampler, &q->sp, &q->rng, it->logits, q->tokens, q->n_prompt,
                                  q->tokens + q->n_prompt, q->n_gen);
-    q->tokens[q->n_prompt + q->n_gen++] = id;
-    if (is_stop(q, id)) {
-        q->stop_token = id;
-        finish(s, q, MR_SCHED_FIN_STOP, NULL);
-        return;
+    deliver(s, q, id, raw);
+}
+
+/* One speculative step of q, the only live request (sched_spec.h): the
+ * accepted drafts and the trunk's token after them, cut at the first stop
+ * id and at max_tokens, each delivered as plain decoding would.  The
+ * sequence must hold exactly the delivered tokens but the last before any
+ * FINISH (which publishes its blocks), so a request that ends here is cut
+ * back first; one that goes on gets its tokens first (they stream sooner)
+ * and its state made exact after. */
+static int spec_step(mr_sched *s, req *q, mr_err *err)
+{
+    int len = mr_seq_len(q->seq);
+    const int32_t *cand;
+    int n_cand;
+    mr_sched_spec_stats before;
+    mr_sched_spec_get_stats(s->spec, &before);
+    if (mr_sched_spec_verify(s->spec, q->seq, &q->spec, q->tokens[len], q->n_gen, q->max_tokens - q->n_gen,
+                             &cand, &n_cand, err))
+        goto fail;
+    int keep = 0;
+    bool ends = false;
+    while (keep < n_cand && !ends) {
+        int32_t id = cand[keep++];
+        ends = is_stop(q, id) || q->n_gen + keep >= q->max_tokens;
     }
-    mr_sched_event ev = {.type = MR_EV_TOKEN, .id = q->id, .token = id, .logits = raw};
-    s->cb(s->user, &ev);
-    if (q->n_gen >= q->max_tokens)
-        finish(s, q, MR_SCHED_FIN_LENGTH, NULL);
+    if (ends && mr_sched_spec_commit(s->spec, q->seq, &q->spec, keep, false, err))
+        goto fail;
+    int n = 0;
+    while (n < keep && !q->done && !q->cancelled)
+        deliver(s, q, cand[n++], NULL);
+    if (!q->done && q->cancelled) {
+        /* cancelled from a callback: the rest is not delivered */
+        if (mr_seq_truncate(q->seq, q->n_prompt + q->n_gen - 1, err))
+            goto fail;
+    } else if (!ends && mr_sched_spec_commit(s->spec, q->seq, &q->spec, keep, true, err)) {
+        goto fail;
+    }
+    mr_sched_spec_stats after;
+    mr_sched_spec_get_stats(s->spec, &after);
+    s->steps++;
+    s->step_tokens_total += after.tokens - before.tokens;
+    drop_cancelled(s);
+    return s->n_live;
+fail:
+    if (!q->done)
+        finish(s, q, MR_SCHED_FIN_ERROR, err->msg);
+    drop_cancelled(s);
+    return -1;
 }
 
 /* The sample op's row for q's next id: its parameters, the uniform its
@@ -460,6 +529,11 @@ int mr_sched_step(mr_sched *s, mr_err *err)
     drop_cancelled(s);
     if (s->n_live == 0)
         return 0;
+    /* alone and decoding: speculation cannot cost another request its
+     * place in a batch */
+    if (s->spec && s->n_live == 1 && s->live[0]->spec_ok &&
+        mr_seq_len(s->live[0]->seq) >= s->live[0]->n_prompt)
+        return spec_step(s, s->live[0], err);
     int budget = s->o.step_tokens, n_items = 0;
     /* decoding requests first: one token each (the last id sampled) */
     for (int i = 0; i < s->n_live && budget > 0; i++) {
@@ -505,6 +579,8 @@ int mr_sched_step(mr_sched *s, mr_err *err)
         if (s->items[i].mode == MR_LOGITS_SAMPLE)
             stage_row(s, s->item_req[i], &s->items[i], &s->rows[i]);
     int rc = 0;
+    if (s->spec)
+        mr_sched_spec_invalidate(s->spec); /* the MTP block's hidden rows are gone */
     if (mr_model_forward_batch(s->m, s->items, n_items, err)) {
         for (int i = 0; i < n_items; i++)
             finish(s, s->item_req[i], MR_SCHED_FIN_ERROR, err->msg);
@@ -555,6 +631,12 @@ void mr_sched_get_stats(const mr_sched *s, mr_sched_stats *out)
     out->admitted = s->admitted;
     out->refused = s->refused;
     out->finished = s->finished;
+    mr_sched_spec_stats sp;
+    mr_sched_spec_get_stats(s->spec, &sp);
+    out->spec_steps = sp.steps;
+    out->spec_drafted = sp.drafted;
+    out->spec_accepted = sp.accepted;
+    out->spec_replays = sp.replays;
     mr_prefix_get_stats(s->prefix, &out->prefix);
     out->kv_admissible = out->kv_available + out->prefix.n_blocks - out->prefix.n_in_use;
 }

@@ -23,6 +23,10 @@
  * FINISH event with the reason and the usage.  The callback may call
  * mr_sched_cancel; it must not call submit, step or free.
  *
+ * A lone greedy request may be decoded speculatively (mr_sched_opts.spec_k):
+ * a step then runs its K drafts and delivers every accepted token, still
+ * one TOKEN event each, in order.
+ *
  * Not thread-safe: one thread (the worker's loop) owns a scheduler. */
 #ifndef MR_SCHED_H
 #define MR_SCHED_H
@@ -34,6 +38,7 @@
 #include "worker/model.h"
 #include "worker/prefix.h"
 #include "worker/sample.h"
+#include "worker/spec.h"
 
 typedef struct mr_sched mr_sched;
 
@@ -43,6 +48,16 @@ typedef struct mr_sched_opts {
     int step_tokens;        /* most tokens per step (>= max_seqs); 0: max_seqs + chunk_tokens */
     int prefix_blocks;      /* prefix cache capacity in blocks; 0: the whole pool; < 0: off */
     int default_max_tokens; /* for requests with max_tokens <= 0; 0: up to the context */
+    /* MTP self-speculation (worker/sched_spec.h): a plain greedy request
+     * (temperature 0, no penalties, no want_logits) of a model with an MTP
+     * block verifies up to spec_k drafts (1..8) per step while it is the
+     * only live request; with batchmates every request decodes one token a
+     * step (batching beats speculation then).  The tokens are those of plain
+     * greedy decoding.  0: off; ignored for models without an MTP block. */
+    int spec_k;
+    /* Tests: replaces the drafts of each speculative step (worker/spec.h;
+     * first: how many tokens the request has generated).  replace NULL: none. */
+    mr_spec_drafter spec_drafter;
 } mr_sched_opts;
 
 typedef struct mr_request {
@@ -126,6 +141,8 @@ typedef struct mr_sched_stats {
     int block_tokens;
     uint64_t steps, step_tokens_total; /* tokens run through forward */
     uint64_t admitted, refused, finished;
+    /* speculative steps, drafts verified and accepted, re-runs after a rejection */
+    uint64_t spec_steps, spec_drafted, spec_accepted, spec_replays;
     mr_prefix_stats prefix;
 } mr_sched_stats;
 

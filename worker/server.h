@@ -122,6 +122,7 @@ typedef struct mr_engine_model_opts {
     double kv_fraction;
     size_t kv_reserve_bytes;
     int prefix_blocks;     /* prefix cache capacity in blocks; 0: the pool; < 0: off */
+    int spec_k;            /* MTP drafts per step for a lone greedy request (mr_sched_opts.spec_k); 0: off */
 } mr_engine_model_opts;
 
 /* The real engine: the GGUF model at path, served by the scheduler

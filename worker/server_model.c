@@ -283,7 +283,8 @@ mr_engine *mr_engine_model(const char *path, const mr_engine_model_opts *o, mr_e
     }
     const mr_hparams *hp = mr_model_hparams(me->m);
     me->n_vocab = hp->n_vocab;
-    mr_sched_opts so = {.max_seqs = n_seqs, .chunk_tokens = o->chunk_tokens, .prefix_blocks = o->prefix_blocks};
+    mr_sched_opts so = {.max_seqs = n_seqs, .chunk_tokens = o->chunk_tokens, .prefix_blocks = o->prefix_blocks,
+                        .spec_k = o->spec_k};
     if (mr_sched_new(me->m, &so, on_sched, me, &me->sched, err)) {
         destroy(&me->super);
         return NULL;
@@ -293,6 +294,9 @@ mr_engine *mr_engine_model(const char *path, const mr_engine_model_opts *o, mr_e
     MR_INFO("worker: KV pool %d blocks of %d tokens; prefix cache %d blocks%s", st.kv_blocks, st.block_tokens,
             st.prefix.capacity,
             mr_seq_state_bytes(me->m) > 0 && st.prefix.capacity > 0 ? " (with recurrent-state checkpoints)" : "");
+    if (o->spec_k > 0)
+        MR_INFO("worker: MTP speculation %s (%d drafts a step for a lone greedy request)",
+                mr_spec_supported(me->m) ? "on" : "off: the model has no MTP block", o->spec_k);
     /* end-of-generation ids the GGUF names (the gateway sends the
      * tokenizer's full list with each request as well) */
     mr_gguf *g = NULL;

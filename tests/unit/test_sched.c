@@ -2,7 +2,10 @@
  * batched, for prefill chunks 1, 7 and 64, against an independent solo loop
  * (and the transformers greedy continuation); prefix hits, tenant isolation,
  * session reuse, eviction, admission refusal and recovery, cancellation,
- * stop ids, seeded sampling independent of batchmates. */
+ * stop ids, seeded sampling independent of batchmates; MTP speculation of a
+ * lone greedy request (hybrids) equal to plain decoding, and its fallback to
+ * batching when another request arrives. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -612,6 +615,264 @@ START_TEST(failed_step_finishes_its_requests_cleanly)
 }
 END_TEST
 
+/* ---- MTP speculation (opts.spec_k) ---- */
+
+enum { SGEN = 28, SPROMPT = 20 };
+static int32_t spec_want[SGEN]; /* the plain scheduler's greedy continuation */
+static int spec_salt;            /* planted drafts: wrong where (index * 7 + salt) % 5 == 0; < 0: never */
+
+/* Drafts from the true continuation, some wrong (the fixtures' random MTP
+ * weights almost never agree with the trunk: accepted runs need these). */
+static void planted_drafts(void *ctx, int first, int k, int32_t *draft)
+{
+    (void)ctx;
+    for (int i = 0; i < k; i++) {
+        int idx = first + i;
+        int32_t good = idx < SGEN ? spec_want[idx] : 0;
+        draft[i] = spec_salt >= 0 && (idx * 7 + spec_salt) % 5 == 0 ? (good + 1) % V : good;
+    }
+}
+
+/* One greedy request alone on a scheduler with spec_k (planted drafts or
+ * the model's own); returns its output in *o and the stats in *st. */
+static void spec_run(int spec_k, bool planted, const int32_t *p, int max_tokens, const int32_t *stop, int n_stop,
+                     out_t *o, mr_sched_stats *st)
+{
+    sink_t k;
+    mr_sched_opts so = {.max_seqs = 2, .chunk_tokens = 7, .spec_k = spec_k};
+    if (planted)
+        so.spec_drafter = (mr_spec_drafter){planted_drafts, NULL};
+    mr_sched *s = new_sched(&so, &k);
+    mr_err err;
+    mr_request r = {.id = 1, .prompt = p, .n_prompt = SPROMPT, .max_tokens = max_tokens, .stop_ids = stop,
+                    .n_stop = n_stop};
+    ck_assert_int_eq(mr_sched_submit(s, &r, &err), MR_SCHED_OK);
+    run_all(s);
+    *o = *find(&k, 1);
+    ck_assert(o->finished);
+    ck_assert_int_eq(o->events_after_finish, 0);
+    mr_sched_get_stats(s, st);
+    /* every block back: nothing reserved, the rest free or cached */
+    ck_assert_int_eq(st->kv_reserved, 0);
+    ck_assert_int_eq(st->kv_free + st->prefix.n_blocks, st->kv_blocks);
+    mr_sched_free(s);
+}
+
+static void expect_out(const out_t *o, const out_t *want, const char *what, int spec_k)
+{
+    ck_assert_msg(o->n == want->n, "%s spec_k=%d: %d tokens, want %d", what, spec_k, o->n, want->n);
+    for (int i = 0; i < o->n; i++)
+        ck_assert_msg(o->toks[i] == want->toks[i], "%s spec_k=%d: token %d is %d, want %d", what, spec_k, i,
+                      o->toks[i], want->toks[i]);
+    ck_assert_int_eq(o->reason, want->reason);
+    ck_assert_int_eq(o->stop_token, want->stop_token);
+    ck_assert_int_eq(o->usage.completion_tokens, want->usage.completion_tokens);
+}
+
+/* A lone greedy request decoded speculatively gives the plain scheduler's
+ * tokens for spec_k 1, 3 and 8: with the model's own drafts (all rejected,
+ * the reject-and-replay path), with planted drafts (runs of accepted ones,
+ * partial rejections), ending by max_tokens inside accepted runs and by a
+ * stop id inside one; a follow-up turn served from the blocks and state it
+ * left in the prefix cache is exact too. */
+START_TEST(spec_lone_greedy_matches_plain)
+{
+    static const char *const name[] = {"qwen35", "qwen35moe"};
+    mr_model_opts mo = {.n_ctx = 128, .n_seqs = 4, .block_tokens = 8};
+    open_model(name[_i], "model-BF16.gguf", &mo);
+    V = mr_model_hparams(model)->n_vocab;
+    int32_t p[SPROMPT];
+    lcg_prompt(p, SPROMPT, 77, V);
+    out_t plain, o;
+    mr_sched_stats st;
+    spec_run(0, false, p, SGEN, NULL, 0, &plain, &st);
+    ck_assert_int_eq(plain.n, SGEN);
+    ck_assert_int_eq((int)st.spec_steps, 0);
+    memcpy(spec_want, plain.toks, sizeof spec_want);
+    int32_t solo[SGEN];
+    greedy_decode(p, SPROMPT, SGEN, solo);
+    for (int i = 0; i < SGEN; i++)
+        ck_assert_int_eq(solo[i], spec_want[i]);
+
+    static const int ks[] = {1, 3, 8};
+    for (int ki = 0; ki < 3; ki++) {
+        int kk = ks[ki];
+        spec_run(kk, false, p, SGEN, NULL, 0, &o, &st);
+        expect_out(&o, &plain, "MTP drafts", kk);
+        ck_assert_int_gt((int)st.spec_steps, 0);
+        printf("%s spec_k=%d MTP drafts: %llu/%llu accepted, %llu steps\n", name[_i], kk,
+               (unsigned long long)st.spec_accepted, (unsigned long long)st.spec_drafted,
+               (unsigned long long)st.spec_steps);
+
+        spec_salt = kk;
+        spec_run(kk, true, p, SGEN, NULL, 0, &o, &st);
+        expect_out(&o, &plain, "planted drafts", kk);
+        ck_assert_int_gt((int)st.spec_accepted, 0);
+        ck_assert_int_lt((int)st.spec_accepted, (int)st.spec_drafted);
+        ck_assert_int_gt((int)st.spec_replays, 0);
+        if (kk > 1)
+            ck_assert_int_lt((int)st.spec_steps, SGEN - 2); /* fewer steps than one token each */
+        printf("%s spec_k=%d planted drafts: %llu/%llu accepted, %llu steps, %llu replays\n", name[_i], kk,
+               (unsigned long long)st.spec_accepted, (unsigned long long)st.spec_drafted,
+               (unsigned long long)st.spec_steps, (unsigned long long)st.spec_replays);
+
+        /* max_tokens inside runs of accepted drafts (none wrong, and a few
+         * wrong) */
+        static const int maxes[] = {5, 13};
+        for (int mi = 0; mi < 2; mi++)
+            for (int salt = -1; salt <= 1; salt += 2) {
+                spec_salt = salt;
+                spec_run(kk, true, p, maxes[mi], NULL, 0, &o, &st);
+                ck_assert_int_eq(o.reason, MR_SCHED_FIN_LENGTH);
+                ck_assert_int_eq(o.n, maxes[mi]);
+                ck_assert_int_eq(o.usage.completion_tokens, maxes[mi]);
+                for (int i = 0; i < o.n; i++)
+                    ck_assert_int_eq(o.toks[i], spec_want[i]);
+            }
+    }
+
+    /* a stop id inside a run of accepted drafts: the first token from 9 on
+     * that did not come before */
+    int at = 9;
+    for (bool seen = true; seen && at < SGEN - 2; at += seen) {
+        seen = false;
+        for (int i = 0; i < at; i++)
+            seen |= spec_want[i] == spec_want[at];
+    }
+    ck_assert_int_lt(at, SGEN - 2);
+    int32_t stop[2] = {V - 1 == spec_want[at] ? V - 2 : V - 1, spec_want[at]};
+    out_t stop_plain;
+    spec_run(0, false, p, SGEN, stop, 2, &stop_plain, &st);
+    ck_assert_int_eq(stop_plain.reason, MR_SCHED_FIN_STOP);
+    ck_assert_int_eq(stop_plain.n, at);
+    ck_assert_int_eq(stop_plain.stop_token, spec_want[at]);
+    for (int ki = 0; ki < 3; ki++) {
+        for (int salt = -1; salt <= 1; salt += 2) {
+            spec_salt = salt;
+            spec_run(ks[ki], true, p, SGEN, stop, 2, &o, &st);
+            expect_out(&o, &stop_plain, "stop id", ks[ki]);
+        }
+        spec_run(ks[ki], false, p, SGEN, stop, 2, &o, &st);
+        expect_out(&o, &stop_plain, "stop id, MTP drafts", ks[ki]);
+    }
+
+    /* what a speculative request leaves in the prefix cache (K/V of its
+     * reply, the recurrent state at its last block boundary) serves the
+     * follow-up turn exactly */
+    {
+        sink_t k;
+        mr_sched_opts so = {.max_seqs = 2, .chunk_tokens = 7, .spec_k = 3,
+                            .spec_drafter = {planted_drafts, NULL}};
+        spec_salt = 2;
+        mr_sched *s = new_sched(&so, &k);
+        ck_assert_int_eq(submit(s, 1, p, SPROMPT, SGEN, "acme", "x"), MR_SCHED_OK);
+        run_all(s);
+        expect_tokens(&k, 1, spec_want, SGEN);
+        int32_t p2[SPROMPT + SGEN + 5], want2[8];
+        memcpy(p2, p, sizeof p);
+        memcpy(p2 + SPROMPT, spec_want, sizeof spec_want);
+        lcg_prompt(p2 + SPROMPT + SGEN, 5, 78, V);
+        int n2 = SPROMPT + SGEN + 5;
+        greedy_decode(p2, n2, 8, want2);
+        /* the drafter plants the first reply's tokens: wrong for this one */
+        ck_assert_int_eq(submit(s, 2, p2, n2, 8, "acme", "x"), MR_SCHED_OK);
+        run_all(s);
+        expect_tokens(&k, 2, want2, 8);
+        ck_assert_int_gt(find(&k, 2)->usage.cached_tokens, 0);
+        mr_sched_free(s);
+    }
+    close_model();
+}
+END_TEST
+
+/* Speculation only while a greedy request is alone: a second request
+ * arriving mid-generation puts both back on one-token batched steps (no
+ * speculative step while two are live), and the first speculates again
+ * once the other has finished; every output equals its solo run.  Sampled
+ * requests never speculate; spec_k outside 0..8 is refused. */
+START_TEST(spec_falls_back_to_batching)
+{
+    mr_model_opts mo = {.n_ctx = 128, .n_seqs = 4, .block_tokens = 8};
+    open_model("qwen35", "model-BF16.gguf", &mo);
+    V = mr_model_hparams(model)->n_vocab;
+    int32_t a[SPROMPT], b[12], want_b[6];
+    lcg_prompt(a, SPROMPT, 77, V);
+    lcg_prompt(b, 12, 78, V);
+    greedy_decode(a, SPROMPT, SGEN, spec_want);
+    greedy_decode(b, 12, 6, want_b);
+
+    sink_t k;
+    mr_err err;
+    mr_sched *s;
+    mr_sched_opts bad = {.spec_k = 9};
+    ck_assert_int_eq(mr_sched_new(model, &bad, on_event, &k, &s, &err), -1);
+    ck_assert_msg(strstr(err.msg, "spec_k") != NULL, "%s", err.msg);
+
+    mr_sched_opts so = {.max_seqs = 2, .chunk_tokens = 7, .spec_k = 3, .spec_drafter = {planted_drafts, NULL}};
+    spec_salt = 4;
+    s = new_sched(&so, &k);
+    ck_assert_int_eq(submit(s, 1, a, SPROMPT, SGEN, NULL, NULL), MR_SCHED_OK);
+    mr_sched_stats st;
+    int guard = 0;
+    while (find(&k, 1)->n < 6) {
+        ck_assert_int_eq(mr_sched_step(s, &err), 1);
+        ck_assert_int_lt(++guard, 100);
+    }
+    mr_sched_get_stats(s, &st);
+    ck_assert_int_gt((int)st.spec_steps, 0);
+    ck_assert_int_eq(submit(s, 2, b, 12, 6, NULL, NULL), MR_SCHED_OK);
+    int live;
+    do {
+        mr_sched_stats before, after;
+        mr_sched_get_stats(s, &before);
+        live = mr_sched_step(s, &err);
+        ck_assert_msg(live >= 0, "%s", err.msg);
+        mr_sched_get_stats(s, &after);
+        if (before.live == 2)
+            ck_assert_int_eq((int)after.spec_steps, (int)before.spec_steps);
+        ck_assert_int_lt(++guard, 1000);
+    } while (live == 2);
+    ck_assert(find(&k, 2)->finished);
+    ck_assert(!find(&k, 1)->finished);
+    mr_sched_get_stats(s, &st);
+    uint64_t steps_when_alone = st.spec_steps;
+    run_all(s);
+    expect_tokens(&k, 1, spec_want, SGEN);
+    expect_tokens(&k, 2, want_b, 6);
+    mr_sched_get_stats(s, &st);
+    ck_assert_int_gt((int)st.spec_steps, (int)steps_when_alone);
+
+    /* a sampled request alone: plain steps */
+    mr_request r = {.id = 3, .prompt = b, .n_prompt = 12, .max_tokens = 6,
+                    .sampling = {.temperature = 0.8f, .seed = 5}};
+    ck_assert_int_eq(mr_sched_submit(s, &r, &err), MR_SCHED_OK);
+    mr_sched_get_stats(s, &st);
+    uint64_t before_sampled = st.spec_steps;
+    run_all(s);
+    ck_assert_int_eq(find(&k, 3)->n, 6);
+    mr_sched_get_stats(s, &st);
+    ck_assert_int_eq((int)st.spec_steps, (int)before_sampled);
+
+    /* cancelled from the callback in the middle of a step's accepted run:
+     * nothing more is delivered, every block comes back */
+    spec_salt = -1;
+    k.cancel_at_token_id = 4;
+    k.cancel_after = 5;
+    ck_assert_int_eq(submit(s, 4, a, SPROMPT, SGEN, NULL, NULL), MR_SCHED_OK);
+    run_all(s);
+    ck_assert_int_eq(find(&k, 4)->reason, MR_SCHED_FIN_CANCELLED);
+    ck_assert_int_eq(find(&k, 4)->n, 5);
+    ck_assert_int_eq(find(&k, 4)->events_after_finish, 0);
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(find(&k, 4)->toks[i], spec_want[i]);
+    mr_sched_get_stats(s, &st);
+    ck_assert_int_eq(st.kv_reserved, 0);
+    ck_assert_int_eq(st.kv_free + st.prefix.n_blocks, st.kv_blocks);
+    mr_sched_free(s);
+    close_model();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sched");
@@ -628,5 +889,11 @@ int main(void)
     tcase_add_test(tc, seeded_sampling_is_independent_of_batchmates);
     tcase_add_test(tc, failed_step_finishes_its_requests_cleanly);
     suite_add_tcase(s, tc);
+    /* many short scheduler runs per hybrid: their own, longer timeout */
+    TCase *sp = tcase_create("spec");
+    tcase_set_timeout(sp, 300);
+    tcase_add_loop_test(sp, spec_lone_greedy_matches_plain, 0, 2);
+    tcase_add_test(sp, spec_falls_back_to_batching);
+    suite_add_tcase(s, sp);
     return run_suite(s);
 }

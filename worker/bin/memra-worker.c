@@ -24,7 +24,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: memra-worker --listen URL (--model FILE.gguf | --backend fake) [--device N]\n"
                     "       [--backend auto|cpu|cuda|fake] [--name NAME] [--max-running N] [--max-queued N]\n"
-                    "       [--ctx N] [--chunk N] [--block-tokens N] [--prefix-blocks N|-1]\n"
+                    "       [--ctx N] [--chunk N] [--block-tokens N] [--prefix-blocks N|-1] [--spec-k 0..8]\n"
                     "       [--kv-tokens N | --kv-mib N | --kv-fraction PERCENT --kv-reserve-mib N]\n"
                     "       [--vocab N] [--fake-eos ID] [--fake-delay-ms MS]\n"
                     "   or: memra-worker --config FILE --instance N [flags that override it]\n");
@@ -77,6 +77,9 @@ static int parse(args *a, int n, char **v)
         } else if (!strcmp(k, "--chunk")) {
             bad = num(x, 1, 1 << 20, &t);
             a->eo.chunk_tokens = (int)t;
+        } else if (!strcmp(k, "--spec-k")) {
+            bad = num(x, 0, 8, &t);
+            a->eo.spec_k = (int)t;
         } else if (!strcmp(k, "--block-tokens")) {
             bad = num(x, 1, 4096, &t);
             a->eo.block_tokens = (int)t;

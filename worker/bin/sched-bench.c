@@ -4,7 +4,7 @@
  *
  *   sched-bench MODEL.gguf [-c CONC] [-r REQUESTS] [-p PROMPT] [-n GEN]
  *               [--shared-prefix N] [--chunk N] [--kv-mib N] [--temperature PERCENT]
- *               [--check] [--backend cpu|cuda|auto]
+ *               [--check] [--spec-k K] [--backend cpu|cuda|auto]
  *
  * CONC requests are kept in flight (a refused one is retried after the next
  * step); prompts are random ids, the first N of them shared by all requests
@@ -13,7 +13,11 @@
  * --check (greedy only): first generates every request alone with
  * mr_model_forward, then fails unless the scheduled run produced the same
  * ids: the exactness rule (batchmates, chunking and prefix hits change
- * nothing) on whatever backend runs it. */
+ * nothing) on whatever backend runs it.
+ *
+ * --spec-k K: MTP speculation with K drafts a step for a greedy request
+ * while it runs alone (mr_sched_opts.spec_k; -c 1 keeps every request alone);
+ * the summary then gives the draft acceptance. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,12 +142,13 @@ int main(int argc, char **argv)
     const char *path = NULL, *backend = "auto";
     int conc = 16, n_req = -1, n_prompt = 512, n_gen = 128, shared = 0, chunk = 512, kv_mib = 0;
     float temperature = 0.0f;
-    int check = 0;
+    int check = 0, spec_k = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: sched-bench MODEL.gguf [-c CONC] [-r REQUESTS] [-p PROMPT] [-n GEN] "
-                   "[--shared-prefix N] [--chunk N] [--kv-mib N] [--temperature PERCENT] [--check] [--backend B]\n");
+                   "[--shared-prefix N] [--chunk N] [--kv-mib N] [--temperature PERCENT] [--check] [--spec-k K] "
+                   "[--backend B]\n");
             return 0;
         } else if (!strcmp(a, "-c"))
             conc = arg_int(a, v, 1, 4096), i++;
@@ -161,6 +166,8 @@ int main(int argc, char **argv)
             kv_mib = arg_int(a, v, 1, 1 << 30), i++;
         else if (!strcmp(a, "--check"))
             check = 1;
+        else if (!strcmp(a, "--spec-k"))
+            spec_k = arg_int(a, v, 0, 8), i++;
         else if (!strcmp(a, "--temperature"))
             temperature = (float)arg_int(a, v, 0, 100) / 100.0f, i++;
         else if (!strcmp(a, "--backend")) {
@@ -205,7 +212,7 @@ int main(int argc, char **argv)
     b.cap_itl = (size_t)n_req * (size_t)n_gen;
     b.itl = malloc(sizeof(double) * (b.cap_itl ? b.cap_itl : 1));
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n_prompt);
-    mr_sched_opts so = {.max_seqs = conc, .chunk_tokens = chunk};
+    mr_sched_opts so = {.max_seqs = conc, .chunk_tokens = chunk, .spec_k = spec_k};
     mr_sched *s;
     if (!b.r || !b.itl || !prompt || mr_sched_new(m, &so, on_event, &b, &s, &err)) {
         fprintf(stderr, "sched-bench: %s\n", b.r && b.itl && prompt ? err.msg : "out of memory");
@@ -276,6 +283,12 @@ int main(int argc, char **argv)
            st.prefix.prompt_tokens ? 100.0 * (double)st.prefix.hit_tokens / (double)st.prefix.prompt_tokens : 0.0,
            st.prefix.n_blocks, (unsigned long long)st.prefix.evictions, st.kv_blocks, st.block_tokens, refused,
            b.errors);
+    if (spec_k > 0)
+        printf("speculation (k %d): %llu steps, %llu of %llu drafts accepted (%.1f%%), %llu replays\n", spec_k,
+               (unsigned long long)st.spec_steps, (unsigned long long)st.spec_accepted,
+               (unsigned long long)st.spec_drafted,
+               st.spec_drafted ? 100.0 * (double)st.spec_accepted / (double)st.spec_drafted : 0.0,
+               (unsigned long long)st.spec_replays);
     if (check) {
         int bad = 0;
         for (int i = 0; i < n_req; i++) {

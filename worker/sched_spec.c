@@ -1,0 +1,203 @@
+/* MTP self-speculation steps for the scheduler (see sched_spec.h; the
+ * standalone loop it follows is worker/spec.c).
+ *
+ * Row bookkeeping, as in spec.c: MTP row p pairs the trunk's output-normed
+ * hidden row of position p with the token at p + 1.  After the verify call
+ * (or its replay) sc.xn holds the hidden rows of [t, d1..dj] (positions
+ * L..L+j), which the MTP block pairs with [d1..dj, b]; its last row's
+ * logits give the next step's first draft. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/model_internal.h"
+#include "worker/sample.h"
+#include "worker/sched_spec.h"
+
+enum { SPEC_K_MAX = 8 };
+
+struct mr_sched_spec {
+    mr_model *m;
+    int k;
+    mr_spec_drafter drafter;
+    uint64_t epoch;
+    float *logits;   /* [k + 1][n_vocab] the verify (or replay) rows */
+    float *mlog;     /* [k + 1][n_vocab] MTP rows */
+    int32_t toks[SPEC_K_MAX + 1];
+    int32_t draft[SPEC_K_MAX];
+    int32_t cand[SPEC_K_MAX + 1];
+    /* the recurrent state before the verify call: in backend memory (no
+     * host round trip each step), or on the host when the backend had no
+     * room for it */
+    void *snap_dev;
+    void *snap;
+    /* the verify call awaiting its commit */
+    bool pending;
+    mr_seq *seq;
+    int L, kk, j;
+    mr_sched_spec_stats st;
+};
+
+int mr_sched_spec_new(mr_model *m, int k, const mr_spec_drafter *drafter, mr_sched_spec **out, mr_err *err)
+{
+    *out = NULL;
+    if (!mr_spec_supported(m))
+        return mr_errf(err, "speculation: model '%s' has no MTP block", m->hp.arch_name);
+    if (k < 1 || k > SPEC_K_MAX)
+        return mr_errf(err, "speculation: k = %d, need 1..%d", k, SPEC_K_MAX);
+    mr_sched_spec *p = calloc(1, sizeof *p);
+    if (!p)
+        return mr_errf(err, "speculation: out of memory");
+    p->m = m;
+    p->k = k;
+    if (drafter)
+        p->drafter = *drafter;
+    size_t rows = (size_t)k + 1, V = (size_t)m->hp.n_vocab;
+    p->logits = malloc(sizeof(float) * rows * V);
+    p->mlog = malloc(sizeof(float) * rows * V);
+    p->snap_dev = mr_model_state_alloc(m);
+    if (!p->snap_dev)
+        p->snap = malloc(m->rstate_bytes ? m->rstate_bytes : 1);
+    if (!p->logits || !p->mlog || (!p->snap_dev && !p->snap)) {
+        mr_sched_spec_free(p);
+        return mr_errf(err, "speculation: out of memory for %d drafts", k);
+    }
+    *out = p;
+    return 0;
+}
+
+void mr_sched_spec_free(mr_sched_spec *p)
+{
+    if (!p)
+        return;
+    free(p->logits);
+    free(p->mlog);
+    free(p->snap);
+    mr_model_state_free(p->m, p->snap_dev);
+    free(p);
+}
+
+void mr_sched_spec_invalidate(mr_sched_spec *p)
+{
+    p->epoch++;
+    p->pending = false;
+}
+
+int mr_sched_spec_verify(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int32_t t, int first, int max_new,
+                         const int32_t **cand, int *n_cand, mr_err *err)
+{
+    mr_model *m = p->m;
+    int V = m->hp.n_vocab, L = mr_seq_len(seq);
+    size_t E = (size_t)m->hp.n_embd;
+    if (max_new < 1)
+        return mr_errf(err, "speculation: %d tokens left to generate", max_new);
+    int kk = p->k;
+    if (kk > max_new - 1)
+        kk = max_new - 1;   /* all accepted plus the trunk's token: exactly max_new */
+    if (kk > m->n_ctx - L - 1)
+        kk = m->n_ctx - L - 1; /* verify writes positions L..L+kk */
+    /* the first draft chains from hidden rows only the request's own last
+     * MTP call left; after any other call there is none: a plain step */
+    if (!st->valid || st->epoch != p->epoch || st->len != L)
+        kk = 0;
+    if (kk < 0)
+        kk = 0;
+    st->valid = false;
+    p->pending = false;
+    p->epoch++; /* whatever happens now, the MTP hidden rows are this call's */
+
+    if (kk > 0) {
+        p->draft[0] = st->d1;
+        int rows = st->mtp_rows;
+        for (int i = 1; i < kk; i++) {
+            const float *h = mr_qwen35_mtp_hidden(m) + (size_t)(rows - 1) * E;
+            if (mr_qwen35_mtp(m, seq, h, &p->draft[i - 1], 1, L + i - 1, p->mlog, err))
+                return mr_err_wrap(err, "speculation: drafting");
+            rows = 1;
+            p->draft[i] = mr_sample_argmax(p->mlog, V);
+        }
+        if (p->drafter.replace)
+            p->drafter.replace(p->drafter.ctx, first, kk, p->draft);
+        for (int i = 0; i < kk; i++)
+            if (p->draft[i] < 0 || p->draft[i] >= V)
+                return mr_errf(err, "speculation: draft token %d is out of range [0, %d)", p->draft[i], V);
+        /* the verify call runs the drafts through the recurrent layers too:
+         * keep the state of L tokens for a rejection */
+        if (p->snap_dev)
+            mr_seq_state_copy_out(seq, p->snap_dev);
+        else if (mr_seq_state_save(seq, p->snap, err))
+            return mr_err_wrap(err, "speculation: state snapshot");
+    }
+    p->toks[0] = t;
+    memcpy(p->toks + 1, p->draft, sizeof(int32_t) * (size_t)kk);
+    /* generated rows: the decode numerics, so the trunk's argmax of every
+     * row is the id plain decoding would pick there */
+    if (mr_model_forward_gen(m, seq, p->toks, kk + 1, MR_LOGITS_ALL, p->logits, err))
+        return mr_err_wrap(err, "speculation: verify");
+    p->st.steps++;
+    p->st.drafted += (uint64_t)kk;
+    p->st.tokens += (uint64_t)kk + 1;
+    int j = 0;
+    while (j < kk && mr_sample_argmax(p->logits + (size_t)j * (size_t)V, V) == p->draft[j])
+        j++;
+    p->st.accepted += (uint64_t)j;
+    memcpy(p->cand, p->draft, sizeof(int32_t) * (size_t)j);
+    p->cand[j] = mr_sample_argmax(p->logits + (size_t)j * (size_t)V, V);
+    p->pending = true;
+    p->seq = seq;
+    p->L = L;
+    p->kk = kk;
+    p->j = j;
+    *cand = p->cand;
+    *n_cand = j + 1;
+    return 0;
+}
+
+int mr_sched_spec_commit(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int keep, bool more, mr_err *err)
+{
+    mr_model *m = p->m;
+    if (!p->pending || p->seq != seq)
+        return mr_errf(err, "speculation: commit without its verify call");
+    p->pending = false;
+    int L = p->L, kk = p->kk, j = p->j;
+    if (keep < 1 || keep > j + 1 || (more && keep != j + 1))
+        return mr_errf(err, "speculation: keeping %d of %d tokens%s", keep, j + 1, more ? " and going on" : "");
+    if (!more) {
+        /* positions L..L+keep-1 ran accepted tokens: their K/V stay */
+        if (mr_seq_truncate(seq, L + keep, err))
+            return mr_err_wrap(err, "speculation");
+        return 0;
+    }
+    if (j < kk) {
+        /* rejected drafts went through the recurrent layers: back to the
+         * state of L tokens and re-run the accepted ones */
+        if (mr_seq_truncate(seq, L, err))
+            return mr_err_wrap(err, "speculation: replay");
+        if (p->snap_dev)
+            mr_seq_state_copy_in(seq, p->snap_dev);
+        else if (mr_seq_state_load(seq, p->snap, err))
+            return mr_err_wrap(err, "speculation: replay");
+        if (mr_model_forward_gen(m, seq, p->toks, j + 1, MR_LOGITS_ALL, p->logits, err))
+            return mr_err_wrap(err, "speculation: replay");
+        p->st.replays++;
+        p->st.tokens += (uint64_t)j + 1;
+    }
+    /* MTP rows L..L+j: hidden of [t, d1..dj] (left in sc.xn by the last
+     * trunk call) with tokens [d1..dj, b] */
+    if (mr_qwen35_mtp(m, seq, m->sc.xn, p->cand, j + 1, L, p->mlog, err))
+        return mr_err_wrap(err, "speculation: drafting");
+    int V = m->hp.n_vocab;
+    *st = (mr_spec_state){.valid = true,
+                          .len = L + j + 1,
+                          .epoch = p->epoch,
+                          .d1 = mr_sample_argmax(p->mlog + (size_t)j * (size_t)V, V),
+                          .mtp_rows = j + 1};
+    return 0;
+}
+
+void mr_sched_spec_get_stats(const mr_sched_spec *p, mr_sched_spec_stats *out)
+{
+    if (p)
+        *out = p->st;
+    else
+        memset(out, 0, sizeof *out);
+}
