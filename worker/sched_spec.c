@@ -1,7 +1,7 @@
-/* MTP self-speculation steps for the scheduler (see sched_spec.h; the
- * standalone loop it follows is worker/spec.c).
+/* MTP self-speculation steps, for the scheduler and for the standalone
+ * loop of worker/spec.c (see sched_spec.h).
  *
- * Row bookkeeping, as in spec.c: MTP row p pairs the trunk's output-normed
+ * Row bookkeeping: MTP row p pairs the trunk's output-normed
  * hidden row of position p with the token at p + 1.  After the verify call
  * (or its replay) sc.xn holds the hidden rows of [t, d1..dj] (positions
  * L..L+j), which the MTP block pairs with [d1..dj, b]; its last row's
@@ -21,7 +21,8 @@ struct mr_sched_spec {
     mr_spec_drafter drafter;
     uint64_t epoch;
     float *logits;   /* [k + 1][n_vocab] the verify (or replay) rows */
-    float *mlog;     /* [k + 1][n_vocab] MTP rows */
+    float *mlog;     /* [mlog_rows][n_vocab] MTP rows */
+    int mlog_rows;
     int32_t toks[SPEC_K_MAX + 1];
     int32_t draft[SPEC_K_MAX];
     int32_t cand[SPEC_K_MAX + 1];
@@ -54,6 +55,7 @@ int mr_sched_spec_new(mr_model *m, int k, const mr_spec_drafter *drafter, mr_sch
     size_t rows = (size_t)k + 1, V = (size_t)m->hp.n_vocab;
     p->logits = malloc(sizeof(float) * rows * V);
     p->mlog = malloc(sizeof(float) * rows * V);
+    p->mlog_rows = (int)rows;
     p->snap_dev = mr_model_state_alloc(m);
     if (!p->snap_dev)
         p->snap = malloc(m->rstate_bytes ? m->rstate_bytes : 1);
@@ -80,6 +82,24 @@ void mr_sched_spec_invalidate(mr_sched_spec *p)
 {
     p->epoch++;
     p->pending = false;
+}
+
+/* The MTP block over n rows from position pos0: hidden rows in sc.xn (the
+ * last trunk call's) paired with toks; its last row's argmax is the next
+ * step's first draft. */
+static int mtp_rows(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, const int32_t *toks, int n, int pos0,
+                    mr_err *err)
+{
+    mr_model *m = p->m;
+    if (mr_qwen35_mtp(m, seq, m->sc.xn, toks, n, pos0, p->mlog, err))
+        return mr_err_wrap(err, "speculation: drafting");
+    int V = m->hp.n_vocab;
+    *st = (mr_spec_state){.valid = true,
+                          .len = pos0 + n,
+                          .epoch = p->epoch,
+                          .d1 = mr_sample_argmax(p->mlog + (size_t)(n - 1) * (size_t)V, V),
+                          .mtp_rows = n};
+    return 0;
 }
 
 int mr_sched_spec_verify(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int32_t t, int first, int max_new,
@@ -183,15 +203,31 @@ int mr_sched_spec_commit(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int k
     }
     /* MTP rows L..L+j: hidden of [t, d1..dj] (left in sc.xn by the last
      * trunk call) with tokens [d1..dj, b] */
-    if (mr_qwen35_mtp(m, seq, m->sc.xn, p->cand, j + 1, L, p->mlog, err))
-        return mr_err_wrap(err, "speculation: drafting");
-    int V = m->hp.n_vocab;
-    *st = (mr_spec_state){.valid = true,
-                          .len = L + j + 1,
-                          .epoch = p->epoch,
-                          .d1 = mr_sample_argmax(p->mlog + (size_t)j * (size_t)V, V),
-                          .mtp_rows = j + 1};
-    return 0;
+    return mtp_rows(p, seq, st, p->cand, j + 1, L, err);
+}
+
+int mr_sched_spec_prime(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, const int32_t *prompt, int n_prompt,
+                        int32_t t, mr_err *err)
+{
+    if (n_prompt < 1 || mr_seq_len(seq) != n_prompt)
+        return mr_errf(err, "speculation: priming %d prompt rows of a sequence of %d", n_prompt, mr_seq_len(seq));
+    if (n_prompt > p->mlog_rows) {
+        float *g = realloc(p->mlog, sizeof(float) * (size_t)n_prompt * (size_t)p->m->hp.n_vocab);
+        if (!g)
+            return mr_errf(err, "speculation: out of memory for %d MTP rows", n_prompt);
+        p->mlog = g;
+        p->mlog_rows = n_prompt;
+    }
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_prompt);
+    if (!toks)
+        return mr_errf(err, "speculation: out of memory");
+    /* row p pairs hidden p with token p + 1 */
+    memcpy(toks, prompt + 1, sizeof(int32_t) * (size_t)(n_prompt - 1));
+    toks[n_prompt - 1] = t;
+    p->epoch++; /* the hidden rows are this call's */
+    int rc = mtp_rows(p, seq, st, toks, n_prompt, 0, err);
+    free(toks);
+    return rc;
 }
 
 void mr_sched_spec_get_stats(const mr_sched_spec *p, mr_sched_spec_stats *out)

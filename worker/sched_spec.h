@@ -1,6 +1,6 @@
-/* MTP self-speculation inside the scheduler (worker/sched.c): the step
- * machinery of worker/spec.c, split so that the scheduler decides how many
- * of a step's tokens a request keeps (stop ids, max_tokens, cancellation).
+/* MTP self-speculation steps, split so that the caller decides how many of
+ * a step's tokens a request keeps (the scheduler, worker/sched.c: stop ids,
+ * max_tokens, cancellation; worker/spec.c keeps them all).
  *
  * A step of one sequence that holds L tokens and whose next token t
  * (position L) is known but not yet run:
@@ -86,6 +86,12 @@ int mr_sched_spec_verify(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int32
  * else the sequence is only cut back (fit to publish its K/V, not to run
  * further). */
 int mr_sched_spec_commit(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int keep, bool more, mr_err *err);
+
+/* After seq's prompt (n_prompt tokens, run with every row's logits so that
+ * sc.xn holds their hidden rows) whose next token is t: the MTP block over
+ * the prompt, which writes its K/V there and gives the first draft. */
+int mr_sched_spec_prime(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, const int32_t *prompt, int n_prompt,
+                        int32_t t, mr_err *err);
 
 void mr_sched_spec_get_stats(const mr_sched_spec *p, mr_sched_spec_stats *out);
 
