@@ -1,7 +1,7 @@
 /* bench-model: prompt and decode throughput of a GGUF model on a backend.
  *
  *   bench-model MODEL.gguf [--backend cuda|cpu|auto] [--runs N] [--pp 512] [--tg 128]
- *               [--depth D]
+ *               [--depth D] [--spec-k LIST] [--accept LIST]
  *
  * pp: one prompt of --pp random tokens into an empty sequence (logits of the
  * last token only).  tg: --tg tokens decoded one at a time from an empty
@@ -9,7 +9,20 @@
  * with --depth D the sequence first takes a D-token prompt (512 tokens a
  * call, not timed), so tg measures decode at that depth.
  * Each is run --runs times (fresh sequence each time); prints every run and
- * the median.  With CUDA it also measures device copy bandwidth and prints
+ * the median.
+ *
+ * --spec-k LIST (models with an MTP block, depth 0; e.g. 1,2,3,4): tg again
+ * with MTP self-speculation, K drafts a step for each K of the list
+ * (worker/spec.c), the same first token and the same count of output
+ * tokens, once for each entry of --accept
+ * (default "mtp,0,50,80,100"): "mtp" keeps the MTP block's own drafts; a
+ * percentage P replaces each draft after the block made it with the plain
+ * run's token at that position with probability P (else with another id),
+ * so that the speed at an assumed acceptance rate is measured rather than
+ * computed (random weights make the block's own drafts meaningless).  The
+ * block, the verify passes and the replays run as in serving; only the
+ * draft ids are planted.  Also says whether the output equals the plain
+ * run's, token for token (it must: greedy exactness).  With CUDA it also measures device copy bandwidth and prints
  * the decode roofline: copy bandwidth / weight bytes read per token (expert
  * tensors counted at n_expert_used / n_expert, the embedding table at one row). */
 #include <stdio.h>
@@ -20,6 +33,7 @@
 #include "common/gguf.h"
 #include "kernels/ops.h"
 #include "worker/model.h"
+#include "worker/spec.h"
 #ifdef MR_HAVE_CUDA
 #include "kernels/cuda/cu_bench.h"
 #endif
@@ -44,6 +58,28 @@ static double median(double *v, int n)
 }
 
 /* Weight bytes one decode step reads. */
+/* Planted drafts for --accept: the plain run's tokens with probability
+ * pct / 100 each, another id otherwise (an LCG, fixed seed: every run the
+ * same pattern). */
+typedef struct {
+    const int32_t *ref;
+    int n_ref, n_vocab, pct;
+    uint64_t rng;
+} oracle;
+
+static void oracle_replace(void *ctx, int first, int k, int32_t *draft)
+{
+    oracle *o = ctx;
+    for (int j = 0; j < k; j++) {
+        const int i = first + j;
+        if (i >= o->n_ref)
+            break;
+        o->rng = o->rng * 6364136223846793005ull + 1442695040888963407ull;
+        const int hit = (int)((o->rng >> 33) % 100) < o->pct;
+        draft[j] = hit ? o->ref[i] : (o->ref[i] + 1) % o->n_vocab;
+    }
+}
+
 static double bytes_per_token(const char *path, const mr_hparams *hp, mr_err *err)
 {
     mr_gguf *g;
@@ -63,24 +99,133 @@ static double bytes_per_token(const char *path, const mr_hparams *hp, mr_err *er
     return sum;
 }
 
+/* Plain greedy generation of n tokens after the one-token prompt [first]
+ * in the rows' kinds speculation uses: the prompt row as a prompt, then
+ * generated rows (the timed tg loop runs its first token as a generated
+ * row, whose bits may differ). */
+static int plain_greedy(mr_model *m, int32_t first, int n, int32_t *out, mr_err *err)
+{
+    const int V = mr_model_hparams(m)->n_vocab;
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    mr_seq *s = NULL;
+    int rc = -1;
+    if (!logits) {
+        mr_errf(err, "out of memory");
+        goto done;
+    }
+    if (mr_seq_new(m, &s, err) || mr_model_forward(m, s, &first, 1, MR_LOGITS_LAST, logits, err))
+        goto done;
+    for (int i = 0; i < n; i++) {
+        int best = 0;
+        for (int v = 1; v < V; v++) if (logits[v] > logits[best]) best = v;
+        out[i] = best;
+        if (i + 1 < n && mr_model_forward_gen(m, s, &out[i], 1, MR_LOGITS_LAST, logits, err))
+            goto done;
+    }
+    rc = 0;
+done:
+    mr_seq_free(s);
+    free(logits);
+    return rc;
+}
+
+/* --spec-k: the tg shape again with speculation, once per --accept entry
+ * (first: the plain run's first input token; mt: its median seconds). */
+static int spec_bench_k(mr_model *m, int32_t first, int tg, int k, const char *accept, int runs, double mt,
+                        mr_err *err)
+{
+    if (!mr_spec_supported(m))
+        return mr_errf(err, "the model has no MTP block");
+    int32_t *out = malloc(sizeof(int32_t) * (size_t)tg), *plain = malloc(sizeof(int32_t) * (size_t)tg);
+    double *t = calloc((size_t)runs, sizeof *t);
+    char *list = strdup(accept);
+    int rc = -1;
+    if (!out || !plain || !t || !list) {
+        mr_errf(err, "out of memory");
+        goto done;
+    }
+    if (plain_greedy(m, first, tg, plain, err))
+        goto done;
+    for (char *save = NULL, *e = strtok_r(list, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
+        const int own = !strcmp(e, "mtp");
+        char *end;
+        const long pct = own ? 0 : strtol(e, &end, 10);
+        if (!own && (end == e || *end || pct < 0 || pct > 100)) {
+            mr_errf(err, "--accept: expected mtp or a percentage 0..100, got '%s'", e);
+            goto done;
+        }
+        oracle o = {plain, tg, mr_model_hparams(m)->n_vocab, (int)pct, 0};
+        const mr_spec_drafter d = {oracle_replace, &o};
+        mr_spec_stats st = {0};
+        int same = 1;
+        for (int r = 0; r < runs; r++) {
+            o.rng = 42;
+            const double a = now();
+            if (mr_spec_generate(m, &first, 1, tg, k, own ? NULL : &d, out, &st, err))
+                goto done;
+            t[r] = now() - a;
+            same &= !memcmp(out, plain, sizeof(int32_t) * (size_t)tg);
+        }
+        const double med = median(t, runs);
+        printf("spec k=%d drafts %-4s: tg%d %.1f tok/s (plain %.1f: %.2fx); %d drafted, %d accepted (%.1f%%), "
+               "%d verify passes, %d replays, %.2f tokens a pass; output %s the plain run's\n",
+               k, e, tg, tg / med, tg / mt, mt / med, st.drafted, st.accepted,
+               st.drafted ? 100.0 * st.accepted / st.drafted : 0.0, st.verifies, st.replays,
+               st.verifies ? (double)(tg - 1) / st.verifies : 0.0, same ? "equals" : "DIFFERS FROM");
+        fflush(stdout);
+    }
+    rc = 0;
+done:
+    free(out);
+    free(plain);
+    free(t);
+    free(list);
+    return rc;
+}
+
+static int spec_bench(mr_model *m, int32_t first, int tg, const char *ks, const char *accept, int runs,
+                      double mt, mr_err *err)
+{
+    char *list = strdup(ks);
+    if (!list)
+        return mr_errf(err, "out of memory");
+    int rc = 0;
+    for (char *save = NULL, *e = strtok_r(list, ",", &save); e && !rc; e = strtok_r(NULL, ",", &save)) {
+        char *end;
+        const long k = strtol(e, &end, 10);
+        if (end == e || *end || k < 1 || k > 8)
+            rc = mr_errf(err, "--spec-k: expected drafts 1..8, got '%s'", e);
+        else
+            rc = spec_bench_k(m, first, tg, (int)k, accept, runs, mt, err);
+    }
+    free(list);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *path = NULL, *backend = "auto";
     int runs = 3, pp = 512, tg = 128, depth = 0;
+    const char *accept = "mtp,0,50,80,100", *spec_ks = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--pp") && i + 1 < argc) pp = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tg") && i + 1 < argc) tg = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--depth") && i + 1 < argc) depth = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--spec-k") && i + 1 < argc) spec_ks = argv[++i];
+        else if (!strcmp(argv[i], "--accept") && i + 1 < argc) accept = argv[++i];
         else if (argv[i][0] != '-' && !path) path = argv[i];
         else {
-            fprintf(stderr, "usage: bench-model MODEL.gguf [--backend B] [--runs N] [--pp N] [--tg N] [--depth D]\n");
+            fprintf(stderr, "usage: bench-model MODEL.gguf [--backend B] [--runs N] [--pp N] [--tg N] [--depth D] "
+                    "[--spec-k K] [--accept LIST]\n");
             return 2;
         }
     }
-    if (!path || runs < 1 || runs > 50 || pp < 0 || tg < 0 || depth < 0 || depth > (1 << 22)) {
-        fprintf(stderr, "usage: bench-model MODEL.gguf [--backend B] [--runs N] [--pp N] [--tg N] [--depth D]\n");
+    if (!path || runs < 1 || runs > 50 || pp < 0 || tg < 0 || depth < 0 || depth > (1 << 22) ||
+        (spec_ks && (depth || tg < 2))) {
+        fprintf(stderr, "usage: bench-model MODEL.gguf [--backend B] [--runs N] [--pp N] [--tg N] [--depth D] "
+                "[--spec-k LIST (of 1..8; depth 0, tg >= 2)] [--accept LIST]\n");
         return 2;
     }
     mr_err err = {{0}};
@@ -175,6 +320,10 @@ int main(int argc, char **argv)
     double mp = pp ? median(tp, runs) : 0, mt = tg ? median(tt, runs) : 0;
     printf("median of %d: pp%d %.1f tok/s, tg%d %.1f tok/s (%.3f ms/token) at depth %d\n", runs, pp,
            pp ? pp / mp : 0.0, tg, tg ? tg / mt : 0.0, tg ? mt / tg * 1e3 : 0.0, depth);
+    if (spec_ks && !status && spec_bench(m, toks[0] % hp->n_vocab, tg, spec_ks, accept, runs, mt, &err)) {
+        fprintf(stderr, "bench-model: speculation: %s\n", err.msg);
+        return 1;
+    }
 #ifdef MR_HAVE_CUDA
     if (!strcmp(be->name, "cuda") && bpt > 0) {
         double bw = mr_cuda_copy_bandwidth((size_t)2 << 30, 10) * 1e9;
