@@ -58,6 +58,44 @@ __device__ __forceinline__ float mr_ue4m3_half(uint8_t x)
     return raw * 0.5f;
 }
 
+/* Byte i (a constant after unrolling) of little-endian words w. */
+__device__ __forceinline__ uint32_t mr_byte(const uint32_t *w, int i) { return (w[i >> 2] >> (8 * (i & 3))) & 0xFF; }
+
+/* N little-endian words from p, 16-byte aligned: N / 4 vector loads. */
+template <int N>
+__device__ __forceinline__ void mr_ld_words_a16(const uint8_t *p, uint32_t *w)
+{
+    static_assert(N % 4 == 0, "whole 16-byte loads");
+#pragma unroll
+    for (int i = 0; i < N / 4; i++) {
+        const uint4 u = ((const uint4 *)p)[i];
+        w[4 * i] = u.x;
+        w[4 * i + 1] = u.y;
+        w[4 * i + 2] = u.z;
+        w[4 * i + 3] = u.w;
+    }
+}
+
+/* N little-endian words from p at any alignment: the aligned words that
+ * cover them, joined by funnel shifts (N + 1 word loads at most instead of
+ * 4 N byte loads; never a word past the last byte asked for). */
+template <int N>
+__device__ __forceinline__ void mr_ld_words(const uint8_t *p, uint32_t *w)
+{
+    const uint32_t off = (uint32_t)((uintptr_t)p & 3);
+    const uint32_t *a = (const uint32_t *)(p - off);
+    if (off == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i++) w[i] = a[i];
+        return;
+    }
+    uint32_t x[N + 1];
+#pragma unroll
+    for (int i = 0; i <= N; i++) x[i] = a[i];
+#pragma unroll
+    for (int i = 0; i < N; i++) w[i] = __funnelshift_r(x[i], x[i + 1], 8 * off);
+}
+
 /* K-quant 6-bit scale/min pair j (0..7) from the 12 packed bytes. */
 __device__ __forceinline__ void mr_k4_scale_min(int j, const uint8_t *q, int *sc, int *m)
 {
@@ -67,6 +105,25 @@ __device__ __forceinline__ void mr_k4_scale_min(int j, const uint8_t *q, int *sc
     } else {
         *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
         *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* The same from the 12 bytes as three aligned words (q: 4-byte aligned). */
+__device__ __forceinline__ void mr_k4_scale_min_w(int j, const uint32_t *q, int *sc, int *m)
+{
+    /* j is not a constant: pick words with selects, not an indexed array
+     * (which would live in local memory) */
+    const uint32_t w0 = q[0], w1 = q[1], w2 = q[2];
+    const uint32_t sh = 8 * (uint32_t)(j & 3);
+    const uint32_t a = ((j < 4 ? w0 : w1) >> sh) & 0xFF; /* byte j */
+    const uint32_t b = ((j < 4 ? w1 : w2) >> sh) & 0xFF; /* byte j + 4 */
+    if (j < 4) {
+        *sc = (int)(a & 63);
+        *m = (int)(b & 63);
+    } else {
+        const uint32_t c = (w0 >> sh) & 0xFF; /* byte j - 4 */
+        *sc = (int)((b & 0xF) | ((c >> 6) << 4));
+        *m = (int)((b >> 4) | ((a >> 6) << 4));
     }
 }
 
@@ -138,11 +195,12 @@ __device__ __forceinline__ void mr_dq32(const uint8_t *row, int64_t g, float v[3
             }
         }
     } else if constexpr (T == MR_TYPE_Q8_0) {
-        const uint8_t *b = row + g * 34;
-        float d = mr_h2f(mr_ld_u16(b));
-        const int8_t *qs = (const int8_t *)(b + 2);
+        const uint8_t *b = row + g * 34; /* 2-byte aligned */
+        float d = mr_h2f(*(const uint16_t *)b);
+        uint32_t qw[8];
+        mr_ld_words<8>(b + 2, qw);
 #pragma unroll
-        for (int j = 0; j < 32; j++) v[j] = (float)qs[j] * d;
+        for (int j = 0; j < 32; j++) v[j] = (float)(int8_t)mr_byte(qw, j) * d;
     } else if constexpr (T == MR_TYPE_MXFP4) {
         const uint8_t *b = row + g * 17;
         float d = mr_e8m0_half(b[0]);
@@ -166,43 +224,54 @@ __device__ __forceinline__ void mr_dq32(const uint8_t *row, int64_t g, float v[3
             }
         }
     } else if constexpr (T == MR_TYPE_Q4_K) {
+        /* 144-byte blocks, rows of whole blocks from a cudaMalloc'd base:
+         * every block starts 16-byte aligned, so the 32 quant bytes are two
+         * 16-byte loads (byte loads cost a load instruction per weight) */
         const uint8_t *b = row + (g >> 3) * 144;
         int s = (int)(g & 7);
-        float d = mr_h2f(mr_ld_u16(b)), dmin = mr_h2f(mr_ld_u16(b + 2));
+        const uint32_t dm = *(const uint32_t *)b;
+        float d = mr_h2f((uint16_t)dm), dmin = mr_h2f((uint16_t)(dm >> 16));
         int sc, m;
-        mr_k4_scale_min(s, b + 4, &sc, &m);
+        mr_k4_scale_min_w(s, (const uint32_t *)(b + 4), &sc, &m);
         float d1 = d * (float)sc, m1 = dmin * (float)m;
-        const uint8_t *qs = b + 16 + 32 * (s >> 1);
+        uint32_t qw[8];
+        mr_ld_words_a16<8>(b + 16 + 32 * (s >> 1), qw);
         int sh = (s & 1) * 4;
 #pragma unroll
-        for (int l = 0; l < 32; l++) v[l] = d1 * (float)((qs[l] >> sh) & 15) - m1;
+        for (int l = 0; l < 32; l++) v[l] = d1 * (float)((mr_byte(qw, l) >> sh) & 15) - m1;
     } else if constexpr (T == MR_TYPE_Q5_K) {
-        const uint8_t *b = row + (g >> 3) * 176;
+        const uint8_t *b = row + (g >> 3) * 176; /* 176 = 11 x 16: aligned as Q4_K's */
         int s = (int)(g & 7);
-        float d = mr_h2f(mr_ld_u16(b)), dmin = mr_h2f(mr_ld_u16(b + 2));
+        const uint32_t dm = *(const uint32_t *)b;
+        float d = mr_h2f((uint16_t)dm), dmin = mr_h2f((uint16_t)(dm >> 16));
         int sc, m;
-        mr_k4_scale_min(s, b + 4, &sc, &m);
+        mr_k4_scale_min_w(s, (const uint32_t *)(b + 4), &sc, &m);
         float d1 = d * (float)sc, m1 = dmin * (float)m;
-        const uint8_t *qh = b + 16;
-        const uint8_t *qs = b + 48 + 32 * (s >> 1);
+        uint32_t hw[8], qw[8];
+        mr_ld_words_a16<8>(b + 16, hw);
+        mr_ld_words_a16<8>(b + 48 + 32 * (s >> 1), qw);
         int sh = (s & 1) * 4;
 #pragma unroll
         for (int l = 0; l < 32; l++) {
-            int q = ((qs[l] >> sh) & 15) | (((qh[l] >> s) & 1) << 4);
+            int q = ((mr_byte(qw, l) >> sh) & 15) | (((mr_byte(hw, l) >> s) & 1) << 4);
             v[l] = d1 * (float)q - m1;
         }
     } else if constexpr (T == MR_TYPE_Q6_K) {
+        /* 210-byte blocks: only 2-byte alignment, so the quant bytes come
+         * from aligned words put together (mr_ld_words) */
         const uint8_t *b = row + (g >> 3) * 210;
         int s = (int)(g & 7), n = s >> 2, qq = s & 3;
-        float d = mr_h2f(mr_ld_u16(b + 208));
-        const uint8_t *ql = b + 64 * n + (qq & 1) * 32;
-        const uint8_t *qh = b + 128 + 32 * n;
-        const int8_t *sc = (const int8_t *)(b + 192 + 8 * n);
+        float d = mr_h2f(*(const uint16_t *)(b + 208));
+        uint32_t lw[8], hw[8];
+        mr_ld_words<8>(b + 64 * n + (qq & 1) * 32, lw);
+        mr_ld_words<8>(b + 128 + 32 * n, hw);
+        const uint16_t scp = *(const uint16_t *)(b + 192 + 8 * n + 2 * qq);
+        const float sc0 = (float)(int8_t)(scp & 0xFF), sc1 = (float)(int8_t)(scp >> 8);
         int shl = (qq >> 1) * 4, shh = 2 * qq;
 #pragma unroll
         for (int l = 0; l < 32; l++) {
-            int q = (((ql[l] >> shl) & 15) | (((qh[l] >> shh) & 3) << 4)) - 32;
-            v[l] = d * (float)sc[l / 16 + 2 * qq] * (float)q;
+            int q = (((mr_byte(lw, l) >> shl) & 15) | (((mr_byte(hw, l) >> shh) & 3) << 4)) - 32;
+            v[l] = d * (l < 16 ? sc0 : sc1) * (float)q;
         }
     } else if constexpr (T == MR_TYPE_Q2_K) {
         const uint8_t *b = row + (g >> 3) * 84;
