@@ -72,8 +72,9 @@
  * at 4096.  Range: the same as f16 (weights beyond float16's 65504 become
  * infinite; activation rows are scaled).
  *
- * Expert matrices (matmul_id) are grouped: the host reads the expert ids
- * (one small download: the prompt path is never inside a graph), gathers
+ * Expert matrices (matmul_id) are grouped.  Padded path (plain types and
+ * the float32 modes): the host reads the expert ids (one small download:
+ * the prompt path is never inside a graph), gathers
  * each expert's tokens into a padded block, dequantizes the experts and
  * runs one strided batched GEMM for all of them, then scatters the rows back
  * to (token, slot) order.  Every expert is read once for the whole prompt
@@ -84,7 +85,8 @@
  * expert's rows straight from the GGUF blocks into shared memory as float16
  * (f16x3: high and low parts) and multiplies it with that expert's gathered
  * tokens on the tensor cores (WMMA, float32 accumulate), writing the scaled
- * results to (token, slot) order itself.  No float16 copy of the experts
+ * results to (token, slot) order itself; the pairs are grouped by expert
+ * on the device (k_moe_group), so nothing is read back.  No float16 copy of the experts
  * goes through memory, and the work follows the tokens: an expert nobody
  * chose costs nothing.  Same rounding as the GEMM path of the mode (both
  * operands float16, float32 sums), another summation order. */
@@ -328,7 +330,8 @@ struct mg_tile {
 template <int T>
 __global__ void __launch_bounds__(128)
 k_moe_gemm(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int rows,
-           const __half *X, const float *scale, const int32_t *dst, const mg_tile *tiles, float *y)
+           const __half *X, const float *scale, const int32_t *dst, const mg_tile *tiles,
+           const int *n_tiles, float *y)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
@@ -336,6 +339,8 @@ k_moe_gemm(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int r
     __shared__ __align__(32) __half ws[MG_BM][MG_BK + MG_PAD];
     __shared__ __align__(32) __half xs[MG_BN][MG_BK + MG_PAD];
     __shared__ __align__(32) float cs[MG_BM][MG_BN + 4];
+    if ((int)blockIdx.y >= *n_tiles) /* the grid is sized for the most tiles the call can have */
+        return;
     const mg_tile tl = tiles[blockIdx.y];
     const int r0 = blockIdx.x * MG_BM, tid = threadIdx.x, warp = tid >> 5;
     const uint8_t *Wm = W + (size_t)tl.m * mat_bytes;
@@ -403,7 +408,8 @@ static_assert(MG_BM * (MG_BN + 4) * sizeof(float) <= MG_BM * MG_LD * sizeof(__ha
 template <int T>
 __global__ void __launch_bounds__(128)
 k_moe_gemm_x3(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int rows,
-              const __half *X, const float *scale, const int32_t *dst, const mg_tile *tiles, float *y)
+              const __half *X, const float *scale, const int32_t *dst, const mg_tile *tiles,
+              const int *n_tiles, float *y)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
@@ -413,6 +419,8 @@ k_moe_gemm_x3(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, in
     typedef float crow[MG_BN + 4];
     hrow *wh = (hrow *)mg_smem, *wl = wh + MG_BM, *xh = wl + MG_BM, *xl = xh + MG_BN;
     crow *cs = (crow *)mg_smem; /* after the last k step only */
+    if ((int)blockIdx.y >= *n_tiles) /* the grid is sized for the most tiles the call can have */
+        return;
     const mg_tile tl = tiles[blockIdx.y];
     const int r0 = blockIdx.x * MG_BM, tid = threadIdx.x, warp = tid >> 5;
     const uint8_t *Wm = W + (size_t)tl.m * mat_bytes;
@@ -724,86 +732,190 @@ void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
 template <int T>
 static void moe_launch(mr_cu_ctx *c, bool x3, dim3 grid, const uint8_t *W, size_t mat_bytes,
                        size_t row_bytes, int cols, int rows, const __half *X, const float *scale,
-                       const int32_t *dst, const mg_tile *tiles, float *y)
+                       const int32_t *dst, const mg_tile *tiles, const int *n_tiles, float *y)
 {
     if constexpr (!mr_cu_plain_type(T)) { /* the caller sends block types only */
         if (x3)
             mr_cu_launch(c, k_moe_gemm_x3<T>, grid, 128, MG_X3_SMEM, W, mat_bytes, row_bytes, cols, rows, X, scale,
-                         dst, tiles, y);
+                         dst, tiles, n_tiles, y);
         else
             mr_cu_launch(c, k_moe_gemm<T>, grid, 128, 0, W, mat_bytes, row_bytes, cols, rows, X, scale, dst, tiles,
-                         y);
+                         n_tiles, y);
+    }
+}
+
+/* The grouping of moe_gemm_fused, on the device (one block): the pairs'
+ * expert ids are never read back, so the host neither waits for the router
+ * nor stalls the stream.  Writes, for the P = n k pairs:
+ *   map[0, P)   the input row of x of each gathered row (-1 past the valid
+ *               pairs: a zero row),
+ *   map[P, 2P)  the output row (the pair) of each gathered row,
+ *   tiles       runs of up to MG_BN gathered rows of one expert, *n_tiles
+ *               of them,
+ * with the pairs of an expert in pair order, as the host grouping had them:
+ * a stable counting sort.  Counts (atomics: order-free) and their scans
+ * first; then the pairs in rounds of one a thread, each pair's place among
+ * its expert's pairs of the round from the warp's matching lanes and the
+ * earlier warps' counts of that expert (a histogram a warp in shared
+ * memory), so the layout is the same every call.  A pair whose id is out
+ * of range is left out and gets a NaN output row here. */
+#define MG_GROUP_THREADS 512
+#define MG_GROUP_WARPS (MG_GROUP_THREADS / 32)
+#define MG_GROUP_MAX_MATS 512 /* shared memory: a histogram row per warp */
+__global__ void __launch_bounds__(MG_GROUP_THREADS)
+k_moe_group(const int32_t *ids, int P, int mats, int k, int x_slots, int32_t *map, mg_tile *tiles,
+            int *n_tiles, float *y, int64_t rows)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    extern __shared__ int mg_group_smem[];
+    int *fill = mg_group_smem, *start = fill + mats, *tstart = start + mats + 1;
+    int *hist = tstart + mats + 1; /* [MG_GROUP_WARPS][mats] */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    for (int e = tid; e < mats; e += MG_GROUP_THREADS) fill[e] = 0;
+    __syncthreads();
+    for (int p = tid; p < P; p += MG_GROUP_THREADS) {
+        const int e = ids[p];
+        if (e >= 0 && e < mats) {
+            atomicAdd(&fill[e], 1);
+        } else {
+            const float nan = __int_as_float(0x7fc00000);
+            for (int64_t r = 0; r < rows; r++) y[(int64_t)p * rows + r] = nan;
+        }
+    }
+    __syncthreads();
+    /* exclusive scans of the counts and of the tiles an expert needs, by
+     * warp 0 in runs of 32 experts */
+    if (warp == 0) {
+        int run = 0, trun = 0;
+        for (int e0 = 0; e0 < mats; e0 += 32) {
+            const int e = e0 + lane;
+            const int c = e < mats ? fill[e] : 0, t = (c + MG_BN - 1) / MG_BN;
+            int ic = c, it = t;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int a = __shfl_up_sync(0xffffffffu, ic, o), b = __shfl_up_sync(0xffffffffu, it, o);
+                if (lane >= o) {
+                    ic += a;
+                    it += b;
+                }
+            }
+            if (e < mats) {
+                start[e] = run + ic - c;
+                tstart[e] = trun + it - t;
+            }
+            run += __shfl_sync(0xffffffffu, ic, 31);
+            trun += __shfl_sync(0xffffffffu, it, 31);
+        }
+        if (lane == 0) {
+            start[mats] = run;
+            tstart[mats] = trun;
+            *n_tiles = trun;
+        }
+    }
+    __syncthreads();
+    const int valid = start[mats];
+    for (int p = valid + tid; p < P; p += MG_GROUP_THREADS) {
+        map[p] = -1;
+        map[P + p] = -1;
+    }
+    for (int e = tid; e < mats; e += MG_GROUP_THREADS) {
+        const int ce = start[e + 1] - start[e];
+        for (int t = 0; t * MG_BN < ce; t++)
+            tiles[tstart[e] + t] = {e, start[e] + t * MG_BN, ce - t * MG_BN < MG_BN ? ce - t * MG_BN : MG_BN};
+        fill[e] = start[e]; /* from here: the next free row of expert e */
+    }
+    int *my_hist = hist + warp * mats;
+    for (int p0 = 0; p0 < P; p0 += MG_GROUP_THREADS) {
+        const int p = p0 + tid;
+        const int e = p < P ? ids[p] : -1;
+        const bool ok = e >= 0 && e < mats;
+        for (int i = lane; i < mats; i += 32) my_hist[i] = 0;
+        __syncwarp();
+        const unsigned same = __match_any_sync(0xffffffffu, ok ? e : -1);
+        const int before = __popc(same & ((1u << lane) - 1)); /* matching lanes before this one */
+        if (ok && before == 0)
+            my_hist[e] = __popc(same);
+        __syncthreads(); /* every warp's histogram and the fills of the last round */
+        if (ok) {
+            int row = fill[e] + before;
+            for (int w = 0; w < warp; w++) row += hist[w * mats + e];
+            map[row] = (p / k) * x_slots + (x_slots > 1 ? p % k : 0);
+            map[P + row] = p;
+        }
+        __syncthreads();
+        for (int i = tid; i < mats; i += MG_GROUP_THREADS) {
+            int add = 0;
+            for (int w = 0; w < MG_GROUP_WARPS; w++) add += hist[w * mats + i];
+            fill[i] += add;
+        }
+        __syncthreads();
     }
 }
 
 /* The f16 / f16x3 expert products through k_moe_gemm / k_moe_gemm_x3: the
- * token-expert pairs are ordered by expert (no padding), gathered and scaled
- * to float16 once, and cut into tiles of up to MG_BN tokens of one expert. */
-static void moe_gemm_fused(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, const float *x,
-                           int x_slots, const std::vector<int32_t> &ids, const std::vector<int> &count,
-                           int k, float *y, int n)
+ * token-expert pairs are ordered by expert (no padding) on the device
+ * (k_moe_group), gathered and scaled to float16 once, and cut into tiles of
+ * up to MG_BN tokens of one expert.  The tile count is known only on the
+ * device, so the grid has the most tiles P pairs can make (every expert
+ * with tokens may leave one partial tile) and blocks past the count return.
+ * False: more experts than the grouping holds in shared memory (the caller
+ * then groups on the host). */
+static bool moe_gemm_fused(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, const float *x, int x_slots,
+                           const int32_t *ids, int k, float *y, int n)
 {
     const int64_t cols = w->cols, rows = w->rows, mats = w->n_mats;
     const int P = n * k;
-    std::vector<int> start((size_t)mats + 1, 0);
-    for (int64_t m = 0; m < mats; m++) start[m + 1] = start[m] + count[m];
-    /* map: src[P] (input row of x), dst[P] (output row of y), in expert order */
-    std::vector<int32_t> map((size_t)P * 2);
-    std::vector<int> fill(start.begin(), start.end() - 1);
-    for (int p = 0; p < P; p++) {
-        const int m = ids[p], row = fill[m]++;
-        map[row] = (p / k) * x_slots + (x_slots > 1 ? p % k : 0);
-        map[P + row] = p;
+    if (mats > MG_GROUP_MAX_MATS)
+        return false;
+    const size_t smem = (size_t)(3 * mats + 2 + MG_GROUP_WARPS * mats) * sizeof(int); /* <= 38 KiB */
+    const int64_t max_tiles = P / MG_BN + (mats < P ? mats : P);
+    if (max_tiles > 65535) {
+        mr_cu_fail(c, "matmul_id: up to %lld expert tiles (max 65535)", (long long)max_tiles);
+        return true;
     }
-    std::vector<mg_tile> tiles;
-    for (int64_t m = 0; m < mats; m++)
-        for (int t0 = 0; t0 < count[m]; t0 += MG_BN)
-            tiles.push_back({(int)m, start[m] + t0, count[m] - t0 < MG_BN ? count[m] - t0 : MG_BN});
-    if (tiles.size() > 65535) {
-        mr_cu_fail(c, "matmul_id: %zu expert tiles (max 65535)", tiles.size());
-        return;
-    }
-    const size_t map_b = (size_t)P * 8, tile_b = tiles.size() * sizeof(mg_tile);
-    if (!mr_cu_reserve(c, &c->scratch_moe, map_b + tile_b, "expert GEMM map"))
-        return;
+    const size_t map_b = (size_t)P * 8, tile_b = (size_t)max_tiles * sizeof(mg_tile);
+    if (!mr_cu_reserve(c, &c->scratch_moe, map_b + tile_b + sizeof(int), "expert GEMM map"))
+        return true;
     int32_t *d_map = (int32_t *)c->scratch_moe.p;
     mg_tile *d_tiles = (mg_tile *)((char *)c->scratch_moe.p + map_b);
-    /* one upload: map then tiles (pageable host memory: the copy completes
-     * before the call returns, so the vectors may go out of scope) */
-    std::vector<char> up(map_b + tile_b);
-    memcpy(up.data(), map.data(), map_b);
-    memcpy(up.data() + map_b, tiles.data(), tile_b);
-    cudaError_t e = cudaMemcpyAsync(d_map, up.data(), up.size(), cudaMemcpyHostToDevice, c->stream);
-    if (e != cudaSuccess) {
-        mr_cu_fail(c, "matmul_id: uploading the expert map: %s", cudaGetErrorString(e));
-        return;
-    }
+    int *d_ntiles = (int *)((char *)d_tiles + tile_b);
+    mr_cu_launch(c, k_moe_group, 1, MG_GROUP_THREADS, smem, ids, P, (int)mats, k, x_slots, d_map, d_tiles,
+                 d_ntiles, y, rows);
+    MR_CU_LAUNCHED(c, "expert grouping");
     float *scale;
     const void *xg = prepare_x(c, md, x, cols, P, d_map, &scale);
     if (!xg)
-        return;
-    dim3 grid((unsigned)(rows / MG_BM), (unsigned)tiles.size());
+        return true;
+    dim3 grid((unsigned)(rows / MG_BM), (unsigned)max_tiles);
     const uint8_t *W = (const uint8_t *)w->data;
     const size_t mat_bytes = w->row_bytes * (size_t)rows;
     switch (w->type) {
 #define X(TT) case TT: moe_launch<TT>(c, md == GEMM_F16X3, grid, W, mat_bytes, w->row_bytes, (int)cols, \
-                                      (int)rows, (const __half *)xg, scale, d_map + P, d_tiles, y); break;
+                                      (int)rows, (const __half *)xg, scale, d_map + P, d_tiles, d_ntiles, y); break;
         MR_CU_TYPE_LIST(X)
 #undef X
-    default: mr_cu_fail(c, "matmul_id: unsupported type %d", w->type); return;
+    default: mr_cu_fail(c, "matmul_id: unsupported type %d", w->type); return true;
     }
     MR_CU_LAUNCHED(c, "expert GEMM (fused)");
+    return true;
 }
 
 /* Expert products for a prompt, grouped by expert (see the top comment).
- * Returns false, having done nothing, when an expert id is out of range:
- * the caller then takes the matvec path, which writes NaN rows for those. */
+ * The fused path groups on the device and writes NaN rows for out-of-range
+ * ids itself; the padded path reads the ids back and returns false, having
+ * done nothing, when one is out of range: the caller then takes the matvec
+ * path, which writes NaN rows for those. */
 bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
                           const int32_t *ids, int k, float *y, int n)
 {
     const gemm_mode md = mode_of(c);
     const int64_t cols = w->cols, rows = w->rows, mats = w->n_mats;
     const int P = n * k;
+    if ((md == GEMM_F16 || md == GEMM_F16X3) && c->moe_fused && !mr_cu_plain_type(w->type) &&
+        rows % MG_BM == 0 && cols % MG_BK == 0 && moe_gemm_fused(c, md, w, x, x_slots, ids, k, y, n))
+        return true;
+    /* the padded path: grouped on the host */
     std::vector<int32_t> h_ids((size_t)P);
     cudaError_t e = cudaMemcpyAsync(h_ids.data(), ids, (size_t)P * 4, cudaMemcpyDeviceToHost, c->stream);
     if (e == cudaSuccess)
@@ -817,11 +929,6 @@ bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
         if (h_ids[p] < 0 || h_ids[p] >= mats)
             return false;
         count[h_ids[p]]++;
-    }
-    if ((md == GEMM_F16 || md == GEMM_F16X3) && c->moe_fused && !mr_cu_plain_type(w->type) &&
-        rows % MG_BM == 0 && cols % MG_BK == 0) {
-        moe_gemm_fused(c, md, w, x, x_slots, h_ids, count, k, y, n);
-        return true;
     }
     int maxc = 0;
     for (int64_t m = 0; m < mats; m++) maxc = count[m] > maxc ? count[m] : maxc;
