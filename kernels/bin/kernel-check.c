@@ -3112,6 +3112,13 @@ static void check_ops(int parts)
         check_attention(4, 2, 64, 130, 130, dts[d]);
         check_attention(16, 4, 128, 300, 7, dts[d]);
     }
+    /* decode at depth: slices longer than the minimum chunk on the grouped
+     * kernel (the 35B-A3B's 16/2 x 256, the 30B-A3B's 32/4 x 128), a
+     * group of 2 and a head a block (MHA) */
+    check_attention(16, 2, 256, 20000, 1, MR_KV_F32);
+    check_attention(32, 4, 128, 9000, 2, MR_KV_F16);
+    check_attention(6, 3, 64, 700, 3, MR_KV_BF16);
+    check_attention(8, 8, 64, 300, 1, MR_KV_BF16);
     /* prompt-sized calls take the tiled prefill kernel */
     check_attention(32, 8, 128, 300, 200, MR_KV_F16);
     check_attention(32, 8, 128, 700, 64, MR_KV_BF16);

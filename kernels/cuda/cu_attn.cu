@@ -105,12 +105,20 @@ static void cu_kv_store_multi(mr_backend *be, mr_kv_cache *kv, int layer,
  * P and n_split only, and n_split on the model and the card only (not on
  * how many sequences share the step), so a sequence's sums do not depend
  * on its batchmates (DESIGN.md, numerics rules).  Splits past the last
- * slice write an empty record, which the merge skips. */
-#define ATT_MIN_CHUNK 64
-__device__ __forceinline__ int attn_chunk(int P, int n_split)
+ * slice return at once and write nothing: the merge reads only the
+ * attn_used splits of each row, from the same P (an empty slice would add
+ * exact zeros, so skipping it changes no bit). */
+#define ATT_MIN_CHUNK 64 /* k_attn_split */
+#define AG_MIN_CHUNK 16  /* k_attn_gqa: one round of its warps (D = 128) */
+__device__ __forceinline__ int attn_chunk(int P, int n_split, int min_chunk)
 {
     const int c = (P + n_split - 1) / n_split;
-    return c > ATT_MIN_CHUNK ? c : ATT_MIN_CHUNK;
+    return c > min_chunk ? c : min_chunk;
+}
+__device__ __forceinline__ int attn_used(int P, int n_split, int min_chunk)
+{
+    const int chunk = attn_chunk(P, n_split, min_chunk);
+    return P > 0 ? (P + chunk - 1) / chunk : 0;
 }
 
 template <int DT, int EPL>
@@ -130,8 +138,10 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
     const int kvh = h / (n_heads / n_kv_heads);
     const int kvdim = n_kv_heads * D;
     const int P = pos[t] + 1;
-    const int chunk = attn_chunk(P, n_split);
+    const int chunk = attn_chunk(P, n_split, ATT_MIN_CHUNK);
     const int p0 = s * chunk, p1 = min(P, p0 + chunk);
+    if (p0 >= P) /* past the last slice: the merge does not read this record */
+        return;
     const int per = (p1 - p0 + ATT_WARPS - 1) / ATT_WARPS;
     const int w0 = p0 + w * per, w1 = min(p1, w0 + per); /* this warp's run */
 
@@ -225,8 +235,242 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
     }
 }
 
-__global__ void k_attn_merge(const float *part, const int32_t *const *tables, int n_heads,
-                             int n_split, int D, float *out)
+/* The decode kernel for grouped queries (GQA): a block takes GB query heads
+ * that share one K/V head, so each cached K/V row is read once for all GB
+ * of them (k_attn_split reads it once per query head), and rows come in
+ * whole: a lane loads 8 consecutive elements (16 bytes of a 2-byte cache,
+ * 32 of a float32 one), LPR = D / 8 lanes a row, so a warp takes 32 / LPR
+ * positions at a time (one per lane group) and AG_U such rounds before it
+ * uses any of them.  A lane holds its 8 dimensions of q and of the running
+ * output for each of the GB heads; the GB dot products of a position are
+ * reduced over the row's lanes by halving (each step sends half of the
+ * values still held, so GB - 1 shuffles leave one head's sum a lane), then
+ * summed over the lanes left and broadcast.  Each lane group keeps its own
+ * online softmax over the positions it took; at the end the groups of a
+ * warp, then the warps, are merged in a fixed order.  Splits and partial
+ * records as k_attn_split's (attn_chunk, k_attn_merge), with slices of at
+ * least AG_MIN_CHUNK positions, so a sequence's sums still depend on its
+ * own positions only. */
+#define AG_WARPS 4
+#define AG_U 2
+#define AG_BLOCKS_PER_SM 3 /* held by __launch_bounds__ (<= 170 registers); splits are sized to one wave */
+
+/* 8 elements from a 16-byte aligned spot of the cache. */
+template <int DT>
+__device__ __forceinline__ void kv_ld8(const void *base, int64_t i, float v[8])
+{
+    if constexpr (DT == MR_KV_F32) {
+        const float4 a = ((const float4 *)base)[i / 4], b = ((const float4 *)base)[i / 4 + 1];
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+        v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    } else {
+        const uint4 u = ((const uint4 *)base)[i / 8];
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            if constexpr (DT == MR_KV_F16) {
+                const float2 f = __half22float2(*(const __half2 *)&w[j]);
+                v[2 * j] = f.x;
+                v[2 * j + 1] = f.y;
+            } else {
+                v[2 * j] = __uint_as_float(w[j] << 16);
+                v[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+            }
+        }
+    }
+}
+
+/* d[0..GB) of each lane -> out[g] = the sum of d[g] over the LPR lanes of
+ * the lane's row group, in every lane of the group (fixed order: the same
+ * bits for every position and call). */
+template <int GB, int LPR>
+__device__ __forceinline__ void ag_row_sums(float (&d)[GB], float (&out)[GB], int lane)
+{
+    static_assert(GB <= LPR, "a head a lane at least");
+    int head = 0, o = LPR / 2;
+#pragma unroll
+    for (int c = GB; c > 1; c /= 2, o /= 2) {
+        const int half = c / 2;
+        const bool up = lane & o;
+#pragma unroll
+        for (int i = 0; i < half; i++) {
+            const float send = up ? d[i] : d[i + half], keep = up ? d[i + half] : d[i];
+            d[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+        head += up ? half : 0;
+    }
+#pragma unroll
+    for (; o >= 1; o /= 2) d[0] += __shfl_xor_sync(0xffffffffu, d[0], o);
+    (void)head;
+    const int base = lane & ~(LPR - 1);
+#pragma unroll
+    for (int g = 0; g < GB; g++) {
+        /* the lane of the group that holds head g: bit LPR/2^(j+1) set
+         * where head g has bit GB/2^(j+1) */
+        int off = 0;
+#pragma unroll
+        for (int j = 0; (GB >> (j + 1)) > 0; j++)
+            if (g & (GB >> (j + 1))) off += LPR >> (j + 1);
+        out[g] = __shfl_sync(0xffffffffu, d[0], base + off);
+    }
+}
+
+template <int DT, int D, int GB>
+__global__ void __launch_bounds__(AG_WARPS * 32, AG_BLOCKS_PER_SM)
+k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *const *tables,
+           const float *q, const int32_t *pos, int n_heads, int n_kv_heads, int bt, int n_blocks,
+           float scale, int n_split, float *part)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    constexpr int LPR = D / 8, PPW = 32 / LPR;
+    const int h0 = blockIdx.x * GB, t = blockIdx.y, s = blockIdx.z;
+    table = tab_of(table, tables, t);
+    if (!table)
+        return;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, sub = lane % LPR, slot = lane / LPR;
+    const int kvh = h0 / (n_heads / n_kv_heads), kvdim = n_kv_heads * D;
+    const int P = pos[t] + 1;
+    const int chunk = attn_chunk(P, n_split, AG_MIN_CHUNK);
+    const int p0 = s * chunk, p1 = min(P, p0 + chunk);
+    if (p0 >= P) /* past the last slice: the merge does not read this record */
+        return;
+    const int per = (p1 - p0 + AG_WARPS - 1) / AG_WARPS;
+    const int w0 = p0 + w * per, w1 = min(p1, w0 + per); /* this warp's run */
+
+    float qv[GB][8], acc[GB][8], m[GB], l[GB];
+#pragma unroll
+    for (int g = 0; g < GB; g++) {
+        const float *qp = q + ((int64_t)t * n_heads + h0 + g) * D + sub * 8;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            qv[g][e] = qp[e] * scale;
+            acc[g][e] = 0.0f;
+        }
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+    bool bad = false;
+    for (int p = w0; p < w1 && !bad; p += PPW * AG_U) {
+        float kr[AG_U][8], vr[AG_U][8];
+        bool ok[AG_U];
+#pragma unroll
+        for (int u = 0; u < AG_U; u++) {
+            const int pp = p + u * PPW + slot;
+            ok[u] = pp < w1;
+            const int pc = ok[u] ? pp : w0; /* past the run: a repeat, masked below */
+            const int blk = table[pc / bt];
+            if (blk < 0 || blk >= n_blocks) {
+                bad = true;
+                ok[u] = false;
+                continue;
+            }
+            const int64_t base = ((int64_t)blk * bt + pc % bt) * kvdim + (int64_t)kvh * D + sub * 8;
+            kv_ld8<DT>(K, base, kr[u]);
+            kv_ld8<DT>(V, base, vr[u]);
+        }
+        bad = __any_sync(0xffffffffu, bad);
+        if (bad)
+            break;
+        float sc[AG_U][GB];
+#pragma unroll
+        for (int u = 0; u < AG_U; u++) {
+            float d[GB];
+#pragma unroll
+            for (int g = 0; g < GB; g++) {
+                float a = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) a = fmaf(qv[g][e], kr[u][e], a);
+                d[g] = a;
+            }
+            ag_row_sums<GB, LPR>(d, sc[u], lane);
+        }
+#pragma unroll
+        for (int g = 0; g < GB; g++) {
+            float mn = m[g];
+#pragma unroll
+            for (int u = 0; u < AG_U; u++)
+                if (ok[u]) mn = fmaxf(mn, sc[u][g]);
+            if (mn == -INFINITY) /* no position of this round in this lane group */
+                continue;
+            const float corr = expf(m[g] - mn); /* exp(-inf) = 0 on the first position */
+            l[g] *= corr;
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[g][e] *= corr;
+#pragma unroll
+            for (int u = 0; u < AG_U; u++) {
+                if (!ok[u])
+                    continue;
+                const float pe = expf(sc[u][g] - mn);
+                l[g] += pe;
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[g][e] = fmaf(pe, vr[u][e], acc[g][e]);
+            }
+            m[g] = mn;
+        }
+    }
+    /* the warp's lane groups merged into group 0, in a fixed order */
+#pragma unroll
+    for (int o = LPR; o < 32; o *= 2) {
+#pragma unroll
+        for (int g = 0; g < GB; g++) {
+            const float mo = __shfl_xor_sync(0xffffffffu, m[g], o), lo = __shfl_xor_sync(0xffffffffu, l[g], o);
+            const float mn = fmaxf(m[g], mo);
+            const float a = mn == -INFINITY ? 0.0f : expf(m[g] - mn), b = mn == -INFINITY ? 0.0f : expf(mo - mn);
+            l[g] = l[g] * a + lo * b;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const float ao = __shfl_xor_sync(0xffffffffu, acc[g][e], o);
+                acc[g][e] = acc[g][e] * a + ao * b;
+            }
+            m[g] = mn;
+        }
+    }
+
+    __shared__ float sm[AG_WARPS][GB], sl[AG_WARPS][GB];
+    __shared__ float sacc[AG_WARPS][GB][D];
+    __shared__ int sbad;
+    if (threadIdx.x == 0) sbad = 0;
+    __syncthreads();
+    if (bad) sbad = 1;
+    if (slot == 0) {
+#pragma unroll
+        for (int g = 0; g < GB; g++) {
+            if (sub == 0) {
+                sm[w][g] = m[g];
+                sl[w][g] = l[g];
+            }
+#pragma unroll
+            for (int e = 0; e < 8; e++) sacc[w][g][sub * 8 + e] = acc[g][e];
+        }
+    }
+    __syncthreads();
+    const float nan = __int_as_float(0x7fc00000);
+    for (int g = 0; g < GB; g++) {
+        float M = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < AG_WARPS; i++) M = fmaxf(M, sm[i][g]);
+        float *out = part + (((int64_t)t * n_heads + h0 + g) * n_split + s) * (D + 2);
+        if (threadIdx.x == 0) {
+            float L = 0.0f;
+            if (M != -INFINITY)
+                for (int i = 0; i < AG_WARPS; i++) L += sl[i][g] * expf(sm[i][g] - M);
+            out[0] = sbad ? nan : M;
+            out[1] = L;
+        }
+        for (int d = threadIdx.x; d < D; d += blockDim.x) {
+            float a = 0.0f;
+            if (M != -INFINITY)
+                for (int i = 0; i < AG_WARPS; i++) a += sacc[i][g][d] * expf(sm[i][g] - M);
+            out[2 + d] = a;
+        }
+    }
+}
+
+/* min_chunk: the split kernel's (ATT_MIN_CHUNK or AG_MIN_CHUNK), so that
+ * the records read are exactly those written (attn_used). */
+__global__ void k_attn_merge(const float *part, const int32_t *const *tables, const int32_t *pos, int n_heads,
+                             int n_split, int min_chunk, int D, float *out)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
@@ -234,6 +478,7 @@ __global__ void k_attn_merge(const float *part, const int32_t *const *tables, in
     if (tables && !tables[t])
         return;
     const float *pr = part + ((int64_t)t * n_heads + h) * n_split * (D + 2);
+    n_split = attn_used(pos[t] + 1, n_split, min_chunk); /* the records written */
     float M = -INFINITY;
     bool bad = false;
     for (int s = 0; s < n_split; s++) {
@@ -393,18 +638,57 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
         MR_CU_LAUNCHED(c, "attention prefill");
         return;
     }
-    /* Enough splits for one token's heads to cover the SMs four times (the
-     * host does not know the positions: they are on the device); capped so
-     * scratch stays small.  Not a function of n: see attn_chunk. */
-    int n_split = (4 * c->n_sm + n_heads - 1) / n_heads;
+    /* Heads a block of the grouped kernel (k_attn_gqa) takes: up to 4 that
+     * share a K/V head (more would cost registers an SM needs to keep
+     * enough loads in flight); 0: the per-head kernel (MEMRA_CUDA_ATTN_GQA=0,
+     * or a head size it has no lanes for). */
+    const int G = n_heads / kv->n_kv_heads;
+    int gb = G % 4 == 0 ? 4 : G % 2 == 0 ? 2 : 1;
+    if (!c->attn_gqa || (D != 32 && D != 64 && D != 128 && D != 256) || gb > D / 8)
+        gb = 0;
+    /* Splits: per-head kernel, enough for one token's heads to cover the
+     * SMs four times; grouped kernel, one wave of resident blocks for a
+     * token (a second, partial wave would double a deep context's time).
+     * The host does not know the positions (they are on the device), and
+     * the count is not a function of n: see attn_chunk.  Capped so scratch
+     * stays small. */
+    int n_split = gb ? AG_BLOCKS_PER_SM * c->n_sm / (n_heads / gb) : (4 * c->n_sm + n_heads - 1) / n_heads;
     if (n_split < 1) n_split = 1;
-    if (n_split > 32) n_split = 32;
+    if (n_split > (gb ? 128 : 32)) n_split = gb ? 128 : 32;
     /* sized for at least 64 tokens, so that decode batches growing step by
      * step do not reallocate it (a reallocation drops the cached graphs) */
     size_t need = (size_t)(n > 64 ? n : 64) * n_heads * n_split * (D + 2) * sizeof(float);
     if (!mr_cu_reserve(c, &c->scratch_attn, need, "attention scratch"))
         return;
     float *part = (float *)c->scratch_attn.p;
+    if (gb) {
+        dim3 ggrid(n_heads / gb, n, n_split);
+#define L(DT, DD, GG) mr_cu_launch(c, k_attn_gqa<DT, DD, GG>, ggrid, AG_WARPS * 32, 0, kv->k[layer], kv->v[layer], block_table, tables, q, pos, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, n_split, part)
+#define BY_G(DT, DD)                                       \
+    switch (gb) {                                          \
+    case 1: L(DT, DD, 1); break;                           \
+    case 2: L(DT, DD, 2); break;                           \
+    default: L(DT, DD, 4); break;                          \
+    }
+#define BY_D(DT)                                           \
+    switch (D) {                                           \
+    case 32: BY_G(DT, 32); break;                          \
+    case 64: BY_G(DT, 64); break;                          \
+    case 128: BY_G(DT, 128); break;                        \
+    default: BY_G(DT, 256); break;                         \
+    }
+        if (kv->dtype == MR_KV_F32) { BY_D(MR_KV_F32) }
+        else if (kv->dtype == MR_KV_F16) { BY_D(MR_KV_F16) }
+        else { BY_D(MR_KV_BF16) }
+#undef BY_D
+#undef BY_G
+#undef L
+        MR_CU_LAUNCHED(c, "attention (grouped)");
+        mr_cu_launch(c, k_attn_merge, dim3(n_heads, n), 128, 0, part, tables, pos, n_heads, n_split, AG_MIN_CHUNK,
+                     D, out);
+        MR_CU_LAUNCHED(c, "attention merge");
+        return;
+    }
     dim3 grid(n_heads, n, n_split);
 #define L(DT, EPL) mr_cu_launch(c, k_attn_split<DT, EPL>, grid, ATT_WARPS * 32, 0, kv->k[layer], kv->v[layer], block_table, tables, q, pos, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, n_split, part)
 #define BY_EPL(DT)                                         \
@@ -421,7 +705,8 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
 #undef BY_EPL
 #undef L
     MR_CU_LAUNCHED(c, "attention");
-    mr_cu_launch(c, k_attn_merge, dim3(n_heads, n), 128, 0, part, tables, n_heads, n_split, D, out);
+    mr_cu_launch(c, k_attn_merge, dim3(n_heads, n), 128, 0, part, tables, pos, n_heads, n_split, ATT_MIN_CHUNK, D,
+                 out);
     MR_CU_LAUNCHED(c, "attention merge");
 }
 

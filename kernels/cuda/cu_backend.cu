@@ -396,7 +396,7 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     }
     /* the precision of each GEMM is its compute type (cu_gemm.cu) */
     mr_cu_gemm_init(c);
-    mr_cu_attn_init(c); /* prompt attention kernel (cu_fattn.cu) */
+    mr_cu_attn_init(c); /* prompt attention kernel (cu_fattn.cu), decode kernel choice */
     if (!mr_cu_q8_init(c, err)) {
         cu_destroy(be);
         return NULL;

@@ -284,6 +284,8 @@ void mr_cu_attn_init(mr_cu_ctx *c)
 {
     const char *m = getenv("MEMRA_CUDA_ATTN");
     const char *g = getenv("MEMRA_CUDA_GEMM");
+    const char *q = getenv("MEMRA_CUDA_ATTN_GQA");
+    c->attn_gqa = !(q && !strcmp(q, "0")); /* decode kernel (cu_attn.cu) */
     c->attn_tc_forced = m && !strcmp(m, "tc");
     c->attn_tc = c->attn_tc_forced || (!(m && !strcmp(m, "f32")) && !(g && !strcmp(g, "f32")));
     if (!c->attn_tc)
