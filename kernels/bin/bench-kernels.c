@@ -19,9 +19,10 @@
  * that may overlap their ramps too; MEMRA_CUDA_PDL=0 in the environment
  * gives the plain launches for every line.
  *
- * Usage: bench-kernels [iters [moe|attn|gemm|sample|pdl]]   (needs a CUDA
- * device; "moe": only the expert products of decode batches, "attn": only
- * prompt attention, "gemm": only the prompt products, "sample": only
+ * Usage: bench-kernels [iters [moe|attn|attn-decode|gemm|sample|pdl]]
+ * (needs a CUDA device; "moe": only the expert products of decode batches,
+ * "attn": only prompt attention, "attn-decode": only decode attention at
+ * depth, "gemm": only the prompt products, "sample": only
  * sampling, "pdl": only the PDL chains, "mv TYPE ROWS COLS [N]": one
  * matvec shape) */
 #include <math.h>
@@ -421,7 +422,8 @@ static void run_att(void *p)
     a->be->attention(a->be, a->kv, 0, a->table, a->q, a->pos, a->n, a->heads, a->scale, a->out);
 }
 
-static void bench_attn_shape(mr_backend *be[2], int heads, int kvh, int D, int start, int n, int iters)
+static void bench_attn_shape(mr_backend *be[2], const char *const label[2], int heads, int kvh, int D, int start,
+                             int n, int iters)
 {
     mr_err err;
     const int bt = 16, P = start + n, nblk = (P + bt - 1) / bt;
@@ -464,12 +466,13 @@ static void bench_attn_shape(mr_backend *be[2], int heads, int kvh, int D, int s
             exit(1);
         }
         t[b] = median3(r);
-        printf("attn-%-3s h=%d/%d D=%d start=%-6d n=%-4d %10.1f us %7.1f TFLOP/s\n", b ? "tc" : "f32", heads,
-               kvh, D, start, n, t[b] * 1e6, flop / t[b] / 1e12);
+        printf("attn-%-4s h=%d/%d D=%d start=%-6d n=%-4d %10.1f us %7.1f TFLOP/s %7.1f GB/s of K/V\n", label[b],
+               heads, kvh, D, start, n, t[b] * 1e6, flop / t[b] / 1e12, 2.0 * 4 * ctx * kvdim / t[b] / 1e9);
         be[b]->free(be[b], dt); be[b]->free(be[b], dp); be[b]->free(be[b], dq); be[b]->free(be[b], dout);
         be[b]->kv_destroy(be[b], &kv);
     }
-    printf("attn     h=%d/%d D=%d start=%d n=%d: tc %.2fx f32\n", heads, kvh, D, start, n, t[0] / t[1]);
+    printf("attn     h=%d/%d D=%d start=%d n=%d: %s %.2fx %s\n", heads, kvh, D, start, n, label[1], t[0] / t[1],
+           label[0]);
     free(h); free(tab); free(pos);
 }
 
@@ -490,11 +493,39 @@ static int bench_attn(int iters)
         return 1;
     }
     int it = iters / 20 > 2 ? iters / 20 : 2;
-    bench_attn_shape(be, 32, 4, 128, 0, 512, it);
-    bench_attn_shape(be, 32, 4, 128, 4604, 256, it);
-    bench_attn_shape(be, 32, 4, 128, 0, 4096, 2);
-    bench_attn_shape(be, 16, 2, 256, 0, 512, it);
-    bench_attn_shape(be, 16, 2, 256, 65536, 512, 2);
+    static const char *const lab[2] = {"f32", "tc"};
+    bench_attn_shape(be, lab, 32, 4, 128, 0, 512, it);
+    bench_attn_shape(be, lab, 32, 4, 128, 4604, 256, it);
+    bench_attn_shape(be, lab, 32, 4, 128, 0, 4096, 2);
+    bench_attn_shape(be, lab, 16, 2, 256, 0, 512, it);
+    bench_attn_shape(be, lab, 16, 2, 256, 65536, 512, 2);
+    be[1]->destroy(be[1]);
+    be[0]->destroy(be[0]);
+    return 0;
+}
+
+/* Decode attention (float32 cache): one query row, or a few of one
+ * sequence, at depth; the per-head kernel (MEMRA_CUDA_ATTN_GQA=0) against
+ * the grouped one.  GB/s: the K/V bytes the rows see over the time. */
+static int bench_attn_decode(int iters)
+{
+    mr_err err;
+    mr_backend *be[2];
+    setenv("MEMRA_CUDA_ATTN_GQA", "0", 1);
+    be[0] = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_ATTN_GQA");
+    be[1] = be[0] ? mr_backend_cuda_create(0, &err) : NULL;
+    if (!be[0] || !be[1]) {
+        fprintf(stderr, "cuda: %s\n", err.msg);
+        return 1;
+    }
+    static const char *const lab[2] = {"head", "gqa"};
+    static const struct { int heads, kvh, D, start, n; } sh[] = {
+        {32, 8, 128, 1023, 1},  {32, 8, 128, 16383, 1}, {32, 4, 128, 16383, 1}, {32, 4, 128, 1023, 16},
+        {16, 2, 256, 8191, 1},  {16, 2, 256, 65535, 1}, {16, 2, 256, 262143, 1}, {16, 2, 256, 65535, 4},
+    };
+    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
+        bench_attn_shape(be, lab, sh[i].heads, sh[i].kvh, sh[i].D, sh[i].start, sh[i].n, iters);
     be[1]->destroy(be[1]);
     be[0]->destroy(be[0]);
     return 0;
@@ -914,6 +945,8 @@ int main(int argc, char **argv)
     printf("device %s, %d SMs; D2D copy (2 GiB, read+write) median of 3: %.1f GB/s\n", name, sm, cbw);
     if (argc > 2 && !strcmp(argv[2], "attn"))
         return bench_attn(iters);
+    if (argc > 2 && !strcmp(argv[2], "attn-decode"))
+        return bench_attn_decode(iters);
     if (argc > 2 && !strcmp(argv[2], "gemm"))
         return bench_gemm(iters, cbw);
     if (argc > 2 && !strcmp(argv[2], "sample"))
