@@ -489,6 +489,64 @@ fail:
     return -1;
 }
 
+/* Whether item i of the step just run is a prompt chunk whose rows the MTP
+ * block runs over: only for a request that may speculate (a plain greedy
+ * one on a model with the block) and may still draft after its first token
+ * (a step drafts at most max_tokens - n_gen - 1); other requests pay
+ * nothing. */
+static bool primes_chunk(const mr_sched *s, int i)
+{
+    const req *q = s->item_req[i];
+    return !s->items[i].gen && q->spec_ok && !q->done && q->max_tokens > 2;
+}
+
+/* Keeps the hidden rows of every chunk to prime (items' rows are laid out
+ * in item order) before the first MTP call overwrites the step's
+ * activations. */
+static int keep_chunk_rows(mr_sched *s, int n_items, mr_err *err)
+{
+    int rc = 0, row = 0;
+    for (int i = 0; i < n_items; i++) {
+        if (primes_chunk(s, i) && mr_sched_spec_keep_rows(s->spec, row, s->items[i].n, err)) {
+            finish(s, s->item_req[i], MR_SCHED_FIN_ERROR, err->msg);
+            rc = -1;
+        }
+        row += s->items[i].n;
+    }
+    return rc;
+}
+
+/* The MTP block over the prompt chunks of the step just run (sched_spec.h):
+ * each chunk right after its own forward call, the only one that has its
+ * hidden rows, so a prompt cut into chunks is primed over every position
+ * it ran, and the last chunk (paired with the first generated id, which
+ * the call picked: spec_ok requests are ARGMAX items) leaves the first
+ * draft of the request's first speculative step.  Positions restored from
+ * the prefix cache ran in no call of this request and are not primed:
+ * their MTP K/V in the shared blocks are what the request that first ran
+ * them wrote (its own priming when it could speculate, its last position
+ * paired with the token that followed there; else stale entries); drafts
+ * over them may be worse, the output is the same (every draft is
+ * verified).  A request whose priming fails is finished with an error. */
+static int prime_prompt_chunks(mr_sched *s, int n_items, mr_err *err)
+{
+    int rc = keep_chunk_rows(s, n_items, err), row = 0;
+    for (int i = 0; i < n_items; i++) {
+        const mr_batch_item *it = &s->items[i];
+        req *q = s->item_req[i];
+        if (primes_chunk(s, i)) {
+            int end = mr_seq_len(q->seq);
+            int32_t next = end < q->n_prompt ? q->tokens[end] : *it->argmax;
+            if (mr_sched_spec_prime_chunk(s->spec, q->seq, &q->spec, row, it->tokens, it->n, next, err)) {
+                finish(s, q, MR_SCHED_FIN_ERROR, err->msg);
+                rc = -1;
+            }
+        }
+        row += it->n;
+    }
+    return rc;
+}
+
 /* The sample op's row for q's next id: its parameters, the uniform its
  * host sampling would draw now (so a seeded request draws the same ids
  * wherever it is sampled), and the ids its penalty table has not had yet
@@ -588,6 +646,10 @@ int mr_sched_step(mr_sched *s, mr_err *err)
     } else {
         s->steps++;
         s->step_tokens_total += (uint64_t)(s->o.step_tokens - budget);
+        /* before the prompts are published: shared blocks get their MTP
+         * K/V first */
+        if (s->spec && prime_prompt_chunks(s, n_items, err))
+            rc = -1;
         for (int i = 0; i < n_items; i++) {
             req *q = s->item_req[i];
             if (q->done)
@@ -637,6 +699,7 @@ void mr_sched_get_stats(const mr_sched *s, mr_sched_stats *out)
     out->spec_drafted = sp.drafted;
     out->spec_accepted = sp.accepted;
     out->spec_replays = sp.replays;
+    out->spec_primed = sp.primed;
     mr_prefix_get_stats(s->prefix, &out->prefix);
     out->kv_admissible = out->kv_available + out->prefix.n_blocks - out->prefix.n_in_use;
 }

@@ -25,7 +25,9 @@
  *
  * A lone greedy request may be decoded speculatively (mr_sched_opts.spec_k):
  * a step then runs its K drafts and delivers every accepted token, still
- * one TOKEN event each, in order.
+ * one TOKEN event each, in order.  The MTP block runs over the prompt of
+ * every request that may speculate as its chunks run, so its first
+ * speculative step has drafts.
  *
  * Not thread-safe: one thread (the worker's loop) owns a scheduler. */
 #ifndef MR_SCHED_H
@@ -143,6 +145,7 @@ typedef struct mr_sched_stats {
     uint64_t admitted, refused, finished;
     /* speculative steps, drafts verified and accepted, re-runs after a rejection */
     uint64_t spec_steps, spec_drafted, spec_accepted, spec_replays;
+    uint64_t spec_primed; /* prompt positions the MTP block ran over (not those from the prefix cache) */
     mr_prefix_stats prefix;
 } mr_sched_stats;
 

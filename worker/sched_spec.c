@@ -26,6 +26,8 @@ struct mr_sched_spec {
     int32_t toks[SPEC_K_MAX + 1];
     int32_t draft[SPEC_K_MAX];
     int32_t cand[SPEC_K_MAX + 1];
+    int32_t *prime_toks; /* [prime_cap] the tokens of a chunk's MTP rows */
+    int prime_cap;
     /* the recurrent state before the verify call: in backend memory (no
      * host round trip each step), or on the host when the backend had no
      * room for it */
@@ -74,6 +76,7 @@ void mr_sched_spec_free(mr_sched_spec *p)
     free(p->logits);
     free(p->mlog);
     free(p->snap);
+    free(p->prime_toks);
     mr_model_state_free(p->m, p->snap_dev);
     free(p);
 }
@@ -227,7 +230,56 @@ int mr_sched_spec_prime(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, const 
     p->epoch++; /* the hidden rows are this call's */
     int rc = mtp_rows(p, seq, st, toks, n_prompt, 0, err);
     free(toks);
+    if (rc == 0)
+        p->st.primed += (uint64_t)n_prompt;
     return rc;
+}
+
+int mr_sched_spec_keep_rows(mr_sched_spec *p, int row0, int n, mr_err *err)
+{
+    if (mr_qwen35_mtp_keep(p->m, row0, n, err))
+        return mr_err_wrap(err, "speculation: keeping %d prompt rows", n);
+    return 0;
+}
+
+/* Room for the tokens of n MTP rows. */
+static int32_t *prime_toks(mr_sched_spec *p, int n, mr_err *err)
+{
+    if (n > p->prime_cap) {
+        int32_t *t = realloc(p->prime_toks, sizeof(int32_t) * (size_t)n);
+        if (!t) {
+            mr_errf(err, "speculation: out of memory for %d prompt rows", n);
+            return NULL;
+        }
+        p->prime_toks = t;
+        p->prime_cap = n;
+    }
+    return p->prime_toks;
+}
+
+int mr_sched_spec_prime_chunk(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int row0, const int32_t *chunk,
+                              int n, int32_t next, mr_err *err)
+{
+    int len = mr_seq_len(seq), V = p->m->hp.n_vocab;
+    if (n < 1 || n > len)
+        return mr_errf(err, "speculation: priming %d prompt rows of a sequence of %d", n, len);
+    int32_t *toks = prime_toks(p, n, err);
+    if (!toks)
+        return -1;
+    /* row p pairs hidden p with token p + 1: the chunk's own ids after
+     * its first, then the one after it */
+    memcpy(toks, chunk + 1, sizeof(int32_t) * (size_t)(n - 1));
+    toks[n - 1] = next;
+    p->epoch++; /* the MTP hidden rows will be this call's */
+    if (mr_qwen35_mtp_prompt(p->m, seq, row0, toks, n, len - n, p->mlog, err))
+        return mr_err_wrap(err, "speculation: priming positions %d..%d", len - n, len - 1);
+    *st = (mr_spec_state){.valid = true,
+                          .len = len,
+                          .epoch = p->epoch,
+                          .d1 = mr_sample_argmax(p->mlog, V),
+                          .mtp_rows = n};
+    p->st.primed += (uint64_t)n;
+    return 0;
 }
 
 void mr_sched_spec_get_stats(const mr_sched_spec *p, mr_sched_spec_stats *out)

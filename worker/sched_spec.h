@@ -21,17 +21,23 @@
  * so the output is that of plain greedy decoding.
  *
  * The first draft of a step comes from the MTP rows of the previous step
- * of the same sequence; any other forward call in between (a batched step
- * of the scheduler, another sequence's speculation) overwrites the hidden
- * rows it chains from, so it is valid only while nothing else ran: see
+ * of the same sequence (or of its prompt's priming, below); any other
+ * forward call in between (a batched step of the scheduler, another
+ * sequence's speculation or priming) overwrites the hidden rows it chains
+ * from, so it is valid only while nothing else ran: see
  * mr_sched_spec_invalidate.  Without it a step verifies no drafts (a plain
- * decode step that primes the MTP block).
+ * decode step after which the MTP block runs over its row).
  *
- * The MTP block's own K/V is written only for the positions its calls
- * cover: those of speculative steps.  Positions run before (the prompt,
- * batched decode steps) are not written, so the block attends over stale
- * entries there and drafts less well; outputs are unaffected (every draft
- * is verified). */
+ * The MTP block's own K/V is written for the positions its calls cover:
+ * those of speculative steps, and the prompt's, primed once its rows have
+ * run (mr_sched_spec_prime over a whole prompt, mr_sched_spec_prime_chunk
+ * chunk by chunk as the scheduler runs it, which also leaves the first
+ * draft of the first step).  Positions run otherwise (batched decode
+ * steps, a prompt no call primed) are not written, so the block attends
+ * over stale entries there and drafts less well; outputs are unaffected
+ * (every draft is verified).  A prompt's positions restored from the
+ * prefix cache are not primed either: they hold what the request that
+ * first ran them wrote there (sched.c). */
 #ifndef MR_SCHED_SPEC_H
 #define MR_SCHED_SPEC_H
 
@@ -59,6 +65,7 @@ typedef struct mr_sched_spec_stats {
     uint64_t accepted;  /* of those, equal to the trunk's argmax */
     uint64_t replays;   /* re-runs after a rejection */
     uint64_t tokens;    /* trunk tokens run (verify and replay rows) */
+    uint64_t primed;    /* prompt positions the MTP block ran over */
 } mr_sched_spec_stats;
 
 /* k drafts (1..8) per step on m, which must have an MTP block.  drafter
@@ -92,6 +99,23 @@ int mr_sched_spec_commit(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int k
  * the prompt, which writes its K/V there and gives the first draft. */
 int mr_sched_spec_prime(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, const int32_t *prompt, int n_prompt,
                         int32_t t, mr_err *err);
+
+/* Priming chunk by chunk, for a prompt run in batched calls without
+ * logits (the scheduler's chunks, each with its own call): the MTP rows of
+ * a chunk pair the hidden rows of its positions, which only that call has,
+ * with the token after each.  After such a call, first keep the rows of
+ * every chunk to prime (row0: where its item's rows start in the call, the
+ * items' rows in order), before any MTP call (a prime is one)
+ * overwrites the call's activations: */
+int mr_sched_spec_keep_rows(mr_sched_spec *p, int row0, int n, mr_err *err);
+/* then for each: chunk (n ids) ran at the last n positions of seq, whose
+ * rows the call has from row0, and next is the token after it (the prompt's
+ * next id, or after its last chunk the first generated one).  The MTP block
+ * over those positions writes its K/V there; *st gets the draft for the
+ * step after them (the first draft of the first step after the last chunk;
+ * any other forward call, or another prime, makes it stale). */
+int mr_sched_spec_prime_chunk(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int row0, const int32_t *chunk,
+                              int n, int32_t next, mr_err *err);
 
 void mr_sched_spec_get_stats(const mr_sched_spec *p, mr_sched_spec_stats *out);
 

@@ -4,7 +4,9 @@
  * session reuse, eviction, admission refusal and recovery, cancellation,
  * stop ids, seeded sampling independent of batchmates; MTP speculation of a
  * lone greedy request (hybrids) equal to plain decoding, and its fallback to
- * batching when another request arrives. */
+ * batching when another request arrives; the MTP block primed over a
+ * prompt run in chunks, beside another prompt or after a prefix hit, with
+ * the drafts of the standalone path (worker/spec.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -873,6 +875,292 @@ START_TEST(spec_falls_back_to_batching)
 }
 END_TEST
 
+/* ---- MTP priming over the prompt ---- */
+
+enum { PGEN = 12 }; /* tokens a priming test's request generates */
+
+/* The drafts the MTP block made at each speculative step, recorded by a
+ * drafter that keeps them. */
+typedef struct {
+    int n;
+    int first[MAXT];
+    int k[MAXT];
+    int32_t d[MAXT][8];
+    bool plant; /* then replaces them with planted_drafts' */
+} draft_log;
+
+static void log_drafts(void *ctx, int first, int k, int32_t *draft)
+{
+    draft_log *l = ctx;
+    ck_assert_int_lt(l->n, MAXT);
+    ck_assert_int_le(k, 8);
+    l->first[l->n] = first;
+    l->k[l->n] = k;
+    memcpy(l->d[l->n], draft, sizeof(int32_t) * (size_t)k);
+    l->n++;
+    if (l->plant)
+        planted_drafts(NULL, first, k, draft);
+}
+
+static bool same_drafts(const draft_log *a, const draft_log *b)
+{
+    if (a->n != b->n)
+        return false;
+    for (int i = 0; i < a->n; i++)
+        if (a->first[i] != b->first[i] || a->k[i] != b->k[i] ||
+            memcmp(a->d[i], b->d[i], sizeof(int32_t) * (size_t)a->k[i]))
+            return false;
+    return true;
+}
+
+static void expect_same_drafts(const draft_log *got, const draft_log *want, const char *what, int spec_k)
+{
+    ck_assert_msg(got->n == want->n, "%s spec_k=%d: %d drafting steps, want %d", what, spec_k, got->n, want->n);
+    for (int i = 0; i < got->n; i++) {
+        ck_assert_msg(got->first[i] == want->first[i] && got->k[i] == want->k[i],
+                      "%s spec_k=%d step %d: %d drafts after %d tokens, want %d after %d", what, spec_k, i,
+                      got->k[i], got->first[i], want->k[i], want->first[i]);
+        for (int j = 0; j < got->k[i]; j++)
+            ck_assert_msg(got->d[i][j] == want->d[i][j], "%s spec_k=%d step %d draft %d: %d, want %d", what,
+                          spec_k, i, j, got->d[i][j], want->d[i][j]);
+    }
+}
+
+/* The standalone path (worker/spec.c: the prompt in one call with every
+ * row's logits, the MTP block over all of it in one call): its drafts, and
+ * its output, which must be the plain one. */
+static void standalone_drafts(const int32_t *p, int n, int spec_k, const int32_t *want, draft_log *log)
+{
+    mr_err err;
+    int32_t out[PGEN];
+    mr_spec_stats st;
+    memset(log, 0, sizeof *log);
+    mr_spec_drafter d = {log_drafts, log};
+    ck_assert_msg(mr_spec_generate(model, p, n, PGEN, spec_k, &d, out, &st, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < PGEN; i++)
+        ck_assert_int_eq(out[i], want[i]);
+    ck_assert_int_eq(log->first[0], 1); /* its first step drafts */
+}
+
+/* Steps s until nothing is live; returns the drafts verified by the first
+ * speculative step of this run (-1: none ran). */
+static int run_first_spec_drafts(mr_sched *s)
+{
+    mr_err err;
+    int live, guard = 0, first = -1;
+    do {
+        mr_sched_stats before, after;
+        mr_sched_get_stats(s, &before);
+        live = mr_sched_step(s, &err);
+        ck_assert_msg(live >= 0, "%s", err.msg);
+        mr_sched_get_stats(s, &after);
+        if (first < 0 && after.spec_steps > before.spec_steps)
+            first = (int)(after.spec_drafted - before.spec_drafted);
+        ck_assert_int_lt(++guard, 10000);
+    } while (live > 0);
+    return first;
+}
+
+static const char *const hybrid_name[] = {"qwen35", "qwen35moe"};
+static const char *const hybrid_file[] = {"model-BF16.gguf", "model-Q4_K_M.gguf"};
+
+/* Loop index i: both hybrids, each as BF16 and quantized; the prompt and
+ * its plain greedy continuation (the one-sequence API) in spec_want. */
+static void open_hybrid(int i, int32_t *p)
+{
+    mr_model_opts mo = {.n_ctx = 128, .n_seqs = 4, .block_tokens = 8};
+    open_model(hybrid_name[i / 2], hybrid_file[i % 2], &mo);
+    V = mr_model_hparams(model)->n_vocab;
+    lcg_prompt(p, SPROMPT, 77, V);
+    greedy_decode(p, SPROMPT, PGEN, spec_want);
+}
+
+/* A lone greedy request whose prompt runs in chunks of 3 and 7 tokens (cut
+ * at 8-token block boundaries): the MTP block is primed over every prompt
+ * position, its first speculative step verifies spec_k drafts, and its
+ * drafts at every step are those of the standalone path, which primes over
+ * the whole prompt in one call; the output is plain greedy decoding's,
+ * with the model's drafts and with planted ones, for spec_k 1, 3 and 8. */
+START_TEST(spec_primed_in_chunks_as_standalone)
+{
+    int32_t p[SPROMPT];
+    open_hybrid(_i, p);
+    const char *what = hybrid_file[_i % 2];
+    static const int ks[] = {1, 3, 8}, chunks[] = {3, 7};
+    for (int ki = 0; ki < 3; ki++) {
+        int kk = ks[ki];
+        draft_log ref;
+        standalone_drafts(p, SPROMPT, kk, spec_want, &ref);
+        for (int c = 0; c < 2; c++) {
+            draft_log got = {0};
+            sink_t k;
+            mr_sched_opts so = {.max_seqs = 2, .chunk_tokens = chunks[c], .spec_k = kk,
+                                .spec_drafter = {log_drafts, &got}};
+            mr_sched *s = new_sched(&so, &k);
+            ck_assert_int_eq(submit(s, 1, p, SPROMPT, PGEN, NULL, NULL), MR_SCHED_OK);
+            ck_assert_int_eq(run_first_spec_drafts(s), kk);
+            expect_tokens(&k, 1, spec_want, PGEN);
+            expect_same_drafts(&got, &ref, what, kk);
+            mr_sched_stats st;
+            mr_sched_get_stats(s, &st);
+            ck_assert_int_eq((int)st.spec_primed, SPROMPT);
+            printf("%s %s spec_k=%d chunk %d: first step %d drafts, %llu/%llu accepted in %llu steps, "
+                   "drafts as standalone (%d steps)\n",
+                   hybrid_name[_i / 2], what, kk, chunks[c], kk, (unsigned long long)st.spec_accepted,
+                   (unsigned long long)st.spec_drafted, (unsigned long long)st.spec_steps, got.n);
+            mr_sched_free(s);
+
+            /* planted drafts: runs of accepted ones from the first step on */
+            spec_salt = kk;
+            so.spec_drafter = (mr_spec_drafter){planted_drafts, NULL};
+            s = new_sched(&so, &k);
+            ck_assert_int_eq(submit(s, 1, p, SPROMPT, PGEN, NULL, NULL), MR_SCHED_OK);
+            ck_assert_int_eq(run_first_spec_drafts(s), kk);
+            expect_tokens(&k, 1, spec_want, PGEN);
+            mr_sched_get_stats(s, &st);
+            ck_assert_int_gt((int)st.spec_accepted, 0);
+            printf("%s %s spec_k=%d chunk %d planted drafts: %llu/%llu accepted in %llu steps, %llu replays\n",
+                   hybrid_name[_i / 2], what, kk, chunks[c], (unsigned long long)st.spec_accepted,
+                   (unsigned long long)st.spec_drafted, (unsigned long long)st.spec_steps,
+                   (unsigned long long)st.spec_replays);
+            mr_sched_free(s);
+        }
+    }
+    close_model();
+}
+END_TEST
+
+/* Runs request id (prompt p of n tokens, PGEN to generate, scope
+ * acme/x) alone on s and checks it gives want; returns how many prompt
+ * positions were primed for it, and in *first the drafts its first
+ * speculative step verified. */
+static int primed_request(mr_sched *s, sink_t *k, uint64_t id, const int32_t *p, int n, const int32_t *want,
+                          int *first)
+{
+    mr_sched_stats before, after;
+    mr_sched_get_stats(s, &before);
+    ck_assert_int_eq(submit(s, id, p, n, PGEN, "acme", "x"), MR_SCHED_OK);
+    *first = run_first_spec_drafts(s);
+    expect_tokens(k, id, want, PGEN);
+    mr_sched_get_stats(s, &after);
+    return (int)(after.spec_primed - before.spec_primed);
+}
+
+/* A prompt whose first 16 tokens come from the prefix cache: only its
+ * last 4 positions are primed (the cached ones have no hidden rows).  When
+ * the request that left them primed them over the same prompt, the drafts
+ * are the standalone path's at every step; when the prompt goes on
+ * differently, or the cached blocks come from a request that did not
+ * speculate (sampled), the cached positions hold other MTP K/V: the
+ * output is still plain greedy decoding's and the first step still
+ * drafts (the last chunk is primed).  spec_k 1, 3 and 8; model drafts and
+ * planted ones. */
+START_TEST(spec_primed_after_prefix_hit)
+{
+    int32_t p[SPROMPT], q[SPROMPT], want_q[PGEN];
+    open_hybrid(_i, p);
+    memcpy(q, p, sizeof(int32_t) * 16);
+    lcg_prompt(q + 16, SPROMPT - 16, 81, V);
+    greedy_decode(q, SPROMPT, PGEN, want_q);
+    const char *what = hybrid_file[_i % 2];
+    static const int ks[] = {1, 3, 8}, chunks[] = {3, 7, 3};
+    for (int ki = 0; ki < 3; ki++) {
+        int kk = ks[ki], first;
+        draft_log ref, got = {0};
+        standalone_drafts(p, SPROMPT, kk, spec_want, &ref);
+        sink_t k;
+        mr_sched_opts so = {.max_seqs = 2, .chunk_tokens = chunks[ki], .spec_k = kk,
+                            .spec_drafter = {log_drafts, &got}};
+        mr_sched *s = new_sched(&so, &k);
+        ck_assert_int_eq(primed_request(s, &k, 1, p, SPROMPT, spec_want, &first), SPROMPT);
+        ck_assert_int_eq(find(&k, 1)->usage.cached_tokens, 0);
+        expect_same_drafts(&got, &ref, what, kk);
+
+        got.n = 0; /* the same prompt again: 16 cached positions its predecessor primed */
+        ck_assert_int_eq(primed_request(s, &k, 2, p, SPROMPT, spec_want, &first), SPROMPT - 16);
+        ck_assert_int_eq(find(&k, 2)->usage.cached_tokens, 16);
+        ck_assert_int_eq(first, kk);
+        expect_same_drafts(&got, &ref, "prefix hit", kk);
+
+        got.n = 0; /* a prompt that goes on differently after the cached part */
+        ck_assert_int_eq(primed_request(s, &k, 3, q, SPROMPT, want_q, &first), SPROMPT - 16);
+        ck_assert_int_eq(find(&k, 3)->usage.cached_tokens, 16);
+        ck_assert_int_eq(first, kk);
+
+        got.n = 0; /* planted drafts, accepted runs from the first step */
+        got.plant = true;
+        spec_salt = kk;
+        ck_assert_int_eq(primed_request(s, &k, 4, p, SPROMPT, spec_want, &first), SPROMPT - 16);
+        ck_assert_int_eq(find(&k, 4)->usage.cached_tokens, 16);
+        ck_assert_int_eq(first, kk);
+        got.plant = false;
+        mr_sched_stats st;
+        mr_sched_get_stats(s, &st);
+        ck_assert_int_gt((int)st.spec_accepted, 0);
+        ck_assert_int_eq(st.prefix.n_in_use, 0);
+        mr_sched_free(s);
+
+        /* cached blocks of a sampled request: none of its positions primed */
+        s = new_sched(&so, &k);
+        mr_err err;
+        mr_request r = {.id = 5, .prompt = p, .n_prompt = SPROMPT, .max_tokens = 4, .tenant = "acme",
+                        .cache_salt = "x", .sampling = {.temperature = 0.8f, .seed = 5}};
+        ck_assert_int_eq(mr_sched_submit(s, &r, &err), MR_SCHED_OK);
+        run_all(s);
+        mr_sched_get_stats(s, &st);
+        ck_assert_int_eq((int)st.spec_primed, 0);
+        got.n = 0;
+        ck_assert_int_eq(primed_request(s, &k, 6, p, SPROMPT, spec_want, &first), SPROMPT - 16);
+        ck_assert_int_eq(find(&k, 6)->usage.cached_tokens, 16);
+        ck_assert_int_eq(first, kk);
+        /* stale entries: whatever those blocks of the MTP cache last held */
+        printf("%s %s spec_k=%d chunk %d: after a sampled request's blocks, drafts %s the standalone path's\n",
+               hybrid_name[_i / 2], what, kk, so.chunk_tokens, same_drafts(&got, &ref) ? "equal" : "differ from");
+        mr_sched_free(s);
+    }
+    close_model();
+}
+END_TEST
+
+/* Two greedy prompts that run in the same steps, both primed (the other
+ * one admitted first, so its chunks come first in each call and its
+ * priming runs first): the other one ends with its first token (a stop
+ * id), and the request left alone starts speculating with the drafts of
+ * the standalone path, so its priming took its own rows of the shared
+ * calls, after the other's MTP calls had run. */
+START_TEST(spec_primed_beside_another_prompt)
+{
+    int32_t p[SPROMPT], b[SPROMPT], b_first;
+    open_hybrid(_i, p);
+    lcg_prompt(b, SPROMPT, 79, V);
+    greedy_decode(b, SPROMPT, 1, &b_first);
+    draft_log ref, got = {0};
+    standalone_drafts(p, SPROMPT, 3, spec_want, &ref);
+    sink_t k;
+    mr_sched_opts so = {.max_seqs = 2, .chunk_tokens = 64, .spec_k = 3, .spec_drafter = {log_drafts, &got}};
+    mr_sched *s = new_sched(&so, &k);
+    mr_err err;
+    mr_request rb = {.id = 2, .prompt = b, .n_prompt = SPROMPT, .max_tokens = PGEN, .stop_ids = &b_first,
+                     .n_stop = 1};
+    ck_assert_int_eq(mr_sched_submit(s, &rb, &err), MR_SCHED_OK);
+    ck_assert_int_eq(submit(s, 1, p, SPROMPT, PGEN, NULL, NULL), MR_SCHED_OK);
+    /* chunks end on a block boundary: 16 then 4 tokens of each prompt */
+    ck_assert_int_eq(mr_sched_step(s, &err), 2);
+    ck_assert_int_eq(mr_sched_step(s, &err), 1);
+    ck_assert_int_eq(find(&k, 2)->reason, MR_SCHED_FIN_STOP);
+    ck_assert_int_eq(find(&k, 1)->n, 1);
+    mr_sched_stats st;
+    mr_sched_get_stats(s, &st);
+    ck_assert_int_eq((int)st.spec_primed, 2 * SPROMPT);
+    ck_assert_int_eq((int)st.spec_steps, 0);
+    ck_assert_int_eq(run_first_spec_drafts(s), 3);
+    expect_tokens(&k, 1, spec_want, PGEN);
+    expect_same_drafts(&got, &ref, "beside another prompt", 3);
+    mr_sched_free(s);
+    close_model();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sched");
@@ -895,5 +1183,12 @@ int main(void)
     tcase_add_loop_test(sp, spec_lone_greedy_matches_plain, 0, 2);
     tcase_add_test(sp, spec_falls_back_to_batching);
     suite_add_tcase(s, sp);
+    /* priming over the prompt: each hybrid as BF16 and quantized */
+    TCase *pr = tcase_create("prime");
+    tcase_set_timeout(pr, 300);
+    tcase_add_loop_test(pr, spec_primed_in_chunks_as_standalone, 0, 4);
+    tcase_add_loop_test(pr, spec_primed_after_prefix_hit, 0, 4);
+    tcase_add_loop_test(pr, spec_primed_beside_another_prompt, 0, 4);
+    suite_add_tcase(s, pr);
     return run_suite(s);
 }

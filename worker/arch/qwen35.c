@@ -66,6 +66,9 @@ struct mr_q35 {
     float *sh_out;   /* [n][n_embd] */
     float *mtp_h;    /* [n][n_embd]: hidden rows fed to the MTP block */
     float *mtp_cat;  /* [n][2 * n_embd] */
+    /* [n][n_embd]: output-normed prompt rows of the last forward call kept
+     * for the MTP block (mr_qwen35_mtp_keep); no MTP call writes here */
+    float *mtp_kept;
 };
 
 /* ---- metadata ---- */
@@ -328,6 +331,7 @@ static int scratch_reserve(mr_model *m, int cap, mr_err *err)
         {(void **)&q->sh_out, n * (size_t)hp->n_embd},
         {(void **)&q->mtp_h, n * (size_t)hp->n_embd},
         {(void **)&q->mtp_cat, n * 2 * (size_t)hp->n_embd},
+        {(void **)&q->mtp_kept, n * (size_t)hp->n_embd},
     };
     void *base = mr_model_carve(m, parts, sizeof parts / sizeof parts[0], cap, err);
     if (!base)
@@ -455,8 +459,12 @@ bool mr_qwen35_has_mtp(const mr_model *m) { return m->q35 && m->q35->has_mtp; }
 
 const float *mr_qwen35_mtp_hidden(const mr_model *m) { return m->q35->mtp_h; }
 
-int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens, int n, int pos0,
-                  float *logits, mr_err *err)
+/* The block over n rows: hidden rows h with tokens at positions
+ * pos0.., its K/V into the block's cache; logits of the last n_logits rows
+ * to host logits.  gen: generated rows (the draft chain, the rows after a
+ * verify) take the decode numerics, prompt rows the prompt numerics. */
+static int mtp_block(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens, int n, int pos0, bool gen,
+                     int n_logits, float *logits, mr_err *err)
 {
     struct mr_q35 *q = m->q35;
     mr_backend *be = m->be;
@@ -464,9 +472,12 @@ int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens,
     mr_scratch *sc = &m->sc;
     if (!q || !q->has_mtp)
         return mr_errf(err, "%s: the model has no MTP block", hp->arch_name);
-    if (n <= 0 || n > sc->cap || n > sc->out_cap || pos0 < 0 || pos0 + n > m->n_ctx)
-        return mr_errf(err, "mtp: %d rows at position %d (activations for %d, logits rows %d, context %d)",
-                       n, pos0, sc->cap, sc->out_cap, m->n_ctx);
+    /* within the last forward call's activations: the block's own buffers
+     * (and the rows kept there) are not reallocated under it */
+    if (n <= 0 || n > sc->cap || n_logits < 1 || n_logits > n || n_logits > sc->out_cap || pos0 < 0 ||
+        pos0 + n > m->n_ctx)
+        return mr_errf(err, "mtp: %d rows (%d with logits) at position %d (activations for %d, logits rows %d, "
+                       "context %d)", n, n_logits, pos0, sc->cap, sc->out_cap, m->n_ctx);
     for (int t = 0; t < n; t++)
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return mr_errf(err, "mtp: token id %d is out of range [0, %d)", tokens[t], hp->n_vocab);
@@ -491,6 +502,11 @@ int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens,
         return -1;
 
     int E = hp->n_embd;
+    /* the products of generated rows take the decode kernels, the rest the
+     * prompt ones (a prompt row's result then does not depend on how the
+     * prompt was cut into calls) */
+    m->gen_rows = gen ? n : 0;
+    m->gen_out = gen ? n_logits : 0;
     /* h may live in sc.xn, which the block overwrites: take it first */
     if (h != q->mtp_h)
         be->copy_2d(be, q->mtp_h, E, h, E, n, E);
@@ -500,21 +516,54 @@ int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens,
     be->copy_2d(be, q->mtp_cat, 2 * E, sc->xn, E, n, E);
     be->rmsnorm(be, q->mtp_h, q->hnorm, sc->xn, n, E, hp->rms_eps);
     be->copy_2d(be, q->mtp_cat + E, 2 * E, sc->xn, E, n, E);
-    be->matmul(be, &q->eh_proj, q->mtp_cat, sc->x, n);
+    mr_fwd_matmul(m, &q->eh_proj, q->mtp_cat, sc->x, n);
 
     be->rmsnorm(be, sc->x, q->mtp.attn_norm, sc->xn, n, E, hp->rms_eps);
-    /* the rows over a prompt (from position 0) are prompt work, the draft
-     * chain and the rows after a verify generated ones (decode kernels) */
-    const bool gen = pos0 > 0;
     mr_fwd_seg seg = {.s = s, .start = 0, .n = n, .out_first = 0, .out_row = 0, .gen = gen};
-    m->gen_rows = gen ? n : 0;
     full_attention(m, &q->mtp, &q->mtp_kv, 0, &seg, 1, n);
     be->add(be, sc->x, sc->proj, (size_t)n * (size_t)E);
     ffn_block(m, &q->mtp, &q->mtp_q, n);
-    m->gen_rows = 0;
     be->rmsnorm(be, sc->x, q->head_norm ? q->head_norm : m->output_norm, q->mtp_h, n, E, hp->rms_eps);
-    be->matmul(be, &m->output, q->mtp_h, sc->logits, n);
+    mr_fwd_matmul_out(m, &m->output, q->mtp_h + (size_t)(n - n_logits) * (size_t)E, sc->logits, n_logits);
+    m->gen_rows = m->gen_out = 0;
     if (be->sync(be, err))
         return mr_err_wrap(err, "mtp");
-    return be->download(be, logits, sc->logits, sizeof(float) * (size_t)n * (size_t)hp->n_vocab, err);
+    return be->download(be, logits, sc->logits, sizeof(float) * (size_t)n_logits * (size_t)hp->n_vocab, err);
+}
+
+int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens, int n, int pos0,
+                  float *logits, mr_err *err)
+{
+    /* the rows over a prompt (from position 0) are prompt work, the draft
+     * chain and the rows after a verify generated ones */
+    return mtp_block(m, s, h, tokens, n, pos0, pos0 > 0, n, logits, err);
+}
+
+int mr_qwen35_mtp_keep(mr_model *m, int row0, int n, mr_err *err)
+{
+    struct mr_q35 *q = m->q35;
+    const mr_hparams *hp = &m->hp;
+    if (!q || !q->has_mtp)
+        return mr_errf(err, "%s: the model has no MTP block", hp->arch_name);
+    if (row0 < 0 || n <= 0 || row0 + n > q->cap || row0 + n > m->sc.cap)
+        return mr_errf(err, "mtp: keeping rows %d..%d of a forward call (activations for %d)", row0, row0 + n - 1,
+                       q->cap < m->sc.cap ? q->cap : m->sc.cap);
+    /* the normalisation output_head gives a row with logits: the same
+     * hidden row a call with every row's logits leaves in sc.xn */
+    size_t E = (size_t)hp->n_embd;
+    m->be->rmsnorm(m->be, m->sc.x + (size_t)row0 * E, m->output_norm, q->mtp_kept + (size_t)row0 * E, n,
+                   hp->n_embd, hp->rms_eps);
+    return 0;
+}
+
+int mr_qwen35_mtp_prompt(mr_model *m, mr_seq *s, int row0, const int32_t *tokens, int n, int pos0,
+                         float *logits, mr_err *err)
+{
+    struct mr_q35 *q = m->q35;
+    if (!q || !q->has_mtp)
+        return mr_errf(err, "%s: the model has no MTP block", m->hp.arch_name);
+    if (row0 < 0 || n <= 0 || row0 + n > q->cap)
+        return mr_errf(err, "mtp: kept rows %d..%d (activations for %d)", row0, row0 + n - 1, q->cap);
+    return mtp_block(m, s, q->mtp_kept + (size_t)row0 * (size_t)m->hp.n_embd, tokens, n, pos0, false, 1, logits,
+                     err);
 }
