@@ -761,11 +761,11 @@ static int check_item(const mr_model *m, const mr_batch_item *it, int idx, mr_er
             return mr_errf(err, "forward: token id %d (index %d) is out of range [0, %d)", it->tokens[t], t,
                            m->hp.n_vocab);
     if (it->mode != MR_LOGITS_NONE && it->mode != MR_LOGITS_LAST && it->mode != MR_LOGITS_ALL &&
-        it->mode != MR_LOGITS_ARGMAX && it->mode != MR_LOGITS_SAMPLE)
+        it->mode != MR_LOGITS_ARGMAX && it->mode != MR_LOGITS_SAMPLE && it->mode != MR_LOGITS_ARGMAX_ALL)
         return mr_errf(err, "forward: unknown logits mode %d", (int)it->mode);
     if ((it->mode == MR_LOGITS_LAST || it->mode == MR_LOGITS_ALL) && !it->logits)
         return mr_errf(err, "forward: logits requested without an output buffer");
-    if (it->mode == MR_LOGITS_ARGMAX && !it->argmax)
+    if ((it->mode == MR_LOGITS_ARGMAX || it->mode == MR_LOGITS_ARGMAX_ALL) && !it->argmax)
         return mr_errf(err, "forward: argmax requested without an output buffer");
     if (it->mode == MR_LOGITS_SAMPLE) {
         if (!m->be->sample)
@@ -904,13 +904,14 @@ static int download_outputs(mr_model *m, const mr_batch_item *items, const mr_fw
         size_t bytes = 0;
         for (int i = 0; i < n_items; i++) {
             const mr_fwd_seg *g = &segs[i];
-            bool id_mode = items[i].mode == MR_LOGITS_ARGMAX || items[i].mode == MR_LOGITS_SAMPLE;
+            bool id_mode = items[i].mode == MR_LOGITS_ARGMAX || items[i].mode == MR_LOGITS_SAMPLE ||
+                           items[i].mode == MR_LOGITS_ARGMAX_ALL;
             if (id_mode != ids || g->n == g->out_first)
                 continue;
             char *d = ids ? (char *)items[i].argmax : (char *)items[i].logits;
             const char *sr = ids ? (const char *)(m->sc.ids + g->out_row)
                                  : (const char *)(m->sc.logits + (size_t)g->out_row * vocab);
-            size_t b = ids ? sizeof(int32_t) : sizeof(float) * vocab * (size_t)(g->n - g->out_first);
+            size_t b = (ids ? sizeof(int32_t) : sizeof(float) * vocab) * (size_t)(g->n - g->out_first);
             if (bytes && d == dst + bytes && sr == src + bytes) {
                 bytes += b;
                 continue;
@@ -986,8 +987,8 @@ static int stage_samples(mr_model *m, const mr_batch_item *items, const mr_fwd_s
                     memcpy(add + off, it->sample_add, sizeof(int32_t) * (size_t)na);
                 off += na;
             } else {
-                /* ARGMAX: greedy without penalties; LAST / ALL: left alone */
-                rows[r] = (mr_sample_row){.skip = it->mode != MR_LOGITS_ARGMAX};
+                /* ARGMAX(_ALL): greedy without penalties; LAST / ALL: left alone */
+                rows[r] = (mr_sample_row){.skip = it->mode != MR_LOGITS_ARGMAX && it->mode != MR_LOGITS_ARGMAX_ALL};
             }
         }
     }
@@ -995,6 +996,9 @@ static int stage_samples(mr_model *m, const mr_batch_item *items, const mr_fwd_s
     m->samp_add = (const int32_t *)(void *)(m->samp_dev + rows_bytes);
     return m->be->upload(m->be, m->samp_dev, m->samp_host, bytes, err);
 }
+
+/* Modes with an output for every token, not only the last. */
+static bool every_row(mr_logits_mode mode) { return mode == MR_LOGITS_ALL || mode == MR_LOGITS_ARGMAX_ALL; }
 
 int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items, mr_err *err)
 {
@@ -1015,7 +1019,7 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
         return mr_errf(err, "forward: %lld tokens in one step are too many", (long long)total);
     int n = (int)total, n_out = 0;
     for (int i = 0; i < n_items; i++)
-        n_out += items[i].mode == MR_LOGITS_ALL ? items[i].n : items[i].mode == MR_LOGITS_NONE ? 0 : 1;
+        n_out += every_row(items[i].mode) ? items[i].n : items[i].mode == MR_LOGITS_NONE ? 0 : 1;
     for (int i = 0; i < n_items; i++)
         if (seq_grow(items[i].seq, items[i].seq->len + items[i].n, err))
             return -1;
@@ -1040,8 +1044,8 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
         memcpy(host + row, it->tokens, sizeof(int32_t) * (size_t)it->n);
         for (int t = 0; t < it->n; t++)
             pos[row + t] = it->seq->len + t;
-        int of = it->mode == MR_LOGITS_ALL ? 0 : it->mode == MR_LOGITS_NONE ? it->n : it->n - 1;
-        any_argmax |= it->mode == MR_LOGITS_ARGMAX;
+        int of = every_row(it->mode) ? 0 : it->mode == MR_LOGITS_NONE ? it->n : it->n - 1;
+        any_argmax |= it->mode == MR_LOGITS_ARGMAX || it->mode == MR_LOGITS_ARGMAX_ALL;
         any_sample |= it->mode == MR_LOGITS_SAMPLE;
         segs[i] = (mr_fwd_seg){
             .s = it->seq, .start = row, .n = it->n, .out_first = of, .out_row = out_row, .gen = it->gen};

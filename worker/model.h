@@ -83,6 +83,11 @@ typedef enum mr_logits_mode {
      * int32 comes back into mr_batch_item.argmax (mr_model_forward_batch
      * only, where mr_model_can_sample) */
     MR_LOGITS_SAMPLE = 4,
+    /* the id of the largest logit of every token, found by the backend:
+     * [n] int32 come back into mr_batch_item.argmax instead of [n][vocab]
+     * floats (mr_model_forward_batch only; every row's hidden state is left
+     * in the scratch as with ALL: speculative verify rows) */
+    MR_LOGITS_ARGMAX_ALL = 5,
 } mr_logits_mode;
 
 /* Opens path, reads the hyperparameters, binds every weight on be and
@@ -172,7 +177,7 @@ typedef struct mr_batch_item {
     int n;
     mr_logits_mode mode;
     float *logits;         /* host memory: [vocab] (LAST) or [n][vocab] (ALL) */
-    int32_t *argmax;       /* host memory: one id (ARGMAX, SAMPLE) */
+    int32_t *argmax;       /* host memory: one id (ARGMAX, SAMPLE) or [n] (ARGMAX_ALL) */
     /* SAMPLE: the row's parameters and uniform (host memory; add_off is
      * the model's to set), and the ids it adds to its penalty table
      * (sample->n_add_prompt + sample->n_add_gen of them, host memory) */

@@ -177,15 +177,15 @@ int mr_qwen35_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int 
  * hidden row h[t] (backend memory [n][n_embd], output-normed: the trunk
  * leaves those of its logits rows in sc.xn after a forward call) with token
  * tokens[t] (host) at position pos0 + t of s, whose K/V go to the block's
- * own cache; the logits of every row go to host logits [n][vocab] and the
- * block's normed output rows to mr_qwen35_mtp_hidden(m), the h of the next
- * draft step.  Rows from position 0 (a whole prompt) take the prompt
+ * own cache; the id of the last row's largest logit (the next draft,
+ * picked by the backend) to *next, and the block's normed output rows to
+ * mr_qwen35_mtp_hidden(m), the h of the next draft step.  Rows from position 0 (a whole prompt) take the prompt
  * numerics, the others (the draft chain, the rows after a verify) the
  * decode numerics.  n must fit the activations of the last forward call. */
 bool mr_qwen35_has_mtp(const mr_model *m);
 const float *mr_qwen35_mtp_hidden(const mr_model *m);
 int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens, int n, int pos0,
-                  float *logits, mr_err *err);
+                  int32_t *next, mr_err *err);
 /* The block over prompt rows that ran in a batched call without logits
  * (the scheduler's prompt chunks).  mr_qwen35_mtp_keep, right after that
  * forward call and before any MTP call: the output-normed hidden rows
@@ -194,11 +194,11 @@ int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens,
  * that every chunk of the call can be kept before the first one is run.
  * mr_qwen35_mtp_prompt: those kept rows with tokens as mr_qwen35_mtp, at
  * positions pos0.. of s, always with the prompt numerics (a chunk gives
- * what the same rows give in one call over the whole prompt); only the
- * last row's logits, to host logits [vocab]. */
+ * what the same rows give in one call over the whole prompt); the last
+ * row's draft to *next. */
 int mr_qwen35_mtp_keep(mr_model *m, int row0, int n, mr_err *err);
 int mr_qwen35_mtp_prompt(mr_model *m, mr_seq *s, int row0, const int32_t *tokens, int n, int pos0,
-                         float *logits, mr_err *err);
+                         int32_t *next, mr_err *err);
 
 /* Host room for the ids and positions of n rows: ids in [0, n), positions
  * in [n, 2n), then (8-byte aligned) up to n block-table pointers; then

@@ -20,9 +20,9 @@ struct mr_sched_spec {
     int k;
     mr_spec_drafter drafter;
     uint64_t epoch;
-    float *logits;   /* [k + 1][n_vocab] the verify (or replay) rows */
-    float *mlog;     /* [mlog_rows][n_vocab] MTP rows */
-    int mlog_rows;
+    /* the trunk's pick at each verify (or replay) row: chosen by the
+     * backend, so a step downloads k + 1 ids, not k + 1 rows of logits */
+    int32_t ids[SPEC_K_MAX + 1];
     int32_t toks[SPEC_K_MAX + 1];
     int32_t draft[SPEC_K_MAX];
     int32_t cand[SPEC_K_MAX + 1];
@@ -54,14 +54,10 @@ int mr_sched_spec_new(mr_model *m, int k, const mr_spec_drafter *drafter, mr_sch
     p->k = k;
     if (drafter)
         p->drafter = *drafter;
-    size_t rows = (size_t)k + 1, V = (size_t)m->hp.n_vocab;
-    p->logits = malloc(sizeof(float) * rows * V);
-    p->mlog = malloc(sizeof(float) * rows * V);
-    p->mlog_rows = (int)rows;
     p->snap_dev = mr_model_state_alloc(m);
     if (!p->snap_dev)
         p->snap = malloc(m->rstate_bytes ? m->rstate_bytes : 1);
-    if (!p->logits || !p->mlog || (!p->snap_dev && !p->snap)) {
+    if (!p->snap_dev && !p->snap) {
         mr_sched_spec_free(p);
         return mr_errf(err, "speculation: out of memory for %d drafts", k);
     }
@@ -73,8 +69,6 @@ void mr_sched_spec_free(mr_sched_spec *p)
 {
     if (!p)
         return;
-    free(p->logits);
-    free(p->mlog);
     free(p->snap);
     free(p->prime_toks);
     mr_model_state_free(p->m, p->snap_dev);
@@ -94,15 +88,22 @@ static int mtp_rows(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, const int3
                     mr_err *err)
 {
     mr_model *m = p->m;
-    if (mr_qwen35_mtp(m, seq, m->sc.xn, toks, n, pos0, p->mlog, err))
+    int32_t d1;
+    if (mr_qwen35_mtp(m, seq, m->sc.xn, toks, n, pos0, &d1, err))
         return mr_err_wrap(err, "speculation: drafting");
-    int V = m->hp.n_vocab;
-    *st = (mr_spec_state){.valid = true,
-                          .len = pos0 + n,
-                          .epoch = p->epoch,
-                          .d1 = mr_sample_argmax(p->mlog + (size_t)(n - 1) * (size_t)V, V),
-                          .mtp_rows = n};
+    *st = (mr_spec_state){.valid = true, .len = pos0 + n, .epoch = p->epoch, .d1 = d1, .mtp_rows = n};
     return 0;
+}
+
+/* p->toks[0..n) through the trunk as generated rows (the decode numerics,
+ * so the pick of every row is the id plain decoding would pick there),
+ * every row's pick into p->ids and its hidden row left in sc.xn for the
+ * MTP block. */
+static int trunk_rows(mr_sched_spec *p, mr_seq *seq, int n, mr_err *err)
+{
+    mr_batch_item it = {
+        .seq = seq, .tokens = p->toks, .n = n, .mode = MR_LOGITS_ARGMAX_ALL, .argmax = p->ids, .gen = true};
+    return mr_model_forward_batch(p->m, &it, 1, err);
 }
 
 int mr_sched_spec_verify(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int32_t t, int first, int max_new,
@@ -133,10 +134,9 @@ int mr_sched_spec_verify(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int32
         int rows = st->mtp_rows;
         for (int i = 1; i < kk; i++) {
             const float *h = mr_qwen35_mtp_hidden(m) + (size_t)(rows - 1) * E;
-            if (mr_qwen35_mtp(m, seq, h, &p->draft[i - 1], 1, L + i - 1, p->mlog, err))
+            if (mr_qwen35_mtp(m, seq, h, &p->draft[i - 1], 1, L + i - 1, &p->draft[i], err))
                 return mr_err_wrap(err, "speculation: drafting");
             rows = 1;
-            p->draft[i] = mr_sample_argmax(p->mlog, V);
         }
         if (p->drafter.replace)
             p->drafter.replace(p->drafter.ctx, first, kk, p->draft);
@@ -154,17 +154,17 @@ int mr_sched_spec_verify(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int32
     memcpy(p->toks + 1, p->draft, sizeof(int32_t) * (size_t)kk);
     /* generated rows: the decode numerics, so the trunk's argmax of every
      * row is the id plain decoding would pick there */
-    if (mr_model_forward_gen(m, seq, p->toks, kk + 1, MR_LOGITS_ALL, p->logits, err))
+    if (trunk_rows(p, seq, kk + 1, err))
         return mr_err_wrap(err, "speculation: verify");
     p->st.steps++;
     p->st.drafted += (uint64_t)kk;
     p->st.tokens += (uint64_t)kk + 1;
     int j = 0;
-    while (j < kk && mr_sample_argmax(p->logits + (size_t)j * (size_t)V, V) == p->draft[j])
+    while (j < kk && p->ids[j] == p->draft[j])
         j++;
     p->st.accepted += (uint64_t)j;
     memcpy(p->cand, p->draft, sizeof(int32_t) * (size_t)j);
-    p->cand[j] = mr_sample_argmax(p->logits + (size_t)j * (size_t)V, V);
+    p->cand[j] = p->ids[j];
     p->pending = true;
     p->seq = seq;
     p->L = L;
@@ -177,7 +177,6 @@ int mr_sched_spec_verify(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int32
 
 int mr_sched_spec_commit(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int keep, bool more, mr_err *err)
 {
-    mr_model *m = p->m;
     if (!p->pending || p->seq != seq)
         return mr_errf(err, "speculation: commit without its verify call");
     p->pending = false;
@@ -199,7 +198,7 @@ int mr_sched_spec_commit(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int k
             mr_seq_state_copy_in(seq, p->snap_dev);
         else if (mr_seq_state_load(seq, p->snap, err))
             return mr_err_wrap(err, "speculation: replay");
-        if (mr_model_forward_gen(m, seq, p->toks, j + 1, MR_LOGITS_ALL, p->logits, err))
+        if (trunk_rows(p, seq, j + 1, err))
             return mr_err_wrap(err, "speculation: replay");
         p->st.replays++;
         p->st.tokens += (uint64_t)j + 1;
@@ -207,39 +206,6 @@ int mr_sched_spec_commit(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int k
     /* MTP rows L..L+j: hidden of [t, d1..dj] (left in sc.xn by the last
      * trunk call) with tokens [d1..dj, b] */
     return mtp_rows(p, seq, st, p->cand, j + 1, L, err);
-}
-
-int mr_sched_spec_prime(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, const int32_t *prompt, int n_prompt,
-                        int32_t t, mr_err *err)
-{
-    if (n_prompt < 1 || mr_seq_len(seq) != n_prompt)
-        return mr_errf(err, "speculation: priming %d prompt rows of a sequence of %d", n_prompt, mr_seq_len(seq));
-    if (n_prompt > p->mlog_rows) {
-        float *g = realloc(p->mlog, sizeof(float) * (size_t)n_prompt * (size_t)p->m->hp.n_vocab);
-        if (!g)
-            return mr_errf(err, "speculation: out of memory for %d MTP rows", n_prompt);
-        p->mlog = g;
-        p->mlog_rows = n_prompt;
-    }
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_prompt);
-    if (!toks)
-        return mr_errf(err, "speculation: out of memory");
-    /* row p pairs hidden p with token p + 1 */
-    memcpy(toks, prompt + 1, sizeof(int32_t) * (size_t)(n_prompt - 1));
-    toks[n_prompt - 1] = t;
-    p->epoch++; /* the hidden rows are this call's */
-    int rc = mtp_rows(p, seq, st, toks, n_prompt, 0, err);
-    free(toks);
-    if (rc == 0)
-        p->st.primed += (uint64_t)n_prompt;
-    return rc;
-}
-
-int mr_sched_spec_keep_rows(mr_sched_spec *p, int row0, int n, mr_err *err)
-{
-    if (mr_qwen35_mtp_keep(p->m, row0, n, err))
-        return mr_err_wrap(err, "speculation: keeping %d prompt rows", n);
-    return 0;
 }
 
 /* Room for the tokens of n MTP rows. */
@@ -257,10 +223,35 @@ static int32_t *prime_toks(mr_sched_spec *p, int n, mr_err *err)
     return p->prime_toks;
 }
 
+int mr_sched_spec_prime(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, const int32_t *prompt, int n_prompt,
+                        int32_t t, mr_err *err)
+{
+    if (n_prompt < 1 || mr_seq_len(seq) != n_prompt)
+        return mr_errf(err, "speculation: priming %d prompt rows of a sequence of %d", n_prompt, mr_seq_len(seq));
+    int32_t *toks = prime_toks(p, n_prompt, err);
+    if (!toks)
+        return -1;
+    /* row p pairs hidden p with token p + 1 */
+    memcpy(toks, prompt + 1, sizeof(int32_t) * (size_t)(n_prompt - 1));
+    toks[n_prompt - 1] = t;
+    p->epoch++; /* the hidden rows are this call's */
+    int rc = mtp_rows(p, seq, st, toks, n_prompt, 0, err);
+    if (rc == 0)
+        p->st.primed += (uint64_t)n_prompt;
+    return rc;
+}
+
+int mr_sched_spec_keep_rows(mr_sched_spec *p, int row0, int n, mr_err *err)
+{
+    if (mr_qwen35_mtp_keep(p->m, row0, n, err))
+        return mr_err_wrap(err, "speculation: keeping %d prompt rows", n);
+    return 0;
+}
+
 int mr_sched_spec_prime_chunk(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int row0, const int32_t *chunk,
                               int n, int32_t next, mr_err *err)
 {
-    int len = mr_seq_len(seq), V = p->m->hp.n_vocab;
+    int len = mr_seq_len(seq);
     if (n < 1 || n > len)
         return mr_errf(err, "speculation: priming %d prompt rows of a sequence of %d", n, len);
     int32_t *toks = prime_toks(p, n, err);
@@ -271,13 +262,10 @@ int mr_sched_spec_prime_chunk(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, 
     memcpy(toks, chunk + 1, sizeof(int32_t) * (size_t)(n - 1));
     toks[n - 1] = next;
     p->epoch++; /* the MTP hidden rows will be this call's */
-    if (mr_qwen35_mtp_prompt(p->m, seq, row0, toks, n, len - n, p->mlog, err))
+    int32_t d1;
+    if (mr_qwen35_mtp_prompt(p->m, seq, row0, toks, n, len - n, &d1, err))
         return mr_err_wrap(err, "speculation: priming positions %d..%d", len - n, len - 1);
-    *st = (mr_spec_state){.valid = true,
-                          .len = len,
-                          .epoch = p->epoch,
-                          .d1 = mr_sample_argmax(p->mlog, V),
-                          .mtp_rows = n};
+    *st = (mr_spec_state){.valid = true, .len = len, .epoch = p->epoch, .d1 = d1, .mtp_rows = n};
     p->st.primed += (uint64_t)n;
     return 0;
 }

@@ -25,19 +25,22 @@ int mr_spec_generate(mr_model *m, const int32_t *prompt, int n_prompt, int n_gen
     mr_sched_spec *p;
     if (mr_sched_spec_new(m, k, override, &p, err))
         return -1;
-    int V = m->hp.n_vocab;
-    float *logits = malloc(sizeof(float) * (size_t)n_prompt * (size_t)V);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_prompt);
     mr_seq *s = NULL;
     mr_spec_state st = {0};
     int rc = -1;
-    if (!logits) {
+    if (!ids) {
         mr_errf(err, "out of memory");
         goto done;
     }
-    /* every row's logits: the MTP block reads every prompt row's hidden state */
-    if (mr_seq_new(m, &s, err) || mr_model_forward(m, s, prompt, n_prompt, MR_LOGITS_ALL, logits, err))
+    /* every row through the output head (the MTP block reads every prompt
+     * row's hidden state), only the picks come back */
+    if (mr_seq_new(m, &s, err))
         goto done;
-    int32_t t = mr_sample_argmax(logits + (size_t)(n_prompt - 1) * V, V);
+    mr_batch_item it = {.seq = s, .tokens = prompt, .n = n_prompt, .mode = MR_LOGITS_ARGMAX_ALL, .argmax = ids};
+    if (mr_model_forward_batch(m, &it, 1, err))
+        goto done;
+    int32_t t = ids[n_prompt - 1];
     int n_out = 0;
     out[n_out++] = t;
     if (n_out < n_gen && mr_sched_spec_prime(p, s, &st, prompt, n_prompt, t, err))
@@ -63,6 +66,6 @@ done:
     }
     mr_seq_free(s);
     mr_sched_spec_free(p);
-    free(logits);
+    free(ids);
     return rc;
 }

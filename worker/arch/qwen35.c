@@ -460,12 +460,15 @@ bool mr_qwen35_has_mtp(const mr_model *m) { return m->q35 && m->q35->has_mtp; }
 const float *mr_qwen35_mtp_hidden(const mr_model *m) { return m->q35->mtp_h; }
 
 /* The block over n rows: hidden rows h with tokens at positions
- * pos0.., its K/V into the block's cache; logits of the last n_logits rows
- * to host logits.  gen: generated rows (the draft chain, the rows after a
- * verify) take the decode numerics, prompt rows the prompt numerics. */
+ * pos0.., its K/V into the block's cache; the argmax of the last row's
+ * logits (found by the backend: one id comes back, not a row of the
+ * vocabulary) to *next.  gen: generated rows (the draft chain, the rows
+ * after a verify) take the decode numerics, prompt rows the prompt
+ * numerics. */
 static int mtp_block(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens, int n, int pos0, bool gen,
-                     int n_logits, float *logits, mr_err *err)
+                     int32_t *next, mr_err *err)
 {
+    const int n_logits = 1;
     struct mr_q35 *q = m->q35;
     mr_backend *be = m->be;
     const mr_hparams *hp = &m->hp;
@@ -526,17 +529,18 @@ static int mtp_block(mr_model *m, mr_seq *s, const float *h, const int32_t *toke
     be->rmsnorm(be, sc->x, q->head_norm ? q->head_norm : m->output_norm, q->mtp_h, n, E, hp->rms_eps);
     mr_fwd_matmul_out(m, &m->output, q->mtp_h + (size_t)(n - n_logits) * (size_t)E, sc->logits, n_logits);
     m->gen_rows = m->gen_out = 0;
+    be->argmax(be, sc->logits, 1, hp->n_vocab, sc->ids);
     if (be->sync(be, err))
         return mr_err_wrap(err, "mtp");
-    return be->download(be, logits, sc->logits, sizeof(float) * (size_t)n_logits * (size_t)hp->n_vocab, err);
+    return be->download(be, next, sc->ids, sizeof(int32_t), err);
 }
 
 int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens, int n, int pos0,
-                  float *logits, mr_err *err)
+                  int32_t *next, mr_err *err)
 {
     /* the rows over a prompt (from position 0) are prompt work, the draft
      * chain and the rows after a verify generated ones */
-    return mtp_block(m, s, h, tokens, n, pos0, pos0 > 0, n, logits, err);
+    return mtp_block(m, s, h, tokens, n, pos0, pos0 > 0, next, err);
 }
 
 int mr_qwen35_mtp_keep(mr_model *m, int row0, int n, mr_err *err)
@@ -557,13 +561,12 @@ int mr_qwen35_mtp_keep(mr_model *m, int row0, int n, mr_err *err)
 }
 
 int mr_qwen35_mtp_prompt(mr_model *m, mr_seq *s, int row0, const int32_t *tokens, int n, int pos0,
-                         float *logits, mr_err *err)
+                         int32_t *next, mr_err *err)
 {
     struct mr_q35 *q = m->q35;
     if (!q || !q->has_mtp)
         return mr_errf(err, "%s: the model has no MTP block", m->hp.arch_name);
     if (row0 < 0 || n <= 0 || row0 + n > q->cap)
         return mr_errf(err, "mtp: kept rows %d..%d (activations for %d)", row0, row0 + n - 1, q->cap);
-    return mtp_block(m, s, q->mtp_kept + (size_t)row0 * (size_t)m->hp.n_embd, tokens, n, pos0, false, 1, logits,
-                     err);
+    return mtp_block(m, s, q->mtp_kept + (size_t)row0 * (size_t)m->hp.n_embd, tokens, n, pos0, false, next, err);
 }
