@@ -121,6 +121,22 @@ __device__ __forceinline__ int attn_used(int P, int n_split, int min_chunk)
     return P > 0 ? (P + chunk - 1) / chunk : 0;
 }
 
+/* The positions [*w0, *w1) warp w of `warps` takes in split s of a
+ * P-position context (its slice cut into contiguous runs); false past the
+ * last slice (the merge does not read that record: write none). */
+__device__ __forceinline__ bool attn_warp_run(int P, int s, int n_split, int min_chunk, int warps, int w, int *w0,
+                                              int *w1)
+{
+    const int chunk = attn_chunk(P, n_split, min_chunk);
+    const int p0 = s * chunk, p1 = min(P, p0 + chunk);
+    if (p0 >= P)
+        return false;
+    const int per = (p1 - p0 + warps - 1) / warps;
+    *w0 = p0 + w * per;
+    *w1 = min(p1, *w0 + per);
+    return true;
+}
+
 template <int DT, int EPL>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
 k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *const *tables,
@@ -137,13 +153,9 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int kvh = h / (n_heads / n_kv_heads);
     const int kvdim = n_kv_heads * D;
-    const int P = pos[t] + 1;
-    const int chunk = attn_chunk(P, n_split, ATT_MIN_CHUNK);
-    const int p0 = s * chunk, p1 = min(P, p0 + chunk);
-    if (p0 >= P) /* past the last slice: the merge does not read this record */
+    int w0, w1; /* this warp's run */
+    if (!attn_warp_run(pos[t] + 1, s, n_split, ATT_MIN_CHUNK, ATT_WARPS, w, &w0, &w1))
         return;
-    const int per = (p1 - p0 + ATT_WARPS - 1) / ATT_WARPS;
-    const int w0 = p0 + w * per, w1 = min(p1, w0 + per); /* this warp's run */
 
     float qv[EPL], acc[EPL];
     const float *qp = q + ((int64_t)t * n_heads + h) * D + lane * EPL;
@@ -330,13 +342,9 @@ k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *co
         return;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, sub = lane % LPR, slot = lane / LPR;
     const int kvh = h0 / (n_heads / n_kv_heads), kvdim = n_kv_heads * D;
-    const int P = pos[t] + 1;
-    const int chunk = attn_chunk(P, n_split, AG_MIN_CHUNK);
-    const int p0 = s * chunk, p1 = min(P, p0 + chunk);
-    if (p0 >= P) /* past the last slice: the merge does not read this record */
+    int w0, w1; /* this warp's run */
+    if (!attn_warp_run(pos[t] + 1, s, n_split, AG_MIN_CHUNK, AG_WARPS, w, &w0, &w1))
         return;
-    const int per = (p1 - p0 + AG_WARPS - 1) / AG_WARPS;
-    const int w0 = p0 + w * per, w1 = min(p1, w0 + per); /* this warp's run */
 
     float qv[GB][8], acc[GB][8], m[GB], l[GB];
 #pragma unroll
