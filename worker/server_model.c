@@ -265,7 +265,8 @@ mr_engine *mr_engine_model(const char *path, const mr_engine_model_opts *o, mr_e
     me->kv_fraction = o->kv_fraction > 0 && o->kv_fraction <= 1 ? o->kv_fraction : 0.9;
     me->kv_reserve = o->kv_reserve_bytes > 0 ? o->kv_reserve_bytes : (size_t)1 << 30;
     int n_seqs = o->n_seqs > 0 ? o->n_seqs : 1;
-    mr_model_opts mo = {.n_ctx = o->n_ctx, .n_seqs = n_seqs, .block_tokens = o->block_tokens};
+    mr_model_opts mo = {
+        .n_ctx = o->n_ctx, .n_seqs = n_seqs, .block_tokens = o->block_tokens, .kv_dtype = (mr_kv_dtype)o->kv_dtype};
     int bt = o->block_tokens > 0 ? o->block_tokens : 16;
     if (o->kv_tokens > 0) {
         long long blocks = (o->kv_tokens + bt - 1) / bt;

@@ -101,7 +101,8 @@ static void cpu_weight_release(mr_backend *be, mr_weight *w)
 static int cpu_kv_create(mr_backend *be, mr_kv_cache *kv, mr_err *err)
 {
     if (kv->dtype != MR_KV_F32)
-        return mr_errf(err, "cpu: KV cache dtype %d is not supported (float32 only)", (int)kv->dtype);
+        return mr_errf(err, "cpu: a %s KV cache is not supported (float32 only)",
+                       kv->dtype == MR_KV_F16 ? "float16" : kv->dtype == MR_KV_BF16 ? "bfloat16" : "non-float32");
     if (kv->n_layers <= 0 || kv->n_blocks <= 0 || kv->block_tokens <= 0 || kv->n_kv_heads <= 0 ||
         kv->head_dim <= 0)
         return mr_errf(err, "cpu: bad KV cache shape (layers %d, blocks %d, block tokens %d, kv heads %d, head dim %d)",

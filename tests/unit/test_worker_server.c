@@ -4,7 +4,9 @@
  * interleaved requests do not change each other's tokens, cancel lands
  * within a step, a malformed message gets an error reply, seeds repeat;
  * on a small KV pool a request that can never fit is refused with
- * "capacity", one that does not fit yet waits, and a full queue refuses. */
+ * "capacity", one that does not fit yet waits, and a full queue refuses;
+ * --kv-dtype f32 serves the same tokens, and the CPU backend refuses a
+ * float16 cache at start with a message that says so. */
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
@@ -301,6 +303,60 @@ static void setup_small(void)
     setup();
 }
 
+static void setup_kv_f32(void)
+{
+    static const char *extra[] = {"--kv-dtype", "f32", NULL};
+    memcpy(g_extra, extra, sizeof extra);
+    setup();
+}
+
+/* Runs memra-worker with args (NULL-terminated, after the program name) to
+ * its exit; its stderr into err_out.  Returns the exit status (-1: killed). */
+static int worker_exit(const char *const *args, char *err_out, size_t cap)
+{
+    const char *bin = getenv("MEMRA_BIN");
+    char exe[512];
+    snprintf(exe, sizeof exe, "%s/memra-worker", bin && *bin ? bin : "build/bin");
+    int fd[2];
+    ck_assert_int_eq(pipe(fd), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        const char *argv[32] = {exe};
+        int n = 1;
+        for (int i = 0; args[i] && n < 31; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        dup2(fd[1], 2);
+        close(fd[0]);
+        execv(exe, (char *const *)argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < cap && (r = read(fd[0], err_out + got, cap - 1 - got)) > 0)
+        got += (size_t)r;
+    err_out[got] = 0;
+    close(fd[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+START_TEST(kv_dtype_checked_at_start)
+{
+    char url[128], gguf[4096], msg[4096];
+    snprintf(url, sizeof url, "ipc:///tmp/memra-test-kvdt-%d.sock", (int)getpid());
+    snprintf(gguf, sizeof gguf, "%s", fixture_path("models/qwen3/model-BF16.gguf"));
+    const char *f16[] = {"--listen", url, "--model", gguf, "--backend", "cpu", "--kv-dtype", "f16", NULL};
+    ck_assert_int_eq(worker_exit(f16, msg, sizeof msg), 1);
+    ck_assert_msg(strstr(msg, "KV cache") && strstr(msg, "float32 only"), "stderr: %s", msg);
+    const char *bad[] = {"--listen", url, "--model", gguf, "--backend", "cpu", "--kv-dtype", "f64", NULL};
+    ck_assert_int_eq(worker_exit(bad, msg, sizeof msg), 2);
+    ck_assert_msg(strstr(msg, "--kv-dtype"), "the usage names the flag: %s", msg);
+}
+END_TEST
+
 static mr_msg recv_one(void)
 {
     mr_msg m;
@@ -386,5 +442,14 @@ int main(void)
     tcase_add_checked_fixture(tk, setup_small, teardown);
     tcase_add_test(tk, kv_admission);
     suite_add_tcase(s, tk);
+    TCase *td = tcase_create("kv_dtype");
+    tcase_set_timeout(td, 60);
+    tcase_add_checked_fixture(td, setup_kv_f32, teardown);
+    tcase_add_test(td, greedy_matches_transformers);
+    suite_add_tcase(s, td);
+    TCase *tz = tcase_create("kv_dtype_start");
+    tcase_set_timeout(tz, 60);
+    tcase_add_test(tz, kv_dtype_checked_at_start);
+    suite_add_tcase(s, tz);
     return run_suite(s);
 }

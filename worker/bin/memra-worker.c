@@ -10,6 +10,7 @@
 
 #include "gateway/config.h"
 #include "worker/cli.h"
+#include "kernels/ops.h"
 #include "worker/server.h"
 
 typedef struct args {
@@ -26,6 +27,7 @@ static int usage(void)
                     "       [--backend auto|cpu|cuda|fake] [--name NAME] [--max-running N] [--max-queued N]\n"
                     "       [--ctx N] [--chunk N] [--block-tokens N] [--prefix-blocks N|-1] [--spec-k 0..8]\n"
                     "       [--kv-tokens N | --kv-mib N | --kv-fraction PERCENT --kv-reserve-mib N]\n"
+                    "       [--kv-dtype f32|f16|bf16]\n"
                     "       [--vocab N] [--fake-eos ID] [--fake-delay-ms MS]\n"
                     "   or: memra-worker --config FILE --instance N [flags that override it]\n");
     return 2;
@@ -98,6 +100,15 @@ static int parse(args *a, int n, char **v)
         } else if (!strcmp(k, "--kv-reserve-mib")) {
             bad = num(x, 0, 1 << 24, &t);
             a->eo.kv_reserve_bytes = (size_t)t << 20;
+        } else if (!strcmp(k, "--kv-dtype")) {
+            if (!strcmp(x, "f32"))
+                a->eo.kv_dtype = MR_KV_F32;
+            else if (!strcmp(x, "f16"))
+                a->eo.kv_dtype = MR_KV_F16;
+            else if (!strcmp(x, "bf16"))
+                a->eo.kv_dtype = MR_KV_BF16;
+            else
+                bad = 1;
         } else if (!strcmp(k, "--vocab"))
             bad = num(x, 1, 1 << 30, &a->vocab);
         else if (!strcmp(k, "--fake-eos"))
