@@ -587,6 +587,14 @@ static int seq_grow(mr_seq *s, int len, mr_err *err)
 
 int mr_seq_grow(mr_seq *s, int len, mr_err *err) { return seq_grow(s, len, err); }
 
+void mr_seq_state_settled(mr_seq *s)
+{
+    if (s->rmark && s->len > 0 && s->len % s->m->kv.block_tokens == 0) {
+        state_copy(s->m, s->rmark, s->rstate);
+        s->rmark_len = s->len;
+    }
+}
+
 int mr_seq_truncate(mr_seq *s, int len, mr_err *err)
 {
     if (len < 0 || len > s->len)

@@ -197,6 +197,20 @@ int mr_qwen35_mtp(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens,
  * what the same rows give in one call over the whole prompt); the last
  * row's draft to *next. */
 int mr_qwen35_mtp_keep(mr_model *m, int row0, int n, mr_err *err);
+/* A speculative verify call without a trunk replay after a rejection.
+ * mr_qwen35_rec_arm before a forward call of one sequence and at most rows
+ * rows: every recurrent layer keeps its inputs of that call (the
+ * projection before the convolution, alpha and beta; any other call in
+ * between drops them).  mr_qwen35_rec_replay, with s's recurrent state set
+ * back to what it was before that call: runs the convolution and the scan
+ * of every recurrent layer over the first n kept rows, which leaves the
+ * state the call had after them (the same ops on the same inputs), without
+ * the rest of the trunk. */
+int mr_qwen35_rec_arm(mr_model *m, int rows, mr_err *err);
+int mr_qwen35_rec_replay(mr_model *m, mr_seq *s, int n, mr_err *err);
+/* After a sequence's recurrent state was rebuilt outside a forward call:
+ * the block-boundary copy a forward call ending at its length takes. */
+void mr_seq_state_settled(mr_seq *s);
 int mr_qwen35_mtp_prompt(mr_model *m, mr_seq *s, int row0, const int32_t *tokens, int n, int pos0,
                          int32_t *next, mr_err *err);
 

@@ -33,6 +33,10 @@ struct mr_sched_spec {
      * room for it */
     void *snap_dev;
     void *snap;
+    /* the verify call kept its recurrent layers' inputs: a rejection
+     * replays only those layers' convolution and scan over the kept rows
+     * (mr_qwen35_rec_replay) instead of the whole trunk */
+    bool rec_kept;
     /* the verify call awaiting its commit */
     bool pending;
     mr_seq *seq;
@@ -152,6 +156,9 @@ int mr_sched_spec_verify(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int32
     }
     p->toks[0] = t;
     memcpy(p->toks + 1, p->draft, sizeof(int32_t) * (size_t)kk);
+    /* with drafts a rejection may follow: keep the recurrent inputs (no
+     * backend memory for them: the whole trunk is replayed instead) */
+    p->rec_kept = kk > 0 && mr_qwen35_rec_arm(m, kk + 1, err) == 0;
     /* generated rows: the decode numerics, so the trunk's argmax of every
      * row is the id plain decoding would pick there */
     if (trunk_rows(p, seq, kk + 1, err))
@@ -191,17 +198,27 @@ int mr_sched_spec_commit(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int k
     }
     if (j < kk) {
         /* rejected drafts went through the recurrent layers: back to the
-         * state of L tokens and re-run the accepted ones */
-        if (mr_seq_truncate(seq, L, err))
+         * state of L tokens and run the accepted ones again: through the
+         * recurrent layers alone when the verify call kept their inputs
+         * (the K/V of the kept positions and their hidden rows are the
+         * verify call's already: generated rows get the same bits in a call
+         * of any size), else through the whole trunk */
+        if (mr_seq_truncate(seq, p->rec_kept ? L + j + 1 : L, err))
             return mr_err_wrap(err, "speculation: replay");
         if (p->snap_dev)
             mr_seq_state_copy_in(seq, p->snap_dev);
         else if (mr_seq_state_load(seq, p->snap, err))
             return mr_err_wrap(err, "speculation: replay");
-        if (trunk_rows(p, seq, j + 1, err))
-            return mr_err_wrap(err, "speculation: replay");
+        if (p->rec_kept) {
+            if (mr_qwen35_rec_replay(p->m, seq, j + 1, err))
+                return mr_err_wrap(err, "speculation: replay");
+            mr_seq_state_settled(seq);
+        } else {
+            if (trunk_rows(p, seq, j + 1, err))
+                return mr_err_wrap(err, "speculation: replay");
+            p->st.tokens += (uint64_t)j + 1;
+        }
         p->st.replays++;
-        p->st.tokens += (uint64_t)j + 1;
     }
     /* MTP rows L..L+j: hidden of [t, d1..dj] (left in sc.xn by the last
      * trunk call) with tokens [d1..dj, b] */

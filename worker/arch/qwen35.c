@@ -69,6 +69,15 @@ struct mr_q35 {
     /* [n][n_embd]: output-normed prompt rows of the last forward call kept
      * for the MTP block (mr_qwen35_mtp_keep); no MTP call writes here */
     float *mtp_kept;
+    /* the recurrent layers' inputs of an armed forward call, for
+     * mr_qwen35_rec_replay: layer il's part at il * rec_stride holds
+     * rec_rows rows of its pre-convolution projection, then as many of
+     * alpha and of beta */
+    float *rec;
+    int rec_rows;      /* rows a part holds (0: nothing allocated) */
+    size_t rec_stride; /* floats a part */
+    bool rec_armed;    /* the next forward call keeps its rows */
+    int rec_n;         /* rows the last forward call kept (0: none) */
 };
 
 /* ---- metadata ---- */
@@ -288,6 +297,8 @@ void mr_qwen35_free(mr_model *m)
         return;
     mr_backend *be = m->be;
     free_scratch(be, q);
+    if (q->rec)
+        be->free(be, q->rec);
     if (q->layers) {
         for (int il = 0; il < m->hp.n_layers; il++)
             free_q35_layer(m, &q->layers[il]);
@@ -377,6 +388,13 @@ static void linear_attention(mr_model *m, int il, const mr_fwd_seg *segs, int n_
     mr_fwd_matmul(m, &Q->walpha, sc->xn, q->alpha, n);
     mr_fwd_matmul(m, &Q->wbeta, sc->xn, q->beta, n);
     size_t cd = (size_t)q->conv_dim, nv = (size_t)hp->ssm_dt_rank, di = (size_t)hp->ssm_d_inner;
+    if (q->rec_n) { /* armed (mr_qwen35_forward_segs checked the call's shape) */
+        float *part = q->rec + (size_t)il * q->rec_stride;
+        size_t rr = (size_t)q->rec_rows;
+        be->copy_2d(be, part, (int)cd, q->qkv, (int)cd, n, (int)cd);
+        be->copy_2d(be, part + rr * cd, (int)nv, q->alpha, (int)nv, n, (int)nv);
+        be->copy_2d(be, part + rr * (cd + nv), (int)nv, q->beta, (int)nv, n, (int)nv);
+    }
     for (int i = 0; i < n_segs; i++) {
         const mr_fwd_seg *g = &segs[i];
         size_t r = (size_t)g->start;
@@ -436,6 +454,11 @@ int mr_qwen35_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int 
     const mr_hparams *hp = &m->hp;
     mr_scratch *sc = &m->sc;
 
+    /* an armed call of one sequence keeps its recurrent inputs; any other
+     * call leaves none to replay */
+    struct mr_q35 *q = m->q35;
+    q->rec_n = q->rec_armed && n_segs == 1 && n <= q->rec_rows ? n : 0;
+    q->rec_armed = false;
     be->get_rows(be, &m->tok_embd, sc->tokens, n, sc->x);
     for (int il = 0; il < hp->n_layers; il++) {
         const mr_layer *L = &m->layers[il];
@@ -569,4 +592,54 @@ int mr_qwen35_mtp_prompt(mr_model *m, mr_seq *s, int row0, const int32_t *tokens
     if (row0 < 0 || n <= 0 || row0 + n > q->cap)
         return mr_errf(err, "mtp: kept rows %d..%d (activations for %d)", row0, row0 + n - 1, q->cap);
     return mtp_block(m, s, q->mtp_kept + (size_t)row0 * (size_t)m->hp.n_embd, tokens, n, pos0, false, next, err);
+}
+
+int mr_qwen35_rec_arm(mr_model *m, int rows, mr_err *err)
+{
+    struct mr_q35 *q = m->q35;
+    if (!q)
+        return mr_errf(err, "%s: no recurrent layers", m->hp.arch_name);
+    if (rows < 1)
+        return mr_errf(err, "recurrent replay: %d rows", rows);
+    if (rows > q->rec_rows) {
+        const mr_hparams *hp = &m->hp;
+        size_t stride = (size_t)rows * ((size_t)q->conv_dim + 2 * (size_t)hp->ssm_dt_rank);
+        float *p = m->be->alloc(m->be, sizeof(float) * stride * (size_t)hp->n_layers);
+        if (!p)
+            return mr_errf(err, "recurrent replay: no backend memory for %d rows of %d layers", rows, hp->n_layers);
+        if (q->rec)
+            m->be->free(m->be, q->rec);
+        q->rec = p;
+        q->rec_rows = rows;
+        q->rec_stride = stride;
+    }
+    q->rec_armed = true;
+    q->rec_n = 0;
+    return 0;
+}
+
+int mr_qwen35_rec_replay(mr_model *m, mr_seq *s, int n, mr_err *err)
+{
+    struct mr_q35 *q = m->q35;
+    if (!q || n < 1 || n > q->rec_n)
+        return mr_errf(err, "recurrent replay: %d rows, the last call kept %d", n, q ? q->rec_n : 0);
+    mr_backend *be = m->be;
+    const mr_hparams *hp = &m->hp;
+    size_t cd = (size_t)q->conv_dim, nv = (size_t)hp->ssm_dt_rank, rr = (size_t)q->rec_rows;
+    for (int il = 0; il < hp->n_layers; il++) {
+        const mr_q35_layer *Q = &q->layers[il];
+        if (!Q->recurrent)
+            continue;
+        const float *part = q->rec + (size_t)il * q->rec_stride;
+        float *conv_state = (float *)s->rstate + Q->conv_off;
+        float *ssm_state = (float *)s->rstate + Q->ssm_off;
+        /* as linear_attention: the same ops on the same rows, so the state
+         * after them is the one the call had after its first n rows (its
+         * outputs land in scratch nobody reads) */
+        be->conv1d_silu(be, part, Q->conv_w, conv_state, n, q->conv_dim, hp->ssm_d_conv, q->conv);
+        be->gdn_scan(be, q->conv, q->conv_dim, part + rr * cd, part + rr * (cd + nv), Q->ssm_a, Q->dt_bias,
+                     ssm_state, n, hp->ssm_n_group, hp->ssm_dt_rank, q->dk, q->dv, 1e-6f, q->o);
+    }
+    q->rec_n = 0; /* the rows are used up: the state moved on */
+    return 0;
 }
