@@ -15,6 +15,8 @@
 #     quantized file.
 # Usage: scripts/gpu-test.sh BUILD FIXTURES      exit 0 = all passed
 #   GPU_TEST_MODELS="qwen35 qwen35moe" limits the fixture models checked;
+#   GPU_TEST_KV=f16 (or bf16) runs the CUDA side with that K/V cache type
+#   (the CPU side keeps float32);
 #   GPU_TEST_KERNELS=0 skips kernel-check (e.g. to compare MEMRA_CUDA_GEMM modes).
 set -u
 BUILD=${1:-build}
@@ -40,10 +42,12 @@ import json, math, os, struct, subprocess, sys, tempfile
 
 BIN, FIX = sys.argv[1], sys.argv[2]
 BOUND = 5e-3
+KV = ["--kv-dtype", os.environ["GPU_TEST_KV"]] if os.environ.get("GPU_TEST_KV") else []
 tmp = tempfile.mkdtemp()
 
 def run(model, toks, backend, out=None, n=None, extra=(), gemm=None):
     cmd = [os.path.join(BIN, "run-gen"), model, "--tokens", ",".join(map(str, toks)), "--backend", backend]
+    if backend == "cuda": cmd += KV
     cmd += list(extra)
     if out: cmd += ["--logits-out", out]
     if n is not None: cmd += ["-n", str(n)]
@@ -127,7 +131,7 @@ for name in MODELS:
 # MTP speculation: token for token what plain greedy gives, every K
 def spec(model, toks, k, n):
     cmd = [os.path.join(BIN, "run-spec"), model, "--tokens", ",".join(map(str, toks)), "-n", str(n),
-           "--k", str(k), "--backend", "cuda"]
+           "--k", str(k), "--backend", "cuda"] + KV
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         raise RuntimeError("%s: %s" % (" ".join(cmd[:2] + cmd[4:]), p.stderr.strip()))

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 int mr_cli_parse_tokens(const char *s, int32_t **out, int *n_out, mr_err *err)
 {
@@ -59,6 +60,18 @@ int mr_cli_parse_int(const char *s, long lo, long hi, int *out)
         return -1;
     *out = (int)v;
     return 0;
+}
+
+int mr_cli_parse_kv_dtype(const char *s, mr_kv_dtype *out)
+{
+    static const struct { const char *name; mr_kv_dtype t; } names[] = {
+        {"f32", MR_KV_F32}, {"f16", MR_KV_F16}, {"bf16", MR_KV_BF16}};
+    for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(s, names[i].name)) {
+            *out = names[i].t;
+            return 0;
+        }
+    return -1;
 }
 
 int mr_cli_load(const char *path, const char *backend, const mr_model_opts *opts, mr_backend **be,

@@ -16,6 +16,10 @@ int mr_cli_parse_tokens(const char *s, int32_t **out, int *n_out, mr_err *err);
  * written) when s is anything else. */
 int mr_cli_parse_int(const char *s, long lo, long hi, int *out);
 
+/* "f32", "f16" or "bf16" (the K/V element type); 0, or -1 (nothing written)
+ * for anything else. */
+int mr_cli_parse_kv_dtype(const char *s, mr_kv_dtype *out);
+
 /* Creates the backend ("cpu", "cuda", "auto") and loads the model at path
  * on it.  Fails when the model's context (opts->n_ctx capped by the length
  * it was trained for) is shorter than opts->n_ctx.  On failure neither is

@@ -1,7 +1,7 @@
 /* bench-model: prompt and decode throughput of a GGUF model on a backend.
  *
  *   bench-model MODEL.gguf [--backend cuda|cpu|auto] [--runs N] [--pp 512] [--tg 128]
- *               [--depth D] [--spec-k LIST] [--accept LIST]
+ *               [--depth D] [--spec-k LIST] [--accept LIST] [--kv-dtype f32|f16|bf16]
  *
  * pp: one prompt of --pp random tokens into an empty sequence (logits of the
  * last token only).  tg: --tg tokens decoded one at a time from an empty
@@ -32,6 +32,7 @@
 
 #include "common/gguf.h"
 #include "kernels/ops.h"
+#include "worker/cli.h"
 #include "worker/model.h"
 #include "worker/spec.h"
 #ifdef MR_HAVE_CUDA
@@ -207,6 +208,7 @@ int main(int argc, char **argv)
     const char *path = NULL, *backend = "auto";
     int runs = 3, pp = 512, tg = 128, depth = 0;
     const char *accept = "mtp,0,50,80,100", *spec_ks = NULL;
+    mr_kv_dtype kv_dtype = MR_KV_F32;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
@@ -215,17 +217,18 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--depth") && i + 1 < argc) depth = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--spec-k") && i + 1 < argc) spec_ks = argv[++i];
         else if (!strcmp(argv[i], "--accept") && i + 1 < argc) accept = argv[++i];
+        else if (!strcmp(argv[i], "--kv-dtype") && i + 1 < argc && !mr_cli_parse_kv_dtype(argv[i + 1], &kv_dtype)) i++;
         else if (argv[i][0] != '-' && !path) path = argv[i];
         else {
             fprintf(stderr, "usage: bench-model MODEL.gguf [--backend B] [--runs N] [--pp N] [--tg N] [--depth D] "
-                    "[--spec-k K] [--accept LIST]\n");
+                    "[--spec-k K] [--accept LIST] [--kv-dtype f32|f16|bf16]\n");
             return 2;
         }
     }
     if (!path || runs < 1 || runs > 50 || pp < 0 || tg < 0 || depth < 0 || depth > (1 << 22) ||
         (spec_ks && (depth || tg < 2))) {
         fprintf(stderr, "usage: bench-model MODEL.gguf [--backend B] [--runs N] [--pp N] [--tg N] [--depth D] "
-                "[--spec-k LIST (of 1..8; depth 0, tg >= 2)] [--accept LIST]\n");
+                "[--spec-k LIST (of 1..8; depth 0, tg >= 2)] [--accept LIST] [--kv-dtype f32|f16|bf16]\n");
         return 2;
     }
     mr_err err = {{0}};
@@ -236,7 +239,7 @@ int main(int argc, char **argv)
     }
     mr_model *m = NULL;
     int ctx = (pp > depth + tg ? pp : depth + tg) + 16;
-    mr_model_opts opts = {.n_ctx = ctx, .n_seqs = 1};
+    mr_model_opts opts = {.n_ctx = ctx, .n_seqs = 1, .kv_dtype = kv_dtype};
     double t0 = now();
     if (mr_model_load(path, be, &opts, &m, &err)) {
         fprintf(stderr, "bench-model: %s\n", err.msg);

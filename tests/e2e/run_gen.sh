@@ -38,6 +38,11 @@ done
 expect_error "no --tokens" "$RUN" "$model" -n 2
 expect_error "bad -n" "$RUN" "$model" --tokens 1 -n x
 expect_error "unknown backend" "$RUN" "$model" --tokens 1 --backend tpu
+expect_error "unknown K/V type" "$RUN" "$model" --tokens 1 --kv-dtype f64 --backend cpu
+expect_error "float16 K/V on the CPU backend" "$RUN" "$model" --tokens 1 --kv-dtype f16 --backend cpu
+grep -q "float32 only" "$tmp/err" || fail "float16 K/V on the CPU backend: message '$(cat "$tmp/err")'"
+out=$("$RUN" "$model" --tokens 1,2,3 -n 4 --kv-dtype f32 --backend cpu) || fail "--kv-dtype f32: run-gen failed"
+[ "$out" = "$("$RUN" "$model" --tokens 1,2,3 -n 4 --backend cpu)" ] || fail "--kv-dtype f32 is not the default's output"
 expect_error "unwritable logits file" "$RUN" "$model" --tokens 1 --logits-out "$tmp/no/such/dir/x.f32" --backend cpu
 
 finish run_gen

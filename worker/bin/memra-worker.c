@@ -10,7 +10,6 @@
 
 #include "gateway/config.h"
 #include "worker/cli.h"
-#include "kernels/ops.h"
 #include "worker/server.h"
 
 typedef struct args {
@@ -101,14 +100,9 @@ static int parse(args *a, int n, char **v)
             bad = num(x, 0, 1 << 24, &t);
             a->eo.kv_reserve_bytes = (size_t)t << 20;
         } else if (!strcmp(k, "--kv-dtype")) {
-            if (!strcmp(x, "f32"))
-                a->eo.kv_dtype = MR_KV_F32;
-            else if (!strcmp(x, "f16"))
-                a->eo.kv_dtype = MR_KV_F16;
-            else if (!strcmp(x, "bf16"))
-                a->eo.kv_dtype = MR_KV_BF16;
-            else
-                bad = 1;
+            mr_kv_dtype dt;
+            bad = mr_cli_parse_kv_dtype(x, &dt);
+            a->eo.kv_dtype = dt;
         } else if (!strcmp(k, "--vocab"))
             bad = num(x, 1, 1 << 30, &a->vocab);
         else if (!strcmp(k, "--fake-eos"))

@@ -1,6 +1,7 @@
 /* run-spec: greedy generation with MTP self-speculation.
  *
  *   run-spec MODEL.gguf --tokens 1,2,3 -n 24 --k 3 [--backend cpu|cuda|auto]
+ *            [--kv-dtype f32|f16|bf16]
  *
  * Prints one line of draft statistics, then the generated ids on the last
  * line (the same ids as run-gen -n prints: speculation never changes greedy
@@ -15,13 +16,14 @@
 static void usage(void)
 {
     printf("usage: run-spec MODEL.gguf --tokens ID,ID,... [-n N] [--k K (1..8)] "
-           "[--backend cpu|cuda|auto]\n");
+           "[--backend cpu|cuda|auto] [--kv-dtype f32|f16|bf16]\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *model_path = NULL, *tokens_arg = NULL, *backend = "auto";
     int n_gen = 24, k = 3;
+    mr_kv_dtype kv_dtype = MR_KV_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
@@ -32,6 +34,11 @@ int main(int argc, char **argv)
             tokens_arg = argv[++i];
         } else if (!strcmp(a, "--backend") && has_val) {
             backend = argv[++i];
+        } else if (!strcmp(a, "--kv-dtype") && has_val) {
+            if (mr_cli_parse_kv_dtype(argv[++i], &kv_dtype)) {
+                fprintf(stderr, "run-spec: --kv-dtype: expected f32, f16 or bf16, got '%s'\n", argv[i]);
+                return 2;
+            }
         } else if (!strcmp(a, "-n") && has_val) {
             if (mr_cli_parse_int(argv[++i], 1, 1000000, &n_gen)) {
                 fprintf(stderr, "run-spec: -n: expected a count in [1, 1000000], got '%s'\n", argv[i]);
@@ -73,7 +80,7 @@ int main(int argc, char **argv)
         mr_errf(&err, "out of memory");
         goto fail;
     }
-    mr_model_opts opts = {.n_ctx = n_prompt + n_gen, .n_seqs = 1};
+    mr_model_opts opts = {.n_ctx = n_prompt + n_gen, .n_seqs = 1, .kv_dtype = kv_dtype};
     if (mr_cli_load(model_path, backend, &opts, &be, &m, &err))
         goto fail;
     mr_spec_stats st;
