@@ -176,6 +176,7 @@ static void on_cancel(wstate *s, uint64_t id)
         for (wseq *r = s->running; r; r = r->next)
             if (r->id == id) {
                 /* its FINAL (cancelled) comes from the next step */
+                MR_INFO("worker: request %llu: cancel after %u tokens", (unsigned long long)id, r->generated);
                 s->e->cancel(s->e, id);
                 return;
             }
