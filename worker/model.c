@@ -587,6 +587,16 @@ static int seq_grow(mr_seq *s, int len, mr_err *err)
 
 int mr_seq_grow(mr_seq *s, int len, mr_err *err) { return seq_grow(s, len, err); }
 
+int mr_seq_skip(mr_seq *s, int n, mr_err *err)
+{
+    if (n < 0 || n > s->m->n_ctx - s->len)
+        return mr_errf(err, "skip: %d positions after %d in a context of %d", n, s->len, s->m->n_ctx);
+    if (seq_grow(s, s->len + n, err))
+        return -1;
+    s->len += n;
+    return 0;
+}
+
 void mr_seq_state_settled(mr_seq *s)
 {
     if (s->rmark && s->len > 0 && s->len % s->m->kv.block_tokens == 0) {

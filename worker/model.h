@@ -140,6 +140,13 @@ int mr_seq_attach_state(mr_seq *s, const int32_t *blocks, int n_blocks, const vo
  * not rolled back: load a snapshot taken at len. */
 int mr_seq_truncate(mr_seq *s, int len, mr_err *err);
 
+/* Benchmarks of decode at depth only: grows s by n positions without
+ * running any token there.  Their K/V are whatever the cache's blocks hold
+ * (zeros in a fresh cache) and the recurrent state does not move, so what
+ * follows continues no text; a decode step then reads exactly the K/V
+ * bytes it would at that depth. */
+int mr_seq_skip(mr_seq *s, int n, mr_err *err);
+
 /* Runs tokens[0..n) (host memory) at positions len..len+n-1 of s, stores
  * their K/V and, per mode, writes logits to host memory.  On error the
  * sequence length is unchanged. */

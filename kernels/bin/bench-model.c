@@ -1,13 +1,17 @@
 /* bench-model: prompt and decode throughput of a GGUF model on a backend.
  *
  *   bench-model MODEL.gguf [--backend cuda|cpu|auto] [--runs N] [--pp 512] [--tg 128]
- *               [--depth D] [--spec-k LIST] [--accept LIST] [--kv-dtype f32|f16|bf16]
+ *               [--depth D [--depth-fill prompt|skip]] [--spec-k LIST] [--accept LIST]
+ *               [--kv-dtype f32|f16|bf16]
  *
  * pp: one prompt of --pp random tokens into an empty sequence (logits of the
  * last token only).  tg: --tg tokens decoded one at a time from an empty
  * sequence, greedy on the host from the downloaded logits (as run-gen does);
  * with --depth D the sequence first takes a D-token prompt (512 tokens a
- * call, not timed), so tg measures decode at that depth.
+ * call, not timed), so tg measures decode at that depth; --depth-fill skip
+ * only grows the sequence to D positions instead (mr_seq_skip: their K/V
+ * are the fresh cache's zeros), which times the same decode steps without
+ * the minutes a prompt of 262,144 tokens takes.
  * Each is run --runs times (fresh sequence each time); prints every run and
  * the median.
  *
@@ -209,6 +213,7 @@ int main(int argc, char **argv)
     int runs = 3, pp = 512, tg = 128, depth = 0;
     const char *accept = "mtp,0,50,80,100", *spec_ks = NULL;
     mr_kv_dtype kv_dtype = MR_KV_F32;
+    bool skip_fill = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
@@ -218,10 +223,13 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--spec-k") && i + 1 < argc) spec_ks = argv[++i];
         else if (!strcmp(argv[i], "--accept") && i + 1 < argc) accept = argv[++i];
         else if (!strcmp(argv[i], "--kv-dtype") && i + 1 < argc && !mr_cli_parse_kv_dtype(argv[i + 1], &kv_dtype)) i++;
+        else if (!strcmp(argv[i], "--depth-fill") && i + 1 < argc &&
+                 (!strcmp(argv[i + 1], "prompt") || !strcmp(argv[i + 1], "skip")))
+            skip_fill = !strcmp(argv[++i], "skip");
         else if (argv[i][0] != '-' && !path) path = argv[i];
         else {
             fprintf(stderr, "usage: bench-model MODEL.gguf [--backend B] [--runs N] [--pp N] [--tg N] [--depth D] "
-                    "[--spec-k K] [--accept LIST] [--kv-dtype f32|f16|bf16]\n");
+                    "[--depth-fill prompt|skip] [--spec-k K] [--accept LIST] [--kv-dtype f32|f16|bf16]\n");
             return 2;
         }
     }
@@ -297,7 +305,9 @@ int main(int argc, char **argv)
         }
         if (tg > 0) {
             if (mr_seq_new(m, &s, &err)) { status = 1; break; }
-            for (int d = 0; d < depth && !status; d += 512)
+            if (skip_fill)
+                status = mr_seq_skip(s, depth, &err) != 0;
+            for (int d = 0; d < depth && !status && !skip_fill; d += 512)
                 status = mr_model_forward(m, s, toks + d, depth - d < 512 ? depth - d : 512, MR_LOGITS_LAST,
                                           logits, &err) != 0;
             if (status) { mr_seq_free(s); break; }
@@ -313,7 +323,8 @@ int main(int argc, char **argv)
             mr_seq_free(s);
         }
         printf("run %d: pp%d %.1f tok/s, tg%d%s %.1f tok/s\n", k + 1, pp, pp ? pp / tp[k] : 0.0, tg,
-               depth ? " (at depth)" : "", tg ? tg / tt[k] : 0.0);
+               !depth ? "" : skip_fill ? " (at depth, positions skipped, K/V not computed)" : " (at depth)",
+               tg ? tg / tt[k] : 0.0);
         fflush(stdout);
     }
     if (status) {

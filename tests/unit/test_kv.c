@@ -327,6 +327,77 @@ START_TEST(argmax_mode_matches_host_argmax)
 }
 END_TEST
 
+/* ARGMAX_ALL: every row's pick, as the host's argmax of the ALL rows, next
+ * to another item in the same call; without an output buffer, refused. */
+START_TEST(argmax_all_mode_picks_every_row)
+{
+    mr_model_opts o = {.n_ctx = 64, .n_seqs = 3, .block_tokens = 8};
+    open_model("qwen3", "model-BF16.gguf", &o);
+    mr_err err;
+    int V = mr_model_hparams(model)->n_vocab;
+    int32_t pa[9], pb[5];
+    lcg_prompt(pa, 9, 51, V);
+    lcg_prompt(pb, 5, 52, V);
+    float *la = malloc(sizeof(float) * (size_t)V * 9);
+    mr_seq *q;
+    ck_assert_int_eq(mr_seq_new(model, &q, &err), 0);
+    ck_assert_int_eq(mr_model_forward(model, q, pa, 9, MR_LOGITS_ALL, la, &err), 0);
+    mr_seq_free(q);
+    mr_seq *a, *b;
+    ck_assert_int_eq(mr_seq_new(model, &a, &err), 0);
+    ck_assert_int_eq(mr_seq_new(model, &b, &err), 0);
+    int32_t ids[9], idb = -1;
+    for (int i = 0; i < 9; i++) ids[i] = -1;
+    mr_batch_item it[2] = {
+        {.seq = b, .tokens = pb, .n = 5, .mode = MR_LOGITS_ARGMAX, .argmax = &idb},
+        {.seq = a, .tokens = pa, .n = 9, .mode = MR_LOGITS_ARGMAX_ALL, .argmax = ids},
+    };
+    ck_assert_msg(mr_model_forward_batch(model, it, 2, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < 9; i++)
+        ck_assert_int_eq(ids[i], argmax_f32(la + (size_t)i * (size_t)V, V));
+    ck_assert_int_ge(idb, 0);
+    ck_assert_int_eq(mr_seq_len(a), 9);
+    mr_batch_item bad = {.seq = a, .tokens = pa, .n = 2, .mode = MR_LOGITS_ARGMAX_ALL};
+    ck_assert_int_ne(mr_model_forward_batch(model, &bad, 1, &err), 0);
+    ck_assert_int_eq(mr_seq_len(a), 9);
+    mr_seq_free(a);
+    mr_seq_free(b);
+    free(la);
+    close_model();
+}
+END_TEST
+
+/* mr_seq_skip: positions without tokens (decode benchmarks at depth): the
+ * length and blocks grow, a step runs after them, and a skip past the
+ * context or a negative one is refused without change. */
+START_TEST(skip_grows_without_running)
+{
+    mr_model_opts o = {.n_ctx = 64, .n_seqs = 1, .block_tokens = 8};
+    open_model("qwen3", "model-BF16.gguf", &o);
+    mr_err err;
+    int V = mr_model_hparams(model)->n_vocab;
+    mr_seq *s;
+    ck_assert_int_eq(mr_seq_new(model, &s, &err), 0);
+    ck_assert_int_eq(mr_seq_skip(s, 40, &err), 0);
+    ck_assert_int_eq(mr_seq_len(s), 40);
+    float *l = malloc(sizeof(float) * (size_t)V);
+    int32_t t = 7;
+    ck_assert_msg(mr_model_forward_gen(model, s, &t, 1, MR_LOGITS_LAST, l, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(mr_seq_len(s), 41);
+    for (int i = 0; i < V; i++)
+        ck_assert(isfinite(l[i]));
+    ck_assert_int_ne(mr_seq_skip(s, 24, &err), 0); /* 41 + 24 > 64 */
+    ck_assert_ptr_nonnull(strstr(err.msg, "context"));
+    ck_assert_int_ne(mr_seq_skip(s, -1, &err), 0);
+    ck_assert_int_eq(mr_seq_len(s), 41);
+    ck_assert_int_eq(mr_seq_skip(s, 23, &err), 0);
+    ck_assert_int_eq(mr_seq_len(s), 64);
+    mr_seq_free(s);
+    free(l);
+    close_model();
+}
+END_TEST
+
 START_TEST(batch_rejects_bad_items)
 {
     mr_model_opts o = {.n_ctx = 32, .n_seqs = 2, .block_tokens = 8};
@@ -484,6 +555,8 @@ int main(void)
     tcase_add_test(tc, hybrid_budget_leaves_room_for_states);
     tcase_add_loop_test(tc, batched_and_chunked_logits_are_bit_identical, 0, 4);
     tcase_add_test(tc, argmax_mode_matches_host_argmax);
+    tcase_add_test(tc, argmax_all_mode_picks_every_row);
+    tcase_add_test(tc, skip_grows_without_running);
     tcase_add_test(tc, batch_rejects_bad_items);
     tcase_add_test(tc, rows_routed_by_kind);
     suite_add_tcase(s, tc);
