@@ -157,8 +157,10 @@ int mr_sched_spec_verify(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int32
     p->toks[0] = t;
     memcpy(p->toks + 1, p->draft, sizeof(int32_t) * (size_t)kk);
     /* with drafts a rejection may follow: keep the recurrent inputs (no
-     * backend memory for them: the whole trunk is replayed instead) */
-    p->rec_kept = kk > 0 && mr_qwen35_rec_arm(m, kk + 1, err) == 0;
+     * backend memory for them: the whole trunk is replayed instead).  Room
+     * for k + 1 rows from the first step on, so the buffer never moves
+     * under a recorded graph. */
+    p->rec_kept = kk > 0 && mr_qwen35_rec_arm(m, p->k + 1, err) == 0;
     /* generated rows: the decode numerics, so the trunk's argmax of every
      * row is the id plain decoding would pick there */
     if (trunk_rows(p, seq, kk + 1, err))
