@@ -299,7 +299,11 @@ template <int GB, int LPR>
 __device__ __forceinline__ void ag_row_sums(float (&d)[GB], float (&out)[GB], int lane)
 {
     static_assert(GB <= LPR, "a head a lane at least");
-    int head = 0, o = LPR / 2;
+    /* halving: at the step with lane bit o, the lanes with it set keep the
+     * upper half of their values (plus their partner's upper half), the
+     * others the lower half, so the head a lane ends with has bit
+     * GB >> (j + 1) set where the lane has bit LPR >> (j + 1) */
+    int o = LPR / 2;
 #pragma unroll
     for (int c = GB; c > 1; c /= 2, o /= 2) {
         const int half = c / 2;
@@ -309,17 +313,13 @@ __device__ __forceinline__ void ag_row_sums(float (&d)[GB], float (&out)[GB], in
             const float send = up ? d[i] : d[i + half], keep = up ? d[i + half] : d[i];
             d[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
         }
-        head += up ? half : 0;
     }
 #pragma unroll
     for (; o >= 1; o /= 2) d[0] += __shfl_xor_sync(0xffffffffu, d[0], o);
-    (void)head;
     const int base = lane & ~(LPR - 1);
 #pragma unroll
     for (int g = 0; g < GB; g++) {
-        /* the lane of the group that holds head g: bit LPR/2^(j+1) set
-         * where head g has bit GB/2^(j+1) */
-        int off = 0;
+        int off = 0; /* the lane of the group that holds head g */
 #pragma unroll
         for (int j = 0; (GB >> (j + 1)) > 0; j++)
             if (g & (GB >> (j + 1))) off += LPR >> (j + 1);
