@@ -1098,10 +1098,7 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
         s->len += items[i].n;
         /* the state at a block boundary, for the prefix cache (queued after
          * this call's work, before the next call's) */
-        if (s->rmark && s->len % m->kv.block_tokens == 0) {
-            state_copy(m, s->rmark, s->rstate);
-            s->rmark_len = s->len;
-        }
+        mr_seq_state_settled(s);
     }
     return 0;
 }

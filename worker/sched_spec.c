@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "worker/model_internal.h"
-#include "worker/sample.h"
 #include "worker/sched_spec.h"
 
 enum { SPEC_K_MAX = 8 };
@@ -227,8 +226,9 @@ int mr_sched_spec_commit(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, int k
     return mtp_rows(p, seq, st, p->cand, j + 1, L, err);
 }
 
-/* Room for the tokens of n MTP rows. */
-static int32_t *prime_toks(mr_sched_spec *p, int n, mr_err *err)
+/* The tokens of the MTP rows over prompt ids[0..n) (row p pairs hidden p
+ * with token p + 1: the ids after the first, then next), in p->prime_toks. */
+static int32_t *prime_toks(mr_sched_spec *p, const int32_t *ids, int n, int32_t next, mr_err *err)
 {
     if (n > p->prime_cap) {
         int32_t *t = realloc(p->prime_toks, sizeof(int32_t) * (size_t)n);
@@ -239,6 +239,8 @@ static int32_t *prime_toks(mr_sched_spec *p, int n, mr_err *err)
         p->prime_toks = t;
         p->prime_cap = n;
     }
+    memcpy(p->prime_toks, ids + 1, sizeof(int32_t) * (size_t)(n - 1));
+    p->prime_toks[n - 1] = next;
     return p->prime_toks;
 }
 
@@ -247,12 +249,9 @@ int mr_sched_spec_prime(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, const 
 {
     if (n_prompt < 1 || mr_seq_len(seq) != n_prompt)
         return mr_errf(err, "speculation: priming %d prompt rows of a sequence of %d", n_prompt, mr_seq_len(seq));
-    int32_t *toks = prime_toks(p, n_prompt, err);
+    int32_t *toks = prime_toks(p, prompt, n_prompt, t, err);
     if (!toks)
         return -1;
-    /* row p pairs hidden p with token p + 1 */
-    memcpy(toks, prompt + 1, sizeof(int32_t) * (size_t)(n_prompt - 1));
-    toks[n_prompt - 1] = t;
     p->epoch++; /* the hidden rows are this call's */
     int rc = mtp_rows(p, seq, st, toks, n_prompt, 0, err);
     if (rc == 0)
@@ -273,13 +272,9 @@ int mr_sched_spec_prime_chunk(mr_sched_spec *p, mr_seq *seq, mr_spec_state *st, 
     int len = mr_seq_len(seq);
     if (n < 1 || n > len)
         return mr_errf(err, "speculation: priming %d prompt rows of a sequence of %d", n, len);
-    int32_t *toks = prime_toks(p, n, err);
+    int32_t *toks = prime_toks(p, chunk, n, next, err);
     if (!toks)
         return -1;
-    /* row p pairs hidden p with token p + 1: the chunk's own ids after
-     * its first, then the one after it */
-    memcpy(toks, chunk + 1, sizeof(int32_t) * (size_t)(n - 1));
-    toks[n - 1] = next;
     p->epoch++; /* the MTP hidden rows will be this call's */
     int32_t d1;
     if (mr_qwen35_mtp_prompt(p->m, seq, row0, toks, n, len - n, &d1, err))

@@ -375,6 +375,24 @@ static void full_attention(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int 
     mr_fwd_matmul(m, &L->wo, sc->att, sc->proj, n);
 }
 
+/* Layer Q's convolution and delta-rule scan over n rows of one sequence:
+ * qkv [n][conv_dim] projected rows, alpha/beta [n][n_v_heads]; the
+ * sequence's state moves on by n tokens, conv [n][conv_dim] and
+ * o [n][d_inner] get the outputs. */
+static void recurrent_rows(mr_model *m, const mr_q35_layer *Q, mr_seq *s, const float *qkv, const float *alpha,
+                           const float *beta, int n, float *conv, float *o)
+{
+    mr_backend *be = m->be;
+    const mr_hparams *hp = &m->hp;
+    struct mr_q35 *q = m->q35;
+    float *conv_state = (float *)s->rstate + Q->conv_off;
+    float *ssm_state = (float *)s->rstate + Q->ssm_off;
+    be->conv1d_silu(be, qkv, Q->conv_w, conv_state, n, q->conv_dim, hp->ssm_d_conv, conv);
+    /* l2norm eps as transformers' l2norm (1e-6) */
+    be->gdn_scan(be, conv, q->conv_dim, alpha, beta, Q->ssm_a, Q->dt_bias, ssm_state, n, hp->ssm_n_group,
+                 hp->ssm_dt_rank, q->dk, q->dv, 1e-6f, o);
+}
+
 static void linear_attention(mr_model *m, int il, const mr_fwd_seg *segs, int n_segs, int n)
 {
     mr_backend *be = m->be;
@@ -398,14 +416,8 @@ static void linear_attention(mr_model *m, int il, const mr_fwd_seg *segs, int n_
     for (int i = 0; i < n_segs; i++) {
         const mr_fwd_seg *g = &segs[i];
         size_t r = (size_t)g->start;
-        float *conv_state = (float *)g->s->rstate + Q->conv_off;
-        float *ssm_state = (float *)g->s->rstate + Q->ssm_off;
-        be->conv1d_silu(be, q->qkv + r * cd, Q->conv_w, conv_state, g->n, q->conv_dim, hp->ssm_d_conv,
-                        q->conv + r * cd);
-        /* l2norm eps as transformers' l2norm (1e-6) */
-        be->gdn_scan(be, q->conv + r * cd, q->conv_dim, q->alpha + r * nv, q->beta + r * nv, Q->ssm_a,
-                     Q->dt_bias, ssm_state, g->n, hp->ssm_n_group, hp->ssm_dt_rank, q->dk, q->dv, 1e-6f,
-                     q->o + r * di);
+        recurrent_rows(m, Q, g->s, q->qkv + r * cd, q->alpha + r * nv, q->beta + r * nv, g->n, q->conv + r * cd,
+                       q->o + r * di);
     }
     /* gated RMSNorm per value head: rmsnorm(o) * w * silu(z) */
     be->rmsnorm(be, q->o, Q->ssm_norm, q->o, n * hp->ssm_dt_rank, q->dv, hp->rms_eps);
@@ -491,7 +503,6 @@ const float *mr_qwen35_mtp_hidden(const mr_model *m) { return m->q35->mtp_h; }
 static int mtp_block(mr_model *m, mr_seq *s, const float *h, const int32_t *tokens, int n, int pos0, bool gen,
                      int32_t *next, mr_err *err)
 {
-    const int n_logits = 1;
     struct mr_q35 *q = m->q35;
     mr_backend *be = m->be;
     const mr_hparams *hp = &m->hp;
@@ -500,10 +511,9 @@ static int mtp_block(mr_model *m, mr_seq *s, const float *h, const int32_t *toke
         return mr_errf(err, "%s: the model has no MTP block", hp->arch_name);
     /* within the last forward call's activations: the block's own buffers
      * (and the rows kept there) are not reallocated under it */
-    if (n <= 0 || n > sc->cap || n_logits < 1 || n_logits > n || n_logits > sc->out_cap || pos0 < 0 ||
-        pos0 + n > m->n_ctx)
-        return mr_errf(err, "mtp: %d rows (%d with logits) at position %d (activations for %d, logits rows %d, "
-                       "context %d)", n, n_logits, pos0, sc->cap, sc->out_cap, m->n_ctx);
+    if (n <= 0 || n > sc->cap || sc->out_cap < 1 || pos0 < 0 || pos0 + n > m->n_ctx)
+        return mr_errf(err, "mtp: %d rows at position %d (activations for %d, logits rows %d, context %d)", n,
+                       pos0, sc->cap, sc->out_cap, m->n_ctx);
     for (int t = 0; t < n; t++)
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return mr_errf(err, "mtp: token id %d is out of range [0, %d)", tokens[t], hp->n_vocab);
@@ -532,7 +542,7 @@ static int mtp_block(mr_model *m, mr_seq *s, const float *h, const int32_t *toke
      * prompt ones (a prompt row's result then does not depend on how the
      * prompt was cut into calls) */
     m->gen_rows = gen ? n : 0;
-    m->gen_out = gen ? n_logits : 0;
+    m->gen_out = gen ? 1 : 0;
     /* h may live in sc.xn, which the block overwrites: take it first */
     if (h != q->mtp_h)
         be->copy_2d(be, q->mtp_h, E, h, E, n, E);
@@ -550,7 +560,7 @@ static int mtp_block(mr_model *m, mr_seq *s, const float *h, const int32_t *toke
     be->add(be, sc->x, sc->proj, (size_t)n * (size_t)E);
     ffn_block(m, &q->mtp, &q->mtp_q, n);
     be->rmsnorm(be, sc->x, q->head_norm ? q->head_norm : m->output_norm, q->mtp_h, n, E, hp->rms_eps);
-    mr_fwd_matmul_out(m, &m->output, q->mtp_h + (size_t)(n - n_logits) * (size_t)E, sc->logits, n_logits);
+    mr_fwd_matmul_out(m, &m->output, q->mtp_h + (size_t)(n - 1) * (size_t)E, sc->logits, 1); /* last row only */
     m->gen_rows = m->gen_out = 0;
     be->argmax(be, sc->logits, 1, hp->n_vocab, sc->ids);
     if (be->sync(be, err))
@@ -623,22 +633,16 @@ int mr_qwen35_rec_replay(mr_model *m, mr_seq *s, int n, mr_err *err)
     struct mr_q35 *q = m->q35;
     if (!q || n < 1 || n > q->rec_n)
         return mr_errf(err, "recurrent replay: %d rows, the last call kept %d", n, q ? q->rec_n : 0);
-    mr_backend *be = m->be;
-    const mr_hparams *hp = &m->hp;
-    size_t cd = (size_t)q->conv_dim, nv = (size_t)hp->ssm_dt_rank, rr = (size_t)q->rec_rows;
-    for (int il = 0; il < hp->n_layers; il++) {
+    size_t cd = (size_t)q->conv_dim, nv = (size_t)m->hp.ssm_dt_rank, rr = (size_t)q->rec_rows;
+    for (int il = 0; il < m->hp.n_layers; il++) {
         const mr_q35_layer *Q = &q->layers[il];
         if (!Q->recurrent)
             continue;
         const float *part = q->rec + (size_t)il * q->rec_stride;
-        float *conv_state = (float *)s->rstate + Q->conv_off;
-        float *ssm_state = (float *)s->rstate + Q->ssm_off;
-        /* as linear_attention: the same ops on the same rows, so the state
-         * after them is the one the call had after its first n rows (its
-         * outputs land in scratch nobody reads) */
-        be->conv1d_silu(be, part, Q->conv_w, conv_state, n, q->conv_dim, hp->ssm_d_conv, q->conv);
-        be->gdn_scan(be, q->conv, q->conv_dim, part + rr * cd, part + rr * (cd + nv), Q->ssm_a, Q->dt_bias,
-                     ssm_state, n, hp->ssm_n_group, hp->ssm_dt_rank, q->dk, q->dv, 1e-6f, q->o);
+        /* linear_attention's step on the same rows, so the state after it
+         * is the one the call had after its first n rows (the outputs land
+         * in scratch nobody reads) */
+        recurrent_rows(m, Q, s, part, part + rr * cd, part + rr * (cd + nv), n, q->conv, q->o);
     }
     q->rec_n = 0; /* the rows are used up: the state moved on */
     return 0;
