@@ -130,6 +130,21 @@ static inline unsigned mr_cu_ew_blocks(const mr_cu_ctx *c, size_t n, unsigned th
 }
 
 /* ---- device helpers ---- */
+/* Inclusive scans of two counts over a warp's lanes at once (lane i gets
+ * the sums over lanes 0..i). */
+__device__ __forceinline__ void mr_warp_scan2(int *a, int *b)
+{
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int x = __shfl_up_sync(0xffffffffu, *a, o), y = __shfl_up_sync(0xffffffffu, *b, o);
+        if (lane >= o) {
+            *a += x;
+            *b += y;
+        }
+    }
+}
+
 __device__ __forceinline__ float mr_warp_sum(float v)
 {
 #pragma unroll

@@ -415,14 +415,7 @@ k_moe_group(const int32_t *__restrict__ ids, int P, int n_mats, int S, int64_t r
         np += cnt[e];
     }
     int su = nu, sp = np;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int a = __shfl_up_sync(0xffffffffu, su, o), b = __shfl_up_sync(0xffffffffu, sp, o);
-        if (lane >= o) {
-            su += a;
-            sp += b;
-        }
-    }
+    mr_warp_scan2(&su, &sp);
     if (lane == 31) {
         wsum[warp][0] = su;
         wsum[warp][1] = sp;

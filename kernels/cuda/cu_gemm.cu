@@ -86,7 +86,7 @@
  * (f16x3: high and low parts) and multiplies it with that expert's gathered
  * tokens on the tensor cores (WMMA, float32 accumulate), writing the scaled
  * results to (token, slot) order itself; the pairs are grouped by expert
- * on the device (k_moe_group), so nothing is read back.  No float16 copy of the experts
+ * on the device (k_moe_group_tiles), so nothing is read back.  No float16 copy of the experts
  * goes through memory, and the work follows the tokens: an expert nobody
  * chose costs nothing.  Same rounding as the GEMM path of the mode (both
  * operands float16, float32 sums), another summation order. */
@@ -746,7 +746,10 @@ static void moe_launch(mr_cu_ctx *c, bool x3, dim3 grid, const uint8_t *W, size_
 
 /* The grouping of moe_gemm_fused, on the device (one block): the pairs'
  * expert ids are never read back, so the host neither waits for the router
- * nor stalls the stream.  Writes, for the P = n k pairs:
+ * nor stalls the stream.  (cu_fast.cu's k_moe_group groups a decode
+ * batch's pairs too, but in no fixed order within an expert: its products
+ * sum every pair on its own, while here pairs share tiles, and a fixed
+ * layout keeps a call's bits the same from run to run.)  Writes, for the P = n k pairs:
  *   map[0, P)   the input row of x of each gathered row (-1 past the valid
  *               pairs: a zero row),
  *   map[P, 2P)  the output row (the pair) of each gathered row,
@@ -763,7 +766,7 @@ static void moe_launch(mr_cu_ctx *c, bool x3, dim3 grid, const uint8_t *W, size_
 #define MG_GROUP_WARPS (MG_GROUP_THREADS / 32)
 #define MG_GROUP_MAX_MATS 512 /* shared memory: a histogram row per warp */
 __global__ void __launch_bounds__(MG_GROUP_THREADS)
-k_moe_group(const int32_t *ids, int P, int mats, int k, int x_slots, int32_t *map, mg_tile *tiles,
+k_moe_group_tiles(const int32_t *ids, int P, int mats, int k, int x_slots, int32_t *map, mg_tile *tiles,
             int *n_tiles, float *y, int64_t rows)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
@@ -792,14 +795,7 @@ k_moe_group(const int32_t *ids, int P, int mats, int k, int x_slots, int32_t *ma
             const int e = e0 + lane;
             const int c = e < mats ? fill[e] : 0, t = (c + MG_BN - 1) / MG_BN;
             int ic = c, it = t;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const int a = __shfl_up_sync(0xffffffffu, ic, o), b = __shfl_up_sync(0xffffffffu, it, o);
-                if (lane >= o) {
-                    ic += a;
-                    it += b;
-                }
-            }
+            mr_warp_scan2(&ic, &it);
             if (e < mats) {
                 start[e] = run + ic - c;
                 tstart[e] = trun + it - t;
@@ -855,7 +851,7 @@ k_moe_group(const int32_t *ids, int P, int mats, int k, int x_slots, int32_t *ma
 
 /* The f16 / f16x3 expert products through k_moe_gemm / k_moe_gemm_x3: the
  * token-expert pairs are ordered by expert (no padding) on the device
- * (k_moe_group), gathered and scaled to float16 once, and cut into tiles of
+ * (k_moe_group_tiles), gathered and scaled to float16 once, and cut into tiles of
  * up to MG_BN tokens of one expert.  The tile count is known only on the
  * device, so the grid has the most tiles P pairs can make (every expert
  * with tokens may leave one partial tile) and blocks past the count return.
@@ -880,7 +876,7 @@ static bool moe_gemm_fused(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, const
     int32_t *d_map = (int32_t *)c->scratch_moe.p;
     mg_tile *d_tiles = (mg_tile *)((char *)c->scratch_moe.p + map_b);
     int *d_ntiles = (int *)((char *)d_tiles + tile_b);
-    mr_cu_launch(c, k_moe_group, 1, MG_GROUP_THREADS, smem, ids, P, (int)mats, k, x_slots, d_map, d_tiles,
+    mr_cu_launch(c, k_moe_group_tiles, 1, MG_GROUP_THREADS, smem, ids, P, (int)mats, k, x_slots, d_map, d_tiles,
                  d_ntiles, y, rows);
     MR_CU_LAUNCHED(c, "expert grouping");
     float *scale;
