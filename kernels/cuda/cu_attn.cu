@@ -267,6 +267,16 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
 #define AG_U 2
 #define AG_BLOCKS_PER_SM 3 /* held by __launch_bounds__ (<= 170 registers); splits are sized to one wave */
 
+#define AG_AHEAD 2 /* rounds a warp prefetches ahead */
+
+/* The 8 elements kv_ld8 reads, into L2 (no registers, no wait). */
+template <int DT>
+__device__ __forceinline__ void kv_prefetch(const void *base, int64_t i)
+{
+    const char *p = (const char *)base + i * (DT == MR_KV_F32 ? 4 : 2);
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 /* 8 elements from a 16-byte aligned spot of the cache. */
 template <int DT>
 __device__ __forceinline__ void kv_ld8(const void *base, int64_t i, float v[8])
@@ -380,6 +390,20 @@ k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *co
         bad = __any_sync(0xffffffffu, bad);
         if (bad)
             break;
+        /* the rows AG_AHEAD rounds on, into L2 while this round's math runs:
+         * a round's loads then wait for L2, not for memory */
+#pragma unroll
+        for (int u = 0; u < AG_U; u++) {
+            const int pn = p + AG_AHEAD * PPW * AG_U + u * PPW + slot;
+            if (pn < w1) {
+                const int blk = table[pn / bt];
+                if (blk >= 0 && blk < n_blocks) {
+                    const int64_t base = ((int64_t)blk * bt + pn % bt) * kvdim + (int64_t)kvh * D + sub * 8;
+                    kv_prefetch<DT>(K, base);
+                    kv_prefetch<DT>(V, base);
+                }
+            }
+        }
         float sc[AG_U][GB];
 #pragma unroll
         for (int u = 0; u < AG_U; u++) {
@@ -476,7 +500,9 @@ k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *co
 }
 
 /* min_chunk: the split kernel's (ATT_MIN_CHUNK or AG_MIN_CHUNK), so that
- * the records read are exactly those written (attn_used). */
+ * the records read are exactly those written (attn_used).  At most
+ * ATT_MERGE_MAX splits (the launcher's caps; more would give NaN rows). */
+#define ATT_MERGE_MAX 128
 __global__ void k_attn_merge(const float *part, const int32_t *const *tables, const int32_t *pos, int n_heads,
                              int n_split, int min_chunk, int D, float *out)
 {
@@ -487,25 +513,46 @@ __global__ void k_attn_merge(const float *part, const int32_t *const *tables, co
         return;
     const float *pr = part + ((int64_t)t * n_heads + h) * n_split * (D + 2);
     n_split = attn_used(pos[t] + 1, n_split, min_chunk); /* the records written */
-    float M = -INFINITY;
-    bool bad = false;
-    for (int s = 0; s < n_split; s++) {
-        float ms = pr[s * (D + 2)];
-        bad |= ms != ms;
-        M = fmaxf(M, ms);
+    /* each split's weight exp(m_s - M) once, in shared memory (the loop
+     * over dimensions used to take n_split exponentials a dimension); the
+     * sums run in split order as before, so the bits are the same */
+    __shared__ float sw[ATT_MERGE_MAX];
+    __shared__ bool skip[ATT_MERGE_MAX];
+    __shared__ float sM, sL;
+    __shared__ int sbad;
+    if (threadIdx.x == 0) {
+        float M = -INFINITY;
+        bool bad = n_split > ATT_MERGE_MAX;
+        for (int s = 0; s < n_split && s < ATT_MERGE_MAX; s++) {
+            float ms = pr[s * (D + 2)];
+            bad |= ms != ms;
+            M = fmaxf(M, ms);
+        }
+        sM = M;
+        sbad = bad;
     }
-    float L = 0.0f;
-    for (int s = 0; s < n_split; s++) {
-        float ms = pr[s * (D + 2)];
-        if (ms != -INFINITY) L += pr[s * (D + 2) + 1] * expf(ms - M);
+    __syncthreads();
+    const float M = sM;
+    for (int s = threadIdx.x; s < n_split && s < ATT_MERGE_MAX; s += blockDim.x) {
+        const float ms = pr[s * (D + 2)];
+        skip[s] = ms == -INFINITY;
+        sw[s] = skip[s] ? 0.0f : expf(ms - M);
     }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float L = 0.0f;
+        for (int s = 0; s < n_split && s < ATT_MERGE_MAX; s++)
+            if (!skip[s]) L += pr[s * (D + 2) + 1] * sw[s];
+        sL = L;
+    }
+    __syncthreads();
+    const float L = sL;
+    const bool bad = sbad;
     float *o = out + ((int64_t)t * n_heads + h) * D;
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float a = 0.0f;
-        for (int s = 0; s < n_split; s++) {
-            float ms = pr[s * (D + 2)];
-            if (ms != -INFINITY) a += pr[s * (D + 2) + 2 + d] * expf(ms - M);
-        }
+        for (int s = 0; s < n_split && s < ATT_MERGE_MAX; s++)
+            if (!skip[s]) a += pr[s * (D + 2) + 2 + d] * sw[s];
         /* no visible position (or a bad block id) gives NaN, never a silent zero */
         o[d] = (bad || L == 0.0f) ? __int_as_float(0x7fc00000) : a / L;
     }
