@@ -137,6 +137,14 @@ static void poison(mr_backend *be, void *d, size_t n)
     if (be->upload(be, d, h, n, &err)) die("upload");
     free(h);
 }
+/* The op recorder's fusion counts so far (mr_cu_autograph_fusions). */
+static mr_cu_fusions fused_ops(mr_backend *be)
+{
+    mr_cu_fusions f;
+    mr_cu_autograph_fusions(be, &f);
+    return f;
+}
+
 static void fetch(mr_backend *be, void *h, const void *d, size_t n)
 {
     if (be->sync(be, &err)) die("sync");
@@ -527,7 +535,7 @@ static void check_matmul_id(const tdesc *td, int64_t cols, int64_t rows, int mat
  * output against float64 math, and bit for bit against the same calls made
  * one at a time (a sync after each, so nothing is shared); `saved` is how
  * many of the m calls the recorder must report as run inside another's
- * launch (mr_cu_autograph_mv_fused): a weight of another type starts a new
+ * launch (the mv count of fused_ops): a weight of another type starts a new
  * launch, and expert products share one only at one token. */
 static void check_matmul_multi(const int *types, const int64_t *rows, int m, int64_t cols, int mats, int k,
                                int n, long saved)
@@ -557,13 +565,13 @@ static void check_matmul_multi(const int *types, const int64_t *rows, int m, int
         len += snprintf(shape + len, sizeof shape - len, "%s%s %lld", s ? "," : "", td->name, (long long)rows[s]);
     }
     snprintf(shape + len, sizeof shape - len, " x%lld%s n=%d", (long long)cols, mats > 1 ? " ids" : "", n);
-    long f0 = mr_cu_autograph_mv_fused(gpu);
+    long f0 = fused_ops(gpu).mv;
     for (int s = 0; s < m; s++) { /* recorded back to back: shared launches */
         if (mats > 1) gpu->matmul_id(gpu, &w[s].g, dx, 1, dids, k, dy[s], n);
         else gpu->matmul(gpu, &w[s].g, dx, dy[s], n);
     }
     if (gpu->sync(gpu, &err)) die("sync");
-    const long got = mr_cu_autograph_mv_fused(gpu) - f0;
+    const long got = fused_ops(gpu).mv - f0;
     for (int s = 0; s < m; s++) { /* one at a time */
         if (mats > 1) gpu->matmul_id(gpu, &w[s].g, dx, 1, dids, k, dz[s], n);
         else gpu->matmul(gpu, &w[s].g, dx, dz[s], n);
@@ -638,6 +646,128 @@ static void check_matmul_multi_all(void)
     }
 }
 
+static void load_weight(mr_backend *be, const tdesc *td, const uint8_t *host, int64_t cols, int64_t rows,
+                        int64_t mats, mr_weight *w);
+
+/* A SwiGLU MLP's first half: gate and up products over one input, then
+ * swiglu(gate, up) into the gate's place (or, sep, a buffer of its own).
+ * Recorded back to back the op recorder runs the three as one launch
+ * (the glu count of fused_ops: expected once where the kernels have the
+ * fused form, else never); with syncs between them they run apart.  Both
+ * must write the same bits everywhere, and the result must match a double
+ * reference of silu(W_g x) * (W_u x).  be: the float kernels (gpu) or the
+ * default decode kernels (gpu_x24: the 22-bit ones where they take a
+ * product). */
+static void check_glu(mr_backend *be, const char *tag, int type, int64_t rows, int64_t cols, int mats, int k,
+                      int n, bool sep, long expect)
+{
+    const tdesc *td = td_of(type);
+    const size_t rb = (size_t)(cols / td->be) * td->bb, wbytes = rb * rows * mats;
+    uint8_t *host[2];
+    mr_weight w[2];
+    for (int s = 0; s < 2; s++) {
+        host[s] = malloc(wbytes);
+        rand_blocks(td, host[s], wbytes / td->bb);
+        load_weight(be, td, host[s], cols, rows, mats, &w[s]);
+    }
+    const int P = mats > 1 ? n * k : n;
+    const size_t xn = (size_t)n * cols, yn = (size_t)P * rows;
+    float *x = malloc(xn * 4);
+    for (size_t i = 0; i < xn; i++) x[i] = fgauss();
+    int32_t *ids = NULL, *dids = NULL;
+    if (mats > 1) {
+        ids = malloc((size_t)P * 4);
+        make_ids(ids, n, k, mats, ROUTE_RANDOM);
+        dids = dup_to(be, ids, (size_t)P * 4);
+    }
+    float *dx = dup_to(be, x, xn * 4);
+    float *got[2][3];
+    long fused[2];
+    for (int apart = 0; apart < 2; apart++) {
+        float *d[3];
+        for (int b = 0; b < 3; b++) {
+            d[b] = dalloc(be, yn * 4);
+            poison(be, d[b], yn * 4);
+        }
+        float *o = sep ? d[2] : d[0];
+        const long f0 = fused_ops(be).glu;
+        for (int s = 0; s < 2; s++) {
+            if (mats > 1) be->matmul_id(be, &w[s], dx, 1, dids, k, d[s], n);
+            else be->matmul(be, &w[s], dx, d[s], n);
+            if (apart && be->sync(be, &err)) die("sync");
+        }
+        be->swiglu(be, d[0], d[1], o, yn);
+        if (be->sync(be, &err)) die("sync");
+        fused[apart] = fused_ops(be).glu - f0;
+        for (int b = 0; b < 3; b++) {
+            got[apart][b] = malloc(yn * 4);
+            fetch(be, got[apart][b], d[b], yn * 4);
+            be->free(be, d[b]);
+        }
+    }
+    double *ref = malloc(yn * 8);
+    float *wr = malloc(cols * 4);
+    for (int p = 0; p < P; p++) {
+        const int e = mats > 1 ? ids[p] : 0, t = mats > 1 ? p / k : p;
+        for (int64_t r = 0; r < rows; r++) {
+            double acc[2] = {0, 0};
+            for (int s = 0; s < 2; s++) {
+                deq_row(td, host[s] + ((size_t)e * rows + r) * rb, cols, wr);
+                for (int64_t c = 0; c < cols; c++) acc[s] += (double)wr[c] * x[t * cols + c];
+            }
+            ref[(size_t)p * rows + r] = acc[0] / (1.0 + exp(-acc[0])) * acc[1];
+        }
+    }
+    const float *glu = got[0][sep ? 2 : 0];
+    size_t diff = 0;
+    for (int b = 0; b < (sep ? 3 : 2); b++)
+        for (size_t i = 0; i < yn; i++) diff += memcmp(&got[0][b][i], &got[1][b][i], 4) != 0;
+    char shape[112];
+    snprintf(shape, sizeof shape, "%s%s %lldx%lld%s n=%d%s", td->name, tag, (long long)rows, (long long)cols,
+             mats > 1 ? " ids" : "", n, sep ? " sep" : "");
+    report_rel("glu", shape, glu, ref, yn, 2e-5);
+    report("glu-vs-apart", shape, (double)diff, 0, 0.0); /* outputs that differ in any bit */
+    report("glu-launches", shape, (double)labs(fused[0] - expect) + (double)labs(fused[1]), 0, 0.0);
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 3; b++) free(got[a][b]);
+    for (int s = 0; s < 2; s++) {
+        be->weight_release(be, &w[s]);
+        free(host[s]);
+    }
+    be->free(be, dx);
+    if (dids) be->free(be, dids);
+    free(x); free(ids); free(ref); free(wr);
+}
+
+static mr_backend *gpu_x24; /* the default decode kernels (22-bit where they take a product) */
+
+static void check_glu_all(void)
+{
+    const int ty[] = {MR_TYPE_Q4_K, MR_TYPE_Q5_K, MR_TYPE_Q6_K, MR_TYPE_Q8_0, MR_TYPE_Q4_0,
+                      MR_TYPE_IQ4_XS, MR_TYPE_BF16, MR_TYPE_F32};
+    for (size_t i = 0; i < sizeof ty / sizeof ty[0]; i++) {
+        check_glu(gpu, "", ty[i], 333, 1024, 1, 1, 1, false, 1); /* odd rows: a block half used */
+        check_glu(gpu, "", ty[i], 333, 512, 1, 1, 7, false, 1);  /* launches of 4, 2, 1 tokens */
+        check_glu(gpu, "", ty[i], 768, 2048, 16, 8, 1, false, 1); /* one token's experts */
+    }
+    check_glu(gpu, "", MR_TYPE_Q4_K, 12288, 4096, 1, 1, 1, false, 1); /* the 8B MLP: 16-weight lanes */
+    check_glu(gpu, "", MR_TYPE_Q4_K, 1000, 4096, 1, 1, 3, true, 1);
+    check_glu(gpu, "", MR_TYPE_Q4_K, 300, 1024, 1, 1, 21, false, 1); /* a decode batch: 8 tokens a launch */
+    check_glu(gpu, "", MR_TYPE_IQ4_XS, 512, 2048, 128, 8, 1, true, 1);
+    check_glu(gpu, "", MR_TYPE_Q4_K, 768, 2048, 16, 8, 3, false, 0); /* expert decode batch: apart */
+    /* the 22-bit kernels: the 8B MLP (one token fused, a batch apart), one
+     * token's experts of each type they take, a bad expert id */
+    const int xt[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_IQ4_XS, MR_TYPE_Q8_0};
+    for (size_t i = 0; i < sizeof xt / sizeof xt[0]; i++) {
+        check_glu(gpu_x24, " x24", xt[i], 12288, 4096, 1, 1, 1, false, 1);
+        check_glu(gpu_x24, " x24", xt[i], 768, 2048, 128, 8, 1, false, 1);
+    }
+    check_glu(gpu_x24, " x24", MR_TYPE_Q4_K, 12288, 4096, 1, 1, 1, true, 1);
+    check_glu(gpu_x24, " x24", MR_TYPE_Q4_K, 12288, 4096, 1, 1, 2, false, 0);
+    check_glu(gpu_x24, " x24", MR_TYPE_IQ4_XS, 512, 2048, 256, 8, 1, true, 1);
+    check_glu(gpu_x24, " x24", MR_TYPE_Q4_K, 768, 2048, 16, 8, 3, false, 0);
+}
+
 /* Decode batches of experts (2..64 tokens, k = 8 of 128): the grouped path
  * of every fast weight type under random, one-expert, spread and partly
  * out-of-range routings, with one input row a token (gate/up) and one a
@@ -702,8 +832,6 @@ static void check_gemm_prompt(void)
     check_matmul_id_route(iq4, 512, 2048, 8, 2, 2, 65, ROUTE_RANDOM); /* down */
 }
 
-static void load_weight(mr_backend *be, const tdesc *td, const uint8_t *host, int64_t cols, int64_t rows,
-                        int64_t mats, mr_weight *w);
 
 /* ---- prompt rows: the same bits in any call (matmul_prompt) ----
  * A prompt row's product may not depend on how many rows share its call:
@@ -1054,13 +1182,13 @@ static void check_qk_norm_rope_kv(int n, int heads, int kvh, int hd, mr_kv_dtype
         poison(gpu, kv.k[1], cbytes);
         poison(gpu, kv.v[1], cbytes);
         float *dq = dup_to(gpu, q, lq * 4), *dk = dup_to(gpu, k, lk * 4);
-        const long f0 = mr_cu_autograph_kv_fused(gpu);
+        const long f0 = fused_ops(gpu).kv;
         gpu->qk_norm_rope(gpu, dq, dk, dqw, dkw, dp, n, heads, kvh, hd, hd, 1e6f, MR_ROPE_NEOX, 1e-6f);
         if (apart && gpu->sync(gpu, &err)) die("sync");
         if (multi) gpu->kv_store_multi(gpu, &kv, 1, dtabs, dk, dv, dp, n);
         else gpu->kv_store(gpu, &kv, 1, dtab, dk, dv, dp, n);
         if (gpu->sync(gpu, &err)) die("sync");
-        fused[apart] = mr_cu_autograph_kv_fused(gpu) - f0;
+        fused[apart] = fused_ops(gpu).kv - f0;
         const size_t sz[4] = {lq * 4, lk * 4, cbytes, cbytes};
         const void *src[4] = {dq, dk, kv.k[1], kv.v[1]};
         for (int b = 0; b < 4; b++) {
@@ -1404,6 +1532,121 @@ static void check_moe(int n, int E, int k, bool norm, bool ties)
     report_rel("moe_combine", shape, o, ro, (size_t)n * rows, 1e-6);
     gpu->free(gpu, dl); gpu->free(gpu, dw); gpu->free(gpu, di); gpu->free(gpu, dy); gpu->free(gpu, dout);
     free(l); free(rid); free(gid); free(rw); free(gw); free(y); free(o); free(ro);
+}
+
+/* A mixture layer's end: moe_combine into proj, add(res, proj), then
+ * rmsnorm(res) into out, as the forward pass calls them.  Recorded in one
+ * run the op recorder makes them one kernel (the combine count of fused_ops);
+ * with a sync after the combine they run apart.  Both must give the same
+ * bits in out, res and proj, and out must match a double reference. */
+static void check_combine_norm(int n, int k, int dim)
+{
+    const size_t en = (size_t)n * k * dim, rn = (size_t)n * dim, wn = (size_t)n * k;
+    float *ey = malloc(en * 4), *ew = malloc(wn * 4), *res = malloc(rn * 4), *nw = malloc(dim * 4);
+    for (size_t i = 0; i < en; i++) ey[i] = fgauss();
+    for (size_t i = 0; i < wn; i++) ew[i] = frand() * 0.5f + 0.5f;
+    for (size_t i = 0; i < rn; i++) res[i] = fgauss() * 2;
+    for (int i = 0; i < dim; i++) nw[i] = 1.0f + 0.1f * fgauss();
+    const float eps = 1e-6f;
+    double *ref = malloc(rn * 8);
+    for (int t = 0; t < n; t++) {
+        double ss = 0;
+        float *row = malloc(dim * 4);
+        for (int r = 0; r < dim; r++) {
+            float s = 0.0f;
+            for (int j = 0; j < k; j++) s = fmaf(ew[t * k + j], ey[((size_t)t * k + j) * dim + r], s);
+            row[r] = res[(size_t)t * dim + r] + s;
+            ss += (double)row[r] * row[r];
+        }
+        const double inv = 1.0 / sqrt(ss / dim + eps);
+        for (int r = 0; r < dim; r++) ref[(size_t)t * dim + r] = row[r] * inv * nw[r];
+        free(row);
+    }
+    float *dey = dup_to(gpu, ey, en * 4), *dew = dup_to(gpu, ew, wn * 4), *dnw = dup_to(gpu, nw, dim * 4);
+    float *got[2][3];
+    long fused[2];
+    for (int apart = 0; apart < 2; apart++) {
+        float *dres = dup_to(gpu, res, rn * 4), *dproj = dalloc(gpu, rn * 4), *dout = dalloc(gpu, rn * 4);
+        poison(gpu, dproj, rn * 4);
+        poison(gpu, dout, rn * 4);
+        const long f0 = fused_ops(gpu).combine;
+        gpu->moe_combine(gpu, dey, dew, n, k, dim, dproj);
+        if (apart && gpu->sync(gpu, &err)) die("sync");
+        gpu->add(gpu, dres, dproj, rn);
+        gpu->rmsnorm(gpu, dres, dnw, dout, n, dim, eps);
+        if (gpu->sync(gpu, &err)) die("sync");
+        fused[apart] = fused_ops(gpu).combine - f0;
+        const float *src[3] = {dout, dres, dproj};
+        for (int b = 0; b < 3; b++) {
+            got[apart][b] = malloc(rn * 4);
+            fetch(gpu, got[apart][b], src[b], rn * 4);
+        }
+        gpu->free(gpu, dres); gpu->free(gpu, dproj); gpu->free(gpu, dout);
+    }
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%d k=%d dim=%d", n, k, dim);
+    report("combine_norm-fused", shape, (double)(fused[0] != 1 || fused[1] != 0), 0, 0.0);
+    report_rel("combine_norm", shape, got[0][0], ref, rn, 1e-6);
+    report_f("combine_norm-vs-apart", shape, got[0][0], got[1][0], rn, 0.0);
+    report_f("combine_norm-res", shape, got[0][1], got[1][1], rn, 0.0);
+    report_f("combine_norm-proj", shape, got[0][2], got[1][2], rn, 0.0);
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 3; b++) free(got[a][b]);
+    gpu->free(gpu, dey); gpu->free(gpu, dew); gpu->free(gpu, dnw);
+    free(ey); free(ew); free(res); free(nw); free(ref);
+}
+
+/* A mixture layer's router: a one-token product of E rows, then moe_route
+ * of its logits.  Recorded back to back the op recorder runs them as one
+ * launch whose last block routes (the route count of fused_ops, expected
+ * 1 a run); apart with a sync between.  Logits, ids and weights must be
+ * the same bits; three fused runs in a row check that the launch leaves
+ * its count of finished blocks ready for the next one. */
+static void check_route_fused(int type, int E, int k, int64_t cols, bool norm)
+{
+    const tdesc *td = td_of(type);
+    tweight w;
+    tw_make(&w, td, cols, E, 1);
+    float *x = malloc(cols * 4);
+    for (int64_t i = 0; i < cols; i++) x[i] = fgauss();
+    float *dx = dup_to(gpu, x, cols * 4);
+    float *l[4], *wt[4];
+    int32_t *id[4];
+    long fused[4];
+    for (int run = 0; run < 4; run++) { /* 0..2 fused, 3 apart */
+        float *dl = dalloc(gpu, E * 4), *dw = dalloc(gpu, k * 4);
+        int32_t *di = dalloc(gpu, k * 4);
+        poison(gpu, dl, E * 4);
+        poison(gpu, dw, k * 4);
+        poison(gpu, di, k * 4);
+        const long f0 = fused_ops(gpu).route;
+        gpu->matmul(gpu, &w.g, dx, dl, 1);
+        if (run == 3 && gpu->sync(gpu, &err)) die("sync");
+        gpu->moe_route(gpu, dl, 1, E, k, norm, di, dw);
+        if (gpu->sync(gpu, &err)) die("sync");
+        fused[run] = fused_ops(gpu).route - f0;
+        l[run] = malloc(E * 4);
+        wt[run] = malloc(k * 4);
+        id[run] = malloc(k * 4);
+        fetch(gpu, l[run], dl, E * 4);
+        fetch(gpu, wt[run], dw, k * 4);
+        fetch(gpu, id[run], di, k * 4);
+        gpu->free(gpu, dl); gpu->free(gpu, dw); gpu->free(gpu, di);
+    }
+    size_t diff = 0;
+    for (int run = 0; run < 3; run++)
+        diff += (size_t)(memcmp(l[run], l[3], E * 4) != 0) + (size_t)(memcmp(wt[run], wt[3], k * 4) != 0) +
+                (size_t)(memcmp(id[run], id[3], k * 4) != 0);
+    char shape[80];
+    snprintf(shape, sizeof shape, "%s E=%d k=%d x%lld%s", td->name, E, k, (long long)cols, norm ? " norm" : "");
+    report("route_fused-vs-apart", shape, (double)diff, 0, 0.0);
+    /* the second and third runs may replay a graph of the first (same
+     * buffers): they run the fused kernel without being recorded again */
+    report("route_fused-launches", shape, (double)(labs(fused[0] - 1) + labs(fused[3])), 0, 0.0);
+    for (int run = 0; run < 4; run++) { free(l[run]); free(wt[run]); free(id[run]); }
+    tw_free(&w);
+    gpu->free(gpu, dx);
+    free(x);
 }
 
 static void check_argmax(int n, int dim, bool ties)
@@ -2090,10 +2333,10 @@ static void check_x24_multi(mr_backend *be, const tdesc *td, int64_t r0, int64_t
         poison(be, dy[s], (size_t)n * rows[s] * 4);
         poison(be, dz[s], (size_t)n * rows[s] * 4);
     }
-    const long f0 = mr_cu_autograph_mv_fused(be);
+    const long f0 = fused_ops(be).mv;
     for (int s = 0; s < 3; s++) be->matmul(be, &w[s], dx, dy[s], n); /* one launch */
     if (be->sync(be, &err)) die("sync");
-    const long fused = mr_cu_autograph_mv_fused(be) - f0;
+    const long fused = fused_ops(be).mv - f0;
     for (int s = 0; s < 3; s++) { /* one at a time */
         be->matmul(be, &w[s], dx, dz[s], n);
         if (be->sync(be, &err)) die("sync");
@@ -3085,6 +3328,7 @@ static void check_ops(int parts)
     if (parts & PART_MM) {
         check_batch_invariance();
         check_matmul_multi_all();
+        check_glu_all();
         check_moe_grouped();
         check_gemm_prompt();
         check_prompt_rows();
@@ -3171,6 +3415,12 @@ static void check_ops(int parts)
     check_moe(5, 128, 8, true, false);
     check_moe(5, 128, 8, false, true);
     check_moe(3, 60, 4, false, false);
+    check_combine_norm(1, 8, 2048);
+    check_combine_norm(3, 8, 2048);
+    check_combine_norm(2, 4, 300);
+    check_route_fused(MR_TYPE_F32, 128, 8, 2048, true);
+    check_route_fused(MR_TYPE_F32, 256, 8, 2048, true);
+    check_route_fused(MR_TYPE_BF16, 60, 4, 1024, false);
     check_argmax(1, 151936, false);
     check_argmax(4, 1024, true);
     check_argmax(3, 17, false);
@@ -3201,8 +3451,17 @@ int main(int argc, char **argv)
     setenv("MEMRA_CUDA_MATVEC", "f32", 1);
     setenv("MEMRA_CUDA_GEMM", "f16", 1);
     setenv("MEMRA_CUDA_ATTN", "f32", 1);
+    /* the op fusions that are off by default, so that their lines run */
+    setenv("MEMRA_CUDA_FUSE_COMBINE", "1", 1);
+    setenv("MEMRA_CUDA_FUSE_ROUTE", "1", 1);
     gpu = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_FUSE_COMBINE");
+    unsetenv("MEMRA_CUDA_FUSE_ROUTE");
     if (!gpu) die("cuda");
+    unsetenv("MEMRA_CUDA_MATVEC");
+    gpu_x24 = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_MATVEC", "f32", 1);
+    if (!gpu_x24) die("cuda (default decode kernels)");
     setenv("MEMRA_CUDA_ATTN", "tc", 1);
     gpu_attn_tc = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_ATTN", "f32", 1);
@@ -3275,6 +3534,7 @@ int main(int argc, char **argv)
     if (cpu) cpu->destroy(cpu);
     for (int i = 0; i < N_Q8; i++) q8_be[i]->destroy(q8_be[i]);
     gpu_attn_tc->destroy(gpu_attn_tc);
+    gpu_x24->destroy(gpu_x24);
     gpu_generic->destroy(gpu_generic);
     gpu_r2->destroy(gpu_r2);
     gpu_r4->destroy(gpu_r4);

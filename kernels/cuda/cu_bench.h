@@ -24,11 +24,14 @@ struct mr_backend;
 double mr_cuda_time(struct mr_backend *be, void (*fn)(void *), void *arg, int warm, int iters);
 /* Graphs captured and replayed by the automatic graph layer so far. */
 void mr_cu_autograph_stats(struct mr_backend *be, long *captures, long *replays);
-/* Matmul calls so far that ran inside another's launch (consecutive
- * matmuls over one input share one: q/k/v, gate/up). */
-long mr_cu_autograph_mv_fused(struct mr_backend *be);
-/* K/V stores so far that ran inside the qk_norm_rope launch before them. */
-long mr_cu_autograph_kv_fused(struct mr_backend *be);
+/* Ops so far that ran inside another op's launch: matmuls sharing a launch
+ * over one input (q/k/v, gate/up), K/V stores inside the qk_norm_rope
+ * before them, swiglus inside their gate/up launch, moe_combine + add +
+ * rmsnorm runs made one kernel, router products whose last block routed. */
+typedef struct mr_cu_fusions {
+    long mv, kv, glu, combine, route;
+} mr_cu_fusions;
+void mr_cu_autograph_fusions(struct mr_backend *be, mr_cu_fusions *f);
 /* Nodes (kernels, copies) of the last graph it captured; 0 before any. */
 long mr_cu_autograph_nodes(struct mr_backend *be);
 /* MEMRA_CUDA_PROFILE: forgets the op times summed so far (e.g. a warm-up's

@@ -173,33 +173,150 @@ __device__ __forceinline__ float step_dot(const uint8_t *__restrict__ p, int lan
 }
 
 
+/* silu(g) * u, the expression of the swiglu op (k_swiglu), so a fused
+ * kernel writes the same floats. */
+__device__ __forceinline__ float glu_of(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+/* A gate/up (SwiGLU) job, glu_out set: block blockIdx.x computes gate and
+ * up rows r0 .. r0 + R/2 - 1, both, for job blockIdx.y; resolves the two
+ * matrices, the input and the three outputs as mr_cu_mv_rows does for one
+ * (NaN to the rows of a pair whose expert id is out of range: false). */
+template <int R>
+__device__ __forceinline__ bool glu_rows(const mr_cu_mvjob &a, int64_t *r0, const uint8_t **Wg, const uint8_t **Wu,
+                                         const float **x, float **yg, float **yu, float **yo)
+{
+    *r0 = (int64_t)blockIdx.x * (R / 2);
+    const int64_t rows = a.sub_rows[0];
+    int64_t xo = 0, yoff = 0;
+    size_t wo = 0;
+    bool ok = true;
+    if (a.ids) {
+        const int job = blockIdx.y, t = job / a.k, j = job % a.k, e = a.ids[job];
+        xo = ((int64_t)t * a.x_slots + (a.x_slots > 1 ? j : 0)) * a.cols;
+        yoff = (int64_t)job * rows;
+        ok = e >= 0 && e < a.n_mats;
+        wo = ok ? (size_t)e * a.mat_bytes : 0;
+    }
+    *x = a.x + xo;
+    *yg = a.sub_y[0] + yoff;
+    *yu = a.sub_y[1] + yoff;
+    *yo = a.glu_out + yoff;
+    *Wg = a.sub_W[0] + wo;
+    *Wu = a.sub_W[1] + wo;
+    if (!ok && threadIdx.x < R / 2 && *r0 + threadIdx.x < rows) {
+        const float nan = __int_as_float(0x7fc00000);
+        (*yg)[*r0 + threadIdx.x] = nan;
+        (*yu)[*r0 + threadIdx.x] = nan;
+        (*yo)[*r0 + threadIdx.x] = nan;
+    }
+    return ok;
+}
+
+/* Where a block of a fast matvec reads its R rows and writes them.  GLU:
+ * rows 0 .. R/2-1 are the gate's, R/2 .. R-1 the up's at the same
+ * indices (glu_rows). */
+struct mv_block {
+    int64_t r0;
+    const float *x;
+    float *y, *yu, *yo;
+};
+
+template <int R, bool GLU>
+__device__ __forceinline__ bool mv_block_rows(const mr_cu_mvjob &job, mr_cu_mvjob *a, mv_block *b,
+                                              const uint8_t **rp, int po)
+{
+    const uint8_t *W, *Wu = NULL;
+    if constexpr (GLU) {
+        *a = job;
+        a->rows = job.sub_rows[0];
+        if (!glu_rows<R>(job, &b->r0, &W, &Wu, &b->x, &b->y, &b->yu, &b->yo))
+            return false;
+    } else {
+        *a = mr_cu_mv_sub<R>(job, &b->r0);
+        if (!mr_cu_mv_rows<R>(*a, b->r0, &W, &b->x, &b->y))
+            return false;
+    }
+    constexpr int RR = GLU ? R / 2 : R;
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        const int ri = i % RR;
+        int64_t r = b->r0 + ri < a->rows ? b->r0 + ri : a->rows - 1; /* clamp; not stored */
+        rp[i] = (GLU && i >= RR ? Wu : W) + r * a->row_bytes + po;
+    }
+    return true;
+}
+
+/* The block's sums out of the warps' partials part[FW][NT * R] (the FW
+ * partials added in warp order from 0), written to y; GLU: to the gate's
+ * and up's outputs and silu(gate) * up to yo (the gate's place when yo is
+ * y, as the in-place swiglu leaves it). */
+template <int R, int NT, bool GLU>
+__device__ __forceinline__ void mv_block_store(float (*part)[NT * R], const mr_cu_mvjob &a, const mv_block &b)
+{
+    constexpr int RR = GLU ? R / 2 : R;
+    if (threadIdx.x >= NT * RR)
+        return;
+    const int t = threadIdx.x / RR, i = threadIdx.x % RR;
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < FW; w++) v += part[w][t * R + i];
+    if (b.r0 + i >= a.rows)
+        return;
+    const int64_t o = (int64_t)t * a.rows + b.r0 + i;
+    if constexpr (GLU) {
+        float u = 0.0f;
+#pragma unroll
+        for (int w = 0; w < FW; w++) u += part[w][t * R + RR + i];
+        b.yu[o] = u;
+        if (b.yo != b.y) b.y[o] = v;
+        b.yo[o] = glu_of(v, u);
+    } else {
+        b.y[o] = v;
+    }
+}
+
+/* The router product's epilogue (job.route_ctr set): every block makes
+ * its stores visible and counts itself; the last one routes the logits
+ * (all written by then) with the moe_route op's code and puts the count
+ * back to 0 for the next launch. */
+__device__ __forceinline__ void route_last_block(const mr_cu_mvjob &job, int warp, int lane)
+{
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(job.route_ctr, 1u) == gridDim.x * gridDim.y - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    if (warp == 0)
+        mr_moe_route_warp(job.y, (int)job.rows, job.route_k, job.route_norm, job.route_ids, job.route_w, lane);
+    if (threadIdx.x == 0)
+        *job.route_ctr = 0;
+}
+
 /* A block of FW warps owns R rows; warp w takes steps w, w+FW, ... of
  * those rows (split-K inside the block, so even a 1024-row matrix gives
  * thousands of warps with loads in flight), then the warps' partial sums
- * meet in shared memory.  grid.x: row groups, grid.y: jobs (experts). */
-template <int T, int R, int NT>
+ * meet in shared memory.  grid.x: row groups, grid.y: jobs (experts).
+ * GLU: R/2 rows of the gate and the same of the up (mv_block_rows); each
+ * row's sums are formed as without it. */
+template <int T, int R, int NT, bool GLU = false, bool ROUTE = false>
 __global__ void __launch_bounds__(FW * 32) k_fast(mr_cu_mvjob job)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
-    int64_t r0;
-    const mr_cu_mvjob a = mr_cu_mv_sub<R>(job, &r0);
-    const uint8_t *W;
-    const float *x;
-    float *y;
-    if (!mr_cu_mv_rows<R>(a, r0, &W, &x, &y))
+    mr_cu_mvjob a;
+    mv_block b;
+    const uint8_t *rp[R];
+    if (!mv_block_rows<R, GLU>(job, &a, &b, rp, 0))
         return;
+    const float *x = b.x;
     constexpr int SB = fast_stride(T) * (256 / fast_belems(T)); /* bytes per 256-col step */
     int o1, o2;
     x_offsets<T>(lane, &o1, &o2);
     const int nsteps = (int)(a.cols / 256);
-    const uint8_t *rp[R];
-#pragma unroll
-    for (int i = 0; i < R; i++) {
-        int64_t r = r0 + i < a.rows ? r0 + i : a.rows - 1; /* clamp; not stored */
-        rp[i] = W + r * a.row_bytes;
-    }
     float acc[NT][R];
 #pragma unroll
     for (int t = 0; t < NT; t++)
@@ -230,13 +347,9 @@ __global__ void __launch_bounds__(FW * 32) k_fast(mr_cu_mvjob job)
             if (lane == 0) part[warp][t * R + i] = v;
         }
     __syncthreads();
-    if (threadIdx.x < NT * R) {
-        const int t = threadIdx.x / R, i = threadIdx.x % R;
-        float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < FW; w++) v += part[w][threadIdx.x];
-        if (r0 + i < a.rows) y[(int64_t)t * a.rows + r0 + i] = v;
-    }
+    mv_block_store<R, NT, GLU>(part, a, b);
+    if constexpr (ROUTE)
+        route_last_block(job, warp, lane);
 }
 
 /* Q4_K, 512 columns a step: each lane takes 16 weights of one 64-column
@@ -246,29 +359,22 @@ __global__ void __launch_bounds__(FW * 32) k_fast(mr_cu_mvjob job)
  * with NT = 1 (its own accumulators, the same steps in the same order, the
  * same reductions), so a row's result does not depend on how many tokens
  * share the launch (kernel-check's batch-invariance lines). */
-template <int R, int NT>
+template <int R, int NT, bool GLU = false>
 __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int64_t r0;
-    const mr_cu_mvjob a = mr_cu_mv_sub<R>(job, &r0);
-    const uint8_t *W;
-    const float *x;
-    float *y;
-    if (!mr_cu_mv_rows<R>(a, r0, &W, &x, &y))
-        return;
     const int blk = lane >> 4, j = (lane >> 2) & 3, k = lane & 3;
     const int xo = 256 * blk + 64 * j + 4 * k;
     const int po = 148 * blk; /* block inside the step */
-    const int nsteps = (int)(a.cols / 512);
+    mr_cu_mvjob a;
+    mv_block b;
     const uint8_t *rp[R];
-#pragma unroll
-    for (int i = 0; i < R; i++) {
-        int64_t r = r0 + i < a.rows ? r0 + i : a.rows - 1;
-        rp[i] = W + r * a.row_bytes + po;
-    }
+    if (!mv_block_rows<R, GLU>(job, &a, &b, rp, po))
+        return;
+    const float *x = b.x;
+    const int nsteps = (int)(a.cols / 512);
     float acc[NT][R];
 #pragma unroll
     for (int t = 0; t < NT; t++)
@@ -321,13 +427,7 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
             if (lane == 0) part[warp][t * R + i] = v;
         }
     __syncthreads();
-    if (threadIdx.x < NT * R) {
-        const int t = threadIdx.x / R, i = threadIdx.x % R;
-        float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < FW; w++) v += part[w][threadIdx.x];
-        if (r0 + i < a.rows) y[(int64_t)t * a.rows + r0 + i] = v;
-    }
+    mv_block_store<R, NT, GLU>(part, a, b);
 }
 
 /* ---- decode batches of experts, grouped by expert ----
@@ -754,17 +854,16 @@ static bool fast_ok(mr_cu_ctx *c, const mr_weight *w, const float *x)
     return true;
 }
 
+/* The types the fast kernels take (fast_has), for the launch switches. */
+#define FAST_TYPES(X) X(MR_TYPE_Q4_K) X(MR_TYPE_Q5_K) X(MR_TYPE_Q6_K) X(MR_TYPE_Q8_0) X(MR_TYPE_Q4_0) \
+    X(MR_TYPE_IQ4_XS) X(MR_TYPE_BF16) X(MR_TYPE_F32)
+
 static bool fast_run(mr_cu_ctx *c, const mr_weight *w, mr_cu_mvjob a, int n, int jobs)
 {
     switch (w->type) {
-    case MR_TYPE_Q4_K: launch_fast_n<MR_TYPE_Q4_K>(c, a, n, jobs); break;
-    case MR_TYPE_Q5_K: launch_fast_n<MR_TYPE_Q5_K>(c, a, n, jobs); break;
-    case MR_TYPE_Q6_K: launch_fast_n<MR_TYPE_Q6_K>(c, a, n, jobs); break;
-    case MR_TYPE_Q8_0: launch_fast_n<MR_TYPE_Q8_0>(c, a, n, jobs); break;
-    case MR_TYPE_Q4_0: launch_fast_n<MR_TYPE_Q4_0>(c, a, n, jobs); break;
-    case MR_TYPE_IQ4_XS: launch_fast_n<MR_TYPE_IQ4_XS>(c, a, n, jobs); break;
-    case MR_TYPE_BF16: launch_fast_n<MR_TYPE_BF16>(c, a, n, jobs); break;
-    case MR_TYPE_F32: launch_fast_n<MR_TYPE_F32>(c, a, n, jobs); break;
+#define X(T) case T: launch_fast_n<T>(c, a, n, jobs); break;
+        FAST_TYPES(X)
+#undef X
     default: return false;
     }
     return true;
@@ -837,6 +936,117 @@ bool mr_cu_fast_matvec_id_multi(mr_cu_ctx *c, const mr_weight *const *w, float *
     a.k = k;
     a.x_slots = x_slots;
     return fast_run(c, w[0], a, 1, n * k);
+}
+
+/* The router's launch: the kernel and rows a block launch_fast would
+ * take for one token (R does not change a row's sums), with the route in
+ * the last block; an instance of its own, so the other products keep
+ * their registers. */
+template <int T>
+static void launch_route(mr_cu_ctx *c, const mr_cu_mvjob &a)
+{
+    const int64_t units = a.rows, want = (int64_t)c->n_sm * 8;
+    const int R = c->fast_r == 4 || c->fast_r == 2 || c->fast_r == 1 ? c->fast_r
+                : units / 4 >= want ? 4 : units / 2 >= want ? 2 : 1;
+    const unsigned gx = (unsigned)((a.rows + R - 1) / R);
+    if (R == 4) mr_cu_launch(c, k_fast<T, 4, 1, false, true>, dim3(gx), FW * 32, 0, a);
+    else if (R == 2) mr_cu_launch(c, k_fast<T, 2, 1, false, true>, dim3(gx), FW * 32, 0, a);
+    else mr_cu_launch(c, k_fast<T, 1, 1, false, true>, dim3(gx), FW * 32, 0, a);
+    MR_CU_LAUNCHED(c, "fast matvec + moe_route");
+}
+
+bool mr_cu_fast_route(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int k, bool norm, int32_t *ids,
+                      float *weights)
+{
+    /* routers are float (F32, BF16) in the files this runs */
+    if ((w->type != MR_TYPE_F32 && w->type != MR_TYPE_BF16) || !fast_ok(c, w, x) || w->n_mats != 1 ||
+        w->rows > 32 * MR_ROUTE_MAX_PER_LANE || k < 1 || k > w->rows)
+        return false;
+    if (c->scratch_route.cap < sizeof(unsigned)) {
+        if (c->capturing || !mr_cu_reserve(c, &c->scratch_route, sizeof(unsigned), "route count"))
+            return false;
+        if (cudaMemsetAsync(c->scratch_route.p, 0, sizeof(unsigned), c->stream) != cudaSuccess) {
+            mr_cu_fail(c, "route count: cudaMemsetAsync failed");
+            return false;
+        }
+    }
+    mr_cu_mvjob a = make_job(w, x, y);
+    a.route_ctr = (unsigned *)c->scratch_route.p;
+    a.route_ids = ids;
+    a.route_w = weights;
+    a.route_k = k;
+    a.route_norm = norm;
+    if (w->type == MR_TYPE_F32) launch_route<MR_TYPE_F32>(c, a);
+    else launch_route<MR_TYPE_BF16>(c, a);
+    return true;
+}
+
+/* ---- gate/up with SwiGLU in one launch ----
+ * The kernel and rows a block that the pair's own launch would take
+ * (launch_fast: the Q4_K 16-weight lanes for plain products, else k_fast
+ * at 4 or 2 rows a block), so every row's sums are the separate
+ * products'; a block holds R/2 rows of each (at least one: a forced
+ * MEMRA_CUDA_FAST_R=1 leaves the pair to the separate ops). */
+template <int T, int R, int NT>
+static void launch_glu_r(mr_cu_ctx *c, const mr_cu_mvjob &a, int jobs)
+{
+    const unsigned gx = (unsigned)((a.sub_rows[0] + R / 2 - 1) / (R / 2));
+    mr_cu_launch(c, k_fast<T, R, NT, true>, dim3(gx, jobs), FW * 32, 0, a);
+    MR_CU_LAUNCHED(c, "fast matvec + swiglu");
+}
+
+template <int T, int NT>
+static void launch_glu(mr_cu_ctx *c, const mr_cu_mvjob &a, int jobs)
+{
+    const int64_t units = 2 * a.sub_rows[0] * jobs, want = (int64_t)c->n_sm * 8;
+    if (T == MR_TYPE_Q4_K && a.cols % 512 == 0 && c->q4k_wide && !a.ids) {
+        mr_cu_launch(c, k_q4k_wide<2, NT, true>, dim3((unsigned)a.sub_rows[0], jobs), FW * 32, 0, a);
+        MR_CU_LAUNCHED(c, "q4_k wide matvec + swiglu");
+        return;
+    }
+    if (NT == 1 && c->fast_r != 2 && (c->fast_r == 4 || units / 4 >= want))
+        launch_glu_r<T, 4, NT>(c, a, jobs);
+    else
+        launch_glu_r<T, 2, NT>(c, a, jobs);
+}
+
+template <int T>
+static void launch_glu_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
+{
+    while (n > 0) { /* chunks of 4, 2, 1 tokens, as launch_fast_n */
+        const int nt = n >= 4 ? 4 : n >= 2 ? 2 : 1;
+        if (nt == 4) launch_glu<T, 4>(c, a, jobs);
+        else if (nt == 2) launch_glu<T, 2>(c, a, jobs);
+        else launch_glu<T, 1>(c, a, jobs);
+        a.x += (int64_t)nt * a.cols;
+        for (int s = 0; s < 2; s++) a.sub_y[s] += (int64_t)nt * a.sub_rows[s];
+        a.glu_out += (int64_t)nt * a.sub_rows[0];
+        n -= nt;
+    }
+}
+
+bool mr_cu_fast_glu(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, float *o, const float *x,
+                    int x_slots, const int32_t *ids, int k, int n)
+{
+    mr_cu_mvjob a;
+    if (c->fast_r == 1 || n < 1 || n > MR_CU_MATVEC_MAX || (ids && n != 1) || !multi_job(c, w, y, 2, x, &a) ||
+        w[0]->rows != w[1]->rows)
+        return false;
+    a.glu_out = o;
+    int jobs = 1;
+    if (ids) {
+        a.ids = ids;
+        a.k = k;
+        a.x_slots = x_slots;
+        jobs = k;
+    }
+    switch (w[0]->type) {
+#define X(T) case T: launch_glu_n<T>(c, a, n, jobs); break;
+        FAST_TYPES(X)
+#undef X
+    default: return false;
+    }
+    return true;
 }
 
 /* At backend creation: MEMRA_CUDA_MOE_GROUPED=0 keeps decode batches of
@@ -955,14 +1165,9 @@ static bool grouped_run(mr_cu_ctx *c, const mr_weight *w, const mr_cu_mvjob &a, 
     if (!grp)
         return c->failed; /* capture without scratch: the per-pair path; a failure: recorded */
     switch (w->type) {
-    case MR_TYPE_Q4_K: launch_grouped<MR_TYPE_Q4_K>(c, a, grp, S, pl); break;
-    case MR_TYPE_Q5_K: launch_grouped<MR_TYPE_Q5_K>(c, a, grp, S, pl); break;
-    case MR_TYPE_Q6_K: launch_grouped<MR_TYPE_Q6_K>(c, a, grp, S, pl); break;
-    case MR_TYPE_Q8_0: launch_grouped<MR_TYPE_Q8_0>(c, a, grp, S, pl); break;
-    case MR_TYPE_Q4_0: launch_grouped<MR_TYPE_Q4_0>(c, a, grp, S, pl); break;
-    case MR_TYPE_IQ4_XS: launch_grouped<MR_TYPE_IQ4_XS>(c, a, grp, S, pl); break;
-    case MR_TYPE_BF16: launch_grouped<MR_TYPE_BF16>(c, a, grp, S, pl); break;
-    case MR_TYPE_F32: launch_grouped<MR_TYPE_F32>(c, a, grp, S, pl); break;
+#define X(T) case T: launch_grouped<T>(c, a, grp, S, pl); break;
+        FAST_TYPES(X)
+#undef X
     default: mr_cu_fail(c, "grouped expert matvec: type %d", w->type); break; /* fast_ok let it in */
     }
     return true;

@@ -28,6 +28,19 @@ struct mr_cu_mvjob {
     const uint8_t *sub_W[MR_CU_MV_SUBS];
     float *sub_y[MR_CU_MV_SUBS];
     int64_t sub_rows[MR_CU_MV_SUBS];
+    /* Non-NULL: a gate/up pair with SwiGLU (n_sub == 2, equal rows): a
+     * block computes rows of both, writes both as the two products would,
+     * and silu(gate) * up here, laid out like the gate's output (which it
+     * may be: the in-place swiglu of the forward pass). */
+    float *glu_out;
+    /* Non-NULL: a router product of one token (plain, one matrix): the
+     * grid's last block to finish (this count, back to 0 after it) routes
+     * the rows = n_expert logits into route_ids / route_w (moe_route). */
+    unsigned *route_ctr;
+    int32_t *route_ids;
+    float *route_w;
+    int route_k;
+    bool route_norm;
 };
 
 /* A plain (one-job) matvec over w's rows stored row_bytes apart at W. */
@@ -47,6 +60,8 @@ static inline mr_cu_mvjob mr_cu_mvjob_plain(const uint8_t *W, size_t row_bytes, 
     a.k = 1;
     a.x_slots = 1;
     a.n_sub = 0;
+    a.glu_out = NULL;
+    a.route_ctr = NULL;
     return a;
 }
 
@@ -144,6 +159,21 @@ int mr_cu_x24_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const 
 bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
                          int x_slots, const int32_t *ids, int k, int n);
 
+/* The gate/up pair and the swiglu after them in one launch on those two
+ * kernels (mr_cu_fast_glu's contract): one token's plain pair where
+ * mr_cu_x24_matvec takes it, one token's experts where
+ * mr_cu_x24_matvec_id takes them (mr_cu_x24_takes_id); false, nothing
+ * launched, otherwise. */
+/* A one-token router product (F32 or BF16 weights) whose grid's last
+ * block then routes the logits (see mr_cu_mvjob.route_ctr); false, nothing
+ * launched, for other types or when the fast kernels do not take w. */
+bool mr_cu_fast_route(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int k, bool norm, int32_t *ids,
+                      float *weights);
+bool mr_cu_x24_glu(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, float *o, const float *x, int n);
+bool mr_cu_x24_takes_id(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x);
+bool mr_cu_x24_glu_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, float *o, const float *x,
+                      int x_slots, const int32_t *ids, int k, int n);
+
 /* Decode expert products grouped by expert (cu_fast.cu, k_moe_group): the
  * list of used experts and each one's pairs, built on the device into
  * c->scratch_grp (layout there), NaN written to y's rows (rows a pair) of
@@ -164,5 +194,12 @@ bool mr_cu_fast_matvec_id_multi(mr_cu_ctx *c, const mr_weight *const *w, float *
                                 const float *x, int x_slots, const int32_t *ids, int k, int n);
 bool mr_cu_fast_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
                           const int32_t *ids, int k, float *y, int n);
+/* Gate and up products (w[0], w[1] into y[0], y[1]) and the SwiGLU after
+ * them (silu(y[0]) * y[1] into o, which may be y[0]) in one launch a chunk
+ * of tokens, with the floats of the three ops; plain products of 1..8
+ * tokens (ids NULL) or the experts of one token (ids, k, x_slots).  False,
+ * nothing launched, when the fast kernels do not take the pair. */
+bool mr_cu_fast_glu(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, float *o, const float *x,
+                    int x_slots, const int32_t *ids, int k, int n);
 
 #endif

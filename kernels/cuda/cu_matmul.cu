@@ -309,6 +309,53 @@ bool mr_cu_matmul_id_multi(mr_backend *be, const mr_weight *const *w, float *con
     return mr_cu_fast_matvec_id_multi(c, w, y, m, x, x_slots, ids, k, n);
 }
 
+/* matmul then moe_route of one token (the mixture's router): the kernel
+ * mr_cu_matmul would run, here only the fast float one (F32 and BF16
+ * routers; not where the 22-bit or int8 kernels would take w), with the
+ * route in its last block. */
+bool mr_cu_matmul_route(mr_backend *be, const mr_weight *w, const float *x, float *y, int n, int k, bool norm,
+                        int32_t *ids, float *weights)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n != 1 || c->failed || c->matvec_q8 || !w || !w->data || !mr_cu_type_supported(w->type) ||
+        mr_cu_x24_takes(c, &w, 1, x))
+        return false;
+    return mr_cu_fast_route(c, w, x, y, k, norm, ids, weights);
+}
+
+/* Gate and up products and the SwiGLU after them in one launch a chunk of
+ * tokens (plain) or for one token's experts (ids), on the kernel the two
+ * products would each take (the 22-bit one where it takes them, else the
+ * fast float ones), so with their sums; false where that kernel has no
+ * such form (22-bit plain products of 2+ tokens) or the pair is not
+ * shareable. */
+bool mr_cu_matmul_glu(mr_backend *be, const mr_weight *const *w, float *const *y, float *o, const float *x,
+                      int x_slots, const int32_t *ids, int k, int n)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n < 1 || n >= MR_CU_GEMM_MIN_TOKENS || !multi_ok(c, w, 2, x))
+        return false;
+    if (ids) {
+        if (n != 1 || k < 1 || (x_slots != 1 && x_slots != k))
+            return false;
+        if (mr_cu_x24_takes_id(c, w, 2, x))
+            return mr_cu_x24_glu_id(c, w, y, o, x, x_slots, ids, k, 1);
+        return mr_cu_fast_glu(c, w, y, o, x, x_slots, ids, k, 1);
+    }
+    if (mr_cu_x24_takes(c, w, 2, x)) /* multi_ok: all of them */
+        return mr_cu_x24_glu(c, w, y, o, x, n);
+    float *yc[2];
+    for (int t0 = 0; t0 < n; t0 += MR_CU_MATVEC_MAX) {
+        const int nc = n - t0 < MR_CU_MATVEC_MAX ? n - t0 : MR_CU_MATVEC_MAX;
+        for (int s = 0; s < 2; s++) yc[s] = y[s] + (int64_t)t0 * w[s]->rows;
+        /* whether the kernels take the pair does not depend on the tokens:
+         * the first chunk decides for all */
+        if (!mr_cu_fast_glu(c, w, yc, o + (int64_t)t0 * w[0]->rows, x + (int64_t)t0 * w[0]->cols, 1, NULL, 1, nc))
+            return false;
+    }
+    return true;
+}
+
 void mr_cu_get_rows(mr_backend *be, const mr_weight *w, const int32_t *ids, int n, float *out)
 {
     mr_cu_ctx *c = mr_cu(be);

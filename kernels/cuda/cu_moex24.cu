@@ -68,18 +68,61 @@ __device__ __forceinline__ void xm_rows(const uint8_t *W, size_t row_bytes, int 
         }
 }
 
+/* The gate/up form (a.glu_out, one token): rows r0 .. r0 + RH - 1 of the
+ * gate (Wg) and the same rows of the up matrix (Wu) as one pass of 2 RH
+ * rows, then silu(gate) * up written as the swiglu op would (cu_fast.cu's
+ * glu_of) beside both products.  Each row is summed as xm_rows sums it. */
+template <int T, int RH>
+__device__ __forceinline__ void xm_rows_glu(const uint8_t *Wg, const uint8_t *Wu, size_t row_bytes, int cols,
+                                            int64_t r0, int64_t end, const uint8_t *xt0, int pr, float *yg,
+                                            float *yu, float *yo, int64_t rows, int lane)
+{
+    constexpr int S = xs_type<T>::STRIDE, R = 2 * RH;
+    const uint8_t *Wr[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        const int o = i % RH;
+        Wr[i] = (i < RH ? Wg : Wu) + (size_t)(r0 + o < end ? r0 + o : r0) * row_bytes;
+    }
+    float acc[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) acc[i] = 0.0f;
+    const uint8_t *xt[1] = {xt0};
+    const int units = cols / 32;
+    for (int un = lane; un < units; un += 32) {
+        const int b = un >> 3;
+        const uint8_t *p[R];
+#pragma unroll
+        for (int i = 0; i < R; i++) p[i] = Wr[i] + (size_t)b * S;
+        xs_unit<T, R, 1>::run(p, un & 7, xt, cols, 256 * b, acc);
+    }
+#pragma unroll
+    for (int i = 0; i < RH; i++) {
+        const float g = mr_warp_sum(acc[i]), u = mr_warp_sum(acc[RH + i]);
+        if (lane == 0 && r0 + i < end) {
+            const int64_t o = (int64_t)pr * rows + r0 + i;
+            yu[o] = u;
+            if (yo != yg) yg[o] = g;
+            yo[o] = g / (1.0f + expf(-g)) * u; /* k_swiglu's expression */
+        }
+    }
+}
+
 /* a: the job (W, y, rows of matrix 0 or sub-matrices via n_sub; ids, k,
  * x_slots, n_mats, cols, row_bytes, mat_bytes); grp: the grouping (NULL
  * for one token: grid.y is then the pair; with it, one matrix); S: its
  * slots; RS: rows a block; xg: the quantized inputs; nt_max: pairs a chunk
  * at most (c->x24_nt_max: 2 unless set for timing). */
-template <int T>
+template <int T, bool GLU = false>
 __global__ void __launch_bounds__(XM_WARPS * 32, 4) k_moex24(mr_cu_mvjob a, const int32_t *__restrict__ grp, int S,
                                                           int RS, const uint8_t *__restrict__ xg, int nt_max)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
-    const mr_cu_mvjob j = a.n_sub > 1 ? mr_cu_mv_subjob(a, (int)blockIdx.z) : a;
+    /* the gate/up form (an instance of its own, so that the others keep
+     * their registers) runs both matrices in each block (grid.z 1) */
+    constexpr bool glu = GLU;
+    const mr_cu_mvjob j = a.n_sub > 1 ? mr_cu_mv_subjob(a, glu ? 0 : (int)blockIdx.z) : a;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t rb = (int64_t)blockIdx.x * RS;
     const int64_t re = rb + RS < j.rows ? rb + RS : j.rows;
@@ -97,8 +140,13 @@ __global__ void __launch_bounds__(XM_WARPS * 32, 4) k_moex24(mr_cu_mvjob a, cons
         e = a.ids[slot];
         np = 1;
         if (e < 0 || e >= a.n_mats) {
-            for (int64_t r = rb + threadIdx.x; r < re; r += blockDim.x)
+            for (int64_t r = rb + threadIdx.x; r < re; r += blockDim.x) {
                 j.y[(int64_t)slot * j.rows + r] = __int_as_float(0x7fc00000);
+                if constexpr (GLU) {
+                    a.sub_y[1][(int64_t)slot * j.rows + r] = __int_as_float(0x7fc00000);
+                    a.glu_out[(int64_t)slot * j.rows + r] = __int_as_float(0x7fc00000);
+                }
+            }
             return;
         }
     }
@@ -106,6 +154,14 @@ __global__ void __launch_bounds__(XM_WARPS * 32, 4) k_moex24(mr_cu_mvjob a, cons
     const uint8_t *W = j.W + (size_t)e * j.mat_bytes;
     const size_t xb = xs_xbytes(j.cols);
     const int cols = (int)j.cols;
+    if constexpr (GLU) { /* one token (grp NULL): grid.y is the pair */
+        const uint8_t *Wu = a.sub_W[1] + (size_t)e * j.mat_bytes;
+        const int in = (slot / a.k) * a.x_slots + (a.x_slots > 1 ? slot % a.k : 0);
+        /* a pass: XM_ROWS rows, half of each matrix */
+        for (int64_t r0 = rb + (int64_t)warp * (XM_ROWS / 2); r0 < re; r0 += XM_WARPS * (XM_ROWS / 2))
+            xm_rows_glu<T, XM_ROWS / 2>(W, Wu, j.row_bytes, cols, r0, re, xg + (size_t)in * xb, slot, j.y,
+                                        a.sub_y[1], a.glu_out, j.rows, lane);
+    } else {
     for (int64_t r0 = rb + (int64_t)warp * XM_ROWS; r0 < re; r0 += XM_WARPS * XM_ROWS) {
         for (int q = 0; q < np;) {
             const int m = np - q >= 4 && nt_max >= 4 ? 4 : np - q >= 2 && nt_max >= 2 ? 2 : 1;
@@ -134,6 +190,7 @@ __global__ void __launch_bounds__(XM_WARPS * 32, 4) k_moex24(mr_cu_mvjob a, cons
             q += m;
         }
     }
+    }
 }
 
 /* ---- dispatch ---- */
@@ -157,11 +214,16 @@ static bool xm_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const
     return true;
 }
 
-template <int T>
+bool mr_cu_x24_takes_id(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x)
+{
+    return xm_takes(c, w, m, x);
+}
+
+template <int T, bool GLU = false>
 static void xm_launch(mr_cu_ctx *c, dim3 grid, const mr_cu_mvjob &a, const int32_t *grp, int S, int RS,
                       const uint8_t *xg)
 {
-    mr_cu_launch(c, k_moex24<T>, grid, XM_WARPS * 32, 0, a, grp, S, RS, xg, c->x24_nt_max);
+    mr_cu_launch(c, k_moex24<T, GLU>, grid, XM_WARPS * 32, 0, a, grp, S, RS, xg, c->x24_nt_max);
 }
 
 bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
@@ -204,5 +266,44 @@ bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
     default: xm_launch<MR_TYPE_Q8_0>(c, grid, a, grp, S, (int)RS, xg); break; /* xs_has */
     }
     MR_CU_LAUNCHED(c, "x24 expert matvec");
+    return true;
+}
+
+/* Gate and up experts of one token and the swiglu after them in one launch
+ * (mr_cu_fast_glu's contract, on this kernel's sums): false, nothing
+ * launched, where mr_cu_x24_matvec_id would not take the pair. */
+bool mr_cu_x24_glu_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, float *o, const float *x,
+                      int x_slots, const int32_t *ids, int k, int n)
+{
+    if (n != 1 || k < 1 || !xm_takes(c, w, 2, x) || w[0]->rows != w[1]->rows ||
+        !mr_cu_moe_group_fits(k, w[0]->n_mats))
+        return false;
+    const int T = w[0]->type;
+    int64_t total, rows_max;
+    mr_cu_mvjob a = xs_job(w, y, 2, x, &total, &rows_max);
+    a.ids = ids;
+    a.k = k;
+    a.x_slots = x_slots;
+    a.glu_out = o;
+    const uint8_t *xg = mr_cu_x24_planes(c, x, x_slots, a.cols, (MR_CU_GEMM_MIN_TOKENS - 1) * x_slots);
+    if (!xg)
+        return true; /* the sticky error */
+    /* as many blocks and warp passes as mr_cu_x24_matvec_id gives the two
+     * matrices: half its rows a block (a pass here takes half its rows of
+     * each matrix) */
+    const int step = XM_WARPS * XM_ROWS;
+    int64_t RS = (rows_max * k * 2 + (int64_t)8 * c->n_sm - 1) / ((int64_t)8 * c->n_sm);
+    RS = (RS + step - 1) / step * step;
+    if (RS < step) RS = step;
+    if (RS > 16 * step) RS = 16 * step;
+    RS /= 2;
+    const dim3 grid((unsigned)((rows_max + RS - 1) / RS), (unsigned)k, 1);
+    switch (T) {
+    case MR_TYPE_Q4_K: xm_launch<MR_TYPE_Q4_K, true>(c, grid, a, NULL, k, (int)RS, xg); break;
+    case MR_TYPE_Q6_K: xm_launch<MR_TYPE_Q6_K, true>(c, grid, a, NULL, k, (int)RS, xg); break;
+    case MR_TYPE_IQ4_XS: xm_launch<MR_TYPE_IQ4_XS, true>(c, grid, a, NULL, k, (int)RS, xg); break;
+    default: xm_launch<MR_TYPE_Q8_0, true>(c, grid, a, NULL, k, (int)RS, xg); break; /* xs_has */
+    }
+    MR_CU_LAUNCHED(c, "x24 expert matvec + swiglu");
     return true;
 }

@@ -59,7 +59,7 @@
  * MEMRA_CUDA_X24_PRE=1 the planes k_x24_quant wrote once for the product
  * (same values, so the same sums; slower on the whole, docs/GPU-NOTES.md
  * 32). */
-template <int T, int R, int NT>
+template <int T, int R, int NT, bool GLU = false>
 __global__ void __launch_bounds__(XS_WARPS * 32, 2) k_mvx24(mr_cu_mvjob a, int64_t total_rows, const uint8_t *xg)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
@@ -77,13 +77,24 @@ __global__ void __launch_bounds__(XS_WARPS * 32, 2) k_mvx24(mr_cu_mvjob a, int64
         xs = xs_sh;
     }
     const int64_t G = (int64_t)gridDim.x * nw;
-    for (int64_t r0 = ((int64_t)blockIdx.x * nw + warp) * R; r0 < total_rows; r0 += G * R) {
+    /* GLU (a gate/up pair, total_rows the gate's): a pass takes RO rows of
+     * each matrix at the same indices */
+    constexpr int RO = GLU ? R / 2 : R;
+    for (int64_t r0 = ((int64_t)blockIdx.x * nw + warp) * RO; r0 < total_rows; r0 += G * RO) {
         const uint8_t *W[R];
         float *y[R];
         int64_t ys[R];
 #pragma unroll
-        for (int i = 0; i < R; i++) /* past the end: row r0 again (computed, not stored) */
-            xs_row(a, r0 + i < total_rows ? r0 + i : r0, &W[i], &y[i], &ys[i]);
+        for (int i = 0; i < R; i++) { /* past the end: row r0 again (computed, not stored) */
+            if constexpr (GLU) {
+                const int64_t r = r0 + i % RO < total_rows ? r0 + i % RO : r0;
+                W[i] = (i < RO ? a.sub_W[0] : a.sub_W[1]) + (size_t)r * a.row_bytes;
+                y[i] = NULL;
+                ys[i] = 0;
+            } else {
+                xs_row(a, r0 + i < total_rows ? r0 + i : r0, &W[i], &y[i], &ys[i]);
+            }
+        }
         float acc[NT * R];
 #pragma unroll
         for (int i = 0; i < NT * R; i++) acc[i] = 0.0f;
@@ -98,13 +109,28 @@ __global__ void __launch_bounds__(XS_WARPS * 32, 2) k_mvx24(mr_cu_mvjob a, int64
             for (int i = 0; i < R; i++) p[i] = W[i] + (size_t)b * S;
             xs_unit<T, R, NT>::run(p, un & 7, xt, cols, 256 * b, acc);
         }
+        if constexpr (GLU) {
 #pragma unroll
-        for (int t = 0; t < NT; t++)
+            for (int t = 0; t < NT; t++)
 #pragma unroll
-            for (int i = 0; i < R; i++) {
-                const float v = mr_warp_sum(acc[t * R + i]);
-                if (lane == 0 && r0 + i < total_rows) y[i][t * ys[i]] = v;
-            }
+                for (int i = 0; i < RO; i++) {
+                    const float g = mr_warp_sum(acc[t * R + i]), u = mr_warp_sum(acc[t * R + RO + i]);
+                    if (lane == 0 && r0 + i < total_rows) {
+                        const int64_t o = (int64_t)t * total_rows + r0 + i;
+                        a.sub_y[1][o] = u;
+                        if (a.glu_out != a.sub_y[0]) a.sub_y[0][o] = g;
+                        a.glu_out[o] = g / (1.0f + expf(-g)) * u; /* k_swiglu's expression */
+                    }
+                }
+        } else {
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+#pragma unroll
+                for (int i = 0; i < R; i++) {
+                    const float v = mr_warp_sum(acc[t * R + i]);
+                    if (lane == 0 && r0 + i < total_rows) y[i][t * ys[i]] = v;
+                }
+        }
     }
 }
 
@@ -136,46 +162,48 @@ const uint8_t *mr_cu_x24_planes(mr_cu_ctx *c, const float *x, int rows, int64_t 
  * bytes of shared memory a block, asked of the runtime once per
  * shape and kept in the context: a launch would otherwise query it up to
  * three times. */
-template <int T, int R, int NT>
+template <int T, int R, int NT, bool GLU = false>
 static int xs_fit(mr_cu_ctx *c, int warps, size_t smem)
 {
+    const int key = GLU ? NT + 1000 : NT;
     for (int i = 0; i < c->x24_nfit; i++) {
         const mr_cu_x24_fit &f = c->x24_fit[i];
-        if (f.type == T && f.nt == NT && f.warps == warps && f.smem == smem)
+        if (f.type == T && f.nt == key && f.warps == warps && f.smem == smem)
             return f.blocks;
     }
     int nb = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_mvx24<T, R, NT>, warps * 32, smem) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_mvx24<T, R, NT, GLU>, warps * 32, smem) != cudaSuccess) {
         (void)cudaGetLastError();
         nb = 1;
     }
     nb = nb > 0 ? nb : 1;
     mr_cu_x24_fit &f = c->x24_fit[c->x24_nfit < MR_CU_X24_FITS ? c->x24_nfit++ : (int)(smem % MR_CU_X24_FITS)];
-    f = {T, NT, warps, smem, nb};
+    f = {T, key, warps, smem, nb};
     return nb;
 }
 
 /* Grid: as many blocks as the SMs hold, fewer when the rows run out;
  * blocks of 8 warps, halved (down to 2) while that leaves SMs without a
  * block. */
-template <int T, int R, int NT>
+template <int T, int R, int NT, bool GLU = false>
 static void xs_launch(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg)
 {
+    constexpr int RO = GLU ? R / 2 : R; /* rows of output a warp's pass */
     const size_t smem = xg ? 0 : NT * xs_xbytes(a.cols);
-    int warps = XS_WARPS, bps = xs_fit<T, R, NT>(c, warps, smem);
+    int warps = XS_WARPS, bps = xs_fit<T, R, NT, GLU>(c, warps, smem);
     for (;;) {
-        const int64_t blocks = (total_rows + warps * R - 1) / (warps * R);
+        const int64_t blocks = (total_rows + warps * RO - 1) / (warps * RO);
         if (warps <= 2 || blocks >= c->n_sm * (int64_t)bps)
             break;
         warps /= 2;
-        bps = xs_fit<T, R, NT>(c, warps, smem);
+        bps = xs_fit<T, R, NT, GLU>(c, warps, smem);
     }
     int64_t gx = (int64_t)c->n_sm * bps;
-    const int64_t need = (total_rows + warps * R - 1) / (warps * R);
+    const int64_t need = (total_rows + warps * RO - 1) / (warps * RO);
     if (gx > need) gx = need;
     if (gx < 1) gx = 1;
-    mr_cu_launch(c, k_mvx24<T, R, NT>, dim3((unsigned)gx), warps * 32, smem, a, total_rows, xg);
-    MR_CU_LAUNCHED(c, "x24 matvec");
+    mr_cu_launch(c, k_mvx24<T, R, NT, GLU>, dim3((unsigned)gx), warps * 32, smem, a, total_rows, xg);
+    MR_CU_LAUNCHED(c, GLU ? "x24 matvec + swiglu" : "x24 matvec");
 }
 
 /* R rows a warp: 4 for one token; with more tokens as many as the
@@ -269,6 +297,33 @@ bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
     return true;
 }
 
+/* A gate/up pair of one token and the swiglu after them in one launch
+ * (mr_cu_fast_glu's contract, on this kernel's sums): where
+ * mr_cu_x24_matvec would take the pair for one token; false, nothing
+ * launched, otherwise.  4 rows a pass (2 of each), as R1 = 4 of every type. */
+bool mr_cu_x24_glu(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, float *o, const float *x, int n)
+{
+    if (n != 1 || mr_cu_x24_takes(c, w, 2, x) != 1 || w[0]->rows != w[1]->rows)
+        return false;
+    const int T = w[0]->type;
+    int64_t total, rows_max;
+    mr_cu_mvjob a = xs_job(w, y, 2, x, &total, &rows_max);
+    a.glu_out = o;
+    const uint8_t *xg = NULL;
+    if (c->x24_pre) {
+        xg = mr_cu_x24_planes(c, x, 1, a.cols, MR_CU_GEMM_MIN_TOKENS - 1);
+        if (!xg)
+            return true; /* the sticky error */
+    }
+    switch (T) {
+    case MR_TYPE_Q4_K: xs_launch<MR_TYPE_Q4_K, 4, 1, true>(c, a, rows_max, xg); break;
+    case MR_TYPE_Q6_K: xs_launch<MR_TYPE_Q6_K, 4, 1, true>(c, a, rows_max, xg); break;
+    case MR_TYPE_IQ4_XS: xs_launch<MR_TYPE_IQ4_XS, 4, 1, true>(c, a, rows_max, xg); break;
+    default: xs_launch<MR_TYPE_Q8_0, 4, 1, true>(c, a, rows_max, xg); break; /* xs_has */
+    }
+    return true;
+}
+
 /* Lets every instance of type T ask for optin bytes of shared memory. */
 template <int T>
 static bool xs_optin(int optin)
@@ -278,7 +333,8 @@ static bool xs_optin(int optin)
     return cudaFuncSetAttribute(k_mvx24<T, X::R1, 1>, at, optin) == cudaSuccess &&
            cudaFuncSetAttribute(k_mvx24<T, X::R2, 2>, at, optin) == cudaSuccess &&
            cudaFuncSetAttribute(k_mvx24<T, X::R4, 4>, at, optin) == cudaSuccess &&
-           cudaFuncSetAttribute(k_mvx24<T, X::R8, 8>, at, optin) == cudaSuccess;
+           cudaFuncSetAttribute(k_mvx24<T, X::R8, 8>, at, optin) == cudaSuccess &&
+           cudaFuncSetAttribute(k_mvx24<T, 4, 1, true>, at, optin) == cudaSuccess;
 }
 
 /* At backend creation: the shared memory a launch may ask for (several
