@@ -423,7 +423,7 @@ static void run_att(void *p)
 }
 
 static void bench_attn_shape(mr_backend *be[2], const char *const label[2], int heads, int kvh, int D, int start,
-                             int n, int iters)
+                             int n, mr_kv_dtype dtype, int iters)
 {
     mr_err err;
     const int bt = 16, P = start + n, nblk = (P + bt - 1) / bt;
@@ -440,19 +440,31 @@ static void bench_attn_shape(mr_backend *be[2], const char *const label[2], int 
     for (size_t i = 0; i < (kvn > qn ? kvn : qn); i++) h[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
     const double ctx = start + (n + 1) / 2.0;
     const double flop = 4.0 * n * ctx * D * heads;
+    /* the cache's bytes: float32 as they are, 16-bit types converted */
+    const size_t esz = dtype == MR_KV_F32 ? 4 : 2;
+    uint16_t *h16 = NULL;
+    if (esz == 2) {
+        h16 = malloc(kvn * 2);
+        if (!h16) {
+            fprintf(stderr, "bench attention: host memory\n");
+            exit(1);
+        }
+        for (size_t i = 0; i < kvn; i++) h16[i] = dtype == MR_KV_F16 ? mr_f32_to_f16(h[i]) : mr_f32_to_bf16(h[i]);
+    }
+    const void *kvh_src = esz == 2 ? (const void *)h16 : (const void *)h;
     double t[2] = {0, 0};
     for (int b = 0; b < 2; b++) {
         mr_kv_cache kv = {.n_layers = 1, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh,
-                          .head_dim = D, .dtype = MR_KV_F32};
+                          .head_dim = D, .dtype = dtype};
         if (be[b]->kv_create(be[b], &kv, &err)) {
             printf("attn     skipped h=%d/%d D=%d start=%d n=%d: %s\n", heads, kvh, D, start, n, err.msg);
-            free(h); free(tab); free(pos);
+            free(h); free(h16); free(tab); free(pos);
             return;
         }
         int32_t *dt = be[b]->alloc(be[b], (size_t)nblk * 4), *dp = be[b]->alloc(be[b], (size_t)n * 4);
         float *dq = be[b]->alloc(be[b], qn * 4), *dout = be[b]->alloc(be[b], qn * 4);
-        if (!dt || !dp || !dq || !dout || be[b]->upload(be[b], kv.k[0], h, kvn * 4, &err) ||
-            be[b]->upload(be[b], kv.v[0], h, kvn * 4, &err) ||
+        if (!dt || !dp || !dq || !dout || be[b]->upload(be[b], kv.k[0], kvh_src, kvn * esz, &err) ||
+            be[b]->upload(be[b], kv.v[0], kvh_src, kvn * esz, &err) ||
             be[b]->upload(be[b], dt, tab, (size_t)nblk * 4, &err) ||
             be[b]->upload(be[b], dp, pos, (size_t)n * 4, &err) || be[b]->upload(be[b], dq, h, qn * 4, &err)) {
             fprintf(stderr, "bench attention: device memory\n");
@@ -466,14 +478,15 @@ static void bench_attn_shape(mr_backend *be[2], const char *const label[2], int 
             exit(1);
         }
         t[b] = median3(r);
-        printf("attn-%-4s h=%d/%d D=%d start=%-6d n=%-4d %10.1f us %7.1f TFLOP/s %7.1f GB/s of K/V\n", label[b],
-               heads, kvh, D, start, n, t[b] * 1e6, flop / t[b] / 1e12, 2.0 * 4 * ctx * kvdim / t[b] / 1e9);
+        printf("attn-%-4s h=%d/%d D=%d %s start=%-6d n=%-4d %10.1f us %7.1f TFLOP/s %7.1f GB/s of K/V\n", label[b],
+               heads, kvh, D, esz == 4 ? "f32" : dtype == MR_KV_F16 ? "f16" : "bf16", start, n, t[b] * 1e6,
+               flop / t[b] / 1e12, 2.0 * (double)esz * ctx * kvdim / t[b] / 1e9);
         be[b]->free(be[b], dt); be[b]->free(be[b], dp); be[b]->free(be[b], dq); be[b]->free(be[b], dout);
         be[b]->kv_destroy(be[b], &kv);
     }
     printf("attn     h=%d/%d D=%d start=%d n=%d: %s %.2fx %s\n", heads, kvh, D, start, n, label[1], t[0] / t[1],
            label[0]);
-    free(h); free(tab); free(pos);
+    free(h); free(h16); free(tab); free(pos);
 }
 
 /* Qwen3-30B-A3B (32 heads over 4 KV heads, D 128): a 512-token prompt and
@@ -494,11 +507,11 @@ static int bench_attn(int iters)
     }
     int it = iters / 20 > 2 ? iters / 20 : 2;
     static const char *const lab[2] = {"f32", "tc"};
-    bench_attn_shape(be, lab, 32, 4, 128, 0, 512, it);
-    bench_attn_shape(be, lab, 32, 4, 128, 4604, 256, it);
-    bench_attn_shape(be, lab, 32, 4, 128, 0, 4096, 2);
-    bench_attn_shape(be, lab, 16, 2, 256, 0, 512, it);
-    bench_attn_shape(be, lab, 16, 2, 256, 65536, 512, 2);
+    bench_attn_shape(be, lab, 32, 4, 128, 0, 512, MR_KV_F32, it);
+    bench_attn_shape(be, lab, 32, 4, 128, 4604, 256, MR_KV_F32, it);
+    bench_attn_shape(be, lab, 32, 4, 128, 0, 4096, MR_KV_F32, 2);
+    bench_attn_shape(be, lab, 16, 2, 256, 0, 512, MR_KV_F32, it);
+    bench_attn_shape(be, lab, 16, 2, 256, 65536, 512, MR_KV_F32, 2);
     be[1]->destroy(be[1]);
     be[0]->destroy(be[0]);
     return 0;
@@ -520,12 +533,16 @@ static int bench_attn_decode(int iters)
         return 1;
     }
     static const char *const lab[2] = {"head", "gqa"};
-    static const struct { int heads, kvh, D, start, n; } sh[] = {
-        {32, 8, 128, 1023, 1},  {32, 8, 128, 16383, 1}, {32, 4, 128, 16383, 1}, {32, 4, 128, 1023, 16},
-        {16, 2, 256, 8191, 1},  {16, 2, 256, 65535, 1}, {16, 2, 256, 262143, 1}, {16, 2, 256, 65535, 4},
+    static const struct { int heads, kvh, D, start, n; mr_kv_dtype dt; } sh[] = {
+        {32, 8, 128, 1023, 1, MR_KV_F32},  {32, 8, 128, 16383, 1, MR_KV_F32}, {32, 4, 128, 16383, 1, MR_KV_F32},
+        {32, 4, 128, 1023, 16, MR_KV_F32}, {16, 2, 256, 8191, 1, MR_KV_F32},  {16, 2, 256, 65535, 1, MR_KV_F32},
+        {16, 2, 256, 262143, 1, MR_KV_F32}, {16, 2, 256, 65535, 4, MR_KV_F32},
+        /* float16 and bfloat16 caches (--kv-dtype): half the bytes */
+        {32, 8, 128, 16383, 1, MR_KV_F16}, {16, 2, 256, 65535, 1, MR_KV_F16}, {16, 2, 256, 262143, 1, MR_KV_F16},
+        {16, 2, 256, 262143, 1, MR_KV_BF16},
     };
     for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
-        bench_attn_shape(be, lab, sh[i].heads, sh[i].kvh, sh[i].D, sh[i].start, sh[i].n, iters);
+        bench_attn_shape(be, lab, sh[i].heads, sh[i].kvh, sh[i].D, sh[i].start, sh[i].n, sh[i].dt, iters);
     be[1]->destroy(be[1]);
     be[0]->destroy(be[0]);
     return 0;
