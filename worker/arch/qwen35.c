@@ -401,22 +401,26 @@ static void linear_attention(mr_model *m, int il, const mr_fwd_seg *segs, int n_
     struct mr_q35 *q = m->q35;
     const mr_q35_layer *Q = &q->layers[il];
 
-    mr_fwd_matmul(m, &Q->wqkv, sc->xn, q->qkv, n);
-    mr_fwd_matmul(m, &Q->wz, sc->xn, q->z, n);
-    mr_fwd_matmul(m, &Q->walpha, sc->xn, q->alpha, n);
-    mr_fwd_matmul(m, &Q->wbeta, sc->xn, q->beta, n);
     size_t cd = (size_t)q->conv_dim, nv = (size_t)hp->ssm_dt_rank, di = (size_t)hp->ssm_d_inner;
-    if (q->rec_n) { /* armed (mr_qwen35_forward_segs checked the call's shape) */
+    /* the recurrent inputs go to scratch, or, in an armed call
+     * (mr_qwen35_forward_segs checked its shape), straight to the layer's
+     * part of the replay buffer, which mr_qwen35_rec_replay reads */
+    float *qkv = q->qkv, *alpha = q->alpha, *beta = q->beta;
+    if (q->rec_n) {
         float *part = q->rec + (size_t)il * q->rec_stride;
         size_t rr = (size_t)q->rec_rows;
-        be->copy_2d(be, part, (int)cd, q->qkv, (int)cd, n, (int)cd);
-        be->copy_2d(be, part + rr * cd, (int)nv, q->alpha, (int)nv, n, (int)nv);
-        be->copy_2d(be, part + rr * (cd + nv), (int)nv, q->beta, (int)nv, n, (int)nv);
+        qkv = part;
+        alpha = part + rr * cd;
+        beta = part + rr * (cd + nv);
     }
+    mr_fwd_matmul(m, &Q->wqkv, sc->xn, qkv, n);
+    mr_fwd_matmul(m, &Q->wz, sc->xn, q->z, n);
+    mr_fwd_matmul(m, &Q->walpha, sc->xn, alpha, n);
+    mr_fwd_matmul(m, &Q->wbeta, sc->xn, beta, n);
     for (int i = 0; i < n_segs; i++) {
         const mr_fwd_seg *g = &segs[i];
         size_t r = (size_t)g->start;
-        recurrent_rows(m, Q, g->s, q->qkv + r * cd, q->alpha + r * nv, q->beta + r * nv, g->n, q->conv + r * cd,
+        recurrent_rows(m, Q, g->s, qkv + r * cd, alpha + r * nv, beta + r * nv, g->n, q->conv + r * cd,
                        q->o + r * di);
     }
     /* gated RMSNorm per value head: rmsnorm(o) * w * silu(z) */
