@@ -530,6 +530,19 @@ static void check_matmul_id(const tdesc *td, int64_t cols, int64_t rows, int mat
     check_matmul_id_route(td, cols, rows, mats, k, xs, n, ROUTE_MIX);
 }
 
+/* n tokens' k expert ids of mats (random routing), on the host (returned,
+ * NULL when mats is 1: a plain product) and in be's memory (*dev). */
+static int32_t *random_ids(mr_backend *be, int n, int k, int mats, int32_t **dev)
+{
+    *dev = NULL;
+    if (mats <= 1)
+        return NULL;
+    int32_t *ids = malloc((size_t)n * k * 4);
+    make_ids(ids, n, k, mats, ROUTE_RANDOM);
+    *dev = dup_to(be, ids, (size_t)n * k * 4);
+    return ids;
+}
+
 /* Consecutive matmuls over one input (q/k/v, gate/up; matmul_id at one
  * token with shared ids) that the op recorder sends as one launch: each
  * output against float64 math, and bit for bit against the same calls made
@@ -545,12 +558,7 @@ static void check_matmul_multi(const int *types, const int64_t *rows, int m, int
     size_t xn = (size_t)n * cols, yn[3];
     float *x = malloc(xn * 4);
     for (size_t i = 0; i < xn; i++) x[i] = fgauss();
-    int32_t *ids = NULL, *dids = NULL;
-    if (mats > 1) {
-        ids = malloc((size_t)P * 4);
-        make_ids(ids, n, k, mats, ROUTE_RANDOM);
-        dids = dup_to(gpu, ids, (size_t)P * 4);
-    }
+    int32_t *dids, *ids = random_ids(gpu, n, k, mats, &dids);
     float *dx = dup_to(gpu, x, xn * 4), *dy[3], *dz[3];
     char shape[96];
     int len = snprintf(shape, sizeof shape, "%dx", m);
@@ -674,12 +682,7 @@ static void check_glu(mr_backend *be, const char *tag, int type, int64_t rows, i
     const size_t xn = (size_t)n * cols, yn = (size_t)P * rows;
     float *x = malloc(xn * 4);
     for (size_t i = 0; i < xn; i++) x[i] = fgauss();
-    int32_t *ids = NULL, *dids = NULL;
-    if (mats > 1) {
-        ids = malloc((size_t)P * 4);
-        make_ids(ids, n, k, mats, ROUTE_RANDOM);
-        dids = dup_to(be, ids, (size_t)P * 4);
-    }
+    int32_t *dids, *ids = random_ids(be, n, k, mats, &dids);
     float *dx = dup_to(be, x, xn * 4);
     float *got[2][3];
     long fused[2];
@@ -1532,121 +1535,6 @@ static void check_moe(int n, int E, int k, bool norm, bool ties)
     report_rel("moe_combine", shape, o, ro, (size_t)n * rows, 1e-6);
     gpu->free(gpu, dl); gpu->free(gpu, dw); gpu->free(gpu, di); gpu->free(gpu, dy); gpu->free(gpu, dout);
     free(l); free(rid); free(gid); free(rw); free(gw); free(y); free(o); free(ro);
-}
-
-/* A mixture layer's end: moe_combine into proj, add(res, proj), then
- * rmsnorm(res) into out, as the forward pass calls them.  Recorded in one
- * run the op recorder makes them one kernel (the combine count of fused_ops);
- * with a sync after the combine they run apart.  Both must give the same
- * bits in out, res and proj, and out must match a double reference. */
-static void check_combine_norm(int n, int k, int dim)
-{
-    const size_t en = (size_t)n * k * dim, rn = (size_t)n * dim, wn = (size_t)n * k;
-    float *ey = malloc(en * 4), *ew = malloc(wn * 4), *res = malloc(rn * 4), *nw = malloc(dim * 4);
-    for (size_t i = 0; i < en; i++) ey[i] = fgauss();
-    for (size_t i = 0; i < wn; i++) ew[i] = frand() * 0.5f + 0.5f;
-    for (size_t i = 0; i < rn; i++) res[i] = fgauss() * 2;
-    for (int i = 0; i < dim; i++) nw[i] = 1.0f + 0.1f * fgauss();
-    const float eps = 1e-6f;
-    double *ref = malloc(rn * 8);
-    for (int t = 0; t < n; t++) {
-        double ss = 0;
-        float *row = malloc(dim * 4);
-        for (int r = 0; r < dim; r++) {
-            float s = 0.0f;
-            for (int j = 0; j < k; j++) s = fmaf(ew[t * k + j], ey[((size_t)t * k + j) * dim + r], s);
-            row[r] = res[(size_t)t * dim + r] + s;
-            ss += (double)row[r] * row[r];
-        }
-        const double inv = 1.0 / sqrt(ss / dim + eps);
-        for (int r = 0; r < dim; r++) ref[(size_t)t * dim + r] = row[r] * inv * nw[r];
-        free(row);
-    }
-    float *dey = dup_to(gpu, ey, en * 4), *dew = dup_to(gpu, ew, wn * 4), *dnw = dup_to(gpu, nw, dim * 4);
-    float *got[2][3];
-    long fused[2];
-    for (int apart = 0; apart < 2; apart++) {
-        float *dres = dup_to(gpu, res, rn * 4), *dproj = dalloc(gpu, rn * 4), *dout = dalloc(gpu, rn * 4);
-        poison(gpu, dproj, rn * 4);
-        poison(gpu, dout, rn * 4);
-        const long f0 = fused_ops(gpu).combine;
-        gpu->moe_combine(gpu, dey, dew, n, k, dim, dproj);
-        if (apart && gpu->sync(gpu, &err)) die("sync");
-        gpu->add(gpu, dres, dproj, rn);
-        gpu->rmsnorm(gpu, dres, dnw, dout, n, dim, eps);
-        if (gpu->sync(gpu, &err)) die("sync");
-        fused[apart] = fused_ops(gpu).combine - f0;
-        const float *src[3] = {dout, dres, dproj};
-        for (int b = 0; b < 3; b++) {
-            got[apart][b] = malloc(rn * 4);
-            fetch(gpu, got[apart][b], src[b], rn * 4);
-        }
-        gpu->free(gpu, dres); gpu->free(gpu, dproj); gpu->free(gpu, dout);
-    }
-    char shape[64];
-    snprintf(shape, sizeof shape, "n=%d k=%d dim=%d", n, k, dim);
-    report("combine_norm-fused", shape, (double)(fused[0] != 1 || fused[1] != 0), 0, 0.0);
-    report_rel("combine_norm", shape, got[0][0], ref, rn, 1e-6);
-    report_f("combine_norm-vs-apart", shape, got[0][0], got[1][0], rn, 0.0);
-    report_f("combine_norm-res", shape, got[0][1], got[1][1], rn, 0.0);
-    report_f("combine_norm-proj", shape, got[0][2], got[1][2], rn, 0.0);
-    for (int a = 0; a < 2; a++)
-        for (int b = 0; b < 3; b++) free(got[a][b]);
-    gpu->free(gpu, dey); gpu->free(gpu, dew); gpu->free(gpu, dnw);
-    free(ey); free(ew); free(res); free(nw); free(ref);
-}
-
-/* A mixture layer's router: a one-token product of E rows, then moe_route
- * of its logits.  Recorded back to back the op recorder runs them as one
- * launch whose last block routes (the route count of fused_ops, expected
- * 1 a run); apart with a sync between.  Logits, ids and weights must be
- * the same bits; three fused runs in a row check that the launch leaves
- * its count of finished blocks ready for the next one. */
-static void check_route_fused(int type, int E, int k, int64_t cols, bool norm)
-{
-    const tdesc *td = td_of(type);
-    tweight w;
-    tw_make(&w, td, cols, E, 1);
-    float *x = malloc(cols * 4);
-    for (int64_t i = 0; i < cols; i++) x[i] = fgauss();
-    float *dx = dup_to(gpu, x, cols * 4);
-    float *l[4], *wt[4];
-    int32_t *id[4];
-    long fused[4];
-    for (int run = 0; run < 4; run++) { /* 0..2 fused, 3 apart */
-        float *dl = dalloc(gpu, E * 4), *dw = dalloc(gpu, k * 4);
-        int32_t *di = dalloc(gpu, k * 4);
-        poison(gpu, dl, E * 4);
-        poison(gpu, dw, k * 4);
-        poison(gpu, di, k * 4);
-        const long f0 = fused_ops(gpu).route;
-        gpu->matmul(gpu, &w.g, dx, dl, 1);
-        if (run == 3 && gpu->sync(gpu, &err)) die("sync");
-        gpu->moe_route(gpu, dl, 1, E, k, norm, di, dw);
-        if (gpu->sync(gpu, &err)) die("sync");
-        fused[run] = fused_ops(gpu).route - f0;
-        l[run] = malloc(E * 4);
-        wt[run] = malloc(k * 4);
-        id[run] = malloc(k * 4);
-        fetch(gpu, l[run], dl, E * 4);
-        fetch(gpu, wt[run], dw, k * 4);
-        fetch(gpu, id[run], di, k * 4);
-        gpu->free(gpu, dl); gpu->free(gpu, dw); gpu->free(gpu, di);
-    }
-    size_t diff = 0;
-    for (int run = 0; run < 3; run++)
-        diff += (size_t)(memcmp(l[run], l[3], E * 4) != 0) + (size_t)(memcmp(wt[run], wt[3], k * 4) != 0) +
-                (size_t)(memcmp(id[run], id[3], k * 4) != 0);
-    char shape[80];
-    snprintf(shape, sizeof shape, "%s E=%d k=%d x%lld%s", td->name, E, k, (long long)cols, norm ? " norm" : "");
-    report("route_fused-vs-apart", shape, (double)diff, 0, 0.0);
-    /* the second and third runs may replay a graph of the first (same
-     * buffers): they run the fused kernel without being recorded again */
-    report("route_fused-launches", shape, (double)(labs(fused[0] - 1) + labs(fused[3])), 0, 0.0);
-    for (int run = 0; run < 4; run++) { free(l[run]); free(wt[run]); free(id[run]); }
-    tw_free(&w);
-    gpu->free(gpu, dx);
-    free(x);
 }
 
 static void check_argmax(int n, int dim, bool ties)
@@ -3415,12 +3303,6 @@ static void check_ops(int parts)
     check_moe(5, 128, 8, true, false);
     check_moe(5, 128, 8, false, true);
     check_moe(3, 60, 4, false, false);
-    check_combine_norm(1, 8, 2048);
-    check_combine_norm(3, 8, 2048);
-    check_combine_norm(2, 4, 300);
-    check_route_fused(MR_TYPE_F32, 128, 8, 2048, true);
-    check_route_fused(MR_TYPE_F32, 256, 8, 2048, true);
-    check_route_fused(MR_TYPE_BF16, 60, 4, 1024, false);
     check_argmax(1, 151936, false);
     check_argmax(4, 1024, true);
     check_argmax(3, 17, false);
@@ -3451,12 +3333,7 @@ int main(int argc, char **argv)
     setenv("MEMRA_CUDA_MATVEC", "f32", 1);
     setenv("MEMRA_CUDA_GEMM", "f16", 1);
     setenv("MEMRA_CUDA_ATTN", "f32", 1);
-    /* the op fusions that are off by default, so that their lines run */
-    setenv("MEMRA_CUDA_FUSE_COMBINE", "1", 1);
-    setenv("MEMRA_CUDA_FUSE_ROUTE", "1", 1);
     gpu = mr_backend_cuda_create(0, &err);
-    unsetenv("MEMRA_CUDA_FUSE_COMBINE");
-    unsetenv("MEMRA_CUDA_FUSE_ROUTE");
     if (!gpu) die("cuda");
     unsetenv("MEMRA_CUDA_MATVEC");
     gpu_x24 = mr_backend_cuda_create(0, &err);

@@ -47,8 +47,6 @@ struct rec_op {
         struct { float *y; const float *x; size_t n; } add;
         struct { const float *l; int n, ne, k; bool norm; int32_t *ids; float *w; } moe_route;
         struct { const float *y, *w; int n, k, rows; float *out; } moe_combine;
-        /* OP_COMBINE_ADD_RMSNORM: moe_combine into proj, add(res, proj), rmsnorm(res) */
-        struct { const float *ey, *ew; int k; float *proj, *res; const float *w; float *out; int n_rows, dim; float eps; } comb_norm;
         struct { const float *x; int n, dim; int32_t *ids; } argmax;
         struct { float *dst; int ds; const float *src; int ss, n_rows, dim; } copy_2d;
         struct { float *y; const float *g; int n_rows, dim, gs; bool scalar; } sigmoid_mul;
@@ -82,13 +80,6 @@ struct mr_cu_auto {
     const float *add_x = NULL;
     size_t add_n = 0;
     long fused = 0;
-    /* the last recorded moe_combine (a combine, add, rmsnorm run becomes one
-     * kernel; MEMRA_CUDA_FUSE_COMBINE=1 turns it on: off by default, its one
-     * block a token reads every expert's row and was slower than the two
-     * launches on the H200, docs/PERFORMANCE.md) */
-    bool fuse_combine = false;
-    size_t comb_sig_at = 0;
-    long comb_fused = 0;
     /* consecutive matmuls over one input share a launch (q/k/v, gate/up;
      * MEMRA_CUDA_FUSE_MV=0 turns it off); launches saved so far */
     bool fuse_mv = true;
@@ -101,18 +92,13 @@ struct mr_cu_auto {
      * (MEMRA_CUDA_FUSE_GLU=0 turns it off) */
     bool fuse_glu = true;
     long glu_fused = 0;
-    /* a router product and the routing of its logits in one launch
-     * (MEMRA_CUDA_FUSE_ROUTE=1 turns it on: off by default, no gain measured
-     * on the H200, docs/PERFORMANCE.md) */
-    bool fuse_route = false;
-    long route_fused = 0;
 };
 
 enum { OP_GET_ROWS = 1, OP_MATMUL, OP_MATMUL_ID, OP_RMSNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION,
        OP_KV_STORE_MULTI, OP_ATTENTION_MULTI,
        OP_SWIGLU, OP_ADD, OP_MOE_ROUTE, OP_MOE_COMBINE, OP_ARGMAX, OP_ADD_RMSNORM, OP_COPY_2D,
        OP_SIGMOID_MUL, OP_CONV1D_SILU, OP_GDN_SCAN, OP_QK_NORM_ROPE, OP_SAMPLE, OP_QK_NORM_ROPE_KV,
-       OP_MATMUL_PROMPT, OP_MATMUL_ID_PROMPT, OP_ATTENTION_PROMPT, OP_COMBINE_ADD_RMSNORM };
+       OP_MATMUL_PROMPT, OP_MATMUL_ID_PROMPT, OP_ATTENTION_PROMPT };
 
 #define MAX_GRAPHS 8
 
@@ -224,14 +210,6 @@ static void run_op(mr_cu_auto *a, mr_backend *be, const rec_op &o)
     case OP_MOE_COMBINE: {
         auto &p = o.u.moe_combine;
         r.moe_combine(be, p.y, p.w, p.n, p.k, p.rows, p.out);
-        break;
-    }
-    case OP_COMBINE_ADD_RMSNORM: {
-        auto &p = o.u.comb_norm;
-        if (!mr_cu_combine_add_rmsnorm(be, p.ey, p.ew, p.k, p.proj, p.res, p.w, p.out, p.n_rows, p.dim, p.eps)) {
-            r.moe_combine(be, p.ey, p.ew, p.n_rows, p.k, p.dim, p.proj);
-            r.add_rmsnorm(be, p.res, p.proj, p.w, p.out, p.n_rows, p.dim, p.eps);
-        }
         break;
     }
     case OP_ARGMAX: { auto &p = o.u.argmax; r.argmax(be, p.x, p.n, p.dim, p.ids); break; }
@@ -382,29 +360,6 @@ static size_t run_glu(mr_cu_auto *a, mr_backend *be, size_t i)
     return 3;
 }
 
-/* Ops i, i+1: a one-token product and the routing of its logits (a
- * mixture layer's router): one launch whose last block routes
- * (mr_cu_matmul_route).  Returns 2, or 0. */
-static size_t run_route(mr_cu_auto *a, mr_backend *be, size_t i)
-{
-    if (!a->fuse_route || i + 1 >= a->ops.size() || a->ops[i].op != OP_MATMUL ||
-        a->ops[i + 1].op != OP_MOE_ROUTE)
-        return 0;
-    const auto &p = a->ops[i].u.matmul;
-    const auto &r = a->ops[i + 1].u.moe_route;
-    if (p.n != 1 || r.n != 1 || r.l != p.y || !p.w || r.ne != p.w->rows)
-        return 0;
-    const size_t yb = (size_t)p.w->rows * sizeof(float), xb = (size_t)p.w->cols * sizeof(float);
-    const size_t ib = (size_t)r.k * sizeof(int32_t), wb = (size_t)r.k * sizeof(float);
-    if (overlap(r.ids, ib, p.y, yb) || overlap(r.w, wb, p.y, yb) || overlap(r.ids, ib, p.x, xb) ||
-        overlap(r.w, wb, p.x, xb) || overlap(r.ids, ib, r.w, wb) || overlap(p.y, yb, p.x, xb))
-        return 0;
-    if (!mr_cu_matmul_route(be, p.w, p.x, p.y, 1, r.k, r.norm, r.ids, r.w))
-        return 0;
-    a->route_fused++;
-    return 2;
-}
-
 /* Runs the recorded ops on the stream (or into a capture); with the
  * profile on, times each with events (a shared launch is timed as its first
  * op, whose label says so, and its other ops as nothing). */
@@ -418,8 +373,6 @@ static void run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
         cudaEventRecord(ev[0], st);
     for (size_t i = 0; i < n;) {
         size_t used = run_glu(a, be, i);
-        if (!used)
-            used = run_route(a, be, i);
         if (!used)
             used = run_multi(a, be, i);
         if (used && timed)
@@ -616,40 +569,6 @@ static void w_matmul_id_prompt(mr_backend *be, const mr_weight *w, const float *
 static void w_add_rmsnorm(mr_backend *be, float *y, const float *x, const float *w, float *out,
                           int n_rows, int dim, float eps);
 
-/* The add just folded into an add_rmsnorm added a moe_combine's output
- * recorded straight before it (the mixture layer's end): the three become
- * one kernel that still writes the combine's output.  The signature keeps
- * all three ops.  False: nothing changed. */
-static bool fuse_combine(mr_cu_auto *a, float *res, const float *proj, const float *w, float *out, int n_rows,
-                         int dim, float eps)
-{
-    if (!a->fuse_combine || a->ops.empty() || a->ops.back().op != OP_MOE_COMBINE ||
-        a->comb_sig_at >= a->sig.size())
-        return false;
-    const auto p = a->ops.back().u.moe_combine;
-    if (p.out != proj || p.n != n_rows || p.rows != dim)
-        return false;
-    const size_t rb = (size_t)n_rows * (size_t)dim * sizeof(float);
-    /* the residual and the normalised rows may not be the combine's inputs */
-    const size_t eb = rb * (size_t)p.k, wb = (size_t)n_rows * (size_t)p.k * sizeof(float);
-    if (overlap(res, rb, p.y, eb) || overlap(out, rb, p.y, eb) || overlap(res, rb, p.w, wb) ||
-        overlap(out, rb, p.w, wb) || overlap(res, rb, proj, rb))
-        return false;
-    rec_op &o = a->ops.back();
-    o.op = OP_COMBINE_ADD_RMSNORM;
-    o.u.comb_norm = {p.y, p.w, p.k, p.out, res, w, out, n_rows, dim, eps};
-    /* the combine's signature stays as recorded; the add's and the norm's follow */
-    sig_only(a, OP_ADD);
-    sp(a->sig, res); sp(a->sig, proj); sp(a->sig, (size_t)n_rows * (size_t)dim);
-    sig_only(a, OP_RMSNORM);
-    sp(a->sig, (const float *)res); sp(a->sig, w); sp(a->sig, out); sp(a->sig, n_rows); sp(a->sig, dim);
-    sp(a->sig, eps);
-    a->last_op = 0;
-    if (a->prof && !a->labels.empty()) a->labels.back() += " + add_rmsnorm";
-    a->comb_fused++;
-    return true;
-}
-
 static void w_rmsnorm(mr_backend *be, const float *x, const float *w, float *y, int n_rows,
                       int dim, float eps)
 {
@@ -666,8 +585,6 @@ static void w_rmsnorm(mr_backend *be, const float *x, const float *w, float *y, 
         a->sig.resize(a->add_sig_at);
         a->last_op = 0;
         a->fused++;
-        if (fuse_combine(a, ry, rx, w, y, n_rows, dim, eps))
-            return;
         return w_add_rmsnorm(be, ry, rx, w, y, n_rows, dim, eps);
     }
     rec(be, OP_RMSNORM).u.rmsnorm = {x, w, y, n_rows, dim, eps};
@@ -853,7 +770,6 @@ static void w_moe_combine(mr_backend *be, const float *y, const float *w, int n,
 {
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be)) return a->real.moe_combine(be, y, w, n, k, rows, out);
-    a->comb_sig_at = a->sig.size();
     rec(be, OP_MOE_COMBINE).u.moe_combine = {y, w, n, k, rows, out};
     sp(a->sig, y); sp(a->sig, w); sp(a->sig, n); sp(a->sig, k); sp(a->sig, rows); sp(a->sig, out);
     label(a, "moe_combine n=%d k=%d", n, k);
@@ -939,12 +855,8 @@ void mr_cu_autograph_install(mr_backend *be)
     c->ag->fuse_mv = !(fm && !strcmp(fm, "0"));
     const char *fk = getenv("MEMRA_CUDA_FUSE_KV");
     c->ag->fuse_kv = !(fk && !strcmp(fk, "0"));
-    const char *fc = getenv("MEMRA_CUDA_FUSE_COMBINE");
-    c->ag->fuse_combine = fc && !strcmp(fc, "1");
     const char *fg = getenv("MEMRA_CUDA_FUSE_GLU");
     c->ag->fuse_glu = !(fg && !strcmp(fg, "0"));
-    const char *fr = getenv("MEMRA_CUDA_FUSE_ROUTE");
-    c->ag->fuse_route = fr && !strcmp(fr, "1");
     be->get_rows = w_get_rows;
     be->matmul = w_matmul;
     be->matmul_id = w_matmul_id;
@@ -983,10 +895,9 @@ void mr_cu_autograph_free(mr_backend *be)
         for (auto &t : c->ag->totals) all += t.second.first;
         fprintf(stderr,
                 "cuda op profile (event-timed, no graphs): %.3f ms in all; %ld add+rmsnorm fused; "
-                "%ld matvec launches saved by sharing; %ld K/V stores in qk_norm_rope; %ld combines in add_rmsnorm; "
-                "%ld swiglus in their products; %ld routes in their products\n",
-                all, c->ag->fused, c->ag->mv_fused, c->ag->kv_fused, c->ag->comb_fused, c->ag->glu_fused,
-                c->ag->route_fused);
+                "%ld matvec launches saved by sharing; %ld K/V stores in qk_norm_rope; %ld swiglus in their "
+                "products\n",
+                all, c->ag->fused, c->ag->mv_fused, c->ag->kv_fused, c->ag->glu_fused);
         std::vector<std::pair<double, std::string>> v;
         for (auto &t : c->ag->totals) v.push_back({t.second.first, t.first});
         std::sort(v.rbegin(), v.rend());
@@ -1025,8 +936,6 @@ extern "C" void mr_cu_autograph_fusions(mr_backend *be, mr_cu_fusions *f)
     f->mv = c->ag->mv_fused;
     f->kv = c->ag->kv_fused;
     f->glu = c->ag->glu_fused;
-    f->combine = c->ag->comb_fused;
-    f->route = c->ag->route_fused;
 }
 
 extern "C" long mr_cu_autograph_nodes(mr_backend *be)

@@ -325,7 +325,6 @@ static void cu_destroy(mr_backend *be)
         if (c->scratch_act.p) cudaFree(c->scratch_act.p);
         if (c->scratch_moe.p) cudaFree(c->scratch_moe.p);
         if (c->scratch_grp.p) cudaFree(c->scratch_grp.p);
-        if (c->scratch_route.p) cudaFree(c->scratch_route.p);
         if (c->scratch_q8.p) cudaFree(c->scratch_q8.p);
         if (c->scratch_x24.p) cudaFree(c->scratch_x24.p);
         if (c->cublas) cublasDestroy(c->cublas);

@@ -26,10 +26,9 @@ double mr_cuda_time(struct mr_backend *be, void (*fn)(void *), void *arg, int wa
 void mr_cu_autograph_stats(struct mr_backend *be, long *captures, long *replays);
 /* Ops so far that ran inside another op's launch: matmuls sharing a launch
  * over one input (q/k/v, gate/up), K/V stores inside the qk_norm_rope
- * before them, swiglus inside their gate/up launch, moe_combine + add +
- * rmsnorm runs made one kernel, router products whose last block routed. */
+ * before them, swiglus inside their gate/up launch. */
 typedef struct mr_cu_fusions {
-    long mv, kv, glu, combine, route;
+    long mv, kv, glu;
 } mr_cu_fusions;
 void mr_cu_autograph_fusions(struct mr_backend *be, mr_cu_fusions *f);
 /* Nodes (kernels, copies) of the last graph it captured; 0 before any. */

@@ -34,6 +34,7 @@ struct mr_cu_auto; /* cu_autograph.cu */
 #define MR_CU_X24_FITS 32
 struct mr_cu_x24_fit {
     int type, nt, warps;
+    bool glu; /* the gate/up + SwiGLU instance */
     size_t smem;
     int blocks;
 };
@@ -64,7 +65,6 @@ struct mr_cu_ctx {
     mr_cu_buf scratch_act;  /* activation scratch (quantized x, GEMM operands) */
     mr_cu_buf scratch_moe;  /* expert GEMM: row map and padded outputs */
     mr_cu_buf scratch_grp;  /* decode expert products: pairs grouped by expert (cu_fast.cu) */
-    mr_cu_buf scratch_route; /* the router product's count of finished blocks (mr_cu_matmul_route) */
     bool matvec_q8;         /* int8-activation matvec (cu_mvq8.cu), MEMRA_CUDA_MATVEC=q8 */
     int matvec_x24;         /* 22-bit-activation matvec (cu_mvx24.cu): 0 off (MEMRA_CUDA_MATVEC=f32
                                or q8), 1 where it wins (default, =x24), 2 wherever it can (=x24all) */
@@ -146,6 +146,11 @@ __device__ __forceinline__ void mr_warp_scan2(int *a, int *b)
     }
 }
 
+/* silu(g) * u: the swiglu op's expression, shared by every kernel that
+ * writes it (k_swiglu and the gate/up products that fuse it), so all of
+ * them give the same floats. */
+__device__ __forceinline__ float mr_silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 __device__ __forceinline__ float mr_warp_sum(float v)
 {
 #pragma unroll
@@ -160,63 +165,6 @@ __device__ __forceinline__ float mr_warp_max(float v)
     for (int o = 16; o > 0; o >>= 1)
         v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
-}
-
-/* MoE routing of one token by one warp (the moe_route op): experts e =
- * lane + 32 i, ranked by logit (softmax is monotonic), ties to the lower
- * id; weights the softmax probabilities, renormalised to sum 1 when norm.
- * The logits are read through L2 (a fused caller reads what other blocks
- * of its grid wrote). */
-#define MR_ROUTE_MAX_PER_LANE 16
-__device__ __forceinline__ void mr_moe_route_warp(const float *l, int n_expert, int k, bool norm, int32_t *ids,
-                                                  float *weights, int lane)
-{
-    float v[MR_ROUTE_MAX_PER_LANE];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < MR_ROUTE_MAX_PER_LANE; i++) {
-        int e = lane + 32 * i;
-        v[i] = e < n_expert ? __ldcg(l + e) : -INFINITY;
-        mx = fmaxf(mx, v[i]);
-    }
-    mx = mr_warp_max(mx);
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < MR_ROUTE_MAX_PER_LANE; i++)
-        if (lane + 32 * i < n_expert) s += expf(v[i] - mx);
-    s = mr_warp_sum(s);
-    uint32_t taken = 0;
-    float wsum = 0.0f;
-    for (int j = 0; j < k; j++) {
-        float bv = -INFINITY;
-        int be = 0x7fffffff;
-#pragma unroll
-        for (int i = 0; i < MR_ROUTE_MAX_PER_LANE; i++) {
-            int e = lane + 32 * i;
-            if (e < n_expert && !(taken >> i & 1u) && (v[i] > bv || be == 0x7fffffff)) {
-                bv = v[i];
-                be = e;
-            }
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            int oe = __shfl_xor_sync(0xffffffffu, be, o);
-            if (oe != 0x7fffffff && (be == 0x7fffffff || ov > bv || (ov == bv && oe < be))) {
-                bv = ov;
-                be = oe;
-            }
-        }
-        if ((be & 31) == lane) taken |= 1u << (be >> 5);
-        float p = expf(bv - mx) / s;
-        wsum += p;
-        if (lane == 0) {
-            ids[j] = be;
-            weights[j] = p;
-        }
-    }
-    if (norm && lane == 0)
-        for (int j = 0; j < k; j++) weights[j] /= wsum;
 }
 
 __device__ __forceinline__ float mr_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
@@ -261,11 +209,6 @@ bool mr_cu_matmul_id_multi(mr_backend *be, const mr_weight *const *w, float *con
  * input, then swiglu(y[0], y[1]) into o (o may be y[0]), as one launch with
  * the floats of the three ops (cu_matmul.cu; the op recorder fuses a
  * SwiGLU MLP's first half); false, nothing launched, when it cannot. */
-/* The router product of one token (plain, fast kernels) and moe_route of its
- * w->rows logits in one launch: the grid's last block routes (cu_fast.cu),
- * with the floats of the two ops; false, nothing launched, when it cannot. */
-bool mr_cu_matmul_route(mr_backend *be, const mr_weight *w, const float *x, float *y, int n, int k, bool norm,
-                        int32_t *ids, float *weights);
 bool mr_cu_matmul_glu(mr_backend *be, const mr_weight *const *w, float *const *y, float *o, const float *x,
                       int x_slots, const int32_t *ids, int k, int n);
 void mr_cu_get_rows(mr_backend *be, const mr_weight *w, const int32_t *ids, int n, float *out);
@@ -277,11 +220,6 @@ void mr_cu_qk_norm_rope_kv(mr_backend *be, float *q, float *k, const float *qw, 
                            const int32_t *pos, int n, int n_heads, int n_kv_heads, int head_dim, int n_rot,
                            float theta_base, enum mr_rope_mode mode, float eps, mr_kv_cache *kv, int layer,
                            const int32_t *table, const int32_t *const *tables, const float *v);
-/* moe_combine into proj, add(y, proj), rmsnorm(y, w, out) as one launch
- * with the same floats (cu_ops.cu; the op recorder fuses a mixture layer's
- * end with the next norm); false (nothing launched) for shapes it cannot take. */
-bool mr_cu_combine_add_rmsnorm(mr_backend *be, const float *ey, const float *ew, int k, float *proj, float *y,
-                               const float *w, float *out, int n_rows, int dim, float eps);
 int mr_cu_weight_prepare(mr_backend *be, mr_weight *w, mr_err *err);
 void mr_cu_weight_free_priv(mr_backend *be, mr_weight *w);
 void mr_cu_install_ops(mr_backend *be);

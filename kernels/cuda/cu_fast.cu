@@ -173,10 +173,6 @@ __device__ __forceinline__ float step_dot(const uint8_t *__restrict__ p, int lan
 }
 
 
-/* silu(g) * u, the expression of the swiglu op (k_swiglu), so a fused
- * kernel writes the same floats. */
-__device__ __forceinline__ float glu_of(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
 /* A gate/up (SwiGLU) job, glu_out set: block blockIdx.x computes gate and
  * up rows r0 .. r0 + R/2 - 1, both, for job blockIdx.y; resolves the two
  * matrices, the input and the three outputs as mr_cu_mv_rows does for one
@@ -269,30 +265,10 @@ __device__ __forceinline__ void mv_block_store(float (*part)[NT * R], const mr_c
         for (int w = 0; w < FW; w++) u += part[w][t * R + RR + i];
         b.yu[o] = u;
         if (b.yo != b.y) b.y[o] = v;
-        b.yo[o] = glu_of(v, u);
+        b.yo[o] = mr_silu_mul(v, u);
     } else {
         b.y[o] = v;
     }
-}
-
-/* The router product's epilogue (job.route_ctr set): every block makes
- * its stores visible and counts itself; the last one routes the logits
- * (all written by then) with the moe_route op's code and puts the count
- * back to 0 for the next launch. */
-__device__ __forceinline__ void route_last_block(const mr_cu_mvjob &job, int warp, int lane)
-{
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0)
-        last = atomicAdd(job.route_ctr, 1u) == gridDim.x * gridDim.y - 1;
-    __syncthreads();
-    if (!last)
-        return;
-    if (warp == 0)
-        mr_moe_route_warp(job.y, (int)job.rows, job.route_k, job.route_norm, job.route_ids, job.route_w, lane);
-    if (threadIdx.x == 0)
-        *job.route_ctr = 0;
 }
 
 /* A block of FW warps owns R rows; warp w takes steps w, w+FW, ... of
@@ -301,7 +277,7 @@ __device__ __forceinline__ void route_last_block(const mr_cu_mvjob &job, int war
  * meet in shared memory.  grid.x: row groups, grid.y: jobs (experts).
  * GLU: R/2 rows of the gate and the same of the up (mv_block_rows); each
  * row's sums are formed as without it. */
-template <int T, int R, int NT, bool GLU = false, bool ROUTE = false>
+template <int T, int R, int NT, bool GLU = false>
 __global__ void __launch_bounds__(FW * 32) k_fast(mr_cu_mvjob job)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -348,8 +324,6 @@ __global__ void __launch_bounds__(FW * 32) k_fast(mr_cu_mvjob job)
         }
     __syncthreads();
     mv_block_store<R, NT, GLU>(part, a, b);
-    if constexpr (ROUTE)
-        route_last_block(job, warp, lane);
 }
 
 /* Q4_K, 512 columns a step: each lane takes 16 weights of one 64-column
@@ -936,49 +910,6 @@ bool mr_cu_fast_matvec_id_multi(mr_cu_ctx *c, const mr_weight *const *w, float *
     a.k = k;
     a.x_slots = x_slots;
     return fast_run(c, w[0], a, 1, n * k);
-}
-
-/* The router's launch: the kernel and rows a block launch_fast would
- * take for one token (R does not change a row's sums), with the route in
- * the last block; an instance of its own, so the other products keep
- * their registers. */
-template <int T>
-static void launch_route(mr_cu_ctx *c, const mr_cu_mvjob &a)
-{
-    const int64_t units = a.rows, want = (int64_t)c->n_sm * 8;
-    const int R = c->fast_r == 4 || c->fast_r == 2 || c->fast_r == 1 ? c->fast_r
-                : units / 4 >= want ? 4 : units / 2 >= want ? 2 : 1;
-    const unsigned gx = (unsigned)((a.rows + R - 1) / R);
-    if (R == 4) mr_cu_launch(c, k_fast<T, 4, 1, false, true>, dim3(gx), FW * 32, 0, a);
-    else if (R == 2) mr_cu_launch(c, k_fast<T, 2, 1, false, true>, dim3(gx), FW * 32, 0, a);
-    else mr_cu_launch(c, k_fast<T, 1, 1, false, true>, dim3(gx), FW * 32, 0, a);
-    MR_CU_LAUNCHED(c, "fast matvec + moe_route");
-}
-
-bool mr_cu_fast_route(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int k, bool norm, int32_t *ids,
-                      float *weights)
-{
-    /* routers are float (F32, BF16) in the files this runs */
-    if ((w->type != MR_TYPE_F32 && w->type != MR_TYPE_BF16) || !fast_ok(c, w, x) || w->n_mats != 1 ||
-        w->rows > 32 * MR_ROUTE_MAX_PER_LANE || k < 1 || k > w->rows)
-        return false;
-    if (c->scratch_route.cap < sizeof(unsigned)) {
-        if (c->capturing || !mr_cu_reserve(c, &c->scratch_route, sizeof(unsigned), "route count"))
-            return false;
-        if (cudaMemsetAsync(c->scratch_route.p, 0, sizeof(unsigned), c->stream) != cudaSuccess) {
-            mr_cu_fail(c, "route count: cudaMemsetAsync failed");
-            return false;
-        }
-    }
-    mr_cu_mvjob a = make_job(w, x, y);
-    a.route_ctr = (unsigned *)c->scratch_route.p;
-    a.route_ids = ids;
-    a.route_w = weights;
-    a.route_k = k;
-    a.route_norm = norm;
-    if (w->type == MR_TYPE_F32) launch_route<MR_TYPE_F32>(c, a);
-    else launch_route<MR_TYPE_BF16>(c, a);
-    return true;
 }
 
 /* ---- gate/up with SwiGLU in one launch ----

@@ -33,14 +33,6 @@ struct mr_cu_mvjob {
      * and silu(gate) * up here, laid out like the gate's output (which it
      * may be: the in-place swiglu of the forward pass). */
     float *glu_out;
-    /* Non-NULL: a router product of one token (plain, one matrix): the
-     * grid's last block to finish (this count, back to 0 after it) routes
-     * the rows = n_expert logits into route_ids / route_w (moe_route). */
-    unsigned *route_ctr;
-    int32_t *route_ids;
-    float *route_w;
-    int route_k;
-    bool route_norm;
 };
 
 /* A plain (one-job) matvec over w's rows stored row_bytes apart at W. */
@@ -61,7 +53,6 @@ static inline mr_cu_mvjob mr_cu_mvjob_plain(const uint8_t *W, size_t row_bytes, 
     a.x_slots = 1;
     a.n_sub = 0;
     a.glu_out = NULL;
-    a.route_ctr = NULL;
     return a;
 }
 
@@ -164,11 +155,6 @@ bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
  * mr_cu_x24_matvec takes it, one token's experts where
  * mr_cu_x24_matvec_id takes them (mr_cu_x24_takes_id); false, nothing
  * launched, otherwise. */
-/* A one-token router product (F32 or BF16 weights) whose grid's last
- * block then routes the logits (see mr_cu_mvjob.route_ctr); false, nothing
- * launched, for other types or when the fast kernels do not take w. */
-bool mr_cu_fast_route(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int k, bool norm, int32_t *ids,
-                      float *weights);
 bool mr_cu_x24_glu(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, float *o, const float *x, int n);
 bool mr_cu_x24_takes_id(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x);
 bool mr_cu_x24_glu_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, float *o, const float *x,

@@ -767,7 +767,7 @@ static void moe_launch(mr_cu_ctx *c, bool x3, dim3 grid, const uint8_t *W, size_
 #define MG_GROUP_MAX_MATS 512 /* shared memory: a histogram row per warp */
 __global__ void __launch_bounds__(MG_GROUP_THREADS)
 k_moe_group_tiles(const int32_t *ids, int P, int mats, int k, int x_slots, int32_t *map, mg_tile *tiles,
-            int *n_tiles, float *y, int64_t rows)
+                  int *n_tiles, float *y, int64_t rows)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();

@@ -309,20 +309,6 @@ bool mr_cu_matmul_id_multi(mr_backend *be, const mr_weight *const *w, float *con
     return mr_cu_fast_matvec_id_multi(c, w, y, m, x, x_slots, ids, k, n);
 }
 
-/* matmul then moe_route of one token (the mixture's router): the kernel
- * mr_cu_matmul would run, here only the fast float one (F32 and BF16
- * routers; not where the 22-bit or int8 kernels would take w), with the
- * route in its last block. */
-bool mr_cu_matmul_route(mr_backend *be, const mr_weight *w, const float *x, float *y, int n, int k, bool norm,
-                        int32_t *ids, float *weights)
-{
-    mr_cu_ctx *c = mr_cu(be);
-    if (n != 1 || c->failed || c->matvec_q8 || !w || !w->data || !mr_cu_type_supported(w->type) ||
-        mr_cu_x24_takes(c, &w, 1, x))
-        return false;
-    return mr_cu_fast_route(c, w, x, y, k, norm, ids, weights);
-}
-
 /* Gate and up products and the SwiGLU after them in one launch a chunk of
  * tokens (plain) or for one token's experts (ids), on the kernel the two
  * products would each take (the 22-bit one where it takes them, else the

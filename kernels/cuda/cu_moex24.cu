@@ -70,8 +70,8 @@ __device__ __forceinline__ void xm_rows(const uint8_t *W, size_t row_bytes, int 
 
 /* The gate/up form (a.glu_out, one token): rows r0 .. r0 + RH - 1 of the
  * gate (Wg) and the same rows of the up matrix (Wu) as one pass of 2 RH
- * rows, then silu(gate) * up written as the swiglu op would (cu_fast.cu's
- * glu_of) beside both products.  Each row is summed as xm_rows sums it. */
+ * rows, then silu(gate) * up written as the swiglu op would (cu_common.cuh's
+ * mr_silu_mul) beside both products.  Each row is summed as xm_rows sums it. */
 template <int T, int RH>
 __device__ __forceinline__ void xm_rows_glu(const uint8_t *Wg, const uint8_t *Wu, size_t row_bytes, int cols,
                                             int64_t r0, int64_t end, const uint8_t *xt0, int pr, float *yg,
@@ -103,7 +103,7 @@ __device__ __forceinline__ void xm_rows_glu(const uint8_t *Wg, const uint8_t *Wu
             const int64_t o = (int64_t)pr * rows + r0 + i;
             yu[o] = u;
             if (yo != yg) yg[o] = g;
-            yo[o] = g / (1.0f + expf(-g)) * u; /* k_swiglu's expression */
+            yo[o] = mr_silu_mul(g, u);
         }
     }
 }

@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(XS_WARPS * 32, 2) k_mvx24(mr_cu_mvjob a, int64
                         const int64_t o = (int64_t)t * total_rows + r0 + i;
                         a.sub_y[1][o] = u;
                         if (a.glu_out != a.sub_y[0]) a.sub_y[0][o] = g;
-                        a.glu_out[o] = g / (1.0f + expf(-g)) * u; /* k_swiglu's expression */
+                        a.glu_out[o] = mr_silu_mul(g, u);
                     }
                 }
         } else {
@@ -165,10 +165,9 @@ const uint8_t *mr_cu_x24_planes(mr_cu_ctx *c, const float *x, int rows, int64_t 
 template <int T, int R, int NT, bool GLU = false>
 static int xs_fit(mr_cu_ctx *c, int warps, size_t smem)
 {
-    const int key = GLU ? NT + 1000 : NT;
     for (int i = 0; i < c->x24_nfit; i++) {
         const mr_cu_x24_fit &f = c->x24_fit[i];
-        if (f.type == T && f.nt == key && f.warps == warps && f.smem == smem)
+        if (f.type == T && f.nt == NT && f.glu == GLU && f.warps == warps && f.smem == smem)
             return f.blocks;
     }
     int nb = 0;
@@ -178,7 +177,7 @@ static int xs_fit(mr_cu_ctx *c, int warps, size_t smem)
     }
     nb = nb > 0 ? nb : 1;
     mr_cu_x24_fit &f = c->x24_fit[c->x24_nfit < MR_CU_X24_FITS ? c->x24_nfit++ : (int)(smem % MR_CU_X24_FITS)];
-    f = {T, key, warps, smem, nb};
+    f = {T, NT, warps, GLU, smem, nb};
     return nb;
 }
 

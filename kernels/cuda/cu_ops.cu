@@ -42,59 +42,20 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *w, float *out, 
     for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = yr[i] * inv * w[i];
 }
 
-/* The mixture's output of one token, as k_moe_combine computes it: the
- * same fused multiply-adds in the same order, so the fused kernel below
- * adds to the residual exactly the floats the separate combine wrote. */
-struct rn_combine {
-    const float *ey;  /* expert outputs [n][k][dim] */
-    const float *ew;  /* their weights [n][k] */
-    int k;
-    float *proj;      /* where the separate combine would have written */
-};
-
-#define RN_CMAX 8 /* experts whose loads are issued together */
-__device__ __forceinline__ float4 rn_combine4(const rn_combine &cb, int64_t row, int dim4, int i)
-{
-    float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int j0 = 0; j0 < cb.k; j0 += RN_CMAX) {
-        /* every expert's row piece in flight at once, then the sums in order */
-        float4 e[RN_CMAX];
-        float wj[RN_CMAX];
-#pragma unroll
-        for (int j = 0; j < RN_CMAX; j++)
-            if (j0 + j < cb.k) {
-                wj[j] = cb.ew[row * cb.k + j0 + j];
-                e[j] = ((const float4 *)(cb.ey + (row * cb.k + j0 + j) * (int64_t)dim4 * 4))[i];
-            }
-#pragma unroll
-        for (int j = 0; j < RN_CMAX; j++)
-            if (j0 + j < cb.k) {
-                s.x = fmaf(wj[j], e[j].x, s.x);
-                s.y = fmaf(wj[j], e[j].y, s.y);
-                s.z = fmaf(wj[j], e[j].z, s.z);
-                s.w = fmaf(wj[j], e[j].w, s.w);
-            }
-    }
-    ((float4 *)(cb.proj + row * (int64_t)dim4 * 4))[i] = s;
-    return s;
-}
-
 /* Rows whose length is a multiple of 4 and at most 4 x 4 x 1024: each
  * thread keeps up to 4 float4 of its row in registers (one read of the
- * row, 16-byte loads, enough threads that one row is not one slow SM).
- * COMBINE (with FUSED): the added row is the mixture's combine of this
- * token's expert outputs, made here (moe_combine, add, rmsnorm in one). */
+ * row, 16-byte loads, enough threads that one row is not one slow SM). */
 #define RN_K 4
-template <bool FUSED, bool COMBINE>
+template <bool FUSED>
 __global__ void __launch_bounds__(1024) k_rmsnorm4(float *y, const float *x, const float *w,
-                                                   float *out, int dim4, float eps, rn_combine cb)
+                                                   float *out, int dim4, float eps)
 {
     mr_pdl_wait();
     mr_pdl_trigger();
     __shared__ float sh[32];
     const int64_t row = blockIdx.x;
     float4 *yr = (float4 *)(y + row * dim4 * 4);
-    const float4 *xr = FUSED && !COMBINE ? (const float4 *)(x + row * dim4 * 4) : NULL;
+    const float4 *xr = FUSED ? (const float4 *)(x + row * dim4 * 4) : NULL;
     const float4 *w4 = (const float4 *)w;
     float4 v[RN_K], g[RN_K];
     float ss = 0.0f;
@@ -107,7 +68,7 @@ __global__ void __launch_bounds__(1024) k_rmsnorm4(float *y, const float *x, con
             g[k] = w4[i];
             float4 a = yr[i];
             if (FUSED) {
-                const float4 b = COMBINE ? rn_combine4(cb, row, dim4, i) : xr[i];
+                const float4 b = xr[i];
                 a.x += b.x; a.y += b.y; a.z += b.z; a.w += b.w;
                 yr[i] = a;
             }
@@ -151,8 +112,7 @@ static void cu_rmsnorm(mr_backend *be, const float *x, const float *w, float *y,
     /* in == out is fine: each thread reads its elements before writing them,
      * and the sum is complete before any write. */
     if (rn_vec_ok(dim, x, w, y, x))
-        mr_cu_launch(c, k_rmsnorm4<false, false>, n_rows, rn_threads(dim), 0, (float *)x, nullptr, w, y, dim / 4, eps,
-                     rn_combine{});
+        mr_cu_launch(c, k_rmsnorm4<false>, n_rows, rn_threads(dim), 0, (float *)x, nullptr, w, y, dim / 4, eps);
     else
         mr_cu_launch(c, k_rmsnorm<false>, n_rows, ROW_THREADS, 0, (float *)x, nullptr, w, y, dim, eps);
     MR_CU_LAUNCHED(c, "rmsnorm");
@@ -165,28 +125,10 @@ static void cu_add_rmsnorm(mr_backend *be, float *y, const float *x, const float
     if (n_rows <= 0 || dim <= 0)
         return;
     if (rn_vec_ok(dim, y, x, w, out))
-        mr_cu_launch(c, k_rmsnorm4<true, false>, n_rows, rn_threads(dim), 0, y, x, w, out, dim / 4, eps, rn_combine{});
+        mr_cu_launch(c, k_rmsnorm4<true>, n_rows, rn_threads(dim), 0, y, x, w, out, dim / 4, eps);
     else
         mr_cu_launch(c, k_rmsnorm<true>, n_rows, ROW_THREADS, 0, y, x, w, out, dim, eps);
     MR_CU_LAUNCHED(c, "add_rmsnorm");
-}
-
-/* moe_combine(ey, ew, n_rows, k, dim, proj), add(y, proj), rmsnorm(y, w,
- * out) in one launch, with the floats of the three (proj is still
- * written).  False, having launched nothing, where the row kernel cannot
- * take the shape; the caller then runs the three. */
-bool mr_cu_combine_add_rmsnorm(mr_backend *be, const float *ey, const float *ew, int k, float *proj, float *y,
-                               const float *w, float *out, int n_rows, int dim, float eps)
-{
-    mr_cu_ctx *c = mr_cu(be);
-    if (n_rows <= 0 || dim <= 0 || k <= 0 || !rn_vec_ok(dim, y, ey, w, out) || ((uintptr_t)proj & 15))
-        return false;
-    /* the threads of add_rmsnorm: the sum of squares is then added in its
-     * order (more threads would round it differently) */
-    mr_cu_launch(c, k_rmsnorm4<true, true>, n_rows, rn_threads(dim), 0, y, nullptr, w, out, dim / 4, eps,
-                 rn_combine{ey, ew, k, proj});
-    MR_CU_LAUNCHED(c, "moe_combine + add_rmsnorm");
-    return true;
 }
 
 /* Rotates pair j (< n_rot / 2) of one head at position p: reads the pair
@@ -379,8 +321,7 @@ __global__ void k_swiglu(const float *g, const float *u, float *o, size_t n)
     mr_pdl_trigger();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float a = g[i];
-        o[i] = a / (1.0f + expf(-a)) * u[i];
+        o[i] = mr_silu_mul(g[i], u[i]);
     }
 }
 
@@ -411,17 +352,65 @@ static void cu_add(mr_backend *be, float *y, const float *x, size_t n)
     MR_CU_LAUNCHED(c, "add");
 }
 
-/* One warp per token (mr_moe_route_warp). */
+/* One warp per token; experts e = lane + 32*i.  Ranking by logit (softmax is
+ * monotonic), ties to the lower id; weights are the softmax probabilities. */
+#define ROUTE_MAX_PER_LANE 16
 __global__ void k_moe_route(const float *logits, int n, int n_expert, int k, bool norm,
                             int32_t *ids, float *weights)
 {
     mr_pdl_wait();
     mr_pdl_trigger();
     const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
     if (t >= n)
         return;
-    mr_moe_route_warp(logits + (int64_t)t * n_expert, n_expert, k, norm, ids + (int64_t)t * k,
-                      weights + (int64_t)t * k, threadIdx.x & 31);
+    const float *l = logits + (int64_t)t * n_expert;
+    float v[ROUTE_MAX_PER_LANE];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < ROUTE_MAX_PER_LANE; i++) {
+        int e = lane + 32 * i;
+        v[i] = e < n_expert ? l[e] : -INFINITY;
+        mx = fmaxf(mx, v[i]);
+    }
+    mx = mr_warp_max(mx);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ROUTE_MAX_PER_LANE; i++)
+        if (lane + 32 * i < n_expert) s += expf(v[i] - mx);
+    s = mr_warp_sum(s);
+    uint32_t taken = 0;
+    float wsum = 0.0f;
+    for (int j = 0; j < k; j++) {
+        float bv = -INFINITY;
+        int be = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < ROUTE_MAX_PER_LANE; i++) {
+            int e = lane + 32 * i;
+            if (e < n_expert && !(taken >> i & 1u) && (v[i] > bv || be == 0x7fffffff)) {
+                bv = v[i];
+                be = e;
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oe = __shfl_xor_sync(0xffffffffu, be, o);
+            if (oe != 0x7fffffff && (be == 0x7fffffff || ov > bv || (ov == bv && oe < be))) {
+                bv = ov;
+                be = oe;
+            }
+        }
+        if ((be & 31) == lane) taken |= 1u << (be >> 5);
+        float p = expf(bv - mx) / s;
+        wsum += p;
+        if (lane == 0) {
+            ids[(int64_t)t * k + j] = be;
+            weights[(int64_t)t * k + j] = p;
+        }
+    }
+    if (norm && lane == 0)
+        for (int j = 0; j < k; j++) weights[(int64_t)t * k + j] /= wsum;
 }
 
 static void cu_moe_route(mr_backend *be, const float *logits, int n, int n_expert, int k,
@@ -430,9 +419,9 @@ static void cu_moe_route(mr_backend *be, const float *logits, int n, int n_exper
     mr_cu_ctx *c = mr_cu(be);
     if (n <= 0)
         return;
-    if (n_expert <= 0 || n_expert > 32 * MR_ROUTE_MAX_PER_LANE || k <= 0 || k > n_expert) {
+    if (n_expert <= 0 || n_expert > 32 * ROUTE_MAX_PER_LANE || k <= 0 || k > n_expert) {
         mr_cu_fail(c, "moe_route: %d experts, k %d (at most %d experts)", n_expert, k,
-                   32 * MR_ROUTE_MAX_PER_LANE);
+                   32 * ROUTE_MAX_PER_LANE);
         return;
     }
     const int wpb = 4;
