@@ -302,6 +302,47 @@ __device__ __forceinline__ void kv_ld8(const void *base, int64_t i, float v[8])
     }
 }
 
+/* A lane's 8 elements of a K or V row as loaded: float32 as floats, 16-bit
+ * types as their 16 raw bytes, converted when used (half the registers, so
+ * the 16-bit kernels keep twice the rows in flight in the same room). */
+template <int DT> struct kv_row8 {
+    uint4 u;
+};
+template <> struct kv_row8<MR_KV_F32> {
+    float v[8];
+};
+
+template <int DT>
+__device__ __forceinline__ void kv_load8(const void *base, int64_t i, kv_row8<DT> &r)
+{
+    if constexpr (DT == MR_KV_F32)
+        kv_ld8<DT>(base, i, r.v);
+    else
+        r.u = ((const uint4 *)base)[i / 8];
+}
+
+template <int DT>
+__device__ __forceinline__ void kv_get8(const kv_row8<DT> &r, float v[8])
+{
+    if constexpr (DT == MR_KV_F32) {
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = r.v[e];
+    } else {
+        const uint32_t w[4] = {r.u.x, r.u.y, r.u.z, r.u.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            if constexpr (DT == MR_KV_F16) {
+                const float2 f = __half22float2(*(const __half2 *)&w[j]);
+                v[2 * j] = f.x;
+                v[2 * j + 1] = f.y;
+            } else {
+                v[2 * j] = __uint_as_float(w[j] << 16);
+                v[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+            }
+        }
+    }
+}
+
 /* d[0..GB) of each lane -> out[g] = the sum of d[g] over the LPR lanes of
  * the lane's row group, in every lane of the group (fixed order: the same
  * bits for every position and call). */
@@ -369,11 +410,15 @@ k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *co
         l[g] = 0.0f;
     }
     bool bad = false;
-    for (int p = w0; p < w1 && !bad; p += PPW * AG_U) {
-        float kr[AG_U][8], vr[AG_U][8];
-        bool ok[AG_U];
+    /* rounds of U rows a lane group: 16-bit caches hold rows in half the
+     * registers, so they take twice the rows a round (a round's bytes in
+     * flight as float32's) */
+    constexpr int U = DT == MR_KV_F32 ? AG_U : 2 * AG_U;
+    for (int p = w0; p < w1 && !bad; p += PPW * U) {
+        kv_row8<DT> kr[U], vr[U];
+        bool ok[U];
 #pragma unroll
-        for (int u = 0; u < AG_U; u++) {
+        for (int u = 0; u < U; u++) {
             const int pp = p + u * PPW + slot;
             ok[u] = pp < w1;
             const int pc = ok[u] ? pp : w0; /* past the run: a repeat, masked below */
@@ -384,8 +429,8 @@ k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *co
                 continue;
             }
             const int64_t base = ((int64_t)blk * bt + pc % bt) * kvdim + (int64_t)kvh * D + sub * 8;
-            kv_ld8<DT>(K, base, kr[u]);
-            kv_ld8<DT>(V, base, vr[u]);
+            kv_load8<DT>(K, base, kr[u]);
+            kv_load8<DT>(V, base, vr[u]);
         }
         bad = __any_sync(0xffffffffu, bad);
         if (bad)
@@ -393,8 +438,8 @@ k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *co
         /* the rows AG_AHEAD rounds on, into L2 while this round's math runs:
          * a round's loads then wait for L2, not for memory */
 #pragma unroll
-        for (int u = 0; u < AG_U; u++) {
-            const int pn = p + AG_AHEAD * PPW * AG_U + u * PPW + slot;
+        for (int u = 0; u < U; u++) {
+            const int pn = p + AG_AHEAD * PPW * U + u * PPW + slot;
             if (pn < w1) {
                 const int blk = table[pn / bt];
                 if (blk >= 0 && blk < n_blocks) {
@@ -404,15 +449,16 @@ k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *co
                 }
             }
         }
-        float sc[AG_U][GB];
+        float sc[U][GB];
 #pragma unroll
-        for (int u = 0; u < AG_U; u++) {
-            float d[GB];
+        for (int u = 0; u < U; u++) {
+            float d[GB], k8[8];
+            kv_get8<DT>(kr[u], k8);
 #pragma unroll
             for (int g = 0; g < GB; g++) {
                 float a = 0.0f;
 #pragma unroll
-                for (int e = 0; e < 8; e++) a = fmaf(qv[g][e], kr[u][e], a);
+                for (int e = 0; e < 8; e++) a = fmaf(qv[g][e], k8[e], a);
                 d[g] = a;
             }
             ag_row_sums<GB, LPR>(d, sc[u], lane);
@@ -421,7 +467,7 @@ k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *co
         for (int g = 0; g < GB; g++) {
             float mn = m[g];
 #pragma unroll
-            for (int u = 0; u < AG_U; u++)
+            for (int u = 0; u < U; u++)
                 if (ok[u]) mn = fmaxf(mn, sc[u][g]);
             if (mn == -INFINITY) /* no position of this round in this lane group */
                 continue;
@@ -430,13 +476,15 @@ k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *co
 #pragma unroll
             for (int e = 0; e < 8; e++) acc[g][e] *= corr;
 #pragma unroll
-            for (int u = 0; u < AG_U; u++) {
+            for (int u = 0; u < U; u++) {
                 if (!ok[u])
                     continue;
                 const float pe = expf(sc[u][g] - mn);
                 l[g] += pe;
+                float v8[8]; /* converted a head at a time: registers over instructions */
+                kv_get8<DT>(vr[u], v8);
 #pragma unroll
-                for (int e = 0; e < 8; e++) acc[g][e] = fmaf(pe, vr[u][e], acc[g][e]);
+                for (int e = 0; e < 8; e++) acc[g][e] = fmaf(pe, v8[e], acc[g][e]);
             }
             m[g] = mn;
         }
