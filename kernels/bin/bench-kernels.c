@@ -19,10 +19,10 @@
  * that may overlap their ramps too; MEMRA_CUDA_PDL=0 in the environment
  * gives the plain launches for every line.
  *
- * Usage: bench-kernels [iters [moe|attn|attn-decode|gemm|sample|pdl]]
+ * Usage: bench-kernels [iters [moe|attn|attn-decode|gdn|gemm|sample|pdl]]
  * (needs a CUDA device; "moe": only the expert products of decode batches,
  * "attn": only prompt attention, "attn-decode": only decode attention at
- * depth, "gemm": only the prompt products, "sample": only
+ * depth, "gdn": only the delta-rule scan, "gemm": only the prompt products, "sample": only
  * sampling, "pdl": only the PDL chains, "mv TYPE ROWS COLS [N]": one
  * matvec shape) */
 #include <math.h>
@@ -548,6 +548,77 @@ static int bench_attn_decode(int iters)
     return 0;
 }
 
+/* ---- the gated delta-rule scan (hybrid models) ----
+ * gdn_scan at the Qwen3.6-35B-A3B shape (16 key / 32 value heads of 128)
+ * for 1, 16 and 512 tokens a call, token by token (MEMRA_CUDA_GDN_TILED=0)
+ * and in tiles (the default): median of 3 event-timed batches. */
+typedef struct {
+    mr_backend *be;
+    const float *qkv, *al, *bt, *a, *dt;
+    float *st, *out;
+    int n;
+} gdn_arg;
+
+static void run_gdn(void *p)
+{
+    gdn_arg *g = p;
+    g->be->gdn_scan(g->be, g->qkv, 2 * 16 * 128 + 32 * 128, g->al, g->bt, g->a, g->dt, g->st, g->n, 16, 32, 128,
+                    128, 1e-6f, g->out);
+}
+
+static float *gdn_buf(mr_backend *be, size_t n, float scale, float shift)
+{
+    float *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = shift + scale * ((float)(rnd() >> 40) / 16777216.0f - 0.5f);
+    mr_err err;
+    float *d = be->alloc(be, n * sizeof *d);
+    if (!d || be->upload(be, d, h, n * sizeof *h, &err)) {
+        fprintf(stderr, "gdn bench: alloc/upload failed\n");
+        exit(1);
+    }
+    free(h);
+    return d;
+}
+
+static int bench_gdn(int iters)
+{
+    mr_err err;
+    mr_backend *be[2];
+    setenv("MEMRA_CUDA_GDN_TILED", "0", 1);
+    be[0] = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_GDN_TILED");
+    be[1] = be[0] ? mr_backend_cuda_create(0, &err) : NULL;
+    if (!be[0] || !be[1]) {
+        fprintf(stderr, "cuda: %s\n", err.msg);
+        return 1;
+    }
+    static const char *const lab[2] = {"token", "tiled"};
+    const int ns[3] = {1, 16, 512}, stride = 2 * 16 * 128 + 32 * 128;
+    for (int k = 0; k < 3; k++) {
+        double t[2];
+        for (int b = 0; b < 2; b++) {
+            const int n = ns[k];
+            gdn_arg g = {be[b], gdn_buf(be[b], (size_t)n * stride, 2.0f, 0.0f), gdn_buf(be[b], (size_t)n * 32, 2.0f, 0.0f),
+                         gdn_buf(be[b], (size_t)n * 32, 2.0f, 0.0f), gdn_buf(be[b], 32, 1.0f, -1.0f),
+                         gdn_buf(be[b], 32, 1.0f, 0.0f), gdn_buf(be[b], (size_t)32 * 128 * 128, 0.1f, 0.0f),
+                         gdn_buf(be[b], (size_t)n * 32 * 128, 0.0f, 0.0f), n};
+            double r[3];
+            for (int i = 0; i < 3; i++) r[i] = mr_cuda_time(be[b], run_gdn, &g, 3, iters);
+            t[b] = r[0] < r[1] ? (r[1] < r[2] ? r[1] : (r[0] < r[2] ? r[2] : r[0]))
+                               : (r[0] < r[2] ? r[0] : (r[1] < r[2] ? r[2] : r[1]));
+            printf("gdn-%-5s h=16/32 d=128 n=%-4d %10.1f us  %8.3f us a token\n", lab[b], n, 1e6 * t[b],
+                   1e6 * t[b] / n);
+            be[b]->free(be[b], (void *)g.qkv); be[b]->free(be[b], (void *)g.al); be[b]->free(be[b], (void *)g.bt);
+            be[b]->free(be[b], (void *)g.a); be[b]->free(be[b], (void *)g.dt); be[b]->free(be[b], g.st);
+            be[b]->free(be[b], g.out);
+        }
+        printf("gdn      n=%d: tiled %.2fx token\n", ns[k], t[0] / t[1]);
+    }
+    be[1]->destroy(be[1]);
+    be[0]->destroy(be[0]);
+    return 0;
+}
+
 /* ---- sampling ---- */
 
 typedef struct {
@@ -964,6 +1035,8 @@ int main(int argc, char **argv)
         return bench_attn(iters);
     if (argc > 2 && !strcmp(argv[2], "attn-decode"))
         return bench_attn_decode(iters);
+    if (argc > 2 && !strcmp(argv[2], "gdn"))
+        return bench_gdn(iters);
     if (argc > 2 && !strcmp(argv[2], "gemm"))
         return bench_gemm(iters, cbw);
     if (argc > 2 && !strcmp(argv[2], "sample"))

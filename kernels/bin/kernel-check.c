@@ -1693,6 +1693,8 @@ static void gdn_run(mr_backend *be, const gdn_case *g, const int *lens, int n_ca
     be->free(be, ds); be->free(be, dout);
 }
 
+static mr_backend *gpu_gdn1; /* MEMRA_CUDA_GDN_TILED=0: the scan token by token */
+
 static void check_gdn(int nk, int nv, int dk, int dv, int pad, int n, float gate_shift)
 {
     gdn_case g;
@@ -1712,6 +1714,10 @@ static void check_gdn(int nk, int nv, int dk, int dv, int pad, int n, float gate
     gdn_run(gpu, &g, one, 1, go1, gs1);
     report_f("gdn_scan-split", shape, go, go1, on, 0.0);
     report_f("gdn_state-split", shape, gs, gs1, sn, 0.0);
+    /* the tiled kernel (default) gives the token-by-token kernel's bits */
+    gdn_run(gpu_gdn1, &g, two, 2, go1, gs1);
+    report_f("gdn_scan-tiled", shape, go, go1, on, 0.0);
+    report_f("gdn_state-tiled", shape, gs, gs1, sn, 0.0);
     free(go); free(gs); free(co); free(cs); free(go1); free(gs1);
     gdn_free(&g);
 }
@@ -1797,6 +1803,7 @@ static void check_hybrid_ops(void)
         check_gdn(2, 4, 64, 64, 0, ns[i], 0.0f);   /* the fixtures */
         check_gdn(16, 32, 128, 128, 0, ns[i], 0.0f); /* Qwen3.6-35B-A3B */
     }
+    check_gdn(16, 32, 128, 128, 0, 100, 0.0f); /* tiles of 16 tokens and a partial one, x2 calls */
     check_gdn(1, 3, 48, 40, 5, 7, 0.0f);    /* partial tiles, padded rows */
     check_gdn(2, 2, 256, 96, 0, 7, 0.0f);   /* more warps over the rows */
     check_gdn(2, 4, 16, 8, 3, 9, 0.0f);     /* tiny heads */
@@ -3339,6 +3346,10 @@ int main(int argc, char **argv)
     gpu_x24 = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_MATVEC", "f32", 1);
     if (!gpu_x24) die("cuda (default decode kernels)");
+    setenv("MEMRA_CUDA_GDN_TILED", "0", 1);
+    gpu_gdn1 = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_GDN_TILED");
+    if (!gpu_gdn1) die("cuda (token-by-token scan)");
     setenv("MEMRA_CUDA_ATTN", "tc", 1);
     gpu_attn_tc = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_ATTN", "f32", 1);
@@ -3412,6 +3423,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < N_Q8; i++) q8_be[i]->destroy(q8_be[i]);
     gpu_attn_tc->destroy(gpu_attn_tc);
     gpu_x24->destroy(gpu_x24);
+    gpu_gdn1->destroy(gpu_gdn1);
     gpu_generic->destroy(gpu_generic);
     gpu_r2->destroy(gpu_r2);
     gpu_r4->destroy(gpu_r4);
