@@ -1537,11 +1537,18 @@ static void check_moe(int n, int E, int k, bool norm, bool ties)
     free(l); free(rid); free(gid); free(rw); free(gw); free(y); free(o); free(ro);
 }
 
-static void check_argmax(int n, int dim, bool ties)
+/* kind 0: Gaussian values; 1: values 0..4 (ties: the lowest index wins);
+ * 2: ties with every seventh value NaN and row 0 all NaN (a number beats
+ * NaN; an all-NaN row gives 0).  The reference is the host sampler's
+ * greedy pick (worker/sample.c), which the worker uses without the GPU. */
+static void check_argmax(int n, int dim, int kind)
 {
     size_t len = (size_t)n * dim;
     float *x = malloc(len * 4);
-    for (size_t i = 0; i < len; i++) x[i] = ties ? (float)(rnd() % 5) : fgauss();
+    for (size_t i = 0; i < len; i++) {
+        x[i] = kind ? (float)(rnd() % 5) : fgauss();
+        if (kind == 2 && (i % 7 == 3 || i < (size_t)dim)) x[i] = NAN;
+    }
     int32_t *ids = malloc(n * 4);
     float *dx = dup_to(gpu, x, len * 4);
     int32_t *di = dalloc(gpu, n * 4);
@@ -1549,13 +1556,9 @@ static void check_argmax(int n, int dim, bool ties)
     gpu->argmax(gpu, dx, n, dim, di);
     fetch(gpu, ids, di, n * 4);
     int bad = 0;
-    for (int t = 0; t < n; t++) {
-        int b = 0;
-        for (int i = 1; i < dim; i++) if (x[(size_t)t * dim + i] > x[(size_t)t * dim + b]) b = i;
-        bad += ids[t] != b;
-    }
+    for (int t = 0; t < n; t++) bad += ids[t] != mr_sample_argmax(x + (size_t)t * dim, dim);
     char shape[64];
-    snprintf(shape, sizeof shape, "n=%d dim=%d%s", n, dim, ties ? " ties" : "");
+    snprintf(shape, sizeof shape, "n=%d dim=%d%s", n, dim, kind == 2 ? " ties nan" : kind ? " ties" : "");
     report("argmax", shape, (double)bad, 0, 0.0);
     gpu->free(gpu, dx); gpu->free(gpu, di);
     free(x); free(ids);
@@ -3310,9 +3313,16 @@ static void check_ops(int parts)
     check_moe(5, 128, 8, true, false);
     check_moe(5, 128, 8, false, true);
     check_moe(3, 60, 4, false, false);
-    check_argmax(1, 151936, false);
-    check_argmax(4, 1024, true);
-    check_argmax(3, 17, false);
+    check_moe(3, 256, 8, true, false); /* 8 logits a lane (the 35B-A3B) */
+    check_moe(2, 300, 10, true, true);  /* 16 a lane */
+    check_moe(2, 64, 32, true, false);  /* every lane keeps a pick */
+    check_argmax(1, 151936, 0);
+    check_argmax(16, 151936, 1); /* a decode batch's rows, ties across threads */
+    check_argmax(4, 1024, 1);
+    check_argmax(3, 17, 0);
+    check_argmax(2, 5003, 1);    /* rows not 16-byte aligned: the scalar loads */
+    check_argmax(3, 248320, 2);  /* NaN */
+    check_argmax(2, 4099, 2);
     check_graph(gpu, "");
     check_pdl();
 q8:

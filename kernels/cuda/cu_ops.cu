@@ -352,9 +352,13 @@ static void cu_add(mr_backend *be, float *y, const float *x, size_t n)
     MR_CU_LAUNCHED(c, "add");
 }
 
-/* One warp per token; experts e = lane + 32*i.  Ranking by logit (softmax is
- * monotonic), ties to the lower id; weights are the softmax probabilities. */
+/* One warp per token; experts e = lane + 32*i, i < PL (PL * 32 >= the
+ * expert count: 4 for 128 experts, 8 for 256).  Ranking by logit (softmax
+ * is monotonic), ties to the lower id; weights are the softmax
+ * probabilities.  Lane j keeps round j's pick and writes it at the end, so
+ * the renormalisation reads no global memory back (k <= 32). */
 #define ROUTE_MAX_PER_LANE 16
+template <int PL>
 __global__ void k_moe_route(const float *logits, int n, int n_expert, int k, bool norm,
                             int32_t *ids, float *weights)
 {
@@ -365,10 +369,10 @@ __global__ void k_moe_route(const float *logits, int n, int n_expert, int k, boo
     if (t >= n)
         return;
     const float *l = logits + (int64_t)t * n_expert;
-    float v[ROUTE_MAX_PER_LANE];
+    float v[PL];
     float mx = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < ROUTE_MAX_PER_LANE; i++) {
+    for (int i = 0; i < PL; i++) {
         int e = lane + 32 * i;
         v[i] = e < n_expert ? l[e] : -INFINITY;
         mx = fmaxf(mx, v[i]);
@@ -376,16 +380,17 @@ __global__ void k_moe_route(const float *logits, int n, int n_expert, int k, boo
     mx = mr_warp_max(mx);
     float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < ROUTE_MAX_PER_LANE; i++)
+    for (int i = 0; i < PL; i++)
         if (lane + 32 * i < n_expert) s += expf(v[i] - mx);
     s = mr_warp_sum(s);
     uint32_t taken = 0;
-    float wsum = 0.0f;
+    float wsum = 0.0f, my_p = 0.0f;
+    int my_e = 0;
     for (int j = 0; j < k; j++) {
         float bv = -INFINITY;
         int be = 0x7fffffff;
 #pragma unroll
-        for (int i = 0; i < ROUTE_MAX_PER_LANE; i++) {
+        for (int i = 0; i < PL; i++) {
             int e = lane + 32 * i;
             if (e < n_expert && !(taken >> i & 1u) && (v[i] > bv || be == 0x7fffffff)) {
                 bv = v[i];
@@ -404,13 +409,15 @@ __global__ void k_moe_route(const float *logits, int n, int n_expert, int k, boo
         if ((be & 31) == lane) taken |= 1u << (be >> 5);
         float p = expf(bv - mx) / s;
         wsum += p;
-        if (lane == 0) {
-            ids[(int64_t)t * k + j] = be;
-            weights[(int64_t)t * k + j] = p;
+        if (lane == j) {
+            my_e = be;
+            my_p = p;
         }
     }
-    if (norm && lane == 0)
-        for (int j = 0; j < k; j++) weights[(int64_t)t * k + j] /= wsum;
+    if (lane < k) {
+        ids[(int64_t)t * k + lane] = my_e;
+        weights[(int64_t)t * k + lane] = norm ? my_p / wsum : my_p;
+    }
 }
 
 static void cu_moe_route(mr_backend *be, const float *logits, int n, int n_expert, int k,
@@ -419,14 +426,22 @@ static void cu_moe_route(mr_backend *be, const float *logits, int n, int n_exper
     mr_cu_ctx *c = mr_cu(be);
     if (n <= 0)
         return;
-    if (n_expert <= 0 || n_expert > 32 * ROUTE_MAX_PER_LANE || k <= 0 || k > n_expert) {
-        mr_cu_fail(c, "moe_route: %d experts, k %d (at most %d experts)", n_expert, k,
+    if (n_expert <= 0 || n_expert > 32 * ROUTE_MAX_PER_LANE || k <= 0 || k > n_expert || k > 32) {
+        mr_cu_fail(c, "moe_route: %d experts, k %d (at most %d experts and 32 a token)", n_expert, k,
                    32 * ROUTE_MAX_PER_LANE);
         return;
     }
     const int wpb = 4;
-    mr_cu_launch(c, k_moe_route, mr_cu_blocks((size_t)n, wpb), wpb * 32, 0, logits, n, n_expert, k, norm_topk,
-                 ids, weights);
+    const dim3 grid = mr_cu_blocks((size_t)n, wpb);
+#define ROUTE_LAUNCH(PL)                                                                                    \
+    mr_cu_launch(c, k_moe_route<PL>, grid, wpb * 32, 0, logits, n, n_expert, k, norm_topk, ids, weights)
+    if (n_expert <= 32 * 4)
+        ROUTE_LAUNCH(4);
+    else if (n_expert <= 32 * 8)
+        ROUTE_LAUNCH(8);
+    else
+        ROUTE_LAUNCH(ROUTE_MAX_PER_LANE);
+#undef ROUTE_LAUNCH
     MR_CU_LAUNCHED(c, "moe_route");
 }
 
@@ -458,49 +473,106 @@ static void cu_moe_combine(mr_backend *be, const float *y, const float *weights,
     MR_CU_LAUNCHED(c, "moe_combine");
 }
 
-/* One block per row; lowest index wins ties; NaN never wins over a number. */
-__global__ void k_argmax(const float *x, int dim, int32_t *ids)
+/* argmax: one block of AM_THREADS per row.  The order is total, so the
+ * winner does not depend on which thread saw what: the larger number wins,
+ * a number beats NaN, and equal values (or two NaNs) go to the lower
+ * index.  Each thread keeps AM_U loads of 16 bytes in flight (a row of
+ * 151,936 logits is ~9 rounds): one thread a float at a time made the
+ * 608 KB row a chain of dependent loads, ~240 us a call (run 68, ncu). */
+#define AM_THREADS 1024
+#define AM_U 4
+#define AM_NONE 0x7fffffff
+
+/* whether (v, i) beats (bv, bi) */
+__device__ __forceinline__ bool am_beats(float v, int i, float bv, int bi)
+{
+    if (i == AM_NONE)
+        return false;
+    if (bi == AM_NONE)
+        return true;
+    const bool vn = v != v, bn = bv != bv;
+    if (vn || bn)
+        return vn && bn ? i < bi : bn;
+    return v > bv || (v == bv && i < bi);
+}
+
+__global__ void __launch_bounds__(AM_THREADS) k_argmax(const float *x, int dim, int32_t *ids)
 {
     mr_pdl_wait();
     mr_pdl_trigger();
-    __shared__ float sv[32];
-    __shared__ int si[32];
+    __shared__ float sv[AM_THREADS / 32];
+    __shared__ int si[AM_THREADS / 32];
     const float *r = x + (int64_t)blockIdx.x * dim;
+    const int tid = threadIdx.x;
     float bv = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        float v = r[i];
-        /* strict >: the earlier index is kept on ties; a number beats NaN */
-        if (bi == 0x7fffffff || v > bv || (bv != bv && v == v)) {
-            bv = v;
-            bi = i;
+    int bi = AM_NONE;
+    if (dim % 4 == 0 && ((uintptr_t)x & 15) == 0) { /* every row 16-byte aligned */
+        const float4 *r4 = (const float4 *)r;
+        const int n4 = dim / 4;
+        for (int j0 = tid; j0 < n4; j0 += AM_U * AM_THREADS) {
+            float4 q[AM_U];
+#pragma unroll
+            for (int u = 0; u < AM_U; u++)
+                if (j0 + u * AM_THREADS < n4) q[u] = r4[j0 + u * AM_THREADS];
+#pragma unroll
+            for (int u = 0; u < AM_U; u++) {
+                const int j = j0 + u * AM_THREADS;
+                if (j < n4) {
+                    const float e[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+#pragma unroll
+                    for (int c = 0; c < 4; c++)
+                        if (am_beats(e[c], 4 * j + c, bv, bi)) {
+                            bv = e[c];
+                            bi = 4 * j + c;
+                        }
+                }
+            }
+        }
+    } else {
+        for (int i0 = tid; i0 < dim; i0 += AM_U * AM_THREADS) {
+            float q[AM_U];
+#pragma unroll
+            for (int u = 0; u < AM_U; u++)
+                if (i0 + u * AM_THREADS < dim) q[u] = r[i0 + u * AM_THREADS];
+#pragma unroll
+            for (int u = 0; u < AM_U; u++) {
+                const int i = i0 + u * AM_THREADS;
+                if (i < dim && am_beats(q[u], i, bv, bi)) {
+                    bv = q[u];
+                    bi = i;
+                }
+            }
         }
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (oi != 0x7fffffff && (bi == 0x7fffffff || ov > bv || (ov == bv && oi < bi) || (bv != bv && ov == ov))) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (am_beats(ov, oi, bv, bi)) {
             bv = ov;
             bi = oi;
         }
     }
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int lane = tid & 31, w = tid >> 5;
     if (lane == 0) {
         sv[w] = bv;
         si[w] = bi;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int q = 1; q < (int)(blockDim.x >> 5); q++) {
-            float ov = sv[q];
-            int oi = si[q];
-            if (oi != 0x7fffffff && (bi == 0x7fffffff || ov > bv || (ov == bv && oi < bi) || (bv != bv && ov == ov))) {
+    if (w == 0) {
+        bv = sv[lane];
+        bi = si[lane];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (am_beats(ov, oi, bv, bi)) {
                 bv = ov;
                 bi = oi;
             }
         }
-        ids[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+        if (lane == 0)
+            ids[blockIdx.x] = bi == AM_NONE ? 0 : bi;
     }
 }
 
@@ -509,7 +581,7 @@ static void cu_argmax(mr_backend *be, const float *x, int n, int dim, int32_t *i
     mr_cu_ctx *c = mr_cu(be);
     if (n <= 0 || dim <= 0)
         return;
-    mr_cu_launch(c, k_argmax, n, 256, 0, x, dim, ids);
+    mr_cu_launch(c, k_argmax, n, AM_THREADS, 0, x, dim, ids);
     MR_CU_LAUNCHED(c, "argmax");
 }
 
