@@ -76,6 +76,8 @@ struct mr_cu_ctx {
     bool x24_pre;           /* MEMRA_CUDA_X24_PRE=1: x24 inputs quantized by their own kernel */
     mr_cu_buf scratch_x24;  /* x24 input planes quantized by their own kernel (mr_cu_x24_planes) */
     int x24_nt_max;         /* tokens an x24 launch at most (2; MEMRA_CUDA_X24_NT) */
+    int xm_bps;             /* x24 expert products: blocks an SM the rows a block aim at, were
+                               every slot used (64; MEMRA_CUDA_XM_BPS, for timing: same bits) */
     int x24_mma_min;        /* Q4_K / Q6_K x24 products of this many tokens or more on the tensor
                                cores (MEMRA_CUDA_X24_MMA; 0: never) */
     bool x24_moe;           /* expert products of decode through the x24 kernel (cu_moex24.cu;

@@ -251,10 +251,11 @@ bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
     const uint8_t *xg = mr_cu_x24_planes(c, x, n * x_slots, a.cols, (MR_CU_GEMM_MIN_TOKENS - 1) * x_slots);
     if (!xg)
         return true; /* the sticky error */
-    /* rows a block: a multiple of the block's XM_WARPS * XM_ROWS, about 8
-     * blocks an SM when every slot is used */
+    /* rows a block: a multiple of the block's XM_WARPS * XM_ROWS, about
+     * c->xm_bps (64) blocks an SM when every slot is used */
     const int step = XM_WARPS * XM_ROWS;
-    int64_t RS = (rows_max * S * m + (int64_t)8 * c->n_sm - 1) / ((int64_t)8 * c->n_sm);
+    const int64_t bps = (int64_t)c->xm_bps * c->n_sm;
+    int64_t RS = (rows_max * S * m + bps - 1) / bps;
     RS = (RS + step - 1) / step * step;
     if (RS < step) RS = step;
     if (RS > 16 * step) RS = 16 * step;
@@ -292,7 +293,8 @@ bool mr_cu_x24_glu_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
      * matrices: half its rows a block (a pass here takes half its rows of
      * each matrix) */
     const int step = XM_WARPS * XM_ROWS;
-    int64_t RS = (rows_max * k * 2 + (int64_t)8 * c->n_sm - 1) / ((int64_t)8 * c->n_sm);
+    const int64_t bps = (int64_t)c->xm_bps * c->n_sm;
+    int64_t RS = (rows_max * k * 2 + bps - 1) / bps;
     RS = (RS + step - 1) / step * step;
     if (RS < step) RS = step;
     if (RS > 16 * step) RS = 16 * step;

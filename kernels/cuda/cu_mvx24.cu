@@ -349,6 +349,17 @@ void mr_cu_x24_init(mr_cu_ctx *c)
     const char *nt = getenv("MEMRA_CUDA_X24_NT");
     const int ntv = nt ? atoi(nt) : 0;
     c->x24_nt_max = ntv == 1 || ntv == 4 || ntv == 8 ? ntv : 2;
+    /* expert products (cu_moex24.cu): rows a block from 64 blocks an SM,
+     * were every slot used (at least 16 rows).  Runs 69-71 (H200, 30B-A3B,
+     * 16-token decode steps, sched-bench -c 16 -p 16): 8 blocks 765 output
+     * tok/s, 12 823, 16 854, 24 876, 32 887-894, 48 906, 64 901-908: more,
+     * shorter blocks spread the used experts' rows over every SM (the
+     * grid's slots are sized for all pairs, ~60% are used).  One token's
+     * grids are the same from 8 up (the 16-row floor).  MEMRA_CUDA_XM_BPS
+     * (1..256) for timing: a row's sums do not depend on it. */
+    const char *bps = getenv("MEMRA_CUDA_XM_BPS");
+    const int bpsv = bps ? atoi(bps) : 0;
+    c->xm_bps = bpsv >= 1 && bpsv <= 256 ? bpsv : 64;
     const char *moe = getenv("MEMRA_CUDA_X24_MOE"); /* 0: expert products stay on the float kernels */
     c->x24_moe = !(moe && !strcmp(moe, "0"));
     /* Q4_K and Q6_K decode batches on the tensor cores (cu_mvx24mma.cu; same
