@@ -465,9 +465,14 @@ static void cu_gdn_scan(mr_backend *be, const float *qkv, int stride, const floa
     const bool tiled = c->gdn_tiled && n > 1 && shm_tiled <= 48 * 1024;
     const size_t shm = tiled ? shm_tiled
                              : sizeof(float) * ((size_t)2 * dk + (size_t)2 * W * GDN_COLS + (size_t)3 * W);
-#define GDN_LAUNCH(R)                                                                              \
-    mr_cu_launch(c, tiled ? k_gdn_scan_tiled<R> : k_gdn_scan<R>, grid, threads, shm, qkv, stride, alpha, beta, a, \
-                 dt_bias, state, n, n_k_heads, n_v_heads, dk, dv, eps, out)
+#define GDN_ARGS qkv, stride, alpha, beta, a, dt_bias, state, n, n_k_heads, n_v_heads, dk, dv, eps, out
+#define GDN_LAUNCH(R)                                                                   \
+    do {                                                                                \
+        if (tiled)                                                                      \
+            mr_cu_launch(c, k_gdn_scan_tiled<R>, grid, threads, shm, GDN_ARGS);         \
+        else                                                                            \
+            mr_cu_launch(c, k_gdn_scan<R>, grid, threads, shm, GDN_ARGS);               \
+    } while (0)
     switch (rpt) {
     case 4: GDN_LAUNCH(4); break;
     case 8: GDN_LAUNCH(8); break;
@@ -475,6 +480,7 @@ static void cu_gdn_scan(mr_backend *be, const float *qkv, int stride, const floa
     default: GDN_LAUNCH(32); break;
     }
 #undef GDN_LAUNCH
+#undef GDN_ARGS
     MR_CU_LAUNCHED(c, "gdn_scan");
 }
 
