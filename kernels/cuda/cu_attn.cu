@@ -269,37 +269,12 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
 
 #define AG_AHEAD 2 /* rounds a warp prefetches ahead */
 
-/* The 8 elements kv_ld8 reads, into L2 (no registers, no wait). */
+/* The 8 elements kv_load8 reads, into L2 (no registers, no wait). */
 template <int DT>
 __device__ __forceinline__ void kv_prefetch(const void *base, int64_t i)
 {
     const char *p = (const char *)base + i * (DT == MR_KV_F32 ? 4 : 2);
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
-/* 8 elements from a 16-byte aligned spot of the cache. */
-template <int DT>
-__device__ __forceinline__ void kv_ld8(const void *base, int64_t i, float v[8])
-{
-    if constexpr (DT == MR_KV_F32) {
-        const float4 a = ((const float4 *)base)[i / 4], b = ((const float4 *)base)[i / 4 + 1];
-        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-        v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-    } else {
-        const uint4 u = ((const uint4 *)base)[i / 8];
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            if constexpr (DT == MR_KV_F16) {
-                const float2 f = __half22float2(*(const __half2 *)&w[j]);
-                v[2 * j] = f.x;
-                v[2 * j + 1] = f.y;
-            } else {
-                v[2 * j] = __uint_as_float(w[j] << 16);
-                v[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
-            }
-        }
-    }
 }
 
 /* A lane's 8 elements of a K or V row as loaded: float32 as floats, 16-bit
@@ -312,13 +287,17 @@ template <> struct kv_row8<MR_KV_F32> {
     float v[8];
 };
 
+/* Row elements i .. i + 7 (a 16-byte aligned spot of the cache). */
 template <int DT>
 __device__ __forceinline__ void kv_load8(const void *base, int64_t i, kv_row8<DT> &r)
 {
-    if constexpr (DT == MR_KV_F32)
-        kv_ld8<DT>(base, i, r.v);
-    else
+    if constexpr (DT == MR_KV_F32) {
+        const float4 a = ((const float4 *)base)[i / 4], b = ((const float4 *)base)[i / 4 + 1];
+        r.v[0] = a.x; r.v[1] = a.y; r.v[2] = a.z; r.v[3] = a.w;
+        r.v[4] = b.x; r.v[5] = b.y; r.v[6] = b.z; r.v[7] = b.w;
+    } else {
         r.u = ((const uint4 *)base)[i / 8];
+    }
 }
 
 template <int DT>
