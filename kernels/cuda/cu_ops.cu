@@ -496,6 +496,20 @@ __device__ __forceinline__ bool am_beats(float v, int i, float bv, int bi)
     return v > bv || (v == bv && i < bi);
 }
 
+/* (bv, bi) <- the best of the warp's lanes, in every lane */
+__device__ __forceinline__ void am_warp_best(float &bv, int &bi)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (am_beats(ov, oi, bv, bi)) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+}
+
 __global__ void __launch_bounds__(AM_THREADS) k_argmax(const float *x, int dim, int32_t *ids)
 {
     mr_pdl_wait();
@@ -544,15 +558,7 @@ __global__ void __launch_bounds__(AM_THREADS) k_argmax(const float *x, int dim, 
             }
         }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (am_beats(ov, oi, bv, bi)) {
-            bv = ov;
-            bi = oi;
-        }
-    }
+    am_warp_best(bv, bi);
     const int lane = tid & 31, w = tid >> 5;
     if (lane == 0) {
         sv[w] = bv;
@@ -562,15 +568,7 @@ __global__ void __launch_bounds__(AM_THREADS) k_argmax(const float *x, int dim, 
     if (w == 0) {
         bv = sv[lane];
         bi = si[lane];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (am_beats(ov, oi, bv, bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
+        am_warp_best(bv, bi);
         if (lane == 0)
             ids[blockIdx.x] = bi == AM_NONE ? 0 : bi;
     }
