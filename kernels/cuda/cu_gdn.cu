@@ -177,6 +177,71 @@ static void cu_conv1d_silu(mr_backend *be, const float *x, const float *w, float
 #define GDN_COLS 32    /* columns of S per block: one per lane */
 #define GDN_MAX_WARPS 8 /* dk up to 256; more warps would cap the registers that hold S */
 
+/* Pieces both scan kernels take, so that a token's floats are formed alike
+ * in each (k_gdn_scan_tiled's bits are k_gdn_scan's). */
+
+/* This thread's RPT rows of column col of the head's state S (zeros past
+ * dk and dv), and back. */
+template <int RPT>
+__device__ __forceinline__ void gdn_state_load(const float *S, float (&s)[RPT], int row0, int col, bool col_ok,
+                                               int dk, int dv)
+{
+#pragma unroll
+    for (int r = 0; r < RPT; r++)
+        s[r] = col_ok && row0 + r < dk ? S[(int64_t)(row0 + r) * dv + col] : 0.0f;
+}
+template <int RPT>
+__device__ __forceinline__ void gdn_state_store(float *S, const float (&s)[RPT], int row0, int col, bool col_ok,
+                                                int dk, int dv)
+{
+    if (col_ok) {
+#pragma unroll
+        for (int r = 0; r < RPT; r++)
+            if (row0 + r < dk)
+                S[(int64_t)(row0 + r) * dv + col] = s[r];
+    }
+}
+
+/* A token's decay exp(a softplus(alpha + dt_bias)) and beta gate. */
+__device__ __forceinline__ void gdn_gates(float al, float dtb, float a_h, float bt, float *decay, float *b)
+{
+    const float x = al + dtb;
+    const float sp = x > 20.0f ? x : log1pf(expf(x));
+    *decay = expf(a_h * sp);
+    *b = mr_sigmoidf(bt);
+}
+
+/* The state decayed, and this thread's shares of S^T kn and S^T qn. */
+template <int RPT>
+__device__ __forceinline__ void gdn_decay_dots(float (&s)[RPT], float decay, const float *kn, const float *qn,
+                                               int row0, int dk, float *pr, float *pp)
+{
+    float r_ = 0.0f, p_ = 0.0f;
+#pragma unroll
+    for (int r = 0; r < RPT; r++) {
+        const int i = row0 + r;
+        s[r] *= decay;
+        if (i < dk) {
+            r_ = fmaf(s[r], kn[i], r_);
+            p_ = fmaf(s[r], qn[i], p_);
+        }
+    }
+    *pr = r_;
+    *pp = p_;
+}
+
+/* The delta-rule update S += kn d^T of this thread's rows. */
+template <int RPT>
+__device__ __forceinline__ void gdn_update(float (&s)[RPT], const float *kn, float d, int row0, int dk)
+{
+#pragma unroll
+    for (int r = 0; r < RPT; r++) {
+        const int i = row0 + r;
+        if (i < dk)
+            s[r] = fmaf(kn[i], d, s[r]);
+    }
+}
+
 /* Block: W = blockDim.x / 32 warps; thread (w, lane) holds S[w*RPT + r][col]
  * for r < RPT, col = blockIdx.y * 32 + lane.  Rows >= dk and columns >= dv
  * are held as zeros and never stored. */
@@ -205,9 +270,7 @@ __global__ void __launch_bounds__(32 * GDN_MAX_WARPS) k_gdn_scan(const float *qk
     float *S = state + (int64_t)h * dk * dv;
 
     float s[RPT];
-#pragma unroll
-    for (int r = 0; r < RPT; r++)
-        s[r] = col_ok && row0 + r < dk ? S[(int64_t)(row0 + r) * dv + col] : 0.0f;
+    gdn_state_load<RPT>(S, s, row0, col, col_ok, dk, dv);
 
     const float a_h = a[h], dtb = dt_bias[h];
     const float qscale = 1.0f / sqrtf((float)dk);
@@ -253,23 +316,13 @@ __global__ void __launch_bounds__(32 * GDN_MAX_WARPS) k_gdn_scan(const float *qk
         }
         const float qk = sqk * iq * ik;
         const int64_t th = (int64_t)t * n_v_heads + h;
-        const float x = al + dtb;
-        const float sp = x > 20.0f ? x : log1pf(expf(x));
-        const float decay = expf(a_h * sp);
-        const float b = mr_sigmoidf(bt);
+        float decay, b;
+        gdn_gates(al, dtb, a_h, bt, &decay, &b);
         __syncthreads();
 
         /* decay, then this thread's share of S^T kn and S^T qn */
-        float pr = 0.0f, pp = 0.0f;
-#pragma unroll
-        for (int r = 0; r < RPT; r++) {
-            const int i = row0 + r;
-            s[r] *= decay;
-            if (i < dk) {
-                pr = fmaf(s[r], kn[i], pr);
-                pp = fmaf(s[r], qn[i], pp);
-            }
-        }
+        float pr, pp;
+        gdn_decay_dots<RPT>(s, decay, kn, qn, row0, dk, &pr, &pp);
         red_r[wi * GDN_COLS + lane] = pr;
         red_p[wi * GDN_COLS + lane] = pp;
         __syncthreads();
@@ -279,23 +332,13 @@ __global__ void __launch_bounds__(32 * GDN_MAX_WARPS) k_gdn_scan(const float *qk
             P += red_p[q * GDN_COLS + lane];
         }
         const float d = b * (v - R);
-#pragma unroll
-        for (int r = 0; r < RPT; r++) {
-            const int i = row0 + r;
-            if (i < dk)
-                s[r] = fmaf(kn[i], d, s[r]);
-        }
+        gdn_update<RPT>(s, kn, d, row0, dk);
         if (wi == 0 && col_ok)
             out[th * dv + col] = fmaf(d, qk, P);
         __syncthreads(); /* qn, kn and the partials are rewritten next token */
     }
 
-    if (col_ok) {
-#pragma unroll
-        for (int r = 0; r < RPT; r++)
-            if (row0 + r < dk)
-                S[(int64_t)(row0 + r) * dv + col] = s[r];
-    }
+    gdn_state_store<RPT>(S, s, row0, col, col_ok, dk, dv);
 }
 
 /* The same scan, with the work that does not depend on the state taken out
@@ -340,9 +383,7 @@ k_gdn_scan_tiled(const float *qkv, int stride, const float *alpha, const float *
     float *S = state + (int64_t)h * dk * dv;
 
     float s[RPT];
-#pragma unroll
-    for (int r = 0; r < RPT; r++)
-        s[r] = col_ok && row0 + r < dk ? S[(int64_t)(row0 + r) * dv + col] : 0.0f;
+    gdn_state_load<RPT>(S, s, row0, col, col_ok, dk, dv);
 
     const float a_h = a[h], dtb = dt_bias[h];
     const float qscale = 1.0f / sqrtf((float)dk);
@@ -375,10 +416,7 @@ k_gdn_scan_tiled(const float *qkv, int stride, const float *alpha, const float *
             }
             if (lane == 0) {
                 const int64_t th = (int64_t)(t0 + j) * n_v_heads + h;
-                const float x = alpha[th] + dtb;
-                const float sp = x > 20.0f ? x : log1pf(expf(x));
-                tsc[j * 4 + 0] = expf(a_h * sp);
-                tsc[j * 4 + 1] = mr_sigmoidf(beta[th]);
+                gdn_gates(alpha[th], dtb, a_h, beta[th], &tsc[j * 4 + 0], &tsc[j * 4 + 1]);
                 tsc[j * 4 + 2] = sqk * iq * ik;
             }
         }
@@ -391,16 +429,8 @@ k_gdn_scan_tiled(const float *qkv, int stride, const float *alpha, const float *
         for (int j = 0; j < nt; j++) {
             const float decay = tsc[j * 4 + 0], b = tsc[j * 4 + 1], qk = tsc[j * 4 + 2];
             const float *kn = tk + j * dk, *qn = tq + j * dk;
-            float pr = 0.0f, pp = 0.0f;
-#pragma unroll
-            for (int r = 0; r < RPT; r++) {
-                const int i = row0 + r;
-                s[r] *= decay;
-                if (i < dk) {
-                    pr = fmaf(s[r], kn[i], pr);
-                    pp = fmaf(s[r], qn[i], pp);
-                }
-            }
+            float pr, pp;
+            gdn_decay_dots<RPT>(s, decay, kn, qn, row0, dk, &pr, &pp);
             /* buffer of this token's parity: a warp that runs ahead to the
              * next token writes the other one, and cannot get two tokens
              * ahead of the barrier below */
@@ -414,24 +444,14 @@ k_gdn_scan_tiled(const float *qkv, int stride, const float *alpha, const float *
                 P += rb[(W + q) * GDN_COLS + lane];
             }
             const float d = b * (tv[j * GDN_COLS + lane] - R);
-#pragma unroll
-            for (int r = 0; r < RPT; r++) {
-                const int i = row0 + r;
-                if (i < dk)
-                    s[r] = fmaf(kn[i], d, s[r]);
-            }
+            gdn_update<RPT>(s, kn, d, row0, dk);
             if (wi == 0 && col_ok)
                 out[((int64_t)(t0 + j) * n_v_heads + h) * dv + col] = fmaf(d, qk, P);
         }
         __syncthreads(); /* the tile's buffers are refilled next */
     }
 
-    if (col_ok) {
-#pragma unroll
-        for (int r = 0; r < RPT; r++)
-            if (row0 + r < dk)
-                S[(int64_t)(row0 + r) * dv + col] = s[r];
-    }
+    gdn_state_store<RPT>(S, s, row0, col, col_ok, dk, dv);
 }
 
 static void cu_gdn_scan(mr_backend *be, const float *qkv, int stride, const float *alpha,
