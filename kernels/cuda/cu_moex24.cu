@@ -34,21 +34,17 @@
 #define XM_WARPS 4 /* warps a block */
 #define XM_ROWS 4  /* rows a warp takes at a time */
 
-/* Rows r0 .. r0 + R - 1 (those from `end` on computed but not stored) of
- * expert matrix W for the NT pairs pr[] with planes xt[].  The loop over
- * units is k_mvx24's, written out in both: a shared function changed
- * ptxas' register spills in the measured one-token kernels (up to 52
- * bytes instead of 4 for the Q6_K instance), a change no GPU run has
+/* acc[t R + i] = this lane's share of row i (rows at Wr[i]) for token t
+ * (planes xt[t]): its units lane, lane + 32, ... in order.  The loop is
+ * k_mvx24's, written out there too: sharing it with the plain kernel
+ * changed ptxas' register spills in the measured one-token kernels (up to
+ * 52 bytes instead of 4 for the Q6_K instance), a change no GPU run has
  * timed. */
 template <int T, int R, int NT>
-__device__ __forceinline__ void xm_rows(const uint8_t *W, size_t row_bytes, int cols, int64_t r0, int64_t end,
-                                        const uint8_t *const *xt, const int *pr, float *y, int64_t rows, int lane)
+__device__ __forceinline__ void xm_units(const uint8_t *const *Wr, const uint8_t *const *xt, int cols, int lane,
+                                         float *acc)
 {
     constexpr int S = xs_type<T>::STRIDE;
-    const uint8_t *Wr[R];
-#pragma unroll
-    for (int i = 0; i < R; i++) Wr[i] = W + (size_t)(r0 + i < end ? r0 + i : r0) * row_bytes;
-    float acc[NT * R];
 #pragma unroll
     for (int i = 0; i < NT * R; i++) acc[i] = 0.0f;
     const int units = cols / 32;
@@ -59,6 +55,19 @@ __device__ __forceinline__ void xm_rows(const uint8_t *W, size_t row_bytes, int 
         for (int i = 0; i < R; i++) p[i] = Wr[i] + (size_t)b * S;
         xs_unit<T, R, NT>::run(p, un & 7, xt, cols, 256 * b, acc);
     }
+}
+
+/* Rows r0 .. r0 + R - 1 (those from `end` on computed but not stored) of
+ * expert matrix W for the NT pairs pr[] with planes xt[]. */
+template <int T, int R, int NT>
+__device__ __forceinline__ void xm_rows(const uint8_t *W, size_t row_bytes, int cols, int64_t r0, int64_t end,
+                                        const uint8_t *const *xt, const int *pr, float *y, int64_t rows, int lane)
+{
+    const uint8_t *Wr[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) Wr[i] = W + (size_t)(r0 + i < end ? r0 + i : r0) * row_bytes;
+    float acc[NT * R];
+    xm_units<T, R, NT>(Wr, xt, cols, lane, acc);
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
@@ -77,7 +86,7 @@ __device__ __forceinline__ void xm_rows_glu(const uint8_t *Wg, const uint8_t *Wu
                                             int64_t r0, int64_t end, const uint8_t *xt0, int pr, float *yg,
                                             float *yu, float *yo, int64_t rows, int lane)
 {
-    constexpr int S = xs_type<T>::STRIDE, R = 2 * RH;
+    constexpr int R = 2 * RH;
     const uint8_t *Wr[R];
 #pragma unroll
     for (int i = 0; i < R; i++) {
@@ -85,17 +94,8 @@ __device__ __forceinline__ void xm_rows_glu(const uint8_t *Wg, const uint8_t *Wu
         Wr[i] = (i < RH ? Wg : Wu) + (size_t)(r0 + o < end ? r0 + o : r0) * row_bytes;
     }
     float acc[R];
-#pragma unroll
-    for (int i = 0; i < R; i++) acc[i] = 0.0f;
     const uint8_t *xt[1] = {xt0};
-    const int units = cols / 32;
-    for (int un = lane; un < units; un += 32) {
-        const int b = un >> 3;
-        const uint8_t *p[R];
-#pragma unroll
-        for (int i = 0; i < R; i++) p[i] = Wr[i] + (size_t)b * S;
-        xs_unit<T, R, 1>::run(p, un & 7, xt, cols, 256 * b, acc);
-    }
+    xm_units<T, R, 1>(Wr, xt, cols, lane, acc);
 #pragma unroll
     for (int i = 0; i < RH; i++) {
         const float g = mr_warp_sum(acc[i]), u = mr_warp_sum(acc[RH + i]);
