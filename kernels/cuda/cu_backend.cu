@@ -384,6 +384,8 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     c->fast_r = fr ? atoi(fr) : 0;
     const char *qw = getenv("MEMRA_CUDA_Q4K_WIDE");
     c->q4k_wide = !(qw && !strcmp(qw, "0"));
+    const char *w8 = getenv("MEMRA_CUDA_WIDE8");
+    c->wide8 = !(w8 && !strcmp(w8, "0"));
     pdl_init(c, &prop);
     mr_cu_x24_init(c);
     mr_cu_fast_init(c);

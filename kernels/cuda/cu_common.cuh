@@ -89,6 +89,8 @@ struct mr_cu_ctx {
     bool pdl;               /* kernels launched with programmatic dependent launch (cu_pdl.cuh;
                                compute capability 9+, MEMRA_CUDA_PDL=0: off) */
     cudaError_t launch_err; /* the first error of an mr_cu_launch not yet taken by MR_CU_LAUNCHED */
+    bool wide8;             /* Q4_K wide matvec: 8 tokens a launch (cu_fast.cu launch_fast_n;
+                               MEMRA_CUDA_WIDE8=0: 4, same bits) */
 };
 
 static inline mr_cu_ctx *mr_cu(mr_backend *be) { return (mr_cu_ctx *)be->ctx; }

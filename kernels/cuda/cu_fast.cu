@@ -326,16 +326,47 @@ __global__ void __launch_bounds__(FW * 32) k_fast(mr_cu_mvjob job)
     mv_block_store<R, NT, GLU>(part, a, b);
 }
 
+/* One token's share of a Q4_K wide step: its 16 inputs (a0, a1 against
+ * the low nibbles l0, l1; b0, b1 against the high ones h0, h1) and their
+ * sums xs0, xs1, the block's d, dm and the two sub-blocks' scales and
+ * mins.  Every instance calls this for every token and step, so a token's
+ * sums are formed alike whatever NT. */
+__device__ __forceinline__ float wide_tok(const float4 &a0, const float4 &a1, const float4 &b0, const float4 &b1,
+                                          float xs0, float xs1, uint32_t l0, uint32_t l1, uint32_t h0, uint32_t h1,
+                                          float d, float dm, float sc0, float sc1, float m0, float m1)
+{
+    const float f0 = dot4(a0, hq(l0, 0), hq(l0, 1), hq(l0, 2), hq(l0, 3)) + dot4(a1, hq(l1, 0), hq(l1, 1), hq(l1, 2), hq(l1, 3));
+    const float f1 = dot4(b0, hq(h0, 0), hq(h0, 1), hq(h0, 2), hq(h0, 3)) + dot4(b1, hq(h1, 0), hq(h1, 1), hq(h1, 2), hq(h1, 3));
+    const float s0 = 256.0f * f0 - 128.0f * xs0, s1 = 256.0f * f1 - 128.0f * xs1;
+    return d * (sc0 * s0 + sc1 * s1) - dm * (m0 * xs0 + m1 * xs1);
+}
+
+/* A token's 16 inputs of a wide step and their two 8-column sums. */
+__device__ __forceinline__ void wide_x(const float *xs, float4 &a0, float4 &a1, float4 &b0, float4 &b1, float &xs0,
+                                       float &xs1)
+{
+    a0 = __ldg((const float4 *)xs);
+    a1 = __ldg((const float4 *)(xs + 16));
+    b0 = __ldg((const float4 *)(xs + 32));
+    b1 = __ldg((const float4 *)(xs + 48));
+    xs0 = (a0.x + a0.y) + (a0.z + a0.w) + (a1.x + a1.y) + (a1.z + a1.w);
+    xs1 = (b0.x + b0.y) + (b0.z + b0.w) + (b1.x + b1.y) + (b1.z + b1.w);
+}
+
 /* Q4_K, 512 columns a step: each lane takes 16 weights of one 64-column
  * group (two 4-byte loads, quads 4k and 16+4k of both nibble halves) so
  * the scale/min work is paid once per 16 weights, not per 8.  NT tokens
- * (1, 2 or 4) share each weight load; a token's sums are formed exactly as
- * with NT = 1 (its own accumulators, the same steps in the same order, the
- * same reductions), so a row's result does not depend on how many tokens
- * share the launch (kernel-check's batch-invariance lines). */
+ * (1, 2, 4 or 8) share each weight load; a token's sums are formed exactly
+ * as with NT = 1 (its own accumulators, the same steps in the same order,
+ * the same reductions), so a row's result does not depend on how many
+ * tokens share the launch (kernel-check's batch-invariance lines).  Up to
+ * 4 tokens the inputs of all of them are loaded first and shared by the R
+ * rows; 8 tokens (one row) take their inputs four at a time, after the
+ * row's weights, so that the registers hold one group. */
 template <int R, int NT, bool GLU = false>
 __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
 {
+    static_assert(NT <= 4 || R == 1, "8 tokens a launch take one row a block");
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -349,6 +380,7 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
         return;
     const float *x = b.x;
     const int nsteps = (int)(a.cols / 512);
+    constexpr int TG = NT < 4 ? NT : 4; /* tokens whose inputs are in registers at once */
     float acc[NT][R];
 #pragma unroll
     for (int t = 0; t < NT; t++)
@@ -356,17 +388,12 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
         for (int i = 0; i < R; i++) acc[t][i] = 0.0f;
 #pragma unroll 2
     for (int s = warp; s < nsteps; s += FW) {
-        float4 a0[NT], a1[NT], b0[NT], b1[NT];
-        float xs0[NT], xs1[NT];
+        float4 a0[TG], a1[TG], b0[TG], b1[TG];
+        float xs0[TG], xs1[TG];
+        if constexpr (NT <= 4) {
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const float *xs = x + (int64_t)t * a.cols + 512 * s + xo;
-            a0[t] = __ldg((const float4 *)xs);
-            a1[t] = __ldg((const float4 *)(xs + 16));
-            b0[t] = __ldg((const float4 *)(xs + 32));
-            b1[t] = __ldg((const float4 *)(xs + 48));
-            xs0[t] = (a0[t].x + a0[t].y) + (a0[t].z + a0[t].w) + (a1[t].x + a1[t].y) + (a1[t].z + a1[t].w);
-            xs1[t] = (b0[t].x + b0[t].y) + (b0[t].z + b0[t].w) + (b1[t].x + b1[t].y) + (b1[t].z + b1[t].w);
+            for (int t = 0; t < NT; t++)
+                wide_x(x + (int64_t)t * a.cols + 512 * s + xo, a0[t], a1[t], b0[t], b1[t], xs0[t], xs1[t]);
         }
 #pragma unroll
         for (int i = 0; i < R; i++) {
@@ -382,13 +409,17 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
             const float sc0 = mag(sm, 0) - MAGIC, sc1 = mag(sm, 1) - MAGIC;
             const float m0 = mag(sm, 2) - MAGIC, m1 = mag(sm, 3) - MAGIC;
 #pragma unroll
-            for (int t = 0; t < NT; t++) {
-                const float f0 = dot4(a0[t], hq(l0, 0), hq(l0, 1), hq(l0, 2), hq(l0, 3)) +
-                                 dot4(a1[t], hq(l1, 0), hq(l1, 1), hq(l1, 2), hq(l1, 3));
-                const float f1 = dot4(b0[t], hq(h0, 0), hq(h0, 1), hq(h0, 2), hq(h0, 3)) +
-                                 dot4(b1[t], hq(h1, 0), hq(h1, 1), hq(h1, 2), hq(h1, 3));
-                const float s0 = 256.0f * f0 - 128.0f * xs0[t], s1 = 256.0f * f1 - 128.0f * xs1[t];
-                acc[t][i] += d * (sc0 * s0 + sc1 * s1) - dm * (m0 * xs0[t] + m1 * xs1[t]);
+            for (int t0 = 0; t0 < NT; t0 += TG) {
+                if constexpr (NT > 4) {
+#pragma unroll
+                    for (int t = 0; t < TG; t++)
+                        wide_x(x + (int64_t)(t0 + t) * a.cols + 512 * s + xo, a0[t], a1[t], b0[t], b1[t], xs0[t],
+                               xs1[t]);
+                }
+#pragma unroll
+                for (int t = 0; t < TG; t++)
+                    acc[t0 + t][i] += wide_tok(a0[t], a1[t], b0[t], b1[t], xs0[t], xs1[t], l0, l1, h0, h1, d, dm,
+                                               sc0, sc1, m0, m1);
             }
         }
     }
@@ -806,10 +837,18 @@ static void launch_fast(mr_cu_ctx *c, mr_cu_mvjob a, int jobs)
 template <int T>
 static void launch_fast_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
 {
-    /* tokens in chunks of 4, 2, 1 (each chunk reads the weights once) */
+    /* tokens in chunks of 4, 2, 1 (each chunk reads the weights once); 8
+     * for the Q4_K wide kernel (plain products: a decode batch's rows then
+     * read and decode the weights half as often; MEMRA_CUDA_WIDE8=0: 4) */
+    const bool wide8 = T == MR_TYPE_Q4_K && c->wide8 && a.cols % 512 == 0 && c->q4k_wide && !a.ids;
     while (n > 0) {
-        int nt = n >= 4 ? 4 : n >= 2 ? 2 : 1;
-        if (nt == 4) launch_fast<T, 4>(c, a, jobs);
+        int nt = n >= 8 && wide8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1;
+        if (nt == 8) {
+            if constexpr (T == MR_TYPE_Q4_K) {
+                mr_cu_launch(c, k_q4k_wide<1, 8>, dim3(job_blocks(&a, 1), jobs), FW * 32, 0, a);
+                MR_CU_LAUNCHED(c, "q4_k wide matvec");
+            }
+        } else if (nt == 4) launch_fast<T, 4>(c, a, jobs);
         else if (nt == 2) launch_fast<T, 2>(c, a, jobs);
         else launch_fast<T, 1>(c, a, jobs);
         a.x += (int64_t)nt * a.cols;
