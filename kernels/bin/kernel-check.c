@@ -70,6 +70,7 @@ static float fgauss(void)
 
 static int n_fail, n_pass;
 static mr_backend *gpu, *gpu_generic, *cpu, *gpu_r2, *gpu_r4, *gpu_r2_pair, *gpu_r4_pair;
+static mr_backend *gpu_x24; /* the default decode kernels (22-bit where they take a product) */
 static mr_backend *gpu_x3; /* MEMRA_CUDA_GEMM=f16x3: float32-grade prompt products */
 static mr_backend *gpu_attn_tc; /* MEMRA_CUDA_ATTN=tc: prompt attention on the tensor cores */
 /* matmul paths compared: the default GPU kernels, the fast kernels with 4
@@ -549,41 +550,42 @@ static int32_t *random_ids(mr_backend *be, int n, int k, int mats, int32_t **dev
  * one at a time (a sync after each, so nothing is shared); `saved` is how
  * many of the m calls the recorder must report as run inside another's
  * launch (the mv count of fused_ops): a weight of another type starts a new
- * launch, and expert products share one only at one token. */
-static void check_matmul_multi(const int *types, const int64_t *rows, int m, int64_t cols, int mats, int k,
-                               int n, long saved)
+ * launch, and expert products of 2+ tokens share one only on the 22-bit
+ * kernel (be gpu_x24). */
+static void check_matmul_multi(mr_backend *be, const int *types, const int64_t *rows, int m, int64_t cols, int mats,
+                               int k, int n, long saved)
 {
     tweight w[3];
     const int P = mats > 1 ? n * k : n; /* output rows a matrix row has */
     size_t xn = (size_t)n * cols, yn[3];
     float *x = malloc(xn * 4);
     for (size_t i = 0; i < xn; i++) x[i] = fgauss();
-    int32_t *dids, *ids = random_ids(gpu, n, k, mats, &dids);
-    float *dx = dup_to(gpu, x, xn * 4), *dy[3], *dz[3];
+    int32_t *dids, *ids = random_ids(be, n, k, mats, &dids);
+    float *dx = dup_to(be, x, xn * 4), *dy[3], *dz[3];
     char shape[96];
     int len = snprintf(shape, sizeof shape, "%dx", m);
     for (int s = 0; s < m; s++) {
         const tdesc *td = td_of(types[s]);
         tw_make(&w[s], td, cols, rows[s], mats);
         yn[s] = (size_t)P * rows[s];
-        dy[s] = dalloc(gpu, yn[s] * 4);
-        dz[s] = dalloc(gpu, yn[s] * 4);
-        poison(gpu, dy[s], yn[s] * 4);
-        poison(gpu, dz[s], yn[s] * 4);
+        dy[s] = dalloc(be, yn[s] * 4);
+        dz[s] = dalloc(be, yn[s] * 4);
+        poison(be, dy[s], yn[s] * 4);
+        poison(be, dz[s], yn[s] * 4);
         len += snprintf(shape + len, sizeof shape - len, "%s%s %lld", s ? "," : "", td->name, (long long)rows[s]);
     }
     snprintf(shape + len, sizeof shape - len, " x%lld%s n=%d", (long long)cols, mats > 1 ? " ids" : "", n);
-    long f0 = fused_ops(gpu).mv;
+    long f0 = fused_ops(be).mv;
     for (int s = 0; s < m; s++) { /* recorded back to back: shared launches */
-        if (mats > 1) gpu->matmul_id(gpu, &w[s].g, dx, 1, dids, k, dy[s], n);
-        else gpu->matmul(gpu, &w[s].g, dx, dy[s], n);
+        if (mats > 1) be->matmul_id(be, &w[s].g, dx, 1, dids, k, dy[s], n);
+        else be->matmul(be, &w[s].g, dx, dy[s], n);
     }
-    if (gpu->sync(gpu, &err)) die("sync");
-    const long got = fused_ops(gpu).mv - f0;
+    if (be->sync(be, &err)) die("sync");
+    const long got = fused_ops(be).mv - f0;
     for (int s = 0; s < m; s++) { /* one at a time */
-        if (mats > 1) gpu->matmul_id(gpu, &w[s].g, dx, 1, dids, k, dz[s], n);
-        else gpu->matmul(gpu, &w[s].g, dx, dz[s], n);
-        if (gpu->sync(gpu, &err)) die("sync");
+        if (mats > 1) be->matmul_id(be, &w[s].g, dx, 1, dids, k, dz[s], n);
+        else be->matmul(be, &w[s].g, dx, dz[s], n);
+        if (be->sync(be, &err)) die("sync");
     }
     int nan_all = 0;
     double e_all = 0, diff = 0;
@@ -591,8 +593,8 @@ static void check_matmul_multi(const int *types, const int64_t *rows, int m, int
         const tdesc *td = td_of(types[s]);
         float *y = malloc(yn[s] * 4), *z = malloc(yn[s] * 4), *wr = malloc(cols * 4);
         double *ref = calloc(yn[s], 8);
-        fetch(gpu, y, dy[s], yn[s] * 4);
-        fetch(gpu, z, dz[s], yn[s] * 4);
+        fetch(be, y, dy[s], yn[s] * 4);
+        fetch(be, z, dz[s], yn[s] * 4);
         for (int p = 0; p < P; p++) {
             const int e = mats > 1 ? ids[p] : 0, t = mats > 1 ? p / k : p;
             for (int64_t r = 0; r < rows[s]; r++) {
@@ -613,12 +615,12 @@ static void check_matmul_multi(const int *types, const int64_t *rows, int m, int
     report("multi-vs-one", shape, diff, 0, 0.0); /* outputs that differ in any bit */
     report("multi-launches", shape, (double)labs(got - saved), 0, 0.0);
     for (int s = 0; s < m; s++) {
-        gpu->free(gpu, dy[s]);
-        gpu->free(gpu, dz[s]);
+        be->free(be, dy[s]);
+        be->free(be, dz[s]);
         tw_free(&w[s]);
     }
-    gpu->free(gpu, dx);
-    if (dids) gpu->free(gpu, dids);
+    be->free(be, dx);
+    if (dids) be->free(be, dids);
     free(x); free(ids);
 }
 
@@ -629,12 +631,12 @@ static void check_matmul_multi_all(void)
         const int t[3] = {q4, q4, q4};
         const int64_t r[3] = {1024, 256, 256};
         const int ns[] = {1, 2, 3, 5, 8, 21}; /* 21: a decode batch, 8 tokens a launch */
-        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) check_matmul_multi(t, r, 3, 2048, 1, 1, ns[i], 2);
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) check_matmul_multi(gpu, t, r, 3, 2048, 1, 1, ns[i], 2);
     }
     { /* v of another type: q and k share a launch, v runs alone */
         const int t[3] = {q4, q4, q6};
         const int64_t r[3] = {512, 128, 128};
-        check_matmul_multi(t, r, 3, 4096, 1, 1, 1, 1);
+        check_matmul_multi(gpu, t, r, 3, 4096, 1, 1, 1, 1);
     }
     { /* gate/up of every fast type, odd row counts (last block of a matrix partly used) */
         const int ty[] = {MR_TYPE_Q4_K, MR_TYPE_Q5_K, MR_TYPE_Q6_K, MR_TYPE_Q8_0, MR_TYPE_Q4_0,
@@ -642,15 +644,19 @@ static void check_matmul_multi_all(void)
         for (size_t i = 0; i < sizeof ty / sizeof ty[0]; i++) {
             const int t[2] = {ty[i], ty[i]};
             const int64_t r[2] = {333, 333};
-            check_matmul_multi(t, r, 2, 1024, 1, 1, 1, 1);
-            check_matmul_multi(t, r, 2, 512, 1, 1, 4, 1);
+            check_matmul_multi(gpu, t, r, 2, 1024, 1, 1, 1, 1);
+            check_matmul_multi(gpu, t, r, 2, 512, 1, 1, 4, 1);
         }
     }
     { /* expert gate/up at one token (k = 8 of 16), and a decode batch (not shared) */
         const int t[2] = {q4, q4};
         const int64_t r[2] = {768, 768};
-        check_matmul_multi(t, r, 2, 2048, 16, 8, 1, 1);
-        check_matmul_multi(t, r, 2, 2048, 16, 8, 3, 0);
+        check_matmul_multi(gpu, t, r, 2, 2048, 16, 8, 1, 1);
+        check_matmul_multi(gpu, t, r, 2, 2048, 16, 8, 3, 0);
+        /* the 22-bit kernel shares a decode batch's launch and grouping too */
+        check_matmul_multi(gpu_x24, t, r, 2, 2048, 16, 8, 1, 1);
+        check_matmul_multi(gpu_x24, t, r, 2, 2048, 16, 8, 3, 1);
+        check_matmul_multi(gpu_x24, t, r, 2, 2048, 128, 8, 16, 1);
     }
 }
 
@@ -742,7 +748,6 @@ static void check_glu(mr_backend *be, const char *tag, int type, int64_t rows, i
     free(x); free(ids); free(ref); free(wr);
 }
 
-static mr_backend *gpu_x24; /* the default decode kernels (22-bit where they take a product) */
 
 static void check_glu_all(void)
 {

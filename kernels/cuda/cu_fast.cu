@@ -488,7 +488,7 @@ static size_t grp_ints(int pairs, int64_t n_mats)
  * order of a slot's pairs in the list is not fixed (atomics); no result
  * depends on it, since every pair is summed on its own. */
 __global__ void __launch_bounds__(GRP_THREADS)
-k_moe_group(const int32_t *__restrict__ ids, int P, int n_mats, int S, int64_t rows, float *y,
+k_moe_group(const int32_t *__restrict__ ids, int P, int n_mats, int S, int64_t rows, float *y, float *y2,
             int32_t *grp)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
@@ -507,7 +507,10 @@ k_moe_group(const int32_t *__restrict__ ids, int P, int n_mats, int S, int64_t r
     for (int p = warp; p < P; p += GRP_THREADS / 32) { /* a warp a bad pair's row */
         const int e = ids[p];
         if (e < 0 || e >= n_mats)
-            for (int64_t r = lane; r < rows; r += 32) y[(int64_t)p * rows + r] = __int_as_float(0x7fc00000);
+            for (int64_t r = lane; r < rows; r += 32) {
+                y[(int64_t)p * rows + r] = __int_as_float(0x7fc00000);
+                if (y2) y2[(int64_t)p * rows + r] = __int_as_float(0x7fc00000);
+            }
     }
     __syncthreads();
     /* thread tid owns experts [e0, e1): its used experts and pairs, then an
@@ -941,10 +944,12 @@ bool mr_cu_fast_matvec_id_multi(mr_cu_ctx *c, const mr_weight *const *w, float *
                                 const float *x, int x_slots, const int32_t *ids, int k, int n)
 {
     mr_cu_mvjob a;
-    if (n != 1 || !multi_job(c, w, y, m, x, &a))
+    if (!multi_job(c, w, y, m, x, &a))
         return false;
     if (mr_cu_x24_matvec_id(c, w, y, m, x, x_slots, ids, k, n))
         return true;
+    if (n != 1) /* decode batches share a launch on the 22-bit kernel only */
+        return false;
     a.ids = ids;
     a.k = k;
     a.x_slots = x_slots;
@@ -1098,7 +1103,7 @@ bool mr_cu_moe_group_fits(int P, int64_t n_mats)
 }
 
 const int32_t *mr_cu_moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int k, int64_t n_mats, int64_t rows,
-                               float *y, int *S)
+                               float *y, float *y2, int *S)
 {
     if (!mr_cu_moe_group_fits(P, n_mats))
         return NULL;
@@ -1115,7 +1120,7 @@ const int32_t *mr_cu_moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int k, i
         return NULL;
     int32_t *grp = (int32_t *)c->scratch_grp.p;
     mr_cu_launch(c, k_moe_group, 1, GRP_THREADS, (size_t)2 * n_mats * sizeof(int), ids, P, (int)n_mats, *S, rows,
-                 y, grp);
+                 y, y2, grp);
     MR_CU_LAUNCHED(c, "expert grouping");
     return grp;
 }
@@ -1131,7 +1136,7 @@ static bool grouped_run(mr_cu_ctx *c, const mr_weight *w, const mr_cu_mvjob &a, 
     grp_plan pl;
     if (!grp_plan_make(c, a, P, S, &pl))
         return false;
-    const int32_t *grp = mr_cu_moe_group(c, a.ids, P, a.k, a.n_mats, a.rows, a.y, &S);
+    const int32_t *grp = mr_cu_moe_group(c, a.ids, P, a.k, a.n_mats, a.rows, a.y, NULL, &S);
     if (!grp)
         return c->failed; /* capture without scratch: the per-pair path; a failure: recorded */
     switch (w->type) {

@@ -163,12 +163,13 @@ bool mr_cu_x24_glu_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
 /* Decode expert products grouped by expert (cu_fast.cu, k_moe_group): the
  * list of used experts and each one's pairs, built on the device into
  * c->scratch_grp (layout there), NaN written to y's rows (rows a pair) of
- * pairs whose id is out of range; *S the slots (min(P, n_mats)).  NULL,
+ * pairs whose id is out of range, and to y2's where not NULL (a second
+ * matrix of the same rows over the same ids); *S the slots (min(P, n_mats)).  NULL,
  * nothing launched, outside the limits (mr_cu_moe_group_fits), when the
  * scratch would grow inside a capture, or on a failure (recorded). */
 bool mr_cu_moe_group_fits(int P, int64_t n_mats);
 const int32_t *mr_cu_moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int k, int64_t n_mats, int64_t rows,
-                               float *y, int *S);
+                               float *y, float *y2, int *S);
 
 /* Bytes of a row of w in the kernel layout (w->priv, or w->data where the
  * type keeps the GGUF layout). */

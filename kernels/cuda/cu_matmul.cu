@@ -304,7 +304,7 @@ bool mr_cu_matmul_id_multi(mr_backend *be, const mr_weight *const *w, float *con
                            const float *x, int x_slots, const int32_t *ids, int k, int n)
 {
     mr_cu_ctx *c = mr_cu(be);
-    if (n != 1 || k < 1 || (x_slots != 1 && x_slots != k) || !multi_ok(c, w, m, x))
+    if (n < 1 || n >= MR_CU_GEMM_MIN_TOKENS || k < 1 || (x_slots != 1 && x_slots != k) || !multi_ok(c, w, m, x))
         return false;
     return mr_cu_fast_matvec_id_multi(c, w, y, m, x, x_slots, ids, k, n);
 }

@@ -231,10 +231,11 @@ bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
 {
     if (n < 1 || n >= MR_CU_GEMM_MIN_TOKENS || k < 1 || !xm_takes(c, w, m, x))
         return false;
-    /* gate and up share a launch at one token only (mr_cu_matmul_id_multi):
-     * the grouping kernel writes the NaN rows of bad ids into one matrix */
+    /* decode batches: two matrices of equal rows (gate and up) share a
+     * launch and one grouping, which writes the NaN rows of bad ids into
+     * both outputs */
     const int T = w[0]->type, P = n * k;
-    if ((m > 1 && n > 1) || !mr_cu_moe_group_fits(P, w[0]->n_mats))
+    if ((n > 1 && (m > 2 || (m == 2 && w[1]->rows != w[0]->rows))) || !mr_cu_moe_group_fits(P, w[0]->n_mats))
         return false;
     int64_t total, rows_max;
     mr_cu_mvjob a = xs_job(w, y, m, x, &total, &rows_max);
@@ -244,7 +245,7 @@ bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
     const int32_t *grp = NULL;
     int S = P;
     if (n > 1) {
-        grp = mr_cu_moe_group(c, ids, P, k, a.n_mats, a.rows, a.y, &S);
+        grp = mr_cu_moe_group(c, ids, P, k, a.n_mats, a.rows, a.y, m == 2 ? y[1] : NULL, &S);
         if (!grp)
             return c->failed;
     }
