@@ -16,6 +16,7 @@ void mr_config_defaults(mr_config *c)
     c->max_body_bytes = 4u << 20;
     c->request_timeout_ms = 10000;
     c->drain_timeout_ms = 30000;
+    c->stream_keepalive_ms = 15000;
     strcpy(c->worker_bin, "build/bin/memra-worker");
     c->backoff_min_ms = 200;
     c->backoff_max_ms = 10000;
@@ -211,6 +212,10 @@ static int parse_root(json_t *root, mr_config *c, mr_err *err)
         return -1;
     if (get_i32(root, "drain_timeout_ms", "", 0, 3600000, &c->drain_timeout_ms, err))
         return -1;
+    if (get_i32(root, "stream_keepalive_ms", "", 0, 3600000, &c->stream_keepalive_ms, err))
+        return -1;
+    if (c->stream_keepalive_ms > 0 && c->stream_keepalive_ms < 100)
+        return mr_errf(err, "stream_keepalive_ms: 0 (off) or 100 .. 3600000, got %d", c->stream_keepalive_ms);
     if (get_i32(root, "retry_after_s", "", 1, 60, &c->retry_after_s, err))
         return -1;
     if (get_str(root, "keyring", "", c->keyring, sizeof c->keyring, err) ||

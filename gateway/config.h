@@ -45,6 +45,7 @@ typedef struct mr_config {
     uint64_t max_body_bytes;
     int request_timeout_ms;
     int drain_timeout_ms;
+    int stream_keepalive_ms; /* an SSE comment on a stream that has sent nothing for this long; 0: off */
     char keyring[1024];   /* empty = no keys */
     bool supervise;
     char worker_bin[1024];

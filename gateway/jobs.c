@@ -59,6 +59,7 @@ struct mr_job {
     mr_buf piece, released, tok_text, top_raw, top_text;
     bool sending, final_queued, headers_sent;
     double t_start, t_last;
+    double t_sent; /* when bytes of the stream last went to the connection (stream_keepalive) */
     bool got_first;
 };
 
@@ -162,13 +163,14 @@ static void job_free(mr_job *j)
 }
 
 /* A job is freed when the worker is done with it and the HTTP side is
- * finished (response sent, or the request is gone). */
-static void maybe_free(mr_job *j)
+ * finished (response sent, or the request is gone); true when it was. */
+static bool maybe_free(mr_job *j)
 {
-    if (j->wstate == J_DONE && (j->http_done || !j->req) && !j->sending)
+    if (j->wstate == J_DONE && ((j->http_done && !j->sending) || !j->req)) {
         job_free(j);
-    else if (j->wstate == J_DONE && !j->req)
-        job_free(j);
+        return true;
+    }
+    return false;
 }
 
 static void pump_queue(mr_gw_model *m);
@@ -254,6 +256,7 @@ static void stream_flush(mr_job *j)
     h2o_iovec_t iov = h2o_iovec_init(j->wire.p ? j->wire.p : "", j->wire.len);
     bool fin = j->final_queued;
     j->sending = true;
+    j->t_sent = mr_now();
     if (fin)
         j->http_done = true;
     h2o_send(j->req, &iov, 1, fin ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
@@ -779,14 +782,31 @@ void mr_gw_fail_worker_jobs(mr_gw_worker *w, const char *why)
     }
 }
 
+/* A stream that has sent nothing for stream_keepalive_ms (a long prompt's
+ * prefill, a wait in the queue) gets an SSE comment line, which clients
+ * ignore: without it, proxies and HTTP clients with an idle timeout (60 s in
+ * nginx's default proxy_read_timeout, 300 s in Node's fetch) drop the
+ * connection before the first token of a prompt that takes minutes. */
+static void stream_keepalive(mr_job *j, double now)
+{
+    const int ms = j->gw->conf.stream_keepalive_ms;
+    if (ms <= 0 || !j->stream || !j->headers_sent || !j->req || j->http_done || j->sending || j->final_queued ||
+        j->out.len || now - j->t_sent < ms / 1000.0)
+        return;
+    mr_buf_adds(&j->out, ": keep-alive\n\n");
+    stream_flush(j);
+}
+
 void mr_gw_jobs_tick(mr_gw *gw)
 {
+    const double now = mr_now();
     h2o_linklist_t *l = gw->jobs.next;
     while (l != &gw->jobs) {
         mr_job *j = H2O_STRUCT_FROM_MEMBER(mr_job, all, l);
         l = l->next;
         check_disconnect(j);
-        maybe_free(j);
+        if (!maybe_free(j))
+            stream_keepalive(j, now);
     }
     if (gw->draining && (gw->n_jobs == 0 || mr_now() > gw->drain_deadline)) {
         /* past the deadline: end what is left */

@@ -239,6 +239,7 @@ START_TEST(config_validation)
     ck_assert_int_eq(c.tenants[0].max_concurrency, 3);
     ck_assert_int_eq(c.default_tenant_max, 9);
     ck_assert_int_eq(c.models[0].workers[0].device, 1);
+    ck_assert_int_eq(c.stream_keepalive_ms, 15000);
     mr_config_free(&c);
     static const struct {
         const char *text;
@@ -259,6 +260,8 @@ START_TEST(config_validation)
          "already used"},
         {"{\"tenants\":{\"bad name\":{}},\"models\":[]}", "tenants"},
         {"{\"supervise\":1,\"models\":[]}", "supervise"},
+        {"{\"stream_keepalive_ms\":50,\"models\":[]}", "stream_keepalive_ms: 0 (off) or 100"},
+        {"{\"stream_keepalive_ms\":-1,\"models\":[]}", "stream_keepalive_ms"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         ck_assert_msg(mr_config_parse(bad[i].text, &c, &err) == -1, "case %zu accepted", i);
