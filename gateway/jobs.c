@@ -808,7 +808,7 @@ void mr_gw_jobs_tick(mr_gw *gw)
         if (!maybe_free(j))
             stream_keepalive(j, now);
     }
-    if (gw->draining && (gw->n_jobs == 0 || mr_now() > gw->drain_deadline)) {
+    if (gw->draining && (gw->n_jobs == 0 || now > gw->drain_deadline)) {
         /* past the deadline: end what is left */
         l = gw->jobs.next;
         while (l != &gw->jobs) {

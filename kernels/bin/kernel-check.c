@@ -748,7 +748,6 @@ static void check_glu(mr_backend *be, const char *tag, int type, int64_t rows, i
     free(x); free(ids); free(ref); free(wr);
 }
 
-
 static void check_glu_all(void)
 {
     const int ty[] = {MR_TYPE_Q4_K, MR_TYPE_Q5_K, MR_TYPE_Q6_K, MR_TYPE_Q8_0, MR_TYPE_Q4_0,

@@ -808,6 +808,14 @@ static void launch_fast_r(mr_cu_ctx *c, mr_cu_mvjob a, int jobs)
     MR_CU_LAUNCHED(c, "fast matvec");
 }
 
+/* Whether a plain Q4_K job goes to the 16-weight-lane kernel
+ * (k_q4k_wide): whole 512-column steps, not turned off
+ * (MEMRA_CUDA_Q4K_WIDE=0), no expert ids (see launch_fast). */
+template <int T> static bool q4k_wide_takes(const mr_cu_ctx *c, const mr_cu_mvjob &a)
+{
+    return T == MR_TYPE_Q4_K && a.cols % 512 == 0 && c->q4k_wide && !a.ids;
+}
+
 /* Rows per block: more rows share each activation load, fewer give more
  * blocks; keep at least ~8 blocks per SM. */
 template <int T, int NT>
@@ -818,7 +826,7 @@ static void launch_fast(mr_cu_ctx *c, mr_cu_mvjob a, int jobs)
      * same sums at 1, 2 or 4 tokens); expert products keep the 8-weight
      * lanes at every count, because decode batches of experts go through
      * the grouped kernels, which sum as k_fast does */
-    if (T == MR_TYPE_Q4_K && a.cols % 512 == 0 && c->q4k_wide && !a.ids) {
+    if (q4k_wide_takes<T>(c, a)) {
         if (NT == 1 && units / 2 >= want) {
             const unsigned gx = job_blocks(&a, 2);
             mr_cu_launch(c, k_q4k_wide<2, 1>, dim3(gx, jobs), FW * 32, 0, a);
@@ -843,7 +851,7 @@ static void launch_fast_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
     /* tokens in chunks of 4, 2, 1 (each chunk reads the weights once); 8
      * for the Q4_K wide kernel (plain products: a decode batch's rows then
      * read and decode the weights half as often; MEMRA_CUDA_WIDE8=0: 4) */
-    const bool wide8 = T == MR_TYPE_Q4_K && c->wide8 && a.cols % 512 == 0 && c->q4k_wide && !a.ids;
+    const bool wide8 = c->wide8 && q4k_wide_takes<T>(c, a);
     while (n > 0) {
         int nt = n >= 8 && wide8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1;
         if (nt == 8) {
@@ -974,7 +982,7 @@ template <int T, int NT>
 static void launch_glu(mr_cu_ctx *c, const mr_cu_mvjob &a, int jobs)
 {
     const int64_t units = 2 * a.sub_rows[0] * jobs, want = (int64_t)c->n_sm * 8;
-    if (T == MR_TYPE_Q4_K && a.cols % 512 == 0 && c->q4k_wide && !a.ids) {
+    if (q4k_wide_takes<T>(c, a)) {
         mr_cu_launch(c, k_q4k_wide<2, NT, true>, dim3((unsigned)a.sub_rows[0], jobs), FW * 32, 0, a);
         MR_CU_LAUNCHED(c, "q4_k wide matvec + swiglu");
         return;
