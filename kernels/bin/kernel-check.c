@@ -26,11 +26,12 @@
  * whole decode steps of a small model with it off and on, bit for bit
  * (check_pdl).
  *
- * Usage: kernel-check [seed [moe|sample|pdl|mm|ops|q8]]   Prints a table,
- * then ALL GREEN or FAILED; "moe" runs only the checks of the grouped
+ * Usage: kernel-check [seed [moe|sample|pdl|attn|mm|ops|q8]]   Prints a
+ * table, then ALL GREEN or FAILED; "moe" runs only the checks of the grouped
  * expert products, "sample" only those of the sample op, "pdl" only the
- * PDL comparison; "mm", "ops" and "q8" one third of the whole each (run the
- * three at once: their union is what no argument runs). */
+ * PDL comparison, "attn" only the prompt attention (part of "ops"); "mm",
+ * "ops" and "q8" one third of the whole each (run the three at once: their
+ * union is what no argument runs). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -3192,6 +3193,55 @@ static void check_sample_all(void)
 }
 
 /* Every check, in order. */
+/* Prompt-sized calls: the float32 tiled prefill kernel (the hybrids' and
+ * MEMRA_CUDA_ATTN=f32's; the keys cut into PF_SLICE-position slices over
+ * several blocks) and the tensor-core one; `kernel-check SEED attn` runs
+ * only these. */
+static void check_attention_prompts(void)
+{
+    /* prompt-sized calls take the tiled prefill kernel */
+    check_attention(32, 8, 128, 300, 200, MR_KV_F16);
+    check_attention(32, 8, 128, 700, 64, MR_KV_BF16);
+    check_attention(8, 2, 256, 90, 70, MR_KV_F32);
+    check_attention(16, 4, 64, 129, 129, MR_KV_F16);
+    check_attention(8, 8, 32, 100, 65, MR_KV_F32);
+    check_attention(8, 8, 256, 50, 3, MR_KV_F32);
+    /* the tensor-core prompt kernel: 64 queries a block, a partial last
+     * block (100), chunks after cached tokens (P > n), GQA 8 and 4 (head
+     * counts kept small where the float64 reference is long) */
+    check_attention_tc(32, 4, 128, 64, 64, MR_KV_F32);
+    check_attention_tc(32, 4, 128, 512, 512, MR_KV_F32);
+    check_attention_tc(16, 4, 128, 512, 512, MR_KV_F16);
+    check_attention_tc(32, 8, 128, 100, 100, MR_KV_F16);
+    check_attention_tc(32, 4, 128, 764, 64, MR_KV_F32);
+    check_attention_tc(32, 8, 128, 800, 100, MR_KV_F32);
+    check_attention_tc(16, 2, 128, 1212, 512, MR_KV_F16);
+    check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 32, 8, 128, 300, MR_KV_F16);
+    check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 16, 4, 64, 200, MR_KV_F32);
+    check_attention_prompt_chunks(gpu, "attention-prompt-inv", 32, 8, 128, 300, MR_KV_F16);
+    check_attention_prompt_chunks(gpu, "attention-prompt-inv", 16, 2, 256, 130, MR_KV_BF16);
+    check_attention_tc(16, 2, 256, 512, 512, MR_KV_F32);
+    check_attention_tc(16, 4, 256, 100, 100, MR_KV_F16);
+    check_attention_tc(16, 2, 256, 764, 64, MR_KV_F16);
+    check_attention_tc(16, 4, 256, 800, 100, MR_KV_F32);
+    check_attention_tc(8, 2, 256, 1212, 512, MR_KV_F32);
+    check_attention_tc(16, 4, 64, 129, 129, MR_KV_BF16);
+    check_attention_tc(8, 1, 128, 300, 200, MR_KV_BF16);
+    check_attention_tc(8, 8, 32, 100, 65, MR_KV_F32); /* head_dim 32: the float32 kernel */
+    check_attention_bad(gpu, "attention", 128);
+    check_attention_bad(gpu_attn_tc, "attention-tc", 128);
+    check_attention_bad(gpu_attn_tc, "attention-tc", 256);
+    /* deep in a context: queries past the first 1,024-position slice join
+     * the records of several blocks (5 at 4,900..4,999; at 9,436..9,499 the
+     * eight workers walk two slices each), against float64, the CPU backend,
+     * and the same prompt cut into calls (1 .. 65 queries) bit for bit */
+    check_attention(4, 2, 256, 5000, 100, MR_KV_F32);
+    check_attention(2, 1, 128, 9500, 64, MR_KV_F16);
+    check_attention(8, 2, 64, 2100, 600, MR_KV_BF16); /* a call of 600: two launches of PF_ROWS or fewer */
+    check_attention_prompt_chunks(gpu, "attention-prompt-inv", 4, 2, 256, 2600, MR_KV_F32);
+    check_attention_prompt_chunks(gpu, "attention-prompt-inv", 2, 1, 128, 9000, MR_KV_F16);
+}
+
 /* The checks in three parts that can run as separate processes at once
  * (the float64 references are single-threaded host work): PART_MM the
  * matrix products, PART_OPS the other ops, PART_Q8 the int8-activation
@@ -3274,38 +3324,7 @@ static void check_ops(int parts)
     check_attention(32, 4, 128, 9000, 2, MR_KV_F16);
     check_attention(6, 3, 64, 700, 3, MR_KV_BF16);
     check_attention(8, 8, 64, 300, 1, MR_KV_BF16);
-    /* prompt-sized calls take the tiled prefill kernel */
-    check_attention(32, 8, 128, 300, 200, MR_KV_F16);
-    check_attention(32, 8, 128, 700, 64, MR_KV_BF16);
-    check_attention(8, 2, 256, 90, 70, MR_KV_F32);
-    check_attention(16, 4, 64, 129, 129, MR_KV_F16);
-    check_attention(8, 8, 32, 100, 65, MR_KV_F32);
-    check_attention(8, 8, 256, 50, 3, MR_KV_F32);
-    /* the tensor-core prompt kernel: 64 queries a block, a partial last
-     * block (100), chunks after cached tokens (P > n), GQA 8 and 4 (head
-     * counts kept small where the float64 reference is long) */
-    check_attention_tc(32, 4, 128, 64, 64, MR_KV_F32);
-    check_attention_tc(32, 4, 128, 512, 512, MR_KV_F32);
-    check_attention_tc(16, 4, 128, 512, 512, MR_KV_F16);
-    check_attention_tc(32, 8, 128, 100, 100, MR_KV_F16);
-    check_attention_tc(32, 4, 128, 764, 64, MR_KV_F32);
-    check_attention_tc(32, 8, 128, 800, 100, MR_KV_F32);
-    check_attention_tc(16, 2, 128, 1212, 512, MR_KV_F16);
-    check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 32, 8, 128, 300, MR_KV_F16);
-    check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 16, 4, 64, 200, MR_KV_F32);
-    check_attention_prompt_chunks(gpu, "attention-prompt-inv", 32, 8, 128, 300, MR_KV_F16);
-    check_attention_prompt_chunks(gpu, "attention-prompt-inv", 16, 2, 256, 130, MR_KV_BF16);
-    check_attention_tc(16, 2, 256, 512, 512, MR_KV_F32);
-    check_attention_tc(16, 4, 256, 100, 100, MR_KV_F16);
-    check_attention_tc(16, 2, 256, 764, 64, MR_KV_F16);
-    check_attention_tc(16, 4, 256, 800, 100, MR_KV_F32);
-    check_attention_tc(8, 2, 256, 1212, 512, MR_KV_F32);
-    check_attention_tc(16, 4, 64, 129, 129, MR_KV_BF16);
-    check_attention_tc(8, 1, 128, 300, 200, MR_KV_BF16);
-    check_attention_tc(8, 8, 32, 100, 65, MR_KV_F32); /* head_dim 32: the float32 kernel */
-    check_attention_bad(gpu, "attention", 128);
-    check_attention_bad(gpu_attn_tc, "attention-tc", 128);
-    check_attention_bad(gpu_attn_tc, "attention-tc", 256);
+    check_attention_prompts();
     for (int d = 0; d < 3; d++) check_attention_multi(32, 8, 128, dts[d]);
     check_attention_multi(4, 2, 64, MR_KV_F32);
     check_attention(4, 1, 32, 20, 2, MR_KV_F32);
@@ -3428,6 +3447,8 @@ int main(int argc, char **argv)
         check_sample_all();
     else if (!strcmp(part, "pdl"))
         check_pdl();
+    else if (!strcmp(part, "attn"))
+        check_attention_prompts();
     else
         check_ops(!strcmp(part, "mm") ? PART_MM : !strcmp(part, "ops") ? PART_OPS : !strcmp(part, "q8") ? PART_Q8
                                                                                    : PART_MM | PART_OPS | PART_Q8);

@@ -588,6 +588,24 @@ __global__ void k_attn_merge(const float *part, const int32_t *const *tables, co
 #define PF_Q 32             /* queries per prefill block, 4 lanes each */
 #define ATT_PREFILL_MIN 64  /* tokens from which a call takes the prefill kernel */
 
+/* Keys deep in a context (a prompt cut into calls at depth): a call's blocks
+ * each walked every key before their queries, so a 512-token call at 64k
+ * positions was 256 blocks of 4,096 key tiles (runs 78-79, H200: prefill at
+ * 64k in 512-token calls 89 s on the 35B-A3B shape, ~20 minutes for 262k).
+ * The keys are cut into slices of PF_SLICE positions at fixed places
+ * (multiples of PF_SLICE from position 0); worker z of PF_WORKERS blocks of
+ * a (query tile, head) walks slices z, z + PF_WORKERS, ... with its own
+ * online softmax and writes a record (max, sum, acc[D]) a query; a second
+ * kernel (k_attn_prefill_merge) joins a query's records in worker order.
+ * A query's sums depend on its position and the keys only (the slices and
+ * the workers are constants), so a prompt cut into calls anywhere still
+ * meets the same sums; a query before position PF_SLICE has one record and
+ * gets the bits of the one-block walk (the merge divides it as that did).
+ * MEMRA_CUDA_PF_SPLIT=0: one block walks all keys (the old launch). */
+#define PF_SLICE 1024
+#define PF_WORKERS 8
+#define PF_ROWS 512 /* queries a launch at most: the records of 512 x 16 heads x 8 workers x 258 floats, 68 MB */
+
 /* Lane `sub` of a query's 4 holds dims sub, sub+4, sub+8, ...: the 4 lanes
  * read 4 adjacent words of a shared K/V row (distinct banks) and the 8
  * queries of a warp read the same row (broadcast). */
@@ -595,7 +613,7 @@ template <int DT, int D>
 __global__ void __launch_bounds__(PF_Q * 4)
 k_attn_prefill(const void *K, const void *V, const int32_t *table, const float *q,
                const int32_t *pos, int n, int n_heads, int n_kv_heads, int bt, int n_blocks,
-               float scale, float *out)
+               float scale, float *out, float *part)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
@@ -626,7 +644,13 @@ k_attn_prefill(const void *K, const void *V, const int32_t *table, const float *
     bool bad = false;
     __syncthreads();
     const int P = pmax + 1;
-    for (int p0 = 0; p0 < P; p0 += KT) {
+    /* part NULL: one block (gridDim.z 1) walks every key and writes out;
+     * else worker z walks slices z, z + W, ... (tiles never straddle a
+     * slice: PF_SLICE is a multiple of KT) */
+    const int z = (int)blockIdx.z, W = (int)gridDim.z, SL = part ? PF_SLICE : P;
+    if (part && z * SL >= P)
+        return; /* no key of this worker is visible to the block's queries: no record is read */
+    for (int p0 = z * SL; p0 < P; p0 += (p0 + KT) % SL ? KT : (W - 1) * SL + KT) {
         for (int i = tid; i < KT * D; i += PF_Q * 4) {
             const int j = i / D, d = i % D, p = p0 + j;
             int blk = p < P ? table[p / bt] : 0;
@@ -673,12 +697,53 @@ k_attn_prefill(const void *K, const void *V, const int32_t *table, const float *
         }
         __syncthreads();
     }
-    if (t < n) {
+    if (t < n && part) { /* the record: max, sum (NaN for a bad block id), acc */
+        float *r = part + (((int64_t)t * n_heads + h) * W + z) * (D + 2);
+        if (sub == 0) {
+            r[0] = m;
+            r[1] = bad ? __int_as_float(0x7fc00000) : l;
+        }
+#pragma unroll
+        for (int e = 0; e < DL; e++) r[2 + e * 4 + sub] = acc[e];
+    } else if (t < n) {
         float *o = out + ((int64_t)t * n_heads + h) * D;
         /* no visible position (or a bad block id) gives NaN, never a silent zero */
         const bool none = bad || l == 0.0f;
 #pragma unroll
         for (int e = 0; e < DL; e++) o[e * 4 + sub] = none ? __int_as_float(0x7fc00000) : acc[e] / l;
+    }
+}
+
+/* Query t, head blockIdx.y: its records of the workers that saw its keys
+ * (worker z saw some iff z * PF_SLICE <= pos[t]) joined in worker order
+ * into out.  One record: out = acc / sum, the one-block walk's division. */
+__global__ void k_attn_prefill_merge(const float *part, const int32_t *pos, int n, int n_heads, int W, int D,
+                                     float *out)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    const int t = (int)blockIdx.x, h = (int)blockIdx.y;
+    if (t >= n)
+        return;
+    const int p = pos[t], used = p < 0 ? 0 : p / PF_SLICE + 1 < W ? p / PF_SLICE + 1 : W;
+    const float *r = part + ((int64_t)t * n_heads + h) * W * (D + 2);
+    float *o = out + ((int64_t)t * n_heads + h) * D;
+    const float nan = __int_as_float(0x7fc00000);
+    if (used <= 1) {
+        const float l = used ? r[1] : 0.0f;
+        const bool none = isnan(l) || l == 0.0f;
+        for (int d = threadIdx.x; d < D; d += blockDim.x) o[d] = none ? nan : r[2 + d] / l;
+        return;
+    }
+    float M = -INFINITY;
+    for (int z = 0; z < used; z++) M = fmaxf(M, r[z * (D + 2)]);
+    float L = 0.0f;
+    for (int z = 0; z < used; z++) L = fmaf(r[z * (D + 2) + 1], expf(r[z * (D + 2)] - M), L);
+    const bool none = isnan(L) || L == 0.0f;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float a = 0.0f;
+        for (int z = 0; z < used; z++) a = fmaf(r[z * (D + 2) + 2 + d], expf(r[z * (D + 2)] - M), a);
+        o[d] = none ? nan : a / L;
     }
 }
 
@@ -702,22 +767,43 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
     if ((prompt || n >= ATT_PREFILL_MIN) && !tables) { /* one sequence's prompt */
         if (mr_cu_attn_prefill_tc(c, kv, layer, block_table, q, pos, n, n_heads, scale, out))
             return; /* the tensor-core kernel (cu_fattn.cu) */
-        dim3 grid((unsigned)((n + PF_Q - 1) / PF_Q), n_heads);
-#define L(DT, DD) mr_cu_launch(c, k_attn_prefill<DT, DD>, grid, PF_Q * 4, 0, kv->k[layer], kv->v[layer], block_table, q, pos, n, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, out)
+        if (D != 32 && D != 64 && D != 128 && D != 256) {
+            mr_cu_fail(c, "attention: head_dim %d (supported: 32, 64, 128, 256)", D);
+            return;
+        }
+        /* PF_ROWS queries a launch: the records' scratch stays bounded */
+        const int W = c->pf_split ? PF_WORKERS : 1, rows = W > 1 && n > PF_ROWS ? PF_ROWS : n;
+        float *part = NULL;
+        if (W > 1) {
+            if (!mr_cu_reserve(c, &c->scratch_pfa, (size_t)rows * n_heads * W * (D + 2) * sizeof(float),
+                               "prompt attention records"))
+                return;
+            part = (float *)c->scratch_pfa.p;
+        }
+        for (int r0 = 0; r0 < n; r0 += rows) {
+            const int nr = n - r0 < rows ? n - r0 : rows;
+            const size_t qo = (size_t)r0 * n_heads * D;
+            const dim3 grid((unsigned)((nr + PF_Q - 1) / PF_Q), n_heads, W);
+#define L(DT, DD) mr_cu_launch(c, k_attn_prefill<DT, DD>, grid, PF_Q * 4, 0, kv->k[layer], kv->v[layer], block_table, q + qo, pos + r0, nr, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, out + qo, part)
 #define BY_D(DT)                                           \
     switch (D) {                                           \
     case 32: L(DT, 32); break;                             \
     case 64: L(DT, 64); break;                             \
     case 128: L(DT, 128); break;                           \
-    case 256: L(DT, 256); break;                           \
-    default: mr_cu_fail(c, "attention: head_dim %d (supported: 32, 64, 128, 256)", D); return; \
+    default: L(DT, 256); break;                            \
     }
-        if (kv->dtype == MR_KV_F32) { BY_D(MR_KV_F32) }
-        else if (kv->dtype == MR_KV_F16) { BY_D(MR_KV_F16) }
-        else { BY_D(MR_KV_BF16) }
+            if (kv->dtype == MR_KV_F32) { BY_D(MR_KV_F32) }
+            else if (kv->dtype == MR_KV_F16) { BY_D(MR_KV_F16) }
+            else { BY_D(MR_KV_BF16) }
 #undef BY_D
 #undef L
-        MR_CU_LAUNCHED(c, "attention prefill");
+            MR_CU_LAUNCHED(c, "attention prefill");
+            if (W > 1) {
+                mr_cu_launch(c, k_attn_prefill_merge, dim3((unsigned)nr, n_heads), 128, 0, part, pos + r0, nr,
+                             n_heads, W, D, out + qo);
+                MR_CU_LAUNCHED(c, "attention prefill merge");
+            }
+        }
         return;
     }
     /* Heads a block of the grouped kernel (k_attn_gqa) takes: up to 4 that

@@ -322,6 +322,7 @@ static void cu_destroy(mr_backend *be)
         cudaStreamSynchronize(c->stream);
         if (c->scratch_w.p) cudaFree(c->scratch_w.p);
         if (c->scratch_attn.p) cudaFree(c->scratch_attn.p);
+        if (c->scratch_pfa.p) cudaFree(c->scratch_pfa.p);
         if (c->scratch_act.p) cudaFree(c->scratch_act.p);
         if (c->scratch_moe.p) cudaFree(c->scratch_moe.p);
         if (c->scratch_grp.p) cudaFree(c->scratch_grp.p);

@@ -91,6 +91,9 @@ struct mr_cu_ctx {
     cudaError_t launch_err; /* the first error of an mr_cu_launch not yet taken by MR_CU_LAUNCHED */
     bool wide8;             /* Q4_K wide matvec: 8 tokens a launch (cu_fast.cu launch_fast_n;
                                MEMRA_CUDA_WIDE8=0: 4, same bits) */
+    bool pf_split;          /* float32 prompt attention: keys in slices over several blocks
+                               (cu_attn.cu PF_SLICE; MEMRA_CUDA_PF_SPLIT=0: one block a tile) */
+    mr_cu_buf scratch_pfa;  /* its records */
 };
 
 static inline mr_cu_ctx *mr_cu(mr_backend *be) { return (mr_cu_ctx *)be->ctx; }

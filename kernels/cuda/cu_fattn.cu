@@ -286,6 +286,8 @@ void mr_cu_attn_init(mr_cu_ctx *c)
     const char *g = getenv("MEMRA_CUDA_GEMM");
     const char *q = getenv("MEMRA_CUDA_ATTN_GQA");
     c->attn_gqa = !(q && !strcmp(q, "0")); /* decode kernel (cu_attn.cu) */
+    const char *ps = getenv("MEMRA_CUDA_PF_SPLIT");
+    c->pf_split = !(ps && !strcmp(ps, "0")); /* float32 prompt kernel (cu_attn.cu) */
     c->attn_tc_forced = m && !strcmp(m, "tc");
     c->attn_tc = c->attn_tc_forced || (!(m && !strcmp(m, "f32")) && !(g && !strcmp(g, "f32")));
     if (!c->attn_tc)
