@@ -3194,9 +3194,9 @@ static void check_sample_all(void)
 
 /* Every check, in order. */
 /* Prompt-sized calls: the float32 tiled prefill kernel (the hybrids' and
- * MEMRA_CUDA_ATTN=f32's; the keys cut into PF_SLICE-position slices over
- * several blocks) and the tensor-core one; `kernel-check SEED attn` runs
- * only these. */
+ * MEMRA_CUDA_ATTN=f32's) and the tensor-core one, both with the keys cut
+ * into PF_SLICE-position slices over several blocks; `kernel-check SEED
+ * attn` runs only these. */
 static void check_attention_prompts(void)
 {
     /* prompt-sized calls take the tiled prefill kernel */
@@ -3240,6 +3240,12 @@ static void check_attention_prompts(void)
     check_attention(8, 2, 64, 2100, 600, MR_KV_BF16); /* a call of 600: two launches of PF_ROWS or fewer */
     check_attention_prompt_chunks(gpu, "attention-prompt-inv", 4, 2, 256, 2600, MR_KV_F32);
     check_attention_prompt_chunks(gpu, "attention-prompt-inv", 2, 1, 128, 9000, MR_KV_F16);
+    /* the same on the tensor-core kernel (its bound, its base-2 records) */
+    check_attention_tc(4, 2, 256, 5000, 100, MR_KV_F32);
+    check_attention_tc(2, 1, 128, 9500, 64, MR_KV_F16);
+    check_attention_tc(8, 2, 64, 2100, 600, MR_KV_BF16);
+    check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 4, 2, 256, 2600, MR_KV_F16);
+    check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 2, 1, 128, 9000, MR_KV_F32);
 }
 
 /* The checks in three parts that can run as separate processes at once

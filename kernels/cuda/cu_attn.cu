@@ -601,10 +601,11 @@ __global__ void k_attn_merge(const float *part, const int32_t *const *tables, co
  * the workers are constants), so a prompt cut into calls anywhere still
  * meets the same sums; a query before position PF_SLICE has one record and
  * gets the bits of the one-block walk (the merge divides it as that did).
- * MEMRA_CUDA_PF_SPLIT=0: one block walks all keys (the old launch). */
-#define PF_SLICE 1024
-#define PF_WORKERS 8
-#define PF_ROWS 512 /* queries a launch at most: the records of 512 x 16 heads x 8 workers x 258 floats, 68 MB */
+ * MEMRA_CUDA_PF_SPLIT=0: one block walks all keys (the old launch).  The
+ * tensor-core kernel (cu_fattn.cu) cuts its keys the same way.  At most
+ * PF_ROWS (512) queries a launch: the records of 512 queries x 16 heads x 8
+ * workers x 258 floats are 68 MB.  PF_SLICE, PF_WORKERS, PF_ROWS:
+ * cu_common.cuh. */
 
 /* Lane `sub` of a query's 4 holds dims sub, sub+4, sub+8, ...: the 4 lanes
  * read 4 adjacent words of a shared K/V row (distinct banks) and the 8
@@ -716,7 +717,10 @@ k_attn_prefill(const void *K, const void *V, const int32_t *table, const float *
 
 /* Query t, head blockIdx.y: its records of the workers that saw its keys
  * (worker z saw some iff z * PF_SLICE <= pos[t]) joined in worker order
- * into out.  One record: out = acc / sum, the one-block walk's division. */
+ * into out.  One record: the one-block walk's normalisation (BASE2, the
+ * tensor-core kernel's: maxima in log2 units, out = acc * (1 / sum); else
+ * out = acc / sum). */
+template <bool BASE2>
 __global__ void k_attn_prefill_merge(const float *part, const int32_t *pos, int n, int n_heads, int W, int D,
                                      float *out)
 {
@@ -729,22 +733,41 @@ __global__ void k_attn_prefill_merge(const float *part, const int32_t *pos, int 
     const float *r = part + ((int64_t)t * n_heads + h) * W * (D + 2);
     float *o = out + ((int64_t)t * n_heads + h) * D;
     const float nan = __int_as_float(0x7fc00000);
+    auto ex = [](float x) { return BASE2 ? exp2f(x) : expf(x); };
+    auto norm = [](float a, float l) { return BASE2 ? a * (1.0f / l) : a / l; };
     if (used <= 1) {
         const float l = used ? r[1] : 0.0f;
         const bool none = isnan(l) || l == 0.0f;
-        for (int d = threadIdx.x; d < D; d += blockDim.x) o[d] = none ? nan : r[2 + d] / l;
+        for (int d = threadIdx.x; d < D; d += blockDim.x) o[d] = none ? nan : norm(r[2 + d], l);
         return;
     }
     float M = -INFINITY;
     for (int z = 0; z < used; z++) M = fmaxf(M, r[z * (D + 2)]);
     float L = 0.0f;
-    for (int z = 0; z < used; z++) L = fmaf(r[z * (D + 2) + 1], expf(r[z * (D + 2)] - M), L);
+    for (int z = 0; z < used; z++) L = fmaf(r[z * (D + 2) + 1], ex(r[z * (D + 2)] - M), L);
     const bool none = isnan(L) || L == 0.0f;
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float a = 0.0f;
-        for (int z = 0; z < used; z++) a = fmaf(r[z * (D + 2) + 2 + d], expf(r[z * (D + 2)] - M), a);
-        o[d] = none ? nan : a / L;
+        for (int z = 0; z < used; z++) a = fmaf(r[z * (D + 2) + 2 + d], ex(r[z * (D + 2)] - M), a);
+        o[d] = none ? nan : norm(a, L);
     }
+}
+
+float *mr_cu_pf_records(mr_cu_ctx *c, int rows, int n_heads, int D)
+{
+    if (!mr_cu_reserve(c, &c->scratch_pfa, (size_t)rows * n_heads * PF_WORKERS * (D + 2) * sizeof(float),
+                       "prompt attention records"))
+        return NULL;
+    return (float *)c->scratch_pfa.p;
+}
+
+void mr_cu_pf_merge(mr_cu_ctx *c, const float *part, const int32_t *pos, int n, int n_heads, int D, bool base2,
+                    float *out)
+{
+    const dim3 grid((unsigned)n, n_heads);
+    if (base2) mr_cu_launch(c, k_attn_prefill_merge<true>, grid, 128, 0, part, pos, n, n_heads, PF_WORKERS, D, out);
+    else mr_cu_launch(c, k_attn_prefill_merge<false>, grid, 128, 0, part, pos, n, n_heads, PF_WORKERS, D, out);
+    MR_CU_LAUNCHED(c, "attention prefill merge");
 }
 
 /* prompt: the prompt kernels whatever n (be->attention_prompt), else they
@@ -774,12 +797,8 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
         /* PF_ROWS queries a launch: the records' scratch stays bounded */
         const int W = c->pf_split ? PF_WORKERS : 1, rows = W > 1 && n > PF_ROWS ? PF_ROWS : n;
         float *part = NULL;
-        if (W > 1) {
-            if (!mr_cu_reserve(c, &c->scratch_pfa, (size_t)rows * n_heads * W * (D + 2) * sizeof(float),
-                               "prompt attention records"))
-                return;
-            part = (float *)c->scratch_pfa.p;
-        }
+        if (W > 1 && !(part = mr_cu_pf_records(c, rows, n_heads, D)))
+            return;
         for (int r0 = 0; r0 < n; r0 += rows) {
             const int nr = n - r0 < rows ? n - r0 : rows;
             const size_t qo = (size_t)r0 * n_heads * D;
@@ -798,11 +817,8 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
 #undef BY_D
 #undef L
             MR_CU_LAUNCHED(c, "attention prefill");
-            if (W > 1) {
-                mr_cu_launch(c, k_attn_prefill_merge, dim3((unsigned)nr, n_heads), 128, 0, part, pos + r0, nr,
-                             n_heads, W, D, out + qo);
-                MR_CU_LAUNCHED(c, "attention prefill merge");
-            }
+            if (W > 1)
+                mr_cu_pf_merge(c, part, pos + r0, nr, n_heads, D, false, out + qo);
         }
         return;
     }

@@ -268,6 +268,21 @@ void mr_cu_attn_init(mr_cu_ctx *c);
 bool mr_cu_attn_prefill_tc(mr_cu_ctx *c, const mr_kv_cache *kv, int layer,
                            const int32_t *block_table, const float *q, const int32_t *pos, int n,
                            int n_heads, float scale, float *out);
+/* Prompt attention's keys in slices over several blocks (cu_attn.cu, where
+ * the why is written): slices of PF_SLICE positions at fixed places, worker
+ * z of PF_WORKERS blocks a (query tile, head) walking slices z, z +
+ * PF_WORKERS, ..., at most PF_ROWS queries a launch. */
+#define PF_SLICE 1024
+#define PF_WORKERS 8
+#define PF_ROWS 512
+/* The records of both prompt kernels (c->scratch_pfa, sized for rows
+ * queries) or NULL (recorded failure). */
+float *mr_cu_pf_records(mr_cu_ctx *c, int rows, int n_heads, int D);
+/* Joins the records of n queries (positions pos) into out, in worker order;
+ * base2: the tensor-core kernel's (its maxima are in log2 units, its
+ * normalisation a multiplication by 1 / sum), else the float32 kernel's. */
+void mr_cu_pf_merge(mr_cu_ctx *c, const float *part, const int32_t *pos, int n, int n_heads, int D, bool base2,
+                    float *out);
 /* Automatic graphs (cu_autograph.cu): launches what the ops recorded. */
 void mr_cu_flush(mr_backend *be);
 void mr_cu_autograph_install(mr_backend *be);

@@ -31,7 +31,13 @@
  * warp learns it once: it loads a 16x16 matrix holding row*16+col into an
  * accumulator fragment and reads back which element landed where; the
  * per-row rescale (exp2(m_old - m_new)) and the final 1/l then apply per
- * element.  Accumulator fragments of one shape and type share one layout. */
+ * element.  Accumulator fragments of one shape and type share one layout.
+ *
+ * Deep in a context the keys are cut into slices over several blocks a
+ * (query tile, head), as the float32 kernel's (cu_attn.cu, PF_SLICE): each
+ * writes a record (max in log2 units, sum, unnormalised acc) a query and
+ * mr_cu_pf_merge joins them; a query before position PF_SLICE keeps the
+ * one-block bits (acc * (1 / sum)). */
 #include <math.h>
 #include <mma.h>
 #include <stdlib.h>
@@ -85,7 +91,7 @@ template <int DT, int D>
 __global__ void __launch_bounds__(FA_WARPS * 32)
 k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const float *q,
                   const int32_t *pos, int n, int n_heads, int n_kv_heads, int bt, int n_blocks,
-                  float qscale, float *out)
+                  float qscale, float *out, float *part)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
@@ -146,7 +152,13 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
 
     __syncthreads();
     const int P = pmax + 1;
-    for (int p0 = 0; p0 < P; p0 += BK) {
+    /* part NULL: one block (gridDim.z 1) walks every key and writes out;
+     * else worker z walks slices z, z + W, ... of PF_SLICE positions (a
+     * multiple of BK) and writes records (cu_attn.cu's k_attn_prefill) */
+    const int z = (int)blockIdx.z, W = (int)gridDim.z, SL = part ? PF_SLICE : P;
+    if (part && z * SL >= P)
+        return; /* no key of this worker is visible to the block's queries: no record is read */
+    for (int p0 = z * SL; p0 < P; p0 += (p0 + BK) % SL ? BK : (W - 1) * SL + BK) {
         if (tid < BK) {
             const int p = p0 + tid;
             long long ofs = -1;
@@ -254,6 +266,23 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
 
     /* no visible position (or a bad block id) gives NaN, never a silent zero */
     bad |= __shfl_xor_sync(0xffffffffu, (int)bad, 1) != 0; /* either lane may have seen it */
+    if (part) { /* the records: max (log2 units), sum (NaN for a bad block id), acc */
+        const size_t RS = (size_t)W * (D + 2);
+        if (hf == 0 && t0 + row < n) {
+            float *rec = part + ((int64_t)(t0 + row) * n_heads + h) * RS + (size_t)z * (D + 2);
+            rec[0] = m;
+            rec[1] = bad ? __int_as_float(0x7fc00000) : l;
+        }
+#pragma unroll
+        for (int e = 0; e < NE; e++) {
+            const int t = t0 + w * 16 + (eat[e] >> 4);
+            if (t >= n) continue;
+            float *rec = part + ((int64_t)t * n_heads + h) * RS + (size_t)z * (D + 2) + 2 + (eat[e] & 15);
+#pragma unroll
+            for (int dt = 0; dt < DT16; dt++) rec[dt * 16] = o[dt].x[e];
+        }
+        return;
+    }
     if (hf == 0) rowf[row] = (bad || l == 0.0f) ? __int_as_float(0x7fc00000) : 1.0f / l;
     __syncwarp();
 #pragma unroll
@@ -307,15 +336,26 @@ bool mr_cu_attn_prefill_tc(mr_cu_ctx *c, const mr_kv_cache *kv, int layer,
     const int D = kv->head_dim;
     if (!c->attn_tc || (D != 64 && D != 128 && D != 256))
         return false;
-    dim3 grid((unsigned)((n + FA_Q - 1) / FA_Q), n_heads);
     const float qscale = scale * 1.4426950408889634f; /* exp(x) = exp2(x log2 e) */
+    /* keys in slices over PF_WORKERS blocks (cu_attn.cu), PF_ROWS queries a launch */
+    const int W = c->pf_split ? PF_WORKERS : 1, rows = W > 1 && n > PF_ROWS ? PF_ROWS : n;
+    float *part = NULL;
+    if (W > 1 && !(part = mr_cu_pf_records(c, rows, n_heads, D)))
+        return true; /* the recorded failure */
+    for (int r0 = 0; r0 < n; r0 += rows) {
+        const int nr = n - r0 < rows ? n - r0 : rows;
+        const size_t qo = (size_t)r0 * n_heads * D;
+        const dim3 grid((unsigned)((nr + FA_Q - 1) / FA_Q), n_heads, W);
 #define X(DT, DD)                                                                                   \
     if (kv->dtype == DT && D == DD)                                                                 \
         mr_cu_launch(c, k_attn_prefill_tc<DT, DD>, grid, FA_WARPS * 32, fa_shape<DD>::bytes,          \
-                     kv->k[layer], kv->v[layer], block_table, q, pos, n, n_heads, kv->n_kv_heads,   \
-                     kv->block_tokens, kv->n_blocks, qscale, out);
-    FA_EACH(X)
+                     kv->k[layer], kv->v[layer], block_table, q + qo, pos + r0, nr, n_heads,          \
+                     kv->n_kv_heads, kv->block_tokens, kv->n_blocks, qscale, out + qo, part);
+        FA_EACH(X)
 #undef X
-    MR_CU_LAUNCHED(c, "attention prefill (tensor cores)");
+        MR_CU_LAUNCHED(c, "attention prefill (tensor cores)");
+        if (W > 1)
+            mr_cu_pf_merge(c, part, pos + r0, nr, n_heads, D, true, out + qo);
+    }
     return true;
 }
