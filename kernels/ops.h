@@ -220,13 +220,15 @@ struct mr_backend {
      * rows share its call or where its prompt was cut into chunks, nor may a
      * generated row's (docs/NUMERICS.md).  Same contracts as the ops they
      * stand for; NULL: those ops serve both kinds (the CPU backend, whose
-     * rows never depend on the call). */
+     * rows never depend on the call).  attention_prompt's pos_first is pos[0]
+     * as the host knows it (the rows' positions are pos_first, pos_first +
+     * 1, ...): a backend may pick a row's kernel by its position. */
     void (*matmul_prompt)(mr_backend *be, const mr_weight *w, const float *x, float *y, int n);
     void (*matmul_id_prompt)(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
                              const int32_t *ids, int k, float *y, int n);
     void (*attention_prompt)(mr_backend *be, const mr_kv_cache *kv, int layer,
                              const int32_t *block_table, const float *q, const int32_t *pos, int n,
-                             int n_heads, float scale, float *out);
+                             int n_heads, float scale, float *out, int pos_first);
 
     /* Asks for float32 arithmetic on every path, for models whose accuracy
      * needs it (the recurrent hybrids carry rounding from one token to the

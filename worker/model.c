@@ -1065,8 +1065,8 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
         int of = every_row(it->mode) ? 0 : it->mode == MR_LOGITS_NONE ? it->n : it->n - 1;
         any_argmax |= it->mode == MR_LOGITS_ARGMAX || it->mode == MR_LOGITS_ARGMAX_ALL;
         any_sample |= it->mode == MR_LOGITS_SAMPLE;
-        segs[i] = (mr_fwd_seg){
-            .s = it->seq, .start = row, .n = it->n, .out_first = of, .out_row = out_row, .gen = it->gen};
+        segs[i] = (mr_fwd_seg){.s = it->seq, .start = row, .n = it->n, .pos0 = it->seq->len,
+                               .out_first = of, .out_row = out_row, .gen = it->gen};
         row += it->n;
         out_row += it->n - of;
     }

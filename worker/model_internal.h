@@ -91,12 +91,13 @@ struct mr_seq {
 };
 
 /* A contiguous run of rows of one forward call that belongs to one sequence:
- * rows start..start+n-1 (tokens at sc.tokens/sc.pos + start); logits of its
- * rows from out_first (relative, == n for none) go to sc.logits from row
- * out_row on. */
+ * rows start..start+n-1 (tokens at sc.tokens/sc.pos + start, positions
+ * pos0..pos0+n-1); logits of its rows from out_first (relative, == n for
+ * none) go to sc.logits from row out_row on. */
 struct mr_fwd_seg {
     mr_seq *s;
     int start, n;
+    int pos0;
     int out_first;
     int out_row;
     bool gen; /* generated tokens (mr_batch_item.gen) */

@@ -74,6 +74,9 @@ static mr_backend *gpu, *gpu_generic, *cpu, *gpu_r2, *gpu_r4, *gpu_r2_pair, *gpu
 static mr_backend *gpu_x24; /* the default decode kernels (22-bit where they take a product) */
 static mr_backend *gpu_x3; /* MEMRA_CUDA_GEMM=f16x3: float32-grade prompt products */
 static mr_backend *gpu_attn_tc; /* MEMRA_CUDA_ATTN=tc: prompt attention on the tensor cores */
+static mr_backend *gpu_attn_mix; /* be->prefer_float32 (the hybrids): float32 prompt attention for a
+                                    sequence's first MIX_FROM positions, the tensor cores after */
+#define MIX_FROM 4096            /* ATTN_TC_FROM_PRECISE, kernels/cuda/cu_common.cuh */
 /* matmul paths compared: the default GPU kernels, the fast kernels with 4
  * and 2 rows per block forced, the generic GPU kernels, the CPU backend,
  * and for expert weights (n_mats > 1) the -r4/-r2 backends again with
@@ -965,7 +968,7 @@ static void check_attention_prompt_chunks(mr_backend *be, const char *op, int he
     const float scale = 1.0f / sqrtf((float)hd);
     be->kv_store(be, &kv, 0, dtab, dK, dV, dpos, P);
     poison(be, dout, qn * 4);
-    be->attention_prompt(be, &kv, 0, dtab, dq, dpos, P, heads, scale, dout);
+    be->attention_prompt(be, &kv, 0, dtab, dq, dpos, P, heads, scale, dout, 0);
     fetch(be, one, dout, qn * 4);
     const int cs[] = {1, 7, 16, 64, 65};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
@@ -973,7 +976,7 @@ static void check_attention_prompt_chunks(mr_backend *be, const char *op, int he
         for (int t0 = 0; t0 < P; t0 += cs[i]) {
             const int n = P - t0 < cs[i] ? P - t0 : cs[i];
             const size_t o = (size_t)t0 * heads * hd;
-            be->attention_prompt(be, &kv, 0, dtab, dq + o, dpos + t0, n, heads, scale, dout + o);
+            be->attention_prompt(be, &kv, 0, dtab, dq + o, dpos + t0, n, heads, scale, dout + o, t0);
         }
         fetch(be, cut, dout, qn * 4);
         size_t diff = 0;
@@ -1230,7 +1233,7 @@ static void check_qk_norm_rope_kv(int n, int heads, int kvh, int hd, mr_kv_dtype
  * the given bound on backend be (the CPU comparison runs for the default
  * GPU backend). */
 static void check_attention_on(mr_backend *be, const char *op, double bound, int heads, int kvh, int hd,
-                               int P, int n, mr_kv_dtype dt)
+                               int P, int n, mr_kv_dtype dt, bool prompt)
 {
     const int bt = 16, nblk = (P + bt - 1) / bt + 3;
     mr_kv_cache kv = {.n_layers = 2, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh,
@@ -1255,7 +1258,10 @@ static void check_attention_on(mr_backend *be, const char *op, double bound, int
     be->kv_store(be, &kv, 1, dtab, dK + (size_t)half * kvdim, dV + (size_t)half * kvdim, dpos + half, P - half);
     poison(be, dout, (size_t)n * heads * hd * 4);
     const float scale = 1.0f / sqrtf((float)hd);
-    be->attention(be, &kv, 1, dtab, dq, dpos + (P - n), n, heads, scale, dout);
+    if (prompt)
+        be->attention_prompt(be, &kv, 1, dtab, dq, dpos + (P - n), n, heads, scale, dout, P - n);
+    else
+        be->attention(be, &kv, 1, dtab, dq, dpos + (P - n), n, heads, scale, dout);
     size_t on = (size_t)n * heads * hd;
     float *out = malloc(on * 4);
     fetch(be, out, dout, on * 4);
@@ -1308,7 +1314,7 @@ static void check_attention_on(mr_backend *be, const char *op, double bound, int
 
 static void check_attention(int heads, int kvh, int hd, int P, int n, mr_kv_dtype dt)
 {
-    check_attention_on(gpu, "attention", 1e-5, heads, kvh, hd, P, n, dt);
+    check_attention_on(gpu, "attention", 1e-5, heads, kvh, hd, P, n, dt, false);
 }
 
 /* Prompt attention on the tensor cores (MEMRA_CUDA_ATTN=tc).  Q (times
@@ -1325,7 +1331,7 @@ static void check_attention(int heads, int kvh, int hd, int P, int n, mr_kv_dtyp
  * exactly (8 significant bits), their rounding is in the reference. */
 static void check_attention_tc(int heads, int kvh, int hd, int P, int n, mr_kv_dtype dt)
 {
-    check_attention_on(gpu_attn_tc, "attention-tc", 2e-3, heads, kvh, hd, P, n, dt);
+    check_attention_on(gpu_attn_tc, "attention-tc", 2e-3, heads, kvh, hd, P, n, dt, false);
 }
 
 /* A bad block id in the table (a corrupt table must not read out of
@@ -3192,6 +3198,63 @@ static void check_sample_all(void)
     sample_host_v = 0;
 }
 
+/* One prompt of P queries (positions 0..P-1) in one attention_prompt call
+ * on be, K/V rows in a shuffled block table: the outputs [P][heads][hd]. */
+static float *prompt_attention_out(mr_backend *be, int heads, int kvh, int hd, int P, mr_kv_dtype dt,
+                                   const float *K, const float *V, const float *q)
+{
+    const int bt = 16, nblk = (P + bt - 1) / bt + 1, kvdim = kvh * hd;
+    mr_kv_cache kv = {.n_layers = 1, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh, .head_dim = hd,
+                      .dtype = dt};
+    if (be->kv_create(be, &kv, &err)) die("kv_create");
+    int32_t *table = malloc(nblk * 4), *pos = malloc(P * 4);
+    for (int i = 0; i < nblk; i++) table[i] = nblk - 1 - i;
+    for (int i = 0; i < P; i++) pos[i] = i;
+    const size_t qn = (size_t)P * heads * hd;
+    int32_t *dtab = dup_to(be, table, nblk * 4), *dpos = dup_to(be, pos, P * 4);
+    float *dK = dup_to(be, K, (size_t)P * kvdim * 4), *dV = dup_to(be, V, (size_t)P * kvdim * 4);
+    float *dq = dup_to(be, q, qn * 4), *dout = dalloc(be, qn * 4), *out = malloc(qn * 4);
+    be->kv_store(be, &kv, 0, dtab, dK, dV, dpos, P);
+    poison(be, dout, qn * 4);
+    be->attention_prompt(be, &kv, 0, dtab, dq, dpos, P, heads, 1.0f / sqrtf((float)hd), dout, 0);
+    fetch(be, out, dout, qn * 4);
+    be->free(be, dtab); be->free(be, dpos); be->free(be, dK); be->free(be, dV);
+    be->free(be, dq); be->free(be, dout);
+    be->kv_destroy(be, &kv);
+    free(table); free(pos);
+    return out;
+}
+
+/* The hybrids' prompt attention takes a row's kernel by its position: rows
+ * before MIX_FROM carry the float32 kernel's bits, later rows the
+ * tensor-core kernel's, bit for bit, in one call that straddles MIX_FROM. */
+static void check_attention_mix_rows(int heads, int kvh, int hd, int P, mr_kv_dtype dt)
+{
+    const int kvdim = kvh * hd;
+    const size_t qn = (size_t)P * heads * hd, row = (size_t)heads * hd;
+    float *K = malloc((size_t)P * kvdim * 4), *V = malloc((size_t)P * kvdim * 4), *q = malloc(qn * 4);
+    for (size_t i = 0; i < (size_t)P * kvdim; i++) { K[i] = fgauss(); V[i] = fgauss(); }
+    for (size_t i = 0; i < qn; i++) q[i] = fgauss() * 0.5f;
+    float *mix = prompt_attention_out(gpu_attn_mix, heads, kvh, hd, P, dt, K, V, q);
+    float *f32 = prompt_attention_out(gpu, heads, kvh, hd, P, dt, K, V, q);
+    float *tc = prompt_attention_out(gpu_attn_tc, heads, kvh, hd, P, dt, K, V, q);
+    const size_t cut = (size_t)(P < MIX_FROM ? P : MIX_FROM) * row;
+    size_t d_lo = 0, d_hi = 0;
+    int nan = 0;
+    for (size_t e = 0; e < qn; e++) {
+        if (e < cut) d_lo += memcmp(&mix[e], &f32[e], 4) != 0;
+        else d_hi += memcmp(&mix[e], &tc[e], 4) != 0;
+        nan += isnan(mix[e]);
+    }
+    char shape[96];
+    const char *dn = dt == MR_KV_F32 ? "f32" : dt == MR_KV_F16 ? "f16" : "bf16";
+    snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d rows < %d vs float32", dn, heads, kvh, hd, P, MIX_FROM);
+    report("attention-mix-rows", shape, (double)d_lo, nan, 0.0);
+    snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d rows >= %d vs tensor cores", dn, heads, kvh, hd, P, MIX_FROM);
+    report("attention-mix-rows", shape, (double)d_hi, 0, 0.0);
+    free(K); free(V); free(q); free(mix); free(f32); free(tc);
+}
+
 /* Every check, in order. */
 /* Prompt-sized calls: the float32 tiled prefill kernel (the hybrids' and
  * MEMRA_CUDA_ATTN=f32's) and the tensor-core one, both with the keys cut
@@ -3246,6 +3309,15 @@ static void check_attention_prompts(void)
     check_attention_tc(8, 2, 64, 2100, 600, MR_KV_BF16);
     check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 4, 2, 256, 2600, MR_KV_F16);
     check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 2, 1, 128, 9000, MR_KV_F32);
+    /* the hybrids' mix: float32 before MIX_FROM, tensor cores after; calls
+     * that straddle it (rows 3,900..4,199), against float64, bit for bit
+     * per row with the kernel its position names, and cut into calls */
+    check_attention_on(gpu_attn_mix, "attention-mix", 2e-3, 4, 2, 256, 4200, 300, MR_KV_F32, true);
+    check_attention_on(gpu_attn_mix, "attention-mix", 2e-3, 2, 1, 128, 5000, 1100, MR_KV_F16, true);
+    check_attention_on(gpu_attn_mix, "attention-mix", 1e-5, 4, 2, 256, 3000, 200, MR_KV_BF16, true);
+    check_attention_mix_rows(4, 2, 256, 4500, MR_KV_F16);
+    check_attention_mix_rows(2, 1, 128, 4200, MR_KV_BF16);
+    check_attention_prompt_chunks(gpu_attn_mix, "attention-prompt-inv-mix", 2, 1, 256, 4400, MR_KV_F16);
 }
 
 /* The checks in three parts that can run as separate processes at once
@@ -3393,6 +3465,11 @@ int main(int argc, char **argv)
     gpu_attn_tc = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_ATTN", "f32", 1);
     if (!gpu_attn_tc) die("cuda (tensor-core attention)");
+    unsetenv("MEMRA_CUDA_ATTN"); /* the default, then what the hybrids ask for */
+    gpu_attn_mix = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_ATTN", "f32", 1);
+    if (!gpu_attn_mix) die("cuda (the hybrids' prompt attention)");
+    gpu_attn_mix->prefer_float32(gpu_attn_mix);
     setenv("MEMRA_CUDA_GEMM", "f32", 1);
     setenv("MEMRA_CUDA_GENERIC", "1", 1);
     gpu_generic = mr_backend_cuda_create(0, &err);
@@ -3463,6 +3540,7 @@ int main(int argc, char **argv)
     if (cpu) cpu->destroy(cpu);
     for (int i = 0; i < N_Q8; i++) q8_be[i]->destroy(q8_be[i]);
     gpu_attn_tc->destroy(gpu_attn_tc);
+    gpu_attn_mix->destroy(gpu_attn_mix);
     gpu_x24->destroy(gpu_x24);
     gpu_gdn1->destroy(gpu_gdn1);
     gpu_generic->destroy(gpu_generic);

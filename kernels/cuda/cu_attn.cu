@@ -13,6 +13,7 @@
  * 32 queries rather than once per query.  By default prompts run on the
  * tensor cores instead (cu_fattn.cu); this kernel is MEMRA_CUDA_ATTN=f32,
  * the float32 reference mode and the hybrids'. */
+#include <limits.h>
 #include <math.h>
 
 #include "kernels/cuda/cu_common.cuh"
@@ -770,12 +771,61 @@ void mr_cu_pf_merge(mr_cu_ctx *c, const float *part, const int32_t *pos, int n, 
     MR_CU_LAUNCHED(c, "attention prefill merge");
 }
 
-/* prompt: the prompt kernels whatever n (be->attention_prompt), else they
- * take calls of one sequence from ATT_PREFILL_MIN queries on. */
+/* The float32 prompt kernel over n queries, PF_ROWS a launch so that the
+ * records' scratch stays bounded. */
+static void attn_prefill_f32(mr_cu_ctx *c, const mr_kv_cache *kv, int layer, const int32_t *block_table,
+                             const float *q, const int32_t *pos, int n, int n_heads, float scale, float *out)
+{
+    const int D = kv->head_dim;
+    const int W = c->pf_split ? PF_WORKERS : 1, rows = W > 1 && n > PF_ROWS ? PF_ROWS : n;
+    float *part = NULL;
+    if (W > 1 && !(part = mr_cu_pf_records(c, rows, n_heads, D)))
+        return;
+    for (int r0 = 0; r0 < n; r0 += rows) {
+        const int nr = n - r0 < rows ? n - r0 : rows;
+        const size_t qo = (size_t)r0 * n_heads * D;
+        const dim3 grid((unsigned)((nr + PF_Q - 1) / PF_Q), n_heads, W);
+#define L(DT, DD) mr_cu_launch(c, k_attn_prefill<DT, DD>, grid, PF_Q * 4, 0, kv->k[layer], kv->v[layer], block_table, q + qo, pos + r0, nr, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, out + qo, part)
+#define BY_D(DT)                                           \
+    switch (D) {                                           \
+    case 32: L(DT, 32); break;                             \
+    case 64: L(DT, 64); break;                             \
+    case 128: L(DT, 128); break;                           \
+    default: L(DT, 256); break;                            \
+    }
+        if (kv->dtype == MR_KV_F32) { BY_D(MR_KV_F32) }
+        else if (kv->dtype == MR_KV_F16) { BY_D(MR_KV_F16) }
+        else { BY_D(MR_KV_BF16) }
+#undef BY_D
+#undef L
+        MR_CU_LAUNCHED(c, "attention prefill");
+        if (W > 1)
+            mr_cu_pf_merge(c, part, pos + r0, nr, n_heads, D, false, out + qo);
+    }
+}
+
+int mr_cu_attn_f32_rows(const mr_cu_ctx *c, int D, int pos_first, int n)
+{
+    if (!mr_cu_attn_tc_fits(D) || c->attn_tc_from == INT_MAX)
+        return n;
+    if (c->attn_tc_from == 0)
+        return 0;
+    if (pos_first < 0) /* positions not known to the host: the precise kernel */
+        return n;
+    const int64_t f = (int64_t)c->attn_tc_from - pos_first;
+    return f <= 0 ? 0 : f >= n ? n : (int)f;
+}
+
+/* prompt: the prompt kernels whatever n (be->attention_prompt; pos_first is
+ * pos[0] as the host knows it, the rows' positions being pos_first,
+ * pos_first + 1, ...; -1 where unknown), else they take calls of one
+ * sequence from ATT_PREFILL_MIN queries on.  Which of the two prompt
+ * kernels a query gets depends on its position only (c->attn_tc_from), so a
+ * call that straddles that position is cut in two there. */
 static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
                              const int32_t *block_table, const int32_t *const *tables,
                              const float *q, const int32_t *pos, int n, int n_heads, float scale,
-                             float *out, bool prompt)
+                             float *out, bool prompt, int pos_first)
 {
     mr_cu_ctx *c = mr_cu(be);
     if (n <= 0)
@@ -788,37 +838,16 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
         return;
     }
     if ((prompt || n >= ATT_PREFILL_MIN) && !tables) { /* one sequence's prompt */
-        if (mr_cu_attn_prefill_tc(c, kv, layer, block_table, q, pos, n, n_heads, scale, out))
-            return; /* the tensor-core kernel (cu_fattn.cu) */
         if (D != 32 && D != 64 && D != 128 && D != 256) {
             mr_cu_fail(c, "attention: head_dim %d (supported: 32, 64, 128, 256)", D);
             return;
         }
-        /* PF_ROWS queries a launch: the records' scratch stays bounded */
-        const int W = c->pf_split ? PF_WORKERS : 1, rows = W > 1 && n > PF_ROWS ? PF_ROWS : n;
-        float *part = NULL;
-        if (W > 1 && !(part = mr_cu_pf_records(c, rows, n_heads, D)))
-            return;
-        for (int r0 = 0; r0 < n; r0 += rows) {
-            const int nr = n - r0 < rows ? n - r0 : rows;
-            const size_t qo = (size_t)r0 * n_heads * D;
-            const dim3 grid((unsigned)((nr + PF_Q - 1) / PF_Q), n_heads, W);
-#define L(DT, DD) mr_cu_launch(c, k_attn_prefill<DT, DD>, grid, PF_Q * 4, 0, kv->k[layer], kv->v[layer], block_table, q + qo, pos + r0, nr, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, out + qo, part)
-#define BY_D(DT)                                           \
-    switch (D) {                                           \
-    case 32: L(DT, 32); break;                             \
-    case 64: L(DT, 64); break;                             \
-    case 128: L(DT, 128); break;                           \
-    default: L(DT, 256); break;                            \
-    }
-            if (kv->dtype == MR_KV_F32) { BY_D(MR_KV_F32) }
-            else if (kv->dtype == MR_KV_F16) { BY_D(MR_KV_F16) }
-            else { BY_D(MR_KV_BF16) }
-#undef BY_D
-#undef L
-            MR_CU_LAUNCHED(c, "attention prefill");
-            if (W > 1)
-                mr_cu_pf_merge(c, part, pos + r0, nr, n_heads, D, false, out + qo);
+        const int nf = mr_cu_attn_f32_rows(c, D, prompt ? pos_first : -1, n);
+        if (nf > 0)
+            attn_prefill_f32(c, kv, layer, block_table, q, pos, nf, n_heads, scale, out);
+        if (nf < n) { /* the tensor-core kernel (cu_fattn.cu) */
+            const size_t o = (size_t)nf * n_heads * D;
+            mr_cu_attn_prefill_tc(c, kv, layer, block_table, q + o, pos + nf, n - nf, n_heads, scale, out + o);
         }
         return;
     }
@@ -898,7 +927,7 @@ static void cu_attention(mr_backend *be, const mr_kv_cache *kv, int layer,
                          const int32_t *block_table, const float *q, const int32_t *pos, int n,
                          int n_heads, float scale, float *out)
 {
-    attention_launch(be, kv, layer, block_table, NULL, q, pos, n, n_heads, scale, out, false);
+    attention_launch(be, kv, layer, block_table, NULL, q, pos, n, n_heads, scale, out, false, -1);
 }
 
 /* Prompt rows: a query's result from the prompt kernels depends on its
@@ -908,16 +937,16 @@ static void cu_attention(mr_backend *be, const mr_kv_cache *kv, int layer,
  * as the whole prompt in one call. */
 static void cu_attention_prompt(mr_backend *be, const mr_kv_cache *kv, int layer,
                                 const int32_t *block_table, const float *q, const int32_t *pos, int n,
-                                int n_heads, float scale, float *out)
+                                int n_heads, float scale, float *out, int pos_first)
 {
-    attention_launch(be, kv, layer, block_table, NULL, q, pos, n, n_heads, scale, out, true);
+    attention_launch(be, kv, layer, block_table, NULL, q, pos, n, n_heads, scale, out, true, pos_first);
 }
 
 static void cu_attention_multi(mr_backend *be, const mr_kv_cache *kv, int layer,
                                const int32_t *const *tables, const float *q, const int32_t *pos,
                                int n, int n_heads, float scale, float *out)
 {
-    attention_launch(be, kv, layer, NULL, tables, q, pos, n, n_heads, scale, out, false);
+    attention_launch(be, kv, layer, NULL, tables, q, pos, n, n_heads, scale, out, false, -1);
 }
 
 void mr_cu_install_attn(mr_backend *be)

@@ -42,7 +42,7 @@ struct rec_op {
                  /* OP_QK_NORM_ROPE_KV: the K/V store that followed */
                  mr_kv_cache *kv; int layer; const int32_t *table; const int32_t *const *tables; const float *v; } qk_norm_rope;
         struct { mr_kv_cache *kv; int layer; const int32_t *table; const int32_t *const *tables; const float *k, *v; const int32_t *pos; int n; } kv_store;
-        struct { const mr_kv_cache *kv; int layer; const int32_t *table; const int32_t *const *tables; const float *q; const int32_t *pos; int n, n_heads; float scale; float *out; } attention;
+        struct { const mr_kv_cache *kv; int layer; const int32_t *table; const int32_t *const *tables; const float *q; const int32_t *pos; int n, n_heads; float scale; float *out; int pos_first; } attention;
         struct { const float *g, *u; float *o; size_t n; } swiglu;
         struct { float *y; const float *x; size_t n; } add;
         struct { const float *l; int n, ne, k; bool norm; int32_t *ids; float *w; } moe_route;
@@ -197,7 +197,7 @@ static void run_op(mr_cu_auto *a, mr_backend *be, const rec_op &o)
     }
     case OP_ATTENTION_PROMPT: {
         auto &p = o.u.attention;
-        r.attention_prompt(be, p.kv, p.layer, p.table, p.q, p.pos, p.n, p.n_heads, p.scale, p.out);
+        r.attention_prompt(be, p.kv, p.layer, p.table, p.q, p.pos, p.n, p.n_heads, p.scale, p.out, p.pos_first);
         break;
     }
     case OP_SWIGLU: { auto &p = o.u.swiglu; r.swiglu(be, p.g, p.u, p.o, p.n); break; }
@@ -674,14 +674,18 @@ static void w_kv_store(mr_backend *be, mr_kv_cache *kv, int layer, const int32_t
 }
 
 /* An attention record of one sequence (op: the decode or the prompt form). */
+/* pos_first (prompt rows) is signed through what it decides, the rows that
+ * take the float32 kernel, so that a graph replays the same kernels a row. */
 static void rec_attention(mr_backend *be, int op, const char *name, const mr_kv_cache *kv, int layer,
                           const int32_t *table, const float *q, const int32_t *pos, int n, int n_heads, float scale,
-                          float *out)
+                          float *out, int pos_first)
 {
     mr_cu_auto *a = mr_cu(be)->ag;
-    rec(be, op).u.attention = {kv, layer, table, NULL, q, pos, n, n_heads, scale, out};
+    rec(be, op).u.attention = {kv, layer, table, NULL, q, pos, n, n_heads, scale, out, pos_first};
     sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, table); sp(a->sig, q); sp(a->sig, pos);
     sp(a->sig, n); sp(a->sig, n_heads); sp(a->sig, scale); sp(a->sig, out);
+    if (op == OP_ATTENTION_PROMPT)
+        sp(a->sig, mr_cu_attn_f32_rows(mr_cu(be), kv->head_dim, pos_first, n));
     label(a, "%s n=%d h=%d", name, n, n_heads);
 }
 
@@ -690,15 +694,18 @@ static void w_attention(mr_backend *be, const mr_kv_cache *kv, int layer, const 
                         float *out)
 {
     if (DIRECT(be)) return mr_cu(be)->ag->real.attention(be, kv, layer, table, q, pos, n, n_heads, scale, out);
-    rec_attention(be, OP_ATTENTION, "attention", kv, layer, table, q, pos, n, n_heads, scale, out);
+    rec_attention(be, OP_ATTENTION, "attention", kv, layer, table, q, pos, n, n_heads, scale, out, -1);
 }
 
 static void w_attention_prompt(mr_backend *be, const mr_kv_cache *kv, int layer, const int32_t *table,
-                               const float *q, const int32_t *pos, int n, int n_heads, float scale, float *out)
+                               const float *q, const int32_t *pos, int n, int n_heads, float scale, float *out,
+                               int pos_first)
 {
     if (DIRECT(be))
-        return mr_cu(be)->ag->real.attention_prompt(be, kv, layer, table, q, pos, n, n_heads, scale, out);
-    rec_attention(be, OP_ATTENTION_PROMPT, "attention_prompt", kv, layer, table, q, pos, n, n_heads, scale, out);
+        return mr_cu(be)->ag->real.attention_prompt(be, kv, layer, table, q, pos, n, n_heads, scale, out,
+                                                    pos_first);
+    rec_attention(be, OP_ATTENTION_PROMPT, "attention_prompt", kv, layer, table, q, pos, n, n_heads, scale, out,
+                  pos_first);
 }
 
 /* The multi-sequence forms: the tables array is device memory the host
@@ -726,7 +733,7 @@ static void w_attention_multi(mr_backend *be, const mr_kv_cache *kv, int layer,
     mr_cu_auto *a = mr_cu(be)->ag;
     if (DIRECT(be))
         return a->real.attention_multi(be, kv, layer, tables, q, pos, n, n_heads, scale, out);
-    rec(be, OP_ATTENTION_MULTI).u.attention = {kv, layer, NULL, tables, q, pos, n, n_heads, scale, out};
+    rec(be, OP_ATTENTION_MULTI).u.attention = {kv, layer, NULL, tables, q, pos, n, n_heads, scale, out, -1};
     sp_kv(a->sig, kv, layer); sp(a->sig, layer); sp(a->sig, (const void *)tables); sp(a->sig, q);
     sp(a->sig, pos); sp(a->sig, n); sp(a->sig, n_heads); sp(a->sig, scale); sp(a->sig, out);
     label(a, "attention_multi n=%d h=%d", n, n_heads);

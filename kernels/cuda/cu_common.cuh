@@ -83,8 +83,12 @@ struct mr_cu_ctx {
     bool x24_moe;           /* expert products of decode through the x24 kernel (cu_moex24.cu;
                                MEMRA_CUDA_X24_MOE=0: off) */
     mr_cu_buf scratch_q8;   /* the q8 matvec's quantized activations */
-    bool attn_tc;           /* prompt attention on the tensor cores (cu_fattn.cu; default) */
-    bool attn_tc_forced;    /* MEMRA_CUDA_ATTN=tc: models may not turn it off */
+    int attn_tc_from;       /* prompt queries at this position or later take the tensor-core
+                               kernel (cu_fattn.cu), earlier ones the float32 one: 0 (the
+                               default) all, INT_MAX none (MEMRA_CUDA_ATTN=f32, the float32
+                               reference mode); be->prefer_float32 makes it ATTN_TC_FROM_PRECISE */
+    bool attn_tc_forced;    /* MEMRA_CUDA_ATTN or MEMRA_CUDA_ATTN_TC_FROM set: models may not
+                               change attn_tc_from */
     mr_cu_auto *ag;         /* recorded ops and cached graphs, or NULL */
     bool pdl;               /* kernels launched with programmatic dependent launch (cu_pdl.cuh;
                                compute capability 9+, MEMRA_CUDA_PDL=0: off) */
@@ -262,12 +266,22 @@ void mr_cu_x24_init(mr_cu_ctx *c);
 bool mr_cu_q8_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
 bool mr_cu_q8_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
                         const int32_t *ids, int k, float *y, int n);
-/* Prompt attention on the tensor cores (cu_fattn.cu): false when not
- * selected or not applicable (the caller then runs the float32 kernel). */
+/* Prompt attention on the tensor cores (cu_fattn.cu), for head sizes where
+ * mr_cu_attn_tc_fits.  Models that ask for float32 products (the hybrids)
+ * keep the float32 kernel for the first ATTN_TC_FROM_PRECISE positions of a
+ * sequence and take this one after them: past that depth the float32
+ * kernel's cost grows with the square of the context (a 262,144-token
+ * prompt: ~20 minutes against ~2.5, docs/PERFORMANCE.md run 82). */
+#define ATTN_TC_FROM_PRECISE 4096
 void mr_cu_attn_init(mr_cu_ctx *c);
-bool mr_cu_attn_prefill_tc(mr_cu_ctx *c, const mr_kv_cache *kv, int layer,
+static inline bool mr_cu_attn_tc_fits(int D) { return D == 64 || D == 128 || D == 256; }
+void mr_cu_attn_prefill_tc(mr_cu_ctx *c, const mr_kv_cache *kv, int layer,
                            const int32_t *block_table, const float *q, const int32_t *pos, int n,
                            int n_heads, float scale, float *out);
+/* How many leading rows of a prompt call whose first position is pos_first
+ * (-1: unknown to the host) take the float32 kernel; the rest take the
+ * tensor-core one (cu_attn.cu). */
+int mr_cu_attn_f32_rows(const mr_cu_ctx *c, int D, int pos_first, int n);
 /* Prompt attention's keys in slices over several blocks (cu_attn.cu, where
  * the why is written): slices of PF_SLICE positions at fixed places, worker
  * z of PF_WORKERS blocks a (query tile, head) walking slices z, z +

@@ -21,10 +21,12 @@
  *    |q|, |k| are bounded by sqrt(head_dim) times the norm weight (tens at
  *    most), and V is a projection of an RMS-normalised hidden state
  *    (hundreds at most in practice).  A float16 KV cache already holds K/V
- *    in float16.  Models without such bounds keep the float32 kernel: the
- *    hybrids call be->prefer_float32, which turns this kernel off unless
- *    MEMRA_CUDA_ATTN=tc forces it; MEMRA_CUDA_GEMM=f32 (the float32
- *    reference mode) turns it off too unless MEMRA_CUDA_ATTN=tc.
+ *    in float16.  The hybrids' gated attention normalises q and k the same
+ *    way; they ask for float32 products (be->prefer_float32) for accuracy,
+ *    and keep the float32 kernel for the first ATTN_TC_FROM_PRECISE
+ *    positions of a sequence only (cu_common.cuh says why).
+ *    MEMRA_CUDA_GEMM=f32 (the float32 reference mode) turns this kernel off
+ *    unless MEMRA_CUDA_ATTN=tc.
  *
  * The output accumulators stay in WMMA fragments across tiles.  Their
  * element-to-(row, column) layout is not specified by the API, so each
@@ -38,6 +40,7 @@
  * writes a record (max in log2 units, sum, unnormalised acc) a query and
  * mr_cu_pf_merge joins them; a query before position PF_SLICE keeps the
  * one-block bits (acc * (1 / sum)). */
+#include <limits.h>
 #include <math.h>
 #include <mma.h>
 #include <stdlib.h>
@@ -305,21 +308,30 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
 
 /* At backend creation: MEMRA_CUDA_ATTN "tc" (the default, measured 5.7-6.8x
  * the float32 kernel on an H200, docs/PERFORMANCE.md) or "f32"; unset, the
- * float32 reference mode MEMRA_CUDA_GEMM=f32 gets f32 as well.  The kernels
- * need more than the default 48 KiB of dynamic shared memory; the limit is
- * raised here once, outside any graph capture, and only when they may run
- * (be->prefer_float32 may still turn them off later). */
+ * float32 reference mode MEMRA_CUDA_GEMM=f32 gets f32 as well.
+ * MEMRA_CUDA_ATTN_TC_FROM=N: queries at position N or later on the tensor
+ * cores, earlier ones float32, whatever the model asks.  The kernels need
+ * more than the default 48 KiB of dynamic shared memory; the limit is raised
+ * here once, outside any graph capture, and only when they may run. */
 void mr_cu_attn_init(mr_cu_ctx *c)
 {
     const char *m = getenv("MEMRA_CUDA_ATTN");
     const char *g = getenv("MEMRA_CUDA_GEMM");
     const char *q = getenv("MEMRA_CUDA_ATTN_GQA");
+    const char *from = getenv("MEMRA_CUDA_ATTN_TC_FROM");
     c->attn_gqa = !(q && !strcmp(q, "0")); /* decode kernel (cu_attn.cu) */
     const char *ps = getenv("MEMRA_CUDA_PF_SPLIT");
     c->pf_split = !(ps && !strcmp(ps, "0")); /* float32 prompt kernel (cu_attn.cu) */
-    c->attn_tc_forced = m && !strcmp(m, "tc");
-    c->attn_tc = c->attn_tc_forced || (!(m && !strcmp(m, "f32")) && !(g && !strcmp(g, "f32")));
-    if (!c->attn_tc)
+    char *end = NULL;
+    const long f = from ? strtol(from, &end, 10) : -1;
+    if (from && (end == from || *end || f < 0 || f > INT_MAX)) {
+        mr_cu_fail(c, "MEMRA_CUDA_ATTN_TC_FROM '%s': not a position", from);
+        return;
+    }
+    const bool tc = m && !strcmp(m, "tc"), f32 = (m && !strcmp(m, "f32")) || (!m && g && !strcmp(g, "f32"));
+    c->attn_tc_forced = tc || (m && !strcmp(m, "f32")) || from;
+    c->attn_tc_from = from ? (int)f : tc ? 0 : f32 ? INT_MAX : 0;
+    if (c->attn_tc_from == INT_MAX)
         return;
 #define X(DT, DD)                                                                                   \
     MR_CU_TRY(c, cudaFuncSetAttribute(k_attn_prefill_tc<DT, DD>,                                    \
@@ -329,19 +341,17 @@ void mr_cu_attn_init(mr_cu_ctx *c)
 #undef X
 }
 
-bool mr_cu_attn_prefill_tc(mr_cu_ctx *c, const mr_kv_cache *kv, int layer,
+void mr_cu_attn_prefill_tc(mr_cu_ctx *c, const mr_kv_cache *kv, int layer,
                            const int32_t *block_table, const float *q, const int32_t *pos, int n,
                            int n_heads, float scale, float *out)
 {
     const int D = kv->head_dim;
-    if (!c->attn_tc || (D != 64 && D != 128 && D != 256))
-        return false;
     const float qscale = scale * 1.4426950408889634f; /* exp(x) = exp2(x log2 e) */
     /* keys in slices over PF_WORKERS blocks (cu_attn.cu), PF_ROWS queries a launch */
     const int W = c->pf_split ? PF_WORKERS : 1, rows = W > 1 && n > PF_ROWS ? PF_ROWS : n;
     float *part = NULL;
     if (W > 1 && !(part = mr_cu_pf_records(c, rows, n_heads, D)))
-        return true; /* the recorded failure */
+        return; /* the recorded failure */
     for (int r0 = 0; r0 < n; r0 += rows) {
         const int nr = n - r0 < rows ? n - r0 : rows;
         const size_t qo = (size_t)r0 * n_heads * D;
@@ -357,5 +367,4 @@ bool mr_cu_attn_prefill_tc(mr_cu_ctx *c, const mr_kv_cache *kv, int layer,
         if (W > 1)
             mr_cu_pf_merge(c, part, pos + r0, nr, n_heads, D, true, out + qo);
     }
-    return true;
 }

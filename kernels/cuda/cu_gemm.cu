@@ -547,16 +547,17 @@ void mr_cu_gemm_init(mr_cu_ctx *c)
 }
 
 /* be->prefer_float32: float32-grade GEMMs (f16x3; MEMRA_CUDA_GEMM=f32 keeps
- * the SGEMM reference) and the float32 prompt attention, unless
- * MEMRA_CUDA_GEMM / MEMRA_CUDA_ATTN=tc chose otherwise. */
+ * the SGEMM reference) and the float32 prompt attention for a sequence's
+ * first ATTN_TC_FROM_PRECISE positions, unless MEMRA_CUDA_GEMM /
+ * MEMRA_CUDA_ATTN / MEMRA_CUDA_ATTN_TC_FROM chose otherwise. */
 void mr_cu_prefer_float32(mr_backend *be)
 {
     mr_cu_ctx *c = mr_cu(be);
     mr_cu_flush(be); /* products already recorded keep the precision they were asked in */
     if (!c->gemm_mode_forced)
         c->gemm_mode = GEMM_F16X3;
-    if (!c->attn_tc_forced)
-        c->attn_tc = false;
+    if (!c->attn_tc_forced && c->attn_tc_from < ATTN_TC_FROM_PRECISE)
+        c->attn_tc_from = ATTN_TC_FROM_PRECISE;
 }
 
 template <typename O>

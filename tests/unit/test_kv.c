@@ -434,7 +434,8 @@ END_TEST
  * segment; every row's logits equal its solo run's, and a generated item
  * after a prompt item is refused. */
 static mr_backend real_ops;
-static int mm_gen_max, mm_prompt_bad, mm_prompt_calls, att_gen_bad, att_prompt_calls, att_prompt_bad;
+static int mm_gen_max, mm_prompt_bad, mm_prompt_calls, att_gen_bad, att_prompt_calls, att_prompt_bad,
+    att_prompt_deep;
 
 static void count_matmul(mr_backend *b, const mr_weight *w, const float *x, float *y, int n)
 {
@@ -466,11 +467,15 @@ static void count_attention(mr_backend *b, const mr_kv_cache *kv, int layer, con
     att_gen_bad += n != 1;
     real_ops.attention(b, kv, layer, table, q, pos, n, heads, scale, out);
 }
+/* pos_first must be the call's first position (CPU backend memory is the
+ * host's: pos[0] reads directly) */
 static void count_attention_prompt(mr_backend *b, const mr_kv_cache *kv, int layer, const int32_t *table,
-                                   const float *q, const int32_t *pos, int n, int heads, float scale, float *out)
+                                   const float *q, const int32_t *pos, int n, int heads, float scale, float *out,
+                                   int pos_first)
 {
     att_prompt_calls++;
-    att_prompt_bad += n != 7 && n != 5;
+    att_prompt_bad += (n != 7 && n != 5) || pos[0] != pos_first;
+    att_prompt_deep += pos_first > 0;
     real_ops.attention(b, kv, layer, table, q, pos, n, heads, scale, out);
 }
 
@@ -509,18 +514,21 @@ START_TEST(rows_routed_by_kind)
     ck_assert_int_eq(mr_model_forward(model, sq[3], p[3], 7, MR_LOGITS_ALL, solo + (size_t)3 * V, &err), 0);
     for (int i = 0; i < 5; i++)
         mr_seq_free(sq[i]);
-    /* batched: the three decode steps, then both prompts */
+    /* batched: the three decode steps, then both prompts (4's second chunk,
+     * from position 2) */
     for (int i = 0; i < 5; i++)
         ck_assert_int_eq(mr_seq_new(model, &sq[i], &err), 0);
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(mr_model_forward(model, sq[i], p[i], 6, MR_LOGITS_NONE, NULL, &err), 0);
+    ck_assert_int_eq(mr_model_forward(model, sq[4], p[4], 2, MR_LOGITS_NONE, NULL, &err), 0);
     mr_batch_item it[5];
     for (int i = 0; i < 3; i++)
         it[i] = (mr_batch_item){.seq = sq[i], .tokens = p[i] + 6, .n = 1, .mode = MR_LOGITS_LAST,
                                 .logits = got + (size_t)i * V, .gen = true};
     it[3] = (mr_batch_item){.seq = sq[3], .tokens = p[3], .n = 7, .mode = MR_LOGITS_ALL, .logits = got + (size_t)3 * V};
-    it[4] = (mr_batch_item){.seq = sq[4], .tokens = p[4], .n = 5, .mode = MR_LOGITS_NONE};
+    it[4] = (mr_batch_item){.seq = sq[4], .tokens = p[4] + 2, .n = 5, .mode = MR_LOGITS_NONE};
     mm_gen_max = mm_prompt_bad = mm_prompt_calls = att_gen_bad = att_prompt_calls = att_prompt_bad = 0;
+    att_prompt_deep = 0;
     ck_assert_msg(mr_model_forward_batch(model, it, 5, &err) == 0, "%s", err.msg);
     ck_assert_int_le(mm_gen_max, 2);
     ck_assert_int_gt(mm_prompt_calls, 0);
@@ -528,10 +536,11 @@ START_TEST(rows_routed_by_kind)
     ck_assert_int_eq(att_gen_bad, 0);
     ck_assert_int_eq(att_prompt_calls, 2 * (int)mr_model_hparams(model)->n_layers);
     ck_assert_int_eq(att_prompt_bad, 0);
+    ck_assert_int_eq(att_prompt_deep, (int)mr_model_hparams(model)->n_layers);
     ck_assert(memcmp(solo, got, sizeof(float) * (size_t)V * 10) == 0);
     /* a generated item after a prompt item: refused, nothing changed */
     int len = mr_seq_len(sq[0]);
-    mr_batch_item late[2] = {{.seq = sq[4], .tokens = p[4] + 5, .n = 1, .mode = MR_LOGITS_NONE},
+    mr_batch_item late[2] = {{.seq = sq[4], .tokens = p[4] + 7, .n = 1, .mode = MR_LOGITS_NONE},
                              {.seq = sq[0], .tokens = p[0], .n = 1, .mode = MR_LOGITS_LAST, .logits = got, .gen = true}};
     ck_assert_int_ne(mr_model_forward_batch(model, late, 2, &err), 0);
     ck_assert_msg(strstr(err.msg, "generated item") != NULL, "%s", err.msg);

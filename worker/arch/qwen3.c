@@ -47,9 +47,12 @@ void mr_qwen3_attend(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int kv_lay
             continue;
         size_t r = (size_t)g->start;
         be->kv_store(be, kv, kv_layer, g->s->blocks_dev, sc->k + r * kvd, sc->v + r * kvd, sc->pos + r, g->n);
-        (g->gen || !be->attention_prompt ? be->attention : be->attention_prompt)(
-            be, kv, kv_layer, g->s->blocks_dev, sc->q + r * qd, sc->pos + r, g->n, hp->n_heads, scale,
-            sc->att + r * qd);
+        if (g->gen || !be->attention_prompt)
+            be->attention(be, kv, kv_layer, g->s->blocks_dev, sc->q + r * qd, sc->pos + r, g->n, hp->n_heads,
+                          scale, sc->att + r * qd);
+        else
+            be->attention_prompt(be, kv, kv_layer, g->s->blocks_dev, sc->q + r * qd, sc->pos + r, g->n,
+                                 hp->n_heads, scale, sc->att + r * qd, g->pos0);
     }
 }
 

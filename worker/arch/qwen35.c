@@ -559,7 +559,7 @@ static int mtp_block(mr_model *m, mr_seq *s, const float *h, const int32_t *toke
     mr_fwd_matmul(m, &q->eh_proj, q->mtp_cat, sc->x, n);
 
     be->rmsnorm(be, sc->x, q->mtp.attn_norm, sc->xn, n, E, hp->rms_eps);
-    mr_fwd_seg seg = {.s = s, .start = 0, .n = n, .out_first = 0, .out_row = 0, .gen = gen};
+    mr_fwd_seg seg = {.s = s, .start = 0, .n = n, .pos0 = pos0, .out_first = 0, .out_row = 0, .gen = gen};
     full_attention(m, &q->mtp, &q->mtp_kv, 0, &seg, 1, n);
     be->add(be, sc->x, sc->proj, (size_t)n * (size_t)E);
     ffn_block(m, &q->mtp, &q->mtp_q, n);
