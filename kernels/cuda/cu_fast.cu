@@ -366,7 +366,7 @@ __device__ __forceinline__ void wide_x(const float *xs, float4 &a0, float4 &a1, 
 template <int R, int NT, bool GLU = false>
 __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
 {
-    static_assert(NT <= 4 || R == 1, "8 tokens a launch take one row a block");
+    static_assert(NT <= 4 || R <= 2, "8 tokens a launch take one or two rows a block");
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -390,36 +390,72 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
     for (int s = warp; s < nsteps; s += FW) {
         float4 a0[TG], a1[TG], b0[TG], b1[TG];
         float xs0[TG], xs1[TG];
-        if constexpr (NT <= 4) {
+        if constexpr (NT > 4 && R > 1) {
+            /* two rows, eight tokens: both rows' weights of the step decoded
+             * first, then each group of four tokens' inputs loaded once for
+             * both (half the input loads of one row a block); a (row,
+             * token) adds the same wide_tok a step as in every instance */
+            uint32_t l0[R], l1[R], h0[R], h1[R];
+            float d[R], dm[R], sc0[R], sc1[R], m0[R], m1[R];
 #pragma unroll
-            for (int t = 0; t < NT; t++)
-                wide_x(x + (int64_t)t * a.cols + 512 * s + xo, a0[t], a1[t], b0[t], b1[t], xs0[t], xs1[t]);
-        }
-#pragma unroll
-        for (int i = 0; i < R; i++) {
-            const uint8_t *p = rp[i] + (size_t)s * 296;
-            const uint32_t dd = *(const uint32_t *)p;
-            const uint32_t sm = *(const uint32_t *)(p + 4 + 4 * j);
-            const uint32_t q0 = *(const uint32_t *)(p + 20 + 32 * j + 4 * k);
-            const uint32_t q1 = *(const uint32_t *)(p + 20 + 32 * j + 16 + 4 * k);
-            const uint32_t l0 = q0 & 0x0F0F0F0Fu, h0 = (q0 >> 4) & 0x0F0F0F0Fu;
-            const uint32_t l1 = q1 & 0x0F0F0F0Fu, h1 = (q1 >> 4) & 0x0F0F0F0Fu;
-            const float d = __half2float(__ushort_as_half((uint16_t)(dd & 0xffff)));
-            const float dm = __half2float(__ushort_as_half((uint16_t)(dd >> 16)));
-            const float sc0 = mag(sm, 0) - MAGIC, sc1 = mag(sm, 1) - MAGIC;
-            const float m0 = mag(sm, 2) - MAGIC, m1 = mag(sm, 3) - MAGIC;
+            for (int i = 0; i < R; i++) {
+                const uint8_t *p = rp[i] + (size_t)s * 296;
+                const uint32_t dd = *(const uint32_t *)p;
+                const uint32_t sm = *(const uint32_t *)(p + 4 + 4 * j);
+                const uint32_t q0 = *(const uint32_t *)(p + 20 + 32 * j + 4 * k);
+                const uint32_t q1 = *(const uint32_t *)(p + 20 + 32 * j + 16 + 4 * k);
+                l0[i] = q0 & 0x0F0F0F0Fu, h0[i] = (q0 >> 4) & 0x0F0F0F0Fu;
+                l1[i] = q1 & 0x0F0F0F0Fu, h1[i] = (q1 >> 4) & 0x0F0F0F0Fu;
+                d[i] = __half2float(__ushort_as_half((uint16_t)(dd & 0xffff)));
+                dm[i] = __half2float(__ushort_as_half((uint16_t)(dd >> 16)));
+                sc0[i] = mag(sm, 0) - MAGIC, sc1[i] = mag(sm, 1) - MAGIC;
+                m0[i] = mag(sm, 2) - MAGIC, m1[i] = mag(sm, 3) - MAGIC;
+            }
 #pragma unroll
             for (int t0 = 0; t0 < NT; t0 += TG) {
-                if constexpr (NT > 4) {
-#pragma unroll
-                    for (int t = 0; t < TG; t++)
-                        wide_x(x + (int64_t)(t0 + t) * a.cols + 512 * s + xo, a0[t], a1[t], b0[t], b1[t], xs0[t],
-                               xs1[t]);
-                }
 #pragma unroll
                 for (int t = 0; t < TG; t++)
-                    acc[t0 + t][i] += wide_tok(a0[t], a1[t], b0[t], b1[t], xs0[t], xs1[t], l0, l1, h0, h1, d, dm,
-                                               sc0, sc1, m0, m1);
+                    wide_x(x + (int64_t)(t0 + t) * a.cols + 512 * s + xo, a0[t], a1[t], b0[t], b1[t], xs0[t],
+                           xs1[t]);
+#pragma unroll
+                for (int t = 0; t < TG; t++)
+#pragma unroll
+                    for (int i = 0; i < R; i++)
+                        acc[t0 + t][i] += wide_tok(a0[t], a1[t], b0[t], b1[t], xs0[t], xs1[t], l0[i], l1[i], h0[i],
+                                                   h1[i], d[i], dm[i], sc0[i], sc1[i], m0[i], m1[i]);
+            }
+        } else {
+            if constexpr (NT <= 4) {
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    wide_x(x + (int64_t)t * a.cols + 512 * s + xo, a0[t], a1[t], b0[t], b1[t], xs0[t], xs1[t]);
+            }
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                const uint8_t *p = rp[i] + (size_t)s * 296;
+                const uint32_t dd = *(const uint32_t *)p;
+                const uint32_t sm = *(const uint32_t *)(p + 4 + 4 * j);
+                const uint32_t q0 = *(const uint32_t *)(p + 20 + 32 * j + 4 * k);
+                const uint32_t q1 = *(const uint32_t *)(p + 20 + 32 * j + 16 + 4 * k);
+                const uint32_t l0 = q0 & 0x0F0F0F0Fu, h0 = (q0 >> 4) & 0x0F0F0F0Fu;
+                const uint32_t l1 = q1 & 0x0F0F0F0Fu, h1 = (q1 >> 4) & 0x0F0F0F0Fu;
+                const float d = __half2float(__ushort_as_half((uint16_t)(dd & 0xffff)));
+                const float dm = __half2float(__ushort_as_half((uint16_t)(dd >> 16)));
+                const float sc0 = mag(sm, 0) - MAGIC, sc1 = mag(sm, 1) - MAGIC;
+                const float m0 = mag(sm, 2) - MAGIC, m1 = mag(sm, 3) - MAGIC;
+#pragma unroll
+                for (int t0 = 0; t0 < NT; t0 += TG) {
+                    if constexpr (NT > 4) {
+#pragma unroll
+                        for (int t = 0; t < TG; t++)
+                            wide_x(x + (int64_t)(t0 + t) * a.cols + 512 * s + xo, a0[t], a1[t], b0[t], b1[t], xs0[t],
+                                   xs1[t]);
+                    }
+#pragma unroll
+                    for (int t = 0; t < TG; t++)
+                        acc[t0 + t][i] += wide_tok(a0[t], a1[t], b0[t], b1[t], xs0[t], xs1[t], l0, l1, h0, h1, d, dm,
+                                                   sc0, sc1, m0, m1);
+                }
             }
         }
     }
@@ -856,7 +892,10 @@ static void launch_fast_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
         int nt = n >= 8 && wide8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1;
         if (nt == 8) {
             if constexpr (T == MR_TYPE_Q4_K) {
-                mr_cu_launch(c, k_q4k_wide<1, 8>, dim3(job_blocks(&a, 1), jobs), FW * 32, 0, a);
+                if (c->wide8_r2)
+                    mr_cu_launch(c, k_q4k_wide<2, 8>, dim3(job_blocks(&a, 2), jobs), FW * 32, 0, a);
+                else
+                    mr_cu_launch(c, k_q4k_wide<1, 8>, dim3(job_blocks(&a, 1), jobs), FW * 32, 0, a);
                 MR_CU_LAUNCHED(c, "q4_k wide matvec");
             }
         } else if (nt == 4) launch_fast<T, 4>(c, a, jobs);
