@@ -2300,16 +2300,20 @@ static void check_batch_invariance(void)
     }
     check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q4_K), 12288, 4096, 1, 1);
     check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q6_K), 4096, 151936, 1, 1);
-    /* the Q4_K float kernel's eight-token launches two rows a block
-     * (MEMRA_CUDA_WIDE8=2): the 30B-A3B's q and o shapes, an odd row count */
-    setenv("MEMRA_CUDA_WIDE8", "2", 1);
-    mr_backend *w8r2 = mr_backend_cuda_create(0, &err);
+    /* the Q4_K float kernel's eight-token launches take two rows a block by
+     * default (the lines above) and one with MEMRA_CUDA_WIDE8=1: the
+     * 30B-A3B's q and o shapes and an odd row count on both */
+    check_batch_invariance_one(gpu, "batch-inv-w8r2", td_of(MR_TYPE_Q4_K), 2048, 4096, 1, 1);
+    check_batch_invariance_one(gpu, "batch-inv-w8r2", td_of(MR_TYPE_Q4_K), 4096, 2048, 1, 1);
+    check_batch_invariance_one(gpu, "batch-inv-w8r2", td_of(MR_TYPE_Q4_K), 4096, 1001, 1, 1);
+    setenv("MEMRA_CUDA_WIDE8", "1", 1);
+    mr_backend *w8r1 = mr_backend_cuda_create(0, &err);
     unsetenv("MEMRA_CUDA_WIDE8");
-    if (!w8r2) die("cuda (MEMRA_CUDA_WIDE8=2)");
-    check_batch_invariance_one(w8r2, "batch-inv-w8r2", td_of(MR_TYPE_Q4_K), 2048, 4096, 1, 1);
-    check_batch_invariance_one(w8r2, "batch-inv-w8r2", td_of(MR_TYPE_Q4_K), 4096, 2048, 1, 1);
-    check_batch_invariance_one(w8r2, "batch-inv-w8r2", td_of(MR_TYPE_Q4_K), 4096, 1001, 1, 1);
-    w8r2->destroy(w8r2);
+    if (!w8r1) die("cuda (MEMRA_CUDA_WIDE8=1)");
+    check_batch_invariance_one(w8r1, "batch-inv-w8r1", td_of(MR_TYPE_Q4_K), 2048, 4096, 1, 1);
+    check_batch_invariance_one(w8r1, "batch-inv-w8r1", td_of(MR_TYPE_Q4_K), 4096, 2048, 1, 1);
+    check_batch_invariance_one(w8r1, "batch-inv-w8r1", td_of(MR_TYPE_Q4_K), 4096, 1001, 1, 1);
+    w8r1->destroy(w8r1);
     /* the 22-bit kernel on every shape it takes (MEMRA_CUDA_MATVEC=x24all) */
     const int x24t[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_IQ4_XS, MR_TYPE_Q8_0};
     const int nx24 = (int)(sizeof x24t / sizeof x24t[0]);

@@ -387,7 +387,7 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     c->q4k_wide = !(qw && !strcmp(qw, "0"));
     const char *w8 = getenv("MEMRA_CUDA_WIDE8");
     c->wide8 = !(w8 && !strcmp(w8, "0"));
-    c->wide8_r2 = w8 && !strcmp(w8, "2"); /* two rows a block (for timing; same bits) */
+    c->wide8_r2 = !(w8 && !strcmp(w8, "1")); /* two rows a block (1: one, for timing; same bits) */
     pdl_init(c, &prop);
     mr_cu_x24_init(c);
     mr_cu_fast_init(c);

@@ -96,7 +96,7 @@ struct mr_cu_ctx {
     bool wide8;             /* Q4_K wide matvec: 8 tokens a launch (cu_fast.cu launch_fast_n;
                                MEMRA_CUDA_WIDE8=0: 4, same bits) */
     bool wide8_r2;          /* those launches two rows a block, each input load shared by both
-                               (MEMRA_CUDA_WIDE8=2; same bits) */
+                               (MEMRA_CUDA_WIDE8=1: one row, for timing; same bits) */
     bool pf_split;          /* float32 prompt attention: keys in slices over several blocks
                                (cu_attn.cu PF_SLICE; MEMRA_CUDA_PF_SPLIT=0: one block a tile) */
     mr_cu_buf scratch_pfa;  /* its records */
