@@ -25,7 +25,8 @@ typedef struct req {
     mr_seq *seq;           /* its length: tokens already through forward */
     int cached;            /* prompt tokens that came from the prefix cache */
     int state_offered;     /* hybrids: the boundary (tokens) whose state the cache already got */
-    int checkpoint_at;     /* hybrids: a prompt boundary (tokens) to checkpoint when reached, 0: none */
+    int checkpoint_at;     /* a prompt block boundary (tokens) to publish when reached (a hybrid's
+                              with its state), 0: none */
     bool session;          /* publish as session entries */
     bool want_logits;      /* TOKEN events carry the raw row */
     bool spec_ok;          /* plain greedy on a model that speculates: may decode speculatively */
@@ -579,6 +580,109 @@ static void stage_row(mr_sched *s, req *q, mr_batch_item *it, mr_sample_row *row
     q->pen_gen = q->n_gen;
 }
 
+/* ---- prompts that share a prefix with a batchmate ----
+ *
+ * Requests admitted together (sixteen clients sending one long system
+ * prompt) all miss the cache at admission: nothing of it is published yet.
+ * Instead of each computing the shared part, a request that has computed
+ * nothing of its own waits while an older one in the same scope is still
+ * prefilling a longer part of its prompt; the older one publishes its blocks
+ * (and, for a hybrid, the recurrent state) when it reaches the end of what
+ * they share, and the waiting one then takes them from the cache.  The
+ * blocks hold the same K/V either way: a prompt row's result does not
+ * depend on its call (docs/NUMERICS.md). */
+
+/* Full blocks at the start of a's prompt that b's prompt holds too, in the
+ * same scope; at most what a may take from the cache (its last token is
+ * always computed). */
+static int shared_blocks(const mr_sched *s, const req *a, const req *b)
+{
+    if (strcmp(a->tenant, b->tenant) || strcmp(a->salt, b->salt))
+        return 0;
+    int n = a->n_prompt - 1 < b->n_prompt ? a->n_prompt - 1 : b->n_prompt, i = 0;
+    while (i < n && a->tokens[i] == b->tokens[i])
+        i++;
+    return i / s->bt;
+}
+
+/* q has computed nothing of its own (only cached blocks): it takes a longer
+ * cached run if the cache has one now, as at admission.  0: done or nothing
+ * new; -1: q's sequence could not be rebuilt (err says why). */
+static int adopt_cached(mr_sched *s, req *q, mr_err *err)
+{
+    int max_hit = (q->n_prompt - 1) / s->bt;
+    if (q->cached / s->bt >= max_hit)
+        return 0;
+    int32_t *hit = malloc(sizeof(int32_t) * (size_t)max_hit);
+    if (!hit)
+        return mr_errf(err, "request %llu: out of memory", (unsigned long long)q->id);
+    int n_kv = 0;
+    void *state = NULL;
+    int n_hit = s->stateful ? mr_prefix_lookup_state(s->prefix, q->tenant, q->salt, q->tokens, q->n_prompt,
+                                                     max_hit, hit, &state, &n_kv)
+                            : mr_prefix_lookup(s->prefix, q->tenant, q->salt, q->tokens, q->n_prompt, max_hit, hit);
+    if (n_hit * s->bt <= q->cached) {
+        free(hit);
+        return 0;
+    }
+    /* the new sequence holds the blocks before the old one lets go */
+    mr_seq *seq;
+    int rc = mr_seq_new(s->m, &seq, err);
+    if (rc == 0) {
+        rc = state ? mr_seq_attach_state(seq, hit, n_hit, state, err) : mr_seq_attach(seq, hit, n_hit, err);
+        if (rc)
+            mr_seq_free(seq);
+    }
+    free(hit);
+    if (rc)
+        return -1;
+    mr_seq_free(q->seq); /* its promise goes back first: the new one needs less */
+    q->seq = seq;
+    if (mr_seq_reserve(seq, q->n_prompt + q->max_tokens - 1, err))
+        return -1;
+    mr_prefix_count(s->prefix, 0, n_hit * s->bt - q->cached);
+    q->cached = n_hit * s->bt;
+    if (state)
+        q->state_offered = q->cached;
+    q->checkpoint_at = n_kv > n_hit ? n_kv * s->bt : 0;
+    return 0;
+}
+
+/* What q (nothing computed of its own) does about an older request in the
+ * same scope that is still prefilling and holds more of q's prompt than q
+ * has: BM_TAKE when that one has computed the shared part already (it
+ * publishes it now, and q takes it from the cache), BM_WAIT while it has
+ * not (it is asked to publish when it gets there: checkpoint_at), BM_GO when
+ * there is none.  A hybrid's shared part is to be had only with its state,
+ * at the boundary where it was computed: one that went past it without
+ * keeping that state is no use to q. */
+enum { BM_GO, BM_WAIT, BM_TAKE };
+
+static int batchmate(mr_sched *s, int qi)
+{
+    req *q = s->live[qi];
+    const int have = mr_seq_len(q->seq);
+    for (int i = 0; i < qi; i++) {
+        req *p = s->live[i];
+        const int plen = mr_seq_len(p->seq);
+        if (p->done || p->cancelled || plen >= p->n_prompt)
+            continue;
+        const int at = shared_blocks(s, q, p) * s->bt;
+        if (at <= have)
+            continue;
+        if (plen >= at && (!s->stateful || mr_seq_mark_len(p->seq) == at)) {
+            publish_blocks(s, p, at / s->bt);
+            return BM_TAKE;
+        }
+        if (plen > at)
+            continue;
+        if (p->checkpoint_at == 0 || p->checkpoint_at > at)
+            p->checkpoint_at = at;
+        return BM_WAIT;
+    }
+    return BM_GO;
+}
+
 int mr_sched_step(mr_sched *s, mr_err *err)
 {
     mr_err local;
@@ -606,12 +710,25 @@ int mr_sched_step(mr_sched *s, mr_err *err)
         n_items++;
         budget--;
     }
-    /* then prompt chunks, oldest admission first */
+    /* then prompt chunks, oldest admission first; a request that has
+     * computed nothing yet first takes what the cache gained, then may wait
+     * for a batchmate that is computing the prefix they share */
     for (int i = 0; i < s->n_live && budget > 0; i++) {
         req *q = s->live[i];
         int len = mr_seq_len(q->seq);
         if (len >= q->n_prompt)
             continue;
+        if (len == q->cached) {
+            mr_err aerr;
+            int bm = BM_GO;
+            if (adopt_cached(s, q, &aerr) || ((bm = batchmate(s, i)) == BM_TAKE && adopt_cached(s, q, &aerr))) {
+                finish(s, q, MR_SCHED_FIN_ERROR, aerr.msg);
+                continue;
+            }
+            if (bm == BM_WAIT)
+                continue;
+            len = mr_seq_len(q->seq);
+        }
         int n = q->n_prompt - len;
         if (n > s->o.chunk_tokens)
             n = s->o.chunk_tokens;
@@ -632,6 +749,10 @@ int mr_sched_step(mr_sched *s, mr_err *err)
                                             .argmax = s->argmax + n_items};
         n_items++;
         budget -= n;
+    }
+    if (n_items == 0) { /* the requests left finished above (an error taking cached blocks) */
+        drop_cancelled(s);
+        return s->n_live;
     }
     for (int i = 0; i < n_items; i++)
         if (s->items[i].mode == MR_LOGITS_SAMPLE)
@@ -655,7 +776,7 @@ int mr_sched_step(mr_sched *s, mr_err *err)
             if (q->done)
                 continue;
             if (q->checkpoint_at > 0 && mr_seq_len(q->seq) == q->checkpoint_at) {
-                if (mr_seq_mark_len(q->seq) == q->checkpoint_at)
+                if (!s->stateful || mr_seq_mark_len(q->seq) == q->checkpoint_at)
                     publish_blocks(s, q, q->checkpoint_at / s->bt);
                 q->checkpoint_at = 0;
             }

@@ -2,7 +2,8 @@
  * batched, for prefill chunks 1, 7 and 64, against an independent solo loop
  * (and the transformers greedy continuation); prefix hits, tenant isolation,
  * session reuse, eviction, admission refusal and recovery, cancellation,
- * stop ids, seeded sampling independent of batchmates; MTP speculation of a
+ * stop ids, seeded sampling independent of batchmates, batchmates that share
+ * a prefix computing it once; MTP speculation of a
  * lone greedy request (hybrids) equal to plain decoding, and its fallback to
  * batching when another request arrives; the MTP block primed over a
  * prompt run in chunks, beside another prompt or after a prefix hit, with
@@ -401,6 +402,82 @@ START_TEST(hybrid_shared_prefix_checkpoint_at_divergence)
     mr_sched_get_stats(s, &st);
     ck_assert_int_ge(st.prefix.n_states, 2);
     ck_assert_int_eq(st.prefix.n_in_use, 0);
+    mr_sched_free(s);
+    close_model();
+}
+END_TEST
+
+/* Prompts that share a prefix, submitted together (one system prompt, four
+ * clients): none finds it cached at admission.  The oldest computes the
+ * shared part and publishes it when it gets there; the others wait for it
+ * instead of computing it too, then take it from the cache (40 cached
+ * tokens each).  On a hybrid the shared part comes with its state.  Every
+ * reply is what the uncached model gives. */
+START_TEST(batchmates_wait_for_a_shared_prefix)
+{
+    static const char *const name[] = {"qwen3", "qwen35", "qwen35moe"};
+    mr_model_opts mo = {.n_ctx = 128, .n_seqs = 6, .block_tokens = 8};
+    open_model(name[_i], "model-BF16.gguf", &mo);
+    V = mr_model_hparams(model)->n_vocab;
+    enum { SHARED = 44, LEN = 53, R = 4 }; /* 5 full shared blocks and 4 tokens, then the question */
+    int32_t p[R][LEN], want[R][GEN];
+    lcg_prompt(p[0], LEN, 51, V);
+    for (int r = 1; r < R; r++) {
+        memcpy(p[r], p[0], sizeof(int32_t) * SHARED);
+        lcg_prompt(p[r] + SHARED, LEN - SHARED, 60u + (uint32_t)r, V);
+    }
+    for (int r = 0; r < R; r++)
+        greedy_decode(p[r], LEN, GEN, want[r]);
+    sink_t k;
+    mr_sched_opts so = {.max_seqs = 4, .chunk_tokens = 7};
+    mr_sched *s = new_sched(&so, &k);
+    for (int r = 0; r < R; r++)
+        ck_assert_int_eq(submit(s, (uint64_t)r + 1, p[r], LEN, GEN, "acme", "x"), MR_SCHED_OK);
+    run_all(s);
+    for (int r = 0; r < R; r++) {
+        expect_tokens(&k, (uint64_t)r + 1, want[r], GEN);
+        ck_assert_int_eq(find(&k, (uint64_t)r + 1)->usage.cached_tokens, (r == 0 ? 0 : 40));
+    }
+    mr_sched_stats st;
+    mr_sched_get_stats(s, &st);
+    ck_assert_int_eq(st.prefix.hit_tokens, 40 * (R - 1));
+    ck_assert_int_eq(st.prefix.prompt_tokens, LEN * R);
+    ck_assert_int_eq(st.prefix.n_in_use, 0);
+    mr_sched_free(s);
+    close_model();
+}
+END_TEST
+
+/* A request that arrives while an older one is still prefilling past the
+ * prefix they share: the older one publishes that part at once and the new
+ * one takes it (qwen3: K/V only; a hybrid would need the state at that
+ * boundary).  A request in another scope shares nothing. */
+START_TEST(late_batchmate_takes_a_computed_prefix)
+{
+    mr_model_opts mo = {.n_ctx = 256, .n_seqs = 6, .block_tokens = 8};
+    open_qwen3(&mo);
+    enum { SHARED = 40, LONG = 200, LEN = 49 };
+    int32_t a[LONG], b[LEN], wa[GEN], wb[GEN];
+    lcg_prompt(a, LONG, 71, V);
+    memcpy(b, a, sizeof(int32_t) * SHARED);
+    lcg_prompt(b + SHARED, LEN - SHARED, 72, V);
+    greedy_decode(a, LONG, GEN, wa);
+    greedy_decode(b, LEN, GEN, wb);
+    sink_t k;
+    mr_sched_opts so = {.max_seqs = 4, .chunk_tokens = 16};
+    mr_sched *s = new_sched(&so, &k);
+    mr_err err;
+    ck_assert_int_eq(submit(s, 1, a, LONG, GEN, "acme", "x"), MR_SCHED_OK);
+    for (int i = 0; i < 4; i++) /* 64 of its 200 prompt tokens */
+        ck_assert_int_eq(mr_sched_step(s, &err), 1);
+    ck_assert_int_eq(submit(s, 2, b, LEN, GEN, "acme", "x"), MR_SCHED_OK);
+    ck_assert_int_eq(submit(s, 3, b, LEN, GEN, "other", "x"), MR_SCHED_OK);
+    run_all(s);
+    expect_tokens(&k, 1, wa, GEN);
+    expect_tokens(&k, 2, wb, GEN);
+    expect_tokens(&k, 3, wb, GEN);
+    ck_assert_int_eq(find(&k, 2)->usage.cached_tokens, SHARED);
+    ck_assert_int_eq(find(&k, 3)->usage.cached_tokens, 0);
     mr_sched_free(s);
     close_model();
 }
@@ -1172,6 +1249,8 @@ int main(void)
     tcase_add_test(tc, prefix_hits_isolation_and_sessions);
     tcase_add_loop_test(tc, hybrid_prefix_hits_restore_state, 0, 2);
     tcase_add_loop_test(tc, hybrid_shared_prefix_checkpoint_at_divergence, 0, 2);
+    tcase_add_loop_test(tc, batchmates_wait_for_a_shared_prefix, 0, 3);
+    tcase_add_test(tc, late_batchmate_takes_a_computed_prefix);
     tcase_add_test(tc, admission_refusal_recovery_and_eviction);
     tcase_add_test(tc, slots_cancellation_stop_and_errors);
     tcase_add_test(tc, seeded_sampling_is_independent_of_batchmates);
