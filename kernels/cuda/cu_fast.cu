@@ -326,19 +326,44 @@ __global__ void __launch_bounds__(FW * 32) k_fast(mr_cu_mvjob job)
     mv_block_store<R, NT, GLU>(part, a, b);
 }
 
-/* One token's share of a Q4_K wide step: its 16 inputs (a0, a1 against
- * the low nibbles l0, l1; b0, b1 against the high ones h0, h1) and their
- * sums xs0, xs1, the block's d, dm and the two sub-blocks' scales and
- * mins.  Every instance calls this for every token and step, so a token's
- * sums are formed alike whatever NT. */
-__device__ __forceinline__ float wide_tok(const float4 &a0, const float4 &a1, const float4 &b0, const float4 &b1,
-                                          float xs0, float xs1, uint32_t l0, uint32_t l1, uint32_t h0, uint32_t h1,
-                                          float d, float dm, float sc0, float sc1, float m0, float m1)
+/* A lane's 16 weights of one row's Q4_K wide step (p: the row's repacked
+ * 296-byte pair of blocks of that step; j, k: the lane's group and quad):
+ * the low nibbles l0, l1 and high ones h0, h1, the block's d, dm and the
+ * two sub-blocks' scales and mins. */
+struct wide_w {
+    uint32_t l0, l1, h0, h1;
+    float d, dm, sc0, sc1, m0, m1;
+};
+
+__device__ __forceinline__ wide_w wide_load(const uint8_t *p, int j, int k)
 {
-    const float f0 = dot4(a0, hq(l0, 0), hq(l0, 1), hq(l0, 2), hq(l0, 3)) + dot4(a1, hq(l1, 0), hq(l1, 1), hq(l1, 2), hq(l1, 3));
-    const float f1 = dot4(b0, hq(h0, 0), hq(h0, 1), hq(h0, 2), hq(h0, 3)) + dot4(b1, hq(h1, 0), hq(h1, 1), hq(h1, 2), hq(h1, 3));
+    wide_w w;
+    const uint32_t dd = *(const uint32_t *)p;
+    const uint32_t sm = *(const uint32_t *)(p + 4 + 4 * j);
+    const uint32_t q0 = *(const uint32_t *)(p + 20 + 32 * j + 4 * k);
+    const uint32_t q1 = *(const uint32_t *)(p + 20 + 32 * j + 16 + 4 * k);
+    w.l0 = q0 & 0x0F0F0F0Fu, w.h0 = (q0 >> 4) & 0x0F0F0F0Fu;
+    w.l1 = q1 & 0x0F0F0F0Fu, w.h1 = (q1 >> 4) & 0x0F0F0F0Fu;
+    w.d = __half2float(__ushort_as_half((uint16_t)(dd & 0xffff)));
+    w.dm = __half2float(__ushort_as_half((uint16_t)(dd >> 16)));
+    w.sc0 = mag(sm, 0) - MAGIC, w.sc1 = mag(sm, 1) - MAGIC;
+    w.m0 = mag(sm, 2) - MAGIC, w.m1 = mag(sm, 3) - MAGIC;
+    return w;
+}
+
+/* One token's share of a Q4_K wide step: its 16 inputs (a0, a1 against
+ * the low nibbles; b0, b1 against the high ones) and their sums xs0, xs1
+ * with the row's weights w.  Every instance calls this for every token and
+ * step, so a token's sums are formed alike whatever NT. */
+__device__ __forceinline__ float wide_tok(const float4 &a0, const float4 &a1, const float4 &b0, const float4 &b1,
+                                          float xs0, float xs1, const wide_w &w)
+{
+    const float f0 = dot4(a0, hq(w.l0, 0), hq(w.l0, 1), hq(w.l0, 2), hq(w.l0, 3)) +
+                     dot4(a1, hq(w.l1, 0), hq(w.l1, 1), hq(w.l1, 2), hq(w.l1, 3));
+    const float f1 = dot4(b0, hq(w.h0, 0), hq(w.h0, 1), hq(w.h0, 2), hq(w.h0, 3)) +
+                     dot4(b1, hq(w.h1, 0), hq(w.h1, 1), hq(w.h1, 2), hq(w.h1, 3));
     const float s0 = 256.0f * f0 - 128.0f * xs0, s1 = 256.0f * f1 - 128.0f * xs1;
-    return d * (sc0 * s0 + sc1 * s1) - dm * (m0 * xs0 + m1 * xs1);
+    return w.d * (w.sc0 * s0 + w.sc1 * s1) - w.dm * (w.m0 * xs0 + w.m1 * xs1);
 }
 
 /* A token's 16 inputs of a wide step and their two 8-column sums. */
@@ -395,22 +420,10 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
              * first, then each group of four tokens' inputs loaded once for
              * both (half the input loads of one row a block); a (row,
              * token) adds the same wide_tok a step as in every instance */
-            uint32_t l0[R], l1[R], h0[R], h1[R];
-            float d[R], dm[R], sc0[R], sc1[R], m0[R], m1[R];
+            wide_w w[R];
 #pragma unroll
-            for (int i = 0; i < R; i++) {
-                const uint8_t *p = rp[i] + (size_t)s * 296;
-                const uint32_t dd = *(const uint32_t *)p;
-                const uint32_t sm = *(const uint32_t *)(p + 4 + 4 * j);
-                const uint32_t q0 = *(const uint32_t *)(p + 20 + 32 * j + 4 * k);
-                const uint32_t q1 = *(const uint32_t *)(p + 20 + 32 * j + 16 + 4 * k);
-                l0[i] = q0 & 0x0F0F0F0Fu, h0[i] = (q0 >> 4) & 0x0F0F0F0Fu;
-                l1[i] = q1 & 0x0F0F0F0Fu, h1[i] = (q1 >> 4) & 0x0F0F0F0Fu;
-                d[i] = __half2float(__ushort_as_half((uint16_t)(dd & 0xffff)));
-                dm[i] = __half2float(__ushort_as_half((uint16_t)(dd >> 16)));
-                sc0[i] = mag(sm, 0) - MAGIC, sc1[i] = mag(sm, 1) - MAGIC;
-                m0[i] = mag(sm, 2) - MAGIC, m1[i] = mag(sm, 3) - MAGIC;
-            }
+            for (int i = 0; i < R; i++)
+                w[i] = wide_load(rp[i] + (size_t)s * 296, j, k);
 #pragma unroll
             for (int t0 = 0; t0 < NT; t0 += TG) {
 #pragma unroll
@@ -421,8 +434,7 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
                 for (int t = 0; t < TG; t++)
 #pragma unroll
                     for (int i = 0; i < R; i++)
-                        acc[t0 + t][i] += wide_tok(a0[t], a1[t], b0[t], b1[t], xs0[t], xs1[t], l0[i], l1[i], h0[i],
-                                                   h1[i], d[i], dm[i], sc0[i], sc1[i], m0[i], m1[i]);
+                        acc[t0 + t][i] += wide_tok(a0[t], a1[t], b0[t], b1[t], xs0[t], xs1[t], w[i]);
             }
         } else {
             if constexpr (NT <= 4) {
@@ -432,17 +444,7 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
             }
 #pragma unroll
             for (int i = 0; i < R; i++) {
-                const uint8_t *p = rp[i] + (size_t)s * 296;
-                const uint32_t dd = *(const uint32_t *)p;
-                const uint32_t sm = *(const uint32_t *)(p + 4 + 4 * j);
-                const uint32_t q0 = *(const uint32_t *)(p + 20 + 32 * j + 4 * k);
-                const uint32_t q1 = *(const uint32_t *)(p + 20 + 32 * j + 16 + 4 * k);
-                const uint32_t l0 = q0 & 0x0F0F0F0Fu, h0 = (q0 >> 4) & 0x0F0F0F0Fu;
-                const uint32_t l1 = q1 & 0x0F0F0F0Fu, h1 = (q1 >> 4) & 0x0F0F0F0Fu;
-                const float d = __half2float(__ushort_as_half((uint16_t)(dd & 0xffff)));
-                const float dm = __half2float(__ushort_as_half((uint16_t)(dd >> 16)));
-                const float sc0 = mag(sm, 0) - MAGIC, sc1 = mag(sm, 1) - MAGIC;
-                const float m0 = mag(sm, 2) - MAGIC, m1 = mag(sm, 3) - MAGIC;
+                const wide_w w = wide_load(rp[i] + (size_t)s * 296, j, k);
 #pragma unroll
                 for (int t0 = 0; t0 < NT; t0 += TG) {
                     if constexpr (NT > 4) {
@@ -453,8 +455,7 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
                     }
 #pragma unroll
                     for (int t = 0; t < TG; t++)
-                        acc[t0 + t][i] += wide_tok(a0[t], a1[t], b0[t], b1[t], xs0[t], xs1[t], l0, l1, h0, h1, d, dm,
-                                                   sc0, sc1, m0, m1);
+                        acc[t0 + t][i] += wide_tok(a0[t], a1[t], b0[t], b1[t], xs0[t], xs1[t], w);
                 }
             }
         }
