@@ -254,6 +254,7 @@ int mr_prefix_attach_state(mr_prefix *pc, const char *tenant, const char *salt, 
     }
     cur->state = state;
     pc->n_states++;
+    pc->st.attached_states++;
     touch(pc, cur);
     return 1;
 }

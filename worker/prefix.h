@@ -32,6 +32,8 @@ typedef struct mr_prefix_stats {
     uint64_t prompt_tokens;   /* counted by mr_prefix_count */
     uint64_t hit_tokens;      /* prompt tokens served from the cache */
     uint64_t inserted_blocks;
+    uint64_t attached_states; /* checkpoints taken (with inserted_blocks: a lookup can find more
+                                 only after one of them grew) */
     uint64_t evictions;
     int n_states;             /* recurrent-state checkpoints held */
 } mr_prefix_stats;

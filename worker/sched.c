@@ -28,6 +28,8 @@ typedef struct req {
     int checkpoint_at;     /* a prompt block boundary (tokens) to publish when reached (a hybrid's
                               with its state), 0: none */
     bool session;          /* publish as session entries */
+    bool waits;            /* this step: its batchmate computes the prefix they share (settle_fresh) */
+    uint64_t looked;       /* the cache's growth (cache_growth) when it last looked there */
     bool want_logits;      /* TOKEN events carry the raw row */
     bool spec_ok;          /* plain greedy on a model that speculates: may decode speculatively */
     mr_spec_state spec;    /* its first draft for the next speculative step */
@@ -61,6 +63,15 @@ struct mr_sched {
 };
 
 static void state_free(void *ctx, void *state) { mr_model_state_free(ctx, state); }
+
+/* Grows whenever the cache takes a block or a checkpoint: a lookup can find
+ * a longer run than before only then. */
+static uint64_t cache_growth(const mr_sched *s)
+{
+    mr_prefix_stats ps;
+    mr_prefix_get_stats(s->prefix, &ps);
+    return ps.inserted_blocks + ps.attached_states;
+}
 
 /* A penalty table for q: a kept one, or a new one (NULL: none to be had). */
 static int32_t *pen_take(mr_sched *s)
@@ -271,6 +282,7 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
     if (rc)
         goto fail;
     q->cached = n_hit * s->bt;
+    q->looked = cache_growth(s);
     if (state)
         q->state_offered = q->cached; /* it came from there */
     if (n_kv > n_hit)
@@ -683,6 +695,31 @@ static int batchmate(mr_sched *s, int qi)
     return BM_GO;
 }
 
+/* Before a step's chunks are cut: each request that has computed nothing
+ * of its own takes what the cache gained since it last looked, then waits
+ * (q->waits) while an older batchmate computes the prefix they share; done
+ * in admission order before any chunk is cut, so that the batchmate's chunk
+ * of this step already ends where it is to publish. */
+static void settle_fresh(mr_sched *s)
+{
+    for (int i = 0; i < s->n_live; i++) {
+        req *q = s->live[i];
+        q->waits = false;
+        const int len = mr_seq_len(q->seq);
+        if (q->done || len >= q->n_prompt || len != q->cached)
+            continue;
+        mr_err err;
+        int bm = BM_GO;
+        if ((q->looked != cache_growth(s) && adopt_cached(s, q, &err)) ||
+            ((bm = batchmate(s, i)) == BM_TAKE && adopt_cached(s, q, &err))) {
+            finish(s, q, MR_SCHED_FIN_ERROR, err.msg);
+            continue;
+        }
+        q->looked = cache_growth(s);
+        q->waits = bm == BM_WAIT;
+    }
+}
+
 int mr_sched_step(mr_sched *s, mr_err *err)
 {
     mr_err local;
@@ -710,25 +747,14 @@ int mr_sched_step(mr_sched *s, mr_err *err)
         n_items++;
         budget--;
     }
-    /* then prompt chunks, oldest admission first; a request that has
-     * computed nothing yet first takes what the cache gained, then may wait
-     * for a batchmate that is computing the prefix they share */
+    /* then prompt chunks, oldest admission first, but for requests that
+     * wait for a batchmate's prefix */
+    settle_fresh(s);
     for (int i = 0; i < s->n_live && budget > 0; i++) {
         req *q = s->live[i];
         int len = mr_seq_len(q->seq);
-        if (len >= q->n_prompt)
+        if (q->done || q->waits || len >= q->n_prompt)
             continue;
-        if (len == q->cached) {
-            mr_err aerr;
-            int bm = BM_GO;
-            if (adopt_cached(s, q, &aerr) || ((bm = batchmate(s, i)) == BM_TAKE && adopt_cached(s, q, &aerr))) {
-                finish(s, q, MR_SCHED_FIN_ERROR, aerr.msg);
-                continue;
-            }
-            if (bm == BM_WAIT)
-                continue;
-            len = mr_seq_len(q->seq);
-        }
         int n = q->n_prompt - len;
         if (n > s->o.chunk_tokens)
             n = s->o.chunk_tokens;
@@ -750,7 +776,7 @@ int mr_sched_step(mr_sched *s, mr_err *err)
         n_items++;
         budget -= n;
     }
-    if (n_items == 0) { /* the requests left finished above (an error taking cached blocks) */
+    if (n_items == 0) { /* the requests left finished in settle_fresh (an error taking cached blocks) */
         drop_cancelled(s);
         return s->n_live;
     }
