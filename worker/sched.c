@@ -205,6 +205,50 @@ static int validate(const mr_sched *s, const mr_request *r, mr_err *err)
 
 static char *dup_or_empty(const char *x) { return strdup(x ? x : ""); }
 
+/* Cached full blocks of q's prompt (at least its last token is always
+ * computed, because its logits are needed), when the cache has a run longer
+ * than more_than tokens: attached to *seq (made here with mr_seq_new when
+ * NULL), with q->cached, state_offered and checkpoint_at set to match.
+ * Returns 1 when attached, 0 when the cache has no longer run, -1 on error
+ * (a sequence made here is freed).
+ *
+ * A hybrid can start only where a checkpoint is.  When more of the prompt
+ * has cached K/V than has a checkpoint (another prompt went on past the part
+ * they share: a common system prompt with different questions), the state
+ * at the end of the shared part is taken when this prompt gets there, so the
+ * next one that shares it starts from it. */
+static int take_cached(mr_sched *s, req *q, mr_seq **seq, int more_than, mr_err *err)
+{
+    int max_hit = (q->n_prompt - 1) / s->bt;
+    int32_t *hit = malloc(sizeof(int32_t) * (size_t)(max_hit > 0 ? max_hit : 1));
+    if (!hit)
+        return mr_errf(err, "request %llu: out of memory", (unsigned long long)q->id);
+    int n_kv = 0;
+    void *state = NULL;
+    int n_hit = s->stateful ? mr_prefix_lookup_state(s->prefix, q->tenant, q->salt, q->tokens, q->n_prompt,
+                                                     max_hit, hit, &state, &n_kv)
+                            : mr_prefix_lookup(s->prefix, q->tenant, q->salt, q->tokens, q->n_prompt, max_hit, hit);
+    int rc = n_hit * s->bt > more_than;
+    mr_seq *made = NULL;
+    if (rc && !*seq && mr_seq_new(s->m, &made, err))
+        rc = -1;
+    if (rc > 0 && (n_hit > 0 && state ? mr_seq_attach_state(made ? made : *seq, hit, n_hit, state, err)
+                                      : mr_seq_attach(made ? made : *seq, hit, n_hit, err))) {
+        mr_seq_free(made);
+        rc = -1;
+    }
+    free(hit);
+    if (rc <= 0)
+        return rc;
+    if (made)
+        *seq = made;
+    q->cached = n_hit * s->bt;
+    if (state)
+        q->state_offered = q->cached; /* it came from there */
+    q->checkpoint_at = n_kv > n_hit ? n_kv * s->bt : 0;
+    return 1;
+}
+
 int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
 {
     if (validate(s, r, err))
@@ -260,37 +304,14 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
     if (mr_seq_new(s->m, &q->seq, err))
         goto fail;
 
-    /* Cached full blocks of the prompt; at least its last token is always
-     * computed, because its logits are needed. */
-    int max_hit = (r->n_prompt - 1) / s->bt;
-    int32_t *hit = malloc(sizeof(int32_t) * (size_t)(max_hit > 0 ? max_hit : 1));
-    if (!hit)
-        goto oom;
-    /* A hybrid can start only where a checkpoint is.  When more of the prompt
-     * has cached K/V than has a checkpoint (another prompt went on past the
-     * part they share: a common system prompt with different questions), the
-     * state at the end of the shared part is taken when this prompt gets
-     * there, so the next one that shares it starts from it. */
-    int n_kv = 0;
-    void *state = NULL;
-    int n_hit = s->stateful ? mr_prefix_lookup_state(s->prefix, q->tenant, q->salt, q->tokens, r->n_prompt,
-                                                     max_hit, hit, &state, &n_kv)
-                            : mr_prefix_lookup(s->prefix, q->tenant, q->salt, q->tokens, r->n_prompt, max_hit, hit);
-    int rc = n_hit > 0 && state ? mr_seq_attach_state(q->seq, hit, n_hit, state, err)
-                                : mr_seq_attach(q->seq, hit, n_hit, err);
-    free(hit);
-    if (rc)
+    if (take_cached(s, q, &q->seq, -1, err) < 0)
         goto fail;
-    q->cached = n_hit * s->bt;
     q->looked = cache_growth(s);
-    if (state)
-        q->state_offered = q->cached; /* it came from there */
-    if (n_kv > n_hit)
-        q->checkpoint_at = n_kv * s->bt;
 
     /* Reserve the K/V of every position it may fill: the prompt and all but
      * the last generated token.  Unused cached blocks make way if needed. */
     int need_tokens = r->n_prompt + max_tokens - 1;
+    int n_hit = q->cached / s->bt;
     int need = (need_tokens + s->bt - 1) / s->bt - n_hit;
     mr_kv_pool *pool = mr_model_kv_pool(s->m);
     mr_err tmp;
@@ -622,41 +643,16 @@ static int shared_blocks(const mr_sched *s, const req *a, const req *b)
  * new; -1: q's sequence could not be rebuilt (err says why). */
 static int adopt_cached(mr_sched *s, req *q, mr_err *err)
 {
-    int max_hit = (q->n_prompt - 1) / s->bt;
-    if (q->cached / s->bt >= max_hit)
-        return 0;
-    int32_t *hit = malloc(sizeof(int32_t) * (size_t)max_hit);
-    if (!hit)
-        return mr_errf(err, "request %llu: out of memory", (unsigned long long)q->id);
-    int n_kv = 0;
-    void *state = NULL;
-    int n_hit = s->stateful ? mr_prefix_lookup_state(s->prefix, q->tenant, q->salt, q->tokens, q->n_prompt,
-                                                     max_hit, hit, &state, &n_kv)
-                            : mr_prefix_lookup(s->prefix, q->tenant, q->salt, q->tokens, q->n_prompt, max_hit, hit);
-    if (n_hit * s->bt <= q->cached) {
-        free(hit);
-        return 0;
-    }
-    /* the new sequence holds the blocks before the old one lets go */
-    mr_seq *seq;
-    int rc = mr_seq_new(s->m, &seq, err);
-    if (rc == 0) {
-        rc = state ? mr_seq_attach_state(seq, hit, n_hit, state, err) : mr_seq_attach(seq, hit, n_hit, err);
-        if (rc)
-            mr_seq_free(seq);
-    }
-    free(hit);
-    if (rc)
-        return -1;
+    const int before = q->cached;
+    mr_seq *seq = NULL; /* the new sequence holds the blocks before the old one lets go */
+    int rc = take_cached(s, q, &seq, before, err);
+    if (rc <= 0)
+        return rc;
     mr_seq_free(q->seq); /* its promise goes back first: the new one needs less */
     q->seq = seq;
     if (mr_seq_reserve(seq, q->n_prompt + q->max_tokens - 1, err))
         return -1;
-    mr_prefix_count(s->prefix, 0, n_hit * s->bt - q->cached);
-    q->cached = n_hit * s->bt;
-    if (state)
-        q->state_offered = q->cached;
-    q->checkpoint_at = n_kv > n_hit ? n_kv * s->bt : 0;
+    mr_prefix_count(s->prefix, 0, q->cached - before);
     return 0;
 }
 
