@@ -771,18 +771,12 @@ void mr_cu_pf_merge(mr_cu_ctx *c, const float *part, const int32_t *pos, int n, 
     MR_CU_LAUNCHED(c, "attention prefill merge");
 }
 
-/* The float32 prompt kernel over n queries, PF_ROWS a launch so that the
- * records' scratch stays bounded. */
+/* The float32 prompt kernel over n queries (mr_cu_pf_launches). */
 static void attn_prefill_f32(mr_cu_ctx *c, const mr_kv_cache *kv, int layer, const int32_t *block_table,
                              const float *q, const int32_t *pos, int n, int n_heads, float scale, float *out)
 {
     const int D = kv->head_dim;
-    const int W = c->pf_split ? PF_WORKERS : 1, rows = W > 1 && n > PF_ROWS ? PF_ROWS : n;
-    float *part = NULL;
-    if (W > 1 && !(part = mr_cu_pf_records(c, rows, n_heads, D)))
-        return;
-    for (int r0 = 0; r0 < n; r0 += rows) {
-        const int nr = n - r0 < rows ? n - r0 : rows;
+    mr_cu_pf_launches(c, pos, n, n_heads, D, false, out, [&](int r0, int nr, int W, float *part) {
         const size_t qo = (size_t)r0 * n_heads * D;
         const dim3 grid((unsigned)((nr + PF_Q - 1) / PF_Q), n_heads, W);
 #define L(DT, DD) mr_cu_launch(c, k_attn_prefill<DT, DD>, grid, PF_Q * 4, 0, kv->k[layer], kv->v[layer], block_table, q + qo, pos + r0, nr, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, out + qo, part)
@@ -799,9 +793,7 @@ static void attn_prefill_f32(mr_cu_ctx *c, const mr_kv_cache *kv, int layer, con
 #undef BY_D
 #undef L
         MR_CU_LAUNCHED(c, "attention prefill");
-        if (W > 1)
-            mr_cu_pf_merge(c, part, pos + r0, nr, n_heads, D, false, out + qo);
-    }
+    });
 }
 
 int mr_cu_attn_f32_rows(const mr_cu_ctx *c, int D, int pos_first, int n)

@@ -299,6 +299,26 @@ float *mr_cu_pf_records(mr_cu_ctx *c, int rows, int n_heads, int D);
  * normalisation a multiplication by 1 / sum), else the float32 kernel's. */
 void mr_cu_pf_merge(mr_cu_ctx *c, const float *part, const int32_t *pos, int n, int n_heads, int D, bool base2,
                     float *out);
+/* Both prompt kernels' launch loop: at most PF_ROWS queries a launch, the
+ * keys over PF_WORKERS blocks (grid.z) and each launch's records merged
+ * (one block a tile and no records with MEMRA_CUDA_PF_SPLIT=0).
+ * launch(r0, nr, W, part) launches the kernel over rows r0 .. r0 + nr - 1
+ * with W blocks a tile writing records to part (NULL: out directly). */
+template <typename F>
+static inline void mr_cu_pf_launches(mr_cu_ctx *c, const int32_t *pos, int n, int n_heads, int D, bool base2,
+                                     float *out, F launch)
+{
+    const int W = c->pf_split ? PF_WORKERS : 1, rows = W > 1 && n > PF_ROWS ? PF_ROWS : n;
+    float *part = NULL;
+    if (W > 1 && !(part = mr_cu_pf_records(c, rows, n_heads, D)))
+        return; /* the recorded failure */
+    for (int r0 = 0; r0 < n; r0 += rows) {
+        const int nr = n - r0 < rows ? n - r0 : rows;
+        launch(r0, nr, W, part);
+        if (W > 1)
+            mr_cu_pf_merge(c, part, pos + r0, nr, n_heads, D, base2, out + (size_t)r0 * n_heads * D);
+    }
+}
 /* Automatic graphs (cu_autograph.cu): launches what the ops recorded. */
 void mr_cu_flush(mr_backend *be);
 void mr_cu_autograph_install(mr_backend *be);

@@ -328,9 +328,9 @@ void mr_cu_attn_init(mr_cu_ctx *c)
         mr_cu_fail(c, "MEMRA_CUDA_ATTN_TC_FROM '%s': not a position", from);
         return;
     }
-    const bool tc = m && !strcmp(m, "tc"), f32 = (m && !strcmp(m, "f32")) || (!m && g && !strcmp(g, "f32"));
-    c->attn_tc_forced = tc || (m && !strcmp(m, "f32")) || from;
-    c->attn_tc_from = from ? (int)f : tc ? 0 : f32 ? INT_MAX : 0;
+    const bool tc = m && !strcmp(m, "tc"), f32 = m && !strcmp(m, "f32");
+    c->attn_tc_forced = tc || f32 || from;
+    c->attn_tc_from = from ? (int)f : tc ? 0 : f32 || (g && !strcmp(g, "f32")) ? INT_MAX : 0;
     if (c->attn_tc_from == INT_MAX)
         return;
 #define X(DT, DD)                                                                                   \
@@ -347,13 +347,7 @@ void mr_cu_attn_prefill_tc(mr_cu_ctx *c, const mr_kv_cache *kv, int layer,
 {
     const int D = kv->head_dim;
     const float qscale = scale * 1.4426950408889634f; /* exp(x) = exp2(x log2 e) */
-    /* keys in slices over PF_WORKERS blocks (cu_attn.cu), PF_ROWS queries a launch */
-    const int W = c->pf_split ? PF_WORKERS : 1, rows = W > 1 && n > PF_ROWS ? PF_ROWS : n;
-    float *part = NULL;
-    if (W > 1 && !(part = mr_cu_pf_records(c, rows, n_heads, D)))
-        return; /* the recorded failure */
-    for (int r0 = 0; r0 < n; r0 += rows) {
-        const int nr = n - r0 < rows ? n - r0 : rows;
+    mr_cu_pf_launches(c, pos, n, n_heads, D, true, out, [&](int r0, int nr, int W, float *part) {
         const size_t qo = (size_t)r0 * n_heads * D;
         const dim3 grid((unsigned)((nr + FA_Q - 1) / FA_Q), n_heads, W);
 #define X(DT, DD)                                                                                   \
@@ -364,7 +358,5 @@ void mr_cu_attn_prefill_tc(mr_cu_ctx *c, const mr_kv_cache *kv, int layer,
         FA_EACH(X)
 #undef X
         MR_CU_LAUNCHED(c, "attention prefill (tensor cores)");
-        if (W > 1)
-            mr_cu_pf_merge(c, part, pos + r0, nr, n_heads, D, true, out + qo);
-    }
+    });
 }
