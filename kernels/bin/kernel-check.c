@@ -942,43 +942,54 @@ static void check_prompt_rows(void)
     check_prompt_rows_one(gpu, "prompt-inv", mm_gemm_bound[0], td_of(MR_TYPE_BF16), 1024, 70, 16, 4); /* padded experts */
 }
 
+/* A prompt of P queries (positions 0..P-1) through attention_prompt on be
+ * in calls of `chunk` queries (P or more: one call), K/V rows in a block
+ * table in reverse order: the outputs [P][heads][hd] (malloc'd). */
+static float *prompt_attention_out(mr_backend *be, int heads, int kvh, int hd, int P, mr_kv_dtype dt,
+                                   const float *K, const float *V, const float *q, int chunk)
+{
+    const int bt = 16, nblk = (P + bt - 1) / bt + 2, kvdim = kvh * hd;
+    mr_kv_cache kv = {.n_layers = 1, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh, .head_dim = hd,
+                      .dtype = dt};
+    if (be->kv_create(be, &kv, &err)) die("kv_create");
+    int32_t *table = malloc(nblk * 4), *pos = malloc(P * 4);
+    for (int i = 0; i < nblk; i++) table[i] = nblk - 1 - i;
+    for (int i = 0; i < P; i++) pos[i] = i;
+    const size_t qn = (size_t)P * heads * hd;
+    int32_t *dtab = dup_to(be, table, nblk * 4), *dpos = dup_to(be, pos, P * 4);
+    float *dK = dup_to(be, K, (size_t)P * kvdim * 4), *dV = dup_to(be, V, (size_t)P * kvdim * 4);
+    float *dq = dup_to(be, q, qn * 4), *dout = dalloc(be, qn * 4), *out = malloc(qn * 4);
+    const float scale = 1.0f / sqrtf((float)hd);
+    be->kv_store(be, &kv, 0, dtab, dK, dV, dpos, P);
+    poison(be, dout, qn * 4);
+    for (int t0 = 0; t0 < P; t0 += chunk) {
+        const int n = P - t0 < chunk ? P - t0 : chunk;
+        const size_t o = (size_t)t0 * heads * hd;
+        be->attention_prompt(be, &kv, 0, dtab, dq + o, dpos + t0, n, heads, scale, dout + o, t0);
+    }
+    fetch(be, out, dout, qn * 4);
+    be->free(be, dtab); be->free(be, dpos); be->free(be, dK); be->free(be, dV);
+    be->free(be, dq); be->free(be, dout);
+    be->kv_destroy(be, &kv);
+    free(table); free(pos);
+    return out;
+}
+
 /* Prompt attention of P queries (positions 0..P-1) in one attention_prompt
  * call against the same prompt in calls of c queries, bit for bit: a query's
  * result may depend on its position and the keys only. */
 static void check_attention_prompt_chunks(mr_backend *be, const char *op, int heads, int kvh, int hd, int P,
                                           mr_kv_dtype dt)
 {
-    const int bt = 16, nblk = (P + bt - 1) / bt + 2;
-    mr_kv_cache kv = {.n_layers = 1, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh, .head_dim = hd,
-                      .dtype = dt};
-    if (be->kv_create(be, &kv, &err)) die("kv_create");
-    int32_t *table = malloc(nblk * 4);
-    for (int i = 0; i < nblk; i++) table[i] = nblk - 1 - i;
     const int kvdim = kvh * hd;
     const size_t qn = (size_t)P * heads * hd;
     float *K = malloc((size_t)P * kvdim * 4), *V = malloc((size_t)P * kvdim * 4), *q = malloc(qn * 4);
     for (size_t i = 0; i < (size_t)P * kvdim; i++) { K[i] = fgauss(); V[i] = fgauss(); }
     for (size_t i = 0; i < qn; i++) q[i] = fgauss() * 0.5f;
-    int32_t *pos = malloc(P * 4);
-    for (int i = 0; i < P; i++) pos[i] = i;
-    int32_t *dtab = dup_to(be, table, nblk * 4), *dpos = dup_to(be, pos, P * 4);
-    float *dK = dup_to(be, K, (size_t)P * kvdim * 4), *dV = dup_to(be, V, (size_t)P * kvdim * 4);
-    float *dq = dup_to(be, q, qn * 4), *dout = dalloc(be, qn * 4);
-    float *one = malloc(qn * 4), *cut = malloc(qn * 4);
-    const float scale = 1.0f / sqrtf((float)hd);
-    be->kv_store(be, &kv, 0, dtab, dK, dV, dpos, P);
-    poison(be, dout, qn * 4);
-    be->attention_prompt(be, &kv, 0, dtab, dq, dpos, P, heads, scale, dout, 0);
-    fetch(be, one, dout, qn * 4);
+    float *one = prompt_attention_out(be, heads, kvh, hd, P, dt, K, V, q, P);
     const int cs[] = {1, 7, 16, 64, 65};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-        poison(be, dout, qn * 4);
-        for (int t0 = 0; t0 < P; t0 += cs[i]) {
-            const int n = P - t0 < cs[i] ? P - t0 : cs[i];
-            const size_t o = (size_t)t0 * heads * hd;
-            be->attention_prompt(be, &kv, 0, dtab, dq + o, dpos + t0, n, heads, scale, dout + o, t0);
-        }
-        fetch(be, cut, dout, qn * 4);
+        float *cut = prompt_attention_out(be, heads, kvh, hd, P, dt, K, V, q, cs[i]);
         size_t diff = 0;
         int nan = 0;
         for (size_t e = 0; e < qn; e++) {
@@ -989,11 +1000,9 @@ static void check_attention_prompt_chunks(mr_backend *be, const char *op, int he
         snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d calls of %d vs one",
                  dt == MR_KV_F32 ? "f32" : dt == MR_KV_F16 ? "f16" : "bf16", heads, kvh, hd, P, cs[i]);
         report(op, shape, (double)diff, nan, 0.0);
+        free(cut);
     }
-    be->free(be, dtab); be->free(be, dpos); be->free(be, dK); be->free(be, dV);
-    be->free(be, dq); be->free(be, dout);
-    be->kv_destroy(be, &kv);
-    free(table); free(K); free(V); free(q); free(pos); free(one); free(cut);
+    free(K); free(V); free(q); free(one);
 }
 
 static void check_rmsnorm(int rows, int dim)
@@ -3212,33 +3221,6 @@ static void check_sample_all(void)
     sample_host_v = 0;
 }
 
-/* One prompt of P queries (positions 0..P-1) in one attention_prompt call
- * on be, K/V rows in a shuffled block table: the outputs [P][heads][hd]. */
-static float *prompt_attention_out(mr_backend *be, int heads, int kvh, int hd, int P, mr_kv_dtype dt,
-                                   const float *K, const float *V, const float *q)
-{
-    const int bt = 16, nblk = (P + bt - 1) / bt + 1, kvdim = kvh * hd;
-    mr_kv_cache kv = {.n_layers = 1, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh, .head_dim = hd,
-                      .dtype = dt};
-    if (be->kv_create(be, &kv, &err)) die("kv_create");
-    int32_t *table = malloc(nblk * 4), *pos = malloc(P * 4);
-    for (int i = 0; i < nblk; i++) table[i] = nblk - 1 - i;
-    for (int i = 0; i < P; i++) pos[i] = i;
-    const size_t qn = (size_t)P * heads * hd;
-    int32_t *dtab = dup_to(be, table, nblk * 4), *dpos = dup_to(be, pos, P * 4);
-    float *dK = dup_to(be, K, (size_t)P * kvdim * 4), *dV = dup_to(be, V, (size_t)P * kvdim * 4);
-    float *dq = dup_to(be, q, qn * 4), *dout = dalloc(be, qn * 4), *out = malloc(qn * 4);
-    be->kv_store(be, &kv, 0, dtab, dK, dV, dpos, P);
-    poison(be, dout, qn * 4);
-    be->attention_prompt(be, &kv, 0, dtab, dq, dpos, P, heads, 1.0f / sqrtf((float)hd), dout, 0);
-    fetch(be, out, dout, qn * 4);
-    be->free(be, dtab); be->free(be, dpos); be->free(be, dK); be->free(be, dV);
-    be->free(be, dq); be->free(be, dout);
-    be->kv_destroy(be, &kv);
-    free(table); free(pos);
-    return out;
-}
-
 /* The hybrids' prompt attention takes a row's kernel by its position: rows
  * before MIX_FROM carry the float32 kernel's bits, later rows the
  * tensor-core kernel's, bit for bit, in one call that straddles MIX_FROM. */
@@ -3249,9 +3231,9 @@ static void check_attention_mix_rows(int heads, int kvh, int hd, int P, mr_kv_dt
     float *K = malloc((size_t)P * kvdim * 4), *V = malloc((size_t)P * kvdim * 4), *q = malloc(qn * 4);
     for (size_t i = 0; i < (size_t)P * kvdim; i++) { K[i] = fgauss(); V[i] = fgauss(); }
     for (size_t i = 0; i < qn; i++) q[i] = fgauss() * 0.5f;
-    float *mix = prompt_attention_out(gpu_attn_mix, heads, kvh, hd, P, dt, K, V, q);
-    float *f32 = prompt_attention_out(gpu, heads, kvh, hd, P, dt, K, V, q);
-    float *tc = prompt_attention_out(gpu_attn_tc, heads, kvh, hd, P, dt, K, V, q);
+    float *mix = prompt_attention_out(gpu_attn_mix, heads, kvh, hd, P, dt, K, V, q, P);
+    float *f32 = prompt_attention_out(gpu, heads, kvh, hd, P, dt, K, V, q, P);
+    float *tc = prompt_attention_out(gpu_attn_tc, heads, kvh, hd, P, dt, K, V, q, P);
     const size_t cut = (size_t)(P < MIX_FROM ? P : MIX_FROM) * row;
     size_t d_lo = 0, d_hi = 0;
     int nan = 0;
