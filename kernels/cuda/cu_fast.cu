@@ -378,6 +378,17 @@ __device__ __forceinline__ void wide_x(const float *xs, float4 &a0, float4 &a1, 
     xs1 = (b0.x + b0.y) + (b0.z + b0.w) + (b1.x + b1.y) + (b1.z + b1.w);
 }
 
+/* The inputs of tokens t0 .. t0 + TG - 1 of a wide step (xs: token t0's
+ * inputs of the step; a token's row is cols further). */
+template <int TG>
+__device__ __forceinline__ void wide_xg(const float *xs, int64_t cols, int t0, float4 (&a0)[TG], float4 (&a1)[TG],
+                                        float4 (&b0)[TG], float4 (&b1)[TG], float (&xs0)[TG], float (&xs1)[TG])
+{
+#pragma unroll
+    for (int t = 0; t < TG; t++)
+        wide_x(xs + (int64_t)(t0 + t) * cols, a0[t], a1[t], b0[t], b1[t], xs0[t], xs1[t]);
+}
+
 /* Q4_K, 512 columns a step: each lane takes 16 weights of one 64-column
  * group (two 4-byte loads, quads 4k and 16+4k of both nibble halves) so
  * the scale/min work is paid once per 16 weights, not per 8.  NT tokens
@@ -426,10 +437,7 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
                 w[i] = wide_load(rp[i] + (size_t)s * 296, j, k);
 #pragma unroll
             for (int t0 = 0; t0 < NT; t0 += TG) {
-#pragma unroll
-                for (int t = 0; t < TG; t++)
-                    wide_x(x + (int64_t)(t0 + t) * a.cols + 512 * s + xo, a0[t], a1[t], b0[t], b1[t], xs0[t],
-                           xs1[t]);
+                wide_xg<TG>(x + 512 * s + xo, a.cols, t0, a0, a1, b0, b1, xs0, xs1);
 #pragma unroll
                 for (int t = 0; t < TG; t++)
 #pragma unroll
@@ -437,22 +445,15 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
                         acc[t0 + t][i] += wide_tok(a0[t], a1[t], b0[t], b1[t], xs0[t], xs1[t], w[i]);
             }
         } else {
-            if constexpr (NT <= 4) {
-#pragma unroll
-                for (int t = 0; t < NT; t++)
-                    wide_x(x + (int64_t)t * a.cols + 512 * s + xo, a0[t], a1[t], b0[t], b1[t], xs0[t], xs1[t]);
-            }
+            if constexpr (NT <= 4)
+                wide_xg<TG>(x + 512 * s + xo, a.cols, 0, a0, a1, b0, b1, xs0, xs1);
 #pragma unroll
             for (int i = 0; i < R; i++) {
                 const wide_w w = wide_load(rp[i] + (size_t)s * 296, j, k);
 #pragma unroll
                 for (int t0 = 0; t0 < NT; t0 += TG) {
-                    if constexpr (NT > 4) {
-#pragma unroll
-                        for (int t = 0; t < TG; t++)
-                            wide_x(x + (int64_t)(t0 + t) * a.cols + 512 * s + xo, a0[t], a1[t], b0[t], b1[t], xs0[t],
-                                   xs1[t]);
-                    }
+                    if constexpr (NT > 4)
+                        wide_xg<TG>(x + 512 * s + xo, a.cols, t0, a0, a1, b0, b1, xs0, xs1);
 #pragma unroll
                     for (int t = 0; t < TG; t++)
                         acc[t0 + t][i] += wide_tok(a0[t], a1[t], b0[t], b1[t], xs0[t], xs1[t], w);
