@@ -884,9 +884,15 @@ void mr_fwd_matmul(mr_model *m, const mr_weight *w, const float *x, float *y, in
     products(m, w, x, y, n, m->gen_rows);
 }
 
+/* Every output row takes the decode products, a prompt's last row too: a
+ * step has few output rows, and on the GEMM path the one row of a prompt
+ * would dequantize the whole output matrix (2.6 ms of a 512-token prompt's
+ * 136 on the 35B-A3B shape, H200).  The decode products give a row the same
+ * bits in any call of fewer than batch_variant_rows rows, so the row's
+ * logits still do not depend on the call. */
 void mr_fwd_matmul_out(mr_model *m, const mr_weight *w, const float *x, float *y, int n)
 {
-    products(m, w, x, y, n, m->gen_out);
+    products(m, w, x, y, n, n);
 }
 
 void mr_fwd_matmul_id(mr_model *m, const mr_weight *w, const float *x, int x_slots, const int32_t *ids,
@@ -1075,13 +1081,11 @@ int mr_model_forward_batch(mr_model *m, const mr_batch_item *items, int n_items,
     if (any_sample && stage_samples(m, items, segs, n_items, out_row, err))
         return -1;
     /* generated rows: the leading generated items' (checked above) */
-    m->gen_rows = m->gen_out = 0;
-    for (int i = 0; i < n_items && items[i].gen; i++) {
+    m->gen_rows = 0;
+    for (int i = 0; i < n_items && items[i].gen; i++)
         m->gen_rows += segs[i].n;
-        m->gen_out += segs[i].n - segs[i].out_first;
-    }
     int frc = (m->q35 ? mr_qwen35_forward_segs : mr_qwen3_forward_segs)(m, segs, n_items, n, err);
-    m->gen_rows = m->gen_out = 0;
+    m->gen_rows = 0;
     if (frc)
         return -1;
     /* a step with sampled rows picks its greedy ones in the same launch */

@@ -68,10 +68,10 @@ struct mr_model {
      * the rows of longer segments in that range); multi_segs NULL: none. */
     const mr_fwd_seg *multi_segs;
     int multi_nsegs, multi_r0, multi_r1;
-    /* The call in flight's first gen_rows rows, and first gen_out output
-     * rows, are generated tokens (its generated items come first): the
-     * products give them the decode kernels and the rest the prompt ones. */
-    int gen_rows, gen_out;
+    /* The call in flight's first gen_rows rows are generated tokens (its
+     * generated items come first): the products give them the decode
+     * kernels and the rest the prompt ones. */
+    int gen_rows;
 
     struct mr_q35 *q35;  /* hybrid-model weights and buffers (worker/arch/qwen35.c), or NULL */
     size_t rstate_bytes; /* recurrent state per sequence (0: none) */
@@ -114,8 +114,8 @@ static inline bool mr_fwd_seg_multi(const mr_fwd_seg *g) { return g->gen && g->n
  * forward call: its generated rows (the first gen_rows) go to matmul in
  * products below the backend's batch_variant_rows, the prompt rows to
  * matmul_prompt (where the backend has one; a backend without either
- * distinction gets one product).  mr_fwd_matmul_out: the same over the
- * call's n output rows, of which the first gen_out are generated. */
+ * distinction gets one product).  mr_fwd_matmul_out: the output head over
+ * the call's n output rows, every one on the decode products. */
 void mr_fwd_matmul(mr_model *m, const mr_weight *w, const float *x, float *y, int n);
 void mr_fwd_matmul_out(mr_model *m, const mr_weight *w, const float *x, float *y, int n);
 void mr_fwd_matmul_id(mr_model *m, const mr_weight *w, const float *x, int x_slots, const int32_t *ids,

@@ -430,22 +430,24 @@ END_TEST
  * batch_variant_rows of 3.  In a step of three generated items and two
  * prompt items the generated rows go to matmul / matmul_id in products of
  * at most 2 rows and to the decode attention, the prompt rows to the prompt
- * ops in one product (12 rows; 7 output rows) and one attention call per
- * segment; every row's logits equal its solo run's, and a generated item
- * after a prompt item is refused. */
+ * ops in one product (12 rows) and one attention call per segment; the
+ * output head takes all 10 output rows (3 generated, 7 of the prompt) on
+ * matmul in products of at most 2 rows; every row's logits equal its solo
+ * run's, and a generated item after a prompt item is refused. */
 static mr_backend real_ops;
 static int mm_gen_max, mm_prompt_bad, mm_prompt_calls, att_gen_bad, att_prompt_calls, att_prompt_bad,
-    att_prompt_deep;
+    att_prompt_deep, mm_head_rows, n_vocab_rows;
 
 static void count_matmul(mr_backend *b, const mr_weight *w, const float *x, float *y, int n)
 {
     mm_gen_max = n > mm_gen_max ? n : mm_gen_max;
+    mm_head_rows += w->rows == n_vocab_rows ? n : 0; /* the output head: the only product as tall as the vocabulary */
     real_ops.matmul(b, w, x, y, n);
 }
 static void count_matmul_prompt(mr_backend *b, const mr_weight *w, const float *x, float *y, int n)
 {
     mm_prompt_calls++;
-    mm_prompt_bad += n != 12 && n != 7;
+    mm_prompt_bad += n != 12 || w->rows == n_vocab_rows;
     real_ops.matmul(b, w, x, y, n);
 }
 static void count_matmul_id(mr_backend *b, const mr_weight *w, const float *x, int xs, const int32_t *ids, int k,
@@ -498,6 +500,7 @@ START_TEST(rows_routed_by_kind)
     ck_assert_msg(mr_model_load(fixture_path("models/qwen3moe/model-BF16.gguf"), be, &o, &model, &err) == 0, "%s",
                   err.msg);
     int V = mr_model_hparams(model)->n_vocab;
+    n_vocab_rows = V;
     int32_t p[5][8];
     for (int i = 0; i < 5; i++)
         lcg_prompt(p[i], 8, 60 + (uint32_t)i, V);
@@ -528,9 +531,10 @@ START_TEST(rows_routed_by_kind)
     it[3] = (mr_batch_item){.seq = sq[3], .tokens = p[3], .n = 7, .mode = MR_LOGITS_ALL, .logits = got + (size_t)3 * V};
     it[4] = (mr_batch_item){.seq = sq[4], .tokens = p[4] + 2, .n = 5, .mode = MR_LOGITS_NONE};
     mm_gen_max = mm_prompt_bad = mm_prompt_calls = att_gen_bad = att_prompt_calls = att_prompt_bad = 0;
-    att_prompt_deep = 0;
+    att_prompt_deep = mm_head_rows = 0;
     ck_assert_msg(mr_model_forward_batch(model, it, 5, &err) == 0, "%s", err.msg);
     ck_assert_int_le(mm_gen_max, 2);
+    ck_assert_int_eq(mm_head_rows, 10);
     ck_assert_int_gt(mm_prompt_calls, 0);
     ck_assert_int_eq(mm_prompt_bad, 0);
     ck_assert_int_eq(att_gen_bad, 0);

@@ -546,7 +546,6 @@ static int mtp_block(mr_model *m, mr_seq *s, const float *h, const int32_t *toke
      * prompt ones (a prompt row's result then does not depend on how the
      * prompt was cut into calls) */
     m->gen_rows = gen ? n : 0;
-    m->gen_out = gen ? 1 : 0;
     /* h may live in sc.xn, which the block overwrites: take it first */
     if (h != q->mtp_h)
         be->copy_2d(be, q->mtp_h, E, h, E, n, E);
@@ -565,7 +564,7 @@ static int mtp_block(mr_model *m, mr_seq *s, const float *h, const int32_t *toke
     ffn_block(m, &q->mtp, &q->mtp_q, n);
     be->rmsnorm(be, sc->x, q->head_norm ? q->head_norm : m->output_norm, q->mtp_h, n, E, hp->rms_eps);
     mr_fwd_matmul_out(m, &m->output, q->mtp_h + (size_t)(n - 1) * (size_t)E, sc->logits, 1); /* last row only */
-    m->gen_rows = m->gen_out = 0;
+    m->gen_rows = 0;
     be->argmax(be, sc->logits, 1, hp->n_vocab, sc->ids);
     if (be->sync(be, err))
         return mr_err_wrap(err, "mtp");
