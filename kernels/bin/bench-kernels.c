@@ -345,6 +345,56 @@ static int bench_moe(int iters, double cbw)
  * (256 x 512 x 2048) and down (256 x 2048 x 512, an input row a pair) and
  * the Qwen3-30B-A3B's Q4_K gate/up (128 x 768 x 2048).  FLOP: 2 rows cols n
  * (experts: times k). */
+/* Small prompt products (cu_sgemm.cu): the hybrids' and routers' shapes in
+ * float32 sums against the GEMM path (MEMRA_CUDA_SMALL_GEMM=0), in f16 and
+ * f16x3 modes. */
+static void bench_small_gemm(int n, int iters)
+{
+    static const char *mode[2] = {"f16", "f16x3"};
+    mr_backend *be[2][2]; /* [mode][small path] */
+    mr_err err;
+    for (int md = 0; md < 2; md++)
+        for (int sp = 0; sp < 2; sp++) {
+            setenv("MEMRA_CUDA_GEMM", mode[md], 1);
+            setenv("MEMRA_CUDA_SMALL_GEMM", sp ? "1048576" : "0", 1);
+            be[md][sp] = mr_backend_cuda_create(0, &err);
+            if (!be[md][sp]) {
+                fprintf(stderr, "cuda (small GEMM): %s\n", err.msg);
+                exit(1);
+            }
+        }
+    unsetenv("MEMRA_CUDA_GEMM");
+    unsetenv("MEMRA_CUDA_SMALL_GEMM");
+    struct { int type; int64_t rows, cols; } sh[] = {
+        {MR_TYPE_IQ4_XS, 32, 2048}, {MR_TYPE_IQ4_XS, 512, 2048}, {MR_TYPE_IQ4_XS, 2048, 512},
+        {MR_TYPE_F32, 1, 2048}, {MR_TYPE_F32, 256, 2048}, {MR_TYPE_F32, 128, 2048}, {MR_TYPE_Q4_K, 512, 2048},
+        {MR_TYPE_Q8_0, 512, 2048},
+    };
+    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
+        mv_set m;
+        mv_load(&m, be[0][0], sh[i].type, sh[i].rows, sh[i].cols, n);
+        for (int md = 0; md < 2; md++) {
+            double tt[2];
+            for (int sp = 0; sp < 2; sp++) {
+                mv_arg a = {be[md][sp], m.w, m.nw, 0, n, m.x, m.y};
+                double t[3];
+                for (int r = 0; r < 3; r++) t[r] = mr_cuda_time(be[md][sp], run_mv, &a, 3, iters);
+                if (be[md][sp]->sync(be[md][sp], &err)) {
+                    fprintf(stderr, "bench small GEMM: %s\n", err.msg);
+                    exit(1);
+                }
+                tt[sp] = median3(t);
+            }
+            printf("small-%-5s %-7s %11lld x %-15lld n=%-4d gemm %8.1f us  float32 %8.1f us  %.2fx\n", mode[md],
+                   type_name(sh[i].type), (long long)sh[i].rows, (long long)sh[i].cols, n, tt[0] * 1e6, tt[1] * 1e6,
+                   tt[0] / tt[1]);
+        }
+        mv_free(&m);
+    }
+    for (int md = 0; md < 2; md++)
+        for (int sp = 0; sp < 2; sp++) be[md][sp]->destroy(be[md][sp]);
+}
+
 static int bench_gemm(int iters, double cbw)
 {
     /* float16 through k_hgemm (every row the same bits in any call), the
@@ -392,6 +442,7 @@ static int bench_gemm(int iters, double cbw)
                "", tt[0] / tt[1], tt[2] / tt[0], tt[3] / tt[2]);
         mv_free(&m);
     }
+    bench_small_gemm(n, iters);
     const int ns[1] = {n};
     mr_backend *bx[3] = {be[0], be[2], be[3]};
     const char *lx[3] = {label[0], label[2], label[3]};

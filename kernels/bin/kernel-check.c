@@ -73,6 +73,7 @@ static int n_fail, n_pass;
 static mr_backend *gpu, *gpu_generic, *cpu, *gpu_r2, *gpu_r4, *gpu_r2_pair, *gpu_r4_pair;
 static mr_backend *gpu_x24; /* the default decode kernels (22-bit where they take a product) */
 static mr_backend *gpu_x3; /* MEMRA_CUDA_GEMM=f16x3: float32-grade prompt products */
+static mr_backend *gpu_sg; /* every dense prompt product in float32 (cu_sgemm.cu; the others: none) */
 static mr_backend *gpu_attn_tc; /* MEMRA_CUDA_ATTN=tc: prompt attention on the tensor cores */
 static mr_backend *gpu_attn_mix; /* be->prefer_float32 (the hybrids): float32 prompt attention for a
                                     sequence's first MIX_FROM positions, the tensor cores after */
@@ -940,6 +941,18 @@ static void check_prompt_rows(void)
     }
     check_prompt_rows_one(gpu, "prompt-inv", mm_gemm_bound[0], td_of(MR_TYPE_Q4_K), 4096, 4096, 1, 1);
     check_prompt_rows_one(gpu, "prompt-inv", mm_gemm_bound[0], td_of(MR_TYPE_BF16), 1024, 70, 16, 4); /* padded experts */
+    /* the float32 path of small matrices: one column chunk (512), several
+     * (2048: four partial sums joined; 1280: the last of 256), one row, 32
+     * rows (the hybrids' gate projections), rows past a tile; float32
+     * sums: the f16x3 bound */
+    const int st[] = {MR_TYPE_IQ4_XS, MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_Q8_0, MR_TYPE_BF16, MR_TYPE_F32};
+    for (size_t i = 0; i < sizeof st / sizeof st[0]; i++) {
+        const tdesc *td = td_of(st[i]);
+        check_prompt_rows_one(gpu_sg, "prompt-inv-small", 1e-5, td, 2048, 1, 1, 1);
+        check_prompt_rows_one(gpu_sg, "prompt-inv-small", 1e-5, td, 2048, 32, 1, 1);
+        check_prompt_rows_one(gpu_sg, "prompt-inv-small", 1e-5, td, 512, 300, 1, 1);
+        check_prompt_rows_one(gpu_sg, "prompt-inv-small", 1e-5, td, 1280, 70, 1, 1);
+    }
 }
 
 /* A prompt of P queries (positions 0..P-1) through attention_prompt on be
@@ -3447,6 +3460,12 @@ int main(int argc, char **argv)
     setenv("MEMRA_CUDA_MATVEC", "f32", 1);
     setenv("MEMRA_CUDA_GEMM", "f16", 1);
     setenv("MEMRA_CUDA_ATTN", "f32", 1);
+    /* every backend but gpu_sg keeps prompt products of any size on the
+     * GEMM path the lines were written for */
+    setenv("MEMRA_CUDA_SMALL_GEMM", "1073741824", 1);
+    gpu_sg = mr_backend_cuda_create(0, &err);
+    if (!gpu_sg) die("cuda (small products in float32)");
+    setenv("MEMRA_CUDA_SMALL_GEMM", "0", 1);
     gpu = mr_backend_cuda_create(0, &err);
     if (!gpu) die("cuda");
     unsetenv("MEMRA_CUDA_MATVEC");
@@ -3545,6 +3564,7 @@ int main(int argc, char **argv)
     gpu_r2_pair->destroy(gpu_r2_pair);
     gpu_r4_pair->destroy(gpu_r4_pair);
     gpu_x3->destroy(gpu_x3);
+    gpu_sg->destroy(gpu_sg);
     gpu->destroy(gpu);
     if (n_fail) {
         printf("FAILED\n");

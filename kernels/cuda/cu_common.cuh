@@ -56,6 +56,8 @@ struct mr_cu_ctx {
     bool gemm_mode_forced;  /* set by MEMRA_CUDA_GEMM: models may not change it */
     bool moe_fused;         /* float16 expert GEMMs from the quantized blocks
                                (MEMRA_CUDA_MOE_FUSED=0: dequantize + cuBLAS) */
+    bool moe_x3;            /* in f16x3 mode the fused expert GEMMs are f16x3 too (MEMRA_CUDA_MOE_X3=0:
+                               float16, for measuring what the split costs and buys) */
     bool hgemm_cublas;      /* float16 GEMMs through cuBLAS instead of k_hgemm (cu_hgemm.cu;
                                MEMRA_CUDA_HGEMM=cublas: faster, a row's bits then depend on the call) */
     bool gdn_tiled;         /* gdn_scan in tiles of tokens (cu_gdn.cu k_gdn_scan_tiled;
@@ -100,6 +102,8 @@ struct mr_cu_ctx {
     bool pf_split;          /* float32 prompt attention: keys in slices over several blocks
                                (cu_attn.cu PF_SLICE; MEMRA_CUDA_PF_SPLIT=0: one block a tile) */
     mr_cu_buf scratch_pfa;  /* its records */
+    long long small_gemm;   /* prompt products of at most this many weight elements in float32
+                               (cu_sgemm.cu; MEMRA_CUDA_SMALL_GEMM, -1: the mode's default) */
 };
 
 static inline mr_cu_ctx *mr_cu(mr_backend *be) { return (mr_cu_ctx *)be->ctx; }
@@ -250,6 +254,11 @@ void mr_cu_prefer_float32(mr_backend *be);
 /* Drops the cached graphs (a scratch buffer they use was reallocated). */
 void mr_cu_autograph_forget(mr_cu_ctx *c);
 void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
+/* Small prompt products in float32 (cu_sgemm.cu): the weight elements up to
+ * which mr_cu_matmul_gemm takes them there (x3: the f16x3 mode's limit). */
+void mr_cu_small_gemm_init(mr_cu_ctx *c);
+long long mr_cu_small_gemm_limit(const mr_cu_ctx *c, bool x3);
+void mr_cu_small_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
 /* The float16 GEMM whose rows do not depend on the call (cu_hgemm.cu):
  * C = alpha A^T B + beta C as cublasGemmStridedBatchedEx with CUBLAS_OP_T,
  * CUBLAS_OP_N and float32 C; false, nothing done, for operands it cannot

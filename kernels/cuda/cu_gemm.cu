@@ -539,8 +539,11 @@ void mr_cu_gemm_init(mr_cu_ctx *c)
     const char *h = getenv("MEMRA_CUDA_HGEMM");
     c->hgemm_cublas = h && !strcmp(h, "cublas");
     mr_cu_hgemm_init(c);
+    mr_cu_small_gemm_init(c);
     const char *f = getenv("MEMRA_CUDA_MOE_FUSED");
     c->moe_fused = !(f && !strcmp(f, "0"));
+    const char *x3 = getenv("MEMRA_CUDA_MOE_X3");
+    c->moe_x3 = !(x3 && !strcmp(x3, "0"));
 #define X(TT) moe_x3_allow_smem<TT>(c);
     MR_CU_TYPE_LIST(X)
 #undef X
@@ -703,6 +706,12 @@ void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
 {
     const gemm_mode md = mode_of(c);
     const int64_t cols = w->cols, rows = w->rows;
+    /* few weights: float32 sums, one launch (cu_sgemm.cu); never in the
+     * float32 reference modes, whose products stay cuBLAS's */
+    if ((md == GEMM_F16 || md == GEMM_F16X3) && rows * cols <= mr_cu_small_gemm_limit(c, md == GEMM_F16X3)) {
+        mr_cu_small_gemm(c, w, x, y, n);
+        return;
+    }
     const size_t eb = elem_bytes(md);
     float *scale;
     const void *xg = prepare_x(c, md, x, cols, n, NULL, &scale);
@@ -910,7 +919,8 @@ bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
     const int64_t cols = w->cols, rows = w->rows, mats = w->n_mats;
     const int P = n * k;
     if ((md == GEMM_F16 || md == GEMM_F16X3) && c->moe_fused && !mr_cu_plain_type(w->type) &&
-        rows % MG_BM == 0 && cols % MG_BK == 0 && moe_gemm_fused(c, md, w, x, x_slots, ids, k, y, n))
+        rows % MG_BM == 0 && cols % MG_BK == 0 &&
+        moe_gemm_fused(c, md == GEMM_F16X3 && !c->moe_x3 ? GEMM_F16 : md, w, x, x_slots, ids, k, y, n))
         return true;
     /* the padded path: grouped on the host */
     std::vector<int32_t> h_ids((size_t)P);
