@@ -542,7 +542,10 @@ static void bench_attn_shape(mr_backend *be[2], const char *const label[2], int 
 
 /* Qwen3-30B-A3B (32 heads over 4 KV heads, D 128): a 512-token prompt and
  * the last 256 tokens of a 4,860-token one; the 35B hybrid's attention
- * layers (16 over 2, D 256): 512 tokens from 0 and after 64 Ki. */
+ * layers (16 over 2, D 256): 512 tokens from 0 and after 64 Ki; the deep
+ * shapes again on a float16 cache (the tensor-core kernel copies its rows
+ * without converting them).  MEMRA_CUDA_FATTN=wmma in the environment
+ * times the previous tensor-core kernel on the "tc" lines. */
 static int bench_attn(int iters)
 {
     mr_err err;
@@ -563,6 +566,8 @@ static int bench_attn(int iters)
     bench_attn_shape(be, lab, 32, 4, 128, 0, 4096, MR_KV_F32, 2);
     bench_attn_shape(be, lab, 16, 2, 256, 0, 512, MR_KV_F32, it);
     bench_attn_shape(be, lab, 16, 2, 256, 65536, 512, MR_KV_F32, 2);
+    bench_attn_shape(be, lab, 32, 4, 128, 4604, 256, MR_KV_F16, it);
+    bench_attn_shape(be, lab, 16, 2, 256, 65536, 512, MR_KV_F16, 2);
     be[1]->destroy(be[1]);
     be[0]->destroy(be[0]);
     return 0;

@@ -91,6 +91,8 @@ struct mr_cu_ctx {
                                reference mode); be->prefer_float32 makes it ATTN_TC_FROM_PRECISE */
     bool attn_tc_forced;    /* MEMRA_CUDA_ATTN or MEMRA_CUDA_ATTN_TC_FROM set: models may not
                                change attn_tc_from */
+    bool attn_wmma;         /* the tensor-core rows on the WMMA kernel (cu_fattn.cu
+                               k_attn_prefill_wmma; MEMRA_CUDA_FATTN=wmma, for A/B timing) */
     mr_cu_auto *ag;         /* recorded ops and cached graphs, or NULL */
     bool pdl;               /* kernels launched with programmatic dependent launch (cu_pdl.cuh;
                                compute capability 9+, MEMRA_CUDA_PDL=0: off) */
