@@ -131,24 +131,38 @@ static void cu_add_rmsnorm(mr_backend *be, float *y, const float *x, const float
     MR_CU_LAUNCHED(c, "add_rmsnorm");
 }
 
-/* Rotates pair j (< n_rot / 2) of one head at position p: reads the pair
- * from src, writes it to dst (either may be the head itself).  Angle as the
- * reference computes it: inv_freq rounded to float32, then p * inv_freq in
- * float32; sin/cos of that angle in double. */
-__device__ __forceinline__ void rope_pair(const float *src, float *dst, int p, int j, int n_rot,
-                                          float theta_base, int mode)
+/* The rotation of pair j (< n_rot / 2) at position p, as the reference
+ * computes it: inv_freq rounded to float32, then p * inv_freq in float32;
+ * sin/cos of that angle in double, rounded to float32. */
+__device__ __forceinline__ void rope_angle(int p, int j, int n_rot, float theta_base, float *s, float *co)
 {
-    const int half = n_rot / 2;
     const float inv = (float)(1.0 / pow((double)theta_base, (double)(2 * j) / (double)n_rot));
     const float ang = (float)p * inv;
     double sd, cd;
     sincos((double)ang, &sd, &cd);
-    const float s = (float)sd, co = (float)cd;
+    *s = (float)sd;
+    *co = (float)cd;
+}
+
+/* Rotates pair j of one head by (s, co): reads the pair from src, writes it
+ * to dst (either may be the head itself). */
+__device__ __forceinline__ void rope_rotate(const float *src, float *dst, int j, int n_rot, int mode, float s,
+                                            float co)
+{
+    const int half = n_rot / 2;
     const int a = mode == MR_ROPE_NEOX ? j : 2 * j;
     const int b = mode == MR_ROPE_NEOX ? j + half : 2 * j + 1;
     const float x0 = src[a], x1 = src[b];
     dst[a] = x0 * co - x1 * s;
     dst[b] = x0 * s + x1 * co;
+}
+
+__device__ __forceinline__ void rope_pair(const float *src, float *dst, int p, int j, int n_rot,
+                                          float theta_base, int mode)
+{
+    float s, co;
+    rope_angle(p, j, n_rot, theta_base, &s, &co);
+    rope_rotate(src, dst, j, n_rot, mode, s, co);
 }
 
 __global__ void k_rope(float *x, const int32_t *pos, int n_heads, int head_dim, int n_rot,
@@ -181,11 +195,21 @@ static void cu_rope(mr_backend *be, float *x, const int32_t *pos, int n, int n_h
     MR_CU_LAUNCHED(c, "rope");
 }
 
-/* qk_norm_rope: one block per (token, head) row, queries first, then keys.
- * The row is normalised into shared memory (same arithmetic as k_rmsnorm:
- * (v * inv) * w), then rotated as k_rope does; four launches a layer become
- * one in decode, where each of them cost a launch for a few kilobytes. */
+/* qk_norm_rope: a block per (token, `rows` head rows), a warp per row,
+ * queries first, then keys (then, with the K/V store, the value rows).  The
+ * block first takes the token's sin/cos of every pair into shared memory,
+ * in double as rope_pair does: that trigonometry was most of the kernel's
+ * time when every (token, head) block did it for itself (39 us for a
+ * 512-token prompt of the 30B-A3B, H200 run 87; 16 us with 8 rows a
+ * block, run 88), and all heads of a token share it.  A few tokens (decode)
+ * take 4 rows a block, one a warp: the step waits on the kernel's latency,
+ * not its work.  A row's arithmetic does not depend on its block.  A row is
+ * normalised (each lane's elements summed in order, then across the warp;
+ * (v * inv) * w as k_rmsnorm), then rotated as k_rope does; four launches a
+ * layer become one in decode. */
 #define QKR_MAX_D 256
+/* head rows a block: 4 warps, two rows each, or one for fewer than 64 tokens */
+static inline int qkr_rows(int n) { return n < 64 ? 4 : 8; }
 
 /* Where the fused K/V store writes (DT >= 0): the layer's caches, the block
  * table(s) and the values. */
@@ -218,54 +242,59 @@ template <int DT>
 __global__ void __launch_bounds__(128) k_qk_norm_rope(float *q, float *k, const float *qw, const float *kw,
                                                       const int32_t *pos, int n_heads, int n_kv_heads,
                                                       int head_dim, int n_rot, float theta_base, int mode,
-                                                      float eps, qkr_kv kv)
+                                                      float eps, int rows, qkr_kv kv)
 {
     mr_pdl_wait();
     mr_pdl_trigger();
-    __shared__ float sh[32];
-    __shared__ float hv[QKR_MAX_D];
-    const int t = blockIdx.y, hh = blockIdx.x;
-    const int kvdim = n_kv_heads * head_dim;
-    if constexpr (DT >= 0) {
-        if (hh >= n_heads + n_kv_heads) { /* a value head: copied as it is */
-            const int vh = hh - n_heads - n_kv_heads;
-            const int64_t o = qkr_slot(kv, t, pos[t], kvdim);
-            if (o < 0)
-                return;
-            const float *src = kv.v + (int64_t)t * kvdim + (int64_t)vh * head_dim;
-            for (int i = threadIdx.x; i < head_dim; i += blockDim.x)
-                mr_kv_put<DT>(kv.V, o + (int64_t)vh * head_dim + i, src[i]);
-            return;
-        }
-    }
-    const bool isq = hh < n_heads;
-    float *x = isq ? q + ((int64_t)t * n_heads + hh) * head_dim
-                   : k + ((int64_t)t * n_kv_heads + (hh - n_heads)) * head_dim;
-    const float *w = isq ? qw : kw;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
-        const float v = x[i];
-        hv[i] = v;
-        ss = fmaf(v, v, ss);
-    }
-    ss = block_sum(ss, sh);
-    const float inv = 1.0f / sqrtf(ss / (float)head_dim + eps);
-    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) hv[i] = hv[i] * inv * w[i];
+    __shared__ float sn[QKR_MAX_D / 2], cs[QKR_MAX_D / 2];
+    __shared__ float hvs[4][QKR_MAX_D];
+    const int t = blockIdx.y, lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    const int kvdim = n_kv_heads * head_dim, half = n_rot / 2;
+    const int n_rows = n_heads + n_kv_heads + (DT >= 0 ? n_kv_heads : 0);
+    const int p = pos[t];
+    for (int j = threadIdx.x; j < half; j += blockDim.x) rope_angle(p, j, n_rot, theta_base, &sn[j], &cs[j]);
     __syncthreads();
-    for (int j = threadIdx.x; j < n_rot / 2; j += blockDim.x) rope_pair(hv, x, pos[t], j, n_rot, theta_base, mode);
-    for (int i = n_rot + threadIdx.x; i < head_dim; i += blockDim.x) x[i] = hv[i];
-    if constexpr (DT >= 0) {
-        if (isq)
-            return;
-        /* the row as written above (the block's own global writes are
-         * visible to it after the barrier), stored as kv_store would */
-        __syncthreads();
-        const int64_t o = qkr_slot(kv, t, pos[t], kvdim);
-        if (o < 0)
-            return;
-        const int kh = hh - n_heads;
-        for (int i = threadIdx.x; i < head_dim; i += blockDim.x)
-            mr_kv_put<DT>(kv.K, o + (int64_t)kh * head_dim + i, x[i]);
+    float *hv = hvs[wp];
+    for (int hh = blockIdx.x * rows + wp; hh < (int)(blockIdx.x + 1) * rows && hh < n_rows; hh += 4) {
+        if constexpr (DT >= 0) {
+            if (hh >= n_heads + n_kv_heads) { /* a value head: copied as it is */
+                const int vh = hh - n_heads - n_kv_heads;
+                const int64_t o = qkr_slot(kv, t, p, kvdim);
+                if (o < 0)
+                    continue;
+                const float *src = kv.v + (int64_t)t * kvdim + (int64_t)vh * head_dim;
+                for (int i = lane; i < head_dim; i += 32) mr_kv_put<DT>(kv.V, o + (int64_t)vh * head_dim + i, src[i]);
+                continue;
+            }
+        }
+        const bool isq = hh < n_heads;
+        float *x = isq ? q + ((int64_t)t * n_heads + hh) * head_dim
+                       : k + ((int64_t)t * n_kv_heads + (hh - n_heads)) * head_dim;
+        const float *w = isq ? qw : kw;
+        float ss = 0.0f;
+        for (int i = lane; i < head_dim; i += 32) {
+            const float v = x[i];
+            hv[i] = v;
+            ss = fmaf(v, v, ss);
+        }
+        ss = mr_warp_sum(ss);
+        const float inv = 1.0f / sqrtf(ss / (float)head_dim + eps);
+        for (int i = lane; i < head_dim; i += 32) hv[i] = hv[i] * inv * w[i];
+        __syncwarp();
+        for (int j = lane; j < half; j += 32) rope_rotate(hv, x, j, n_rot, mode, sn[j], cs[j]);
+        for (int i = n_rot + lane; i < head_dim; i += 32) x[i] = hv[i];
+        __syncwarp(); /* hv is the next row's; x as written is read below */
+        if constexpr (DT >= 0) {
+            if (isq)
+                continue;
+            /* the row as written above (the warp's own global writes are
+             * visible to it after the warp barrier), stored as kv_store would */
+            const int64_t o = qkr_slot(kv, t, p, kvdim);
+            if (o < 0)
+                continue;
+            const int kh = hh - n_heads;
+            for (int i = lane; i < head_dim; i += 32) mr_kv_put<DT>(kv.K, o + (int64_t)kh * head_dim + i, x[i]);
+        }
     }
 }
 
@@ -286,9 +315,10 @@ static void cu_qk_norm_rope(mr_backend *be, float *q, float *k, const float *qw,
     mr_cu_ctx *c = mr_cu(be);
     if (n <= 0 || !qkr_shape_ok(c, n, n_heads, n_kv_heads, head_dim, n_rot, 0))
         return;
-    dim3 grid((unsigned)(n_heads + n_kv_heads), (unsigned)n);
+    const int rows = qkr_rows(n);
+    dim3 grid((unsigned)((n_heads + n_kv_heads + rows - 1) / rows), (unsigned)n);
     mr_cu_launch(c, k_qk_norm_rope<-1>, grid, 128, 0, q, k, qw, kw, pos, n_heads, n_kv_heads, head_dim, n_rot,
-                 theta_base, (int)mode, eps, qkr_kv{});
+                 theta_base, (int)mode, eps, rows, qkr_kv{});
     MR_CU_LAUNCHED(c, "qk_norm_rope");
 }
 
@@ -306,8 +336,9 @@ void mr_cu_qk_norm_rope_kv(mr_backend *be, float *q, float *k, const float *qw, 
         return;
     }
     const qkr_kv a = {kv->k[layer], kv->v[layer], table, tables, v, kv->block_tokens, kv->n_blocks};
-    dim3 grid((unsigned)(n_heads + 2 * n_kv_heads), (unsigned)n);
-#define L(DT) mr_cu_launch(c, k_qk_norm_rope<DT>, grid, 128, 0, q, k, qw, kw, pos, n_heads, n_kv_heads, head_dim, n_rot, theta_base, (int)mode, eps, a)
+    const int rows = qkr_rows(n);
+    dim3 grid((unsigned)((n_heads + 2 * n_kv_heads + rows - 1) / rows), (unsigned)n);
+#define L(DT) mr_cu_launch(c, k_qk_norm_rope<DT>, grid, 128, 0, q, k, qw, kw, pos, n_heads, n_kv_heads, head_dim, n_rot, theta_base, (int)mode, eps, rows, a)
     if (kv->dtype == MR_KV_F32) L(MR_KV_F32);
     else if (kv->dtype == MR_KV_F16) L(MR_KV_F16);
     else L(MR_KV_BF16);
