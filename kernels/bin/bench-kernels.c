@@ -80,6 +80,7 @@ static int block_of(int t, int *bb)
     case MR_TYPE_Q4_0: *bb = 18; return 32;
     case MR_TYPE_IQ4_XS: *bb = 136; return 256;
     case MR_TYPE_BF16: *bb = 2; return 1;
+    case MR_TYPE_F32: *bb = 4; return 1;
     }
     return 0;
 }
@@ -89,6 +90,13 @@ static void fill(uint8_t *p, size_t n, int type, int bb)
     for (size_t i = 0; i < n; i++) p[i] = (uint8_t)rnd();
     if (type == MR_TYPE_BF16) {
         for (size_t i = 0; i + 1 < n; i += 2) p[i + 1] = (uint8_t)(0x3c + rnd() % 2); /* |v| ~ 0.01..0.03 */
+        return;
+    }
+    if (type == MR_TYPE_F32) {
+        for (size_t i = 0; i + 3 < n; i += 4) {
+            const float v = (float)((int)(rnd() % 2001) - 1000) * 1e-5f;
+            memcpy(p + i, &v, 4);
+        }
         return;
     }
     int off[2] = {-1, -1};
@@ -109,7 +117,7 @@ static void fill(uint8_t *p, size_t n, int type, int bb)
 static const char *type_name(int type)
 {
     return type == MR_TYPE_Q4_K ? "Q4_K" : type == MR_TYPE_Q6_K ? "Q6_K" : type == MR_TYPE_Q8_0 ? "Q8_0" :
-           type == MR_TYPE_BF16 ? "BF16" : type == MR_TYPE_Q5_K ? "Q5_K" : type == MR_TYPE_Q4_0 ? "Q4_0" : "IQ4_XS";
+           type == MR_TYPE_BF16 ? "BF16" : type == MR_TYPE_Q5_K ? "Q5_K" : type == MR_TYPE_Q4_0 ? "Q4_0" : type == MR_TYPE_F32 ? "F32" : "IQ4_XS";
 }
 
 /* A rows x cols matrix of blocks h loaded through be (exits on failure). */
@@ -356,7 +364,7 @@ static void bench_small_gemm(int n, int iters)
     for (int md = 0; md < 2; md++)
         for (int sp = 0; sp < 2; sp++) {
             setenv("MEMRA_CUDA_GEMM", mode[md], 1);
-            setenv("MEMRA_CUDA_SMALL_GEMM", sp ? "1048576" : "0", 1);
+            setenv("MEMRA_CUDA_SMALL_GEMM", sp ? "1048576" : "0", 1); /* rows: every shape below */
             be[md][sp] = mr_backend_cuda_create(0, &err);
             if (!be[md][sp]) {
                 fprintf(stderr, "cuda (small GEMM): %s\n", err.msg);

@@ -73,7 +73,8 @@ static int n_fail, n_pass;
 static mr_backend *gpu, *gpu_generic, *cpu, *gpu_r2, *gpu_r4, *gpu_r2_pair, *gpu_r4_pair;
 static mr_backend *gpu_x24; /* the default decode kernels (22-bit where they take a product) */
 static mr_backend *gpu_x3; /* MEMRA_CUDA_GEMM=f16x3: float32-grade prompt products */
-static mr_backend *gpu_sg; /* every dense prompt product in float32 (cu_sgemm.cu; the others: none) */
+static mr_backend *gpu_sg; /* small dense prompt products in float32 at any row count (cu_sgemm.cu; the
+                              others: none) */
 static mr_backend *gpu_attn_tc; /* MEMRA_CUDA_ATTN=tc: prompt attention on the tensor cores */
 static mr_backend *gpu_attn_mix; /* be->prefer_float32 (the hybrids): float32 prompt attention for a
                                     sequence's first MIX_FROM positions, the tensor cores after */

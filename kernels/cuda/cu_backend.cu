@@ -328,6 +328,7 @@ static void cu_destroy(mr_backend *be)
         if (c->scratch_grp.p) cudaFree(c->scratch_grp.p);
         if (c->scratch_q8.p) cudaFree(c->scratch_q8.p);
         if (c->scratch_x24.p) cudaFree(c->scratch_x24.p);
+        if (c->scratch_split.p) cudaFree(c->scratch_split.p);
         if (c->cublas) cublasDestroy(c->cublas);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c);

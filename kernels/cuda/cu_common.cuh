@@ -104,7 +104,8 @@ struct mr_cu_ctx {
     bool pf_split;          /* float32 prompt attention: keys in slices over several blocks
                                (cu_attn.cu PF_SLICE; MEMRA_CUDA_PF_SPLIT=0: one block a tile) */
     mr_cu_buf scratch_pfa;  /* its records */
-    long long small_gemm;   /* prompt products of at most this many weight elements in float32
+    mr_cu_buf scratch_split; /* partial sums of a float16 GEMM with k in chunks (cu_gemm.cu split_cols) */
+    long long small_gemm;   /* prompt products of matrices of at most this many rows in float32
                                (cu_sgemm.cu; MEMRA_CUDA_SMALL_GEMM, -1: the mode's default) */
 };
 
@@ -256,11 +257,14 @@ void mr_cu_prefer_float32(mr_backend *be);
 /* Drops the cached graphs (a scratch buffer they use was reallocated). */
 void mr_cu_autograph_forget(mr_cu_ctx *c);
 void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
-/* Small prompt products in float32 (cu_sgemm.cu): the weight elements up to
- * which mr_cu_matmul_gemm takes them there (x3: the f16x3 mode's limit). */
+/* Small prompt products in float32 (cu_sgemm.cu): whether mr_cu_matmul_gemm
+ * sends w there (x3: in f16x3 mode). */
 void mr_cu_small_gemm_init(mr_cu_ctx *c);
-long long mr_cu_small_gemm_limit(const mr_cu_ctx *c, bool x3);
+bool mr_cu_small_gemm_takes(const mr_cu_ctx *c, const mr_weight *w, bool x3);
 void mr_cu_small_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
+/* y[e] = part[0][e] + part[1][e] + ... + part[nc - 1][e] (parts of total
+ * floats), added in that order (cu_sgemm.cu). */
+void mr_cu_join_partials(mr_cu_ctx *c, const float *part, int nc, size_t total, float *y);
 /* The float16 GEMM whose rows do not depend on the call (cu_hgemm.cu):
  * C = alpha A^T B + beta C as cublasGemmStridedBatchedEx with CUBLAS_OP_T,
  * CUBLAS_OP_N and float32 C; false, nothing done, for operands it cannot

@@ -701,6 +701,22 @@ static void dequant_mode(mr_cu_ctx *c, gemm_mode md, int type, const uint8_t *W,
         dequant_launch(c, type, W, mat_bytes, row_bytes, cols, r0, nr, mats, (float *)out);
 }
 
+/* Columns a partial sum of a float16 GEMM for a matrix of this shape, or 0
+ * (k in one accumulator).  k_hgemm walks all of k in sequence a block, and
+ * a matrix of few rows makes few blocks for a prompt: the 30B-A3B's 512 x
+ * 2048 K and V projections were 32 blocks of 32 steps on 132 SMs (36 us a
+ * call, run 87).  Cut into chunks (a batched launch, one partial sum a
+ * chunk, joined in chunk order), such a matrix fills the card; the chunks
+ * are a function of the shape alone, never of the call's tokens, so a
+ * prompt row keeps its bits in any call (NUMERICS.md). */
+static int64_t split_cols(gemm_mode md, int64_t rows, int64_t cols)
+{
+    if (md != GEMM_F16) /* f16x3 has its chunks; the float32 modes are cuBLAS's */
+        return 0;
+    const int64_t kc = rows <= 512 ? 512 : rows <= 2048 ? 1024 : 0;
+    return kc && cols > kc && cols % kc == 0 ? kc : 0;
+}
+
 /* y[n][rows] = x[n][cols] * W^T for a plain matrix. */
 void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n)
 {
@@ -708,7 +724,7 @@ void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
     const int64_t cols = w->cols, rows = w->rows;
     /* few weights: float32 sums, one launch (cu_sgemm.cu); never in the
      * float32 reference modes, whose products stay cuBLAS's */
-    if ((md == GEMM_F16 || md == GEMM_F16X3) && rows * cols <= mr_cu_small_gemm_limit(c, md == GEMM_F16X3)) {
+    if ((md == GEMM_F16 || md == GEMM_F16X3) && mr_cu_small_gemm_takes(c, w, md == GEMM_F16X3)) {
         mr_cu_small_gemm(c, w, x, y, n);
         return;
     }
@@ -723,10 +739,24 @@ void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
     if (!mr_cu_reserve(c, &c->scratch_w, (size_t)(chunk * cols) * eb, "matmul scratch"))
         return;
     const uint8_t *W = (const uint8_t *)w->data;
+    const int64_t kc = c->hgemm_cublas || chunk < rows ? 0 : split_cols(md, rows, cols);
+    if (kc) { /* the whole matrix at once, k in chunks: partial sums, then their join */
+        const int nc = (int)(cols / kc);
+        if (!mr_cu_reserve(c, &c->scratch_split, (size_t)nc * n * rows * sizeof(float), "GEMM partial sums"))
+            return;
+        float *part = (float *)c->scratch_split.p;
+        dequant_mode(c, md, w->type, W, 0, w->row_bytes, cols, 0, rows, 1, c->scratch_w.p);
+        if (!mr_cu_hgemm(c, (int)rows, n, (int)kc, 1.0f, (const __half *)c->scratch_w.p, (int)cols, kc,
+                         (const __half *)xg, (int)cols, kc, 0.0f, part, (int)rows, (long long)n * rows, nc)) {
+            mr_cu_fail(c, "%s: GEMM operands the split cannot load", w->name ? w->name : "matmul");
+            return;
+        }
+        mr_cu_join_partials(c, part, nc, (size_t)n * rows, y);
+    }
     /* each chunk's k_dequant rewrites the scratch the previous chunk's
      * GEMM read: launched with PDL it may start early, but its
      * mr_pdl_wait returns only once that GEMM has completed (cu_pdl.cuh) */
-    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    for (int64_t r0 = 0; !kc && r0 < rows; r0 += chunk) {
         int64_t nr = rows - r0 < chunk ? rows - r0 : chunk;
         dequant_mode(c, md, w->type, W, 0, w->row_bytes, cols, r0, nr, 1, c->scratch_w.p);
         if (!gemm(c, md, w->name ? w->name : "matmul", (int)nr, n, (int)cols, c->scratch_w.p, 0, xg,

@@ -12,82 +12,129 @@
  * plain float32 FMAs on the exact decoded weights and the unrounded
  * activations: float32-grade, at least as precise as f16x3.
  *
- * The sums, fixed by k alone, never by n, m or the tile (a prompt row must
- * come out the same in a chunk of 7 tokens as in a prompt of 512, see
- * cu_hgemm.cu): element (t, r) is the sum over chunks of SG_KC columns,
- * each chunk one float32 FMA chain from zero in column order, the chunks'
- * partial sums then added in chunk order.  Chunks give a small grid blocks
- * to spread over the SMs without letting the call's shape decide an order.
+ * The sums, fixed by the matrix's shape, never by the call's tokens or the
+ * tile (a prompt row must come out the same in a chunk of 7 tokens as in a
+ * prompt of 512, see cu_hgemm.cu): element (t, r) is the sum over chunks of
+ * 128, 256 or 512 columns (sg_chunk: by the row count), each chunk one
+ * float32 FMA chain from zero in column order, the chunks' partial sums
+ * then added in chunk order.  Chunks give a small grid blocks to spread
+ * over the SMs without letting the call's shape decide an order.
  *
- * Which matrices (mr_cu_small_gemm_limit): those of at most 2^20 elements in
- * f16x3 mode (float16 tensor-core products three times over cost more
- * there), 2^18 in f16 mode; MEMRA_CUDA_SMALL_GEMM=N sets the limit (0: off).
- * A model's choice of matrix is fixed, so a matrix always takes one path. */
+ * Which matrices (mr_cu_small_gemm_takes): those of at most 2^20 weights and
+ * 512 rows in f16x3 mode (float16 tensor-core products three times over cost
+ * more there), 128 rows in f16 mode: on an H200 (run 87, 512 tokens) this
+ * kernel took 17 us for 32 x 2048 (GEMM path f16x3 102), 34 for 256 x 2048
+ * (96), 68 for 512 x 2048 (105), but 60 for 2048 x 512 (52) and, in f16
+ * mode, lost on 512 x 2048.  MEMRA_CUDA_SMALL_GEMM=N sets the row limit (0:
+ * off).  The path is a function of the matrix's shape and the mode, so a
+ * matrix always takes one. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/cu_quant.cuh"
 
-#define SG_BM 64      /* weight rows a block */
-#define SG_BN 64      /* tokens a block */
-#define SG_BK 32      /* columns a shared-memory step: one block-type group */
-#define SG_KC 512     /* columns a partial sum (a multiple of SG_BK) */
+#define SG_BM 64       /* weight rows a block */
+#define SG_BN 64       /* tokens a block */
+#define SG_BK 32       /* columns a shared-memory step: one block-type group */
 #define SG_THREADS 256 /* 16 x 16 threads, 4 x 4 outputs each */
+#define SG_MAX_WEIGHTS (1LL << 20)
 
-/* Chunk blockIdx.z of the columns for a tile of SG_BM rows x SG_BN tokens:
- * part[z][t][r] (ld m) = sum over the chunk's columns c, in order, of
- * W[r][c] x[t][c].  Rows and tokens past the ends are zeros, not stored. */
+/* Columns a partial sum: a function of the matrix's shape alone (never of
+ * the call's tokens), small where few rows would give a prompt few blocks:
+ * every block walks its chunk in sequence, and the chunks are what spreads
+ * a 32-row matrix over the SMs. */
+static int sg_chunk(int64_t rows) { return rows <= 64 ? 128 : rows <= 256 ? 256 : 512; }
+
+/* Chunk blockIdx.z (kc columns, a multiple of SG_BK) for a tile of SG_BM
+ * rows x SG_BN tokens: part[z][t][r] (ld m) = sum over the chunk's columns
+ * c, in order, of W[r][c] x[t][c].  Rows and tokens past the ends are
+ * zeros, not stored.  Two shared-memory stages: the next step's inputs are
+ * read from global memory into registers before this step's products and
+ * stored after them, so their latency hides behind the FMAs. */
 template <int T>
-__global__ void __launch_bounds__(SG_THREADS) k_sgemm_small(const uint8_t *__restrict__ W, size_t row_bytes,
-                                                           int m, int n, int k, const float *__restrict__ x,
-                                                           float *__restrict__ part)
+__global__ void __launch_bounds__(SG_THREADS, 2) k_sgemm_small(const uint8_t *__restrict__ W, size_t row_bytes,
+                                                           int m, int n, int k, int kc,
+                                                           const float *__restrict__ x, float *__restrict__ part)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     /* k-major tiles; rows of 68 floats keep the float4 reads aligned */
-    __shared__ __align__(16) float Ws[SG_BK][SG_BM + 4];
-    __shared__ __align__(16) float Xs[SG_BK][SG_BN + 4];
+    __shared__ __align__(16) float Ws[2][SG_BK][SG_BM + 4];
+    __shared__ __align__(16) float Xs[2][SG_BK][SG_BN + 4];
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int lane = tid & 31, wrow = (tid >> 5) * 8 + lane; /* block types: lanes 0-7 of each warp decode a row */
     const int m0 = blockIdx.x * SG_BM, n0 = blockIdx.y * SG_BN;
-    const int k0 = (int)blockIdx.z * SG_KC, k1 = k - k0 < SG_KC ? k : k0 + SG_KC;
+    const int k0 = (int)blockIdx.z * kc, k1 = k - k0 < kc ? k : k0 + kc;
+    constexpr bool plain = mr_cu_plain_type(T);
+    constexpr int NW = plain ? 8 : 32; /* weights a thread stages a step */
+    float xr[8], wr[NW];
+
+    /* the inputs of the step at column kb into registers */
+    auto fetch = [&](int kb) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int i = tid + j * SG_THREADS, t = i / SG_BK, cc = i % SG_BK;
+            xr[j] = n0 + t < n && kb + cc < k1 ? x[(size_t)(n0 + t) * k + kb + cc] : 0.0f;
+        }
+        if constexpr (plain) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int i = tid + j * SG_THREADS, r = i / SG_BK, cc = i % SG_BK;
+                wr[j] = m0 + r < m && kb + cc < k1 ? mr_plain_at<T>(W + (size_t)(m0 + r) * row_bytes, kb + cc) : 0.0f;
+            }
+        } else if (lane < 8) {
+            if (m0 + wrow < m)
+                mr_dq32<T>(W + (size_t)(m0 + wrow) * row_bytes, kb / 32, wr); /* k is whole groups */
+            else
+#pragma unroll
+                for (int j = 0; j < 32; j++) wr[j] = 0.0f;
+        }
+    };
+    /* the registers into stage st */
+    auto stash = [&](int st) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int i = tid + j * SG_THREADS;
+            Xs[st][i % SG_BK][i / SG_BK] = xr[j];
+        }
+        if constexpr (plain) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int i = tid + j * SG_THREADS;
+                Ws[st][i % SG_BK][i / SG_BK] = wr[j];
+            }
+        } else if (lane < 8) {
+#pragma unroll
+            for (int j = 0; j < 32; j++) Ws[st][j][wrow] = wr[j];
+        }
+    };
+
     float acc[4][4];
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-
-    for (int kb = k0; kb < k1; kb += SG_BK) {
-        if constexpr (mr_cu_plain_type(T)) {
-            for (int i = tid; i < SG_BM * SG_BK; i += SG_THREADS) {
-                const int r = i / SG_BK, cc = i % SG_BK;
-                Ws[cc][r] = m0 + r < m && kb + cc < k1 ? mr_plain_at<T>(W + (size_t)(m0 + r) * row_bytes, kb + cc)
-                                                       : 0.0f;
-            }
-        } else if (tid < SG_BM) { /* a thread decodes one row's group (k is whole groups) */
-            float v[32];
-            if (m0 + tid < m)
-                mr_dq32<T>(W + (size_t)(m0 + tid) * row_bytes, kb / 32, v);
-            else
-#pragma unroll
-                for (int j = 0; j < 32; j++) v[j] = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 32; j++) Ws[j][tid] = v[j];
-        }
-        for (int i = tid; i < SG_BN * SG_BK; i += SG_THREADS) {
-            const int t = i / SG_BK, cc = i % SG_BK;
-            Xs[cc][t] = n0 + t < n && kb + cc < k1 ? x[(size_t)(n0 + t) * k + kb + cc] : 0.0f;
-        }
-        __syncthreads();
+    fetch(k0);
+    stash(0);
+    __syncthreads();
+    int st = 0;
+    for (int kb = k0; kb < k1; kb += SG_BK, st ^= 1) {
+        const bool more = kb + SG_BK < k1;
+        if (more)
+            fetch(kb + SG_BK);
 #pragma unroll 8
         for (int kk = 0; kk < SG_BK; kk++) {
-            const float4 a = *(const float4 *)&Ws[kk][ty * 4];
-            const float4 b = *(const float4 *)&Xs[kk][tx * 4];
+            const float4 a = *(const float4 *)&Ws[st][kk][ty * 4];
+            const float4 b = *(const float4 *)&Xs[st][kk][tx * 4];
             const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
             for (int i = 0; i < 4; i++)
 #pragma unroll
                 for (int j = 0; j < 4; j++) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
         }
+        /* stage st ^ 1 was last read before the previous barrier */
+        if (more)
+            stash(st ^ 1);
         __syncthreads();
     }
     float *p = part + (size_t)blockIdx.z * n * m;
@@ -116,14 +163,13 @@ __global__ void k_sgemm_join(const float *__restrict__ part, int nc, size_t tota
     }
 }
 
-/* Weight elements up to which a prompt product takes this path: the
- * environment's MEMRA_CUDA_SMALL_GEMM (read at backend creation) or the
- * mode's default (top comment); 0 in the float32 reference modes. */
-long long mr_cu_small_gemm_limit(const mr_cu_ctx *c, bool x3)
+/* Whether a prompt product of w takes this path (top comment): at most
+ * SG_MAX_WEIGHTS weights and the row limit, MEMRA_CUDA_SMALL_GEMM (read at
+ * backend creation) or the mode's default. */
+bool mr_cu_small_gemm_takes(const mr_cu_ctx *c, const mr_weight *w, bool x3)
 {
-    if (c->small_gemm >= 0)
-        return c->small_gemm;
-    return x3 ? 1LL << 20 : 1LL << 18;
+    const long long rows = c->small_gemm >= 0 ? c->small_gemm : x3 ? 512 : 128;
+    return w->rows <= rows && w->rows * w->cols <= SG_MAX_WEIGHTS;
 }
 
 void mr_cu_small_gemm_init(mr_cu_ctx *c)
@@ -140,7 +186,7 @@ void mr_cu_small_gemm_init(mr_cu_ctx *c)
 
 void mr_cu_small_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n)
 {
-    const int m = (int)w->rows, k = (int)w->cols, nc = (k + SG_KC - 1) / SG_KC;
+    const int m = (int)w->rows, k = (int)w->cols, kc = sg_chunk(w->rows), nc = (k + kc - 1) / kc;
     float *part = y;
     if (nc > 1) {
         if (!mr_cu_reserve(c, &c->scratch_act, (size_t)nc * n * m * sizeof(float), "small GEMM partial sums"))
@@ -156,16 +202,19 @@ void mr_cu_small_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y
 #define X(TT)                                                                                                  \
     case TT:                                                                                                   \
         mr_cu_launch(c, k_sgemm_small<TT>, grid, SG_THREADS, 0, (const uint8_t *)w->data, w->row_bytes, m, n, \
-                     k, x, part);                                                                              \
+                     k, kc, x, part);                                                                          \
         break;
         MR_CU_TYPE_LIST(X)
 #undef X
     default: mr_cu_fail(c, "small GEMM: unsupported type %d", w->type); return;
     }
     MR_CU_LAUNCHED(c, "small GEMM");
-    if (nc > 1) {
-        const size_t total = (size_t)n * m;
-        mr_cu_launch(c, k_sgemm_join, mr_cu_ew_blocks(c, total, 256), 256, 0, (const float *)part, nc, total, y);
-        MR_CU_LAUNCHED(c, "small GEMM join");
-    }
+    if (nc > 1)
+        mr_cu_join_partials(c, part, nc, (size_t)n * m, y);
+}
+
+void mr_cu_join_partials(mr_cu_ctx *c, const float *part, int nc, size_t total, float *y)
+{
+    mr_cu_launch(c, k_sgemm_join, mr_cu_ew_blocks(c, total, 256), 256, 0, part, nc, total, y);
+    MR_CU_LAUNCHED(c, "join of partial sums");
 }
