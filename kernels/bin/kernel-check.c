@@ -3510,7 +3510,9 @@ int main(int argc, char **argv)
     unsetenv("MEMRA_CUDA_FAST_R");
     unsetenv("MEMRA_CUDA_Q4K_WIDE");
     setenv("MEMRA_CUDA_GEMM", "f16x3", 1);
+    setenv("MEMRA_CUDA_MOE_X3", "1", 1); /* the fused expert kernels in f16x3 too */
     gpu_x3 = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_MOE_X3");
     unsetenv("MEMRA_CUDA_GEMM");
     if (!gpu_r4 || !gpu_r2 || !gpu_r4_pair || !gpu_r2_pair) die("cuda (forced rows per block)");
     if (!gpu_x3) die("cuda (f16x3 GEMMs)");

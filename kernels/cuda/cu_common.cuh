@@ -56,8 +56,8 @@ struct mr_cu_ctx {
     bool gemm_mode_forced;  /* set by MEMRA_CUDA_GEMM: models may not change it */
     bool moe_fused;         /* float16 expert GEMMs from the quantized blocks
                                (MEMRA_CUDA_MOE_FUSED=0: dequantize + cuBLAS) */
-    bool moe_x3;            /* in f16x3 mode the fused expert GEMMs are f16x3 too (MEMRA_CUDA_MOE_X3=0:
-                               float16, for measuring what the split costs and buys) */
+    bool moe_x3;            /* in f16x3 mode the fused expert GEMMs are f16x3 too (MEMRA_CUDA_MOE_X3=1;
+                               default float16: cu_gemm.cu says why) */
     bool hgemm_cublas;      /* float16 GEMMs through cuBLAS instead of k_hgemm (cu_hgemm.cu;
                                MEMRA_CUDA_HGEMM=cublas: faster, a row's bits then depend on the call) */
     bool gdn_tiled;         /* gdn_scan in tiles of tokens (cu_gdn.cu k_gdn_scan_tiled;

@@ -188,9 +188,10 @@ static int load_ffn(mr_model *m, int il, mr_layer *L, mr_q35_layer *Q, mr_err *e
 
 int mr_qwen35_load_layers(mr_model *m, mr_err *err)
 {
-    /* the recurrent layers carry rounding from token to token: keep every
-     * product in float32 (float16 prompt GEMMs put the fixtures' worst rows
-     * at 5.6e-3 / 1.3e-2 against transformers, over the 5e-3 bound) */
+    /* the recurrent layers carry rounding from token to token: float32-grade
+     * products (float16 prompt GEMMs everywhere put the fixtures' worst rows
+     * at 5.6e-3 / 1.3e-2 against transformers, over the 5e-3 bound; the
+     * CUDA backend keeps the expert products float16, cu_gemm.cu says why) */
     if (m->be->prefer_float32)
         m->be->prefer_float32(m->be);
     const mr_hparams *hp = &m->hp;
