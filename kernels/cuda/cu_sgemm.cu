@@ -8,9 +8,10 @@
  * f16x3 mode that is one GEMM over 2k columns and k / 512 more in a row.
  * On an H200 (35B-A3B, 512-token prompt) a 32 x 2048 product took ~100 us
  * and a 1 x 2048 one ~70 us for a few MFLOP.  Here the work is one launch
- * (two when k > SG_KC) that decodes the GGUF blocks itself, and the sums are
- * plain float32 FMAs on the exact decoded weights and the unrounded
- * activations: float32-grade, at least as precise as f16x3.
+ * that decodes the GGUF blocks itself (and a join of the partial sums when
+ * k spans several chunks), and the sums are plain float32 FMAs on the exact
+ * decoded weights and the unrounded activations: float32-grade, at least as
+ * precise as f16x3.
  *
  * The sums, fixed by the matrix's shape, never by the call's tokens or the
  * tile (a prompt row must come out the same in a chunk of 7 tokens as in a
