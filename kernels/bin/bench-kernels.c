@@ -117,7 +117,8 @@ static void fill(uint8_t *p, size_t n, int type, int bb)
 static const char *type_name(int type)
 {
     return type == MR_TYPE_Q4_K ? "Q4_K" : type == MR_TYPE_Q6_K ? "Q6_K" : type == MR_TYPE_Q8_0 ? "Q8_0" :
-           type == MR_TYPE_BF16 ? "BF16" : type == MR_TYPE_Q5_K ? "Q5_K" : type == MR_TYPE_Q4_0 ? "Q4_0" : type == MR_TYPE_F32 ? "F32" : "IQ4_XS";
+           type == MR_TYPE_BF16 ? "BF16" : type == MR_TYPE_Q5_K ? "Q5_K" : type == MR_TYPE_Q4_0 ? "Q4_0" :
+           type == MR_TYPE_F32  ? "F32"  : "IQ4_XS";
 }
 
 /* A rows x cols matrix of blocks h loaded through be (exits on failure). */

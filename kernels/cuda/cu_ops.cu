@@ -338,7 +338,9 @@ void mr_cu_qk_norm_rope_kv(mr_backend *be, float *q, float *k, const float *qw, 
     const qkr_kv a = {kv->k[layer], kv->v[layer], table, tables, v, kv->block_tokens, kv->n_blocks};
     const int rows = qkr_rows(n);
     dim3 grid((unsigned)((n_heads + 2 * n_kv_heads + rows - 1) / rows), (unsigned)n);
-#define L(DT) mr_cu_launch(c, k_qk_norm_rope<DT>, grid, 128, 0, q, k, qw, kw, pos, n_heads, n_kv_heads, head_dim, n_rot, theta_base, (int)mode, eps, rows, a)
+#define L(DT)                                                                                              \
+    mr_cu_launch(c, k_qk_norm_rope<DT>, grid, 128, 0, q, k, qw, kw, pos, n_heads, n_kv_heads, head_dim, n_rot, \
+                 theta_base, (int)mode, eps, rows, a)
     if (kv->dtype == MR_KV_F32) L(MR_KV_F32);
     else if (kv->dtype == MR_KV_F16) L(MR_KV_F16);
     else L(MR_KV_BF16);
