@@ -1137,9 +1137,32 @@ static void qk_norm_rope_apart(mr_backend *be, const float *q, const float *k, c
     be->free(be, dq); be->free(be, dk); be->free(be, dqw); be->free(be, dkw); be->free(be, dp);
 }
 
+/* The same rows through qk_norm_rope in calls of `step` tokens (the kernel
+ * lays a call's rows out over its blocks by the call's size): dq, dk hold
+ * the inputs and are overwritten. */
+static void qk_norm_rope_calls(const float *q, const float *k, const float *qw, const float *kw,
+                               const int32_t *pos, int n, int heads, int kvh, int hd, int n_rot, int mode,
+                               int step, float *yq, float *yk)
+{
+    const size_t lq = (size_t)n * heads * hd, lk = (size_t)n * kvh * hd;
+    float *dq = dup_to(gpu, q, lq * 4), *dk = dup_to(gpu, k, lk * 4);
+    float *dqw = dup_to(gpu, qw, hd * 4), *dkw = dup_to(gpu, kw, hd * 4);
+    int32_t *dp = dup_to(gpu, pos, n * 4);
+    for (int t0 = 0; t0 < n; t0 += step) {
+        const int c = n - t0 < step ? n - t0 : step;
+        gpu->qk_norm_rope(gpu, dq + (size_t)t0 * heads * hd, dk + (size_t)t0 * kvh * hd, dqw, dkw, dp + t0, c, heads,
+                          kvh, hd, n_rot, 1e6f, mode, 1e-6f);
+    }
+    fetch(gpu, yq, dq, lq * 4);
+    fetch(gpu, yk, dk, lk * 4);
+    gpu->free(gpu, dq); gpu->free(gpu, dk); gpu->free(gpu, dqw); gpu->free(gpu, dkw); gpu->free(gpu, dp);
+}
+
 /* The fused q/k normalisation + RoPE against the four separate ops on the
  * GPU (same arithmetic, other summation order inside the norm) and on the
- * CPU backend. */
+ * CPU backend; with 65 tokens or more, the same rows in calls of 1, 7, 63
+ * and 64 tokens bit for bit (qk_norm_rope-inv: prompt rows and decode rows
+ * go through this one op). */
 static void check_qk_norm_rope(int n, int heads, int kvh, int hd, int n_rot, int mode)
 {
     if (!gpu->qk_norm_rope)
@@ -1171,6 +1194,17 @@ static void check_qk_norm_rope(int n, int heads, int kvh, int hd, int n_rot, int
         /* the rope-vs-cpu bound: sin/cos of float32 angles computed apart */
         report_f("qk_norm_rope-q-vs-cpu", shape, yq, rq, lq, 1e-3);
         report_f("qk_norm_rope-k-vs-cpu", shape, yk, rk, lk, 1e-3);
+    }
+    const int steps[] = {1, 7, 63, 64};
+    for (size_t s = 0; n >= 65 && s < sizeof steps / sizeof steps[0]; s++) {
+        qk_norm_rope_calls(q, k, qw, kw, pos, n, heads, kvh, hd, n_rot, mode, steps[s], rq, rk);
+        size_t diff = 0;
+        int nan = 0;
+        for (size_t i = 0; i < lq; i++) { diff += memcmp(&rq[i], &yq[i], 4) != 0; nan += isnan(rq[i]); }
+        for (size_t i = 0; i < lk; i++) { diff += memcmp(&rk[i], &yk[i], 4) != 0; nan += isnan(rk[i]); }
+        char sh[96];
+        snprintf(sh, sizeof sh, "%s calls of %d vs one", shape, steps[s]);
+        report("qk_norm_rope-inv", sh, (double)diff, nan, 0.0);
     }
     free(q); free(k); free(qw); free(kw); free(yq); free(yk); free(rq); free(rk); free(pos);
 }
@@ -3391,6 +3425,7 @@ static void check_ops(int parts)
     check_qk_norm_rope(1, 32, 4, 128, 128, MR_ROPE_NEOX);   /* 30B-A3B */
     check_qk_norm_rope(37, 16, 2, 256, 64, MR_ROPE_NEOX);   /* partial rotary, head 256 */
     check_qk_norm_rope(70, 8, 8, 64, 64, MR_ROPE_NORM);
+    check_qk_norm_rope(150, 32, 4, 128, 128, MR_ROPE_NEOX); /* a prompt's rows, and in calls */
     check_qk_norm_rope(3, 5, 1, 96, 32, MR_ROPE_NEOX);      /* odd sizes */
     check_qk_norm_rope_kv(1, 32, 8, 128, MR_KV_F16, false); /* Qwen3-8B decode */
     check_qk_norm_rope_kv(5, 32, 4, 128, MR_KV_BF16, false);
