@@ -74,6 +74,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cu_common.cuh"
+#include "kernels/cuda/cu_mma.cuh"
 
 using namespace nvcuda;
 
@@ -95,34 +96,6 @@ template <int DT, int D> struct fa2_shape {
     static_assert(!QREG || BK >= FA_Q, "Q is staged in the V tile");
     static_assert(bytes <= 99 * 1024, "sm_89 and sm_120 give a block 99 KiB");
 };
-
-__device__ __forceinline__ void fa_cp16(uint32_t dst, const void *src, bool ok)
-{
-    const int n = ok ? 16 : 0; /* 0: fill the 16 bytes with zeros */
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-
-__device__ __forceinline__ void fa_ldsm4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void fa_ldsm4t(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void fa_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 /* lo, hi rounded to float16 as one register (lo in the low half: the
  * lower column of a fragment) */
@@ -193,7 +166,7 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
     uint32_t qf[S::QREG ? KS : 1][4];
     if constexpr (S::QREG) {
 #pragma unroll
-        for (int ks = 0; ks < KS; ks++) fa_ldsm4(qaddr + ks * 32, qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3]);
+        for (int ks = 0; ks < KS; ks++) mr_ldsm4(qaddr + ks * 32, qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3]);
     }
     /* part NULL: one block (gridDim.z 1) walks every key and writes out;
      * else worker z walks slices z, z + W, ... of PF_SLICE positions (a
@@ -234,7 +207,7 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
         for (int i = tid; i < BK * CPR; i += NTH) {
             const int j = i / CPR, c = i % CPR;
             const long long ofs = kofs[bf * BK + j];
-            fa_cp16(dst + (F16 ? j * LDH * 2 : j * D * ESZ) + c * 16, ofs < 0 ? base : base + ofs * ESZ + c * 16,
+            mr_cp16(dst + (F16 ? j * LDH * 2 : j * D * ESZ) + c * 16, ofs < 0 ? base : base + ofs * ESZ + c * 16,
                     ofs >= 0);
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
@@ -298,14 +271,14 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
             if constexpr (S::QREG) {
                 a[0] = qf[ks][0], a[1] = qf[ks][1], a[2] = qf[ks][2], a[3] = qf[ks][3];
             } else {
-                fa_ldsm4(qaddr + ks * 32, a[0], a[1], a[2], a[3]);
+                mr_ldsm4(qaddr + ks * 32, a[0], a[1], a[2], a[3]);
             }
 #pragma unroll
             for (int np = 0; np < NT / 2; np++) {
                 uint32_t b0, b1, b2, b3;
-                fa_ldsm4(kaddr + (np * 16 * LDH + ks * 16) * 2, b0, b1, b2, b3);
-                fa_mma(s[2 * np], a, b0, b1);
-                fa_mma(s[2 * np + 1], a, b2, b3);
+                mr_ldsm4(kaddr + (np * 16 * LDH + ks * 16) * 2, b0, b1, b2, b3);
+                mr_mma16816(s[2 * np], a, b0, b1);
+                mr_mma16816(s[2 * np + 1], a, b2, b3);
             }
         }
 
@@ -377,9 +350,9 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t b0, b1, b2, b3;
-                fa_ldsm4t(vaddr + (kk * 16 * LDH + dp * 16) * 2, b0, b1, b2, b3);
-                fa_mma(o[2 * dp], pf[kk], b0, b1);
-                fa_mma(o[2 * dp + 1], pf[kk], b2, b3);
+                mr_ldsm4t(vaddr + (kk * 16 * LDH + dp * 16) * 2, b0, b1, b2, b3);
+                mr_mma16816(o[2 * dp], pf[kk], b0, b1);
+                mr_mma16816(o[2 * dp + 1], pf[kk], b2, b3);
             }
         p0 = pn;
     }

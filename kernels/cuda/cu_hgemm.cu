@@ -27,6 +27,7 @@
  * Needs k, lda and ldb multiples of 8 halves and 16-byte aligned A and B
  * (16-byte loads); the caller checks (mr_cu_hgemm returns false). */
 #include "kernels/cuda/cu_common.cuh"
+#include "kernels/cuda/cu_mma.cuh"
 
 #define HG_BM 128
 #define HG_BK 64 /* k a stage: rows of 128 bytes, eight 16-byte chunks */
@@ -38,27 +39,6 @@ template <int BN> constexpr int hg_smem() { return HG_STAGES * (HG_BM + BN) * HG
 
 /* Byte offset of 16-byte chunk c (0..7) of row r in a tile. */
 __device__ __forceinline__ int hg_off(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
-
-__device__ __forceinline__ void hg_cp16(uint32_t dst, const void *src, bool ok)
-{
-    const int n = ok ? 16 : 0; /* 0: fill the 16 bytes with zeros */
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n));
-}
-
-__device__ __forceinline__ void hg_ldsm4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void hg_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 /* A thread's share of a stage: rows r0, r0 + 32, ... (A's HG_BM rows, then
  * B's BN rows) at one chunk c, so one pointer per operand, advanced by
@@ -97,12 +77,12 @@ template <int BN> struct hg_loader {
 #pragma unroll
         for (int i = 0; i < NA; i++) {
             const bool ok = kin && (a_ok >> i & 1);
-            hg_cp16(st + s_off + i * 32 * 128, ok ? a + (size_t)i * lda32 + o : a, ok);
+            mr_cp16(st + s_off + i * 32 * 128, ok ? a + (size_t)i * lda32 + o : a, ok);
         }
 #pragma unroll
         for (int i = 0; i < NB; i++) {
             const bool ok = kin && (b_ok >> i & 1);
-            hg_cp16(st + HG_BM * 128 + s_off + i * 32 * 128, ok ? b + (size_t)i * ldb32 + o : b, ok);
+            mr_cp16(st + HG_BM * 128 + s_off + i * 32 * 128, ok ? b + (size_t)i * ldb32 + o : b, ok);
         }
     }
 };
@@ -167,11 +147,11 @@ __global__ void __launch_bounds__(HG_THREADS, 2) k_hgemm(int m, int n, int k, fl
                 const int f = h & 1;
 #pragma unroll
                 for (int i = 0; i < MI; i++)
-                    hg_ldsm4(sA + hg_off(a_row + i * 16, 2 * h + a_chk), af[f][i][0], af[f][i][1], af[f][i][2],
+                    mr_ldsm4(sA + hg_off(a_row + i * 16, 2 * h + a_chk), af[f][i][0], af[f][i][1], af[f][i][2],
                              af[f][i][3]);
 #pragma unroll
                 for (int j = 0; j < NJ / 2; j++)
-                    hg_ldsm4(sB + hg_off(b_row + j * 16, 2 * h + b_chk), bf[f][2 * j][0], bf[f][2 * j][1],
+                    mr_ldsm4(sB + hg_off(b_row + j * 16, 2 * h + b_chk), bf[f][2 * j][0], bf[f][2 * j][1],
                              bf[f][2 * j + 1][0], bf[f][2 * j + 1][1]);
             }
             if (h > 0) {
@@ -179,7 +159,7 @@ __global__ void __launch_bounds__(HG_THREADS, 2) k_hgemm(int m, int n, int k, fl
 #pragma unroll
                 for (int i = 0; i < MI; i++)
 #pragma unroll
-                    for (int j = 0; j < NJ; j++) hg_mma(acc[i][j], af[f][i], bf[f][j][0], bf[f][j][1]);
+                    for (int j = 0; j < NJ; j++) mr_mma16816(acc[i][j], af[f][i], bf[f][j][0], bf[f][j][1]);
             }
         }
     }

@@ -1,0 +1,41 @@
+/* The PTX the tensor-core kernels share (k_hgemm, the FlashAttention-2
+ * prompt attention): 16-byte cp.async with a zero fill, ldmatrix of four
+ * 8 x 8 matrices (plain and transposed), and the m16n8k16 float16 MMA with
+ * float32 accumulation.  Fragment layouts: cu_fattn.cu. */
+#ifndef MR_CU_MMA_CUH
+#define MR_CU_MMA_CUH
+
+#include <stdint.h>
+
+/* 16 bytes from src to shared address dst; ok false: 16 zero bytes (src is
+ * not read but must be a valid address). */
+__device__ __forceinline__ void mr_cp16(uint32_t dst, const void *src, bool ok)
+{
+    const int n = ok ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+
+__device__ __forceinline__ void mr_ldsm4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void mr_ldsm4t(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+/* d += a b (A 16 x 16 row-major, B 16 x 8 column-major, float32 d). */
+__device__ __forceinline__ void mr_mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+#endif
