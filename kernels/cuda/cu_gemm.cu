@@ -761,16 +761,17 @@ void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
             return;
         }
         mr_cu_join_partials(c, part, nc, (size_t)n * rows, y);
-    }
-    /* each chunk's k_dequant rewrites the scratch the previous chunk's
-     * GEMM read: launched with PDL it may start early, but its
-     * mr_pdl_wait returns only once that GEMM has completed (cu_pdl.cuh) */
-    for (int64_t r0 = 0; !kc && r0 < rows; r0 += chunk) {
-        int64_t nr = rows - r0 < chunk ? rows - r0 : chunk;
-        dequant_mode(c, md, w->type, W, 0, w->row_bytes, cols, r0, nr, 1, c->scratch_w.p);
-        if (!gemm(c, md, w->name ? w->name : "matmul", (int)nr, n, (int)cols, c->scratch_w.p, 0, xg,
-                  0, y + r0, (int)rows, 0, 1))
-            return;
+    } else {
+        /* each chunk's k_dequant rewrites the scratch the previous chunk's
+         * GEMM read: launched with PDL it may start early, but its
+         * mr_pdl_wait returns only once that GEMM has completed (cu_pdl.cuh) */
+        for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+            int64_t nr = rows - r0 < chunk ? rows - r0 : chunk;
+            dequant_mode(c, md, w->type, W, 0, w->row_bytes, cols, r0, nr, 1, c->scratch_w.p);
+            if (!gemm(c, md, w->name ? w->name : "matmul", (int)nr, n, (int)cols, c->scratch_w.p, 0, xg, 0,
+                      y + r0, (int)rows, 0, 1))
+                return;
+        }
     }
     if (scale) {
         mr_cu_launch(c, k_scatter_rows, n, 256, 0, y, rows, nullptr, scale, y);
