@@ -1137,12 +1137,12 @@ static void qk_norm_rope_apart(mr_backend *be, const float *q, const float *k, c
     be->free(be, dq); be->free(be, dk); be->free(be, dqw); be->free(be, dkw); be->free(be, dp);
 }
 
-/* The same rows through qk_norm_rope in calls of `step` tokens (the kernel
- * lays a call's rows out over its blocks by the call's size): dq, dk hold
- * the inputs and are overwritten. */
+/* q[n][heads][hd] and k[n][kvh][hd] (host) through the GPU's qk_norm_rope
+ * in calls of `step` tokens (n: one call) into yq, yk (host); the kernel
+ * lays a call's rows out over its blocks by the call's size. */
 static void qk_norm_rope_calls(const float *q, const float *k, const float *qw, const float *kw,
-                               const int32_t *pos, int n, int heads, int kvh, int hd, int n_rot, int mode,
-                               int step, float *yq, float *yk)
+                               const int32_t *pos, int n, int heads, int kvh, int hd, int n_rot, float base,
+                               int mode, float eps, int step, float *yq, float *yk)
 {
     const size_t lq = (size_t)n * heads * hd, lk = (size_t)n * kvh * hd;
     float *dq = dup_to(gpu, q, lq * 4), *dk = dup_to(gpu, k, lk * 4);
@@ -1151,7 +1151,7 @@ static void qk_norm_rope_calls(const float *q, const float *k, const float *qw, 
     for (int t0 = 0; t0 < n; t0 += step) {
         const int c = n - t0 < step ? n - t0 : step;
         gpu->qk_norm_rope(gpu, dq + (size_t)t0 * heads * hd, dk + (size_t)t0 * kvh * hd, dqw, dkw, dp + t0, c, heads,
-                          kvh, hd, n_rot, 1e6f, mode, 1e-6f);
+                          kvh, hd, n_rot, base, mode, eps);
     }
     fetch(gpu, yq, dq, lq * 4);
     fetch(gpu, yk, dk, lk * 4);
@@ -1179,13 +1179,7 @@ static void check_qk_norm_rope(int n, int heads, int kvh, int hd, int n_rot, int
     char shape[64];
     snprintf(shape, sizeof shape, "%s n=%d h=%d/%d d=%d rot=%d", mode == MR_ROPE_NEOX ? "neox" : "norm", n,
              heads, kvh, hd, n_rot);
-    float *dq = dup_to(gpu, q, lq * 4), *dk = dup_to(gpu, k, lk * 4);
-    float *dqw = dup_to(gpu, qw, hd * 4), *dkw = dup_to(gpu, kw, hd * 4);
-    int32_t *dp = dup_to(gpu, pos, n * 4);
-    gpu->qk_norm_rope(gpu, dq, dk, dqw, dkw, dp, n, heads, kvh, hd, n_rot, base, mode, eps);
-    fetch(gpu, yq, dq, lq * 4);
-    fetch(gpu, yk, dk, lk * 4);
-    gpu->free(gpu, dq); gpu->free(gpu, dk); gpu->free(gpu, dqw); gpu->free(gpu, dkw); gpu->free(gpu, dp);
+    qk_norm_rope_calls(q, k, qw, kw, pos, n, heads, kvh, hd, n_rot, base, mode, eps, n, yq, yk);
     qk_norm_rope_apart(gpu, q, k, qw, kw, pos, n, heads, kvh, hd, n_rot, base, mode, eps, rq, rk);
     report_f("qk_norm_rope-q", shape, yq, rq, lq, 1e-6);
     report_f("qk_norm_rope-k", shape, yk, rk, lk, 1e-6);
@@ -1197,7 +1191,7 @@ static void check_qk_norm_rope(int n, int heads, int kvh, int hd, int n_rot, int
     }
     const int steps[] = {1, 7, 63, 64};
     for (size_t s = 0; n >= 65 && s < sizeof steps / sizeof steps[0]; s++) {
-        qk_norm_rope_calls(q, k, qw, kw, pos, n, heads, kvh, hd, n_rot, mode, steps[s], rq, rk);
+        qk_norm_rope_calls(q, k, qw, kw, pos, n, heads, kvh, hd, n_rot, base, mode, eps, steps[s], rq, rk);
         size_t diff = 0;
         int nan = 0;
         for (size_t i = 0; i < lq; i++) { diff += memcmp(&rq[i], &yq[i], 4) != 0; nan += isnan(rq[i]); }
