@@ -183,18 +183,25 @@ static double median3(const double t[3])
     return a0 > a1 ? (a1 > a2 ? a1 : (a0 > a2 ? a2 : a0)) : (a0 > a2 ? a0 : (a1 > a2 ? a2 : a1));
 }
 
-/* Times be's matvec on the set's weights; prints one line. */
-static double mv_time(mv_set *m, mr_backend *be, const char *label, int iters, double bw)
+/* Seconds a call of be's matmul on the set takes: the median of 3 timed
+ * batches of iters calls, each after `warm` untimed ones; exits on an error. */
+static double mv_median(mv_set *m, mr_backend *be, const char *label, int warm, int iters)
 {
     mr_err err;
     mv_arg a = {be, m->w, m->nw, 0, m->n, m->x, m->y};
     double t[3];
-    for (int r = 0; r < 3; r++) t[r] = mr_cuda_time(be, run_mv, &a, 10, iters);
+    for (int r = 0; r < 3; r++) t[r] = mr_cuda_time(be, run_mv, &a, warm, iters);
     if (be->sync(be, &err)) {
         fprintf(stderr, "bench %s: %s\n", label, err.msg);
         exit(1);
     }
-    double med = median3(t);
+    return median3(t);
+}
+
+/* Times be's matvec on the set's weights; prints one line. */
+static double mv_time(mv_set *m, mr_backend *be, const char *label, int iters, double bw)
+{
+    double med = mv_median(m, be, label, 10, iters);
     double gbs = m->bytes / med / 1e9;
     printf("%-8s %-9s %7lld x %-6lld n=%d %9.0f KB %8.2f us %8.1f GB/s %6.1f%%\n", label, type_name(m->type),
            (long long)m->rows, (long long)m->cols, m->n, m->bytes / 1024.0, med * 1e6, gbs, 100.0 * gbs / bw);
@@ -384,16 +391,7 @@ static void bench_small_gemm(int n, int iters)
         mv_load(&m, be[0][0], sh[i].type, sh[i].rows, sh[i].cols, n);
         for (int md = 0; md < 2; md++) {
             double tt[2];
-            for (int sp = 0; sp < 2; sp++) {
-                mv_arg a = {be[md][sp], m.w, m.nw, 0, n, m.x, m.y};
-                double t[3];
-                for (int r = 0; r < 3; r++) t[r] = mr_cuda_time(be[md][sp], run_mv, &a, 3, iters);
-                if (be[md][sp]->sync(be[md][sp], &err)) {
-                    fprintf(stderr, "bench small GEMM: %s\n", err.msg);
-                    exit(1);
-                }
-                tt[sp] = median3(t);
-            }
+            for (int sp = 0; sp < 2; sp++) tt[sp] = mv_median(&m, be[md][sp], "small GEMM", 3, iters);
             printf("small-%-5s %-7s %11lld x %-15lld n=%-4d gemm %8.1f us  float32 %8.1f us  %.2fx\n", mode[md],
                    type_name(sh[i].type), (long long)sh[i].rows, (long long)sh[i].cols, n, tt[0] * 1e6, tt[1] * 1e6,
                    tt[0] / tt[1]);
@@ -435,14 +433,7 @@ static int bench_gemm(int iters, double cbw)
         mv_load(&m, be[0], dn[i].type, dn[i].rows, dn[i].cols, n); /* device pointers: every backend reads them */
         double tt[4];
         for (int b = 0; b < 4; b++) {
-            mv_arg a = {be[b], m.w, m.nw, 0, n, m.x, m.y};
-            double t[3];
-            for (int r = 0; r < 3; r++) t[r] = mr_cuda_time(be[b], run_mv, &a, 3, iters);
-            if (be[b]->sync(be[b], &err)) {
-                fprintf(stderr, "bench %s: %s\n", label[b], err.msg);
-                exit(1);
-            }
-            tt[b] = median3(t);
+            tt[b] = mv_median(&m, be[b], label[b], 3, iters);
             printf("%-11s %-7s %11lld x %-15lld n=%-4d %10.1f us %8.1f TFLOP/s\n", label[b], type_name(dn[i].type),
                    (long long)dn[i].rows, (long long)dn[i].cols, n, tt[b] * 1e6,
                    2.0 * dn[i].rows * dn[i].cols * n / tt[b] / 1e12);
