@@ -235,6 +235,19 @@ __device__ __forceinline__ int64_t qkr_slot(const qkr_kv &c, int t, int p, int k
     return ((int64_t)blk * c.bt + p % c.bt) * kvdim;
 }
 
+/* Copies a head row into the warp's hv and returns its sum of squares
+ * (each lane's elements in order, then across the warp). */
+__device__ __forceinline__ float qkr_load(const float *x, float *hv, int head_dim, int lane)
+{
+    float ss = 0.0f;
+    for (int i = lane; i < head_dim; i += 32) {
+        const float v = x[i];
+        hv[i] = v;
+        ss = fmaf(v, v, ss);
+    }
+    return mr_warp_sum(ss);
+}
+
 /* Blocks [0, n_heads) rotate query heads, the next n_kv_heads key heads;
  * with DT >= 0 the key blocks then store their rows into the cache and n_kv_heads more
  * blocks copy the value heads there. */
@@ -252,10 +265,20 @@ __global__ void __launch_bounds__(128) k_qk_norm_rope(float *q, float *k, const 
     const int kvdim = n_kv_heads * head_dim, half = n_rot / 2;
     const int n_rows = n_heads + n_kv_heads + (DT >= 0 ? n_kv_heads : 0);
     const int p = pos[t];
+    float *hv = hvs[wp];
+    /* The warp's first row is loaded and its sum of squares taken before
+     * the block's barrier, so that in decode (one row a warp) the row's
+     * memory round trip overlaps the sin/cos below instead of following
+     * them.  The same loads and sums as in the loop: the same bits. */
+    const int hh0 = blockIdx.x * rows + wp, h_end = min((int)(blockIdx.x + 1) * rows, n_rows);
+    float ss0 = 0.0f;
+    if (hh0 < h_end && hh0 < n_heads + n_kv_heads)
+        ss0 = qkr_load(hh0 < n_heads ? q + ((int64_t)t * n_heads + hh0) * head_dim
+                                     : k + ((int64_t)t * n_kv_heads + (hh0 - n_heads)) * head_dim,
+                       hv, head_dim, lane);
     for (int j = threadIdx.x; j < half; j += blockDim.x) rope_angle(p, j, n_rot, theta_base, &sn[j], &cs[j]);
     __syncthreads();
-    float *hv = hvs[wp];
-    for (int hh = blockIdx.x * rows + wp; hh < (int)(blockIdx.x + 1) * rows && hh < n_rows; hh += 4) {
+    for (int hh = hh0; hh < h_end; hh += 4) {
         if constexpr (DT >= 0) {
             if (hh >= n_heads + n_kv_heads) { /* a value head: copied as it is */
                 const int vh = hh - n_heads - n_kv_heads;
@@ -271,13 +294,7 @@ __global__ void __launch_bounds__(128) k_qk_norm_rope(float *q, float *k, const 
         float *x = isq ? q + ((int64_t)t * n_heads + hh) * head_dim
                        : k + ((int64_t)t * n_kv_heads + (hh - n_heads)) * head_dim;
         const float *w = isq ? qw : kw;
-        float ss = 0.0f;
-        for (int i = lane; i < head_dim; i += 32) {
-            const float v = x[i];
-            hv[i] = v;
-            ss = fmaf(v, v, ss);
-        }
-        ss = mr_warp_sum(ss);
+        const float ss = hh == hh0 ? ss0 : qkr_load(x, hv, head_dim, lane);
         const float inv = 1.0f / sqrtf(ss / (float)head_dim + eps);
         for (int i = lane; i < head_dim; i += 32) hv[i] = hv[i] * inv * w[i];
         __syncwarp();
