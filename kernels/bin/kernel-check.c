@@ -26,12 +26,14 @@
  * whole decode steps of a small model with it off and on, bit for bit
  * (check_pdl).
  *
- * Usage: kernel-check [seed [moe|sample|pdl|attn|mm|ops|q8]]   Prints a
- * table, then ALL GREEN or FAILED; "moe" runs only the checks of the grouped
- * expert products, "sample" only those of the sample op, "pdl" only the
- * PDL comparison, "attn" only the prompt attention (part of "ops"); "mm",
- * "ops" and "q8" one third of the whole each (run the three at once: their
- * union is what no argument runs). */
+ * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|mm|ops|q8]]   Prints
+ * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
+ * grouped expert products, "prompt" only those of the prompt products (the
+ * GEMM paths and their rows' bits across calls; part of "mm"), "sample"
+ * only those of the sample op, "pdl" only the PDL comparison, "attn" only
+ * the prompt attention (part of "ops"); "mm", "ops" and "q8" one third of
+ * the whole each (run the three at once: their union is what no argument
+ * runs). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -844,7 +846,6 @@ static void check_gemm_prompt(void)
     check_matmul_id_route(iq4, 2048, 512, 8, 2, 1, 65, ROUTE_RANDOM); /* gate/up */
     check_matmul_id_route(iq4, 512, 2048, 8, 2, 2, 65, ROUTE_RANDOM); /* down */
 }
-
 
 /* ---- prompt rows: the same bits in any call (matmul_prompt) ----
  * A prompt row's product may not depend on how many rows share its call:
@@ -3573,7 +3574,10 @@ int main(int argc, char **argv)
     const char *part = argc > 2 ? argv[2] : "";
     if (!strcmp(part, "moe"))
         check_moe_grouped();
-    else if (!strcmp(part, "sample"))
+    else if (!strcmp(part, "prompt")) {
+        check_gemm_prompt();
+        check_prompt_rows();
+    } else if (!strcmp(part, "sample"))
         check_sample_all();
     else if (!strcmp(part, "pdl"))
         check_pdl();

@@ -314,18 +314,58 @@ __global__ void k_scatter_rows(const float *Y, int64_t rows, const int32_t *dst,
 }
 
 /* Fused expert GEMM tiles: MG_BM weight rows x MG_BN tokens of one expert,
- * MG_BK columns per step; 4 warps, warp w owns rows 16w..16w+15 and both
- * 16-token halves. */
+ * MG_BK columns per step; 4 warps, warp w owns rows 16w..16w+15 and the
+ * tile's 16-token quarters that hold tokens (MG_NJ of them at most).
+ *
+ * Why 64 tokens a tile: a 512-token prompt of the 30B-A3B shape gives its
+ * 128 experts ~32 tokens each, unevenly.  Every tile decodes its expert's
+ * weights again, and that decode, not the MMAs, is the kernel's work (ncu,
+ * run 93: L1 / shared memory 81% busy, DRAM 5%), so an expert's tokens
+ * belong in as few tiles as possible; quarters past a tile's count skip
+ * their MMAs.  A result's arithmetic is the same whatever tile or quarter
+ * its token lands in (the MMA of a 16 x 16 output block does not depend on
+ * the other blocks).  The decoded tile is written 16 bytes a store: with
+ * 4-byte stores, 8 rows x 4 groups of a warp met 4-way bank conflicts. */
 #define MG_BM 64
-#define MG_BN 32
+#define MG_BN 64
+#define MG_NJ (MG_BN / 16)
 #define MG_BK 128
 #define MG_PAD 8 /* float16 elements of padding per shared row (bank spread; WMMA wants ldm % 8 == 0) */
+#define MG_LD (MG_BK + MG_PAD)
 
 /* One tile of work: expert m, its tokens at rows [row0, row0 + cnt) of the
  * gathered operand (cnt <= MG_BN). */
 struct mg_tile {
     int m, row0, cnt;
 };
+
+/* Group g (32 weights) of a row, decoded and rounded to float16 pairs. */
+template <int T>
+__device__ __forceinline__ void mg_decode_f16(const uint8_t *row, int64_t g, uint4 out[4])
+{
+    float v[32];
+    mr_dq32<T>(row, g, v);
+    uint32_t hw[16];
+#pragma unroll
+    for (int q = 0; q < 16; q++) {
+        const __half2 h = __floats2half2_rn(v[2 * q], v[2 * q + 1]);
+        hw[q] = *(const uint32_t *)&h;
+    }
+#pragma unroll
+    for (int q = 0; q < 4; q++) out[q] = make_uint4(hw[4 * q], hw[4 * q + 1], hw[4 * q + 2], hw[4 * q + 3]);
+}
+
+/* y[dst[p]][r0 + r] = the staged result of token t (p = row0 + t) times
+ * the row's scale, consecutive threads on consecutive rows. */
+__device__ __forceinline__ void mg_write_out(const float (*cs)[MG_BN + 4], const mg_tile &tl, int r0, int rows,
+                                             const float *scale, const int32_t *dst, float *y)
+{
+    for (int u = threadIdx.x; u < MG_BM * tl.cnt; u += blockDim.x) {
+        const int t = u / MG_BM, r = u % MG_BM;
+        const int p = tl.row0 + t;
+        y[(size_t)dst[p] * rows + r0 + r] = cs[r][t] * scale[p];
+    }
+}
 
 template <int T>
 __global__ void __launch_bounds__(128)
@@ -336,29 +376,35 @@ k_moe_gemm(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int r
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     using namespace nvcuda;
-    __shared__ __align__(32) __half ws[MG_BM][MG_BK + MG_PAD];
-    __shared__ __align__(32) __half xs[MG_BN][MG_BK + MG_PAD];
-    __shared__ __align__(32) float cs[MG_BM][MG_BN + 4];
+    typedef __half hrow[MG_LD];
+    typedef float crow[MG_BN + 4];
+    /* the weight and token tiles, then (after the last step) the output staging */
+    __shared__ __align__(128) unsigned char sm[(MG_BM + MG_BN) * MG_LD * sizeof(__half)];
+    static_assert(MG_BM * (MG_BN + 4) * sizeof(float) <= sizeof sm, "the output staging fits");
+    hrow *ws = (hrow *)sm, *xs = ws + MG_BM;
+    crow *cs = (crow *)sm;
     if ((int)blockIdx.y >= *n_tiles) /* the grid is sized for the most tiles the call can have */
         return;
     const mg_tile tl = tiles[blockIdx.y];
     const int r0 = blockIdx.x * MG_BM, tid = threadIdx.x, warp = tid >> 5;
+    const int nj = (tl.cnt + 15) / 16; /* quarters with tokens (the same for the whole block) */
     const uint8_t *Wm = W + (size_t)tl.m * mat_bytes;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
-    wmma::fill_fragment(acc[0], 0.0f);
-    wmma::fill_fragment(acc[1], 0.0f);
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[MG_NJ];
+#pragma unroll
+    for (int j = 0; j < MG_NJ; j++) wmma::fill_fragment(acc[j], 0.0f);
     for (int k0 = 0; k0 < cols; k0 += MG_BK) {
         /* weights: MG_BM rows x MG_BK/32 groups, two groups a thread */
         for (int u = tid; u < MG_BM * (MG_BK / 32); u += 128) {
             const int r = u / (MG_BK / 32), g = u % (MG_BK / 32);
-            float v[32];
-            mr_dq32<T>(Wm + (size_t)(r0 + r) * row_bytes, (k0 >> 5) + g, v);
-            __half2 *d = (__half2 *)&ws[r][32 * g];
+            uint4 h[4];
+            mg_decode_f16<T>(Wm + (size_t)(r0 + r) * row_bytes, (k0 >> 5) + g, h);
+            uint4 *d = (uint4 *)&ws[r][32 * g];
 #pragma unroll
-            for (int q = 0; q < 16; q++) d[q] = __floats2half2_rn(v[2 * q], v[2 * q + 1]);
+            for (int q = 0; q < 4; q++) d[q] = h[q];
         }
-        /* tokens: MG_BN rows x MG_BK halves, 16 bytes a load; rows past cnt are zero */
-        for (int u = tid; u < MG_BN * (MG_BK / 8); u += 128) {
+        /* tokens: the quarters with tokens, MG_BK halves a row, 16 bytes a
+         * load; rows past cnt are zero */
+        for (int u = tid; u < 16 * nj * (MG_BK / 8); u += 128) {
             const int t = u / (MG_BK / 8), c8 = u % (MG_BK / 8);
             uint4 v = make_uint4(0, 0, 0, 0);
             if (t < tl.cnt)
@@ -369,24 +415,23 @@ k_moe_gemm(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int r
 #pragma unroll
         for (int kk = 0; kk < MG_BK; kk += 16) {
             wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b0, b1;
-            wmma::load_matrix_sync(a, &ws[16 * warp][kk], MG_BK + MG_PAD);
-            wmma::load_matrix_sync(b0, &xs[0][kk], MG_BK + MG_PAD);
-            wmma::load_matrix_sync(b1, &xs[16][kk], MG_BK + MG_PAD);
-            wmma::mma_sync(acc[0], a, b0, acc[0]);
-            wmma::mma_sync(acc[1], a, b1, acc[1]);
+            wmma::load_matrix_sync(a, &ws[16 * warp][kk], MG_LD);
+#pragma unroll
+            for (int j = 0; j < MG_NJ; j++) {
+                if (j < nj) {
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b;
+                    wmma::load_matrix_sync(b, &xs[16 * j][kk], MG_LD);
+                    wmma::mma_sync(acc[j], a, b, acc[j]);
+                }
+            }
         }
         __syncthreads();
     }
-    wmma::store_matrix_sync(&cs[16 * warp][0], acc[0], MG_BN + 4, wmma::mem_row_major);
-    wmma::store_matrix_sync(&cs[16 * warp][16], acc[1], MG_BN + 4, wmma::mem_row_major);
+#pragma unroll
+    for (int j = 0; j < MG_NJ; j++)
+        if (j < nj) wmma::store_matrix_sync(&cs[16 * warp][16 * j], acc[j], MG_BN + 4, wmma::mem_row_major);
     __syncthreads();
-    /* y[dst][r0 + r] = c * scale: consecutive threads, consecutive rows */
-    for (int u = tid; u < MG_BM * tl.cnt; u += 128) {
-        const int t = u / MG_BM, r = u % MG_BM;
-        const int p = tl.row0 + t;
-        y[(size_t)dst[p] * rows + r0 + r] = cs[r][t] * scale[p];
-    }
+    mg_write_out(cs, tl, r0, rows, scale, dst, y);
 }
 
 /* The f16x3 fused expert GEMM: k_moe_gemm with high and low weight tiles
@@ -394,13 +439,12 @@ k_moe_gemm(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int r
  * halves.  Per MG_BK columns a warp runs W_hi x_hi into a fresh accumulator
  * and adds it to its float32 sums with ordinary adds (the tensor cores'
  * truncation never runs more than MG_BK / 16 = 8 steps; top comment), and
- * W_lo x_hi + W_hi x_lo into one accumulator for the whole K.  A tile of
- * 16 tokens or fewer (most of them where 256 experts share a prompt) skips
- * the products of the second 16-token half, which are all zero rows.
- * Shared memory: two weight tiles and two token tiles, 51 KiB, dynamic (the
- * limit is raised at init); the output staging reuses the high weight
- * tile. */
-#define MG_LD (MG_BK + MG_PAD)
+ * W_lo x_hi + W_hi x_lo into one accumulator for the whole K.  As in
+ * k_moe_gemm, the 16-token quarters past the tile's count (most of them
+ * where 256 experts share a prompt) skip their products, which are all zero
+ * rows.  Shared memory: two weight tiles and two token tiles, 68 KiB,
+ * dynamic (the limit is raised at init); the output staging reuses the high
+ * weight tile. */
 #define MG_X3_SMEM ((2 * MG_BM + 2 * MG_BN) * MG_LD * (int)sizeof(__half))
 static_assert(MG_BM * (MG_BN + 4) * sizeof(float) <= MG_BM * MG_LD * sizeof(__half),
               "the output staging fits in the high weight tile");
@@ -425,10 +469,10 @@ k_moe_gemm_x3(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, in
     const int r0 = blockIdx.x * MG_BM, tid = threadIdx.x, warp = tid >> 5;
     const uint8_t *Wm = W + (size_t)tl.m * mat_bytes;
     const size_t ldx = 2 * (size_t)cols;
-    const int nj = tl.cnt > 16 ? 2 : 1; /* 16-token halves with tokens (the same for the whole block) */
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2], accx[2], part[2];
+    const int nj = (tl.cnt + 15) / 16; /* quarters with tokens (the same for the whole block) */
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[MG_NJ], accx[MG_NJ], part[MG_NJ];
 #pragma unroll
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < MG_NJ; j++) {
         wmma::fill_fragment(acc[j], 0.0f);
         wmma::fill_fragment(accx[j], 0.0f);
     }
@@ -463,49 +507,40 @@ k_moe_gemm_x3(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, in
             *(uint4 *)&xl[t][8 * c8] = l;
         }
         __syncthreads();
-        wmma::fill_fragment(part[0], 0.0f);
-        wmma::fill_fragment(part[1], 0.0f);
+#pragma unroll
+        for (int j = 0; j < MG_NJ; j++) wmma::fill_fragment(part[j], 0.0f);
 #pragma unroll
         for (int kk = 0; kk < MG_BK; kk += 16) {
             wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> ah, al;
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> bh[2], bl[2];
             wmma::load_matrix_sync(ah, &wh[16 * warp][kk], MG_LD);
             wmma::load_matrix_sync(al, &wl[16 * warp][kk], MG_LD);
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
+            for (int j = 0; j < MG_NJ; j++) {
                 if (j < nj) {
-                    wmma::load_matrix_sync(bh[j], &xh[16 * j][kk], MG_LD);
-                    wmma::load_matrix_sync(bl[j], &xl[16 * j][kk], MG_LD);
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                if (j < nj) {
-                    wmma::mma_sync(part[j], ah, bh[j], part[j]);
-                    wmma::mma_sync(accx[j], al, bh[j], accx[j]);
-                    wmma::mma_sync(accx[j], ah, bl[j], accx[j]);
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> bh, bl;
+                    wmma::load_matrix_sync(bh, &xh[16 * j][kk], MG_LD);
+                    wmma::load_matrix_sync(bl, &xl[16 * j][kk], MG_LD);
+                    wmma::mma_sync(part[j], ah, bh, part[j]);
+                    wmma::mma_sync(accx[j], al, bh, accx[j]);
+                    wmma::mma_sync(accx[j], ah, bl, accx[j]);
                 }
             }
         }
         /* same fragment type: the elements correspond one to one */
 #pragma unroll
-        for (int j = 0; j < 2; j++)
+        for (int j = 0; j < MG_NJ; j++)
 #pragma unroll
             for (int i = 0; i < part[j].num_elements; i++) acc[j].x[i] += part[j].x[i];
         __syncthreads();
     }
 #pragma unroll
-    for (int j = 0; j < 2; j++)
+    for (int j = 0; j < MG_NJ; j++) {
 #pragma unroll
         for (int i = 0; i < acc[j].num_elements; i++) acc[j].x[i] = fmaf(accx[j].x[i], X3_INV, acc[j].x[i]);
-    wmma::store_matrix_sync(&cs[16 * warp][0], acc[0], MG_BN + 4, wmma::mem_row_major);
-    wmma::store_matrix_sync(&cs[16 * warp][16], acc[1], MG_BN + 4, wmma::mem_row_major);
-    __syncthreads();
-    for (int u = tid; u < MG_BM * tl.cnt; u += 128) {
-        const int t = u / MG_BM, r = u % MG_BM;
-        const int p = tl.row0 + t;
-        y[(size_t)dst[p] * rows + r0 + r] = cs[r][t] * scale[p];
+        if (j < nj) wmma::store_matrix_sync(&cs[16 * warp][16 * j], acc[j], MG_BN + 4, wmma::mem_row_major);
     }
+    __syncthreads();
+    mg_write_out(cs, tl, r0, rows, scale, dst, y);
 }
 
 /* ---- host side ---- */
