@@ -226,6 +226,13 @@ struct mr_backend {
     void (*matmul_prompt)(mr_backend *be, const mr_weight *w, const float *x, float *y, int n);
     void (*matmul_id_prompt)(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
                              const int32_t *ids, int k, float *y, int n);
+    /* Optional.  Prompt rows of two expert matrices of one shape on the
+     * same tokens and ids (a mixture layer's gate and up, x_slots = 1): ya
+     * and yb as matmul_id_prompt(wa, ..., ya) and matmul_id_prompt(wb, ...,
+     * yb) write them, bit for bit, with the pairs grouped and the tokens
+     * prepared once for both.  NULL: the caller makes the two calls. */
+    void (*matmul_id2_prompt)(mr_backend *be, const mr_weight *wa, const mr_weight *wb, const float *x,
+                              const int32_t *ids, int k, float *ya, float *yb, int n);
     void (*attention_prompt)(mr_backend *be, const mr_kv_cache *kv, int layer,
                              const int32_t *block_table, const float *q, const int32_t *pos, int n,
                              int n_heads, float scale, float *out, int pos_first);

@@ -120,6 +120,11 @@ void mr_fwd_matmul(mr_model *m, const mr_weight *w, const float *x, float *y, in
 void mr_fwd_matmul_out(mr_model *m, const mr_weight *w, const float *x, float *y, int n);
 void mr_fwd_matmul_id(mr_model *m, const mr_weight *w, const float *x, int x_slots, const int32_t *ids,
                       int k, float *y, int n);
+/* Two expert products of one shape on the same tokens and ids, x_slots = 1
+ * (gate and up): the prompt rows in one matmul_id2_prompt call where the
+ * backend has it, the same bits as two mr_fwd_matmul_id calls. */
+void mr_fwd_matmul_id2(mr_model *m, const mr_weight *wa, const mr_weight *wb, const float *x, const int32_t *ids,
+                       int k, float *ya, float *yb, int n);
 
 /* One forward call over several sequences: n rows in sc.tokens / sc.pos in
  * all, split into segs; logits of each segment's rows from out_first on go

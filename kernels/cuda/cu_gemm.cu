@@ -325,7 +325,9 @@ __global__ void k_scatter_rows(const float *Y, int64_t rows, const int32_t *dst,
  * their MMAs.  A result's arithmetic is the same whatever tile or quarter
  * its token lands in (the MMA of a 16 x 16 output block does not depend on
  * the other blocks).  The decoded tile is written 16 bytes a store: with
- * 4-byte stores, 8 rows x 4 groups of a warp met 4-way bank conflicts. */
+ * 4-byte stores, 8 rows x 4 groups of a warp met 4-way bank conflicts.
+ * Blocks with blockIdx.z = 1 take W2 and y2 instead (gate and up of one
+ * grouping in one launch: matmul_id2_prompt). */
 #define MG_BM 64
 #define MG_BN 64
 #define MG_NJ (MG_BN / 16)
@@ -371,7 +373,7 @@ template <int T>
 __global__ void __launch_bounds__(128)
 k_moe_gemm(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int rows,
            const __half *X, const float *scale, const int32_t *dst, const mg_tile *tiles,
-           const int *n_tiles, float *y)
+           const int *n_tiles, float *y, const uint8_t *W2, float *y2)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
@@ -388,6 +390,10 @@ k_moe_gemm(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int r
     const mg_tile tl = tiles[blockIdx.y];
     const int r0 = blockIdx.x * MG_BM, tid = threadIdx.x, warp = tid >> 5;
     const int nj = (tl.cnt + 15) / 16; /* quarters with tokens (the same for the whole block) */
+    if (blockIdx.z) { /* the second matrix of a pair (gate and up) */
+        W = W2;
+        y = y2;
+    }
     const uint8_t *Wm = W + (size_t)tl.m * mat_bytes;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[MG_NJ];
 #pragma unroll
@@ -453,7 +459,7 @@ template <int T>
 __global__ void __launch_bounds__(128)
 k_moe_gemm_x3(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int rows,
               const __half *X, const float *scale, const int32_t *dst, const mg_tile *tiles,
-              const int *n_tiles, float *y)
+              const int *n_tiles, float *y, const uint8_t *W2, float *y2)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
@@ -467,6 +473,10 @@ k_moe_gemm_x3(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, in
         return;
     const mg_tile tl = tiles[blockIdx.y];
     const int r0 = blockIdx.x * MG_BM, tid = threadIdx.x, warp = tid >> 5;
+    if (blockIdx.z) { /* the second matrix of a pair (gate and up) */
+        W = W2;
+        y = y2;
+    }
     const uint8_t *Wm = W + (size_t)tl.m * mat_bytes;
     const size_t ldx = 2 * (size_t)cols;
     const int nj = (tl.cnt + 15) / 16; /* quarters with tokens (the same for the whole block) */
@@ -817,15 +827,16 @@ void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
 template <int T>
 static void moe_launch(mr_cu_ctx *c, bool x3, dim3 grid, const uint8_t *W, size_t mat_bytes,
                        size_t row_bytes, int cols, int rows, const __half *X, const float *scale,
-                       const int32_t *dst, const mg_tile *tiles, const int *n_tiles, float *y)
+                       const int32_t *dst, const mg_tile *tiles, const int *n_tiles, float *y, const uint8_t *W2,
+                       float *y2)
 {
     if constexpr (!mr_cu_plain_type(T)) { /* the caller sends block types only */
         if (x3)
             mr_cu_launch(c, k_moe_gemm_x3<T>, grid, 128, MG_X3_SMEM, W, mat_bytes, row_bytes, cols, rows, X, scale,
-                         dst, tiles, n_tiles, y);
+                         dst, tiles, n_tiles, y, W2, y2);
         else
             mr_cu_launch(c, k_moe_gemm<T>, grid, 128, 0, W, mat_bytes, row_bytes, cols, rows, X, scale, dst, tiles,
-                         n_tiles, y);
+                         n_tiles, y, W2, y2);
     }
 }
 
@@ -846,13 +857,14 @@ static void moe_launch(mr_cu_ctx *c, bool x3, dim3 grid, const uint8_t *W, size_
  * its expert's pairs of the round from the warp's matching lanes and the
  * earlier warps' counts of that expert (a histogram a warp in shared
  * memory), so the layout is the same every call.  A pair whose id is out
- * of range is left out and gets a NaN output row here. */
+ * of range is left out and gets a NaN output row here (in y2 too, where
+ * the call has a second matrix). */
 #define MG_GROUP_THREADS 512
 #define MG_GROUP_WARPS (MG_GROUP_THREADS / 32)
 #define MG_GROUP_MAX_MATS 512 /* shared memory: a histogram row per warp */
 __global__ void __launch_bounds__(MG_GROUP_THREADS)
 k_moe_group_tiles(const int32_t *ids, int P, int mats, int k, int x_slots, int32_t *map, mg_tile *tiles,
-                  int *n_tiles, float *y, int64_t rows)
+                  int *n_tiles, float *y, float *y2, int64_t rows)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
@@ -869,6 +881,8 @@ k_moe_group_tiles(const int32_t *ids, int P, int mats, int k, int x_slots, int32
         } else {
             const float nan = __int_as_float(0x7fc00000);
             for (int64_t r = 0; r < rows; r++) y[(int64_t)p * rows + r] = nan;
+            if (y2)
+                for (int64_t r = 0; r < rows; r++) y2[(int64_t)p * rows + r] = nan;
         }
     }
     __syncthreads();
@@ -941,9 +955,10 @@ k_moe_group_tiles(const int32_t *ids, int P, int mats, int k, int x_slots, int32
  * device, so the grid has the most tiles P pairs can make (every expert
  * with tokens may leave one partial tile) and blocks past the count return.
  * False: more experts than the grouping holds in shared memory (the caller
- * then groups on the host). */
+ * then groups on the host).  w2 (or NULL): a second matrix of w's type and
+ * shape on the same pairs, into y2, in the same launch. */
 static bool moe_gemm_fused(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, const float *x, int x_slots,
-                           const int32_t *ids, int k, float *y, int n)
+                           const int32_t *ids, int k, float *y, int n, const mr_weight *w2, float *y2)
 {
     const int64_t cols = w->cols, rows = w->rows, mats = w->n_mats;
     const int P = n * k;
@@ -962,24 +977,42 @@ static bool moe_gemm_fused(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, const
     mg_tile *d_tiles = (mg_tile *)((char *)c->scratch_moe.p + map_b);
     int *d_ntiles = (int *)((char *)d_tiles + tile_b);
     mr_cu_launch(c, k_moe_group_tiles, 1, MG_GROUP_THREADS, smem, ids, P, (int)mats, k, x_slots, d_map, d_tiles,
-                 d_ntiles, y, rows);
+                 d_ntiles, y, w2 ? y2 : nullptr, rows);
     MR_CU_LAUNCHED(c, "expert grouping");
     float *scale;
     const void *xg = prepare_x(c, md, x, cols, P, d_map, &scale);
     if (!xg)
         return true;
-    dim3 grid((unsigned)(rows / MG_BM), (unsigned)max_tiles);
-    const uint8_t *W = (const uint8_t *)w->data;
+    dim3 grid((unsigned)(rows / MG_BM), (unsigned)max_tiles, w2 ? 2 : 1);
+    const uint8_t *W = (const uint8_t *)w->data, *W2 = w2 ? (const uint8_t *)w2->data : nullptr;
     const size_t mat_bytes = w->row_bytes * (size_t)rows;
     switch (w->type) {
 #define X(TT) case TT: moe_launch<TT>(c, md == GEMM_F16X3, grid, W, mat_bytes, w->row_bytes, (int)cols, \
-                                      (int)rows, (const __half *)xg, scale, d_map + P, d_tiles, d_ntiles, y); break;
+                                      (int)rows, (const __half *)xg, scale, d_map + P, d_tiles, d_ntiles, y, \
+                                      W2, y2); break;
         MR_CU_TYPE_LIST(X)
 #undef X
     default: mr_cu_fail(c, "matmul_id: unsupported type %d", w->type); return true;
     }
     MR_CU_LAUNCHED(c, "expert GEMM (fused)");
     return true;
+}
+
+/* The fused expert kernels' precision in mode md: f16x3 only where asked
+ * (MEMRA_CUDA_MOE_X3=1; cu_gemm_init says why). */
+static gemm_mode moe_mode(mr_cu_ctx *c, gemm_mode md) { return md == GEMM_F16X3 && !c->moe_x3 ? GEMM_F16 : md; }
+
+/* matmul_id2_prompt's products on the fused path: both matrices of one
+ * type and shape, grouped and gathered once, one launch; false (nothing
+ * done) where the fused path does not take them. */
+bool mr_cu_matmul_id_gemm2(mr_cu_ctx *c, const mr_weight *wa, const mr_weight *wb, const float *x,
+                           const int32_t *ids, int k, float *ya, float *yb, int n)
+{
+    const gemm_mode md = mode_of(c);
+    return (md == GEMM_F16 || md == GEMM_F16X3) && c->moe_fused && !mr_cu_plain_type(wa->type) &&
+           wa->type == wb->type && wa->cols == wb->cols && wa->rows == wb->rows && wa->n_mats == wb->n_mats &&
+           wa->row_bytes == wb->row_bytes && wa->rows % MG_BM == 0 && wa->cols % MG_BK == 0 &&
+           moe_gemm_fused(c, moe_mode(c, md), wa, x, 1, ids, k, ya, n, wb, yb);
 }
 
 /* Expert products for a prompt, grouped by expert (see the top comment).
@@ -995,7 +1028,7 @@ bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
     const int P = n * k;
     if ((md == GEMM_F16 || md == GEMM_F16X3) && c->moe_fused && !mr_cu_plain_type(w->type) &&
         rows % MG_BM == 0 && cols % MG_BK == 0 &&
-        moe_gemm_fused(c, md == GEMM_F16X3 && !c->moe_x3 ? GEMM_F16 : md, w, x, x_slots, ids, k, y, n))
+        moe_gemm_fused(c, moe_mode(c, md), w, x, x_slots, ids, k, y, n, nullptr, nullptr))
         return true;
     /* the padded path: grouped on the host */
     std::vector<int32_t> h_ids((size_t)P);

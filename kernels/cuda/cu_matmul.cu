@@ -235,6 +235,21 @@ void mr_cu_matmul_id_prompt(mr_backend *be, const mr_weight *w, const float *x, 
     mr_cu_matmul_id(be, w, x, x_slots, ids, k, y, n); /* bad ids or slots: its checks and NaN rows */
 }
 
+/* Gate and up of the prompt rows (be->matmul_id2_prompt): one grouping
+ * and one gather for both where the fused path takes them, else the two
+ * calls. */
+void mr_cu_matmul_id2_prompt(mr_backend *be, const mr_weight *wa, const mr_weight *wb, const float *x,
+                             const int32_t *ids, int k, float *ya, float *yb, int n)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n <= 0 || k <= 0 || !weight_ok(c, wa, "matmul_id") || !weight_ok(c, wb, "matmul_id"))
+        return;
+    if (mr_cu_matmul_id_gemm2(c, wa, wb, x, ids, k, ya, yb, n))
+        return;
+    mr_cu_matmul_id_prompt(be, wa, x, 1, ids, k, ya, n);
+    mr_cu_matmul_id_prompt(be, wb, x, 1, ids, k, yb, n);
+}
+
 void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
                      const int32_t *ids, int k, float *y, int n)
 {
