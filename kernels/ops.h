@@ -233,6 +233,14 @@ struct mr_backend {
      * prepared once for both.  NULL: the caller makes the two calls. */
     void (*matmul_id2_prompt)(mr_backend *be, const mr_weight *wa, const mr_weight *wb, const float *x,
                               const int32_t *ids, int k, float *ya, float *yb, int n);
+    /* Optional.  A mixture layer's routed experts over prompt rows: for
+     * each (token, chosen expert) pair, y = (silu(x Wg^T) * (x Wu^T)) Wd^T
+     * (x_slots = 1 in, one row a pair out), as matmul_id2_prompt(wg, wu),
+     * swiglu and matmul_id_prompt(wd, x_slots = k) write it, bit for bit.
+     * gate and up (n k wg->rows floats each) are the op's scratch: left in
+     * any state.  NULL: the caller makes those calls. */
+    void (*moe_ffn_prompt)(mr_backend *be, const mr_weight *wg, const mr_weight *wu, const mr_weight *wd,
+                           const float *x, const int32_t *ids, int k, float *gate, float *up, float *y, int n);
     void (*attention_prompt)(mr_backend *be, const mr_kv_cache *kv, int layer,
                              const int32_t *block_table, const float *q, const int32_t *pos, int n,
                              int n_heads, float scale, float *out, int pos_first);

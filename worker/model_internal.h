@@ -125,6 +125,12 @@ void mr_fwd_matmul_id(mr_model *m, const mr_weight *w, const float *x, int x_slo
  * backend has it, the same bits as two mr_fwd_matmul_id calls. */
 void mr_fwd_matmul_id2(mr_model *m, const mr_weight *wa, const mr_weight *wb, const float *x, const int32_t *ids,
                        int k, float *ya, float *yb, int n);
+/* A mixture layer's routed experts, y = down(silu(gate) * up) a pair (gate
+ * and up are scratch): the prompt rows in one moe_ffn_prompt call where the
+ * backend has it, the same bits as the products and swiglu apart; the
+ * generated rows (and a backend without it) as those. */
+void mr_fwd_moe_ffn(mr_model *m, const mr_weight *wg, const mr_weight *wu, const mr_weight *wd, const float *x,
+                    const int32_t *ids, int k, float *gate, float *up, float *y, int n);
 
 /* One forward call over several sequences: n rows in sc.tokens / sc.pos in
  * all, split into segs; logits of each segment's rows from out_first on go

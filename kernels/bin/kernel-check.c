@@ -850,7 +850,8 @@ static void check_gemm_prompt(void)
 /* matmul_id2_prompt (gate and up grouped and gathered once, one launch)
  * against two matmul_id_prompt calls, bit for bit (NaN rows of bad ids
  * included), float16 and f16x3, on the types and expert shapes the models
- * use; BF16 takes the two-call path. */
+ * use; BF16 takes the two-call path.  Then moe_ffn_prompt the same way
+ * (check_moe_ffn_one). */
 static void check_moe_pair_one(mr_backend *be, const char *label, const tdesc *td, int64_t cols, int64_t rows,
                                int mats, int k, int n, int route)
 {
@@ -908,6 +909,65 @@ static void check_moe_pair_one(mr_backend *be, const char *label, const tdesc *t
     free(x); free(ids);
 }
 
+/* moe_ffn_prompt (gate, up and down on one grouping, silu(gate) * up
+ * taken in the down product's gather) against matmul_id2_prompt, swiglu
+ * and matmul_id_prompt, bit for bit (NaN rows of bad ids included). */
+static void check_moe_ffn_one(mr_backend *be, const char *label, const tdesc *tgu, const tdesc *tdn, int64_t d,
+                              int64_t ff, int mats, int k, int n, int route)
+{
+    const tdesc *td[3] = {tgu, tgu, tdn};
+    const int64_t cols[3] = {d, d, ff}, rows[3] = {ff, ff, d};
+    uint8_t *host[3];
+    mr_weight w[3];
+    for (int i = 0; i < 3; i++) {
+        const size_t bytes = (size_t)(cols[i] / td[i]->be) * td[i]->bb * rows[i] * mats;
+        host[i] = malloc(bytes);
+        rand_blocks(td[i], host[i], bytes / td[i]->bb);
+        load_weight(be, td[i], host[i], cols[i], rows[i], mats, &w[i]);
+    }
+    const size_t P = (size_t)n * k;
+    float *x = malloc((size_t)n * d * 4);
+    for (size_t i = 0; i < (size_t)n * d; i++) x[i] = fgauss();
+    int32_t *ids = malloc(P * 4);
+    make_ids(ids, n, k, mats, route);
+    float *dx = dup_to(be, x, (size_t)n * d * 4);
+    int32_t *dids = dup_to(be, ids, P * 4);
+    float *g = dalloc(be, P * ff * 4), *u = dalloc(be, P * ff * 4), *dy[2], *y[2];
+    for (int i = 0; i < 2; i++) {
+        dy[i] = dalloc(be, P * d * 4);
+        poison(be, dy[i], P * d * 4);
+        y[i] = malloc(P * d * 4);
+    }
+    be->moe_ffn_prompt(be, &w[0], &w[1], &w[2], dx, dids, k, g, u, dy[0], n);
+    be->matmul_id2_prompt(be, &w[0], &w[1], dx, dids, k, g, u, n);
+    be->swiglu(be, g, u, g, P * ff);
+    be->matmul_id_prompt(be, &w[2], g, k, dids, k, dy[1], n);
+    for (int i = 0; i < 2; i++) fetch(be, y[i], dy[i], P * d * 4);
+    size_t diff = 0;
+    int nan = 0;
+    for (size_t i = 0; i < P * d; i++) diff += memcmp(&y[0][i], &y[1][i], 4) != 0;
+    for (size_t p = 0; p < P; p++)
+        for (int64_t r = 0; r < d; r++)
+            nan += isnan(y[0][p * d + r]) != (ids[p] < 0 || ids[p] >= mats);
+    char sh[160];
+    snprintf(sh, sizeof sh, "%s/%s %dx%lldx%lld k=%d n=%d%s", tgu->name, tdn->name, mats, (long long)ff,
+             (long long)d, k, n, route == ROUTE_BAD ? " bad ids" : "");
+    report(label, sh, (double)diff, nan, 0.0);
+    for (int i = 0; i < 2; i++) {
+        be->free(be, dy[i]);
+        free(y[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        be->weight_release(be, &w[i]);
+        free(host[i]);
+    }
+    be->free(be, g);
+    be->free(be, u);
+    be->free(be, dx);
+    be->free(be, dids);
+    free(x); free(ids);
+}
+
 static void check_moe_pair(void)
 {
     const int types[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_IQ4_XS, MR_TYPE_Q8_0, MR_TYPE_BF16};
@@ -919,6 +979,16 @@ static void check_moe_pair(void)
         check_moe_pair_one(gpu_x3, "moe-pair-bits-x3", td, 2048, 512, 32, 8, 67, ROUTE_RANDOM);
         check_moe_pair_one(gpu_x3, "moe-pair-bits-x3", td, 1024, 128, 8, 2, 65, ROUTE_BAD);
     }
+    const tdesc *q4k = td_of(MR_TYPE_Q4_K), *q6k = td_of(MR_TYPE_Q6_K), *iq4 = td_of(MR_TYPE_IQ4_XS);
+    const tdesc *q80 = td_of(MR_TYPE_Q8_0), *bf = td_of(MR_TYPE_BF16);
+    check_moe_ffn_one(gpu, "moe-ffn-bits", q4k, q6k, 2048, 768, 16, 8, 150, ROUTE_RANDOM); /* 30B-A3B */
+    check_moe_ffn_one(gpu, "moe-ffn-bits", q4k, q4k, 2048, 768, 16, 8, 150, ROUTE_RANDOM);
+    check_moe_ffn_one(gpu, "moe-ffn-bits", iq4, iq4, 2048, 512, 32, 8, 67, ROUTE_RANDOM); /* 35B-A3B */
+    check_moe_ffn_one(gpu, "moe-ffn-bits", q80, q80, 1024, 256, 8, 4, 65, ROUTE_RANDOM);
+    check_moe_ffn_one(gpu, "moe-ffn-bits", q4k, q6k, 1024, 256, 8, 2, 65, ROUTE_BAD);
+    check_moe_ffn_one(gpu, "moe-ffn-bits", bf, bf, 1024, 256, 8, 2, 65, ROUTE_RANDOM); /* the three calls */
+    check_moe_ffn_one(gpu_x3, "moe-ffn-bits-x3", iq4, iq4, 2048, 512, 32, 8, 67, ROUTE_RANDOM);
+    check_moe_ffn_one(gpu_x3, "moe-ffn-bits-x3", q4k, q6k, 1024, 256, 8, 2, 65, ROUTE_BAD);
 }
 
 /* ---- prompt rows: the same bits in any call (matmul_prompt) ----

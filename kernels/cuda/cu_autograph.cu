@@ -36,6 +36,7 @@ struct rec_op {
         struct { const mr_weight *w; const float *x; float *y; int n; } matmul;
         struct { const mr_weight *w; const float *x; int x_slots; const int32_t *ids; int k; float *y; int n; } matmul_id;
         struct { const mr_weight *wa, *wb; const float *x; const int32_t *ids; int k; float *ya, *yb; int n; } matmul_id2;
+        struct { const mr_weight *wg, *wu, *wd; const float *x; const int32_t *ids; int k; float *g, *u, *y; int n; } moe_ffn;
         struct { const float *x, *w; float *y; int n_rows, dim; float eps; } rmsnorm;
         struct { float *y; const float *x, *w; float *out; int n_rows, dim; float eps; } add_rmsnorm;
         struct { float *x; const int32_t *pos; int n, n_heads, head_dim, n_rot; float theta_base; enum mr_rope_mode mode; } rope;
@@ -99,7 +100,8 @@ enum { OP_GET_ROWS = 1, OP_MATMUL, OP_MATMUL_ID, OP_RMSNORM, OP_ROPE, OP_KV_STOR
        OP_KV_STORE_MULTI, OP_ATTENTION_MULTI,
        OP_SWIGLU, OP_ADD, OP_MOE_ROUTE, OP_MOE_COMBINE, OP_ARGMAX, OP_ADD_RMSNORM, OP_COPY_2D,
        OP_SIGMOID_MUL, OP_CONV1D_SILU, OP_GDN_SCAN, OP_QK_NORM_ROPE, OP_SAMPLE, OP_QK_NORM_ROPE_KV,
-       OP_MATMUL_PROMPT, OP_MATMUL_ID_PROMPT, OP_ATTENTION_PROMPT, OP_MATMUL_ID2_PROMPT };
+       OP_MATMUL_PROMPT, OP_MATMUL_ID_PROMPT, OP_ATTENTION_PROMPT, OP_MATMUL_ID2_PROMPT,
+       OP_MOE_FFN_PROMPT };
 
 #define MAX_GRAPHS 8
 
@@ -156,6 +158,11 @@ static void run_op(mr_cu_auto *a, mr_backend *be, const rec_op &o)
     case OP_MATMUL_ID2_PROMPT: {
         auto &p = o.u.matmul_id2;
         r.matmul_id2_prompt(be, p.wa, p.wb, p.x, p.ids, p.k, p.ya, p.yb, p.n);
+        break;
+    }
+    case OP_MOE_FFN_PROMPT: {
+        auto &p = o.u.moe_ffn;
+        r.moe_ffn_prompt(be, p.wg, p.wu, p.wd, p.x, p.ids, p.k, p.g, p.u, p.y, p.n);
         break;
     }
     case OP_RMSNORM: { auto &p = o.u.rmsnorm; r.rmsnorm(be, p.x, p.w, p.y, p.n_rows, p.dim, p.eps); break; }
@@ -585,6 +592,19 @@ static void w_matmul_id2_prompt(mr_backend *be, const mr_weight *wa, const mr_we
     a->capturable = false;
 }
 
+static void w_moe_ffn_prompt(mr_backend *be, const mr_weight *wg, const mr_weight *wu, const mr_weight *wd,
+                             const float *x, const int32_t *ids, int k, float *g, float *u, float *y, int n)
+{
+    mr_cu_auto *a = mr_cu(be)->ag;
+    if (DIRECT(be)) return a->real.moe_ffn_prompt(be, wg, wu, wd, x, ids, k, g, u, y, n);
+    rec(be, OP_MOE_FFN_PROMPT).u.moe_ffn = {wg, wu, wd, x, ids, k, g, u, y, n};
+    sp(a->sig, wg); sp(a->sig, wu); sp(a->sig, wd); sp(a->sig, x); sp(a->sig, ids); sp(a->sig, k);
+    sp(a->sig, g); sp(a->sig, u); sp(a->sig, y); sp(a->sig, n);
+    label(a, "moe_ffn_prompt t%d/t%d %lldx%lldx%lld k=%d n=%d", wg->type, wd->type, (long long)wg->n_mats,
+          (long long)wg->rows, (long long)wg->cols, k, n);
+    a->capturable = false;
+}
+
 static void w_add_rmsnorm(mr_backend *be, float *y, const float *x, const float *w, float *out,
                           int n_rows, int dim, float eps);
 
@@ -889,6 +909,7 @@ void mr_cu_autograph_install(mr_backend *be)
     if (be->matmul_prompt) be->matmul_prompt = w_matmul_prompt;
     if (be->matmul_id_prompt) be->matmul_id_prompt = w_matmul_id_prompt;
     if (be->matmul_id2_prompt) be->matmul_id2_prompt = w_matmul_id2_prompt;
+    if (be->moe_ffn_prompt) be->moe_ffn_prompt = w_moe_ffn_prompt;
     if (be->attention_prompt) be->attention_prompt = w_attention_prompt;
     be->rmsnorm = w_rmsnorm;
     be->add_rmsnorm = w_add_rmsnorm;

@@ -222,6 +222,9 @@ void mr_cu_matmul_id_prompt(mr_backend *be, const mr_weight *w, const float *x, 
                             const int32_t *ids, int k, float *y, int n);
 void mr_cu_matmul_id2_prompt(mr_backend *be, const mr_weight *wa, const mr_weight *wb, const float *x,
                              const int32_t *ids, int k, float *ya, float *yb, int n);
+void mr_cu_moe_ffn_prompt(mr_backend *be, const mr_weight *wg, const mr_weight *wu, const mr_weight *wd,
+                          const float *x, const int32_t *ids, int k, float *gate, float *up, float *y, int n);
+void mr_cu_swiglu(mr_backend *be, const float *gate, const float *up, float *out, size_t n);
 /* m (2..3) matmuls, or one-token matmul_ids, over the same input in one
  * launch, bitwise equal to the m calls; false (nothing launched) when they
  * cannot share one (cu_matmul.cu; the op recorder fuses q/k/v and gate/up). */
@@ -278,6 +281,8 @@ bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
                           const int32_t *ids, int k, float *y, int n);
 bool mr_cu_matmul_id_gemm2(mr_cu_ctx *c, const mr_weight *wa, const mr_weight *wb, const float *x,
                            const int32_t *ids, int k, float *ya, float *yb, int n);
+bool mr_cu_moe_ffn_gemm(mr_cu_ctx *c, const mr_weight *wg, const mr_weight *wu, const mr_weight *wd, const float *x,
+                        const int32_t *ids, int k, float *gate, float *up, float *y, int n);
 /* Decode products with int8 activations (cu_mvq8.cu): false when not
  * selected or not applicable (the caller then runs the float32 kernels). */
 bool mr_cu_q8_init(mr_cu_ctx *c, mr_err *err);

@@ -245,13 +245,14 @@ k_dequant_x3(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int64_t cols,
 
 /* Gathers activation rows into a GEMM operand.  Row p of the operand is
  * input row src[p] of x (src NULL: row p); negative src: a padding row of
- * zeros.  For float16 the row is scaled by 2^-e with e chosen so that the
+ * zeros; u (or NULL): the row's values are silu(x) * u, as the swiglu op
+ * writes them (mr_silu_mul), from the rows src[p] of x and of u.  For float16 the row is scaled by 2^-e with e chosen so that the
  * largest magnitude lands at 2^ROW_SCALE_LOG2; scale[p] = 2^e undoes it.
  * X3 (f16x3): the operand row is 2 cols halves, the high parts of the
  * scaled row, then its scaled low parts. */
 template <typename O, bool X3 = false>
 __global__ void k_gather_rows(const float *x, int64_t cols, const int32_t *src, O *out,
-                              float *scale)
+                              float *scale, const float *u)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
@@ -264,12 +265,13 @@ __global__ void k_gather_rows(const float *x, int64_t cols, const int32_t *src, 
         if (scale && threadIdx.x == 0) scale[p] = 0.0f;
         return;
     }
-    const float *xr = x + (int64_t)s * cols;
+    const float *xr = x + (int64_t)s * cols, *ur = u ? u + (int64_t)s * cols : nullptr;
+    auto at = [&](int64_t c) { return ur ? mr_silu_mul(xr[c], ur[c]) : xr[c]; };
     float mul = 1.0f;
     if (scale) {
         __shared__ float red[32];
         float m = 0.0f;
-        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, fabsf(xr[c]));
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, fabsf(at(c)));
         m = mr_warp_max(m);
         if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
         __syncthreads();
@@ -290,9 +292,9 @@ __global__ void k_gather_rows(const float *x, int64_t cols, const int32_t *src, 
         if (threadIdx.x == 0) scale[p] = ldexpf(1.0f, e);
     }
     if constexpr (X3) {
-        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) x3_split(xr[c] * mul, &o[c], &o[cols + c]);
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) x3_split(at(c) * mul, &o[c], &o[cols + c]);
     } else {
-        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) o[c] = to_out<O>(xr[c] * mul);
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) o[c] = to_out<O>(at(c) * mul);
     }
 }
 
@@ -718,7 +720,7 @@ static size_t elem_bytes(gemm_mode md) { return md == GEMM_F16 ? 2 : 4; }
  * scaled float16 copy (f16x3: high and low parts) in scratch_act with
  * per-row scales after it. */
 static const void *prepare_x(mr_cu_ctx *c, gemm_mode md, const float *x, int64_t cols, int n_rows,
-                             const int32_t *src, float **scale)
+                             const int32_t *src, float **scale, const float *u = nullptr)
 {
     *scale = NULL;
     size_t xb = (size_t)n_rows * cols * elem_bytes(md);
@@ -730,13 +732,13 @@ static const void *prepare_x(mr_cu_ctx *c, gemm_mode md, const float *x, int64_t
     if (md == GEMM_F16 || md == GEMM_F16X3) {
         *scale = (float *)(base + xb);
         if (md == GEMM_F16X3)
-            mr_cu_launch(c, k_gather_rows<__half, true>, n_rows, th, 0, x, cols, src, (__half *)base, *scale);
+            mr_cu_launch(c, k_gather_rows<__half, true>, n_rows, th, 0, x, cols, src, (__half *)base, *scale, u);
         else
-            mr_cu_launch(c, k_gather_rows<__half>, n_rows, th, 0, x, cols, src, (__half *)base, *scale);
+            mr_cu_launch(c, k_gather_rows<__half>, n_rows, th, 0, x, cols, src, (__half *)base, *scale, u);
     } else {
-        if (!src)
+        if (!src && !u)
             return x;
-        mr_cu_launch(c, k_gather_rows<float>, n_rows, th, 0, x, cols, src, (float *)base, nullptr);
+        mr_cu_launch(c, k_gather_rows<float>, n_rows, th, 0, x, cols, src, (float *)base, nullptr, u);
     }
     MR_CU_LAUNCHED(c, "gemm gather");
     return base;
@@ -857,14 +859,21 @@ static void moe_launch(mr_cu_ctx *c, bool x3, dim3 grid, const uint8_t *W, size_
  * its expert's pairs of the round from the warp's matching lanes and the
  * earlier warps' counts of that expert (a histogram a warp in shared
  * memory), so the layout is the same every call.  A pair whose id is out
- * of range is left out and gets a NaN output row here (in y2 too, where
- * the call has a second matrix). */
+ * of range is left out and gets a NaN output row here, in every output of
+ * the call (mg_nan_out). */
+/* Where k_moe_group_tiles writes the NaN rows of bad ids: up to three
+ * outputs (gate, up and down of a mixture layer), each rows wide. */
+struct mg_nan_out {
+    float *y[3];
+    int64_t rows[3];
+};
+
 #define MG_GROUP_THREADS 512
 #define MG_GROUP_WARPS (MG_GROUP_THREADS / 32)
 #define MG_GROUP_MAX_MATS 512 /* shared memory: a histogram row per warp */
 __global__ void __launch_bounds__(MG_GROUP_THREADS)
 k_moe_group_tiles(const int32_t *ids, int P, int mats, int k, int x_slots, int32_t *map, mg_tile *tiles,
-                  int *n_tiles, float *y, float *y2, int64_t rows)
+                  int *n_tiles, mg_nan_out no)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
@@ -880,9 +889,9 @@ k_moe_group_tiles(const int32_t *ids, int P, int mats, int k, int x_slots, int32
             atomicAdd(&fill[e], 1);
         } else {
             const float nan = __int_as_float(0x7fc00000);
-            for (int64_t r = 0; r < rows; r++) y[(int64_t)p * rows + r] = nan;
-            if (y2)
-                for (int64_t r = 0; r < rows; r++) y2[(int64_t)p * rows + r] = nan;
+            for (int o = 0; o < 3; o++)
+                if (no.y[o])
+                    for (int64_t r = 0; r < no.rows[o]; r++) no.y[o][(int64_t)p * no.rows[o] + r] = nan;
         }
     }
     __syncthreads();
@@ -953,54 +962,96 @@ k_moe_group_tiles(const int32_t *ids, int P, int mats, int k, int x_slots, int32
  * (k_moe_group_tiles), gathered and scaled to float16 once, and cut into tiles of
  * up to MG_BN tokens of one expert.  The tile count is known only on the
  * device, so the grid has the most tiles P pairs can make (every expert
- * with tokens may leave one partial tile) and blocks past the count return.
- * False: more experts than the grouping holds in shared memory (the caller
- * then groups on the host).  w2 (or NULL): a second matrix of w's type and
- * shape on the same pairs, into y2, in the same launch. */
-static bool moe_gemm_fused(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, const float *x, int x_slots,
-                           const int32_t *ids, int k, float *y, int n, const mr_weight *w2, float *y2)
+ * with tokens may leave one partial tile) and blocks past the count return. */
+struct mg_grouping {
+    int32_t *map; /* [0, P): the gathered rows' input rows; [P, 2P): their pairs */
+    mg_tile *tiles;
+    int *n_tiles;
+    int64_t max_tiles;
+};
+
+/* Groups the P = n k pairs into c->scratch_moe.  -1: more experts than the
+ * grouping holds in shared memory (nothing done: the caller groups on the
+ * host); 1: failed (recorded); 0: done. */
+static int moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int64_t mats, int k, int x_slots,
+                     const mg_nan_out &no, mg_grouping *g)
 {
-    const int64_t cols = w->cols, rows = w->rows, mats = w->n_mats;
-    const int P = n * k;
     if (mats > MG_GROUP_MAX_MATS)
-        return false;
+        return -1;
     const size_t smem = (size_t)(3 * mats + 2 + MG_GROUP_WARPS * mats) * sizeof(int); /* <= 38 KiB */
-    const int64_t max_tiles = P / MG_BN + (mats < P ? mats : P);
-    if (max_tiles > 65535) {
-        mr_cu_fail(c, "matmul_id: up to %lld expert tiles (max 65535)", (long long)max_tiles);
-        return true;
+    g->max_tiles = P / MG_BN + (mats < P ? mats : P);
+    if (g->max_tiles > 65535) {
+        mr_cu_fail(c, "matmul_id: up to %lld expert tiles (max 65535)", (long long)g->max_tiles);
+        return 1;
     }
-    const size_t map_b = (size_t)P * 8, tile_b = (size_t)max_tiles * sizeof(mg_tile);
+    const size_t map_b = (size_t)P * 8, tile_b = (size_t)g->max_tiles * sizeof(mg_tile);
     if (!mr_cu_reserve(c, &c->scratch_moe, map_b + tile_b + sizeof(int), "expert GEMM map"))
-        return true;
-    int32_t *d_map = (int32_t *)c->scratch_moe.p;
-    mg_tile *d_tiles = (mg_tile *)((char *)c->scratch_moe.p + map_b);
-    int *d_ntiles = (int *)((char *)d_tiles + tile_b);
-    mr_cu_launch(c, k_moe_group_tiles, 1, MG_GROUP_THREADS, smem, ids, P, (int)mats, k, x_slots, d_map, d_tiles,
-                 d_ntiles, y, w2 ? y2 : nullptr, rows);
+        return 1;
+    g->map = (int32_t *)c->scratch_moe.p;
+    g->tiles = (mg_tile *)((char *)c->scratch_moe.p + map_b);
+    g->n_tiles = (int *)((char *)g->tiles + tile_b);
+    mr_cu_launch(c, k_moe_group_tiles, 1, MG_GROUP_THREADS, smem, ids, P, (int)mats, k, x_slots, g->map, g->tiles,
+                 g->n_tiles, no);
     MR_CU_LAUNCHED(c, "expert grouping");
-    float *scale;
-    const void *xg = prepare_x(c, md, x, cols, P, d_map, &scale);
-    if (!xg)
-        return true;
-    dim3 grid((unsigned)(rows / MG_BM), (unsigned)max_tiles, w2 ? 2 : 1);
+    return 0;
+}
+
+/* The fused kernel for w (and w2, of w's type and shape, into y2: blockIdx.z
+ * picks the matrix) on grouped, gathered rows xg. */
+static void moe_gemm_launch(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, const mr_weight *w2, const void *xg,
+                            const float *scale, const mg_grouping &g, int P, float *y, float *y2)
+{
+    const int64_t rows = w->rows;
+    dim3 grid((unsigned)(rows / MG_BM), (unsigned)g.max_tiles, w2 ? 2 : 1);
     const uint8_t *W = (const uint8_t *)w->data, *W2 = w2 ? (const uint8_t *)w2->data : nullptr;
     const size_t mat_bytes = w->row_bytes * (size_t)rows;
     switch (w->type) {
-#define X(TT) case TT: moe_launch<TT>(c, md == GEMM_F16X3, grid, W, mat_bytes, w->row_bytes, (int)cols, \
-                                      (int)rows, (const __half *)xg, scale, d_map + P, d_tiles, d_ntiles, y, \
+#define X(TT) case TT: moe_launch<TT>(c, md == GEMM_F16X3, grid, W, mat_bytes, w->row_bytes, (int)w->cols, \
+                                      (int)rows, (const __half *)xg, scale, g.map + P, g.tiles, g.n_tiles, y, \
                                       W2, y2); break;
         MR_CU_TYPE_LIST(X)
 #undef X
-    default: mr_cu_fail(c, "matmul_id: unsupported type %d", w->type); return true;
+    default: mr_cu_fail(c, "matmul_id: unsupported type %d", w->type); return;
     }
     MR_CU_LAUNCHED(c, "expert GEMM (fused)");
+}
+
+/* False: more experts than the grouping holds (the caller then groups on
+ * the host).  w2 (or NULL): a second matrix of w's type and shape on the
+ * same pairs, into y2, in the same launch. */
+static bool moe_gemm_fused(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, const float *x, int x_slots,
+                           const int32_t *ids, int k, float *y, int n, const mr_weight *w2, float *y2)
+{
+    const int P = n * k;
+    mg_grouping g;
+    const int r = moe_group(c, ids, P, w->n_mats, k, x_slots, {{y, w2 ? y2 : nullptr, nullptr}, {w->rows, w->rows, 0}},
+                            &g);
+    if (r)
+        return r > 0;
+    float *scale;
+    const void *xg = prepare_x(c, md, x, w->cols, P, g.map, &scale);
+    if (xg)
+        moe_gemm_launch(c, md, w, w2, xg, scale, g, P, y, y2);
     return true;
 }
 
 /* The fused expert kernels' precision in mode md: f16x3 only where asked
  * (MEMRA_CUDA_MOE_X3=1; cu_gemm_init says why). */
 static gemm_mode moe_mode(mr_cu_ctx *c, gemm_mode md) { return md == GEMM_F16X3 && !c->moe_x3 ? GEMM_F16 : md; }
+
+/* Whether the fused kernels take w in mode md. */
+static bool moe_fused_ok(mr_cu_ctx *c, gemm_mode md, const mr_weight *w)
+{
+    return (md == GEMM_F16 || md == GEMM_F16X3) && c->moe_fused && !mr_cu_plain_type(w->type) &&
+           w->rows % MG_BM == 0 && w->cols % MG_BK == 0;
+}
+
+/* ... and a pair of one type and shape (gate and up) in one launch. */
+static bool moe_pair_ok(mr_cu_ctx *c, gemm_mode md, const mr_weight *wa, const mr_weight *wb)
+{
+    return moe_fused_ok(c, md, wa) && wa->type == wb->type && wa->cols == wb->cols && wa->rows == wb->rows &&
+           wa->n_mats == wb->n_mats && wa->row_bytes == wb->row_bytes;
+}
 
 /* matmul_id2_prompt's products on the fused path: both matrices of one
  * type and shape, grouped and gathered once, one launch; false (nothing
@@ -1009,10 +1060,39 @@ bool mr_cu_matmul_id_gemm2(mr_cu_ctx *c, const mr_weight *wa, const mr_weight *w
                            const int32_t *ids, int k, float *ya, float *yb, int n)
 {
     const gemm_mode md = mode_of(c);
-    return (md == GEMM_F16 || md == GEMM_F16X3) && c->moe_fused && !mr_cu_plain_type(wa->type) &&
-           wa->type == wb->type && wa->cols == wb->cols && wa->rows == wb->rows && wa->n_mats == wb->n_mats &&
-           wa->row_bytes == wb->row_bytes && wa->rows % MG_BM == 0 && wa->cols % MG_BK == 0 &&
-           moe_gemm_fused(c, moe_mode(c, md), wa, x, 1, ids, k, ya, n, wb, yb);
+    return moe_pair_ok(c, md, wa, wb) && moe_gemm_fused(c, moe_mode(c, md), wa, x, 1, ids, k, ya, n, wb, yb);
+}
+
+/* moe_ffn_prompt on the fused path: gate and up as matmul_id2_prompt's,
+ * then down on the same grouping.  The down call of its own would group
+ * the same pairs again (its input rows, the pairs, are the grouping's
+ * second map) and read the swiglu op's output; here its gather takes
+ * silu(gate) * up from the pairs' gate and up rows with the swiglu op's
+ * expression, so the swiglu pass goes and the rows are the same bits.
+ * False (nothing done) where the fused path does not take the three. */
+bool mr_cu_moe_ffn_gemm(mr_cu_ctx *c, const mr_weight *wg, const mr_weight *wu, const mr_weight *wd, const float *x,
+                        const int32_t *ids, int k, float *gate, float *up, float *y, int n)
+{
+    const gemm_mode md = mode_of(c), mm = moe_mode(c, md);
+    if (!moe_pair_ok(c, md, wg, wu) || !moe_fused_ok(c, md, wd) || wd->n_mats != wg->n_mats ||
+        wd->cols != wg->rows)
+        return false;
+    const int P = n * k;
+    mg_grouping g;
+    const int r = moe_group(c, ids, P, wg->n_mats, k, 1, {{gate, up, y}, {wg->rows, wg->rows, wd->rows}}, &g);
+    if (r)
+        return r > 0;
+    float *scale;
+    const void *xg = prepare_x(c, mm, x, wg->cols, P, g.map, &scale);
+    if (!xg)
+        return true;
+    moe_gemm_launch(c, mm, wg, wu, xg, scale, g, P, gate, up);
+    /* the GEMM above reads the gathered tokens before this gather
+     * overwrites them: stream order (and the gather's PDL wait) */
+    xg = prepare_x(c, mm, gate, wd->cols, P, g.map + P, &scale, up);
+    if (xg)
+        moe_gemm_launch(c, mm, wd, nullptr, xg, scale, g, P, y, nullptr);
+    return true;
 }
 
 /* Expert products for a prompt, grouped by expert (see the top comment).

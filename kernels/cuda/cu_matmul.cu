@@ -250,6 +250,23 @@ void mr_cu_matmul_id2_prompt(mr_backend *be, const mr_weight *wa, const mr_weigh
     mr_cu_matmul_id_prompt(be, wb, x, 1, ids, k, yb, n);
 }
 
+/* A mixture layer's routed experts for the prompt rows
+ * (be->moe_ffn_prompt): one grouping for gate, up and down where the
+ * fused path takes the three, else gate and up, swiglu, down. */
+void mr_cu_moe_ffn_prompt(mr_backend *be, const mr_weight *wg, const mr_weight *wu, const mr_weight *wd,
+                          const float *x, const int32_t *ids, int k, float *gate, float *up, float *y, int n)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n <= 0 || k <= 0 || !weight_ok(c, wg, "matmul_id") || !weight_ok(c, wu, "matmul_id") ||
+        !weight_ok(c, wd, "matmul_id"))
+        return;
+    if (mr_cu_moe_ffn_gemm(c, wg, wu, wd, x, ids, k, gate, up, y, n))
+        return;
+    mr_cu_matmul_id2_prompt(be, wg, wu, x, ids, k, gate, up, n);
+    mr_cu_swiglu(be, gate, up, gate, (size_t)n * (size_t)k * (size_t)wg->rows);
+    mr_cu_matmul_id_prompt(be, wd, gate, k, ids, k, y, n);
+}
+
 void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
                      const int32_t *ids, int k, float *y, int n)
 {

@@ -375,7 +375,7 @@ __global__ void k_swiglu(const float *g, const float *u, float *o, size_t n)
     }
 }
 
-static void cu_swiglu(mr_backend *be, const float *gate, const float *up, float *out, size_t n)
+void mr_cu_swiglu(mr_backend *be, const float *gate, const float *up, float *out, size_t n)
 {
     mr_cu_ctx *c = mr_cu(be);
     if (!n)
@@ -639,7 +639,7 @@ void mr_cu_install_ops(mr_backend *be)
     be->add_rmsnorm = cu_add_rmsnorm;
     be->rope = cu_rope;
     be->qk_norm_rope = cu_qk_norm_rope;
-    be->swiglu = cu_swiglu;
+    be->swiglu = mr_cu_swiglu;
     be->add = cu_add;
     be->moe_route = cu_moe_route;
     be->moe_combine = cu_moe_combine;

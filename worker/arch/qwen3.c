@@ -91,11 +91,10 @@ void mr_qwen3_moe_ffn(mr_model *m, const mr_layer *L, int n)
 
     mr_fwd_matmul(m, &L->ffn_gate_inp, sc->xn, sc->router, n);
     be->moe_route(be, sc->router, n, hp->n_expert, k, hp->norm_topk, sc->exp_ids, sc->exp_w);
-    /* every chosen expert reads the same normalised token (x_slots = 1) ... */
-    mr_fwd_matmul_id2(m, &L->ffn_gate_exps, &L->ffn_up_exps, sc->xn, sc->exp_ids, k, sc->gate, sc->up, n);
-    be->swiglu(be, sc->gate, sc->up, sc->gate, (size_t)n * (size_t)k * (size_t)hp->n_ff_exp);
-    /* ... and its down projection reads its own slot (x_slots = k) */
-    mr_fwd_matmul_id(m, &L->ffn_down_exps, sc->gate, k, sc->exp_ids, k, sc->exp_out, n);
+    /* gate and up of every chosen expert read the same normalised token, its
+     * down projection its own slot */
+    mr_fwd_moe_ffn(m, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps, sc->xn, sc->exp_ids, k, sc->gate,
+                   sc->up, sc->exp_out, n);
     be->moe_combine(be, sc->exp_out, sc->exp_w, n, k, hp->n_embd, sc->proj);
 }
 
