@@ -944,6 +944,16 @@ void mr_fwd_matmul_id2(mr_model *m, const mr_weight *wa, const mr_weight *wb, co
                               yb + (size_t)g * yr, n - g);
 }
 
+/* The routed experts of the call's first n rows as products and swiglu
+ * apart. */
+static void moe_ffn_apart(mr_model *m, const mr_weight *wg, const mr_weight *wu, const mr_weight *wd, const float *x,
+                          const int32_t *ids, int k, float *gate, float *up, float *y, int n)
+{
+    mr_fwd_matmul_id2(m, wg, wu, x, ids, k, gate, up, n);
+    m->be->swiglu(m->be, gate, up, gate, (size_t)n * (size_t)k * (size_t)wg->rows);
+    mr_fwd_matmul_id(m, wd, gate, k, ids, k, y, n);
+}
+
 void mr_fwd_moe_ffn(mr_model *m, const mr_weight *wg, const mr_weight *wu, const mr_weight *wd, const float *x,
                     const int32_t *ids, int k, float *gate, float *up, float *y, int n)
 {
@@ -953,16 +963,11 @@ void mr_fwd_moe_ffn(mr_model *m, const mr_weight *wg, const mr_weight *wu, const
     if (!be->moe_ffn_prompt || n <= g || wg->rows != wu->rows || wd->cols != wg->rows) {
         /* a decode step keeps its ops (the op recorder fuses gate, up and
          * swiglu there) */
-        mr_fwd_matmul_id2(m, wg, wu, x, ids, k, gate, up, n);
-        be->swiglu(be, gate, up, gate, (size_t)n * (size_t)k * nff);
-        mr_fwd_matmul_id(m, wd, gate, k, ids, k, y, n);
+        moe_ffn_apart(m, wg, wu, wd, x, ids, k, gate, up, y, n);
         return;
     }
-    if (g > 0) {
-        mr_fwd_matmul_id2(m, wg, wu, x, ids, k, gate, up, g);
-        be->swiglu(be, gate, up, gate, (size_t)g * (size_t)k * nff);
-        mr_fwd_matmul_id(m, wd, gate, k, ids, k, y, g);
-    }
+    if (g > 0)
+        moe_ffn_apart(m, wg, wu, wd, x, ids, k, gate, up, y, g);
     const size_t pk = (size_t)g * (size_t)k;
     be->moe_ffn_prompt(be, wg, wu, wd, x + (size_t)g * (size_t)wg->cols, ids + pk, k, gate + pk * nff, up + pk * nff,
                        y + pk * (size_t)wd->rows, n - g);
