@@ -226,17 +226,11 @@ struct mr_backend {
     void (*matmul_prompt)(mr_backend *be, const mr_weight *w, const float *x, float *y, int n);
     void (*matmul_id_prompt)(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
                              const int32_t *ids, int k, float *y, int n);
-    /* Optional.  Prompt rows of two expert matrices of one shape on the
-     * same tokens and ids (a mixture layer's gate and up, x_slots = 1): ya
-     * and yb as matmul_id_prompt(wa, ..., ya) and matmul_id_prompt(wb, ...,
-     * yb) write them, bit for bit, with the pairs grouped and the tokens
-     * prepared once for both.  NULL: the caller makes the two calls. */
-    void (*matmul_id2_prompt)(mr_backend *be, const mr_weight *wa, const mr_weight *wb, const float *x,
-                              const int32_t *ids, int k, float *ya, float *yb, int n);
     /* Optional.  A mixture layer's routed experts over prompt rows: for
      * each (token, chosen expert) pair, y = (silu(x Wg^T) * (x Wu^T)) Wd^T
-     * (x_slots = 1 in, one row a pair out), as matmul_id2_prompt(wg, wu),
-     * swiglu and matmul_id_prompt(wd, x_slots = k) write it, bit for bit.
+     * (x_slots = 1 in, one row a pair out), as matmul_id_prompt(wg),
+     * matmul_id_prompt(wu), swiglu and matmul_id_prompt(wd, x_slots = k)
+     * write it, bit for bit.
      * gate and up (n k wg->rows floats each) are the op's scratch: left in
      * any state.  NULL: the caller makes those calls. */
     void (*moe_ffn_prompt)(mr_backend *be, const mr_weight *wg, const mr_weight *wu, const mr_weight *wd,

@@ -895,53 +895,23 @@ void mr_fwd_matmul_out(mr_model *m, const mr_weight *w, const float *x, float *y
     products(m, w, x, y, n, n);
 }
 
-/* The generated rows of an expert product (the call's first gen_rows) on
- * matmul, in calls of fewer than batch_variant_rows rows; returns how many
- * rows that was. */
-static int matmul_id_gen(mr_model *m, const mr_weight *w, const float *x, int x_slots, const int32_t *ids, int k,
-                         float *y, int n)
+void mr_fwd_matmul_id(mr_model *m, const mr_weight *w, const float *x, int x_slots, const int32_t *ids,
+                      int k, float *y, int n)
 {
     mr_backend *be = m->be;
     const int v = be->batch_variant_rows;
+    if (v <= 1 && !be->matmul_id_prompt) {
+        be->matmul_id(be, w, x, x_slots, ids, k, y, n);
+        return;
+    }
     const int g = m->gen_rows < n ? m->gen_rows : n, step = v > 1 ? v - 1 : g;
     const size_t xr = (size_t)x_slots * (size_t)w->cols, yr = (size_t)k * (size_t)w->rows;
     for (int r = 0; r < g; r += step)
         be->matmul_id(be, w, x + (size_t)r * xr, x_slots, ids + (size_t)r * (size_t)k, k, y + (size_t)r * yr,
                       g - r < step ? g - r : step);
-    return g;
-}
-
-void mr_fwd_matmul_id(mr_model *m, const mr_weight *w, const float *x, int x_slots, const int32_t *ids,
-                      int k, float *y, int n)
-{
-    mr_backend *be = m->be;
-    if (be->batch_variant_rows <= 1 && !be->matmul_id_prompt) {
-        be->matmul_id(be, w, x, x_slots, ids, k, y, n);
-        return;
-    }
-    const int g = matmul_id_gen(m, w, x, x_slots, ids, k, y, n);
-    const size_t xr = (size_t)x_slots * (size_t)w->cols, yr = (size_t)k * (size_t)w->rows;
     if (n > g)
         (be->matmul_id_prompt ? be->matmul_id_prompt : be->matmul_id)(
             be, w, x + (size_t)g * xr, x_slots, ids + (size_t)g * (size_t)k, k, y + (size_t)g * yr, n - g);
-}
-
-void mr_fwd_matmul_id2(mr_model *m, const mr_weight *wa, const mr_weight *wb, const float *x, const int32_t *ids,
-                       int k, float *ya, float *yb, int n)
-{
-    mr_backend *be = m->be;
-    if (!be->matmul_id2_prompt || wa->cols != wb->cols || wa->rows != wb->rows) {
-        mr_fwd_matmul_id(m, wa, x, 1, ids, k, ya, n);
-        mr_fwd_matmul_id(m, wb, x, 1, ids, k, yb, n);
-        return;
-    }
-    /* the generated rows as the two calls above take them, gate then up */
-    const int g = matmul_id_gen(m, wa, x, 1, ids, k, ya, n);
-    matmul_id_gen(m, wb, x, 1, ids, k, yb, n);
-    const size_t xr = (size_t)wa->cols, yr = (size_t)k * (size_t)wa->rows;
-    if (n > g)
-        be->matmul_id2_prompt(be, wa, wb, x + (size_t)g * xr, ids + (size_t)g * (size_t)k, k, ya + (size_t)g * yr,
-                              yb + (size_t)g * yr, n - g);
 }
 
 /* The routed experts of the call's first n rows as products and swiglu
@@ -949,7 +919,8 @@ void mr_fwd_matmul_id2(mr_model *m, const mr_weight *wa, const mr_weight *wb, co
 static void moe_ffn_apart(mr_model *m, const mr_weight *wg, const mr_weight *wu, const mr_weight *wd, const float *x,
                           const int32_t *ids, int k, float *gate, float *up, float *y, int n)
 {
-    mr_fwd_matmul_id2(m, wg, wu, x, ids, k, gate, up, n);
+    mr_fwd_matmul_id(m, wg, x, 1, ids, k, gate, n);
+    mr_fwd_matmul_id(m, wu, x, 1, ids, k, up, n);
     m->be->swiglu(m->be, gate, up, gate, (size_t)n * (size_t)k * (size_t)wg->rows);
     mr_fwd_matmul_id(m, wd, gate, k, ids, k, y, n);
 }
@@ -960,7 +931,7 @@ void mr_fwd_moe_ffn(mr_model *m, const mr_weight *wg, const mr_weight *wu, const
     mr_backend *be = m->be;
     const int g = m->gen_rows < n ? m->gen_rows : n;
     const size_t nff = (size_t)wg->rows;
-    if (!be->moe_ffn_prompt || n <= g || wg->rows != wu->rows || wd->cols != wg->rows) {
+    if (!be->moe_ffn_prompt || n <= g) {
         /* a decode step keeps its ops (the op recorder fuses gate, up and
          * swiglu there) */
         moe_ffn_apart(m, wg, wu, wd, x, ids, k, gate, up, y, n);

@@ -120,11 +120,6 @@ void mr_fwd_matmul(mr_model *m, const mr_weight *w, const float *x, float *y, in
 void mr_fwd_matmul_out(mr_model *m, const mr_weight *w, const float *x, float *y, int n);
 void mr_fwd_matmul_id(mr_model *m, const mr_weight *w, const float *x, int x_slots, const int32_t *ids,
                       int k, float *y, int n);
-/* Two expert products of one shape on the same tokens and ids, x_slots = 1
- * (gate and up): the prompt rows in one matmul_id2_prompt call where the
- * backend has it, the same bits as two mr_fwd_matmul_id calls. */
-void mr_fwd_matmul_id2(mr_model *m, const mr_weight *wa, const mr_weight *wb, const float *x, const int32_t *ids,
-                       int k, float *ya, float *yb, int n);
 /* A mixture layer's routed experts, y = down(silu(gate) * up) a pair (gate
  * and up are scratch): the prompt rows in one moe_ffn_prompt call where the
  * backend has it, the same bits as the products and swiglu apart; the

@@ -847,71 +847,11 @@ static void check_gemm_prompt(void)
     check_matmul_id_route(iq4, 512, 2048, 8, 2, 2, 65, ROUTE_RANDOM); /* down */
 }
 
-/* matmul_id2_prompt (gate and up grouped and gathered once, one launch)
- * against two matmul_id_prompt calls, bit for bit (NaN rows of bad ids
- * included), float16 and f16x3, on the types and expert shapes the models
- * use; BF16 takes the two-call path.  Then moe_ffn_prompt the same way
- * (check_moe_ffn_one). */
-static void check_moe_pair_one(mr_backend *be, const char *label, const tdesc *td, int64_t cols, int64_t rows,
-                               int mats, int k, int n, int route)
-{
-    const size_t rb = (size_t)(cols / td->be) * td->bb, yr = (size_t)k * rows;
-    uint8_t *host[2];
-    mr_weight w[2];
-    for (int i = 0; i < 2; i++) {
-        host[i] = malloc(rb * rows * mats);
-        rand_blocks(td, host[i], rb * rows * mats / td->bb);
-        load_weight(be, td, host[i], cols, rows, mats, &w[i]);
-    }
-    float *x = malloc((size_t)n * cols * 4);
-    for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = fgauss();
-    int32_t *ids = malloc((size_t)n * k * 4);
-    make_ids(ids, n, k, mats, route);
-    float *dx = dup_to(be, x, (size_t)n * cols * 4);
-    int32_t *dids = dup_to(be, ids, (size_t)n * k * 4);
-    float *dy[4], *y[4];
-    for (int i = 0; i < 4; i++) {
-        dy[i] = dalloc(be, n * yr * 4);
-        poison(be, dy[i], n * yr * 4);
-        y[i] = malloc(n * yr * 4);
-    }
-    be->matmul_id2_prompt(be, &w[0], &w[1], dx, dids, k, dy[0], dy[1], n);
-    be->matmul_id_prompt(be, &w[0], dx, 1, dids, k, dy[2], n);
-    be->matmul_id_prompt(be, &w[1], dx, 1, dids, k, dy[3], n);
-    for (int i = 0; i < 4; i++) fetch(be, y[i], dy[i], n * yr * 4);
-    size_t diff = 0;
-    int nan = 0;
-    for (size_t i = 0; i < n * yr; i++) {
-        diff += memcmp(&y[0][i], &y[2][i], 4) != 0;
-        diff += memcmp(&y[1][i], &y[3][i], 4) != 0;
-    }
-    /* NaN only where an id is out of range (as the two calls write it) */
-    for (int p = 0; p < n * k; p++)
-        for (int64_t r = 0; r < rows; r++) {
-            const bool bad = ids[p] < 0 || ids[p] >= mats;
-            nan += isnan(y[0][(size_t)p * rows + r]) != bad;
-            nan += isnan(y[1][(size_t)p * rows + r]) != bad;
-        }
-    char sh[160];
-    snprintf(sh, sizeof sh, "%s %dx%lldx%lld k=%d n=%d%s", td->name, mats, (long long)rows, (long long)cols, k, n,
-             route == ROUTE_BAD ? " bad ids" : "");
-    report(label, sh, (double)diff, nan, 0.0);
-    for (int i = 0; i < 4; i++) {
-        be->free(be, dy[i]);
-        free(y[i]);
-    }
-    for (int i = 0; i < 2; i++) {
-        be->weight_release(be, &w[i]);
-        free(host[i]);
-    }
-    be->free(be, dx);
-    be->free(be, dids);
-    free(x); free(ids);
-}
-
-/* moe_ffn_prompt (gate, up and down on one grouping, silu(gate) * up
- * taken in the down product's gather) against matmul_id2_prompt, swiglu
- * and matmul_id_prompt, bit for bit (NaN rows of bad ids included). */
+/* moe_ffn_prompt (gate, up and down on one grouping, gate and up in one
+ * launch, silu(gate) * up taken in the down product's gather) against
+ * matmul_id_prompt for gate and for up, swiglu and matmul_id_prompt for
+ * down, bit for bit (NaN rows of bad ids included), float16 and f16x3, on
+ * the types and expert shapes the models use; BF16 takes the calls apart. */
 static void check_moe_ffn_one(mr_backend *be, const char *label, const tdesc *tgu, const tdesc *tdn, int64_t d,
                               int64_t ff, int mats, int k, int n, int route)
 {
@@ -939,7 +879,8 @@ static void check_moe_ffn_one(mr_backend *be, const char *label, const tdesc *tg
         y[i] = malloc(P * d * 4);
     }
     be->moe_ffn_prompt(be, &w[0], &w[1], &w[2], dx, dids, k, g, u, dy[0], n);
-    be->matmul_id2_prompt(be, &w[0], &w[1], dx, dids, k, g, u, n);
+    be->matmul_id_prompt(be, &w[0], dx, 1, dids, k, g, n);
+    be->matmul_id_prompt(be, &w[1], dx, 1, dids, k, u, n);
     be->swiglu(be, g, u, g, P * ff);
     be->matmul_id_prompt(be, &w[2], g, k, dids, k, dy[1], n);
     for (int i = 0; i < 2; i++) fetch(be, y[i], dy[i], P * d * 4);
@@ -968,26 +909,26 @@ static void check_moe_ffn_one(mr_backend *be, const char *label, const tdesc *tg
     free(x); free(ids);
 }
 
-static void check_moe_pair(void)
+static void check_moe_ffn(void)
 {
     const int types[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_IQ4_XS, MR_TYPE_Q8_0, MR_TYPE_BF16};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         const tdesc *td = td_of(types[i]);
-        check_moe_pair_one(gpu, "moe-pair-bits", td, 2048, 768, 16, 8, 150, ROUTE_RANDOM); /* 30B-A3B */
-        check_moe_pair_one(gpu, "moe-pair-bits", td, 2048, 512, 32, 8, 67, ROUTE_RANDOM);  /* 35B-A3B */
-        check_moe_pair_one(gpu, "moe-pair-bits", td, 1024, 128, 8, 2, 65, ROUTE_BAD);
-        check_moe_pair_one(gpu_x3, "moe-pair-bits-x3", td, 2048, 512, 32, 8, 67, ROUTE_RANDOM);
-        check_moe_pair_one(gpu_x3, "moe-pair-bits-x3", td, 1024, 128, 8, 2, 65, ROUTE_BAD);
+        check_moe_ffn_one(gpu, "moe-ffn-bits", td, td, 2048, 768, 16, 8, 150, ROUTE_RANDOM); /* 30B-A3B */
+        check_moe_ffn_one(gpu, "moe-ffn-bits", td, td, 2048, 512, 32, 8, 67, ROUTE_RANDOM);  /* 35B-A3B */
+        check_moe_ffn_one(gpu, "moe-ffn-bits", td, td, 1024, 256, 8, 2, 65, ROUTE_BAD);
+        check_moe_ffn_one(gpu_x3, "moe-ffn-bits-x3", td, td, 2048, 512, 32, 8, 67, ROUTE_RANDOM);
+        check_moe_ffn_one(gpu_x3, "moe-ffn-bits-x3", td, td, 1024, 256, 8, 2, 65, ROUTE_BAD);
     }
-    const tdesc *q4k = td_of(MR_TYPE_Q4_K), *q6k = td_of(MR_TYPE_Q6_K), *iq4 = td_of(MR_TYPE_IQ4_XS);
-    const tdesc *q80 = td_of(MR_TYPE_Q8_0), *bf = td_of(MR_TYPE_BF16);
+    /* Q4_K_M's mix: Q4_K gate and up, Q6_K down; and a down the fused path
+     * does not take (the calls apart, gate and up each fused on its own) */
+    const tdesc *q4k = td_of(MR_TYPE_Q4_K), *q6k = td_of(MR_TYPE_Q6_K), *bf = td_of(MR_TYPE_BF16);
     check_moe_ffn_one(gpu, "moe-ffn-bits", q4k, q6k, 2048, 768, 16, 8, 150, ROUTE_RANDOM); /* 30B-A3B */
-    check_moe_ffn_one(gpu, "moe-ffn-bits", q4k, q4k, 2048, 768, 16, 8, 150, ROUTE_RANDOM);
-    check_moe_ffn_one(gpu, "moe-ffn-bits", iq4, iq4, 2048, 512, 32, 8, 67, ROUTE_RANDOM); /* 35B-A3B */
-    check_moe_ffn_one(gpu, "moe-ffn-bits", q80, q80, 1024, 256, 8, 4, 65, ROUTE_RANDOM);
     check_moe_ffn_one(gpu, "moe-ffn-bits", q4k, q6k, 1024, 256, 8, 2, 65, ROUTE_BAD);
-    check_moe_ffn_one(gpu, "moe-ffn-bits", bf, bf, 1024, 256, 8, 2, 65, ROUTE_RANDOM); /* the three calls */
-    check_moe_ffn_one(gpu_x3, "moe-ffn-bits-x3", iq4, iq4, 2048, 512, 32, 8, 67, ROUTE_RANDOM);
+    check_moe_ffn_one(gpu, "moe-ffn-bits", q4k, bf, 1024, 256, 8, 2, 65, ROUTE_BAD);
+    check_moe_ffn_one(gpu, "moe-ffn-bits", td_of(MR_TYPE_Q8_0), td_of(MR_TYPE_Q8_0), 1024, 256, 8, 4, 65,
+                      ROUTE_RANDOM);
+    check_moe_ffn_one(gpu, "moe-ffn-bits", bf, bf, 1024, 256, 8, 2, 65, ROUTE_RANDOM); /* the calls apart */
     check_moe_ffn_one(gpu_x3, "moe-ffn-bits-x3", q4k, q6k, 1024, 256, 8, 2, 65, ROUTE_BAD);
 }
 
@@ -3544,7 +3485,7 @@ static void check_ops(int parts)
         check_glu_all();
         check_moe_grouped();
         check_gemm_prompt();
-        check_moe_pair();
+        check_moe_ffn();
         check_prompt_rows();
     }
     if (!(parts & PART_OPS))
@@ -3721,7 +3662,7 @@ int main(int argc, char **argv)
         check_moe_grouped();
     else if (!strcmp(part, "prompt")) {
         check_gemm_prompt();
-        check_moe_pair();
+        check_moe_ffn();
         check_prompt_rows();
     } else if (!strcmp(part, "sample"))
         check_sample_all();

@@ -35,7 +35,6 @@ struct rec_op {
         struct { const mr_weight *w; const int32_t *ids; int n; float *out; } get_rows;
         struct { const mr_weight *w; const float *x; float *y; int n; } matmul;
         struct { const mr_weight *w; const float *x; int x_slots; const int32_t *ids; int k; float *y; int n; } matmul_id;
-        struct { const mr_weight *wa, *wb; const float *x; const int32_t *ids; int k; float *ya, *yb; int n; } matmul_id2;
         struct { const mr_weight *wg, *wu, *wd; const float *x; const int32_t *ids; int k; float *g, *u, *y; int n; } moe_ffn;
         struct { const float *x, *w; float *y; int n_rows, dim; float eps; } rmsnorm;
         struct { float *y; const float *x, *w; float *out; int n_rows, dim; float eps; } add_rmsnorm;
@@ -100,8 +99,7 @@ enum { OP_GET_ROWS = 1, OP_MATMUL, OP_MATMUL_ID, OP_RMSNORM, OP_ROPE, OP_KV_STOR
        OP_KV_STORE_MULTI, OP_ATTENTION_MULTI,
        OP_SWIGLU, OP_ADD, OP_MOE_ROUTE, OP_MOE_COMBINE, OP_ARGMAX, OP_ADD_RMSNORM, OP_COPY_2D,
        OP_SIGMOID_MUL, OP_CONV1D_SILU, OP_GDN_SCAN, OP_QK_NORM_ROPE, OP_SAMPLE, OP_QK_NORM_ROPE_KV,
-       OP_MATMUL_PROMPT, OP_MATMUL_ID_PROMPT, OP_ATTENTION_PROMPT, OP_MATMUL_ID2_PROMPT,
-       OP_MOE_FFN_PROMPT };
+       OP_MATMUL_PROMPT, OP_MATMUL_ID_PROMPT, OP_ATTENTION_PROMPT, OP_MOE_FFN_PROMPT };
 
 #define MAX_GRAPHS 8
 
@@ -153,11 +151,6 @@ static void run_op(mr_cu_auto *a, mr_backend *be, const rec_op &o)
     case OP_MATMUL_ID_PROMPT: {
         auto &p = o.u.matmul_id;
         r.matmul_id_prompt(be, p.w, p.x, p.x_slots, p.ids, p.k, p.y, p.n);
-        break;
-    }
-    case OP_MATMUL_ID2_PROMPT: {
-        auto &p = o.u.matmul_id2;
-        r.matmul_id2_prompt(be, p.wa, p.wb, p.x, p.ids, p.k, p.ya, p.yb, p.n);
         break;
     }
     case OP_MOE_FFN_PROMPT: {
@@ -579,19 +572,6 @@ static void w_matmul_id_prompt(mr_backend *be, const mr_weight *w, const float *
     a->capturable = false;
 }
 
-static void w_matmul_id2_prompt(mr_backend *be, const mr_weight *wa, const mr_weight *wb, const float *x,
-                                const int32_t *ids, int k, float *ya, float *yb, int n)
-{
-    mr_cu_auto *a = mr_cu(be)->ag;
-    if (DIRECT(be)) return a->real.matmul_id2_prompt(be, wa, wb, x, ids, k, ya, yb, n);
-    rec(be, OP_MATMUL_ID2_PROMPT).u.matmul_id2 = {wa, wb, x, ids, k, ya, yb, n};
-    sp(a->sig, wa); sp(a->sig, wb); sp(a->sig, x); sp(a->sig, ids); sp(a->sig, k);
-    sp(a->sig, ya); sp(a->sig, yb); sp(a->sig, n);
-    label(a, "matmul_id2_prompt t%d %lldx%lldx%lld k=%d n=%d", wa->type, (long long)wa->n_mats,
-          (long long)wa->rows, (long long)wa->cols, k, n);
-    a->capturable = false;
-}
-
 static void w_moe_ffn_prompt(mr_backend *be, const mr_weight *wg, const mr_weight *wu, const mr_weight *wd,
                              const float *x, const int32_t *ids, int k, float *g, float *u, float *y, int n)
 {
@@ -908,7 +888,6 @@ void mr_cu_autograph_install(mr_backend *be)
     be->matmul_id = w_matmul_id;
     if (be->matmul_prompt) be->matmul_prompt = w_matmul_prompt;
     if (be->matmul_id_prompt) be->matmul_id_prompt = w_matmul_id_prompt;
-    if (be->matmul_id2_prompt) be->matmul_id2_prompt = w_matmul_id2_prompt;
     if (be->moe_ffn_prompt) be->moe_ffn_prompt = w_moe_ffn_prompt;
     if (be->attention_prompt) be->attention_prompt = w_attention_prompt;
     be->rmsnorm = w_rmsnorm;

@@ -423,7 +423,6 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     be->matmul_id = mr_cu_matmul_id;
     be->matmul_prompt = mr_cu_matmul_prompt;
     be->matmul_id_prompt = mr_cu_matmul_id_prompt;
-    be->matmul_id2_prompt = mr_cu_matmul_id2_prompt;
     be->moe_ffn_prompt = mr_cu_moe_ffn_prompt;
     be->graph_begin = cu_graph_begin;
     be->graph_end = cu_graph_end;

@@ -220,8 +220,6 @@ void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_s
 void mr_cu_matmul_prompt(mr_backend *be, const mr_weight *w, const float *x, float *y, int n);
 void mr_cu_matmul_id_prompt(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
                             const int32_t *ids, int k, float *y, int n);
-void mr_cu_matmul_id2_prompt(mr_backend *be, const mr_weight *wa, const mr_weight *wb, const float *x,
-                             const int32_t *ids, int k, float *ya, float *yb, int n);
 void mr_cu_moe_ffn_prompt(mr_backend *be, const mr_weight *wg, const mr_weight *wu, const mr_weight *wd,
                           const float *x, const int32_t *ids, int k, float *gate, float *up, float *y, int n);
 void mr_cu_swiglu(mr_backend *be, const float *gate, const float *up, float *out, size_t n);
@@ -279,8 +277,6 @@ bool mr_cu_hgemm(mr_cu_ctx *c, int m, int n, int k, float alpha, const __half *A
                  const __half *B, int ldb, long long sb, float beta, float *C, int ldc, long long sc, int batch);
 bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
                           const int32_t *ids, int k, float *y, int n);
-bool mr_cu_matmul_id_gemm2(mr_cu_ctx *c, const mr_weight *wa, const mr_weight *wb, const float *x,
-                           const int32_t *ids, int k, float *ya, float *yb, int n);
 bool mr_cu_moe_ffn_gemm(mr_cu_ctx *c, const mr_weight *wg, const mr_weight *wu, const mr_weight *wd, const float *x,
                         const int32_t *ids, int k, float *gate, float *up, float *y, int n);
 /* Decode products with int8 activations (cu_mvq8.cu): false when not

@@ -329,7 +329,7 @@ __global__ void k_scatter_rows(const float *Y, int64_t rows, const int32_t *dst,
  * the other blocks).  The decoded tile is written 16 bytes a store: with
  * 4-byte stores, 8 rows x 4 groups of a warp met 4-way bank conflicts.
  * Blocks with blockIdx.z = 1 take W2 and y2 instead (gate and up of one
- * grouping in one launch: matmul_id2_prompt). */
+ * grouping in one launch: moe_ffn_prompt). */
 #define MG_BM 64
 #define MG_BN 64
 #define MG_NJ (MG_BN / 16)
@@ -1017,21 +1017,19 @@ static void moe_gemm_launch(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, cons
 }
 
 /* False: more experts than the grouping holds (the caller then groups on
- * the host).  w2 (or NULL): a second matrix of w's type and shape on the
- * same pairs, into y2, in the same launch. */
+ * the host). */
 static bool moe_gemm_fused(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, const float *x, int x_slots,
-                           const int32_t *ids, int k, float *y, int n, const mr_weight *w2, float *y2)
+                           const int32_t *ids, int k, float *y, int n)
 {
     const int P = n * k;
     mg_grouping g;
-    const int r = moe_group(c, ids, P, w->n_mats, k, x_slots, {{y, w2 ? y2 : nullptr, nullptr}, {w->rows, w->rows, 0}},
-                            &g);
+    const int r = moe_group(c, ids, P, w->n_mats, k, x_slots, {{y, nullptr, nullptr}, {w->rows, 0, 0}}, &g);
     if (r)
         return r > 0;
     float *scale;
     const void *xg = prepare_x(c, md, x, w->cols, P, g.map, &scale);
     if (xg)
-        moe_gemm_launch(c, md, w, w2, xg, scale, g, P, y, y2);
+        moe_gemm_launch(c, md, w, nullptr, xg, scale, g, P, y, nullptr);
     return true;
 }
 
@@ -1053,22 +1051,13 @@ static bool moe_pair_ok(mr_cu_ctx *c, gemm_mode md, const mr_weight *wa, const m
            wa->n_mats == wb->n_mats && wa->row_bytes == wb->row_bytes;
 }
 
-/* matmul_id2_prompt's products on the fused path: both matrices of one
- * type and shape, grouped and gathered once, one launch; false (nothing
- * done) where the fused path does not take them. */
-bool mr_cu_matmul_id_gemm2(mr_cu_ctx *c, const mr_weight *wa, const mr_weight *wb, const float *x,
-                           const int32_t *ids, int k, float *ya, float *yb, int n)
-{
-    const gemm_mode md = mode_of(c);
-    return moe_pair_ok(c, md, wa, wb) && moe_gemm_fused(c, moe_mode(c, md), wa, x, 1, ids, k, ya, n, wb, yb);
-}
-
-/* moe_ffn_prompt on the fused path: gate and up as matmul_id2_prompt's,
- * then down on the same grouping.  The down call of its own would group
- * the same pairs again (its input rows, the pairs, are the grouping's
- * second map) and read the swiglu op's output; here its gather takes
- * silu(gate) * up from the pairs' gate and up rows with the swiglu op's
- * expression, so the swiglu pass goes and the rows are the same bits.
+/* moe_ffn_prompt on the fused path: the pairs grouped and the tokens
+ * gathered once for gate and up, both in one launch (blockIdx.z picks the
+ * matrix), then down on the same grouping (its input rows, the pairs, are
+ * the grouping's second map).  Calls of their own would group the pairs
+ * three times, gather the tokens twice and pass over the swiglu op's output;
+ * here the down product's gather takes silu(gate) * up from the pairs' gate
+ * and up rows with the swiglu op's expression: the same bits.
  * False (nothing done) where the fused path does not take the three. */
 bool mr_cu_moe_ffn_gemm(mr_cu_ctx *c, const mr_weight *wg, const mr_weight *wu, const mr_weight *wd, const float *x,
                         const int32_t *ids, int k, float *gate, float *up, float *y, int n)
@@ -1106,9 +1095,7 @@ bool mr_cu_matmul_id_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, int 
     const gemm_mode md = mode_of(c);
     const int64_t cols = w->cols, rows = w->rows, mats = w->n_mats;
     const int P = n * k;
-    if ((md == GEMM_F16 || md == GEMM_F16X3) && c->moe_fused && !mr_cu_plain_type(w->type) &&
-        rows % MG_BM == 0 && cols % MG_BK == 0 &&
-        moe_gemm_fused(c, moe_mode(c, md), w, x, x_slots, ids, k, y, n, nullptr, nullptr))
+    if (moe_fused_ok(c, md, w) && moe_gemm_fused(c, moe_mode(c, md), w, x, x_slots, ids, k, y, n))
         return true;
     /* the padded path: grouped on the host */
     std::vector<int32_t> h_ids((size_t)P);

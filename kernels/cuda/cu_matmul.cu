@@ -235,21 +235,6 @@ void mr_cu_matmul_id_prompt(mr_backend *be, const mr_weight *w, const float *x, 
     mr_cu_matmul_id(be, w, x, x_slots, ids, k, y, n); /* bad ids or slots: its checks and NaN rows */
 }
 
-/* Gate and up of the prompt rows (be->matmul_id2_prompt): one grouping
- * and one gather for both where the fused path takes them, else the two
- * calls. */
-void mr_cu_matmul_id2_prompt(mr_backend *be, const mr_weight *wa, const mr_weight *wb, const float *x,
-                             const int32_t *ids, int k, float *ya, float *yb, int n)
-{
-    mr_cu_ctx *c = mr_cu(be);
-    if (n <= 0 || k <= 0 || !weight_ok(c, wa, "matmul_id") || !weight_ok(c, wb, "matmul_id"))
-        return;
-    if (mr_cu_matmul_id_gemm2(c, wa, wb, x, ids, k, ya, yb, n))
-        return;
-    mr_cu_matmul_id_prompt(be, wa, x, 1, ids, k, ya, n);
-    mr_cu_matmul_id_prompt(be, wb, x, 1, ids, k, yb, n);
-}
-
 /* A mixture layer's routed experts for the prompt rows
  * (be->moe_ffn_prompt): one grouping for gate, up and down where the
  * fused path takes the three, else gate and up, swiglu, down. */
@@ -262,7 +247,8 @@ void mr_cu_moe_ffn_prompt(mr_backend *be, const mr_weight *wg, const mr_weight *
         return;
     if (mr_cu_moe_ffn_gemm(c, wg, wu, wd, x, ids, k, gate, up, y, n))
         return;
-    mr_cu_matmul_id2_prompt(be, wg, wu, x, ids, k, gate, up, n);
+    mr_cu_matmul_id_prompt(be, wg, x, 1, ids, k, gate, n);
+    mr_cu_matmul_id_prompt(be, wu, x, 1, ids, k, up, n);
     mr_cu_swiglu(be, gate, up, gate, (size_t)n * (size_t)k * (size_t)wg->rows);
     mr_cu_matmul_id_prompt(be, wd, gate, k, ids, k, y, n);
 }

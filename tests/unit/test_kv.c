@@ -436,7 +436,7 @@ END_TEST
  * run's, and a generated item after a prompt item is refused. */
 static mr_backend real_ops;
 static int mm_gen_max, mm_prompt_bad, mm_prompt_calls, att_gen_bad, att_prompt_calls, att_prompt_bad,
-    att_prompt_deep, mm_head_rows, mm_pair_calls, mm_ffn_calls, n_vocab_rows;
+    att_prompt_deep, mm_head_rows, mm_ffn_calls, n_vocab_rows;
 
 static void count_matmul(mr_backend *b, const mr_weight *w, const float *x, float *y, int n)
 {
@@ -462,16 +462,6 @@ static void count_matmul_id_prompt(mr_backend *b, const mr_weight *w, const floa
     mm_prompt_calls++;
     mm_prompt_bad += n != 12;
     real_ops.matmul_id(b, w, x, xs, ids, k, y, n);
-}
-/* gate and up of the prompt rows in one call (the CPU backend has none:
- * two real products stand for it) */
-static void count_matmul_id2_prompt(mr_backend *b, const mr_weight *wa, const mr_weight *wb, const float *x,
-                                    const int32_t *ids, int k, float *ya, float *yb, int n)
-{
-    mm_pair_calls++;
-    mm_prompt_bad += n != 12 || wa->cols != wb->cols || wa->rows != wb->rows;
-    real_ops.matmul_id(b, wa, x, 1, ids, k, ya, n);
-    real_ops.matmul_id(b, wb, x, 1, ids, k, yb, n);
 }
 /* a mixture layer's routed experts over the prompt rows in one call (the
  * CPU backend has none: its products and swiglu stand for it) */
@@ -515,7 +505,6 @@ START_TEST(rows_routed_by_kind)
     be->matmul_prompt = count_matmul_prompt;
     be->matmul_id = count_matmul_id;
     be->matmul_id_prompt = count_matmul_id_prompt;
-    be->matmul_id2_prompt = count_matmul_id2_prompt;
     be->moe_ffn_prompt = count_moe_ffn_prompt;
     be->attention = count_attention;
     be->attention_prompt = count_attention_prompt;
@@ -555,13 +544,12 @@ START_TEST(rows_routed_by_kind)
     it[3] = (mr_batch_item){.seq = sq[3], .tokens = p[3], .n = 7, .mode = MR_LOGITS_ALL, .logits = got + (size_t)3 * V};
     it[4] = (mr_batch_item){.seq = sq[4], .tokens = p[4] + 2, .n = 5, .mode = MR_LOGITS_NONE};
     mm_gen_max = mm_prompt_bad = mm_prompt_calls = att_gen_bad = att_prompt_calls = att_prompt_bad = 0;
-    att_prompt_deep = mm_head_rows = mm_pair_calls = mm_ffn_calls = 0;
+    att_prompt_deep = mm_head_rows = mm_ffn_calls = 0;
     ck_assert_msg(mr_model_forward_batch(model, it, 5, &err) == 0, "%s", err.msg);
     ck_assert_int_le(mm_gen_max, 2);
     ck_assert_int_eq(mm_head_rows, 10);
     ck_assert_int_gt(mm_prompt_calls, 0);
-    ck_assert_int_gt(mm_ffn_calls, 0);  /* a mixture layer's experts in one call */
-    ck_assert_int_eq(mm_pair_calls, 0); /* ... which leaves gate and up no call of their own */
+    ck_assert_int_gt(mm_ffn_calls, 0); /* a mixture layer's experts in one call */
     ck_assert_int_eq(mm_prompt_bad, 0);
     ck_assert_int_eq(att_gen_bad, 0);
     ck_assert_int_eq(att_prompt_calls, 2 * (int)mr_model_hparams(model)->n_layers);
