@@ -26,12 +26,13 @@
  * whole decode steps of a small model with it off and on, bit for bit
  * (check_pdl).
  *
- * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|mm|ops|q8]]   Prints
+ * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|wide|mm|ops|q8]]   Prints
  * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
  * grouped expert products, "prompt" only those of the prompt products (the
  * GEMM paths and their rows' bits across calls; part of "mm"), "sample"
  * only those of the sample op, "pdl" only the PDL comparison, "attn" only
- * the prompt attention (part of "ops"); "mm", "ops" and "q8" one third of
+ * the prompt attention (part of "ops"), "wide" only the rows a block of
+ * the one-token Q4_K kernel (part of "mm"); "mm", "ops" and "q8" one third of
  * the whole each (run the three at once: their union is what no argument
  * runs). */
 #include <math.h>
@@ -2413,6 +2414,27 @@ static void check_x24_multi(mr_backend *be, const tdesc *td, int64_t r0, int64_t
     report("x24mma-multi-launches", shape, (double)labs(fused - 2), 0, 0.0);
 }
 
+/* One token's rows a block of the Q4_K float kernel by the shape (4 at
+ * 2048 columns, 2 or 1 past): a row count not a multiple of 4, and the
+ * counts forced (MEMRA_CUDA_WIDE_R), each against the batches' launches. */
+static void check_wide_rows(void)
+{
+    check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q4_K), 2048, 1001, 1, 1);
+    check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q4_K), 2048, 4608, 1, 1);
+    const char *wrs[] = {"1", "2", "4", "8"};
+    for (size_t i = 0; i < sizeof wrs / sizeof wrs[0]; i++) {
+        setenv("MEMRA_CUDA_WIDE_R", wrs[i], 1);
+        mr_backend *wr = mr_backend_cuda_create(0, &err);
+        unsetenv("MEMRA_CUDA_WIDE_R");
+        if (!wr) die("cuda (MEMRA_CUDA_WIDE_R)");
+        char lab[32];
+        snprintf(lab, sizeof lab, "batch-inv-wr%s", wrs[i]);
+        check_batch_invariance_one(wr, lab, td_of(MR_TYPE_Q4_K), 2048, 1001, 1, 1);
+        check_batch_invariance_one(wr, lab, td_of(MR_TYPE_Q4_K), 4096, 2048, 1, 1);
+        wr->destroy(wr);
+    }
+}
+
 static void check_batch_invariance(void)
 {
     mr_backend *pre = x24_backend("MEMRA_CUDA_X24_PRE", "1");
@@ -2451,6 +2473,7 @@ static void check_batch_invariance(void)
     check_batch_invariance_one(w8r1, "batch-inv-w8r1", td_of(MR_TYPE_Q4_K), 4096, 2048, 1, 1);
     check_batch_invariance_one(w8r1, "batch-inv-w8r1", td_of(MR_TYPE_Q4_K), 4096, 1001, 1, 1);
     w8r1->destroy(w8r1);
+    check_wide_rows();
     /* the 22-bit kernel on every shape it takes (MEMRA_CUDA_MATVEC=x24all) */
     const int x24t[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_IQ4_XS, MR_TYPE_Q8_0};
     const int nx24 = (int)(sizeof x24t / sizeof x24t[0]);
@@ -3670,6 +3693,8 @@ int main(int argc, char **argv)
         check_pdl();
     else if (!strcmp(part, "attn"))
         check_attention_prompts();
+    else if (!strcmp(part, "wide"))
+        check_wide_rows();
     else
         check_ops(!strcmp(part, "mm") ? PART_MM : !strcmp(part, "ops") ? PART_OPS : !strcmp(part, "q8") ? PART_Q8
                                                                                    : PART_MM | PART_OPS | PART_Q8);

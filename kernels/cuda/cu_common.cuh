@@ -50,6 +50,9 @@ struct mr_cu_ctx {
     bool no_fast;           /* MEMRA_CUDA_GENERIC=1: generic kernels only (for checks) */
     int fast_r;             /* MEMRA_CUDA_FAST_R: force rows per block (1, 2, 4; 0 = auto) */
     bool q4k_wide;          /* 16-weight lanes for Q4_K (MEMRA_CUDA_Q4K_WIDE=0: off) */
+    int wide_r;             /* rows a block of the one-token Q4_K wide kernel (MEMRA_CUDA_WIDE_R: 1, 2,
+                               4 or 8; -1 the rule before run 105; else by the shape, cu_fast.cu
+                               launch_fast; a row's sums do not depend on it) */
     bool moe_grouped;       /* decode expert products grouped by expert (MEMRA_CUDA_MOE_GROUPED=0: off) */
     int moe_nt;             /* their pairs per chunk (MEMRA_CUDA_MOE_GROUPED=2 or 4; 0 = auto) */
     int gemm_mode;          /* prompt GEMM precision (cu_gemm.cu) */

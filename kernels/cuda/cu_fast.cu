@@ -865,7 +865,26 @@ static void launch_fast(mr_cu_ctx *c, mr_cu_mvjob a, int jobs)
      * lanes at every count, because decode batches of experts go through
      * the grouped kernels, which sum as k_fast does */
     if (q4k_wide_takes<T>(c, a)) {
-        if (NT == 1 && units / 2 >= want) {
+        /* one token: rows a block by the shape (a row's sums do not depend
+         * on it).  Rows of at most 2048 columns are one 512-column step a
+         * warp, so four rows a block share the block's start and its input
+         * loads; longer rows two where that leaves ~4 blocks an SM.  Run 105
+         * (H200, us a call, rows a block 1 / 2 / 4): 4096 x 2048 6.27 / 4.99
+         * / 4.36, 2048 x 4096 5.65 / 4.65 / 5.05, 4096 x 4096 8.43 / 7.44 /
+         * 7.89, 4096 x 12288 19.07 / 16.17 / 18.39; 30B-A3B tg128 +3% with
+         * four everywhere, the 8B -3%.  MEMRA_CUDA_WIDE_R=1, 2, 4 or 8
+         * forces it; -1 is the rule before run 105 (two from 2 x 8 blocks
+         * an SM, else one). */
+        int r = c->wide_r;
+        if (r == -1)
+            r = units / 2 >= want ? 2 : 1;
+        else if (r != 1 && r != 2 && r != 4 && r != 8)
+            r = a.cols <= 2048 ? 4 : units / 2 >= want / 2 ? 2 : 1;
+        if (NT == 1 && r == 8) {
+            mr_cu_launch(c, k_q4k_wide<8, 1>, dim3(job_blocks(&a, 8), jobs), FW * 32, 0, a);
+        } else if (NT == 1 && r == 4) {
+            mr_cu_launch(c, k_q4k_wide<4, 1>, dim3(job_blocks(&a, 4), jobs), FW * 32, 0, a);
+        } else if (NT == 1 && r == 2) {
             const unsigned gx = job_blocks(&a, 2);
             mr_cu_launch(c, k_q4k_wide<2, 1>, dim3(gx, jobs), FW * 32, 0, a);
         } else {
