@@ -1073,6 +1073,32 @@ static int bench_one_mv(int argc, char **argv, int iters, double cbw)
     return 0;
 }
 
+/* "phase [BYTES [BPS [PHASES]]]": one op of a decode step as a phase of a
+ * persistent kernel against a launch of a PDL chain (cu_persist.cu);
+ * without BYTES the 30B-A3B's and 8B's product sizes at 1 and 2 blocks an
+ * SM. */
+static int bench_phase(int argc, char **argv, int iters)
+{
+    const long long one = argc > 0 ? atoll(argv[0]) : 0;
+    const int bps1 = argc > 1 ? atoi(argv[1]) : 0, phases = argc > 2 ? atoi(argv[2]) : 64;
+    const long long sizes[] = {589824, 4718592, 9437184, 28311552};
+    printf("%-10s %4s %6s %10s %10s %10s %10s %10s  (us a phase)\n", "bytes", "bps", "grid", "barrier", "load",
+           "prefetch", "chain-nop", "chain-load");
+    for (size_t i = 0; i < (one ? 1 : sizeof sizes / sizeof sizes[0]); i++)
+        for (int bps = bps1 ? bps1 : 1; bps <= (bps1 ? bps1 : 2); bps++) {
+            const long long bytes = one ? one : sizes[i];
+            double us[5] = {0, 0, 0, 0, 0};
+            const int g = mr_cuda_phase_bench((size_t)bytes, bps, phases, iters, us);
+            if (g < 0) {
+                printf("%-10lld %4d  not run (%d)\n", bytes, bps, g);
+                continue;
+            }
+            printf("%-10lld %4d %6d %10.2f %10.2f %10.2f %10.2f %10.2f\n", bytes, bps, g, us[0], us[1], us[2], us[3],
+                   us[4]);
+        }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int iters = argc > 1 ? atoi(argv[1]) : 200;
@@ -1101,6 +1127,8 @@ int main(int argc, char **argv)
         return bench_pdl(iters);
     if (argc > 2 && !strcmp(argv[2], "mv"))
         return bench_one_mv(argc - 3, argv + 3, iters, cbw);
+    if (argc > 2 && !strcmp(argv[2], "phase"))
+        return bench_phase(argc - 3, argv + 3, iters);
     if (argc > 2 && !strcmp(argv[2], "moe")) {
         printf("%-8s %-9s %-16s %3s %12s %11s %13s %7s\n", "kernel", "type", "rows x cols", "n", "bytes",
                "time", "bandwidth", "%copy");

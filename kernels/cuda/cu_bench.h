@@ -40,6 +40,14 @@ void mr_cu_profile_reset(struct mr_backend *be);
  * programmatic dependent launch (the default on sm_90+; every kernel waits
  * first). */
 int mr_cuda_pdl_mode(struct mr_backend *be);
+/* One op of a decode step as a phase of a persistent kernel against a
+ * launch of a PDL chain (cu_persist.cu): per phase of `bytes` of weights,
+ * bps blocks an SM, best of iters runs of `phases` phases, microseconds:
+ * out_us[0] the grid barrier alone, [1] load after the barrier, [2] the
+ * weights prefetched into shared memory before it, [3] an empty kernel of
+ * the chain, [4] the load body as a chain kernel.  Returns the grid size,
+ * or a negative value when the device or the shape does not allow it. */
+int mr_cuda_phase_bench(size_t bytes, int bps, int phases, int iters, double out_us[5]);
 /* Device name and multiprocessor count, for reports. */
 void mr_cuda_device_info(char *name, size_t n, int *sm);
 
