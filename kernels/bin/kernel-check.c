@@ -26,13 +26,14 @@
  * whole decode steps of a small model with it off and on, bit for bit
  * (check_pdl).
  *
- * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|wide|mm|ops|q8]]   Prints
+ * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|wide|route|mm|ops|q8]]   Prints
  * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
  * grouped expert products, "prompt" only those of the prompt products (the
  * GEMM paths and their rows' bits across calls; part of "mm"), "sample"
  * only those of the sample op, "pdl" only the PDL comparison, "attn" only
  * the prompt attention (part of "ops"), "wide" only the rows a block of
- * the one-token Q4_K kernel (part of "mm"); "mm", "ops" and "q8" one third of
+ * the one-token Q4_K kernel (part of "mm"), "route" only the routing by
+ * ranks against the warp kernel (part of "ops"); "mm", "ops" and "q8" one third of
  * the whole each (run the three at once: their union is what no argument
  * runs). */
 #include <math.h>
@@ -1684,6 +1685,61 @@ static void check_moe(int n, int E, int k, bool norm, bool ties)
     report_rel("moe_combine", shape, o, ro, (size_t)n * rows, 1e-6);
     gpu->free(gpu, dl); gpu->free(gpu, dw); gpu->free(gpu, di); gpu->free(gpu, dy); gpu->free(gpu, dout);
     free(l); free(rid); free(gid); free(rw); free(gw); free(y); free(o); free(ro);
+}
+
+/* moe_route by ranks (MEMRA_CUDA_ROUTE=rank) against the warp kernel on
+ * the same logits: ids and weights bit for bit.  kind 0: Gaussian; 1: values
+ * 0..3 (ties); 2: ties and every fifth logit -inf; 3: a NaN in every other
+ * row (the rank kernel hands those rows to the warp code). */
+static void check_route_rank(mr_backend *rank, int n, int E, int k, bool norm, int kind)
+{
+    const size_t ln = (size_t)n * E, kn = (size_t)n * k;
+    float *l = malloc(ln * 4);
+    for (size_t i = 0; i < ln; i++) {
+        l[i] = kind ? (float)(rnd() % 4) : fgauss() * 2;
+        if (kind == 2 && i % 5 == 2) l[i] = -INFINITY;
+        if (kind == 3 && (i / E) % 2 == 0 && i % E == (size_t)(E / 3)) l[i] = NAN;
+    }
+    int32_t *id[2];
+    float *w[2];
+    mr_backend *be[2] = {gpu, rank};
+    for (int b = 0; b < 2; b++) {
+        float *dl = dup_to(be[b], l, ln * 4), *dw = dalloc(be[b], kn * 4);
+        int32_t *di = dalloc(be[b], kn * 4);
+        poison(be[b], dw, kn * 4);
+        poison(be[b], di, kn * 4);
+        be[b]->moe_route(be[b], dl, n, E, k, norm, di, dw);
+        id[b] = malloc(kn * 4);
+        w[b] = malloc(kn * 4);
+        fetch(be[b], id[b], di, kn * 4);
+        fetch(be[b], w[b], dw, kn * 4);
+        be[b]->free(be[b], dl); be[b]->free(be[b], dw); be[b]->free(be[b], di);
+    }
+    size_t diff = 0;
+    for (size_t i = 0; i < kn; i++) diff += id[0][i] != id[1][i] || memcmp(&w[0][i], &w[1][i], 4) != 0;
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%d E=%d k=%d%s kind %d", n, E, k, norm ? " norm" : "", kind);
+    report("route-rank", shape, (double)diff, 0, 0.0); /* picks that differ in id or in any bit */
+    for (int b = 0; b < 2; b++) { free(id[b]); free(w[b]); }
+    free(l);
+}
+
+static void check_route_rank_all(void)
+{
+    setenv("MEMRA_CUDA_ROUTE", "rank", 1);
+    mr_backend *rank = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_ROUTE");
+    if (!rank) die("cuda (MEMRA_CUDA_ROUTE=rank)");
+    for (int kind = 0; kind < 4; kind++) {
+        check_route_rank(rank, 1, 128, 8, true, kind);  /* the 30B-A3B */
+        check_route_rank(rank, 16, 128, 8, true, kind); /* a decode batch */
+        check_route_rank(rank, 3, 256, 8, true, kind);  /* the 35B-A3B */
+        check_route_rank(rank, 5, 60, 4, false, kind);
+        check_route_rank(rank, 2, 300, 10, true, kind);
+        check_route_rank(rank, 2, 512, 32, false, kind);
+        check_route_rank(rank, 4, 4, 2, true, kind);
+    }
+    rank->destroy(rank);
 }
 
 /* kind 0: Gaussian values; 1: values 0..4 (ties: the lowest index wins);
@@ -3566,6 +3622,7 @@ static void check_ops(int parts)
     check_moe(3, 256, 8, true, false); /* 8 logits a lane (the 35B-A3B) */
     check_moe(2, 300, 10, true, true);  /* 16 a lane */
     check_moe(2, 64, 32, true, false);  /* every lane keeps a pick */
+    check_route_rank_all();
     check_argmax(1, 151936, 0);
     check_argmax(16, 151936, 1); /* a decode batch's rows, ties across threads */
     check_argmax(4, 1024, 1);
@@ -3695,6 +3752,8 @@ int main(int argc, char **argv)
         check_attention_prompts();
     else if (!strcmp(part, "wide"))
         check_wide_rows();
+    else if (!strcmp(part, "route"))
+        check_route_rank_all();
     else
         check_ops(!strcmp(part, "mm") ? PART_MM : !strcmp(part, "ops") ? PART_OPS : !strcmp(part, "q8") ? PART_Q8
                                                                                    : PART_MM | PART_OPS | PART_Q8);

@@ -386,6 +386,8 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     c->fast_r = fr ? atoi(fr) : 0;
     const char *qw = getenv("MEMRA_CUDA_Q4K_WIDE");
     c->q4k_wide = !(qw && !strcmp(qw, "0"));
+    const char *ro = getenv("MEMRA_CUDA_ROUTE");
+    c->route_rank = ro && !strcmp(ro, "rank");
     const char *wr = getenv("MEMRA_CUDA_WIDE_R");
     c->wide_r = wr ? atoi(wr) : 0;
     const char *w8 = getenv("MEMRA_CUDA_WIDE8");

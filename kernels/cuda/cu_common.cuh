@@ -50,6 +50,8 @@ struct mr_cu_ctx {
     bool no_fast;           /* MEMRA_CUDA_GENERIC=1: generic kernels only (for checks) */
     int fast_r;             /* MEMRA_CUDA_FAST_R: force rows per block (1, 2, 4; 0 = auto) */
     bool q4k_wide;          /* 16-weight lanes for Q4_K (MEMRA_CUDA_Q4K_WIDE=0: off) */
+    bool route_rank;        /* moe_route by ranks, a block a token (cu_ops.cu k_moe_route_rank;
+                               MEMRA_CUDA_ROUTE=rank; same ids and weights as the warp kernel) */
     int wide_r;             /* rows a block of the one-token Q4_K wide kernel (MEMRA_CUDA_WIDE_R: 1, 2,
                                4 or 8; -1 the rule before run 105; else by the shape, cu_fast.cu
                                launch_fast; a row's sums do not depend on it) */

@@ -408,17 +408,12 @@ static void cu_add(mr_backend *be, float *y, const float *x, size_t n)
  * probabilities.  Lane j keeps round j's pick and writes it at the end, so
  * the renormalisation reads no global memory back (k <= 32). */
 #define ROUTE_MAX_PER_LANE 16
+/* One token's routing by one warp (l: its logits; ids, weights: its k
+ * slots). */
 template <int PL>
-__global__ void k_moe_route(const float *logits, int n, int n_expert, int k, bool norm,
-                            int32_t *ids, float *weights)
+__device__ __forceinline__ void route_warp(const float *l, int lane, int n_expert, int k, bool norm, int32_t *ids,
+                                           float *weights)
 {
-    mr_pdl_wait();
-    mr_pdl_trigger();
-    const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    const int lane = threadIdx.x & 31;
-    if (t >= n)
-        return;
-    const float *l = logits + (int64_t)t * n_expert;
     float v[PL];
     float mx = -INFINITY;
 #pragma unroll
@@ -465,8 +460,106 @@ __global__ void k_moe_route(const float *logits, int n, int n_expert, int k, boo
         }
     }
     if (lane < k) {
-        ids[(int64_t)t * k + lane] = my_e;
-        weights[(int64_t)t * k + lane] = norm ? my_p / wsum : my_p;
+        ids[lane] = my_e;
+        weights[lane] = norm ? my_p / wsum : my_p;
+    }
+}
+
+template <int PL>
+__global__ void k_moe_route(const float *logits, int n, int n_expert, int k, bool norm,
+                            int32_t *ids, float *weights)
+{
+    mr_pdl_wait();
+    mr_pdl_trigger();
+    const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (t >= n)
+        return;
+    route_warp<PL>(logits + (int64_t)t * n_expert, threadIdx.x & 31, n_expert, k, norm, ids + (int64_t)t * k,
+                   weights + (int64_t)t * k);
+}
+
+/* The same routing by ranks (MEMRA_CUDA_ROUTE=rank): a block of 32 * PL
+ * threads a token, thread e holding expert e.  route_warp takes k rounds of
+ * a warp-wide argmax, each a chain of shuffles (the kernel's own time was
+ * ~2.9 us of the 30B-A3B's decode step, ncu run 103); here every expert
+ * counts the experts ahead of it at once, (a larger logit, or an equal one
+ * with a lower id: the order route_warp picks in), and the one ranked j is
+ * route_warp's pick of round j.  The sums are route_warp's: the max is exact
+ * in any order, each expf(v - max) is the same expression, lane l of warp 0
+ * adds experts l, l + 32, ... in that order and then across the warp, a
+ * pick's probability is that term over the sum, the renormalisation adds
+ * the picks in rank order.  So the ids and weights are route_warp's bit for
+ * bit.  A row with a NaN logit (where the warp's comparisons are not an
+ * order) goes to route_warp in warp 0. */
+template <int PL>
+__global__ void __launch_bounds__(32 * PL) k_moe_route_rank(const float *logits, int n_expert, int k, bool norm,
+                                                            int32_t *ids, float *weights)
+{
+    mr_pdl_wait();
+    mr_pdl_trigger();
+    __shared__ __align__(16) float sv[32 * PL];
+    __shared__ float sx[32 * PL], sp[32], wmax[PL];
+    __shared__ int se[32];
+    __shared__ float sS, sW;
+    __shared__ int has_nan;
+    const int t = blockIdx.x, e = threadIdx.x, lane = e & 31, w = e >> 5;
+    const float *l = logits + (int64_t)t * n_expert;
+    int32_t *it = ids + (int64_t)t * k;
+    float *wt = weights + (int64_t)t * k;
+    const float v = e < n_expert ? l[e] : -INFINITY;
+    if (e == 0) has_nan = 0;
+    sv[e] = v;
+    __syncthreads();
+    if (v != v) has_nan = 1;
+    const float m = mr_warp_max(v);
+    if (lane == 0) wmax[w] = m;
+    __syncthreads();
+    if (has_nan) {
+        if (w == 0) route_warp<PL>(l, lane, n_expert, k, norm, it, wt);
+        return;
+    }
+    float mx = wmax[0];
+#pragma unroll
+    for (int i = 1; i < PL; i++) mx = fmaxf(mx, wmax[i]);
+    sx[e] = e < n_expert ? expf(v - mx) : 0.0f;
+    __syncthreads();
+    if (w == 0) {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PL; i++)
+            if (lane + 32 * i < n_expert) s += sx[lane + 32 * i];
+        s = mr_warp_sum(s);
+        if (lane == 0) sS = s;
+    }
+    /* rank: the experts ahead of e (past n_expert: -inf, never ahead of a
+     * real expert, and not ranked themselves) */
+    int r = 0;
+    if (e < n_expert) {
+        const float4 *s4 = (const float4 *)sv;
+#pragma unroll 4
+        for (int j = 0; j < 8 * PL; j++) {
+            const float4 o = s4[j];
+            const int b = 4 * j;
+            r += (o.x > v || (o.x == v && b < e)) + (o.y > v || (o.y == v && b + 1 < e)) +
+                 (o.z > v || (o.z == v && b + 2 < e)) + (o.w > v || (o.w == v && b + 3 < e));
+        }
+        /* -inf fillers past n_expert tie a -inf logit but have higher ids: never ahead */
+    }
+    __syncthreads();
+    if (e < n_expert && r < k) {
+        sp[r] = expf(v - mx) / sS;
+        se[r] = e;
+    }
+    __syncthreads();
+    if (e == 0) {
+        float ws = 0.0f;
+        for (int j = 0; j < k; j++) ws += sp[j];
+        sW = ws;
+    }
+    __syncthreads();
+    if (e < k) {
+        it[e] = se[e];
+        wt[e] = norm ? sp[e] / sW : sp[e];
     }
 }
 
@@ -479,6 +572,22 @@ static void cu_moe_route(mr_backend *be, const float *logits, int n, int n_exper
     if (n_expert <= 0 || n_expert > 32 * ROUTE_MAX_PER_LANE || k <= 0 || k > n_expert || k > 32) {
         mr_cu_fail(c, "moe_route: %d experts, k %d (at most %d experts and 32 a token)", n_expert, k,
                    32 * ROUTE_MAX_PER_LANE);
+        return;
+    }
+    if (c->route_rank) { /* a block of 32 * PL threads a token */
+        if (n > 65535) {
+            mr_cu_fail(c, "moe_route: %d tokens (max 65535)", n);
+            return;
+        }
+#define RANK_LAUNCH(PL) mr_cu_launch(c, k_moe_route_rank<PL>, dim3(n), 32 * PL, 0, logits, n_expert, k, norm_topk, ids, weights)
+        if (n_expert <= 32 * 4)
+            RANK_LAUNCH(4);
+        else if (n_expert <= 32 * 8)
+            RANK_LAUNCH(8);
+        else
+            RANK_LAUNCH(ROUTE_MAX_PER_LANE);
+#undef RANK_LAUNCH
+        MR_CU_LAUNCHED(c, "moe_route (ranks)");
         return;
     }
     const int wpb = 4;
