@@ -563,6 +563,21 @@ __global__ void __launch_bounds__(32 * PL) k_moe_route_rank(const float *logits,
     }
 }
 
+/* The warp kernel (4 tokens a block) or the rank kernel (a block of 32 * PL
+ * threads a token, MEMRA_CUDA_ROUTE=rank). */
+template <int PL>
+static void route_launch(mr_cu_ctx *c, const float *logits, int n, int n_expert, int k, bool norm_topk, int32_t *ids,
+                         float *weights)
+{
+    if (c->route_rank) {
+        mr_cu_launch(c, k_moe_route_rank<PL>, dim3(n), 32 * PL, 0, logits, n_expert, k, norm_topk, ids, weights);
+        return;
+    }
+    const int wpb = 4;
+    mr_cu_launch(c, k_moe_route<PL>, mr_cu_blocks((size_t)n, wpb), wpb * 32, 0, logits, n, n_expert, k, norm_topk, ids,
+                 weights);
+}
+
 static void cu_moe_route(mr_backend *be, const float *logits, int n, int n_expert, int k,
                          bool norm_topk, int32_t *ids, float *weights)
 {
@@ -574,34 +589,12 @@ static void cu_moe_route(mr_backend *be, const float *logits, int n, int n_exper
                    32 * ROUTE_MAX_PER_LANE);
         return;
     }
-    if (c->route_rank) { /* a block of 32 * PL threads a token */
-        if (n > 65535) {
-            mr_cu_fail(c, "moe_route: %d tokens (max 65535)", n);
-            return;
-        }
-#define RANK_LAUNCH(PL) mr_cu_launch(c, k_moe_route_rank<PL>, dim3(n), 32 * PL, 0, logits, n_expert, k, norm_topk, ids, weights)
-        if (n_expert <= 32 * 4)
-            RANK_LAUNCH(4);
-        else if (n_expert <= 32 * 8)
-            RANK_LAUNCH(8);
-        else
-            RANK_LAUNCH(ROUTE_MAX_PER_LANE);
-#undef RANK_LAUNCH
-        MR_CU_LAUNCHED(c, "moe_route (ranks)");
-        return;
-    }
-    const int wpb = 4;
-    const dim3 grid = mr_cu_blocks((size_t)n, wpb);
-#define ROUTE_LAUNCH(PL)                                                                                    \
-    mr_cu_launch(c, k_moe_route<PL>, grid, wpb * 32, 0, logits, n, n_expert, k, norm_topk, ids, weights)
-    if (n_expert <= 32 * 4)
-        ROUTE_LAUNCH(4);
-    else if (n_expert <= 32 * 8)
-        ROUTE_LAUNCH(8);
-    else
-        ROUTE_LAUNCH(ROUTE_MAX_PER_LANE);
-#undef ROUTE_LAUNCH
-    MR_CU_LAUNCHED(c, "moe_route");
+    /* experts a lane (PL): 4 up to 128, 8 up to 256, else 16 */
+    const int pl = n_expert <= 32 * 4 ? 4 : n_expert <= 32 * 8 ? 8 : ROUTE_MAX_PER_LANE;
+    if (pl == 4) route_launch<4>(c, logits, n, n_expert, k, norm_topk, ids, weights);
+    else if (pl == 8) route_launch<8>(c, logits, n, n_expert, k, norm_topk, ids, weights);
+    else route_launch<ROUTE_MAX_PER_LANE>(c, logits, n, n_expert, k, norm_topk, ids, weights);
+    MR_CU_LAUNCHED(c, c->route_rank ? "moe_route (ranks)" : "moe_route");
 }
 
 __global__ void k_moe_combine(const float *y, const float *w, int k, int rows, float *out)
