@@ -148,6 +148,17 @@ static void poison(mr_backend *be, void *d, size_t n)
     if (be->upload(be, d, h, n, &err)) die("upload");
     free(h);
 }
+/* A CUDA backend created with var=val in the environment (var unset
+ * again after); dies when it cannot be made. */
+static mr_backend *backend_with(const char *var, const char *val)
+{
+    setenv(var, val, 1);
+    mr_backend *be = mr_backend_cuda_create(0, &err);
+    unsetenv(var);
+    if (!be) die(var);
+    return be;
+}
+
 /* The op recorder's fusion counts so far (mr_cu_autograph_fusions). */
 static mr_cu_fusions fused_ops(mr_backend *be)
 {
@@ -1726,10 +1737,7 @@ static void check_route_rank(mr_backend *rank, int n, int E, int k, bool norm, i
 
 static void check_route_rank_all(void)
 {
-    setenv("MEMRA_CUDA_ROUTE", "rank", 1);
-    mr_backend *rank = mr_backend_cuda_create(0, &err);
-    unsetenv("MEMRA_CUDA_ROUTE");
-    if (!rank) die("cuda (MEMRA_CUDA_ROUTE=rank)");
+    mr_backend *rank = backend_with("MEMRA_CUDA_ROUTE", "rank");
     for (int kind = 0; kind < 4; kind++) {
         check_route_rank(rank, 1, 128, 8, true, kind);  /* the 30B-A3B */
         check_route_rank(rank, 16, 128, 8, true, kind); /* a decode batch */
@@ -2372,11 +2380,8 @@ static void check_batch_invariance_one(mr_backend *be, const char *label, const 
 static mr_backend *x24_backend(const char *var, const char *val)
 {
     setenv("MEMRA_CUDA_MATVEC", "x24all", 1);
-    setenv(var, val, 1);
-    mr_backend *be = mr_backend_cuda_create(0, &err);
-    unsetenv(var);
+    mr_backend *be = backend_with(var, val);
     unsetenv("MEMRA_CUDA_MATVEC");
-    if (!be) die(var);
     return be;
 }
 
@@ -2479,10 +2484,7 @@ static void check_wide_rows(void)
     check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q4_K), 2048, 4608, 1, 1);
     const char *wrs[] = {"1", "2", "4", "8"};
     for (size_t i = 0; i < sizeof wrs / sizeof wrs[0]; i++) {
-        setenv("MEMRA_CUDA_WIDE_R", wrs[i], 1);
-        mr_backend *wr = mr_backend_cuda_create(0, &err);
-        unsetenv("MEMRA_CUDA_WIDE_R");
-        if (!wr) die("cuda (MEMRA_CUDA_WIDE_R)");
+        mr_backend *wr = backend_with("MEMRA_CUDA_WIDE_R", wrs[i]);
         char lab[32];
         snprintf(lab, sizeof lab, "batch-inv-wr%s", wrs[i]);
         check_batch_invariance_one(wr, lab, td_of(MR_TYPE_Q4_K), 2048, 1001, 1, 1);
@@ -2521,10 +2523,7 @@ static void check_batch_invariance(void)
     check_batch_invariance_one(gpu, "batch-inv-w8r2", td_of(MR_TYPE_Q4_K), 2048, 4096, 1, 1);
     check_batch_invariance_one(gpu, "batch-inv-w8r2", td_of(MR_TYPE_Q4_K), 4096, 2048, 1, 1);
     check_batch_invariance_one(gpu, "batch-inv-w8r2", td_of(MR_TYPE_Q4_K), 4096, 1001, 1, 1);
-    setenv("MEMRA_CUDA_WIDE8", "1", 1);
-    mr_backend *w8r1 = mr_backend_cuda_create(0, &err);
-    unsetenv("MEMRA_CUDA_WIDE8");
-    if (!w8r1) die("cuda (MEMRA_CUDA_WIDE8=1)");
+    mr_backend *w8r1 = backend_with("MEMRA_CUDA_WIDE8", "1");
     check_batch_invariance_one(w8r1, "batch-inv-w8r1", td_of(MR_TYPE_Q4_K), 2048, 4096, 1, 1);
     check_batch_invariance_one(w8r1, "batch-inv-w8r1", td_of(MR_TYPE_Q4_K), 4096, 2048, 1, 1);
     check_batch_invariance_one(w8r1, "batch-inv-w8r1", td_of(MR_TYPE_Q4_K), 4096, 1001, 1, 1);
