@@ -521,7 +521,8 @@ __global__ void __launch_bounds__(32 * PL) k_moe_route_rank(const float *logits,
     float mx = wmax[0];
 #pragma unroll
     for (int i = 1; i < PL; i++) mx = fmaxf(mx, wmax[i]);
-    sx[e] = e < n_expert ? expf(v - mx) : 0.0f;
+    const float ex = e < n_expert ? expf(v - mx) : 0.0f; /* this expert's softmax term */
+    sx[e] = ex;
     __syncthreads();
     if (w == 0) {
         float s = 0.0f;
@@ -531,8 +532,8 @@ __global__ void __launch_bounds__(32 * PL) k_moe_route_rank(const float *logits,
         s = mr_warp_sum(s);
         if (lane == 0) sS = s;
     }
-    /* rank: the experts ahead of e (past n_expert: -inf, never ahead of a
-     * real expert, and not ranked themselves) */
+    /* rank: the experts ahead of e (the fillers past n_expert are -inf with
+     * higher ids: never ahead of a real expert, and not ranked themselves) */
     int r = 0;
     if (e < n_expert) {
         const float4 *s4 = (const float4 *)sv;
@@ -543,11 +544,10 @@ __global__ void __launch_bounds__(32 * PL) k_moe_route_rank(const float *logits,
             r += (o.x > v || (o.x == v && b < e)) + (o.y > v || (o.y == v && b + 1 < e)) +
                  (o.z > v || (o.z == v && b + 2 < e)) + (o.w > v || (o.w == v && b + 3 < e));
         }
-        /* -inf fillers past n_expert tie a -inf logit but have higher ids: never ahead */
     }
     __syncthreads();
     if (e < n_expert && r < k) {
-        sp[r] = expf(v - mx) / sS;
+        sp[r] = ex / sS;
         se[r] = e;
     }
     __syncthreads();
