@@ -1082,19 +1082,19 @@ static int bench_phase(int argc, char **argv, int iters)
     const long long one = argc > 0 ? atoll(argv[0]) : 0;
     const int bps1 = argc > 1 ? atoi(argv[1]) : 0, phases = argc > 2 ? atoi(argv[2]) : 64;
     const long long sizes[] = {589824, 4718592, 9437184, 28311552};
-    printf("%-10s %4s %6s %10s %10s %10s %10s %10s  (us a phase)\n", "bytes", "bps", "grid", "barrier", "load",
-           "prefetch", "chain-nop", "chain-load");
+    printf("%-10s %4s %6s %10s %10s %10s %10s %10s %11s  (us a phase)\n", "bytes", "bps", "grid", "barrier",
+           "load", "prefetch", "chain-nop", "chain-load", "chain-early");
     for (size_t i = 0; i < (one ? 1 : sizeof sizes / sizeof sizes[0]); i++)
         for (int bps = bps1 ? bps1 : 1; bps <= (bps1 ? bps1 : 2); bps++) {
             const long long bytes = one ? one : sizes[i];
-            double us[5] = {0, 0, 0, 0, 0};
+            double us[6] = {0, 0, 0, 0, 0, 0};
             const int g = mr_cuda_phase_bench((size_t)bytes, bps, phases, iters, us);
             if (g < 0) {
                 printf("%-10lld %4d  not run (%d)\n", bytes, bps, g);
                 continue;
             }
-            printf("%-10lld %4d %6d %10.2f %10.2f %10.2f %10.2f %10.2f\n", bytes, bps, g, us[0], us[1], us[2], us[3],
-                   us[4]);
+            printf("%-10lld %4d %6d %10.2f %10.2f %10.2f %10.2f %10.2f %11.2f\n", bytes, bps, g, us[0], us[1], us[2],
+                   us[3], us[4], us[5]);
         }
     return 0;
 }

@@ -45,9 +45,10 @@ int mr_cuda_pdl_mode(struct mr_backend *be);
  * bps blocks an SM, best of iters runs of `phases` phases, microseconds:
  * out_us[0] the grid barrier alone, [1] load after the barrier, [2] the
  * weights prefetched into shared memory before it, [3] an empty kernel of
- * the chain, [4] the load body as a chain kernel.  Returns the grid size,
+ * the chain, [4] the load body as a chain kernel, [5] the same with its
+ * first weight loads issued before the wait.  Returns the grid size,
  * or a negative value when the device or the shape does not allow it. */
-int mr_cuda_phase_bench(size_t bytes, int bps, int phases, int iters, double out_us[5]);
+int mr_cuda_phase_bench(size_t bytes, int bps, int phases, int iters, double out_us[6]);
 /* Device name and multiprocessor count, for reports. */
 void mr_cuda_device_info(char *name, size_t n, int *sm);
 

@@ -15,7 +15,12 @@
  *                before the barrier, which the weights do not depend on.
  * The chain runs the PB_LOAD phase body as one kernel a phase (and an empty
  * kernel for the barrier's counterpart), launched as the backend launches
- * (mr_cu_launch: with programmatic dependent launch from sm_90). */
+ * (mr_cu_launch: with programmatic dependent launch from sm_90).  A fourth
+ * chain form, PB_EARLY, loads the first PB_EARLY_LOADS x PB_THREADS uint4
+ * of its slice into registers before griddepcontrol.wait (the weights are
+ * not written by the kernel before it, so cu_pdl.cuh's rule allows it):
+ * what a one-token product gains by issuing its weight loads while the
+ * previous op still runs. */
 #include <cuda_pipeline_primitives.h>
 #include <stdio.h>
 
@@ -23,7 +28,8 @@
 #include "kernels/cuda/cu_common.cuh"
 
 #define PB_THREADS 256
-enum { PB_EMPTY = 0, PB_LOAD = 1, PB_PREFETCH = 2 };
+#define PB_EARLY_LOADS 8 /* uint4 a thread the early chain form holds in registers */
+enum { PB_EMPTY = 0, PB_LOAD = 1, PB_PREFETCH = 2, PB_EARLY = 3 };
 
 /* All blocks of the grid meet: a monotonic counter, each block adds one a
  * phase and waits for gridDim.x * (phase + 1). */
@@ -111,6 +117,41 @@ __global__ void __launch_bounds__(PB_THREADS) k_pb_phase(const uint4 *W, size_t 
     if (threadIdx.x == 0) part[(p & 1) * G + b] = s * 1e-9f + 1.0f;
 }
 
+/* PB_EARLY: the slice's first loads issued before the wait, the input read
+ * after it, the rest of the slice (beyond what the registers hold) after
+ * that; the same sum as PB_LOAD up to the order of its terms. */
+__global__ void __launch_bounds__(PB_THREADS) k_pb_phase_early(const uint4 *W, size_t n16, float *part, int p)
+{
+    const unsigned G = gridDim.x, b = blockIdx.x;
+    const uint4 *w = W + (size_t)p * G * n16 + (size_t)b * n16;
+    uint4 pre[PB_EARLY_LOADS];
+#pragma unroll
+    for (int k = 0; k < PB_EARLY_LOADS; k++) {
+        const size_t i = threadIdx.x + (size_t)k * PB_THREADS;
+        pre[k] = i < n16 ? w[i] : make_uint4(0, 0, 0, 0);
+    }
+    mr_pdl_wait();
+    mr_pdl_trigger();
+    __shared__ float red[PB_THREADS / 32];
+    const float x = p ? __ldcg(part + ((p - 1) & 1) * G + (b + 1) % G) : 1.0f;
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < PB_EARLY_LOADS; k++) {
+        const uint4 v = pre[k];
+        acc = fmaf((float)(v.x & 0xffu) + (float)(v.y >> 24) + (float)(v.z & 0xffu) + (float)(v.w >> 24), x, acc);
+    }
+    for (size_t i = threadIdx.x + (size_t)PB_EARLY_LOADS * PB_THREADS; i < n16; i += PB_THREADS) {
+        const uint4 v = w[i];
+        acc = fmaf((float)(v.x & 0xffu) + (float)(v.y >> 24) + (float)(v.z & 0xffu) + (float)(v.w >> 24), x, acc);
+    }
+    acc = mr_warp_sum(acc);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < PB_THREADS / 32; i++) s += red[i];
+    if (threadIdx.x == 0) part[(p & 1) * G + b] = s * 1e-9f + 1.0f;
+}
+
 static float pb_ms(cudaEvent_t a, cudaEvent_t b)
 {
     float ms = -1.0f;
@@ -119,7 +160,7 @@ static float pb_ms(cudaEvent_t a, cudaEvent_t b)
     return ms;
 }
 
-extern "C" int mr_cuda_phase_bench(size_t bytes, int bps, int phases, int iters, double out_us[5])
+extern "C" int mr_cuda_phase_bench(size_t bytes, int bps, int phases, int iters, double out_us[6])
 {
     int dev = 0, nsm = 0, coop = 0, major = 0;
     cudaGetDevice(&dev);
@@ -137,8 +178,8 @@ extern "C" int mr_cuda_phase_bench(size_t bytes, int bps, int phases, int iters,
     float *part = NULL;
     unsigned *bar = NULL;
     cudaStream_t st = NULL;
-    cudaGraph_t g[2] = {NULL, NULL};
-    cudaGraphExec_t ge[2] = {NULL, NULL};
+    cudaGraph_t g[3] = {NULL, NULL, NULL};
+    cudaGraphExec_t ge[3] = {NULL, NULL, NULL};
     cudaEvent_t e0 = NULL, e1 = NULL;
     int rc = -3;
     /* the chain's launches go through the backend's launch helper (cu_pdl.cuh):
@@ -188,14 +229,16 @@ extern "C" int mr_cuda_phase_bench(size_t bytes, int bps, int phases, int iters,
         }
         /* the chains: `phases` launches with programmatic dependent launch,
          * captured once and replayed */
-        for (int m = 0; m < 2; m++) {
+        for (int m = 0; m < 3; m++) { /* PB_EMPTY, PB_LOAD, then PB_EARLY */
             if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
                 goto out;
             for (int p = 0; p < phases; p++) {
                 if (m == PB_EMPTY)
                     mr_cu_launch(&cx, k_pb_phase<PB_EMPTY>, dim3(G), dim3(PB_THREADS), 0, (const uint4 *)W, n16, part, p);
-                else
+                else if (m == PB_LOAD)
                     mr_cu_launch(&cx, k_pb_phase<PB_LOAD>, dim3(G), dim3(PB_THREADS), 0, (const uint4 *)W, n16, part, p);
+                else
+                    mr_cu_launch(&cx, k_pb_phase_early, dim3(G), dim3(PB_THREADS), 0, (const uint4 *)W, n16, part, p);
             }
             if (cudaStreamEndCapture(st, &g[m]) != cudaSuccess || cudaGraphInstantiate(&ge[m], g[m], 0) != cudaSuccess)
                 goto out;
@@ -212,7 +255,7 @@ extern "C" int mr_cuda_phase_bench(size_t bytes, int bps, int phases, int iters,
     }
     rc = cudaStreamSynchronize(st) == cudaSuccess ? G : -5;
 out:
-    for (int m = 0; m < 2; m++) {
+    for (int m = 0; m < 3; m++) {
         if (ge[m]) cudaGraphExecDestroy(ge[m]);
         if (g[m]) cudaGraphDestroy(g[m]);
     }
