@@ -26,13 +26,14 @@
  * whole decode steps of a small model with it off and on, bit for bit
  * (check_pdl).
  *
- * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|wide|route|mm|ops|q8]]   Prints
+ * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|wide|early|route|mm|ops|q8]]   Prints
  * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
  * grouped expert products, "prompt" only those of the prompt products (the
  * GEMM paths and their rows' bits across calls; part of "mm"), "sample"
  * only those of the sample op, "pdl" only the PDL comparison, "attn" only
  * the prompt attention (part of "ops"), "wide" only the rows a block of
- * the one-token Q4_K kernel (part of "mm"), "route" only the routing by
+ * the one-token Q4_K kernel (part of "mm"), "early" only its weight loads
+ * ahead of the PDL wait (part of "mm"), "route" only the routing by
  * ranks against the warp kernel (part of "ops"); "mm", "ops" and "q8" one third of
  * the whole each (run the three at once: their union is what no argument
  * runs). */
@@ -1698,11 +1699,11 @@ static void check_moe(int n, int E, int k, bool norm, bool ties)
     free(l); free(rid); free(gid); free(rw); free(gw); free(y); free(o); free(ro);
 }
 
-/* moe_route by ranks (MEMRA_CUDA_ROUTE=rank) against the warp kernel on
- * the same logits: ids and weights bit for bit.  kind 0: Gaussian; 1: values
+/* moe_route by ranks (the default) against the warp kernel
+ * (MEMRA_CUDA_ROUTE=warp) on the same logits: ids and weights bit for bit.  kind 0: Gaussian; 1: values
  * 0..3 (ties); 2: ties and every fifth logit -inf; 3: a NaN in every other
  * row (the rank kernel hands those rows to the warp code). */
-static void check_route_rank(mr_backend *rank, int n, int E, int k, bool norm, int kind)
+static void check_route_rank(mr_backend *warp, int n, int E, int k, bool norm, int kind)
 {
     const size_t ln = (size_t)n * E, kn = (size_t)n * k;
     float *l = malloc(ln * 4);
@@ -1713,7 +1714,7 @@ static void check_route_rank(mr_backend *rank, int n, int E, int k, bool norm, i
     }
     int32_t *id[2];
     float *w[2];
-    mr_backend *be[2] = {gpu, rank};
+    mr_backend *be[2] = {warp, gpu};
     for (int b = 0; b < 2; b++) {
         float *dl = dup_to(be[b], l, ln * 4), *dw = dalloc(be[b], kn * 4);
         int32_t *di = dalloc(be[b], kn * 4);
@@ -1737,17 +1738,17 @@ static void check_route_rank(mr_backend *rank, int n, int E, int k, bool norm, i
 
 static void check_route_rank_all(void)
 {
-    mr_backend *rank = backend_with("MEMRA_CUDA_ROUTE", "rank");
+    mr_backend *warp = backend_with("MEMRA_CUDA_ROUTE", "warp");
     for (int kind = 0; kind < 4; kind++) {
-        check_route_rank(rank, 1, 128, 8, true, kind);  /* the 30B-A3B */
-        check_route_rank(rank, 16, 128, 8, true, kind); /* a decode batch */
-        check_route_rank(rank, 3, 256, 8, true, kind);  /* the 35B-A3B */
-        check_route_rank(rank, 5, 60, 4, false, kind);
-        check_route_rank(rank, 2, 300, 10, true, kind);
-        check_route_rank(rank, 2, 512, 32, false, kind);
-        check_route_rank(rank, 4, 4, 2, true, kind);
+        check_route_rank(warp, 1, 128, 8, true, kind);  /* the 30B-A3B */
+        check_route_rank(warp, 16, 128, 8, true, kind); /* a decode batch */
+        check_route_rank(warp, 3, 256, 8, true, kind);  /* the 35B-A3B */
+        check_route_rank(warp, 5, 60, 4, false, kind);
+        check_route_rank(warp, 2, 300, 10, true, kind);
+        check_route_rank(warp, 2, 512, 32, false, kind);
+        check_route_rank(warp, 4, 4, 2, true, kind);
     }
-    rank->destroy(rank);
+    warp->destroy(warp);
 }
 
 /* kind 0: Gaussian values; 1: values 0..4 (ties: the lowest index wins);
@@ -2422,8 +2423,17 @@ static void check_x24_pre(mr_backend *pre, const tdesc *td, int64_t cols, int64_
 /* Three matrices of type td over one input recorded back to back on be (the
  * recorder shares one launch: sub-matrices, rows r0 + r1 + r2) against the
  * same calls one at a time, bit for bit, at n tokens. */
+static void check_multi_vs_one(mr_backend *be, const char *label, const tdesc *td, int64_t r0, int64_t r1,
+                               int64_t r2, int64_t cols, int n);
 static void check_x24_multi(mr_backend *be, const tdesc *td, int64_t r0, int64_t r1, int64_t r2, int64_t cols,
                             int n)
+{
+    check_multi_vs_one(be, "x24mma", td, r0, r1, r2, cols, n);
+}
+
+/* The same for any backend; labels label-multi-vs-one and label-multi-launches. */
+static void check_multi_vs_one(mr_backend *be, const char *label, const tdesc *td, int64_t r0, int64_t r1,
+                               int64_t r2, int64_t cols, int n)
 {
     const int64_t rows[3] = {r0, r1, r2};
     const size_t rb = (size_t)(cols / td->be) * td->bb, xn = (size_t)n * cols;
@@ -2471,8 +2481,11 @@ static void check_x24_multi(mr_backend *be, const tdesc *td, int64_t r0, int64_t
     char shape[96];
     snprintf(shape, sizeof shape, "%s 3x(%lld,%lld,%lld)x%lld n=%d", td->name, (long long)r0, (long long)r1,
              (long long)r2, (long long)cols, n);
-    report("x24mma-multi-vs-one", shape, (double)diff, nan, 0.0);
-    report("x24mma-multi-launches", shape, (double)labs(fused - 2), 0, 0.0);
+    char lab[64];
+    snprintf(lab, sizeof lab, "%s-multi-vs-one", label);
+    report(lab, shape, (double)diff, nan, 0.0);
+    snprintf(lab, sizeof lab, "%s-multi-launches", label);
+    report(lab, shape, (double)labs(fused - 2), 0, 0.0);
 }
 
 /* One token's rows a block of the Q4_K float kernel by the shape (4 at
@@ -2491,6 +2504,45 @@ static void check_wide_rows(void)
         check_batch_invariance_one(wr, lab, td_of(MR_TYPE_Q4_K), 4096, 2048, 1, 1);
         wr->destroy(wr);
     }
+}
+
+/* One token's plain products load their first weights before the PDL
+ * wait (the default; MEMRA_CUDA_EARLY=0: after it).  The same step sums
+ * in the same order, so with it on and off a row's bits are those of the
+ * batches' launches at every rows-a-block count (forced with
+ * MEMRA_CUDA_WIDE_R), on the Q4_K wide kernel and on k_fast's types, and
+ * three matrices sharing a launch (q/k/v) give what they give one at a
+ * time. */
+static void check_early_weights(void)
+{
+    const char *ews[] = {"1", "0"};
+    const char *wrs[] = {"0", "1", "2", "4", "8"};
+    for (size_t e = 0; e < 2; e++)
+        for (size_t i = 0; i < sizeof wrs / sizeof wrs[0]; i++) {
+            setenv("MEMRA_CUDA_EARLY", ews[e], 1);
+            mr_backend *be = backend_with("MEMRA_CUDA_WIDE_R", wrs[i]);
+            unsetenv("MEMRA_CUDA_EARLY");
+            char lab[40];
+            snprintf(lab, sizeof lab, "early%s-batch-inv-wr%s", ews[e], wrs[i]);
+            check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 2048, 1001, 1, 1);
+            check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 2048, 4096, 1, 1);
+            check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 2048, 1, 1);
+            check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 4096, 1, 1);
+            if (!strcmp(wrs[i], "0")) {
+                const int ft[] = {MR_TYPE_Q6_K, MR_TYPE_IQ4_XS, MR_TYPE_F32, MR_TYPE_Q8_0, MR_TYPE_Q5_K,
+                                  MR_TYPE_Q4_0, MR_TYPE_BF16};
+                for (size_t t = 0; t < sizeof ft / sizeof ft[0]; t++) {
+                    check_batch_invariance_one(be, lab, td_of(ft[t]), 2048, 512, 1, 1);
+                    check_batch_invariance_one(be, lab, td_of(ft[t]), 2048, 4096, 1, 1);
+                    check_batch_invariance_one(be, lab, td_of(ft[t]), 4096, 1001, 1, 1);
+                }
+                snprintf(lab, sizeof lab, "early%s", ews[e]);
+                check_multi_vs_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 512, 512, 2048, 1);
+                check_multi_vs_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 1024, 1024, 4096, 1);
+                check_multi_vs_one(be, lab, td_of(MR_TYPE_IQ4_XS), 4096, 512, 512, 2048, 1);
+            }
+            be->destroy(be);
+        }
 }
 
 static void check_batch_invariance(void)
@@ -2529,6 +2581,7 @@ static void check_batch_invariance(void)
     check_batch_invariance_one(w8r1, "batch-inv-w8r1", td_of(MR_TYPE_Q4_K), 4096, 1001, 1, 1);
     w8r1->destroy(w8r1);
     check_wide_rows();
+    check_early_weights();
     /* the 22-bit kernel on every shape it takes (MEMRA_CUDA_MATVEC=x24all) */
     const int x24t[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_IQ4_XS, MR_TYPE_Q8_0};
     const int nx24 = (int)(sizeof x24t / sizeof x24t[0]);
@@ -3751,6 +3804,8 @@ int main(int argc, char **argv)
         check_attention_prompts();
     else if (!strcmp(part, "wide"))
         check_wide_rows();
+    else if (!strcmp(part, "early"))
+        check_early_weights();
     else if (!strcmp(part, "route"))
         check_route_rank_all();
     else

@@ -50,11 +50,14 @@ struct mr_cu_ctx {
     bool no_fast;           /* MEMRA_CUDA_GENERIC=1: generic kernels only (for checks) */
     int fast_r;             /* MEMRA_CUDA_FAST_R: force rows per block (1, 2, 4; 0 = auto) */
     bool q4k_wide;          /* 16-weight lanes for Q4_K (MEMRA_CUDA_Q4K_WIDE=0: off) */
-    bool route_rank;        /* moe_route by ranks, a block a token (cu_ops.cu k_moe_route_rank;
-                               MEMRA_CUDA_ROUTE=rank; same ids and weights as the warp kernel) */
+    bool route_rank;        /* moe_route by ranks, a block a token (cu_ops.cu k_moe_route_rank; the
+                               default; MEMRA_CUDA_ROUTE=warp: the warp kernel, same ids and weights) */
     int wide_r;             /* rows a block of the one-token Q4_K wide kernel (MEMRA_CUDA_WIDE_R: 1, 2,
                                4 or 8; -1 the rule before run 105; else by the shape, cu_fast.cu
                                launch_fast; a row's sums do not depend on it) */
+    int early_w;            /* one token's plain products load their first weights before the PDL
+                               wait (cu_fast.cu k_q4k_wide and k_fast; MEMRA_CUDA_EARLY=0: after it,
+                               2: k_q4k_wide only; the same bits) */
     bool moe_grouped;       /* decode expert products grouped by expert (MEMRA_CUDA_MOE_GROUPED=0: off) */
     int moe_nt;             /* their pairs per chunk (MEMRA_CUDA_MOE_GROUPED=2 or 4; 0 = auto) */
     int gemm_mode;          /* prompt GEMM precision (cu_gemm.cu) */

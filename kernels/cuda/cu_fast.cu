@@ -277,19 +277,47 @@ __device__ __forceinline__ void mv_block_store(float (*part)[NT * R], const mr_c
  * meet in shared memory.  grid.x: row groups, grid.y: jobs (experts).
  * GLU: R/2 rows of the gate and the same of the up (mv_block_rows); each
  * row's sums are formed as without it. */
-template <int T, int R, int NT, bool GLU = false>
+/* Loads n bytes at p (4-byte aligned) through L1, a warp together: one
+ * 4-byte load a 32-byte sector, the words folded into the return value,
+ * which the caller stores where nothing reads it (a load whose value is
+ * unused may be dropped by the compiler).  For weights only: see k_fast's
+ * EARLY. */
+__device__ __forceinline__ uint32_t l1_touch(const uint8_t *p, int n, int lane)
+{
+    uint32_t v = 0;
+    for (int o = 32 * lane; o < n; o += 32 * 32) v ^= __ldg((const uint32_t *)(p + o));
+    return v;
+}
+
+template <int T, int R, int NT, bool GLU = false, bool EARLY = false>
 __global__ void __launch_bounds__(FW * 32) k_fast(mr_cu_mvjob job)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    mr_pdl_wait(); /* cu_pdl.cuh */
-    mr_pdl_trigger();
+    constexpr int SB = fast_stride(T) * (256 / fast_belems(T)); /* bytes per 256-col step */
     mr_cu_mvjob a;
     mv_block b;
     const uint8_t *rp[R];
-    if (!mv_block_rows<R, GLU>(job, &a, &b, rp, 0))
+    /* EARLY (a plain product, rows not from expert ids): the bytes of the
+     * warp's first step of its rows are brought into L1 before
+     * griddepcontrol.wait, while the op before still runs (the weights are
+     * written by no kernel of the step: cu_pdl.cuh's rule allows it); the
+     * sums are formed after it exactly as without. */
+    const bool early = EARLY && !job.ids;
+    if (early) {
+        volatile __shared__ uint32_t sink[FW * 32]; /* volatile: the stores stay */
+        mv_block_rows<R, GLU>(job, &a, &b, rp, 0); /* cannot fail without ids */
+        if (warp < (int)(a.cols / 256)) {
+            uint32_t v = 0;
+#pragma unroll
+            for (int i = 0; i < R; i++) v ^= l1_touch(rp[i] + (size_t)warp * SB, SB, lane);
+            sink[threadIdx.x] = v;
+        }
+    }
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    if (!early && !mv_block_rows<R, GLU>(job, &a, &b, rp, 0))
         return;
     const float *x = b.x;
-    constexpr int SB = fast_stride(T) * (256 / fast_belems(T)); /* bytes per 256-col step */
     int o1, o2;
     x_offsets<T>(lane, &o1, &o2);
     const int nsteps = (int)(a.cols / 256);
@@ -399,12 +427,11 @@ __device__ __forceinline__ void wide_xg(const float *xs, int64_t cols, int t0, f
  * 4 tokens the inputs of all of them are loaded first and shared by the R
  * rows; 8 tokens (one row) take their inputs four at a time, after the
  * row's weights, so that the registers hold one group. */
-template <int R, int NT, bool GLU = false>
+template <int R, int NT, bool GLU = false, bool EARLY = false>
 __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
 {
     static_assert(NT <= 4 || R <= 2, "8 tokens a launch take one or two rows a block");
-    mr_pdl_wait(); /* cu_pdl.cuh */
-    mr_pdl_trigger();
+    static_assert(!EARLY || NT == 1, "early weight loads: one token");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int blk = lane >> 4, j = (lane >> 2) & 3, k = lane & 3;
     const int xo = 256 * blk + 64 * j + 4 * k;
@@ -412,7 +439,24 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
     mr_cu_mvjob a;
     mv_block b;
     const uint8_t *rp[R];
-    if (!mv_block_rows<R, GLU>(job, &a, &b, rp, po))
+    /* EARLY (a plain product: its rows do not come from expert ids): the
+     * warp's first step of weights is loaded before griddepcontrol.wait,
+     * while the op before still runs.  The weights are not written by any
+     * kernel of the step, so cu_pdl.cuh's rule allows it; the row pointers
+     * are arithmetic on the job alone.  The step is then summed first, as
+     * the loop below would sum it, so the bits are the same. */
+    const bool early = EARLY && !job.ids;
+    wide_w w0[EARLY ? R : 1];
+    if (early) {
+        mv_block_rows<R, GLU>(job, &a, &b, rp, po); /* cannot fail without ids */
+        if (warp < (int)(a.cols / 512)) {
+#pragma unroll
+            for (int i = 0; i < (EARLY ? R : 1); i++) w0[i] = wide_load(rp[i] + (size_t)warp * 296, j, k);
+        }
+    }
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    if (!early && !mv_block_rows<R, GLU>(job, &a, &b, rp, po))
         return;
     const float *x = b.x;
     const int nsteps = (int)(a.cols / 512);
@@ -422,8 +466,19 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
     for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int i = 0; i < R; i++) acc[t][i] = 0.0f;
+    int s0 = warp;
+    if constexpr (EARLY) {
+        if (early && s0 < nsteps) {
+            float4 a0[1], a1[1], b0[1], b1[1];
+            float xs0[1], xs1[1];
+            wide_xg<1>(x + 512 * s0 + xo, a.cols, 0, a0, a1, b0, b1, xs0, xs1);
+#pragma unroll
+            for (int i = 0; i < R; i++) acc[0][i] += wide_tok(a0[0], a1[0], b0[0], b1[0], xs0[0], xs1[0], w0[i]);
+            s0 += FW;
+        }
+    }
 #pragma unroll 2
-    for (int s = warp; s < nsteps; s += FW) {
+    for (int s = s0; s < nsteps; s += FW) {
         float4 a0[TG], a1[TG], b0[TG], b1[TG];
         float xs0[TG], xs1[TG];
         if constexpr (NT > 4 && R > 1) {
@@ -842,7 +897,10 @@ template <int T, int R, int NT>
 static void launch_fast_r(mr_cu_ctx *c, mr_cu_mvjob a, int jobs)
 {
     dim3 grid(job_blocks(&a, R), jobs);
-    mr_cu_launch(c, k_fast<T, R, NT>, grid, FW * 32, 0, a);
+    if (NT == 1 && c->early_w == 1 && !a.ids) /* weights into L1 before the PDL wait (k_fast's EARLY) */
+        mr_cu_launch(c, k_fast<T, R, 1, false, true>, grid, FW * 32, 0, a);
+    else
+        mr_cu_launch(c, k_fast<T, R, NT>, grid, FW * 32, 0, a);
     MR_CU_LAUNCHED(c, "fast matvec");
 }
 
@@ -880,13 +938,22 @@ static void launch_fast(mr_cu_ctx *c, mr_cu_mvjob a, int jobs)
             r = units / 2 >= want ? 2 : 1;
         else if (r != 1 && r != 2 && r != 4 && r != 8)
             r = a.cols <= 2048 ? 4 : units / 2 >= want / 2 ? 2 : 1;
+        /* one token's plain products load their first weights before the
+         * PDL wait (k_q4k_wide's EARLY; the same bits; MEMRA_CUDA_EARLY=0
+         * turns it off).  Run 109: 30B-A3B tg128 +3.3%, 8B +0.6-2% */
+        const bool early = NT == 1 && c->early_w && !a.ids;
         if (NT == 1 && r == 8) {
-            mr_cu_launch(c, k_q4k_wide<8, 1>, dim3(job_blocks(&a, 8), jobs), FW * 32, 0, a);
+            if (early) mr_cu_launch(c, k_q4k_wide<8, 1, false, true>, dim3(job_blocks(&a, 8), jobs), FW * 32, 0, a);
+            else mr_cu_launch(c, k_q4k_wide<8, 1>, dim3(job_blocks(&a, 8), jobs), FW * 32, 0, a);
         } else if (NT == 1 && r == 4) {
-            mr_cu_launch(c, k_q4k_wide<4, 1>, dim3(job_blocks(&a, 4), jobs), FW * 32, 0, a);
+            if (early) mr_cu_launch(c, k_q4k_wide<4, 1, false, true>, dim3(job_blocks(&a, 4), jobs), FW * 32, 0, a);
+            else mr_cu_launch(c, k_q4k_wide<4, 1>, dim3(job_blocks(&a, 4), jobs), FW * 32, 0, a);
         } else if (NT == 1 && r == 2) {
             const unsigned gx = job_blocks(&a, 2);
-            mr_cu_launch(c, k_q4k_wide<2, 1>, dim3(gx, jobs), FW * 32, 0, a);
+            if (early) mr_cu_launch(c, k_q4k_wide<2, 1, false, true>, dim3(gx, jobs), FW * 32, 0, a);
+            else mr_cu_launch(c, k_q4k_wide<2, 1>, dim3(gx, jobs), FW * 32, 0, a);
+        } else if (early) {
+            mr_cu_launch(c, k_q4k_wide<1, 1, false, true>, dim3(job_blocks(&a, 1), jobs), FW * 32, 0, a);
         } else {
             const unsigned gx = job_blocks(&a, 1);
             mr_cu_launch(c, k_q4k_wide<1, NT>, dim3(gx, jobs), FW * 32, 0, a);

@@ -563,8 +563,9 @@ __global__ void __launch_bounds__(32 * PL) k_moe_route_rank(const float *logits,
     }
 }
 
-/* The warp kernel (4 tokens a block) or the rank kernel (a block of 32 * PL
- * threads a token, MEMRA_CUDA_ROUTE=rank). */
+/* The rank kernel (a block of 32 * PL threads a token; the default since
+ * run 109, docs/GPU-NOTES.md 57) or the warp kernel (4 tokens a block,
+ * MEMRA_CUDA_ROUTE=warp): the same ids and weights. */
 template <int PL>
 static void route_launch(mr_cu_ctx *c, const float *logits, int n, int n_expert, int k, bool norm_topk, int32_t *ids,
                          float *weights)
