@@ -50,22 +50,27 @@ template <bool FUSED>
 __global__ void __launch_bounds__(1024) k_rmsnorm4(float *y, const float *x, const float *w,
                                                    float *out, int dim4, float eps)
 {
+    const float4 *w4 = (const float4 *)w;
+    float4 v[RN_K], g[RN_K];
+    /* the weights (which no kernel of the step writes) are loaded before
+     * the PDL wait, while the kernel before still runs, not after the sum:
+     * no memory round trip of their own on the way out */
+#pragma unroll
+    for (int k = 0; k < RN_K; k++) {
+        const int i = threadIdx.x + k * blockDim.x;
+        if (i < dim4) g[k] = w4[i];
+    }
     mr_pdl_wait();
     mr_pdl_trigger();
     __shared__ float sh[32];
     const int64_t row = blockIdx.x;
     float4 *yr = (float4 *)(y + row * dim4 * 4);
     const float4 *xr = FUSED ? (const float4 *)(x + row * dim4 * 4) : NULL;
-    const float4 *w4 = (const float4 *)w;
-    float4 v[RN_K], g[RN_K];
     float ss = 0.0f;
-    /* the weights are loaded with the row, not after the sum: one memory
-     * round trip fewer on the way out */
 #pragma unroll
     for (int k = 0; k < RN_K; k++) {
         const int i = threadIdx.x + k * blockDim.x;
         if (i < dim4) {
-            g[k] = w4[i];
             float4 a = yr[i];
             if (FUSED) {
                 const float4 b = xr[i];
@@ -134,9 +139,24 @@ static void cu_add_rmsnorm(mr_backend *be, float *y, const float *x, const float
 /* The rotation of pair j (< n_rot / 2) at position p, as the reference
  * computes it: inv_freq rounded to float32, then p * inv_freq in float32;
  * sin/cos of that angle in double, rounded to float32. */
+__device__ __forceinline__ float rope_inv_freq(int j, int n_rot, float theta_base)
+{
+    return (float)(1.0 / pow((double)theta_base, (double)(2 * j) / (double)n_rot));
+}
+
+/* The angle's sin and cos from inv = rope_inv_freq(j, ...). */
+__device__ __forceinline__ void rope_sincos(int p, float inv, float *s, float *co)
+{
+    const float ang = (float)p * inv;
+    double sd, cd;
+    sincos((double)ang, &sd, &cd);
+    *s = (float)sd;
+    *co = (float)cd;
+}
+
 __device__ __forceinline__ void rope_angle(int p, int j, int n_rot, float theta_base, float *s, float *co)
 {
-    const float inv = (float)(1.0 / pow((double)theta_base, (double)(2 * j) / (double)n_rot));
+    const float inv = rope_inv_freq(j, n_rot, theta_base);
     const float ang = (float)p * inv;
     double sd, cd;
     sincos((double)ang, &sd, &cd);
@@ -257,26 +277,43 @@ __global__ void __launch_bounds__(128) k_qk_norm_rope(float *q, float *k, const 
                                                       int head_dim, int n_rot, float theta_base, int mode,
                                                       float eps, int rows, qkr_kv kv)
 {
-    mr_pdl_wait();
-    mr_pdl_trigger();
     __shared__ float sn[QKR_MAX_D / 2], cs[QKR_MAX_D / 2];
     __shared__ float hvs[4][QKR_MAX_D];
     const int t = blockIdx.y, lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
     const int kvdim = n_kv_heads * head_dim, half = n_rot / 2;
     const int n_rows = n_heads + n_kv_heads + (DT >= 0 ? n_kv_heads : 0);
+    const int hh0 = blockIdx.x * rows + wp, h_end = min((int)(blockIdx.x + 1) * rows, n_rows);
+    /* Before the PDL wait, what no kernel of the step writes: the norm
+     * weights of the warp's first row (in decode its only one) and this
+     * thread's rotation frequency, so neither costs a memory round trip or
+     * the double-precision pow after it.  The same values meet the same
+     * operations below: the same bits. */
+    float w0[QKR_MAX_D / 32];
+    const bool has0 = hh0 < h_end && hh0 < n_heads + n_kv_heads;
+    if (has0) {
+        const float *w = hh0 < n_heads ? qw : kw;
+#pragma unroll
+        for (int m = 0; m < QKR_MAX_D / 32; m++)
+            if (lane + 32 * m < head_dim) w0[m] = w[lane + 32 * m];
+    }
+    const float inv0 = (int)threadIdx.x < half ? rope_inv_freq(threadIdx.x, n_rot, theta_base) : 0.0f;
+    mr_pdl_wait();
+    mr_pdl_trigger();
     const int p = pos[t];
     float *hv = hvs[wp];
     /* The warp's first row is loaded and its sum of squares taken before
      * the block's barrier, so that in decode (one row a warp) the row's
      * memory round trip overlaps the sin/cos below instead of following
      * them.  The same loads and sums as in the loop: the same bits. */
-    const int hh0 = blockIdx.x * rows + wp, h_end = min((int)(blockIdx.x + 1) * rows, n_rows);
     float ss0 = 0.0f;
-    if (hh0 < h_end && hh0 < n_heads + n_kv_heads)
+    if (has0)
         ss0 = qkr_load(hh0 < n_heads ? q + ((int64_t)t * n_heads + hh0) * head_dim
                                      : k + ((int64_t)t * n_kv_heads + (hh0 - n_heads)) * head_dim,
                        hv, head_dim, lane);
-    for (int j = threadIdx.x; j < half; j += blockDim.x) rope_angle(p, j, n_rot, theta_base, &sn[j], &cs[j]);
+    for (int j = threadIdx.x; j < half; j += blockDim.x) {
+        if (j == (int)threadIdx.x) rope_sincos(p, inv0, &sn[j], &cs[j]);
+        else rope_angle(p, j, n_rot, theta_base, &sn[j], &cs[j]);
+    }
     __syncthreads();
     for (int hh = hh0; hh < h_end; hh += 4) {
         if constexpr (DT >= 0) {
@@ -296,7 +333,13 @@ __global__ void __launch_bounds__(128) k_qk_norm_rope(float *q, float *k, const 
         const float *w = isq ? qw : kw;
         const float ss = hh == hh0 ? ss0 : qkr_load(x, hv, head_dim, lane);
         const float inv = 1.0f / sqrtf(ss / (float)head_dim + eps);
-        for (int i = lane; i < head_dim; i += 32) hv[i] = hv[i] * inv * w[i];
+        if (hh == hh0) {
+#pragma unroll
+            for (int m = 0; m < QKR_MAX_D / 32; m++)
+                if (lane + 32 * m < head_dim) hv[lane + 32 * m] = hv[lane + 32 * m] * inv * w0[m];
+        } else {
+            for (int i = lane; i < head_dim; i += 32) hv[i] = hv[i] * inv * w[i];
+        }
         __syncwarp();
         for (int j = lane; j < half; j += 32) rope_rotate(hv, x, j, n_rot, mode, sn[j], cs[j]);
         for (int i = n_rot + lane; i < head_dim; i += 32) x[i] = hv[i];

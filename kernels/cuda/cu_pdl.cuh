@@ -24,7 +24,10 @@
  *     path, in every thread, before its first global read of data an earlier
  *     kernel wrote, before its first global write, and before any return;
  *     then mr_pdl_trigger().  Every kernel does both as its first
- *     statements;
+ *     statements, except where it loads model weights first (the one-token
+ *     products, RMSNorm, q/k norm + RoPE): weights are written by the
+ *     uploads and load-time repacks only, which are plain launches or
+ *     copies, never the kernel just before;
  *   - kernels launched with plain <<<...>>> (the load-time repacks) need
  *     neither: they start after their predecessor completes, as always.
  * Waiting on every path keeps completion transitive: a kernel cannot
