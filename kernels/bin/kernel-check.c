@@ -26,14 +26,15 @@
  * whole decode steps of a small model with it off and on, bit for bit
  * (check_pdl).
  *
- * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|wide|early|route|mm|ops|q8]]   Prints
+ * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|wide|early|route|tail|mm|ops|q8]]   Prints
  * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
  * grouped expert products, "prompt" only those of the prompt products (the
  * GEMM paths and their rows' bits across calls; part of "mm"), "sample"
  * only those of the sample op, "pdl" only the PDL comparison, "attn" only
  * the prompt attention (part of "ops"), "wide" only the rows a block of
  * the one-token Q4_K kernel (part of "mm"), "early" only its weight loads
- * ahead of the PDL wait (part of "mm"), "route" only the routing by
+ * ahead of the PDL wait (part of "mm"), "tail" only the fused end of a
+ * mixture layer (part of "ops"), "route" only the routing by
  * ranks against the warp kernel (part of "ops"); "mm", "ops" and "q8" one third of
  * the whole each (run the three at once: their union is what no argument
  * runs). */
@@ -1734,6 +1735,85 @@ static void check_route_rank(mr_backend *warp, int n, int E, int k, bool norm, i
     report("route-rank", shape, (double)diff, 0, 0.0); /* picks that differ in id or in any bit */
     for (int b = 0; b < 2; b++) { free(id[b]); free(w[b]); }
     free(l);
+}
+
+/* The end of a mixture layer (moe_combine, with a shared expert's
+ * sigmoid_mul and add, then add + rmsnorm as the forward pass calls them)
+ * recorded back to back on a backend whose recorder runs them as one
+ * launch (mr_cu_moe_tail; MEMRA_CUDA_FUSE_TAIL=2: with and without the
+ * shared expert), against a backend with that rule off
+ * (MEMRA_CUDA_FUSE_TAIL=0): every buffer the ops write, bit for bit,
+ * and the count of ops the rule took (0 where it must not: a width that
+ * is not a multiple of 4 or above 4,096). */
+static void check_moe_tail(mr_backend *on, mr_backend *off, int n, int k, int dim, bool shared)
+{
+    const size_t yn = (size_t)n * k * dim, rn = (size_t)n * dim, wn = (size_t)n * k;
+    float *y = malloc(yn * 4), *cw = malloc(wn * 4), *sh = malloc(rn * 4), *g = malloc((size_t)n * 3 * 4);
+    float *xr = malloc(rn * 4), *nw = malloc((size_t)dim * 4);
+    for (size_t i = 0; i < yn; i++) y[i] = fgauss();
+    for (size_t i = 0; i < wn; i++) cw[i] = (float)(rnd() % 1000) / 1000.0f;
+    for (size_t i = 0; i < rn; i++) { sh[i] = fgauss(); xr[i] = fgauss() * 4; }
+    for (int i = 0; i < n * 3; i++) g[i] = fgauss();
+    for (int i = 0; i < dim; i++) nw[i] = 1.0f + 0.1f * fgauss();
+    mr_backend *be[2] = {on, off};
+    float *res[2][4];
+    long took = 0;
+    for (int b = 0; b < 2; b++) {
+        float *dy = dup_to(be[b], y, yn * 4), *dcw = dup_to(be[b], cw, wn * 4), *dsh = dup_to(be[b], sh, rn * 4);
+        float *dg = dup_to(be[b], g, (size_t)n * 3 * 4), *dx = dup_to(be[b], xr, rn * 4);
+        float *dw = dup_to(be[b], nw, (size_t)dim * 4), *dp = dalloc(be[b], rn * 4), *dout = dalloc(be[b], rn * 4);
+        poison(be[b], dp, rn * 4);
+        poison(be[b], dout, rn * 4);
+        if (be[b]->sync(be[b], &err)) die("sync");
+        const long t0 = fused_ops(be[b]).tail;
+        be[b]->moe_combine(be[b], dy, dcw, n, k, dim, dp);
+        if (shared) {
+            be[b]->sigmoid_mul(be[b], dsh, dg, n, dim, 3, true);
+            be[b]->add(be[b], dp, dsh, rn);
+        }
+        be[b]->add(be[b], dx, dp, rn);
+        be[b]->rmsnorm(be[b], dx, dw, dout, n, dim, 1e-6f);
+        if (be[b]->sync(be[b], &err)) die("sync");
+        if (b == 0) took = fused_ops(be[b]).tail - t0;
+        float *d[4] = {dp, dsh, dx, dout};
+        for (int q = 0; q < 4; q++) {
+            res[b][q] = malloc(rn * 4);
+            fetch(be[b], res[b][q], d[q], rn * 4);
+        }
+        be[b]->free(be[b], dy); be[b]->free(be[b], dcw); be[b]->free(be[b], dsh); be[b]->free(be[b], dg);
+        be[b]->free(be[b], dx); be[b]->free(be[b], dw); be[b]->free(be[b], dp); be[b]->free(be[b], dout);
+    }
+    size_t diff = 0;
+    int nan = 0;
+    for (int q = 0; q < 4; q++)
+        for (size_t i = 0; i < rn; i++) {
+            diff += memcmp(&res[0][q][i], &res[1][q][i], 4) != 0;
+            nan += isnan(res[0][q][i]);
+        }
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%d k=%d dim=%d%s", n, k, dim, shared ? " shared" : "");
+    report("moe-tail-vs-ops", shape, (double)diff, nan, 0.0);
+    const long want = dim % 4 || dim > 4096 ? 0 : shared ? 3 : 1; /* a thread a float4: 1024 at most */
+    report("moe-tail-ops-taken", shape, (double)labs(took - want), 0, 0.0);
+    for (int b = 0; b < 2; b++)
+        for (int q = 0; q < 4; q++) free(res[b][q]);
+    free(y); free(cw); free(sh); free(g); free(xr); free(nw);
+}
+
+static void check_moe_tail_all(void)
+{
+    mr_backend *on = backend_with("MEMRA_CUDA_FUSE_TAIL", "2"), *off = backend_with("MEMRA_CUDA_FUSE_TAIL", "0");
+    for (int sh = 0; sh < 2; sh++) {
+        check_moe_tail(on, off, 1, 8, 2048, sh); /* the 30B-A3B / 35B-A3B decode step */
+        check_moe_tail(on, off, 3, 8, 4096, sh);
+        check_moe_tail(on, off, 16, 8, 2048, sh); /* a decode batch */
+        check_moe_tail(on, off, 2, 4, 1000, sh);
+        check_moe_tail(on, off, 2, 2, 1002, sh); /* not taken: not a multiple of 4 */
+        check_moe_tail(on, off, 1, 10, 8192, sh); /* not taken: wider than a block's threads */
+        check_moe_tail(on, off, 2, 12, 4096, sh); /* two rounds of loads a thread */
+    }
+    on->destroy(on);
+    off->destroy(off);
 }
 
 static void check_route_rank_all(void)
@@ -3675,6 +3755,7 @@ static void check_ops(int parts)
     check_moe(2, 300, 10, true, true);  /* 16 a lane */
     check_moe(2, 64, 32, true, false);  /* every lane keeps a pick */
     check_route_rank_all();
+    check_moe_tail_all();
     check_argmax(1, 151936, 0);
     check_argmax(16, 151936, 1); /* a decode batch's rows, ties across threads */
     check_argmax(4, 1024, 1);
@@ -3806,6 +3887,8 @@ int main(int argc, char **argv)
         check_wide_rows();
     else if (!strcmp(part, "early"))
         check_early_weights();
+    else if (!strcmp(part, "tail"))
+        check_moe_tail_all();
     else if (!strcmp(part, "route"))
         check_route_rank_all();
     else

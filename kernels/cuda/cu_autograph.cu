@@ -93,6 +93,13 @@ struct mr_cu_auto {
      * (MEMRA_CUDA_FUSE_GLU=0 turns it off) */
     bool fuse_glu = true;
     long glu_fused = 0;
+    /* a mixture layer's combine, a shared expert's gate and add, and the
+     * add_rmsnorm after them in one launch: 1 (default) where a shared
+     * expert ends the layer (qwen35moe: three launches saved), 2 also the
+     * plain combine + add_rmsnorm (qwen3moe: one saved, which ties or
+     * loses, run 113), 0 off (MEMRA_CUDA_FUSE_TAIL); ops saved so far */
+    int fuse_tail = 1;
+    long tail_fused = 0;
 };
 
 enum { OP_GET_ROWS = 1, OP_MATMUL, OP_MATMUL_ID, OP_RMSNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION,
@@ -366,6 +373,60 @@ static size_t run_glu(mr_cu_auto *a, mr_backend *be, size_t i)
     return 3;
 }
 
+/* Ops i, i+1, ...: moe_combine into proj, sigmoid_mul of a shared
+ * expert's output sh by its scalar gate and add(proj, sh) (without them
+ * only in fuse_tail mode 2), then add_rmsnorm(x, proj) (the end of a
+ * qwen35moe / qwen3moe layer and the next layer's first norm): one launch
+ * that writes what they would (mr_cu_moe_tail).  Run 113 (H200, tg128,
+ * three medians of 5 alternating with the rule off): 35B-A3B +0.7 / +2.0 /
+ * +0.8% (three launches fewer a layer), 30B-A3B -0.9 / -0.1 / -1.4% (one
+ * fewer): so by default only the first.  Returns how many ops it ran, or
+ * 0. */
+static size_t run_tail(mr_cu_auto *a, mr_backend *be, size_t i)
+{
+    const size_t n_ops = a->ops.size();
+    if (!a->fuse_tail || a->ops[i].op != OP_MOE_COMBINE || i + 1 >= n_ops)
+        return 0;
+    const auto &cb = a->ops[i].u.moe_combine;
+    const size_t rows = (size_t)cb.n * (size_t)cb.rows, rb = rows * sizeof(float);
+    size_t j = i + 1;
+    float *sh = NULL;
+    const float *g = NULL;
+    int gs = 0;
+    if (a->ops[j].op == OP_SIGMOID_MUL) {
+        const auto &sm = a->ops[j].u.sigmoid_mul;
+        if (j + 2 >= n_ops || a->ops[j + 1].op != OP_ADD || !sm.scalar || sm.n_rows != cb.n || sm.dim != cb.rows)
+            return 0;
+        const auto &ad = a->ops[j + 1].u.add;
+        if (ad.y != cb.out || ad.x != sm.y || ad.n != rows)
+            return 0;
+        sh = sm.y, g = sm.g, gs = sm.gs;
+        j += 2;
+    }
+    if (!sh && a->fuse_tail < 2)
+        return 0;
+    if (a->ops[j].op != OP_ADD_RMSNORM)
+        return 0;
+    const auto &ar = a->ops[j].u.add_rmsnorm;
+    if (ar.x != cb.out || ar.n_rows != cb.n || ar.dim != cb.rows)
+        return 0;
+    /* the fused kernel reads every input before writing the element it
+     * belongs to, but a write of one output may not land on another
+     * input or output */
+    const size_t yb = rb * (size_t)cb.k, wb = (size_t)cb.n * (size_t)cb.k * sizeof(float);
+    bool clash = overlap(cb.out, rb, cb.y, yb) || overlap(cb.out, rb, cb.w, wb) || overlap(ar.y, rb, cb.y, yb) ||
+                 overlap(ar.y, rb, cb.out, rb) || overlap(ar.y, rb, cb.w, wb) || overlap(ar.out, rb, cb.y, yb) ||
+                 overlap(ar.out, rb, cb.out, rb) || overlap(ar.out, rb, ar.y, rb) || overlap(ar.out, rb, cb.w, wb);
+    if (sh)
+        clash |= overlap(sh, rb, cb.y, yb) || overlap(sh, rb, cb.out, rb) || overlap(sh, rb, ar.y, rb) ||
+                 overlap(sh, rb, ar.out, rb) || overlap(sh, rb, cb.w, wb) ||
+                 overlap(g, (size_t)cb.n * (size_t)(gs > 0 ? gs : 1) * sizeof(float), sh, rb);
+    if (clash || !mr_cu_moe_tail(be, cb.y, cb.w, cb.n, cb.k, cb.rows, cb.out, sh, g, gs, ar.y, ar.w, ar.out, ar.eps))
+        return 0;
+    a->tail_fused += (long)(j - i);
+    return j - i + 1;
+}
+
 /* Runs the recorded ops on the stream (or into a capture); with the
  * profile on, times each with events (a shared launch is timed as its first
  * op, whose label says so, and its other ops as nothing). */
@@ -381,6 +442,8 @@ static void run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
         size_t used = run_glu(a, be, i);
         if (!used)
             used = run_multi(a, be, i);
+        if (!used)
+            used = run_tail(a, be, i);
         if (used && timed)
             a->labels[i] += " (+" + std::to_string(used - 1) + " in one launch)";
         if (!used) {
@@ -883,6 +946,8 @@ void mr_cu_autograph_install(mr_backend *be)
     c->ag->fuse_kv = !(fk && !strcmp(fk, "0"));
     const char *fg = getenv("MEMRA_CUDA_FUSE_GLU");
     c->ag->fuse_glu = !(fg && !strcmp(fg, "0"));
+    const char *ft = getenv("MEMRA_CUDA_FUSE_TAIL");
+    c->ag->fuse_tail = ft && (!strcmp(ft, "0") || !strcmp(ft, "2")) ? atoi(ft) : 1;
     be->get_rows = w_get_rows;
     be->matmul = w_matmul;
     be->matmul_id = w_matmul_id;
@@ -923,8 +988,8 @@ void mr_cu_autograph_free(mr_backend *be)
         fprintf(stderr,
                 "cuda op profile (event-timed, no graphs): %.3f ms in all; %ld add+rmsnorm fused; "
                 "%ld matvec launches saved by sharing; %ld K/V stores in qk_norm_rope; %ld swiglus in their "
-                "products\n",
-                all, c->ag->fused, c->ag->mv_fused, c->ag->kv_fused, c->ag->glu_fused);
+                "products; %ld ops in mixture-layer tails\n",
+                all, c->ag->fused, c->ag->mv_fused, c->ag->kv_fused, c->ag->glu_fused, c->ag->tail_fused);
         std::vector<std::pair<double, std::string>> v;
         for (auto &t : c->ag->totals) v.push_back({t.second.first, t.first});
         std::sort(v.rbegin(), v.rend());
@@ -963,6 +1028,7 @@ extern "C" void mr_cu_autograph_fusions(mr_backend *be, mr_cu_fusions *f)
     f->mv = c->ag->mv_fused;
     f->kv = c->ag->kv_fused;
     f->glu = c->ag->glu_fused;
+    f->tail = c->ag->tail_fused;
 }
 
 extern "C" long mr_cu_autograph_nodes(mr_backend *be)

@@ -26,9 +26,10 @@ double mr_cuda_time(struct mr_backend *be, void (*fn)(void *), void *arg, int wa
 void mr_cu_autograph_stats(struct mr_backend *be, long *captures, long *replays);
 /* Ops so far that ran inside another op's launch: matmuls sharing a launch
  * over one input (q/k/v, gate/up), K/V stores inside the qk_norm_rope
- * before them, swiglus inside their gate/up launch. */
+ * before them, swiglus inside their gate/up launch, a mixture layer's
+ * last ops inside the add_rmsnorm after them (mr_cu_moe_tail). */
 typedef struct mr_cu_fusions {
-    long mv, kv, glu;
+    long mv, kv, glu, tail;
 } mr_cu_fusions;
 void mr_cu_autograph_fusions(struct mr_backend *be, mr_cu_fusions *f);
 /* Nodes (kernels, copies) of the last graph it captured; 0 before any. */

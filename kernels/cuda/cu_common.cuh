@@ -27,6 +27,10 @@ struct mr_cu_auto; /* cu_autograph.cu */
 
 /* Tokens per matvec launch (the kernels keep one accumulator per token). */
 #define MR_CU_MATVEC_MAX 8
+/* The logistic function as every kernel computes it (sigmoid_mul, the
+ * gated delta net's beta, the fused end of a mixture layer). */
+__device__ __forceinline__ float mr_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
 #define MR_CU_MV_SUBS 3 /* matrices one matvec launch may cover (mr_cu_matmul_multi) */
 
 /* Blocks an SM holds of the x24 matvec kernel for one type, token count,
@@ -236,6 +240,14 @@ void mr_cu_swiglu(mr_backend *be, const float *gate, const float *up, float *out
  * cannot share one (cu_matmul.cu; the op recorder fuses q/k/v and gate/up). */
 bool mr_cu_matmul_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m,
                         const float *x, int n);
+/* The end of a mixture layer as one launch (cu_ops.cu; the op recorder's
+ * rule): moe_combine(y, cw, n, k, dim) -> proj; with sh, sigmoid_mul(sh,
+ * g, n, dim, gs, scalar) and add(proj, sh); then add_rmsnorm(xres, proj,
+ * w, out, n, dim, eps).  Every value those ops write is written, with the
+ * same floats (each element's operations in the same order); false,
+ * nothing launched, where the shapes or alignment do not allow it. */
+bool mr_cu_moe_tail(mr_backend *be, const float *y, const float *cw, int n, int k, int dim, float *proj, float *sh,
+                    const float *g, int gs, float *xres, const float *w, float *out, float eps);
 bool mr_cu_matmul_id_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m,
                            const float *x, int x_slots, const int32_t *ids, int k, int n);
 /* matmul (or one token's matmul_id) of a gate and an up matrix over the same

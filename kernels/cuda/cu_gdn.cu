@@ -48,8 +48,6 @@ static void cu_copy_2d(mr_backend *be, float *dst, int dst_stride, const float *
 
 /* ---- sigmoid_mul ---- */
 
-__device__ __forceinline__ float mr_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 __global__ void k_sigmoid_mul(float *y, const float *g, int n_rows, int dim, int g_stride, bool g_scalar)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */

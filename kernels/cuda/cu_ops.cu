@@ -669,6 +669,103 @@ static void cu_moe_combine(mr_backend *be, const float *y, const float *weights,
     MR_CU_LAUNCHED(c, "moe_combine");
 }
 
+/* The end of a mixture layer in one launch (mr_cu_moe_tail): a block a
+ * token, a thread per float4 of the row (the combine's k loads of a thread
+ * issued together, so the expert outputs are one round of loads).  Each
+ * element goes through what k_moe_combine, k_sigmoid_mul, k_add and
+ * k_rmsnorm4<true> do to it, in their order: the combine's fmaf chain over
+ * the k experts from 0, times the sigmoid of the token's gate, the two
+ * adds.  The new residual row is staged in shared memory, and the first
+ * NT threads (k_rmsnorm4's block: NT = rn_threads(dim)) form the sum of
+ * squares exactly as its threads do (thread t's chunks t, t + NT, ... in
+ * one fmaf chain, the warp sums, then the NT / 32 partials in order).  So
+ * every output has the bits of the four launches (kernel-check part tail). */
+#define TAIL_J 8 /* expert loads a thread issues at once */
+template <bool SH>
+__global__ void __launch_bounds__(1024) k_moe_tail(const float *y, const float *cw, int k, int dim4, int NT,
+                                                   float *proj, float *sh, const float *g, int gs, float *xres,
+                                                   const float *w, float *out, float eps)
+{
+    __shared__ float4 av[1024];
+    __shared__ float red[32];
+    const int i = threadIdx.x;
+    float4 gw = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (i < dim4) gw = ((const float4 *)w)[i]; /* a weight: before the PDL wait, as k_rmsnorm4 */
+    mr_pdl_wait();
+    mr_pdl_trigger();
+    const int64_t t = blockIdx.x, dim = (int64_t)dim4 * 4;
+    if (i < dim4) {
+        float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int j0 = 0; j0 < k; j0 += TAIL_J) {
+            float4 e[TAIL_J];
+            float wj[TAIL_J];
+#pragma unroll
+            for (int u = 0; u < TAIL_J; u++)
+                if (j0 + u < k) {
+                    wj[u] = cw[t * k + j0 + u];
+                    e[u] = ((const float4 *)(y + (t * k + j0 + u) * dim))[i];
+                }
+#pragma unroll
+            for (int u = 0; u < TAIL_J; u++)
+                if (j0 + u < k) {
+                    s.x = fmaf(wj[u], e[u].x, s.x);
+                    s.y = fmaf(wj[u], e[u].y, s.y);
+                    s.z = fmaf(wj[u], e[u].z, s.z);
+                    s.w = fmaf(wj[u], e[u].w, s.w);
+                }
+        }
+        if (SH) {
+            const float sig = mr_sigmoidf(g[t * gs]);
+            float4 h = ((float4 *)(sh + t * dim))[i];
+            h.x *= sig; h.y *= sig; h.z *= sig; h.w *= sig;
+            ((float4 *)(sh + t * dim))[i] = h;
+            s.x += h.x; s.y += h.y; s.z += h.z; s.w += h.w;
+        }
+        ((float4 *)(proj + t * dim))[i] = s;
+        float4 a = ((float4 *)(xres + t * dim))[i];
+        a.x += s.x; a.y += s.y; a.z += s.z; a.w += s.w;
+        ((float4 *)(xres + t * dim))[i] = a;
+        av[i] = a;
+    }
+    __syncthreads();
+    if (i < NT) { /* k_rmsnorm4's sum of squares, its threads' order */
+        float ss = 0.0f;
+        for (int c = i; c < dim4; c += NT) {
+            const float4 a = av[c];
+            ss = fmaf(a.x, a.x, fmaf(a.y, a.y, fmaf(a.z, a.z, fmaf(a.w, a.w, ss))));
+        }
+        ss = mr_warp_sum(ss);
+        if ((i & 31) == 0) red[i >> 5] = ss;
+    }
+    __syncthreads();
+    float ss = 0.0f;
+    for (int q = 0; q < NT / 32; q++) ss += red[q];
+    const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    if (i < dim4) {
+        const float4 v = av[i];
+        ((float4 *)(out + t * dim))[i] = make_float4(v.x * inv * gw.x, v.y * inv * gw.y, v.z * inv * gw.z,
+                                                     v.w * inv * gw.w);
+    }
+}
+
+bool mr_cu_moe_tail(mr_backend *be, const float *y, const float *cw, int n, int k, int dim, float *proj, float *sh,
+                    const float *g, int gs, float *xres, const float *w, float *out, float eps)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    /* a thread a float4, and the norm's threads as cu_add_rmsnorm takes them
+     * (k_rmsnorm4: RN_K chunks a thread) */
+    if (c->failed || n <= 0 || n > 65535 || k <= 0 || dim % 4 || dim / 4 > 1024 || dim / 4 > RN_K * (int)rn_threads(dim) ||
+        !rn_vec_ok(dim, y, proj, xres, out) || !rn_vec_ok(dim, w, sh ? sh : proj, proj, proj))
+        return false;
+    const int nt = (int)rn_threads(dim), th = (dim / 4 + 31) / 32 * 32 > nt ? (dim / 4 + 31) / 32 * 32 : nt;
+    if (sh)
+        mr_cu_launch(c, k_moe_tail<true>, n, th, 0, y, cw, k, dim / 4, nt, proj, sh, g, gs, xres, w, out, eps);
+    else
+        mr_cu_launch(c, k_moe_tail<false>, n, th, 0, y, cw, k, dim / 4, nt, proj, sh, g, gs, xres, w, out, eps);
+    MR_CU_LAUNCHED(c, "moe tail + add_rmsnorm");
+    return true;
+}
+
 /* argmax: one block of AM_THREADS per row.  The order is total, so the
  * winner does not depend on which thread saw what: the larger number wins,
  * a number beats NaN, and equal values (or two NaNs) go to the lower

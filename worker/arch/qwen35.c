@@ -431,7 +431,11 @@ static void linear_attention(mr_model *m, int il, const mr_fwd_seg *segs, int n_
 }
 
 /* routed experts as qwen3moe, plus a shared expert scaled by sigmoid of
- * its one-logit gate */
+ * its one-logit gate.  The order lets a backend join ops (the values are
+ * those of any order: every op reads xn or its own outputs): the shared
+ * expert first, its gate's logit straight after the router's (one input,
+ * one type), and the routed experts' combine, the gate's sigmoid and the
+ * adds back to back with the next norm (the CUDA recorder's tail rule). */
 static void moe_ffn(mr_model *m, const mr_layer *L, const mr_q35_layer *Q, int n)
 {
     mr_backend *be = m->be;
@@ -439,12 +443,11 @@ static void moe_ffn(mr_model *m, const mr_layer *L, const mr_q35_layer *Q, int n
     struct mr_q35 *q = m->q35;
     mr_scratch *sc = &m->sc;
 
-    mr_qwen3_moe_ffn(m, L, n);
     mr_fwd_matmul(m, &Q->sh_gate, sc->xn, q->sh_gate, n);
     mr_fwd_matmul(m, &Q->sh_up, sc->xn, q->sh_up, n);
     be->swiglu(be, q->sh_gate, q->sh_up, q->sh_gate, (size_t)n * (size_t)hp->n_ff_shexp);
     mr_fwd_matmul(m, &Q->sh_down, q->sh_gate, q->sh_out, n);
-    mr_fwd_matmul(m, &Q->sh_gate_inp, sc->xn, q->sh_g, n);
+    mr_qwen3_moe_ffn(m, L, n, &Q->sh_gate_inp, q->sh_g);
     be->sigmoid_mul(be, q->sh_out, q->sh_g, n, hp->n_embd, 1, true);
     be->add(be, sc->proj, q->sh_out, (size_t)n * (size_t)hp->n_embd);
 }
