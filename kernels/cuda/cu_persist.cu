@@ -47,14 +47,16 @@ __device__ __forceinline__ void pb_barrier(unsigned *bar, unsigned target)
     __syncthreads();
 }
 
-/* The block's sum of its slice (n16 uint4) against x, reduced to one float. */
-__device__ __forceinline__ float pb_slice_sum(const uint4 *w, size_t n16, float x, float *red)
+/* One uint4 of weights against x, added to acc (a stand-in for a product's
+ * work on 16 bytes). */
+__device__ __forceinline__ float pb_term(uint4 v, float x, float acc)
 {
-    float acc = 0.0f;
-    for (size_t i = threadIdx.x; i < n16; i += PB_THREADS) {
-        const uint4 v = w[i];
-        acc = fmaf((float)(v.x & 0xffu) + (float)(v.y >> 24) + (float)(v.z & 0xffu) + (float)(v.w >> 24), x, acc);
-    }
+    return fmaf((float)(v.x & 0xffu) + (float)(v.y >> 24) + (float)(v.z & 0xffu) + (float)(v.w >> 24), x, acc);
+}
+
+/* The block's threads' acc added into one float (red: a float a warp). */
+__device__ __forceinline__ float pb_block_sum(float acc, float *red)
+{
     acc = mr_warp_sum(acc);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = acc;
     __syncthreads();
@@ -62,6 +64,14 @@ __device__ __forceinline__ float pb_slice_sum(const uint4 *w, size_t n16, float 
     for (int i = 0; i < PB_THREADS / 32; i++) s += red[i];
     __syncthreads();
     return s;
+}
+
+/* The block's sum of its slice (n16 uint4) against x, reduced to one float. */
+__device__ __forceinline__ float pb_slice_sum(const uint4 *w, size_t n16, float x, float *red)
+{
+    float acc = 0.0f;
+    for (size_t i = threadIdx.x; i < n16; i += PB_THREADS) acc = pb_term(w[i], x, acc);
+    return pb_block_sum(acc, red);
 }
 
 /* W: phases x gridDim.x slices of n16 uint4; part: [2][gridDim.x]. */
@@ -136,19 +146,10 @@ __global__ void __launch_bounds__(PB_THREADS) k_pb_phase_early(const uint4 *W, s
     const float x = p ? __ldcg(part + ((p - 1) & 1) * G + (b + 1) % G) : 1.0f;
     float acc = 0.0f;
 #pragma unroll
-    for (int k = 0; k < PB_EARLY_LOADS; k++) {
-        const uint4 v = pre[k];
-        acc = fmaf((float)(v.x & 0xffu) + (float)(v.y >> 24) + (float)(v.z & 0xffu) + (float)(v.w >> 24), x, acc);
-    }
-    for (size_t i = threadIdx.x + (size_t)PB_EARLY_LOADS * PB_THREADS; i < n16; i += PB_THREADS) {
-        const uint4 v = w[i];
-        acc = fmaf((float)(v.x & 0xffu) + (float)(v.y >> 24) + (float)(v.z & 0xffu) + (float)(v.w >> 24), x, acc);
-    }
-    acc = mr_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = acc;
-    __syncthreads();
-    float s = 0.0f;
-    for (int i = 0; i < PB_THREADS / 32; i++) s += red[i];
+    for (int k = 0; k < PB_EARLY_LOADS; k++) acc = pb_term(pre[k], x, acc);
+    for (size_t i = threadIdx.x + (size_t)PB_EARLY_LOADS * PB_THREADS; i < n16; i += PB_THREADS)
+        acc = pb_term(w[i], x, acc);
+    const float s = pb_block_sum(acc, red);
     if (threadIdx.x == 0) part[(p & 1) * G + b] = s * 1e-9f + 1.0f;
 }
 
