@@ -366,10 +366,12 @@ static void full_attention(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int 
     struct mr_q35 *q = m->q35;
     int hd = hp->head_dim, rows = n * hp->n_heads;
 
+    /* the three products back to back (one launch where the backend shares
+     * them), then the query halves of the [q | gate] rows */
     mr_fwd_matmul(m, &L->wq, sc->xn, q->qf, n);
-    be->copy_2d(be, sc->q, hd, q->qf, 2 * hd, rows, hd);
     mr_fwd_matmul(m, &L->wk, sc->xn, sc->k, n);
     mr_fwd_matmul(m, &L->wv, sc->xn, sc->v, n);
+    be->copy_2d(be, sc->q, hd, q->qf, 2 * hd, rows, hd);
     mr_qwen3_attend(m, L, kv, kv_layer, segs, n_segs, n);
     /* output gate: the second half of each head's [q | gate] row */
     be->sigmoid_mul(be, sc->att, q->qf + hd, rows, hd, 2 * hd, false);
