@@ -26,7 +26,7 @@
  * whole decode steps of a small model with it off and on, bit for bit
  * (check_pdl).
  *
- * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|wide|early|route|tail|mm|ops|q8]]   Prints
+ * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|wide|early|route|tail|xmq|mm|ops|q8]]   Prints
  * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
  * grouped expert products, "prompt" only those of the prompt products (the
  * GEMM paths and their rows' bits across calls; part of "mm"), "sample"
@@ -34,7 +34,8 @@
  * the prompt attention (part of "ops"), "wide" only the rows a block of
  * the one-token Q4_K kernel (part of "mm"), "early" only its weight loads
  * ahead of the PDL wait (part of "mm"), "tail" only the fused end of a
- * mixture layer (part of "ops"), "route" only the routing by
+ * mixture layer (part of "ops"), "xmq" only the expert products that
+ * quantize their inputs in each block (part of "moe"), "route" only the routing by
  * ranks against the warp kernel (part of "ops"); "mm", "ops" and "q8" one third of
  * the whole each (run the three at once: their union is what no argument
  * runs). */
@@ -575,16 +576,17 @@ static int32_t *random_ids(mr_backend *be, int n, int k, int mats, int32_t **dev
  * launch (the mv count of fused_ops): a weight of another type starts a new
  * launch, and expert products of 2+ tokens share one only on the 22-bit
  * kernel (be gpu_x24). */
+#define MULTI_MAX 4 /* matrices a launch may cover (MR_CU_MV_SUBS) */
 static void check_matmul_multi(mr_backend *be, const int *types, const int64_t *rows, int m, int64_t cols, int mats,
                                int k, int n, long saved)
 {
-    tweight w[3];
+    tweight w[MULTI_MAX];
     const int P = mats > 1 ? n * k : n; /* output rows a matrix row has */
-    size_t xn = (size_t)n * cols, yn[3];
+    size_t xn = (size_t)n * cols, yn[MULTI_MAX];
     float *x = malloc(xn * 4);
     for (size_t i = 0; i < xn; i++) x[i] = fgauss();
     int32_t *dids, *ids = random_ids(be, n, k, mats, &dids);
-    float *dx = dup_to(be, x, xn * 4), *dy[3], *dz[3];
+    float *dx = dup_to(be, x, xn * 4), *dy[MULTI_MAX], *dz[MULTI_MAX];
     char shape[96];
     int len = snprintf(shape, sizeof shape, "%dx", m);
     for (int s = 0; s < m; s++) {
@@ -655,6 +657,28 @@ static void check_matmul_multi_all(void)
         const int64_t r[3] = {1024, 256, 256};
         const int ns[] = {1, 2, 3, 5, 8, 21}; /* 21: a decode batch, 8 tokens a launch */
         for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) check_matmul_multi(gpu, t, r, 3, 2048, 1, 1, ns[i], 2);
+    }
+    { /* four matrices: a gated delta net layer's qkv, z, alpha and beta (IQ4_XS, the
+       * 35B-A3B's shapes) and four Q4_K ones, 1 to 8 tokens: one launch where the
+       * recorder may take four (MEMRA_CUDA_FUSE_MV=4), three and one by default */
+        mr_backend *four = backend_with("MEMRA_CUDA_FUSE_MV", "4");
+        const int t[4] = {MR_TYPE_IQ4_XS, MR_TYPE_IQ4_XS, MR_TYPE_IQ4_XS, MR_TYPE_IQ4_XS};
+        const int64_t r[4] = {8192, 4096, 32, 32};
+        const int u[4] = {q4, q4, q4, q4};
+        const int64_t ru[4] = {1024, 256, 256, 72};
+        const int ns[] = {1, 2, 5, 8};
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+            check_matmul_multi(four, t, r, 4, 2048, 1, 1, ns[i], 3);
+            check_matmul_multi(four, u, ru, 4, 2048, 1, 1, ns[i], 3);
+        }
+        check_matmul_multi(gpu, t, r, 4, 2048, 1, 1, 1, 2);
+        /* the 22-bit kernel's rows of four sub-matrices (xs_row), one token and a
+         * batch (the tensor-core kernel): every matrix at least 12,288 rows, so
+         * the rule takes them all */
+        const int64_t rx[4] = {12288, 12288, 12800, 16384};
+        check_matmul_multi(four, u, rx, 4, 1024, 1, 1, 1, 3);
+        check_matmul_multi(four, u, rx, 4, 1024, 1, 1, 5, 3);
+        four->destroy(four);
     }
     { /* v of another type: q and k share a launch, v runs alone */
         const int t[3] = {q4, q4, q6};
@@ -922,6 +946,82 @@ static void check_moe_ffn_one(mr_backend *be, const char *label, const tdesc *tg
     be->free(be, dx);
     be->free(be, dids);
     free(x); free(ids);
+}
+
+/* One token's expert products with each block quantizing its input row
+ * (MEMRA_CUDA_XM_QUANT=block) against the default (a k_x24_quant launch
+ * first), bit for bit: gate and up with the SwiGLU after them (one launch
+ * on the recorder) and down over the k rows of the SwiGLU, NaN rows of bad
+ * ids included; n tokens (a decode batch keeps the separate quantization:
+ * the same bits too). */
+static void check_xm_quant(mr_backend *blk, const tdesc *td, int64_t d, int64_t ff, int mats, int k, int n, int route)
+{
+    const int64_t cols[3] = {d, d, ff}, rows[3] = {ff, ff, d};
+    uint8_t *host[3];
+    for (int i = 0; i < 3; i++) {
+        const size_t bytes = (size_t)(cols[i] / td->be) * td->bb * rows[i] * mats;
+        host[i] = malloc(bytes);
+        rand_blocks(td, host[i], bytes / td->bb);
+    }
+    const size_t P = (size_t)n * k;
+    float *x = malloc((size_t)n * d * 4);
+    for (size_t i = 0; i < (size_t)n * d; i++) x[i] = fgauss();
+    int32_t *ids = malloc(P * 4);
+    make_ids(ids, n, k, mats, route);
+    mr_backend *be[2] = {gpu, blk};
+    float *out[2][4];
+    const size_t on[4] = {P * ff, P * ff, P * ff, P * d};
+    for (int b = 0; b < 2; b++) {
+        mr_weight w[3];
+        for (int i = 0; i < 3; i++) load_weight(be[b], td, host[i], cols[i], rows[i], mats, &w[i]);
+        float *dx = dup_to(be[b], x, (size_t)n * d * 4);
+        int32_t *dids = dup_to(be[b], ids, P * 4);
+        float *dd[4];
+        for (int q = 0; q < 4; q++) {
+            dd[q] = dalloc(be[b], on[q] * 4);
+            poison(be[b], dd[q], on[q] * 4);
+        }
+        be[b]->matmul_id(be[b], &w[0], dx, 1, dids, k, dd[0], n);
+        be[b]->matmul_id(be[b], &w[1], dx, 1, dids, k, dd[1], n);
+        be[b]->swiglu(be[b], dd[0], dd[1], dd[2], P * ff);
+        be[b]->matmul_id(be[b], &w[2], dd[2], k, dids, k, dd[3], n);
+        for (int q = 0; q < 4; q++) {
+            out[b][q] = malloc(on[q] * 4);
+            fetch(be[b], out[b][q], dd[q], on[q] * 4);
+            be[b]->free(be[b], dd[q]);
+        }
+        be[b]->free(be[b], dx);
+        be[b]->free(be[b], dids);
+        for (int i = 0; i < 3; i++) be[b]->weight_release(be[b], &w[i]);
+    }
+    size_t diff = 0;
+    int nan = 0;
+    for (int q = 0; q < 4; q++)
+        for (size_t i = 0; i < on[q]; i++) diff += memcmp(&out[0][q][i], &out[1][q][i], 4) != 0;
+    for (size_t p = 0; p < P; p++) /* the down rows of a bad id are NaN, the others not */
+        for (int64_t r = 0; r < d; r++) nan += isnan(out[1][3][p * d + r]) != (ids[p] < 0 || ids[p] >= mats);
+    char sh[128];
+    snprintf(sh, sizeof sh, "%s %dx%lldx%lld k=%d n=%d%s", td->name, mats, (long long)ff, (long long)d, k, n,
+             route == ROUTE_BAD ? " bad ids" : "");
+    report("xm-quant-block", sh, (double)diff, nan, 0.0);
+    for (int b = 0; b < 2; b++)
+        for (int q = 0; q < 4; q++) free(out[b][q]);
+    for (int i = 0; i < 3; i++) free(host[i]);
+    free(x); free(ids);
+}
+
+static void check_xm_quant_all(void)
+{
+    mr_backend *blk = backend_with("MEMRA_CUDA_XM_QUANT", "block");
+    const int types[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_IQ4_XS, MR_TYPE_Q8_0};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        const tdesc *td = td_of(types[i]);
+        check_xm_quant(blk, td, 2048, 768, 128, 8, 1, ROUTE_RANDOM); /* the 30B-A3B */
+        check_xm_quant(blk, td, 2048, 512, 256, 8, 1, ROUTE_RANDOM); /* the 35B-A3B */
+        check_xm_quant(blk, td, 1024, 256, 8, 2, 1, ROUTE_BAD);
+        check_xm_quant(blk, td, 2048, 768, 128, 8, 4, ROUTE_RANDOM); /* a batch: planes as before */
+    }
+    blk->destroy(blk);
 }
 
 static void check_moe_ffn(void)
@@ -3695,6 +3795,7 @@ static void check_ops(int parts)
         check_matmul_multi_all();
         check_glu_all();
         check_moe_grouped();
+        check_xm_quant_all();
         check_gemm_prompt();
         check_moe_ffn();
         check_prompt_rows();
@@ -3871,9 +3972,10 @@ int main(int argc, char **argv)
     printf("%-14s %-44s %10s %9s %5s\n", "op", "shape", "rel L2", "bound", "NaN");
 
     const char *part = argc > 2 ? argv[2] : "";
-    if (!strcmp(part, "moe"))
+    if (!strcmp(part, "moe")) {
         check_moe_grouped();
-    else if (!strcmp(part, "prompt")) {
+        check_xm_quant_all();
+    } else if (!strcmp(part, "prompt")) {
         check_gemm_prompt();
         check_moe_ffn();
         check_prompt_rows();
@@ -3889,6 +3991,8 @@ int main(int argc, char **argv)
         check_early_weights();
     else if (!strcmp(part, "tail"))
         check_moe_tail_all();
+    else if (!strcmp(part, "xmq"))
+        check_xm_quant_all();
     else if (!strcmp(part, "route"))
         check_route_rank_all();
     else

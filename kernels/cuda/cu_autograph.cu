@@ -81,9 +81,11 @@ struct mr_cu_auto {
     const float *add_x = NULL;
     size_t add_n = 0;
     long fused = 0;
-    /* consecutive matmuls over one input share a launch (q/k/v, gate/up;
-     * MEMRA_CUDA_FUSE_MV=0 turns it off); launches saved so far */
-    bool fuse_mv = true;
+    /* consecutive matmuls over one input share a launch (q/k/v, gate/up),
+     * up to fuse_mv of them: 3 by default, 4 with MEMRA_CUDA_FUSE_MV=4 (a
+     * gated delta net layer's four products; the kernels take four, not
+     * yet timed), 0 off; launches saved so far */
+    int fuse_mv = 3;
     long mv_fused = 0;
     /* a K/V store of the keys qk_norm_rope just rotated joins its launch
      * (MEMRA_CUDA_FUSE_KV=0 turns it off) */
@@ -272,7 +274,7 @@ static size_t run_multi(mr_cu_auto *a, mr_backend *be, size_t i)
     float *y[MR_CU_MV_SUBS];
     size_t yn[MR_CU_MV_SUBS];
     size_t m = 0;
-    for (size_t j = i; j < a->ops.size() && m < MR_CU_MV_SUBS && a->ops[j].op == o.op; j++) {
+    for (size_t j = i; j < a->ops.size() && m < (size_t)a->fuse_mv && a->ops[j].op == o.op; j++) {
         const rec_op &p = a->ops[j];
         const mr_weight *pw;
         float *py;
@@ -941,7 +943,8 @@ void mr_cu_autograph_install(mr_backend *be)
     const char *pe = getenv("MEMRA_CUDA_PROFILE");
     c->ag->prof = pe && *pe && strcmp(pe, "0");
     const char *fm = getenv("MEMRA_CUDA_FUSE_MV");
-    c->ag->fuse_mv = !(fm && !strcmp(fm, "0"));
+    c->ag->fuse_mv = fm && (!strcmp(fm, "0") || !strcmp(fm, "4")) ? atoi(fm) : 3;
+    if (c->ag->fuse_mv > MR_CU_MV_SUBS) c->ag->fuse_mv = MR_CU_MV_SUBS;
     const char *fk = getenv("MEMRA_CUDA_FUSE_KV");
     c->ag->fuse_kv = !(fk && !strcmp(fk, "0"));
     const char *fg = getenv("MEMRA_CUDA_FUSE_GLU");

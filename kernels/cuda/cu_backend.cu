@@ -390,6 +390,8 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     c->route_rank = !(ro && !strcmp(ro, "warp")); /* run 109: +2.5-3.3% tg128 on the 30B-A3B */
     const char *wr = getenv("MEMRA_CUDA_WIDE_R");
     c->wide_r = wr ? atoi(wr) : 0;
+    const char *xq = getenv("MEMRA_CUDA_XM_QUANT");
+    c->xm_quant_block = xq && !strcmp(xq, "block");
     const char *ew = getenv("MEMRA_CUDA_EARLY");
     c->early_w = ew && (!strcmp(ew, "0") || !strcmp(ew, "2")) ? atoi(ew) : 1; /* run 109: +3.3% tg128, 30B-A3B */
     const char *w8 = getenv("MEMRA_CUDA_WIDE8");

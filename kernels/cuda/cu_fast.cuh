@@ -56,13 +56,18 @@ static inline mr_cu_mvjob mr_cu_mvjob_plain(const uint8_t *W, size_t row_bytes, 
     return a;
 }
 
-/* Sub-matrix s (0..2) of a multi-matrix job as a plain job, with constant
+/* Sub-matrix s (0..3) of a multi-matrix job as a plain job, with constant
  * indices only: a dynamic index into the parameter arrays would copy them
  * to local memory. */
 __device__ __forceinline__ mr_cu_mvjob mr_cu_mv_subjob(const mr_cu_mvjob &a, int s)
 {
+    static_assert(MR_CU_MV_SUBS == 4, "the branches below name every sub-matrix");
     mr_cu_mvjob j = a;
-    if (s == 2) {
+    if (s == 3) {
+        j.W = a.sub_W[3];
+        j.y = a.sub_y[3];
+        j.rows = a.sub_rows[3];
+    } else if (s == 2) {
         j.W = a.sub_W[2];
         j.y = a.sub_y[2];
         j.rows = a.sub_rows[2];
@@ -91,8 +96,8 @@ __device__ __forceinline__ mr_cu_mvjob mr_cu_mv_sub(const mr_cu_mvjob &a, int64_
         *r0 = (int64_t)b * R;
         return a;
     }
-    const int s = a.n_sub > 2 && b >= a.sub_blk[2] ? 2 : b >= a.sub_blk[1] ? 1 : 0;
-    const unsigned first = s == 2 ? a.sub_blk[2] : s == 1 ? a.sub_blk[1] : 0;
+    const int s = a.n_sub > 3 && b >= a.sub_blk[3] ? 3 : a.n_sub > 2 && b >= a.sub_blk[2] ? 2 : b >= a.sub_blk[1] ? 1 : 0;
+    const unsigned first = s == 3 ? a.sub_blk[3] : s == 2 ? a.sub_blk[2] : s == 1 ? a.sub_blk[1] : 0;
     *r0 = (int64_t)(b - first) * R;
     return mr_cu_mv_subjob(a, s);
 }

@@ -111,8 +111,11 @@ __device__ __forceinline__ void xm_rows_glu(const uint8_t *Wg, const uint8_t *Wu
 /* a: the job (W, y, rows of matrix 0 or sub-matrices via n_sub; ids, k,
  * x_slots, n_mats, cols, row_bytes, mat_bytes); grp: the grouping (NULL
  * for one token: grid.y is then the pair; with it, one matrix); S: its
- * slots; RS: rows a block; xg: the quantized inputs; nt_max: pairs a chunk
- * at most (c->x24_nt_max: 2 unless set for timing). */
+ * slots; RS: rows a block; xg: the quantized inputs, or NULL for one
+ * token (grp NULL): then each block quantizes its pair's input row into
+ * shared memory first (xs_quantize, what k_x24_quant writes to xg, so the
+ * same sums) and the step has one launch fewer (MEMRA_CUDA_XM_QUANT=block);
+ * nt_max: pairs a chunk at most (c->x24_nt_max: 2 unless set for timing). */
 template <int T, bool GLU = false>
 __global__ void __launch_bounds__(XM_WARPS * 32, 4) k_moex24(mr_cu_mvjob a, const int32_t *__restrict__ grp, int S,
                                                           int RS, const uint8_t *__restrict__ xg, int nt_max)
@@ -154,13 +157,23 @@ __global__ void __launch_bounds__(XM_WARPS * 32, 4) k_moex24(mr_cu_mvjob a, cons
     const uint8_t *W = j.W + (size_t)e * j.mat_bytes;
     const size_t xb = xs_xbytes(j.cols);
     const int cols = (int)j.cols;
+    /* the block's input planes: in xg at row `in`, or (xg NULL, one token)
+     * its one pair's row quantized here; every return above is the whole
+     * block's, so all its threads meet the barrier */
+    extern __shared__ __align__(16) uint8_t xm_sh[];
+    if (!xg) {
+        const int in = (slot / a.k) * a.x_slots + (a.x_slots > 1 ? slot % a.k : 0);
+        xs_quantize(a.x + (int64_t)in * cols, cols, xm_sh, threadIdx.x, blockDim.x);
+        __syncthreads();
+    }
+    auto planes = [&](int in) -> const uint8_t * { return xg ? xg + (size_t)in * xb : xm_sh; };
     if constexpr (GLU) { /* one token (grp NULL): grid.y is the pair */
         const uint8_t *Wu = a.sub_W[1] + (size_t)e * j.mat_bytes;
         const int in = (slot / a.k) * a.x_slots + (a.x_slots > 1 ? slot % a.k : 0);
         /* a pass: XM_ROWS rows, half of each matrix */
         for (int64_t r0 = rb + (int64_t)warp * (XM_ROWS / 2); r0 < re; r0 += XM_WARPS * (XM_ROWS / 2))
-            xm_rows_glu<T, XM_ROWS / 2>(W, Wu, j.row_bytes, cols, r0, re, xg + (size_t)in * xb, slot, j.y,
-                                        a.sub_y[1], a.glu_out, j.rows, lane);
+            xm_rows_glu<T, XM_ROWS / 2>(W, Wu, j.row_bytes, cols, r0, re, planes(in), slot, j.y, a.sub_y[1],
+                                        a.glu_out, j.rows, lane);
     } else {
     for (int64_t r0 = rb + (int64_t)warp * XM_ROWS; r0 < re; r0 += XM_WARPS * XM_ROWS) {
         for (int q = 0; q < np;) {
@@ -172,7 +185,7 @@ __global__ void __launch_bounds__(XM_WARPS * 32, 4) k_moex24(mr_cu_mvjob a, cons
                 const int pp = list ? list[q + (t < m ? t : m - 1)] : slot;
                 const int in = (pp / a.k) * a.x_slots + (a.x_slots > 1 ? pp % a.k : 0);
                 pr[t] = pp;
-                xt[t] = xg + (size_t)in * xb;
+                xt[t] = planes(in); /* xg NULL: one token, every t the block's pair */
             }
             /* rows a pass as in cu_mvx24.cu's xs_launch_nt (registers) */
             constexpr int R4 = xs_type<T>::R4, R2 = xs_type<T>::R2;
@@ -219,11 +232,24 @@ bool mr_cu_x24_takes_id(const mr_cu_ctx *c, const mr_weight *const *w, int m, co
     return xm_takes(c, w, m, x);
 }
 
+/* xg NULL (one token): each block quantizes its input row (smem bytes). */
 template <int T, bool GLU = false>
 static void xm_launch(mr_cu_ctx *c, dim3 grid, const mr_cu_mvjob &a, const int32_t *grp, int S, int RS,
                       const uint8_t *xg)
 {
-    mr_cu_launch(c, k_moex24<T, GLU>, grid, XM_WARPS * 32, 0, a, grp, S, RS, xg, c->x24_nt_max);
+    const size_t smem = xg ? 0 : xs_xbytes(a.cols);
+    mr_cu_launch(c, k_moex24<T, GLU>, grid, XM_WARPS * 32, smem, a, grp, S, RS, xg, c->x24_nt_max);
+}
+
+/* The input planes of an expert launch: NULL where the blocks quantize
+ * their rows themselves (one token, MEMRA_CUDA_XM_QUANT=block, planes that
+ * fit the default shared memory), else k_x24_quant's output (NULL too on
+ * a sticky error, which the caller tells apart by c->failed). */
+static const uint8_t *xm_planes(mr_cu_ctx *c, const float *x, int rows, int64_t cols, int x_slots, bool one)
+{
+    if (one && c->xm_quant_block && xs_xbytes(cols) <= 48 * 1024)
+        return NULL;
+    return mr_cu_x24_planes(c, x, rows, cols, (MR_CU_GEMM_MIN_TOKENS - 1) * x_slots);
 }
 
 bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
@@ -249,8 +275,8 @@ bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
         if (!grp)
             return c->failed;
     }
-    const uint8_t *xg = mr_cu_x24_planes(c, x, n * x_slots, a.cols, (MR_CU_GEMM_MIN_TOKENS - 1) * x_slots);
-    if (!xg)
+    const uint8_t *xg = xm_planes(c, x, n * x_slots, a.cols, x_slots, !grp);
+    if (!xg && c->failed)
         return true; /* the sticky error */
     /* rows a block: a multiple of the block's XM_WARPS * XM_ROWS, about
      * c->xm_bps (64) blocks an SM when every slot is used */
@@ -287,8 +313,8 @@ bool mr_cu_x24_glu_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
     a.k = k;
     a.x_slots = x_slots;
     a.glu_out = o;
-    const uint8_t *xg = mr_cu_x24_planes(c, x, x_slots, a.cols, (MR_CU_GEMM_MIN_TOKENS - 1) * x_slots);
-    if (!xg)
+    const uint8_t *xg = xm_planes(c, x, x_slots, a.cols, x_slots, true);
+    if (!xg && c->failed)
         return true; /* the sticky error */
     /* as many blocks and warp passes as mr_cu_x24_matvec_id gives the two
      * matrices: half its rows a block (a pass here takes half its rows of

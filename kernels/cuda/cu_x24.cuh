@@ -189,6 +189,10 @@ __device__ __forceinline__ void xs_row(const mr_cu_mvjob &a, int64_t r, const ui
         if (a.n_sub > 2 && r >= a.sub_rows[1]) {
             r -= a.sub_rows[1];
             s = 2;
+            if (a.n_sub > 3 && r >= a.sub_rows[2]) {
+                r -= a.sub_rows[2];
+                s = 3;
+            }
         }
     }
     const mr_cu_mvjob j = a.n_sub > 1 ? mr_cu_mv_subjob(a, s) : a;
