@@ -3875,6 +3875,20 @@ q8:
     check_sample_all();
 }
 
+/* The parts of one name that run several groups of checks. */
+static void check_part_moe(void)
+{
+    check_moe_grouped();
+    check_xm_quant_all();
+}
+
+static void check_part_prompt(void)
+{
+    check_gemm_prompt();
+    check_moe_ffn();
+    check_prompt_rows();
+}
+
 int main(int argc, char **argv)
 {
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : (uint64_t)time(NULL);
@@ -3972,29 +3986,19 @@ int main(int argc, char **argv)
     printf("%-14s %-44s %10s %9s %5s\n", "op", "shape", "rel L2", "bound", "NaN");
 
     const char *part = argc > 2 ? argv[2] : "";
-    if (!strcmp(part, "moe")) {
-        check_moe_grouped();
-        check_xm_quant_all();
-    } else if (!strcmp(part, "prompt")) {
-        check_gemm_prompt();
-        check_moe_ffn();
-        check_prompt_rows();
-    } else if (!strcmp(part, "sample"))
-        check_sample_all();
-    else if (!strcmp(part, "pdl"))
-        check_pdl();
-    else if (!strcmp(part, "attn"))
-        check_attention_prompts();
-    else if (!strcmp(part, "wide"))
-        check_wide_rows();
-    else if (!strcmp(part, "early"))
-        check_early_weights();
-    else if (!strcmp(part, "tail"))
-        check_moe_tail_all();
-    else if (!strcmp(part, "xmq"))
-        check_xm_quant_all();
-    else if (!strcmp(part, "route"))
-        check_route_rank_all();
+    const struct {
+        const char *name;
+        void (*run)(void);
+    } parts[] = {
+        {"moe", check_part_moe},         {"prompt", check_part_prompt}, {"sample", check_sample_all},
+        {"pdl", check_pdl},              {"attn", check_attention_prompts}, {"wide", check_wide_rows},
+        {"early", check_early_weights},  {"tail", check_moe_tail_all},  {"xmq", check_xm_quant_all},
+        {"route", check_route_rank_all},
+    };
+    size_t pi = 0;
+    while (pi < sizeof parts / sizeof parts[0] && strcmp(part, parts[pi].name)) pi++;
+    if (pi < sizeof parts / sizeof parts[0])
+        parts[pi].run();
     else
         check_ops(!strcmp(part, "mm") ? PART_MM : !strcmp(part, "ops") ? PART_OPS : !strcmp(part, "q8") ? PART_Q8
                                                                                    : PART_MM | PART_OPS | PART_Q8);
