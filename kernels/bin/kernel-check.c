@@ -1016,10 +1016,12 @@ static void check_xm_quant_all(void)
     const int types[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_IQ4_XS, MR_TYPE_Q8_0};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         const tdesc *td = td_of(types[i]);
-        check_xm_quant(blk, td, 2048, 768, 128, 8, 1, ROUTE_RANDOM); /* the 30B-A3B */
-        check_xm_quant(blk, td, 2048, 512, 256, 8, 1, ROUTE_RANDOM); /* the 35B-A3B */
+        /* the experts' shapes; fewer of them than the models have (the host
+         * writes every byte), which changes nothing a block does */
+        check_xm_quant(blk, td, 2048, 768, 32, 8, 1, ROUTE_RANDOM); /* the 30B-A3B */
+        check_xm_quant(blk, td, 2048, 512, 48, 8, 1, ROUTE_RANDOM); /* the 35B-A3B */
         check_xm_quant(blk, td, 1024, 256, 8, 2, 1, ROUTE_BAD);
-        check_xm_quant(blk, td, 2048, 768, 128, 8, 4, ROUTE_RANDOM); /* a batch: planes as before */
+        check_xm_quant(blk, td, 2048, 768, 32, 8, 4, ROUTE_RANDOM); /* a batch: planes as before */
     }
     blk->destroy(blk);
 }
