@@ -137,8 +137,9 @@ static void cu_add_rmsnorm(mr_backend *be, float *y, const float *x, const float
 }
 
 /* The rotation of pair j (< n_rot / 2) at position p, as the reference
- * computes it: inv_freq rounded to float32, then p * inv_freq in float32;
- * sin/cos of that angle in double, rounded to float32. */
+ * computes it: inv_freq rounded to float32 (rope_inv_freq, which does not
+ * depend on p), then p * inv_freq in float32; sin/cos of that angle in
+ * double, rounded to float32 (rope_sincos). */
 __device__ __forceinline__ float rope_inv_freq(int j, int n_rot, float theta_base)
 {
     return (float)(1.0 / pow((double)theta_base, (double)(2 * j) / (double)n_rot));
@@ -147,16 +148,6 @@ __device__ __forceinline__ float rope_inv_freq(int j, int n_rot, float theta_bas
 /* The angle's sin and cos from inv = rope_inv_freq(j, ...). */
 __device__ __forceinline__ void rope_sincos(int p, float inv, float *s, float *co)
 {
-    const float ang = (float)p * inv;
-    double sd, cd;
-    sincos((double)ang, &sd, &cd);
-    *s = (float)sd;
-    *co = (float)cd;
-}
-
-__device__ __forceinline__ void rope_angle(int p, int j, int n_rot, float theta_base, float *s, float *co)
-{
-    const float inv = rope_inv_freq(j, n_rot, theta_base);
     const float ang = (float)p * inv;
     double sd, cd;
     sincos((double)ang, &sd, &cd);
@@ -181,7 +172,7 @@ __device__ __forceinline__ void rope_pair(const float *src, float *dst, int p, i
                                           float theta_base, int mode)
 {
     float s, co;
-    rope_angle(p, j, n_rot, theta_base, &s, &co);
+    rope_sincos(p, rope_inv_freq(j, n_rot, theta_base), &s, &co);
     rope_rotate(src, dst, j, n_rot, mode, s, co);
 }
 
@@ -310,10 +301,8 @@ __global__ void __launch_bounds__(128) k_qk_norm_rope(float *q, float *k, const 
         ss0 = qkr_load(hh0 < n_heads ? q + ((int64_t)t * n_heads + hh0) * head_dim
                                      : k + ((int64_t)t * n_kv_heads + (hh0 - n_heads)) * head_dim,
                        hv, head_dim, lane);
-    for (int j = threadIdx.x; j < half; j += blockDim.x) {
-        if (j == (int)threadIdx.x) rope_sincos(p, inv0, &sn[j], &cs[j]);
-        else rope_angle(p, j, n_rot, theta_base, &sn[j], &cs[j]);
-    }
+    for (int j = threadIdx.x; j < half; j += blockDim.x)
+        rope_sincos(p, j == (int)threadIdx.x ? inv0 : rope_inv_freq(j, n_rot, theta_base), &sn[j], &cs[j]);
     __syncthreads();
     for (int hh = hh0; hh < h_end; hh += 4) {
         if constexpr (DT >= 0) {
@@ -333,12 +322,10 @@ __global__ void __launch_bounds__(128) k_qk_norm_rope(float *q, float *k, const 
         const float *w = isq ? qw : kw;
         const float ss = hh == hh0 ? ss0 : qkr_load(x, hv, head_dim, lane);
         const float inv = 1.0f / sqrtf(ss / (float)head_dim + eps);
-        if (hh == hh0) {
 #pragma unroll
-            for (int m = 0; m < QKR_MAX_D / 32; m++)
-                if (lane + 32 * m < head_dim) hv[lane + 32 * m] = hv[lane + 32 * m] * inv * w0[m];
-        } else {
-            for (int i = lane; i < head_dim; i += 32) hv[i] = hv[i] * inv * w[i];
+        for (int m = 0; m < QKR_MAX_D / 32; m++) {
+            const int i = lane + 32 * m;
+            if (i < head_dim) hv[i] = hv[i] * inv * (hh == hh0 ? w0[m] : w[i]);
         }
         __syncwarp();
         for (int j = lane; j < half; j += 32) rope_rotate(hv, x, j, n_rot, mode, sn[j], cs[j]);
