@@ -2688,13 +2688,13 @@ static void check_wide_rows(void)
     }
 }
 
-/* One token's plain products load their first weights before the PDL
- * wait (the default; MEMRA_CUDA_EARLY=0: after it).  The same step sums
- * in the same order, so with it on and off a row's bits are those of the
- * batches' launches at every rows-a-block count (forced with
- * MEMRA_CUDA_WIDE_R), on the Q4_K wide kernel and on k_fast's types, and
- * three matrices sharing a launch (q/k/v) give what they give one at a
- * time. */
+/* One token's plain Q4_K products load their first weights before the
+ * PDL wait (the default; MEMRA_CUDA_EARLY=0: after it).  The same step
+ * sums in the same order, so with it on and off a row's bits are those of
+ * the batches' launches at every rows-a-block count (forced with
+ * MEMRA_CUDA_WIDE_R), k_fast's types beside them are untouched by the
+ * switch, and three matrices sharing a launch (q/k/v) give what they give
+ * one at a time. */
 static void check_early_weights(void)
 {
     const char *ews[] = {"1", "0"};

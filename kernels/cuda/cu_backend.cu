@@ -393,7 +393,7 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     const char *xq = getenv("MEMRA_CUDA_XM_QUANT");
     c->xm_quant_block = xq && !strcmp(xq, "block");
     const char *ew = getenv("MEMRA_CUDA_EARLY");
-    c->early_w = ew && (!strcmp(ew, "0") || !strcmp(ew, "2")) ? atoi(ew) : 1; /* run 109: +3.3% tg128, 30B-A3B */
+    c->early_w = !(ew && !strcmp(ew, "0")); /* run 109: +3.3% tg128, 30B-A3B */
     const char *w8 = getenv("MEMRA_CUDA_WIDE8");
     c->wide8 = !(w8 && !strcmp(w8, "0"));
     c->wide8_r2 = !(w8 && !strcmp(w8, "1")); /* two rows a block (1: one, for timing; same bits) */

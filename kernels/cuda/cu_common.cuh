@@ -61,9 +61,9 @@ struct mr_cu_ctx {
     int wide_r;             /* rows a block of the one-token Q4_K wide kernel (MEMRA_CUDA_WIDE_R: 1, 2,
                                4 or 8; -1 the rule before run 105; else by the shape, cu_fast.cu
                                launch_fast; a row's sums do not depend on it) */
-    int early_w;            /* one token's plain products load their first weights before the PDL
-                               wait (cu_fast.cu k_q4k_wide and k_fast; MEMRA_CUDA_EARLY=0: after it,
-                               2: k_q4k_wide only; the same bits) */
+    bool early_w;           /* one token's plain Q4_K products load their first weights before the
+                               PDL wait (cu_fast.cu k_q4k_wide; MEMRA_CUDA_EARLY=0: after it; the
+                               same bits) */
     bool xm_quant_block;    /* one token's expert products quantize their input rows in each block
                                instead of a k_x24_quant launch before them (MEMRA_CUDA_XM_QUANT=block;
                                cu_moex24.cu; the same planes, so the same bits) */

@@ -277,47 +277,19 @@ __device__ __forceinline__ void mv_block_store(float (*part)[NT * R], const mr_c
  * meet in shared memory.  grid.x: row groups, grid.y: jobs (experts).
  * GLU: R/2 rows of the gate and the same of the up (mv_block_rows); each
  * row's sums are formed as without it. */
-/* Loads n bytes at p (4-byte aligned) through L1, a warp together: one
- * 4-byte load a 32-byte sector, the words folded into the return value,
- * which the caller stores where nothing reads it (a load whose value is
- * unused may be dropped by the compiler).  For weights only: see k_fast's
- * EARLY. */
-__device__ __forceinline__ uint32_t l1_touch(const uint8_t *p, int n, int lane)
-{
-    uint32_t v = 0;
-    for (int o = 32 * lane; o < n; o += 32 * 32) v ^= __ldg((const uint32_t *)(p + o));
-    return v;
-}
-
-template <int T, int R, int NT, bool GLU = false, bool EARLY = false>
+template <int T, int R, int NT, bool GLU = false>
 __global__ void __launch_bounds__(FW * 32) k_fast(mr_cu_mvjob job)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    constexpr int SB = fast_stride(T) * (256 / fast_belems(T)); /* bytes per 256-col step */
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
     mr_cu_mvjob a;
     mv_block b;
     const uint8_t *rp[R];
-    /* EARLY (a plain product, rows not from expert ids): the bytes of the
-     * warp's first step of its rows are brought into L1 before
-     * griddepcontrol.wait, while the op before still runs (the weights are
-     * written by no kernel of the step: cu_pdl.cuh's rule allows it); the
-     * sums are formed after it exactly as without. */
-    const bool early = EARLY && !job.ids;
-    if (early) {
-        volatile __shared__ uint32_t sink[FW * 32]; /* volatile: the stores stay */
-        mv_block_rows<R, GLU>(job, &a, &b, rp, 0); /* cannot fail without ids */
-        if (warp < (int)(a.cols / 256)) {
-            uint32_t v = 0;
-#pragma unroll
-            for (int i = 0; i < R; i++) v ^= l1_touch(rp[i] + (size_t)warp * SB, SB, lane);
-            sink[threadIdx.x] = v;
-        }
-    }
-    mr_pdl_wait(); /* cu_pdl.cuh */
-    mr_pdl_trigger();
-    if (!early && !mv_block_rows<R, GLU>(job, &a, &b, rp, 0))
+    if (!mv_block_rows<R, GLU>(job, &a, &b, rp, 0))
         return;
     const float *x = b.x;
+    constexpr int SB = fast_stride(T) * (256 / fast_belems(T)); /* bytes per 256-col step */
     int o1, o2;
     x_offsets<T>(lane, &o1, &o2);
     const int nsteps = (int)(a.cols / 256);
@@ -897,10 +869,7 @@ template <int T, int R, int NT>
 static void launch_fast_r(mr_cu_ctx *c, mr_cu_mvjob a, int jobs)
 {
     dim3 grid(job_blocks(&a, R), jobs);
-    if (NT == 1 && c->early_w == 1 && !a.ids) /* weights into L1 before the PDL wait (k_fast's EARLY) */
-        mr_cu_launch(c, k_fast<T, R, 1, false, true>, grid, FW * 32, 0, a);
-    else
-        mr_cu_launch(c, k_fast<T, R, NT>, grid, FW * 32, 0, a);
+    mr_cu_launch(c, k_fast<T, R, NT>, grid, FW * 32, 0, a);
     MR_CU_LAUNCHED(c, "fast matvec");
 }
 
