@@ -701,7 +701,7 @@ __global__ void __launch_bounds__(1024) k_moe_tail(const float *y, const float *
                     s.w = fmaf(wj[u], e[u].w, s.w);
                 }
         }
-        if (SH) {
+        if constexpr (SH) {
             const float sig = mr_sigmoidf(g[t * gs]);
             float4 h = ((float4 *)(sh + t * dim))[i];
             h.x *= sig; h.y *= sig; h.z *= sig; h.w *= sig;
@@ -739,12 +739,12 @@ bool mr_cu_moe_tail(mr_backend *be, const float *y, const float *cw, int n, int 
                     const float *g, int gs, float *xres, const float *w, float *out, float eps)
 {
     mr_cu_ctx *c = mr_cu(be);
-    /* a thread a float4, and the norm's threads as cu_add_rmsnorm takes them
-     * (k_rmsnorm4: RN_K chunks a thread) */
-    if (c->failed || n <= 0 || n > 65535 || k <= 0 || dim % 4 || dim / 4 > 1024 || dim / 4 > RN_K * (int)rn_threads(dim) ||
+    /* a thread a float4 (whole warps: never fewer than the norm's
+     * rn_threads(dim), which takes RN_K of them a thread) */
+    if (c->failed || n <= 0 || n > 65535 || k <= 0 || dim % 4 || dim / 4 > 1024 ||
         !rn_vec_ok(dim, y, proj, xres, out) || !rn_vec_ok(dim, w, sh ? sh : proj, proj, proj))
         return false;
-    const int nt = (int)rn_threads(dim), th = (dim / 4 + 31) / 32 * 32 > nt ? (dim / 4 + 31) / 32 * 32 : nt;
+    const int nt = (int)rn_threads(dim), th = (dim / 4 + 31) / 32 * 32;
     if (sh)
         mr_cu_launch(c, k_moe_tail<true>, n, th, 0, y, cw, k, dim / 4, nt, proj, sh, g, gs, xres, w, out, eps);
     else
