@@ -135,14 +135,17 @@ int mr_qwen3_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n
  * scratch.  attend: q/k head norms and RoPE on sc.q / sc.k, then per
  * segment the K/V store into layer kv_layer of kv and attention into
  * sc.att.  dense_ffn / moe_ffn (routed experts only): sc.xn -> sc.proj;
- * moe_ffn also multiplies gate2 (NULL: none) by sc.xn into gate2_out right
- * after the router.
+ * moe_ffn is moe_router (sc.xn -> sc.router logits) then moe_experts
+ * (routing, the chosen experts, their combine), so that a caller can put
+ * ops of its own between them.
  * output_head: the output-normed rows with logits into xn rows out_row..
  * (where the MTP block finds them), their logits into sc.logits. */
 void mr_qwen3_attend(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int kv_layer, const mr_fwd_seg *segs,
                      int n_segs, int n);
 void mr_qwen3_dense_ffn(mr_model *m, const mr_layer *L, int n);
-void mr_qwen3_moe_ffn(mr_model *m, const mr_layer *L, int n, const mr_weight *gate2, float *gate2_out);
+void mr_qwen3_moe_ffn(mr_model *m, const mr_layer *L, int n);
+void mr_qwen3_moe_router(mr_model *m, const mr_layer *L, int n);
+void mr_qwen3_moe_experts(mr_model *m, const mr_layer *L, int n);
 void mr_qwen3_output_head(mr_model *m, const mr_fwd_seg *segs, int n_segs);
 
 /* Weight binding for the architecture files (worker/model.c): a matrix

@@ -82,24 +82,30 @@ void mr_qwen3_dense_ffn(mr_model *m, const mr_layer *L, int n)
     mr_fwd_matmul(m, &L->ffn_down, sc->gate, sc->proj, n);
 }
 
-void mr_qwen3_moe_ffn(mr_model *m, const mr_layer *L, int n, const mr_weight *gate2, float *gate2_out)
+void mr_qwen3_moe_router(mr_model *m, const mr_layer *L, int n)
+{
+    mr_fwd_matmul(m, &L->ffn_gate_inp, m->sc.xn, m->sc.router, n);
+}
+
+void mr_qwen3_moe_experts(mr_model *m, const mr_layer *L, int n)
 {
     mr_backend *be = m->be;
     const mr_hparams *hp = &m->hp;
     mr_scratch *sc = &m->sc;
     int k = hp->n_expert_used;
 
-    mr_fwd_matmul(m, &L->ffn_gate_inp, sc->xn, sc->router, n);
-    /* another gate over the same input straight after the router (where
-     * the backend can, one launch for both) */
-    if (gate2)
-        mr_fwd_matmul(m, gate2, sc->xn, gate2_out, n);
     be->moe_route(be, sc->router, n, hp->n_expert, k, hp->norm_topk, sc->exp_ids, sc->exp_w);
     /* gate and up of every chosen expert read the same normalised token, its
      * down projection its own slot */
     mr_fwd_moe_ffn(m, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps, sc->xn, sc->exp_ids, k, sc->gate,
                    sc->up, sc->exp_out, n);
     be->moe_combine(be, sc->exp_out, sc->exp_w, n, k, hp->n_embd, sc->proj);
+}
+
+void mr_qwen3_moe_ffn(mr_model *m, const mr_layer *L, int n)
+{
+    mr_qwen3_moe_router(m, L, n);
+    mr_qwen3_moe_experts(m, L, n);
 }
 
 int mr_qwen3_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n, mr_err *err)
@@ -115,7 +121,7 @@ int mr_qwen3_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n
         attention_block(m, segs, n_segs, il, n);
         be->rmsnorm(be, sc->x, L->ffn_norm, sc->xn, n, hp->n_embd, hp->rms_eps);
         if (hp->arch == MR_ARCH_QWEN3MOE)
-            mr_qwen3_moe_ffn(m, L, n, NULL, NULL);
+            mr_qwen3_moe_ffn(m, L, n);
         else
             mr_qwen3_dense_ffn(m, L, n);
         be->add(be, sc->x, sc->proj, (size_t)n * (size_t)hp->n_embd);

@@ -449,7 +449,9 @@ static void moe_ffn(mr_model *m, const mr_layer *L, const mr_q35_layer *Q, int n
     mr_fwd_matmul(m, &Q->sh_up, sc->xn, q->sh_up, n);
     be->swiglu(be, q->sh_gate, q->sh_up, q->sh_gate, (size_t)n * (size_t)hp->n_ff_shexp);
     mr_fwd_matmul(m, &Q->sh_down, q->sh_gate, q->sh_out, n);
-    mr_qwen3_moe_ffn(m, L, n, &Q->sh_gate_inp, q->sh_g);
+    mr_qwen3_moe_router(m, L, n);
+    mr_fwd_matmul(m, &Q->sh_gate_inp, sc->xn, q->sh_g, n);
+    mr_qwen3_moe_experts(m, L, n);
     be->sigmoid_mul(be, q->sh_out, q->sh_g, n, hp->n_embd, 1, true);
     be->add(be, sc->proj, q->sh_out, (size_t)n * (size_t)hp->n_embd);
 }
