@@ -108,6 +108,13 @@ __device__ __forceinline__ void xm_rows_glu(const uint8_t *Wg, const uint8_t *Wu
     }
 }
 
+/* The input row of pair p (token p / k, its slot p % k when each pair has
+ * its own input, as the down products do). */
+__device__ __forceinline__ int xm_in(const mr_cu_mvjob &a, int p)
+{
+    return (p / a.k) * a.x_slots + (a.x_slots > 1 ? p % a.k : 0);
+}
+
 /* a: the job (W, y, rows of matrix 0 or sub-matrices via n_sub; ids, k,
  * x_slots, n_mats, cols, row_bytes, mat_bytes); grp: the grouping (NULL
  * for one token: grid.y is then the pair; with it, one matrix); S: its
@@ -162,18 +169,17 @@ __global__ void __launch_bounds__(XM_WARPS * 32, 4) k_moex24(mr_cu_mvjob a, cons
      * block's, so all its threads meet the barrier */
     extern __shared__ __align__(16) uint8_t xm_sh[];
     if (!xg) {
-        const int in = (slot / a.k) * a.x_slots + (a.x_slots > 1 ? slot % a.k : 0);
-        xs_quantize(a.x + (int64_t)in * cols, cols, xm_sh, threadIdx.x, blockDim.x);
+        xs_quantize(a.x + (int64_t)xm_in(a, slot) * cols, cols, xm_sh, threadIdx.x, blockDim.x);
         __syncthreads();
     }
     auto planes = [&](int in) -> const uint8_t * { return xg ? xg + (size_t)in * xb : xm_sh; };
     if constexpr (GLU) { /* one token (grp NULL): grid.y is the pair */
         const uint8_t *Wu = a.sub_W[1] + (size_t)e * j.mat_bytes;
-        const int in = (slot / a.k) * a.x_slots + (a.x_slots > 1 ? slot % a.k : 0);
+        const uint8_t *xp = planes(xm_in(a, slot));
         /* a pass: XM_ROWS rows, half of each matrix */
         for (int64_t r0 = rb + (int64_t)warp * (XM_ROWS / 2); r0 < re; r0 += XM_WARPS * (XM_ROWS / 2))
-            xm_rows_glu<T, XM_ROWS / 2>(W, Wu, j.row_bytes, cols, r0, re, planes(in), slot, j.y, a.sub_y[1],
-                                        a.glu_out, j.rows, lane);
+            xm_rows_glu<T, XM_ROWS / 2>(W, Wu, j.row_bytes, cols, r0, re, xp, slot, j.y, a.sub_y[1], a.glu_out,
+                                        j.rows, lane);
     } else {
     for (int64_t r0 = rb + (int64_t)warp * XM_ROWS; r0 < re; r0 += XM_WARPS * XM_ROWS) {
         for (int q = 0; q < np;) {
@@ -183,9 +189,8 @@ __global__ void __launch_bounds__(XM_WARPS * 32, 4) k_moex24(mr_cu_mvjob a, cons
 #pragma unroll
             for (int t = 0; t < 4; t++) {
                 const int pp = list ? list[q + (t < m ? t : m - 1)] : slot;
-                const int in = (pp / a.k) * a.x_slots + (a.x_slots > 1 ? pp % a.k : 0);
                 pr[t] = pp;
-                xt[t] = planes(in); /* xg NULL: one token, every t the block's pair */
+                xt[t] = planes(xm_in(a, pp)); /* xg NULL: one token, every t the block's pair */
             }
             /* rows a pass as in cu_mvx24.cu's xs_launch_nt (registers) */
             constexpr int R4 = xs_type<T>::R4, R2 = xs_type<T>::R2;
