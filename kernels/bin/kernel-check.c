@@ -660,7 +660,7 @@ static void check_matmul_multi_all(void)
     }
     { /* four matrices: a gated delta net layer's qkv, z, alpha and beta (IQ4_XS, the
        * 35B-A3B's shapes) and four Q4_K ones, 1 to 8 tokens: one launch where the
-       * recorder may take four (MEMRA_CUDA_FUSE_MV=4), three and one by default */
+       * recorder takes four (the default; MEMRA_CUDA_FUSE_MV=3: three and one) */
         mr_backend *four = backend_with("MEMRA_CUDA_FUSE_MV", "4");
         const int t[4] = {MR_TYPE_IQ4_XS, MR_TYPE_IQ4_XS, MR_TYPE_IQ4_XS, MR_TYPE_IQ4_XS};
         const int64_t r[4] = {8192, 4096, 32, 32};
@@ -671,7 +671,9 @@ static void check_matmul_multi_all(void)
             check_matmul_multi(four, t, r, 4, 2048, 1, 1, ns[i], 3);
             check_matmul_multi(four, u, ru, 4, 2048, 1, 1, ns[i], 3);
         }
-        check_matmul_multi(gpu, t, r, 4, 2048, 1, 1, 1, 2);
+        mr_backend *three = backend_with("MEMRA_CUDA_FUSE_MV", "3");
+        check_matmul_multi(three, t, r, 4, 2048, 1, 1, 1, 2);
+        three->destroy(three);
         /* the 22-bit kernel's rows of four sub-matrices (xs_row), one token and a
          * batch (the tensor-core kernel): every matrix at least 12,288 rows, so
          * the rule takes them all */
@@ -949,8 +951,8 @@ static void check_moe_ffn_one(mr_backend *be, const char *label, const tdesc *tg
 }
 
 /* One token's expert products with each block quantizing its input row
- * (MEMRA_CUDA_XM_QUANT=block) against the default (a k_x24_quant launch
- * first), bit for bit: gate and up with the SwiGLU after them (one launch
+ * (the default) against a k_x24_quant launch first (MEMRA_CUDA_XM_QUANT=
+ * launch, the backend blk), bit for bit: gate and up with the SwiGLU after them (one launch
  * on the recorder) and down over the k rows of the SwiGLU, NaN rows of bad
  * ids included; n tokens (a decode batch keeps the separate quantization:
  * the same bits too). */
@@ -968,7 +970,7 @@ static void check_xm_quant(mr_backend *blk, const tdesc *td, int64_t d, int64_t 
     for (size_t i = 0; i < (size_t)n * d; i++) x[i] = fgauss();
     int32_t *ids = malloc(P * 4);
     make_ids(ids, n, k, mats, route);
-    mr_backend *be[2] = {gpu, blk};
+    mr_backend *be[2] = {gpu_x24, blk}; /* both on the default decode kernels (gpu: float32 ones) */
     float *out[2][4];
     const size_t on[4] = {P * ff, P * ff, P * ff, P * d};
     for (int b = 0; b < 2; b++) {
@@ -1012,7 +1014,9 @@ static void check_xm_quant(mr_backend *blk, const tdesc *td, int64_t d, int64_t 
 
 static void check_xm_quant_all(void)
 {
-    mr_backend *blk = backend_with("MEMRA_CUDA_XM_QUANT", "block");
+    /* the default decode kernels (MEMRA_CUDA_MATVEC is unset by now) with
+     * the quantization launch, against gpu_x24 (in-block, the default) */
+    mr_backend *blk = backend_with("MEMRA_CUDA_XM_QUANT", "launch");
     const int types[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_IQ4_XS, MR_TYPE_Q8_0};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         const tdesc *td = td_of(types[i]);

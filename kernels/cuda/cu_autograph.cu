@@ -82,10 +82,10 @@ struct mr_cu_auto {
     size_t add_n = 0;
     long fused = 0;
     /* consecutive matmuls over one input share a launch (q/k/v, gate/up),
-     * up to fuse_mv of them: 3 by default, 4 with MEMRA_CUDA_FUSE_MV=4 (a
-     * gated delta net layer's four products; the kernels take four, not
-     * yet timed), 0 off; launches saved so far */
-    int fuse_mv = 3;
+     * up to fuse_mv of them: 4 by default (a gated delta net layer's four
+     * products: run 116, 35B-A3B tg128 +1.6-5.0% over three), 3 or 0 (off)
+     * with MEMRA_CUDA_FUSE_MV; launches saved so far */
+    int fuse_mv = 4;
     long mv_fused = 0;
     /* a K/V store of the keys qk_norm_rope just rotated joins its launch
      * (MEMRA_CUDA_FUSE_KV=0 turns it off) */
@@ -102,6 +102,17 @@ struct mr_cu_auto {
      * loses, run 113), 0 off (MEMRA_CUDA_FUSE_TAIL); ops saved so far */
     int fuse_tail = 1;
     long tail_fused = 0;
+    /* MEMRA_CUDA_TWICE (timing only, the results are wrong): launches
+     * whose first op matches are made twice, so a step's time with and
+     * without says what that launch costs inside the graph, its overlap
+     * with its neighbours included (see twice_parse) */
+    struct twice_pat {
+        int op;
+        int64_t rows, cols; /* 0: any */
+        int used;           /* ops in the launch, 0: any */
+    };
+    std::vector<twice_pat> twice;
+    long twice_done = 0;
 };
 
 enum { OP_GET_ROWS = 1, OP_MATMUL, OP_MATMUL_ID, OP_RMSNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION,
@@ -109,6 +120,14 @@ enum { OP_GET_ROWS = 1, OP_MATMUL, OP_MATMUL_ID, OP_RMSNORM, OP_ROPE, OP_KV_STOR
        OP_SWIGLU, OP_ADD, OP_MOE_ROUTE, OP_MOE_COMBINE, OP_ARGMAX, OP_ADD_RMSNORM, OP_COPY_2D,
        OP_SIGMOID_MUL, OP_CONV1D_SILU, OP_GDN_SCAN, OP_QK_NORM_ROPE, OP_SAMPLE, OP_QK_NORM_ROPE_KV,
        OP_MATMUL_PROMPT, OP_MATMUL_ID_PROMPT, OP_ATTENTION_PROMPT, OP_MOE_FFN_PROMPT };
+
+/* The ops' names (MEMRA_CUDA_TWICE), indexed by id. */
+static const char *const op_names[] = {
+    "", "get_rows", "matmul", "matmul_id", "rmsnorm", "rope", "kv_store", "attention", "kv_store_multi",
+    "attention_multi", "swiglu", "add", "moe_route", "moe_combine", "argmax", "add_rmsnorm", "copy_2d",
+    "sigmoid_mul", "conv1d_silu", "gdn_scan", "qk_norm_rope", "sample", "qk_norm_rope_kv", "matmul_prompt",
+    "matmul_id_prompt", "attention_prompt", "moe_ffn_prompt"};
+static_assert(sizeof op_names / sizeof op_names[0] == OP_MOE_FFN_PROMPT + 1, "a name for every op");
 
 #define MAX_GRAPHS 8
 
@@ -429,6 +448,81 @@ static size_t run_tail(mr_cu_auto *a, mr_backend *be, size_t i)
     return j - i + 1;
 }
 
+/* Launches the ops from i on: a shared launch where a rule takes them, else
+ * op i alone; returns how many ops it took. */
+static size_t launch_at(mr_cu_auto *a, mr_backend *be, size_t i)
+{
+    size_t used = run_glu(a, be, i);
+    if (!used)
+        used = run_multi(a, be, i);
+    if (!used)
+        used = run_tail(a, be, i);
+    if (!used) {
+        run_op(a, be, a->ops[i]);
+        used = 1;
+    }
+    return used;
+}
+
+/* The weight of a matmul-like op (NULL for the others). */
+static const mr_weight *op_weight(const rec_op &o)
+{
+    switch (o.op) {
+    case OP_MATMUL: case OP_MATMUL_PROMPT: return o.u.matmul.w;
+    case OP_MATMUL_ID: case OP_MATMUL_ID_PROMPT: return o.u.matmul_id.w;
+    default: return NULL;
+    }
+}
+
+static bool twice_match(const mr_cu_auto *a, const rec_op &o, size_t used)
+{
+    const mr_weight *w = op_weight(o);
+    for (const auto &t : a->twice)
+        if (t.op == o.op && (!t.used || (size_t)t.used == used) &&
+            (!t.rows || (w && w->rows == t.rows)) && (!t.cols || (w && w->cols == t.cols)))
+            return true;
+    return false;
+}
+
+/* MEMRA_CUDA_TWICE=ITEM[,ITEM...], ITEM = NAME[@ROWS[xCOLS]][/OPS]: NAME an
+ * op name (op_names), ROWS and COLS a matmul's weight shape, OPS how many
+ * ops the launch takes (e.g. matmul@4096/3 the q/k/v launch of the 8B,
+ * matmul@4096x4096/1 its o).  A bad item is reported and ignored. */
+static void twice_parse(mr_cu_auto *a, const char *spec)
+{
+    std::string all(spec);
+    size_t at = 0;
+    while (at <= all.size()) {
+        size_t end = all.find(',', at);
+        if (end == std::string::npos) end = all.size();
+        std::string item = all.substr(at, end - at);
+        at = end + 1;
+        if (item.empty()) continue;
+        mr_cu_auto::twice_pat t = {0, 0, 0, 0};
+        std::string name = item.substr(0, item.find_first_of("@/"));
+        for (int k = 1; k < (int)(sizeof op_names / sizeof op_names[0]); k++)
+            if (name == op_names[k]) t.op = k;
+        long long r = 0, c = 0;
+        int u = 0;
+        const size_t pa = item.find('@'), ps = item.find('/');
+        bool ok = t.op != 0;
+        if (ok && pa != std::string::npos) {
+            const std::string sh = item.substr(pa + 1, ps == std::string::npos ? std::string::npos : ps - pa - 1);
+            ok = sscanf(sh.c_str(), "%lldx%lld", &r, &c) >= 1 && r > 0 && c >= 0;
+        }
+        if (ok && ps != std::string::npos)
+            ok = sscanf(item.c_str() + ps + 1, "%d", &u) == 1 && u > 0;
+        if (!ok) {
+            fprintf(stderr, "MEMRA_CUDA_TWICE: '%s' is not NAME[@ROWS[xCOLS]][/OPS]: ignored\n", item.c_str());
+            continue;
+        }
+        t.rows = r, t.cols = c, t.used = u;
+        a->twice.push_back(t);
+    }
+    if (!a->twice.empty())
+        fprintf(stderr, "MEMRA_CUDA_TWICE: %zu pattern(s), timing only: the results are wrong\n", a->twice.size());
+}
+
 /* Runs the recorded ops on the stream (or into a capture); with the
  * profile on, times each with events (a shared launch is timed as its first
  * op, whose label says so, and its other ops as nothing). */
@@ -441,16 +535,12 @@ static void run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
     if (timed)
         cudaEventRecord(ev[0], st);
     for (size_t i = 0; i < n;) {
-        size_t used = run_glu(a, be, i);
-        if (!used)
-            used = run_multi(a, be, i);
-        if (!used)
-            used = run_tail(a, be, i);
-        if (used && timed)
+        const size_t used = launch_at(a, be, i);
+        if (used > 1 && timed)
             a->labels[i] += " (+" + std::to_string(used - 1) + " in one launch)";
-        if (!used) {
-            run_op(a, be, a->ops[i]);
-            used = 1;
+        if (!a->twice.empty() && twice_match(a, a->ops[i], used)) {
+            launch_at(a, be, i);
+            a->twice_done++;
         }
         if (timed)
             for (size_t j = i; j < i + used; j++) cudaEventRecord(ev[j + 1], st);
@@ -943,7 +1033,7 @@ void mr_cu_autograph_install(mr_backend *be)
     const char *pe = getenv("MEMRA_CUDA_PROFILE");
     c->ag->prof = pe && *pe && strcmp(pe, "0");
     const char *fm = getenv("MEMRA_CUDA_FUSE_MV");
-    c->ag->fuse_mv = fm && (!strcmp(fm, "0") || !strcmp(fm, "4")) ? atoi(fm) : 3;
+    c->ag->fuse_mv = fm && (!strcmp(fm, "0") || !strcmp(fm, "3")) ? atoi(fm) : 4;
     if (c->ag->fuse_mv > MR_CU_MV_SUBS) c->ag->fuse_mv = MR_CU_MV_SUBS;
     const char *fk = getenv("MEMRA_CUDA_FUSE_KV");
     c->ag->fuse_kv = !(fk && !strcmp(fk, "0"));
@@ -951,6 +1041,9 @@ void mr_cu_autograph_install(mr_backend *be)
     c->ag->fuse_glu = !(fg && !strcmp(fg, "0"));
     const char *ft = getenv("MEMRA_CUDA_FUSE_TAIL");
     c->ag->fuse_tail = ft && (!strcmp(ft, "0") || !strcmp(ft, "2")) ? atoi(ft) : 1;
+    const char *tw = getenv("MEMRA_CUDA_TWICE");
+    if (tw && *tw)
+        twice_parse(c->ag, tw);
     be->get_rows = w_get_rows;
     be->matmul = w_matmul;
     be->matmul_id = w_matmul_id;
@@ -985,6 +1078,8 @@ void mr_cu_autograph_free(mr_backend *be)
     if (!c->ag)
         return;
     mr_cu_autograph_forget(c);
+    if (!c->ag->twice.empty())
+        fprintf(stderr, "MEMRA_CUDA_TWICE: %ld launches made twice\n", c->ag->twice_done);
     if (c->ag->prof) {
         double all = 0;
         for (auto &t : c->ag->totals) all += t.second.first;

@@ -32,8 +32,7 @@ struct mr_cu_auto; /* cu_autograph.cu */
 __device__ __forceinline__ float mr_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 #define MR_CU_MV_SUBS 4 /* matrices one matvec launch may cover (mr_cu_matmul_multi: q/k/v; a gated
-                           delta net layer's qkv, z, alpha and beta, where the recorder is let take
-                           four: MEMRA_CUDA_FUSE_MV=4) */
+                           delta net layer's qkv, z, alpha and beta) */
 
 /* Blocks an SM holds of the x24 matvec kernel for one type, token count,
  * block size and shared memory (cu_mvx24.cu keeps the answers of the runtime here). */
@@ -65,8 +64,8 @@ struct mr_cu_ctx {
                                PDL wait (cu_fast.cu k_q4k_wide; MEMRA_CUDA_EARLY=0: after it; the
                                same bits) */
     bool xm_quant_block;    /* one token's expert products quantize their input rows in each block
-                               instead of a k_x24_quant launch before them (MEMRA_CUDA_XM_QUANT=block;
-                               cu_moex24.cu; the same planes, so the same bits) */
+                               instead of a k_x24_quant launch before them (cu_moex24.cu; the same
+                               planes, so the same bits; MEMRA_CUDA_XM_QUANT=launch: the launch) */
     bool moe_grouped;       /* decode expert products grouped by expert (MEMRA_CUDA_MOE_GROUPED=0: off) */
     int moe_nt;             /* their pairs per chunk (MEMRA_CUDA_MOE_GROUPED=2 or 4; 0 = auto) */
     int gemm_mode;          /* prompt GEMM precision (cu_gemm.cu) */

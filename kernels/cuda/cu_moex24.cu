@@ -121,7 +121,8 @@ __device__ __forceinline__ int xm_in(const mr_cu_mvjob &a, int p)
  * slots; RS: rows a block; xg: the quantized inputs, or NULL for one
  * token (grp NULL): then each block quantizes its pair's input row into
  * shared memory first (xs_quantize, what k_x24_quant writes to xg, so the
- * same sums) and the step has one launch fewer (MEMRA_CUDA_XM_QUANT=block);
+ * same sums) and the step has one launch fewer (the default;
+ * MEMRA_CUDA_XM_QUANT=launch: k_x24_quant first);
  * nt_max: pairs a chunk at most (c->x24_nt_max: 2 unless set for timing). */
 template <int T, bool GLU = false>
 __global__ void __launch_bounds__(XM_WARPS * 32, 4) k_moex24(mr_cu_mvjob a, const int32_t *__restrict__ grp, int S,
@@ -247,7 +248,7 @@ static void xm_launch(mr_cu_ctx *c, dim3 grid, const mr_cu_mvjob &a, const int32
 }
 
 /* The input planes of an expert launch: NULL where the blocks quantize
- * their rows themselves (one token, MEMRA_CUDA_XM_QUANT=block, planes that
+ * their rows themselves (one token, unless MEMRA_CUDA_XM_QUANT=launch; planes that
  * fit the default shared memory), else k_x24_quant's output (NULL too on
  * a sticky error, which the caller tells apart by c->failed). */
 static const uint8_t *xm_planes(mr_cu_ctx *c, const float *x, int rows, int64_t cols, int x_slots, bool one)
