@@ -182,6 +182,18 @@ struct xt_expert {
     __device__ __forceinline__ float *out(int r, int t) const { return y + (int64_t)pairs[t] * rows + r0 + r; }
 };
 
+/* The plain kernels' tile of this block (grid: one block a (row tile, token
+ * tile), the token tiles of a row tile next to each other) and its real
+ * tokens *nt. */
+__device__ __forceinline__ xt_plain xt_plain_tile(const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg,
+                                                  int n, int *nt)
+{
+    const int ntt = (n + XT_TOK - 1) / XT_TOK;
+    const int tok0 = (int)(blockIdx.x % ntt) * XT_TOK;
+    *nt = n - tok0 < XT_TOK ? n - tok0 : XT_TOK;
+    return {a, total_rows, (int64_t)(blockIdx.x / ntt) * XT_ROWS, xg, xs_xbytes(a.cols), tok0};
+}
+
 /* Thread threadIdx.x < XT_ROWS * XT_TOK sums output (row, token) =
  * (threadIdx.x / XT_TOK, threadIdx.x % XT_TOK) from its parked partials in
  * the warp sum's tree and stores it, if that row and token exist. */
@@ -420,10 +432,8 @@ __global__ void __launch_bounds__(XT_CLS * 32, MODE == 1 ? 5 : 4)
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     extern __shared__ __align__(16) float xt_sh[]; /* tq, td; then the partials */
-    const int ntt = (n + XT_TOK - 1) / XT_TOK;
-    const int64_t r0 = (int64_t)(blockIdx.x / ntt) * XT_ROWS;
-    const int tok0 = (int)(blockIdx.x % ntt) * XT_TOK, nt = n - tok0 < XT_TOK ? n - tok0 : XT_TOK;
-    const xt_plain src = {a, total_rows, r0, xg, xs_xbytes(a.cols), tok0};
+    int nt;
+    const xt_plain src = xt_plain_tile(a, total_rows, xg, n, &nt);
     const int cols = (int)a.cols;
     if constexpr (MODE != 0) xt_run<MODE>(src, cols, nt, xt_sh);
     else if (nt <= 2) xt_run<1>(src, cols, nt, xt_sh);
@@ -610,10 +620,8 @@ __global__ void __launch_bounds__(2 * XT_CLS * 32, 2) k_mvx24_mma6(mr_cu_mvjob a
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     extern __shared__ __align__(16) float xt_sh[]; /* tq6, td6; then the partials */
-    const int ntt = (n + XT_TOK - 1) / XT_TOK;
-    const int64_t r0 = (int64_t)(blockIdx.x / ntt) * XT_ROWS;
-    const int tok0 = (int)(blockIdx.x % ntt) * XT_TOK, nt = n - tok0 < XT_TOK ? n - tok0 : XT_TOK;
-    const xt_plain src = {a, total_rows, r0, xg, xs_xbytes(a.cols), tok0};
+    int nt;
+    const xt_plain src = xt_plain_tile(a, total_rows, xg, n, &nt);
     xt6_tile(src, (int)a.cols, nt, xt_sh);
 }
 
