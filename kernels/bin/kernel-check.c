@@ -26,7 +26,7 @@
  * whole decode steps of a small model with it off and on, bit for bit
  * (check_pdl).
  *
- * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|wide|early|route|tail|xmq|xmma|mm|ops|q8]]   Prints
+ * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|route|tail|xmq|xmma|mm|ops|q8]]   Prints
  * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
  * grouped expert products, "prompt" only those of the prompt products (the
  * GEMM paths and their rows' bits across calls; part of "mm"), "sample"
@@ -36,7 +36,8 @@
  * ahead of the PDL wait (part of "mm"), "tail" only the fused end of a
  * mixture layer (part of "ops"), "xmq" only the expert products that
  * quantize their inputs in each block (part of "moe"), "xmma" only the expert
- * products of decode batches on the tensor cores (part of "moe"), "route" only the routing by
+ * products of decode batches on the tensor cores (part of "moe"), "merge" only
+ * the decode attention's two merges (part of "ops"), "route" only the routing by
  * ranks against the warp kernel (part of "ops"); "mm", "ops" and "q8" one third of
  * the whole each (run the three at once: their union is what no argument
  * runs). */
@@ -1598,6 +1599,77 @@ static void check_attention_on(mr_backend *be, const char *op, double bound, int
     be->free(be, dq); be->free(be, dout);
     be->kv_destroy(be, &kv);
     free(table); free(K); free(V); free(pos); free(q); free(out); free(ref); free(sc);
+}
+
+/* Decode attention of the n last of P positions on be (K, V: P rows of kvh
+ * hd; q: n rows of heads hd; the cache's blocks in the order of table)
+ * into out (host). */
+static void attn_decode_run(mr_backend *be, int heads, int kvh, int hd, int P, int n, mr_kv_dtype dt,
+                            const float *K, const float *V, const float *q, const int32_t *table, int nblk,
+                            float *out)
+{
+    mr_kv_cache kv = {.n_layers = 1, .n_blocks = nblk, .block_tokens = 16, .n_kv_heads = kvh, .head_dim = hd,
+                      .dtype = dt};
+    if (be->kv_create(be, &kv, &err)) die("kv_create");
+    const size_t kn = (size_t)P * kvh * hd, qn = (size_t)n * heads * hd;
+    int32_t *pos = malloc(P * 4);
+    for (int i = 0; i < P; i++) pos[i] = i;
+    int32_t *dtab = dup_to(be, table, nblk * 4), *dpos = dup_to(be, pos, P * 4);
+    float *dK = dup_to(be, K, kn * 4), *dV = dup_to(be, V, kn * 4), *dq = dup_to(be, q, qn * 4);
+    float *dout = dalloc(be, qn * 4);
+    be->kv_store(be, &kv, 0, dtab, dK, dV, dpos, P);
+    poison(be, dout, qn * 4);
+    be->attention(be, &kv, 0, dtab, dq, dpos + (P - n), n, heads, 1.0f / sqrtf((float)hd), dout);
+    fetch(be, out, dout, qn * 4);
+    be->free(be, dtab); be->free(be, dpos); be->free(be, dK); be->free(be, dV);
+    be->free(be, dq); be->free(be, dout);
+    be->kv_destroy(be, &kv);
+    free(pos);
+}
+
+/* The decode attention's merge with a row's records loaded at once
+ * (k_attn_merge_reg, the default) against the loop (MEMRA_CUDA_ATTN_MERGE=
+ * loop), bit for bit: contexts of 1 to ~50 records a row (the register
+ * path's 16 and past it), the models' head shapes, each cache type. */
+static void check_attn_merge_one(mr_backend *loop, int heads, int kvh, int hd, int P, int n, mr_kv_dtype dt)
+{
+    const int nblk = (P + 15) / 16 + 2, kvdim = kvh * hd;
+    int32_t *table = malloc(nblk * 4);
+    for (int i = 0; i < nblk; i++) table[i] = i;
+    for (int i = nblk - 1; i > 0; i--) { int j = (int)(rnd() % (i + 1)); int t = table[i]; table[i] = table[j]; table[j] = t; }
+    const size_t kn = (size_t)P * kvdim, qn = (size_t)n * heads * hd;
+    float *K = malloc(kn * 4), *V = malloc(kn * 4), *q = malloc(qn * 4), *o[2] = {malloc(qn * 4), malloc(qn * 4)};
+    for (size_t i = 0; i < kn; i++) { K[i] = fgauss(); V[i] = fgauss(); }
+    for (size_t i = 0; i < qn; i++) q[i] = fgauss() * 0.5f;
+    mr_backend *be[2] = {gpu_x24, loop};
+    for (int b = 0; b < 2; b++) attn_decode_run(be[b], heads, kvh, hd, P, n, dt, K, V, q, table, nblk, o[b]);
+    size_t diff = 0;
+    int nan = 0;
+    for (size_t i = 0; i < qn; i++) {
+        diff += memcmp(&o[0][i], &o[1][i], 4) != 0;
+        nan += isnan(o[0][i]);
+    }
+    char shape[64];
+    snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d n=%d", dt == MR_KV_F32 ? "f32" : dt == MR_KV_F16 ? "f16" : "bf16",
+             heads, kvh, hd, P, n);
+    report("attn-merge-reg", shape, (double)diff, nan, 0.0);
+    free(table); free(K); free(V); free(q); free(o[0]); free(o[1]);
+}
+
+static void check_attn_merge(void)
+{
+    mr_backend *loop = backend_with("MEMRA_CUDA_ATTN_MERGE", "loop");
+    static const int Ps[] = {1, 17, 100, 128, 256, 300, 1000, 4000};
+    const mr_kv_dtype dts[] = {MR_KV_F16, MR_KV_BF16, MR_KV_F32};
+    for (size_t i = 0; i < sizeof Ps / sizeof Ps[0]; i++)
+        for (int d = 0; d < 3; d++) {
+            check_attn_merge_one(loop, 32, 8, 128, Ps[i], 1, dts[d]); /* the 8B */
+            check_attn_merge_one(loop, 32, 4, 128, Ps[i], 1, dts[d]); /* the 30B-A3B */
+            check_attn_merge_one(loop, 16, 2, 256, Ps[i], 1, dts[d]); /* the 35B-A3B */
+        }
+    check_attn_merge_one(loop, 32, 4, 128, 300, 5, MR_KV_F16); /* a decode batch's rows */
+    check_attn_merge_one(loop, 16, 2, 256, 1000, 3, MR_KV_BF16);
+    loop->destroy(loop);
 }
 
 static void check_attention(int heads, int kvh, int hd, int P, int n, mr_kv_dtype dt)
@@ -3878,6 +3950,7 @@ static void check_ops(int parts)
     check_attention(32, 4, 128, 9000, 2, MR_KV_F16);
     check_attention(6, 3, 64, 700, 3, MR_KV_BF16);
     check_attention(8, 8, 64, 300, 1, MR_KV_BF16);
+    check_attn_merge();
     check_attention_prompts();
     for (int d = 0; d < 3; d++) check_attention_multi(32, 8, 128, dts[d]);
     check_attention_multi(4, 2, 64, MR_KV_F32);
@@ -4031,7 +4104,7 @@ int main(int argc, char **argv)
     } parts[] = {
         {"moe", check_part_moe},         {"prompt", check_part_prompt}, {"sample", check_sample_all},
         {"pdl", check_pdl},              {"attn", check_attention_prompts}, {"wide", check_wide_rows},
-        {"early", check_early_weights},  {"tail", check_moe_tail_all},  {"xmq", check_xm_quant_all}, {"xmma", check_xm_mma_all},
+        {"early", check_early_weights},  {"tail", check_moe_tail_all},  {"xmq", check_xm_quant_all}, {"xmma", check_xm_mma_all}, {"merge", check_attn_merge},
         {"route", check_route_rank_all},
     };
     size_t pi = 0;

@@ -531,19 +531,13 @@ k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *co
  * the records read are exactly those written (attn_used).  At most
  * ATT_MERGE_MAX splits (the launcher's caps; more would give NaN rows). */
 #define ATT_MERGE_MAX 128
-__global__ void k_attn_merge(const float *part, const int32_t *const *tables, const int32_t *pos, int n_heads,
-                             int n_split, int min_chunk, int D, float *out)
+
+/* The merge of the n_split records at pr into the row o (D values), all
+ * threads of the block: each split's weight exp(m_s - M) once, in shared
+ * memory (the loop over dimensions used to take n_split exponentials a
+ * dimension), then the sums in split order. */
+__device__ __forceinline__ void merge_loop(const float *pr, int n_split, int D, float *o)
 {
-    mr_pdl_wait(); /* cu_pdl.cuh */
-    mr_pdl_trigger();
-    const int h = blockIdx.x, t = blockIdx.y;
-    if (tables && !tables[t])
-        return;
-    const float *pr = part + ((int64_t)t * n_heads + h) * n_split * (D + 2);
-    n_split = attn_used(pos[t] + 1, n_split, min_chunk); /* the records written */
-    /* each split's weight exp(m_s - M) once, in shared memory (the loop
-     * over dimensions used to take n_split exponentials a dimension); the
-     * sums run in split order as before, so the bits are the same */
     __shared__ float sw[ATT_MERGE_MAX];
     __shared__ bool skip[ATT_MERGE_MAX];
     __shared__ float sM, sL;
@@ -576,7 +570,6 @@ __global__ void k_attn_merge(const float *part, const int32_t *const *tables, co
     __syncthreads();
     const float L = sL;
     const bool bad = sbad;
-    float *o = out + ((int64_t)t * n_heads + h) * D;
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float a = 0.0f;
         for (int s = 0; s < n_split && s < ATT_MERGE_MAX; s++)
@@ -584,6 +577,88 @@ __global__ void k_attn_merge(const float *part, const int32_t *const *tables, co
         /* no visible position (or a bad block id) gives NaN, never a silent zero */
         o[d] = (bad || L == 0.0f) ? __int_as_float(0x7fc00000) : a / L;
     }
+}
+
+__global__ void k_attn_merge(const float *part, const int32_t *const *tables, const int32_t *pos, int n_heads,
+                             int n_split, int min_chunk, int D, float *out)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    const int h = blockIdx.x, t = blockIdx.y;
+    if (tables && !tables[t])
+        return;
+    const float *pr = part + ((int64_t)t * n_heads + h) * n_split * (D + 2);
+    merge_loop(pr, attn_used(pos[t] + 1, n_split, min_chunk), D, out + ((int64_t)t * n_heads + h) * D);
+}
+
+/* The same merge with every record a thread reads loaded at once: one
+ * round trip to L2 instead of merge_loop's four (the maximum, the weights,
+ * their sum, the dimensions), each thread forming M, the weights, L and its
+ * dimensions' sums itself with merge_loop's operations in its order, so
+ * the same bits (kernel-check attn-merge-reg).  Rows of more than
+ * ATT_MERGE_REG records, or more than two dimensions a thread, take
+ * merge_loop.  128 threads a block. */
+#define ATT_MERGE_REG 16
+__global__ void __launch_bounds__(128) k_attn_merge_reg(const float *part, const int32_t *const *tables,
+                                                        const int32_t *pos, int n_heads, int n_split,
+                                                        int min_chunk, int D, float *out)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    const int h = blockIdx.x, t = blockIdx.y;
+    if (tables && !tables[t])
+        return;
+    const float *pr = part + ((int64_t)t * n_heads + h) * n_split * (D + 2);
+    float *o = out + ((int64_t)t * n_heads + h) * D;
+    const int ns = attn_used(pos[t] + 1, n_split, min_chunk);
+    if (ns > ATT_MERGE_REG || D > 2 * (int)blockDim.x) { /* the same for the whole block */
+        merge_loop(pr, ns, D, o);
+        return;
+    }
+    const int d0 = threadIdx.x, d1 = threadIdx.x + blockDim.x;
+    float mv[ATT_MERGE_REG], lv[ATT_MERGE_REG], av[2][ATT_MERGE_REG];
+#pragma unroll
+    for (int s = 0; s < ATT_MERGE_REG; s++)
+        if (s < ns) {
+            const float *r = pr + s * (D + 2);
+            mv[s] = r[0];
+            lv[s] = r[1];
+            av[0][s] = d0 < D ? r[2 + d0] : 0.0f;
+            av[1][s] = d1 < D ? r[2 + d1] : 0.0f;
+        }
+    float M = -INFINITY;
+    bool bad = false;
+#pragma unroll
+    for (int s = 0; s < ATT_MERGE_REG; s++)
+        if (s < ns) {
+            bad |= mv[s] != mv[s];
+            M = fmaxf(M, mv[s]);
+        }
+    float L = 0.0f, a[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int s = 0; s < ATT_MERGE_REG; s++)
+        if (s < ns && mv[s] != -INFINITY) {
+            const float w = expf(mv[s] - M);
+            L += lv[s] * w;
+            a[0] += av[0][s] * w;
+            a[1] += av[1][s] * w;
+        }
+    if (d0 < D) o[d0] = (bad || L == 0.0f) ? __int_as_float(0x7fc00000) : a[0] / L;
+    if (d1 < D) o[d1] = (bad || L == 0.0f) ? __int_as_float(0x7fc00000) : a[1] / L;
+}
+
+/* The merge after a split kernel (MEMRA_CUDA_ATTN_MERGE=loop: merge_loop
+ * for every row). */
+static void merge_launch(mr_cu_ctx *c, const float *part, const int32_t *const *tables, const int32_t *pos,
+                         int n_heads, int n, int n_split, int min_chunk, int D, float *out)
+{
+    if (c->attn_merge_reg)
+        mr_cu_launch(c, k_attn_merge_reg, dim3(n_heads, n), 128, 0, part, tables, pos, n_heads, n_split, min_chunk,
+                     D, out);
+    else
+        mr_cu_launch(c, k_attn_merge, dim3(n_heads, n), 128, 0, part, tables, pos, n_heads, n_split, min_chunk, D,
+                     out);
+    MR_CU_LAUNCHED(c, "attention merge");
 }
 
 #define PF_Q 32             /* queries per prefill block, 4 lanes each */
@@ -889,9 +964,7 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
 #undef BY_G
 #undef L
         MR_CU_LAUNCHED(c, "attention (grouped)");
-        mr_cu_launch(c, k_attn_merge, dim3(n_heads, n), 128, 0, part, tables, pos, n_heads, n_split, AG_MIN_CHUNK,
-                     D, out);
-        MR_CU_LAUNCHED(c, "attention merge");
+        merge_launch(c, part, tables, pos, n_heads, n, n_split, AG_MIN_CHUNK, D, out);
         return;
     }
     dim3 grid(n_heads, n, n_split);
@@ -910,9 +983,7 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
 #undef BY_EPL
 #undef L
     MR_CU_LAUNCHED(c, "attention");
-    mr_cu_launch(c, k_attn_merge, dim3(n_heads, n), 128, 0, part, tables, pos, n_heads, n_split, ATT_MIN_CHUNK, D,
-                 out);
-    MR_CU_LAUNCHED(c, "attention merge");
+    merge_launch(c, part, tables, pos, n_heads, n, n_split, ATT_MIN_CHUNK, D, out);
 }
 
 static void cu_attention(mr_backend *be, const mr_kv_cache *kv, int layer,
