@@ -579,42 +579,15 @@ __device__ __forceinline__ void merge_loop(const float *pr, int n_split, int D, 
     }
 }
 
-__global__ void k_attn_merge(const float *part, const int32_t *const *tables, const int32_t *pos, int n_heads,
-                             int n_split, int min_chunk, int D, float *out)
-{
-    mr_pdl_wait(); /* cu_pdl.cuh */
-    mr_pdl_trigger();
-    const int h = blockIdx.x, t = blockIdx.y;
-    if (tables && !tables[t])
-        return;
-    const float *pr = part + ((int64_t)t * n_heads + h) * n_split * (D + 2);
-    merge_loop(pr, attn_used(pos[t] + 1, n_split, min_chunk), D, out + ((int64_t)t * n_heads + h) * D);
-}
-
 /* The same merge with every record a thread reads loaded at once: one
  * round trip to L2 instead of merge_loop's four (the maximum, the weights,
  * their sum, the dimensions), each thread forming M, the weights, L and its
  * dimensions' sums itself with merge_loop's operations in its order, so
- * the same bits (kernel-check attn-merge-reg).  Rows of more than
- * ATT_MERGE_REG records, or more than two dimensions a thread, take
- * merge_loop.  128 threads a block. */
+ * the same bits (kernel-check attn-merge-reg).  At most ATT_MERGE_REG
+ * records and two dimensions a thread. */
 #define ATT_MERGE_REG 16
-__global__ void __launch_bounds__(128) k_attn_merge_reg(const float *part, const int32_t *const *tables,
-                                                        const int32_t *pos, int n_heads, int n_split,
-                                                        int min_chunk, int D, float *out)
+__device__ __forceinline__ void merge_reg(const float *pr, int ns, int D, float *o)
 {
-    mr_pdl_wait(); /* cu_pdl.cuh */
-    mr_pdl_trigger();
-    const int h = blockIdx.x, t = blockIdx.y;
-    if (tables && !tables[t])
-        return;
-    const float *pr = part + ((int64_t)t * n_heads + h) * n_split * (D + 2);
-    float *o = out + ((int64_t)t * n_heads + h) * D;
-    const int ns = attn_used(pos[t] + 1, n_split, min_chunk);
-    if (ns > ATT_MERGE_REG || D > 2 * (int)blockDim.x) { /* the same for the whole block */
-        merge_loop(pr, ns, D, o);
-        return;
-    }
     const int d0 = threadIdx.x, d1 = threadIdx.x + blockDim.x;
     float mv[ATT_MERGE_REG], lv[ATT_MERGE_REG], av[2][ATT_MERGE_REG];
 #pragma unroll
@@ -647,17 +620,34 @@ __global__ void __launch_bounds__(128) k_attn_merge_reg(const float *part, const
     if (d1 < D) o[d1] = (bad || L == 0.0f) ? __int_as_float(0x7fc00000) : a[1] / L;
 }
 
+/* Grid (head, token), 128 threads.  REG: merge_reg where a row's records
+ * fit it (the default), else merge_loop. */
+template <bool REG>
+__global__ void __launch_bounds__(128) k_attn_merge(const float *part, const int32_t *const *tables,
+                                                    const int32_t *pos, int n_heads, int n_split, int min_chunk,
+                                                    int D, float *out)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    const int h = blockIdx.x, t = blockIdx.y;
+    if (tables && !tables[t])
+        return;
+    const float *pr = part + ((int64_t)t * n_heads + h) * n_split * (D + 2);
+    float *o = out + ((int64_t)t * n_heads + h) * D;
+    const int ns = attn_used(pos[t] + 1, n_split, min_chunk);
+    if (REG && ns <= ATT_MERGE_REG && D <= 2 * (int)blockDim.x) /* the same for the whole block */
+        merge_reg(pr, ns, D, o);
+    else
+        merge_loop(pr, ns, D, o);
+}
+
 /* The merge after a split kernel (MEMRA_CUDA_ATTN_MERGE=loop: merge_loop
  * for every row). */
 static void merge_launch(mr_cu_ctx *c, const float *part, const int32_t *const *tables, const int32_t *pos,
                          int n_heads, int n, int n_split, int min_chunk, int D, float *out)
 {
-    if (c->attn_merge_reg)
-        mr_cu_launch(c, k_attn_merge_reg, dim3(n_heads, n), 128, 0, part, tables, pos, n_heads, n_split, min_chunk,
-                     D, out);
-    else
-        mr_cu_launch(c, k_attn_merge, dim3(n_heads, n), 128, 0, part, tables, pos, n_heads, n_split, min_chunk, D,
-                     out);
+    mr_cu_launch(c, c->attn_merge_reg ? k_attn_merge<true> : k_attn_merge<false>, dim3(n_heads, n), 128, 0, part,
+                 tables, pos, n_heads, n_split, min_chunk, D, out);
     MR_CU_LAUNCHED(c, "attention merge");
 }
 
