@@ -646,8 +646,12 @@ __global__ void __launch_bounds__(128) k_attn_merge(const float *part, const int
 static void merge_launch(mr_cu_ctx *c, const float *part, const int32_t *const *tables, const int32_t *pos,
                          int n_heads, int n, int n_split, int min_chunk, int D, float *out)
 {
-    mr_cu_launch(c, c->attn_merge_reg ? k_attn_merge<true> : k_attn_merge<false>, dim3(n_heads, n), 128, 0, part,
-                 tables, pos, n_heads, n_split, min_chunk, D, out);
+    if (c->attn_merge_reg)
+        mr_cu_launch(c, k_attn_merge<true>, dim3(n_heads, n), 128, 0, part, tables, pos, n_heads, n_split, min_chunk,
+                     D, out);
+    else
+        mr_cu_launch(c, k_attn_merge<false>, dim3(n_heads, n), 128, 0, part, tables, pos, n_heads, n_split,
+                     min_chunk, D, out);
     MR_CU_LAUNCHED(c, "attention merge");
 }
 
