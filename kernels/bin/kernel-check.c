@@ -26,7 +26,7 @@
  * whole decode steps of a small model with it off and on, bit for bit
  * (check_pdl).
  *
- * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|route|tail|xmq|xmma|mm|ops|q8]]   Prints
+ * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|route|tail|xmq|mm|ops|q8]]   Prints
  * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
  * grouped expert products, "prompt" only those of the prompt products (the
  * GEMM paths and their rows' bits across calls; part of "mm"), "sample"
@@ -35,8 +35,7 @@
  * the one-token Q4_K kernel (part of "mm"), "early" only its weight loads
  * ahead of the PDL wait (part of "mm"), "tail" only the fused end of a
  * mixture layer (part of "ops"), "xmq" only the expert products that
- * quantize their inputs in each block (part of "moe"), "xmma" only the expert
- * products of decode batches on the tensor cores (part of "moe"), "merge" only
+ * quantize their inputs in each block (part of "moe"), "merge" only
  * the decode attention's two merges (part of "ops"), "route" only the routing by
  * ranks against the warp kernel (part of "ops"); "mm", "ops" and "q8" one third of
  * the whole each (run the three at once: their union is what no argument
@@ -958,8 +957,7 @@ static void check_moe_ffn_one(mr_backend *be, const char *label, const tdesc *tg
  * on the recorder) and down over the k rows of the SwiGLU, NaN rows of bad
  * ids included; n tokens (a decode batch keeps the separate quantization:
  * the same bits too). */
-static void check_xm_quant(mr_backend *blk, const char *label, const tdesc *td, int64_t d, int64_t ff, int mats,
-                           int k, int n, int route)
+static void check_xm_quant(mr_backend *blk, const tdesc *td, int64_t d, int64_t ff, int mats, int k, int n, int route)
 {
     const int64_t cols[3] = {d, d, ff}, rows[3] = {ff, ff, d};
     uint8_t *host[3];
@@ -1008,7 +1006,7 @@ static void check_xm_quant(mr_backend *blk, const char *label, const tdesc *td, 
     char sh[128];
     snprintf(sh, sizeof sh, "%s %dx%lldx%lld k=%d n=%d%s", td->name, mats, (long long)ff, (long long)d, k, n,
              route == ROUTE_BAD ? " bad ids" : "");
-    report(label, sh, (double)diff, nan, 0.0);
+    report("xm-quant-block", sh, (double)diff, nan, 0.0);
     for (int b = 0; b < 2; b++)
         for (int q = 0; q < 4; q++) free(out[b][q]);
     for (int i = 0; i < 3; i++) free(host[i]);
@@ -1025,40 +1023,12 @@ static void check_xm_quant_all(void)
         const tdesc *td = td_of(types[i]);
         /* the experts' shapes; fewer of them than the models have (the host
          * writes every byte), which changes nothing a block does */
-        check_xm_quant(blk, "xm-quant-block", td, 2048, 768, 32, 8, 1, ROUTE_RANDOM); /* the 30B-A3B */
-        check_xm_quant(blk, "xm-quant-block", td, 2048, 512, 48, 8, 1, ROUTE_RANDOM); /* the 35B-A3B */
-        check_xm_quant(blk, "xm-quant-block", td, 1024, 256, 8, 2, 1, ROUTE_BAD);
-        check_xm_quant(blk, "xm-quant-block", td, 2048, 768, 32, 8, 4, ROUTE_RANDOM); /* a batch: planes as before */
+        check_xm_quant(blk, td, 2048, 768, 32, 8, 1, ROUTE_RANDOM); /* the 30B-A3B */
+        check_xm_quant(blk, td, 2048, 512, 48, 8, 1, ROUTE_RANDOM); /* the 35B-A3B */
+        check_xm_quant(blk, td, 1024, 256, 8, 2, 1, ROUTE_BAD);
+        check_xm_quant(blk, td, 2048, 768, 32, 8, 4, ROUTE_RANDOM); /* a batch: planes as before */
     }
     blk->destroy(blk);
-}
-
-/* Expert products of decode batches on the tensor cores (MEMRA_CUDA_XM_MMA=1)
- * against each token alone, bit for bit: the 30B-A3B's Q4_K gate/up and Q6_K
- * and Q4_K down shapes, 2 to 64 tokens (every way a tile meets its pairs:
- * 1-2, 3-4, 5-8 of them, and experts with more than 8 pairs: 16 experts at
- * k = 8), rows not a multiple of 16; then a step's gate/up + SwiGLU + down
- * at 16 tokens against the dp4a kernels (gate/up take one input row a token,
- * which the lines before do not). */
-static void check_batch_invariance_ns(mr_backend *be, const char *label, const tdesc *td, int64_t cols,
-                                      int64_t rows, int mats, int k, const int *ns, int nn);
-static void check_xm_mma_all(void)
-{
-    mr_backend *xmma = backend_with("MEMRA_CUDA_XM_MMA", "1");
-    static const int ns[] = {2, 3, 4, 5, 8, 9, 16, 21, 33, 64};
-    const int nn = (int)(sizeof ns / sizeof ns[0]);
-    const tdesc *q4 = td_of(MR_TYPE_Q4_K), *q6 = td_of(MR_TYPE_Q6_K);
-    check_batch_invariance_ns(xmma, "batch-inv-xmma", q4, 2048, 768, 128, 8, ns, nn);
-    check_batch_invariance_ns(xmma, "batch-inv-xmma", q4, 2048, 768, 16, 8, ns, nn);
-    check_batch_invariance_ns(xmma, "batch-inv-xmma", q4, 768, 2048, 128, 8, ns, nn);
-    check_batch_invariance_ns(xmma, "batch-inv-xmma", q6, 768, 2048, 128, 8, ns, nn);
-    check_batch_invariance_ns(xmma, "batch-inv-xmma", q6, 768, 2048, 16, 8, ns, nn);
-    check_batch_invariance_ns(xmma, "batch-inv-xmma", q4, 1024, 1000, 8, 2, ns, nn);
-    check_batch_invariance_ns(xmma, "batch-inv-xmma", q6, 1024, 1000, 8, 2, ns, nn);
-    check_xm_quant(xmma, "xmma-vs-dp4a", q4, 2048, 768, 32, 8, 16, ROUTE_RANDOM);
-    check_xm_quant(xmma, "xmma-vs-dp4a", q6, 2048, 768, 32, 8, 16, ROUTE_RANDOM);
-    check_xm_quant(xmma, "xmma-vs-dp4a", q4, 1024, 256, 8, 2, 16, ROUTE_BAD);
-    xmma->destroy(xmma);
 }
 
 static void check_moe_ffn(void)
@@ -1628,7 +1598,7 @@ static void attn_decode_run(mr_backend *be, int heads, int kvh, int hd, int P, i
 }
 
 /* The decode attention's merge with a row's records loaded at once
- * (k_attn_merge_reg, the default) against the loop (MEMRA_CUDA_ATTN_MERGE=
+ * (merge_reg, the default) against the loop (MEMRA_CUDA_ATTN_MERGE=
  * loop), bit for bit: contexts of 1 to ~50 records a row (the register
  * path's 16 and past it), the models' head shapes, each cache type. */
 static void check_attn_merge_one(mr_backend *loop, int heads, int kvh, int hd, int P, int n, mr_kv_dtype dt)
@@ -2599,7 +2569,6 @@ static const int bi_ns[] = {2, 3, 4, 5, 8, 16, 21}; /* 16, 21: decode batches of
 static void check_batch_invariance_ns(mr_backend *be, const char *label, const tdesc *td, int64_t cols,
                                       int64_t rows, int mats, int k, const int *ns, int nn)
 {
-    const bool all_ns = ns != NULL; /* expert products past 5 tokens only where asked */
     if (!ns) {
         ns = bi_ns;
         nn = (int)(sizeof bi_ns / sizeof bi_ns[0]);
@@ -2630,7 +2599,7 @@ static void check_batch_invariance_ns(mr_backend *be, const char *label, const t
     fetch(be, y1, dy, yn * 4);
     for (int q = 0; q < nn; q++) {
         const int n = ns[q];
-        if (mats > 1 && n > 5 && !all_ns)
+        if (mats > 1 && n > 5)
             continue;
         poison(be, dy, yn * 4);
         if (mats > 1)
@@ -3905,7 +3874,6 @@ static void check_ops(int parts)
         check_glu_all();
         check_moe_grouped();
         check_xm_quant_all();
-        check_xm_mma_all();
         check_gemm_prompt();
         check_moe_ffn();
         check_prompt_rows();
@@ -3991,7 +3959,6 @@ static void check_part_moe(void)
 {
     check_moe_grouped();
     check_xm_quant_all();
-    check_xm_mma_all();
 }
 
 static void check_part_prompt(void)
@@ -4104,7 +4071,7 @@ int main(int argc, char **argv)
     } parts[] = {
         {"moe", check_part_moe},         {"prompt", check_part_prompt}, {"sample", check_sample_all},
         {"pdl", check_pdl},              {"attn", check_attention_prompts}, {"wide", check_wide_rows},
-        {"early", check_early_weights},  {"tail", check_moe_tail_all},  {"xmq", check_xm_quant_all}, {"xmma", check_xm_mma_all}, {"merge", check_attn_merge},
+        {"early", check_early_weights},  {"tail", check_moe_tail_all},  {"xmq", check_xm_quant_all}, {"merge", check_attn_merge},
         {"route", check_route_rank_all},
     };
     size_t pi = 0;

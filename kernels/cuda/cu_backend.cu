@@ -392,8 +392,6 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     c->wide_r = wr ? atoi(wr) : 0;
     const char *am = getenv("MEMRA_CUDA_ATTN_MERGE");
     c->attn_merge_reg = !(am && !strcmp(am, "loop"));
-    const char *xmm = getenv("MEMRA_CUDA_XM_MMA");
-    c->xm_mma = xmm && !strcmp(xmm, "1");
     const char *xq = getenv("MEMRA_CUDA_XM_QUANT");
     c->xm_quant_block = !(xq && !strcmp(xq, "launch")); /* run 116: +1.9-2.2% tg128 30B-A3B, +1.0-2.4% 35B-A3B */
     const char *ew = getenv("MEMRA_CUDA_EARLY");

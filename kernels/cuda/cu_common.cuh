@@ -69,8 +69,6 @@ struct mr_cu_ctx {
     bool moe_grouped;       /* decode expert products grouped by expert (MEMRA_CUDA_MOE_GROUPED=0: off) */
     bool attn_merge_reg;    /* decode attention's merge with a row's records loaded at once
                                (cu_attn.cu merge_reg; MEMRA_CUDA_ATTN_MERGE=loop: merge_loop; same bits) */
-    bool xm_mma;            /* Q4_K / Q6_K expert products of decode batches on the tensor cores
-                               (cu_mvx24mma.cu; the same bits as the dp4a kernel; MEMRA_CUDA_XM_MMA=1) */
     int moe_nt;             /* their pairs per chunk (MEMRA_CUDA_MOE_GROUPED=2 or 4; 0 = auto) */
     int gemm_mode;          /* prompt GEMM precision (cu_gemm.cu) */
     bool gemm_mode_forced;  /* set by MEMRA_CUDA_GEMM: models may not change it */

@@ -284,8 +284,6 @@ bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
     const uint8_t *xg = xm_planes(c, x, n * x_slots, a.cols, x_slots, !grp);
     if (!xg && c->failed)
         return true; /* the sticky error */
-    if (grp && c->xm_mma && mr_cu_x24_mma_id(c, a, T, grp, S, m, rows_max, xg))
-        return true;
     /* rows a block: a multiple of the block's XM_WARPS * XM_ROWS, about
      * c->xm_bps (64) blocks an SM when every slot is used */
     const int step = XM_WARPS * XM_ROWS;

@@ -126,83 +126,20 @@ __device__ __forceinline__ float xt_tree(const float *p)
     return v[0] + v[1];
 }
 
-/* Where a tile's 16 rows and up to 8 tokens are.  row(r): the bytes of
- * tile row r (a row past the end: row 0's, computed, never stored);
- * has_row(r); planes(t): token t's input planes; out(r, t): where the
- * product of row r and token t goes.  xt_plain: the rows of a plain job
- * (sub-matrices as in k_mvx24) from r0, tokens tok0 .. of the planes at xg;
- * xt_expert: rows from r0 of one expert's matrix, the tokens a list of
- * that expert's pairs (cu_moex24.cu's grouping), each pair's input row
- * and output row as k_moex24 finds them. */
-struct xt_plain {
-    const mr_cu_mvjob &a;
-    int64_t total_rows, r0;
-    const uint8_t *xg;
-    size_t xb;
-    int tok0;
-    __device__ __forceinline__ bool has_row(int r) const { return r0 + r < total_rows; }
-    __device__ __forceinline__ const uint8_t *row(int r) const
-    {
-        const uint8_t *W;
-        float *y;
-        int64_t s;
-        xs_row(a, has_row(r) ? r0 + r : r0, &W, &y, &s);
-        return W;
-    }
-    __device__ __forceinline__ const uint8_t *planes(int t) const { return xg + (size_t)(tok0 + t) * xb; }
-    __device__ __forceinline__ float *out(int r, int t) const
-    {
-        const uint8_t *W;
-        float *y;
-        int64_t s;
-        xs_row(a, r0 + r, &W, &y, &s);
-        return y + (int64_t)(tok0 + t) * s;
-    }
-};
-
-struct xt_expert {
-    const uint8_t *W; /* the expert's matrix */
-    size_t row_bytes;
-    int64_t rows, r0;
-    const uint8_t *xg;
-    size_t xb;
-    const int32_t *pairs; /* the tile's pairs (token p / k, slot p % k) */
-    int k, x_slots;
-    float *y; /* pair p's row r at y[p rows + r] */
-    __device__ __forceinline__ bool has_row(int r) const { return r0 + r < rows; }
-    __device__ __forceinline__ const uint8_t *row(int r) const
-    {
-        return W + (size_t)(has_row(r) ? r0 + r : r0) * row_bytes;
-    }
-    __device__ __forceinline__ const uint8_t *planes(int t) const
-    {
-        const int p = pairs[t];
-        return xg + (size_t)((p / k) * x_slots + (x_slots > 1 ? p % k : 0)) * xb;
-    }
-    __device__ __forceinline__ float *out(int r, int t) const { return y + (int64_t)pairs[t] * rows + r0 + r; }
-};
-
-/* The plain kernels' tile of this block (grid: one block a (row tile, token
- * tile), the token tiles of a row tile next to each other) and its real
- * tokens *nt. */
-__device__ __forceinline__ xt_plain xt_plain_tile(const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg,
-                                                  int n, int *nt)
-{
-    const int ntt = (n + XT_TOK - 1) / XT_TOK;
-    const int tok0 = (int)(blockIdx.x % ntt) * XT_TOK;
-    *nt = n - tok0 < XT_TOK ? n - tok0 : XT_TOK;
-    return {a, total_rows, (int64_t)(blockIdx.x / ntt) * XT_ROWS, xg, xs_xbytes(a.cols), tok0};
-}
-
 /* Thread threadIdx.x < XT_ROWS * XT_TOK sums output (row, token) =
  * (threadIdx.x / XT_TOK, threadIdx.x % XT_TOK) from its parked partials in
  * the warp sum's tree and stores it, if that row and token exist. */
-template <class Src> __device__ __forceinline__ void xt_store(const Src &src, int nt, const float *xt_sh)
+__device__ __forceinline__ void xt_store(const mr_cu_mvjob &a, int64_t total_rows, int64_t r0, int tok0, int nt,
+                                         const float *xt_sh)
 {
     const int row = threadIdx.x / XT_TOK, tok = threadIdx.x % XT_TOK;
-    if (tok < nt && src.has_row(row)) {
+    if (tok < nt && r0 + row < total_rows) {
         const float v = xt_tree(xt_sh + threadIdx.x * XT_PSTR);
-        *src.out(row, tok) = v;
+        const uint8_t *W;
+        float *y;
+        int64_t s;
+        xs_row(a, r0 + row, &W, &y, &s);
+        y[(int64_t)(tok0 + tok) * s] = v;
     }
 }
 
@@ -211,19 +148,19 @@ template <class Src> __device__ __forceinline__ void xt_store(const Src &src, in
  * float as the matvec rounds them; td[8G + t] = (da, db), its scales of the
  * two runs of unit pair G (units 2G, 2G + 1: the same two 32-column
  * groups). */
-template <class Src>
-__device__ __forceinline__ void xt_tokens(const Src &src, int cols, int nt, float2 *tq, float2 *td)
+__device__ __forceinline__ void xt_tokens(const uint8_t *xg, int cols, int tok0, int nt, float2 *tq, float2 *td)
 {
+    const size_t xb = xs_xbytes(cols);
     const int units = cols / 32, pairs = cols / 64;
     for (int i = threadIdx.x; i < nt * units; i += blockDim.x) {
         const int t = i / units, U = i - t * units;
-        const int *sq = xs_sq((uint8_t *)src.planes(t), cols);
+        const int *sq = xs_sq((uint8_t *)(xg + (size_t)(tok0 + t) * xb), cols);
         const int ca = 256 * (U >> 3) + 64 * ((U & 7) >> 1) + 16 * (U & 1), cb = ca + 32;
         tq[8 * U + t] = make_float2((float)(sq[ca / 8] + sq[ca / 8 + 1]), (float)(sq[cb / 8] + sq[cb / 8 + 1]));
     }
     for (int i = threadIdx.x; i < nt * pairs; i += blockDim.x) {
         const int t = i / pairs, G = i - t * pairs;
-        const float *dq = xs_d((uint8_t *)src.planes(t), cols);
+        const float *dq = xs_d((uint8_t *)(xg + (size_t)(tok0 + t) * xb), cols);
         td[8 * G + t] = make_float2(dq[2 * G], dq[2 * G + 1]); /* dq[ca / 32], dq[cb / 32] */
     }
 }
@@ -245,17 +182,23 @@ template <int K> __device__ __forceinline__ void xt_lds(float (&v)[2 * K], const
  * the MMA's columns and which outputs a lane scales (see the top).  Ends
  * with the partials parked in sh (the block's shared memory, where tq and
  * td were; all threads of the block call it alike). */
-template <int MODE, class Src>
-__device__ __forceinline__ void xt_run(const Src &src, int cols, int nt, float *sh)
+template <int MODE>
+__device__ __forceinline__ void xt_run(const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int64_t r0,
+                                       int tok0, int nt, float *sh)
 {
     constexpr int R = MODE == 4 ? 2 : 1;  /* rows a lane scales */
     constexpr int K = MODE == 1 ? 1 : 2;  /* tokens a lane scales */
     constexpr int NW = MODE == 1 ? 2 : 6; /* plane words a lane loads a unit */
     const int lane = threadIdx.x & 31, c = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int nb = cols / 256;
+    const int cols = (int)a.cols, nb = cols / 256;
+    const size_t xb = xs_xbytes(cols);
 
-    /* the A rows g, g + 8 (past the end: tile row 0, computed, not stored) */
-    const uint8_t *WA = src.row(g), *WB = src.row(g + 8);
+    /* the A rows g, g + 8 (past the end: row r0, computed, not stored) */
+    const uint8_t *WA, *WB;
+    float *yd;
+    int64_t ys;
+    xs_row(a, r0 + g < total_rows ? r0 + g : r0, &WA, &yd, &ys);
+    xs_row(a, r0 + g + 8 < total_rows ? r0 + g + 8 : r0, &WB, &yd, &ys);
     /* the rows (as 0..15) and tokens (0..7) this lane scales, and the
      * headers it reads: both rows' or its one row's */
     int srow[R], stok[K];
@@ -279,11 +222,11 @@ __device__ __forceinline__ void xt_run(const Src &src, int cols, int nt, float *
     bool bone = false;
     if constexpr (MODE == 1) {
         const int t = g >> 2, p = g & 3;
-        xB = src.planes(t < nt ? t : 0) + (size_t)(p < 3 ? p : 0) * cols + 4 * q;
+        xB = xg + (size_t)(tok0 + (t < nt ? t : 0)) * xb + (size_t)(p < 3 ? p : 0) * cols + 4 * q;
         bx = p == 1 || p == 2 ? 0x80808080u : 0u;
         bone = p == 3;
     } else {
-        xB = src.planes(g < nt ? g : 0) + 4 * q;
+        xB = xg + (size_t)(tok0 + (g < nt ? g : 0)) * xb + 4 * q;
     }
     /* MODE 1: lane q's half of the join (columns 2q, 2q + 1 of C): 65536 H +
      * 256 M' (q even) or L' + 32896 S (q odd) */
@@ -324,7 +267,7 @@ __device__ __forceinline__ void xt_run(const Src &src, int cols, int nt, float *
     }
 
     float2 *tq = (float2 *)sh, *td = tq + 8 * (cols / 32);
-    xt_tokens(src, cols, nt, tq, td);
+    xt_tokens(xg, cols, tok0, nt, tq, td);
     __syncthreads();
 
     for (int b = c; b < nb; b += XT_CLS) {
@@ -432,15 +375,15 @@ __global__ void __launch_bounds__(XT_CLS * 32, MODE == 1 ? 5 : 4)
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     extern __shared__ __align__(16) float xt_sh[]; /* tq, td; then the partials */
-    int nt;
-    const xt_plain src = xt_plain_tile(a, total_rows, xg, n, &nt);
-    const int cols = (int)a.cols;
-    if constexpr (MODE != 0) xt_run<MODE>(src, cols, nt, xt_sh);
-    else if (nt <= 2) xt_run<1>(src, cols, nt, xt_sh);
-    else if (nt <= 4) xt_run<2>(src, cols, nt, xt_sh);
-    else xt_run<4>(src, cols, nt, xt_sh);
+    const int ntt = (n + XT_TOK - 1) / XT_TOK;
+    const int64_t r0 = (int64_t)(blockIdx.x / ntt) * XT_ROWS;
+    const int tok0 = (int)(blockIdx.x % ntt) * XT_TOK, nt = n - tok0 < XT_TOK ? n - tok0 : XT_TOK;
+    if constexpr (MODE != 0) xt_run<MODE>(a, total_rows, xg, r0, tok0, nt, xt_sh);
+    else if (nt <= 2) xt_run<1>(a, total_rows, xg, r0, tok0, nt, xt_sh);
+    else if (nt <= 4) xt_run<2>(a, total_rows, xg, r0, tok0, nt, xt_sh);
+    else xt_run<4>(a, total_rows, xg, r0, tok0, nt, xt_sh);
     __syncthreads();
-    xt_store(src, nt, xt_sh); /* XT_CLS * 32 = 128 threads: one an output */
+    xt_store(a, total_rows, r0, tok0, nt, xt_sh); /* XT_CLS * 32 = 128 threads: one an output */
 }
 
 /* n tokens (1 .. MR_CU_GEMM_MIN_TOKENS - 1) of the job a, Q4_K from the
@@ -503,18 +446,18 @@ void mr_cu_x24_mma(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const
  * 2P, 2P + 1 (the quarter of a unit pair: a lane's 4 values of a quarter
  * in one 16-byte load), times 32 as the matvec's qs; td6[8 G + t] = dq[G],
  * its scale of the 32 columns G. */
-template <class Src>
-__device__ __forceinline__ void xt6_tokens(const Src &src, int cols, int nt, int *tq6, float *td6)
+__device__ __forceinline__ void xt6_tokens(const uint8_t *xg, int cols, int tok0, int nt, int *tq6, float *td6)
 {
+    const size_t xb = xs_xbytes(cols);
     const int g8 = cols / 8, g32 = cols / 32;
     for (int i = threadIdx.x; i < nt * g8; i += blockDim.x) {
         const int t = i / g8, G = i - t * g8;
-        const int *sq = xs_sq((uint8_t *)src.planes(t), cols);
+        const int *sq = xs_sq((uint8_t *)(xg + (size_t)(tok0 + t) * xb), cols);
         tq6[2 * (8 * (G >> 1) + t) + (G & 1)] = 32 * sq[G];
     }
     for (int i = threadIdx.x; i < nt * g32; i += blockDim.x) {
         const int t = i / g32, G = i - t * g32;
-        td6[8 * G + t] = xs_d((uint8_t *)src.planes(t), cols)[G];
+        td6[8 * G + t] = xs_d((uint8_t *)(xg + (size_t)(tok0 + t) * xb), cols)[G];
     }
 }
 
@@ -530,18 +473,30 @@ static size_t xt6_smem(int64_t cols)
  * blocks (ql 128, qh 64, sc 16, d at 208).  Eight warps a tile: warp w the
  * units 4n .. 4n + 3 (n = w / 4) of the blocks of class c = w % 4, so a
  * lane holds 16 accumulators (4 units x 2 rows x 2 tokens). */
-template <class Src> __device__ __forceinline__ void xt6_tile(const Src &src, int cols, int nt, float *xt_sh)
+__global__ void __launch_bounds__(2 * XT_CLS * 32, 2) k_mvx24_mma6(mr_cu_mvjob a, int64_t total_rows,
+                                                                     const uint8_t *xg, int n)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    extern __shared__ __align__(16) float xt_sh[]; /* tq6, td6; then the partials */
+    const int ntt = (n + XT_TOK - 1) / XT_TOK;
+    const int64_t r0 = (int64_t)(blockIdx.x / ntt) * XT_ROWS;
+    const int tok0 = (int)(blockIdx.x % ntt) * XT_TOK, nt = n - tok0 < XT_TOK ? n - tok0 : XT_TOK;
     const int lane = threadIdx.x & 31, c = (threadIdx.x >> 5) & 3, hn = threadIdx.x >> 7, g = lane >> 2,
               q = lane & 3;
-    const int nb = cols / 256;
-    /* the lane's rows g, g + 8 (past the end: tile row 0, computed, not stored) */
-    const uint8_t *W[2] = {src.row(g), src.row(g + 8)};
-    /* B: token g's planes (an absent token: token 0's, never scaled) */
-    const uint8_t *xB = src.planes(g < nt ? g : 0) + 4 * q;
+    const int cols = (int)a.cols, nb = cols / 256;
+    const size_t xb = xs_xbytes(cols);
+    /* the lane's rows g, g + 8 (past the end: row r0, computed, not stored) */
+    const uint8_t *W[2];
+    float *yd;
+    int64_t ys;
+    xs_row(a, r0 + g < total_rows ? r0 + g : r0, &W[0], &yd, &ys);
+    xs_row(a, r0 + g + 8 < total_rows ? r0 + g + 8 : r0, &W[1], &yd, &ys);
+    /* B: token g's planes (an absent token: token tok0's, never scaled) */
+    const uint8_t *xB = xg + (size_t)(tok0 + (g < nt ? g : 0)) * xb + 4 * q;
     int *tq6 = (int *)xt_sh;
     float *td6 = (float *)(tq6 + 8 * (cols / 8));
-    xt6_tokens(src, cols, nt, tq6, td6);
+    xt6_tokens(xg, cols, tok0, nt, tq6, td6);
     __syncthreads();
     const uint32_t alo = q < 2 ? 0xFFFFFFFFu : 0u; /* lane q's word in a0 (q < 2) or a1 */
 
@@ -611,18 +566,7 @@ template <class Src> __device__ __forceinline__ void xt6_tile(const Src &src, in
             xt_sh[((g + 8 * (o >> 1)) * XT_TOK + 2 * q + (o & 1)) * XT_PSTR + 8 * c + 4 * hn + uh] = acc[uh][o];
     __syncthreads();
     if (threadIdx.x < XT_ROWS * XT_TOK)
-        xt_store(src, nt, xt_sh);
-}
-
-__global__ void __launch_bounds__(2 * XT_CLS * 32, 2) k_mvx24_mma6(mr_cu_mvjob a, int64_t total_rows,
-                                                                     const uint8_t *xg, int n)
-{
-    mr_pdl_wait(); /* cu_pdl.cuh */
-    mr_pdl_trigger();
-    extern __shared__ __align__(16) float xt_sh[]; /* tq6, td6; then the partials */
-    int nt;
-    const xt_plain src = xt_plain_tile(a, total_rows, xg, n, &nt);
-    xt6_tile(src, (int)a.cols, nt, xt_sh);
+        xt_store(a, total_rows, r0, tok0, nt, xt_sh);
 }
 
 /* Whether the Q6_K kernel takes cols columns: its shared memory within
@@ -646,69 +590,4 @@ void mr_cu_x24_mma_q6k(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, c
     mr_cu_launch(c, k_mvx24_mma6, dim3((unsigned)(tiles * ntt)), 2 * XT_CLS * 32, xt6_smem(a.cols), a, total_rows,
                  xg, n);
     MR_CU_LAUNCHED(c, "x24 tensor-core matvec (Q6_K)");
-}
-
-/* ---- expert products of decode batches ----
- * The same tiles on one expert's matrix: a block takes 16 rows of the
- * expert of its slot (the grouping of cu_moex24.cu: the used experts and
- * each one's pairs) against its pairs, 8 at a time (a pair is a token of
- * the tile; its input row and output row as k_moex24 finds them).  A (pair,
- * row) is summed exactly as the one-token kernels sum it (see the top), so
- * a request's tokens still do not depend on its batchmates (kernel-check
- * batch-inv-xmma: 2 to 64 tokens against each alone).  Grid: (row tiles,
- * slots, matrices); slots past the used experts exit. */
-template <int T>
-__global__ void __launch_bounds__(T == MR_TYPE_Q6_K ? 2 * XT_CLS * 32 : XT_CLS * 32, T == MR_TYPE_Q6_K ? 2 : 3)
-    k_moex24_mma(mr_cu_mvjob a, const int32_t *__restrict__ grp, int S, const uint8_t *xg)
-{
-    mr_pdl_wait(); /* cu_pdl.cuh */
-    mr_pdl_trigger();
-    extern __shared__ __align__(16) float xt_sh[];
-    const int slot = (int)blockIdx.y;
-    if (slot >= grp[0]) /* the whole block's: every return here is before a barrier */
-        return;
-    const mr_cu_mvjob j = a.n_sub > 1 ? mr_cu_mv_subjob(a, (int)blockIdx.z) : a;
-    const int64_t r0 = (int64_t)blockIdx.x * XT_ROWS;
-    if (r0 >= j.rows)
-        return;
-    const int e = grp[1 + slot], first = grp[1 + S + slot], np = grp[2 + S + slot] - first;
-    const int cols = (int)j.cols;
-    xt_expert src = {j.W + (size_t)e * j.mat_bytes, j.row_bytes, j.rows, r0, xg, xs_xbytes(cols),
-                     grp + 2 + 2 * S + first, a.k, a.x_slots, j.y};
-    for (int q0 = 0; q0 < np; q0 += XT_TOK) {
-        const int nt = np - q0 < XT_TOK ? np - q0 : XT_TOK;
-        if constexpr (T == MR_TYPE_Q6_K) {
-            xt6_tile(src, cols, nt, xt_sh);
-        } else {
-            if (nt <= 2) xt_run<1>(src, cols, nt, xt_sh);
-            else if (nt <= 4) xt_run<2>(src, cols, nt, xt_sh);
-            else xt_run<4>(src, cols, nt, xt_sh);
-            __syncthreads();
-            xt_store(src, nt, xt_sh);
-        }
-        __syncthreads(); /* the partials read before the next pairs' inputs take their place */
-        src.pairs += XT_TOK;
-    }
-}
-
-/* Q4_K, or Q6_K in its padded copy, expert products of a decode batch (the
- * job a with ids, k, x_slots; m matrices of rows_max rows at most; grp and
- * S the grouping; xg the pairs' input planes): false, nothing launched,
- * for other types or inputs wider than the default shared memory holds. */
-bool mr_cu_x24_mma_id(mr_cu_ctx *c, const mr_cu_mvjob &a, int T, const int32_t *grp, int S, int m,
-                      int64_t rows_max, const uint8_t *xg)
-{
-    if (T != MR_TYPE_Q4_K && T != MR_TYPE_Q6_K)
-        return false;
-    const size_t tok = T == MR_TYPE_Q4_K ? 3 * (size_t)a.cols : 5 * (size_t)a.cols;
-    const size_t smem = tok > XT_PART_BYTES ? tok : XT_PART_BYTES;
-    if (smem > 48 * 1024)
-        return false;
-    const dim3 grid((unsigned)((rows_max + XT_ROWS - 1) / XT_ROWS), (unsigned)S, (unsigned)m);
-    if (T == MR_TYPE_Q4_K)
-        mr_cu_launch(c, k_moex24_mma<MR_TYPE_Q4_K>, grid, XT_CLS * 32, smem, a, grp, S, xg);
-    else
-        mr_cu_launch(c, k_moex24_mma<MR_TYPE_Q6_K>, grid, 2 * XT_CLS * 32, smem, a, grp, S, xg);
-    MR_CU_LAUNCHED(c, "x24 tensor-core expert matvec");
-    return true;
 }

@@ -209,11 +209,6 @@ void mr_cu_x24_mma_q6k(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, c
 /* whether the Q6_K one takes cols columns (its shared memory); at backend
  * creation, the shared memory its launches may ask for */
 bool mr_cu_x24_mma_q6k_ok(const mr_cu_ctx *c, int64_t cols);
-/* Q4_K / Q6_K expert products of a decode batch on the tensor cores (the
- * grouping grp of S slots, m matrices, the pairs' planes xg): false,
- * nothing launched, where it does not take them. */
-bool mr_cu_x24_mma_id(mr_cu_ctx *c, const mr_cu_mvjob &a, int T, const int32_t *grp, int S, int m,
-                      int64_t rows_max, const uint8_t *xg);
 bool mr_cu_x24_mma_optin(int bytes);
 
 /* The planes of rows x (rows of them, cols apart) in c->scratch_x24,
