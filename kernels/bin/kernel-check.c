@@ -194,6 +194,26 @@ static double rel_l2(const float *a, const double *ref, size_t n, int *nan)
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* How many of the n floats of a and b differ in their bits. */
+static size_t floats_differ(const float *a, const float *b, size_t n)
+{
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++) d += memcmp(&a[i], &b[i], 4) != 0;
+    return d;
+}
+
+/* 0 .. n - 1 in a random order (a KV cache's block table). */
+static int32_t *shuffled_table(int n)
+{
+    int32_t *t = malloc((size_t)n * 4);
+    for (int i = 0; i < n; i++) t[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        const int j = (int)(rnd() % (i + 1)), v = t[i];
+        t[i] = t[j], t[j] = v;
+    }
+    return t;
+}
+
 static void report(const char *op, const char *shape, double e, int nan, double bound)
 {
     int ok = nan == 0 && e <= bound;
@@ -1000,7 +1020,7 @@ static void check_xm_quant(mr_backend *blk, const tdesc *td, int64_t d, int64_t 
     size_t diff = 0;
     int nan = 0;
     for (int q = 0; q < 4; q++)
-        for (size_t i = 0; i < on[q]; i++) diff += memcmp(&out[0][q][i], &out[1][q][i], 4) != 0;
+        diff += floats_differ(out[0][q], out[1][q], on[q]);
     for (size_t p = 0; p < P; p++) /* the down rows of a bad id are NaN, the others not */
         for (int64_t r = 0; r < d; r++) nan += isnan(out[1][3][p * d + r]) != (ids[p] < 0 || ids[p] >= mats);
     char sh[128];
@@ -1498,9 +1518,7 @@ static void check_attention_on(mr_backend *be, const char *op, double bound, int
     mr_kv_cache kv = {.n_layers = 2, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh,
                       .head_dim = hd, .dtype = dt};
     if (be->kv_create(be, &kv, &err)) die("kv_create");
-    int32_t *table = malloc(nblk * 4);
-    for (int i = 0; i < nblk; i++) table[i] = i;
-    for (int i = nblk - 1; i > 0; i--) { int j = (int)(rnd() % (i + 1)); int t = table[i]; table[i] = table[j]; table[j] = t; }
+    int32_t *table = shuffled_table(nblk);
     const int kvdim = kvh * hd;
     float *K = malloc((size_t)P * kvdim * 4), *V = malloc((size_t)P * kvdim * 4);
     for (size_t i = 0; i < (size_t)P * kvdim; i++) { K[i] = fgauss(); V[i] = fgauss(); }
@@ -1604,21 +1622,16 @@ static void attn_decode_run(mr_backend *be, int heads, int kvh, int hd, int P, i
 static void check_attn_merge_one(mr_backend *loop, int heads, int kvh, int hd, int P, int n, mr_kv_dtype dt)
 {
     const int nblk = (P + 15) / 16 + 2, kvdim = kvh * hd;
-    int32_t *table = malloc(nblk * 4);
-    for (int i = 0; i < nblk; i++) table[i] = i;
-    for (int i = nblk - 1; i > 0; i--) { int j = (int)(rnd() % (i + 1)); int t = table[i]; table[i] = table[j]; table[j] = t; }
+    int32_t *table = shuffled_table(nblk);
     const size_t kn = (size_t)P * kvdim, qn = (size_t)n * heads * hd;
     float *K = malloc(kn * 4), *V = malloc(kn * 4), *q = malloc(qn * 4), *o[2] = {malloc(qn * 4), malloc(qn * 4)};
     for (size_t i = 0; i < kn; i++) { K[i] = fgauss(); V[i] = fgauss(); }
     for (size_t i = 0; i < qn; i++) q[i] = fgauss() * 0.5f;
     mr_backend *be[2] = {gpu_x24, loop};
     for (int b = 0; b < 2; b++) attn_decode_run(be[b], heads, kvh, hd, P, n, dt, K, V, q, table, nblk, o[b]);
-    size_t diff = 0;
+    const size_t diff = floats_differ(o[0], o[1], qn);
     int nan = 0;
-    for (size_t i = 0; i < qn; i++) {
-        diff += memcmp(&o[0][i], &o[1][i], 4) != 0;
-        nan += isnan(o[0][i]);
-    }
+    for (size_t i = 0; i < qn; i++) nan += isnan(o[0][i]);
     char shape[64];
     snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d n=%d", dt == MR_KV_F32 ? "f32" : dt == MR_KV_F16 ? "f16" : "bf16",
              heads, kvh, hd, P, n);
@@ -1963,11 +1976,10 @@ static void check_moe_tail(mr_backend *on, mr_backend *off, int n, int k, int di
     }
     size_t diff = 0;
     int nan = 0;
-    for (int q = 0; q < 4; q++)
-        for (size_t i = 0; i < rn; i++) {
-            diff += memcmp(&res[0][q][i], &res[1][q][i], 4) != 0;
-            nan += isnan(res[0][q][i]);
-        }
+    for (int q = 0; q < 4; q++) {
+        diff += floats_differ(res[0][q], res[1][q], rn);
+        for (size_t i = 0; i < rn; i++) nan += isnan(res[0][q][i]);
+    }
     char shape[64];
     snprintf(shape, sizeof shape, "n=%d k=%d dim=%d%s", n, k, dim, shared ? " shared" : "");
     report("moe-tail-vs-ops", shape, (double)diff, nan, 0.0);
