@@ -1034,7 +1034,7 @@ void mr_cu_autograph_install(mr_backend *be)
     c->ag->prof = pe && *pe && strcmp(pe, "0");
     const char *fm = getenv("MEMRA_CUDA_FUSE_MV");
     c->ag->fuse_mv = fm && (!strcmp(fm, "0") || !strcmp(fm, "3")) ? atoi(fm) : 4;
-    if (c->ag->fuse_mv > MR_CU_MV_SUBS) c->ag->fuse_mv = MR_CU_MV_SUBS;
+    static_assert(MR_CU_MV_SUBS >= 4, "the kernels take the recorder's four products a launch");
     const char *fk = getenv("MEMRA_CUDA_FUSE_KV");
     c->ag->fuse_kv = !(fk && !strcmp(fk, "0"));
     const char *fg = getenv("MEMRA_CUDA_FUSE_GLU");
