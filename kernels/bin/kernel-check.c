@@ -2692,18 +2692,20 @@ static void check_x24_pre(mr_backend *pre, const tdesc *td, int64_t cols, int64_
 
 /* Three matrices of type td over one input recorded back to back on be (the
  * recorder shares one launch: sub-matrices, rows r0 + r1 + r2) against the
- * same calls one at a time, bit for bit, at n tokens. */
+ * same calls one at a time, bit for bit, at n tokens; saved: the launches
+ * the recorder must save (2: one launch; 1: the last two share one, where
+ * the first takes another kernel by its shape). */
 static void check_multi_vs_one(mr_backend *be, const char *label, const tdesc *td, int64_t r0, int64_t r1,
-                               int64_t r2, int64_t cols, int n);
+                               int64_t r2, int64_t cols, int n, long saved);
 static void check_x24_multi(mr_backend *be, const tdesc *td, int64_t r0, int64_t r1, int64_t r2, int64_t cols,
                             int n)
 {
-    check_multi_vs_one(be, "x24mma", td, r0, r1, r2, cols, n);
+    check_multi_vs_one(be, "x24mma", td, r0, r1, r2, cols, n, 2);
 }
 
 /* The same for any backend; labels label-multi-vs-one and label-multi-launches. */
 static void check_multi_vs_one(mr_backend *be, const char *label, const tdesc *td, int64_t r0, int64_t r1,
-                               int64_t r2, int64_t cols, int n)
+                               int64_t r2, int64_t cols, int n, long saved)
 {
     const int64_t rows[3] = {r0, r1, r2};
     const size_t rb = (size_t)(cols / td->be) * td->bb, xn = (size_t)n * cols;
@@ -2755,7 +2757,7 @@ static void check_multi_vs_one(mr_backend *be, const char *label, const tdesc *t
     snprintf(lab, sizeof lab, "%s-multi-vs-one", label);
     report(lab, shape, (double)diff, nan, 0.0);
     snprintf(lab, sizeof lab, "%s-multi-launches", label);
-    report(lab, shape, (double)labs(fused - 2), 0, 0.0);
+    report(lab, shape, (double)labs(fused - saved), 0, 0.0);
 }
 
 /* One token's rows a block of the Q4_K float kernel by the shape (4 at
@@ -2807,9 +2809,17 @@ static void check_early_weights(void)
                     check_batch_invariance_one(be, lab, td_of(ft[t]), 4096, 1001, 1, 1);
                 }
                 snprintf(lab, sizeof lab, "early%s", ews[e]);
-                check_multi_vs_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 512, 512, 2048, 1);
-                check_multi_vs_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 1024, 1024, 4096, 1);
-                check_multi_vs_one(be, lab, td_of(MR_TYPE_IQ4_XS), 4096, 512, 512, 2048, 1);
+                check_multi_vs_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 512, 512, 2048, 1, 2);
+                check_multi_vs_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 1024, 1024, 4096, 1, 2);
+                /* IQ4_XS by the shape rule (cu_mvx24.cu x24_one): all three on
+                 * the float kernels; a 35B-A3B delta net in-proj's (qkv, z,
+                 * beta) all on the 22-bit one; its full-attention q on the
+                 * 22-bit kernel, k and v together on the float ones */
+                check_multi_vs_one(be, lab, td_of(MR_TYPE_IQ4_XS), 2048, 512, 512, 2048, 1, 2);
+                check_multi_vs_one(be, lab, td_of(MR_TYPE_IQ4_XS), 8192, 4096, 32, 2048, 1, 2);
+                check_multi_vs_one(be, lab, td_of(MR_TYPE_IQ4_XS), 4096, 512, 512, 2048, 1, 1);
+                /* float32: a 35B-A3B router and shared-expert gate share a launch */
+                check_multi_vs_one(be, lab, td_of(MR_TYPE_F32), 256, 1, 64, 2048, 1, 2);
             }
             be->destroy(be);
         }

@@ -102,6 +102,9 @@ struct mr_cu_ctx {
                                cores (MEMRA_CUDA_X24_MMA; 0: never) */
     bool x24_moe;           /* expert products of decode through the x24 kernel (cu_moex24.cu;
                                MEMRA_CUDA_X24_MOE=0: off) */
+    bool x24_iq4xs;         /* IQ4_XS products of 4,096+ rows at <= 2,048 columns (and of < 128
+                               rows) on the x24 kernel (cu_mvx24.cu x24_one; MEMRA_CUDA_X24_IQ4XS=0:
+                               the Q4_K rule, for timing) */
     mr_cu_buf scratch_q8;   /* the q8 matvec's quantized activations */
     int attn_tc_from;       /* prompt queries at this position or later take the tensor-core
                                kernel (cu_fattn.cu), earlier ones the float32 one: 0 (the

@@ -226,14 +226,27 @@ static void xs_launch_nt(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows,
  * the whole input, a latency the float kernels do not pay), and with
  * 12,288 columns it loses (4096 x 12288 24.6 against 15.3 us).
  * MEMRA_CUDA_MATVEC=x24 takes those shapes, =x24all every shape it can.
- * IQ4_XS and Q8_0 follow the same rule, not yet timed (docs/GPU-NOTES.md
- * 38).  The choice never depends on the token count: a row gets the same
- * kernel alone and in a decode batch. */
+ * Q8_0 follows the same rule, not yet timed per shape (docs/GPU-NOTES.md
+ * 38).  IQ4_XS, whose float kernel pays a code book lookup a weight, wins
+ * earlier: run 121 (H200, us a call, float / this kernel) 8192 x 2048 11.0
+ * / 8.4, 4096 x 2048 6.7 / 6.0, but 1024 x 2048 3.6 / 5.0 and 2048 x 4096
+ * 6.6 / 8.4; so rows from 4,096 at up to 2,048 columns (the 35B-A3B's gated
+ * delta net in-projection and full-attention q).  Matrices of fewer than
+ * 128 rows (that layer's alpha and beta) go with them: they add little to
+ * a launch and share the in-projection's.  Run 122: 35B-A3B tg128 +5.3 /
+ * +5.6% against the Q4_K rule (MEMRA_CUDA_X24_IQ4XS=0); its decode batches
+ * of 16 streams -3% (the kernel at 4+ tokens a launch, GPU-NOTES 33).
+ * The choice never depends on the token count or on what shares a launch:
+ * a row gets the same kernel alone and in a decode batch. */
 static bool x24_one(const mr_cu_ctx *c, const mr_weight *w, int T)
 {
     if (w->type != T || (xs_padded(T) && !w->priv) || !w->data)
         return false;
-    return c->matvec_x24 == 2 || (w->cols <= 4096 && w->rows >= 12288);
+    if (c->matvec_x24 == 2)
+        return true;
+    if (T == MR_TYPE_IQ4_XS && c->x24_iq4xs && w->cols <= 2048 && (w->rows >= 4096 || w->rows < 128))
+        return true;
+    return w->cols <= 4096 && w->rows >= 12288;
 }
 
 int mr_cu_x24_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x)
@@ -362,10 +375,12 @@ void mr_cu_x24_init(mr_cu_ctx *c)
     c->xm_bps = bpsv >= 1 && bpsv <= 256 ? bpsv : 64;
     const char *moe = getenv("MEMRA_CUDA_X24_MOE"); /* 0: expert products stay on the float kernels */
     c->x24_moe = !(moe && !strcmp(moe, "0"));
+    const char *iq = getenv("MEMRA_CUDA_X24_IQ4XS");
+    c->x24_iq4xs = !(iq && !strcmp(iq, "0"));
     /* Q4_K and Q6_K decode batches on the tensor cores (cu_mvx24mma.cu; same
      * bits) from 4 tokens (smaller products win from 2, but the default
-     * shape rule, x24_one, gives the 22-bit kernels only products of 12288+
-     * rows).
+     * shape rule, x24_one, gives the 22-bit kernels only Q4_K and Q6_K
+     * products of 12288+ rows).
      * Run 51 (H200, us, two-token matvec / tensor cores): Q4_K 24576x4096
      * n = 2 31.7 / 47.8, 4 63.2 / 63.8, 8 126.3 / 88.4, 16 252.6 / 170.5;
      * 4096x4096 n = 2 18.2 / 12.3, 4 35.6 / 16.7, 8 70.2 / 21.4, 16 138.9 /
