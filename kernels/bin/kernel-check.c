@@ -972,12 +972,18 @@ static void check_moe_ffn_one(mr_backend *be, const char *label, const tdesc *tg
 }
 
 /* One token's expert products with each block quantizing its input row
- * (the default) against a k_x24_quant launch first (MEMRA_CUDA_XM_QUANT=
- * launch, the backend blk), bit for bit: gate and up with the SwiGLU after them (one launch
- * on the recorder) and down over the k rows of the SwiGLU, NaN rows of bad
- * ids included; n tokens (a decode batch keeps the separate quantization:
- * the same bits too). */
-static void check_xm_quant(mr_backend *blk, const tdesc *td, int64_t d, int64_t ff, int mats, int k, int n, int route)
+ * and asking for its first weights before that (the default) against the
+ * backend blk, bit for bit: a k_x24_quant launch first
+ * (MEMRA_CUDA_XM_QUANT=launch, "xm-quant-block"), the weights after the
+ * quantization (MEMRA_CUDA_XM_EARLY=0, "xm-early") or the down products of
+ * at most 512 columns in whole warps (MEMRA_CUDA_XM_HALF=0, "xm-half");
+ * ref: the default backend, gpu_x24, or one with more rows a block, so
+ * that a warp makes several passes.  Gate and up with the SwiGLU after them
+ * (one launch on the recorder) and down over the k rows of the SwiGLU, NaN
+ * rows of bad ids included; n tokens (a decode batch keeps the separate
+ * quantization: the same bits too). */
+static void check_xm_quant(mr_backend *ref, mr_backend *blk, const char *name, const tdesc *td, int64_t d, int64_t ff,
+                           int mats, int k, int n, int route)
 {
     const int64_t cols[3] = {d, d, ff}, rows[3] = {ff, ff, d};
     uint8_t *host[3];
@@ -991,7 +997,7 @@ static void check_xm_quant(mr_backend *blk, const tdesc *td, int64_t d, int64_t 
     for (size_t i = 0; i < (size_t)n * d; i++) x[i] = fgauss();
     int32_t *ids = malloc(P * 4);
     make_ids(ids, n, k, mats, route);
-    mr_backend *be[2] = {gpu_x24, blk}; /* both on the default decode kernels (gpu: float32 ones) */
+    mr_backend *be[2] = {ref, blk}; /* both on the default decode kernels (gpu: float32 ones) */
     float *out[2][4];
     const size_t on[4] = {P * ff, P * ff, P * ff, P * d};
     for (int b = 0; b < 2; b++) {
@@ -1026,7 +1032,7 @@ static void check_xm_quant(mr_backend *blk, const tdesc *td, int64_t d, int64_t 
     char sh[128];
     snprintf(sh, sizeof sh, "%s %dx%lldx%lld k=%d n=%d%s", td->name, mats, (long long)ff, (long long)d, k, n,
              route == ROUTE_BAD ? " bad ids" : "");
-    report("xm-quant-block", sh, (double)diff, nan, 0.0);
+    report(name, sh, (double)diff, nan, 0.0);
     for (int b = 0; b < 2; b++)
         for (int q = 0; q < 4; q++) free(out[b][q]);
     for (int i = 0; i < 3; i++) free(host[i]);
@@ -1037,18 +1043,33 @@ static void check_xm_quant_all(void)
 {
     /* the default decode kernels (MEMRA_CUDA_MATVEC is unset by now) with
      * the quantization launch, against gpu_x24 (in-block, the default) */
-    mr_backend *blk = backend_with("MEMRA_CUDA_XM_QUANT", "launch");
+    /* one block an SM (MEMRA_CUDA_XM_BPS1 = 1; XM_BPS for the batch):
+     * ~4 times the default's rows a block, more passes a warp */
+    setenv("MEMRA_CUDA_XM_BPS", "1", 1);
+    setenv("MEMRA_CUDA_XM_BPS1", "1", 1);
+    mr_backend *tall = backend_with("MEMRA_CUDA_XM_QUANT", "block"), *tall_late = backend_with("MEMRA_CUDA_XM_EARLY", "0");
+    unsetenv("MEMRA_CUDA_XM_BPS");
+    unsetenv("MEMRA_CUDA_XM_BPS1");
+    mr_backend *blk[4] = {backend_with("MEMRA_CUDA_XM_QUANT", "launch"), backend_with("MEMRA_CUDA_XM_EARLY", "0"),
+                          backend_with("MEMRA_CUDA_XM_HALF", "0"), tall_late};
+    mr_backend *ref[4] = {gpu_x24, gpu_x24, gpu_x24, tall};
+    const char *name[4] = {"xm-quant-block", "xm-early", "xm-half", "xm-early-passes"};
     const int types[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_IQ4_XS, MR_TYPE_Q8_0};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        const tdesc *td = td_of(types[i]);
-        /* the experts' shapes; fewer of them than the models have (the host
-         * writes every byte), which changes nothing a block does */
-        check_xm_quant(blk, td, 2048, 768, 32, 8, 1, ROUTE_RANDOM); /* the 30B-A3B */
-        check_xm_quant(blk, td, 2048, 512, 48, 8, 1, ROUTE_RANDOM); /* the 35B-A3B */
-        check_xm_quant(blk, td, 1024, 256, 8, 2, 1, ROUTE_BAD);
-        check_xm_quant(blk, td, 2048, 768, 32, 8, 4, ROUTE_RANDOM); /* a batch: planes as before */
-    }
-    blk->destroy(blk);
+    for (int b = 0; b < 4; b++)
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+            const tdesc *td = td_of(types[i]);
+            /* the experts' shapes; fewer of them than the models have (the
+             * host writes every byte), which changes nothing a block does;
+             * 4,096 columns: four units a lane */
+            check_xm_quant(ref[b], blk[b], name[b], td, 2048, 768, 32, 8, 1, ROUTE_RANDOM); /* the 30B-A3B */
+            check_xm_quant(ref[b], blk[b], name[b], td, 2048, 512, 48, 8, 1, ROUTE_RANDOM); /* the 35B-A3B */
+            check_xm_quant(ref[b], blk[b], name[b], td, 1024, 256, 8, 2, 1, ROUTE_BAD);
+            check_xm_quant(ref[b], blk[b], name[b], td, 4096, 1536, 8, 8, 1, ROUTE_RANDOM);
+            /* a batch: planes as before */
+            check_xm_quant(ref[b], blk[b], name[b], td, 2048, 768, 32, 8, 4, ROUTE_RANDOM);
+        }
+    tall->destroy(tall);
+    for (int b = 0; b < 4; b++) blk[b]->destroy(blk[b]);
 }
 
 static void check_moe_ffn(void)

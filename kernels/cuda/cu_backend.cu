@@ -394,6 +394,10 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     c->attn_merge_reg = !(am && !strcmp(am, "loop"));
     const char *xq = getenv("MEMRA_CUDA_XM_QUANT");
     c->xm_quant_block = !(xq && !strcmp(xq, "launch")); /* run 116: +1.9-2.2% tg128 30B-A3B, +1.0-2.4% 35B-A3B */
+    const char *xe = getenv("MEMRA_CUDA_XM_EARLY");
+    c->xm_early = !(xe && !strcmp(xe, "0"));
+    const char *xh = getenv("MEMRA_CUDA_XM_HALF");
+    c->xm_half = !(xh && !strcmp(xh, "0"));
     const char *ew = getenv("MEMRA_CUDA_EARLY");
     c->early_w = !(ew && !strcmp(ew, "0")); /* run 109: +3.3% tg128, 30B-A3B */
     const char *w8 = getenv("MEMRA_CUDA_WIDE8");

@@ -66,6 +66,10 @@ struct mr_cu_ctx {
     bool xm_quant_block;    /* one token's expert products quantize their input rows in each block
                                instead of a k_x24_quant launch before them (cu_moex24.cu; the same
                                planes, so the same bits; MEMRA_CUDA_XM_QUANT=launch: the launch) */
+    bool xm_early;          /* and (Q4_K, IQ4_XS) ask for their first weights before that quantization
+                               (cu_moex24.cu k_moex24 EARLY; the same bits; MEMRA_CUDA_XM_EARLY=0: after) */
+    bool xm_half;           /* and their plain products of at most 512 columns in half warps (k_moex24
+                               LW 16; the same bits; MEMRA_CUDA_XM_HALF=0: whole warps) */
     bool moe_grouped;       /* decode expert products grouped by expert (MEMRA_CUDA_MOE_GROUPED=0: off) */
     bool attn_merge_reg;    /* decode attention's merge with a row's records loaded at once
                                (cu_attn.cu merge_reg; MEMRA_CUDA_ATTN_MERGE=loop: merge_loop; same bits) */
@@ -98,6 +102,7 @@ struct mr_cu_ctx {
     int x24_nt_max;         /* tokens an x24 launch at most (2; MEMRA_CUDA_X24_NT) */
     int xm_bps;             /* x24 expert products: blocks an SM the rows a block aim at, were
                                every slot used (64; MEMRA_CUDA_XM_BPS, for timing: same bits) */
+    int xm_bps1;            /* the same for one token (XM_MIN_BLOCKS: one wave; MEMRA_CUDA_XM_BPS1) */
     int x24_mma_min;        /* Q4_K / Q6_K x24 products of this many tokens or more on the tensor
                                cores (MEMRA_CUDA_X24_MMA; 0: never) */
     bool x24_moe;           /* expert products of decode through the x24 kernel (cu_moex24.cu;

@@ -29,6 +29,8 @@
  * (kernel-check batch-inv-x24 compares 2..5 tokens with each alone). */
 #include <string.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/cu_x24.cuh"
 
 #define XM_WARPS 4 /* warps a block */
@@ -40,15 +42,21 @@
  * changed ptxas' register spills in the measured one-token kernels (up to
  * 52 bytes instead of 4 for the Q6_K instance), a change no GPU run has
  * timed. */
-template <int T, int R, int NT>
+template <int T, int R, int NT, class P = int, int LW = 32>
 __device__ __forceinline__ void xm_units(const uint8_t *const *Wr, const uint8_t *const *xt, int cols, int lane,
-                                         float *acc)
+                                         float *acc, const P *pre = nullptr)
 {
     constexpr int S = xs_type<T>::STRIDE;
 #pragma unroll
     for (int i = 0; i < NT * R; i++) acc[i] = 0.0f;
     const int units = cols / 32;
-    for (int un = lane; un < units; un += 32) {
+    int un = lane;
+    if constexpr (!std::is_same<P, int>::value) { /* the first unit's words loaded before (xm_load) */
+        if (un < units)
+            xs_unit<T, R, NT>::dot(*pre, un & 7, xt, cols, 256 * (un >> 3), acc);
+        un += LW;
+    }
+    for (; un < units; un += LW) {
         const int b = un >> 3;
         const uint8_t *p[R];
 #pragma unroll
@@ -57,22 +65,76 @@ __device__ __forceinline__ void xm_units(const uint8_t *const *Wr, const uint8_t
     }
 }
 
+/* The rows of a pass: Wr[i] row r0 + i of W (r0 itself from `end` on;
+ * CLAMP, where r0 may be past the end too: then end - 1). */
+template <int R, bool CLAMP = false>
+__device__ __forceinline__ void xm_ptrs(const uint8_t *W, size_t row_bytes, int64_t r0, int64_t end,
+                                        const uint8_t **Wr)
+{
+    const int64_t last = CLAMP && r0 >= end ? end - 1 : r0;
+#pragma unroll
+    for (int i = 0; i < R; i++) Wr[i] = W + (size_t)(r0 + i < end ? r0 + i : last) * row_bytes;
+}
+
+/* The sum over a group of LW lanes (32: mr_warp_sum; 16: its last four
+ * steps, which give the same bits where a warp's lanes 16..31 hold zeros,
+ * as they do when a row has at most 16 units). */
+template <int LW>
+__device__ __forceinline__ float xm_sum(float v)
+{
+    if constexpr (LW == 32) {
+        return mr_warp_sum(v);
+    } else {
+#pragma unroll
+        for (int o = LW / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        return v;
+    }
+}
+
+/* The gate/up form's: rows r0 .. r0 + RH - 1 of Wg, then the same of Wu. */
+template <int RH>
+__device__ __forceinline__ void xm_ptrs_glu(const uint8_t *Wg, const uint8_t *Wu, size_t row_bytes, int64_t r0,
+                                            int64_t end, const uint8_t **Wr)
+{
+#pragma unroll
+    for (int i = 0; i < 2 * RH; i++) {
+        const int o = i % RH;
+        Wr[i] = (i < RH ? Wg : Wu) + (size_t)(r0 + o < end ? r0 + o : r0) * row_bytes;
+    }
+}
+
+/* The words of lane's first unit of rows Wr[] (xm_units' first step), for
+ * a block to ask for them before its input quantization (k_moex24 EARLY). */
+template <int T, int R>
+__device__ __forceinline__ void xm_load(const uint8_t *const *Wr, int cols, int lane,
+                                        typename xs_unit<T, R, 1>::raw &w)
+{
+    if (lane >= cols / 32)
+        return;
+    const uint8_t *p[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) p[i] = Wr[i] + (size_t)(lane >> 3) * xs_type<T>::STRIDE;
+    xs_unit<T, R, 1>::load(p, lane & 7, w);
+}
+
 /* Rows r0 .. r0 + R - 1 (those from `end` on computed but not stored) of
- * expert matrix W for the NT pairs pr[] with planes xt[]. */
-template <int T, int R, int NT>
+ * expert matrix W for the NT pairs pr[] with planes xt[] (pre: the first
+ * unit's words, xm_load's); LW 16: by each half of the warp, lane its lane
+ * in the half (r0 may then be past the end: nothing stored). */
+template <int T, int R, int NT, class P = int, int LW = 32>
 __device__ __forceinline__ void xm_rows(const uint8_t *W, size_t row_bytes, int cols, int64_t r0, int64_t end,
-                                        const uint8_t *const *xt, const int *pr, float *y, int64_t rows, int lane)
+                                        const uint8_t *const *xt, const int *pr, float *y, int64_t rows, int lane,
+                                        const P *pre = nullptr)
 {
     const uint8_t *Wr[R];
-#pragma unroll
-    for (int i = 0; i < R; i++) Wr[i] = W + (size_t)(r0 + i < end ? r0 + i : r0) * row_bytes;
+    xm_ptrs<R, LW < 32>(W, row_bytes, r0, end, Wr);
     float acc[NT * R];
-    xm_units<T, R, NT>(Wr, xt, cols, lane, acc);
+    xm_units<T, R, NT, P, LW>(Wr, xt, cols, lane, acc, pre);
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int i = 0; i < R; i++) {
-            const float v = mr_warp_sum(acc[t * R + i]);
+            const float v = xm_sum<LW>(acc[t * R + i]);
             if (lane == 0 && r0 + i < end) y[(int64_t)pr[t] * rows + r0 + i] = v;
         }
 }
@@ -81,21 +143,17 @@ __device__ __forceinline__ void xm_rows(const uint8_t *W, size_t row_bytes, int 
  * gate (Wg) and the same rows of the up matrix (Wu) as one pass of 2 RH
  * rows, then silu(gate) * up written as the swiglu op would (cu_common.cuh's
  * mr_silu_mul) beside both products.  Each row is summed as xm_rows sums it. */
-template <int T, int RH>
+template <int T, int RH, class P = int>
 __device__ __forceinline__ void xm_rows_glu(const uint8_t *Wg, const uint8_t *Wu, size_t row_bytes, int cols,
                                             int64_t r0, int64_t end, const uint8_t *xt0, int pr, float *yg,
-                                            float *yu, float *yo, int64_t rows, int lane)
+                                            float *yu, float *yo, int64_t rows, int lane, const P *pre = nullptr)
 {
     constexpr int R = 2 * RH;
     const uint8_t *Wr[R];
-#pragma unroll
-    for (int i = 0; i < R; i++) {
-        const int o = i % RH;
-        Wr[i] = (i < RH ? Wg : Wu) + (size_t)(r0 + o < end ? r0 + o : r0) * row_bytes;
-    }
+    xm_ptrs_glu<RH>(Wg, Wu, row_bytes, r0, end, Wr);
     float acc[R];
     const uint8_t *xt[1] = {xt0};
-    xm_units<T, R, 1>(Wr, xt, cols, lane, acc);
+    xm_units<T, R, 1>(Wr, xt, cols, lane, acc, pre);
 #pragma unroll
     for (int i = 0; i < RH; i++) {
         const float g = mr_warp_sum(acc[i]), u = mr_warp_sum(acc[RH + i]);
@@ -123,9 +181,15 @@ __device__ __forceinline__ int xm_in(const mr_cu_mvjob &a, int p)
  * shared memory first (xs_quantize, what k_x24_quant writes to xg, so the
  * same sums) and the step has one launch fewer (the default;
  * MEMRA_CUDA_XM_QUANT=launch: k_x24_quant first);
- * nt_max: pairs a chunk at most (c->x24_nt_max: 2 unless set for timing). */
-template <int T, bool GLU = false>
-__global__ void __launch_bounds__(XM_WARPS * 32, 4) k_moex24(mr_cu_mvjob a, const int32_t *__restrict__ grp, int S,
+ * nt_max: pairs a chunk at most (c->x24_nt_max: 2 unless set for timing).
+ * EARLY (one token, the block quantizing its row; Q4_K and IQ4_XS): each
+ * warp asks for its first pass's first unit of weights once the block has
+ * its expert id, before the quantization and its barrier, so that the
+ * weights' trip from memory overlaps the input's; the same sums.  LW 16
+ * (EARLY, the down form, at most 16 units a row): each half warp takes
+ * XM_ROWS rows, so that no lane idles; the same sums (xm_sum). */
+template <int T, bool GLU = false, bool EARLY = false, int LW = 32>
+__global__ void __launch_bounds__(XM_WARPS * 32, XM_MIN_BLOCKS) k_moex24(mr_cu_mvjob a, const int32_t *__restrict__ grp, int S,
                                                           int RS, const uint8_t *__restrict__ xg, int nt_max)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
@@ -169,6 +233,43 @@ __global__ void __launch_bounds__(XM_WARPS * 32, 4) k_moex24(mr_cu_mvjob a, cons
      * its one pair's row quantized here; every return above is the whole
      * block's, so all its threads meet the barrier */
     extern __shared__ __align__(16) uint8_t xm_sh[];
+    if constexpr (EARLY) { /* one token, xg NULL */
+        static_assert(LW == 32 || (LW == 16 && !GLU), "half warps: the down form");
+        constexpr int RW = GLU ? XM_ROWS / 2 : XM_ROWS; /* rows of each matrix a group of LW lanes takes */
+        using raw = typename xs_unit<T, XM_ROWS, 1>::raw;
+        raw pre;
+        const uint8_t *Wr[XM_ROWS];
+        const uint8_t *Wu = GLU ? a.sub_W[1] + (size_t)e * j.mat_bytes : NULL;
+        const int sub = lane & (LW - 1), grp_r = (lane / LW) * RW; /* the lane in its group; the group's rows */
+        const int64_t w0 = rb + (int64_t)warp * (32 / LW) * RW, pass = XM_WARPS * (32 / LW) * RW;
+        if (w0 < re) {
+            if constexpr (GLU)
+                xm_ptrs_glu<XM_ROWS / 2>(W, Wu, j.row_bytes, w0, re, Wr);
+            else
+                xm_ptrs<XM_ROWS, LW < 32>(W, j.row_bytes, w0 + grp_r, re, Wr);
+            xm_load<T, XM_ROWS>(Wr, cols, sub, pre);
+        }
+        /* two rounds in flight (2,048 columns for 128 threads): the weights
+         * held meanwhile leave fewer registers than XS_QU's four need */
+        xs_quantize<2>(a.x + (int64_t)xm_in(a, slot) * cols, cols, xm_sh, threadIdx.x, blockDim.x);
+        __syncthreads();
+        const int pr[1] = {slot};
+        const uint8_t *xt[1] = {xm_sh};
+        if (w0 >= re)
+            return;
+        if constexpr (GLU) {
+            xm_rows_glu<T, XM_ROWS / 2>(W, Wu, j.row_bytes, cols, w0, re, xm_sh, slot, j.y, a.sub_y[1], a.glu_out,
+                                        j.rows, lane, &pre);
+            for (int64_t r = w0 + pass; r < re; r += pass)
+                xm_rows_glu<T, XM_ROWS / 2>(W, Wu, j.row_bytes, cols, r, re, xm_sh, slot, j.y, a.sub_y[1],
+                                            a.glu_out, j.rows, lane);
+        } else {
+            xm_rows<T, XM_ROWS, 1, raw, LW>(W, j.row_bytes, cols, w0 + grp_r, re, xt, pr, j.y, j.rows, sub, &pre);
+            for (int64_t r = w0 + pass; r < re; r += pass)
+                xm_rows<T, XM_ROWS, 1, int, LW>(W, j.row_bytes, cols, r + grp_r, re, xt, pr, j.y, j.rows, sub);
+        }
+        return;
+    }
     if (!xg) {
         xs_quantize(a.x + (int64_t)xm_in(a, slot) * cols, cols, xm_sh, threadIdx.x, blockDim.x);
         __syncthreads();
@@ -241,9 +342,20 @@ bool mr_cu_x24_takes_id(const mr_cu_ctx *c, const mr_weight *const *w, int m, co
 /* xg NULL (one token): each block quantizes its input row (smem bytes). */
 template <int T, bool GLU = false>
 static void xm_launch(mr_cu_ctx *c, dim3 grid, const mr_cu_mvjob &a, const int32_t *grp, int S, int RS,
-                      const uint8_t *xg)
+                      const uint8_t *xg, bool half = false)
 {
     const size_t smem = xg ? 0 : xs_xbytes(a.cols);
+    if constexpr (T == MR_TYPE_Q4_K || T == MR_TYPE_IQ4_XS) {
+        if (!GLU && half) {
+            mr_cu_launch(c, k_moex24<T, false, true, 16>, grid, XM_WARPS * 32, smem, a, grp, S, RS, xg,
+                         c->x24_nt_max);
+            return;
+        }
+        if (!xg && c->xm_early) {
+            mr_cu_launch(c, k_moex24<T, GLU, true>, grid, XM_WARPS * 32, smem, a, grp, S, RS, xg, c->x24_nt_max);
+            return;
+        }
+    }
     mr_cu_launch(c, k_moex24<T, GLU>, grid, XM_WARPS * 32, smem, a, grp, S, RS, xg, c->x24_nt_max);
 }
 
@@ -256,6 +368,16 @@ static const uint8_t *xm_planes(mr_cu_ctx *c, const float *x, int rows, int64_t 
     if (one && c->xm_quant_block && xs_xbytes(cols) <= 48 * 1024)
         return NULL;
     return mr_cu_x24_planes(c, x, rows, cols, (MR_CU_GEMM_MIN_TOKENS - 1) * x_slots);
+}
+
+/* Whether one token's plain expert product (one matrix, xg NULL: the
+ * blocks quantize) runs in half warps: EARLY's types, at most 16 units a
+ * row (the 35B-A3B's down, 512 columns: lanes 16..31 of a whole-warp pass
+ * idle); MEMRA_CUDA_XM_HALF=0: whole warps. */
+static bool xm_half(const mr_cu_ctx *c, int T, int m, int64_t cols, const uint8_t *xg)
+{
+    return c->xm_half && c->xm_early && !xg && m == 1 && cols <= 16 * 32 &&
+           (T == MR_TYPE_Q4_K || T == MR_TYPE_IQ4_XS);
 }
 
 bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
@@ -284,19 +406,21 @@ bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
     const uint8_t *xg = xm_planes(c, x, n * x_slots, a.cols, x_slots, !grp);
     if (!xg && c->failed)
         return true; /* the sticky error */
-    /* rows a block: a multiple of the block's XM_WARPS * XM_ROWS, about
-     * c->xm_bps (64) blocks an SM when every slot is used */
-    const int step = XM_WARPS * XM_ROWS;
-    const int64_t bps = (int64_t)c->xm_bps * c->n_sm;
+    /* rows a block: a multiple of the block's XM_WARPS * XM_ROWS (twice
+     * that in half warps), about c->xm_bps (64) blocks an SM when every
+     * slot is used; one token (every slot used): c->xm_bps1, one wave */
+    const bool half = xm_half(c, T, m, a.cols, xg);
+    const int step = XM_WARPS * XM_ROWS * (half ? 2 : 1);
+    const int64_t bps = (int64_t)(n == 1 ? c->xm_bps1 : c->xm_bps) * c->n_sm;
     int64_t RS = (rows_max * S * m + bps - 1) / bps;
     RS = (RS + step - 1) / step * step;
     if (RS < step) RS = step;
     if (RS > 16 * step) RS = 16 * step;
     const dim3 grid((unsigned)((rows_max + RS - 1) / RS), (unsigned)S, (unsigned)m);
     switch (T) {
-    case MR_TYPE_Q4_K: xm_launch<MR_TYPE_Q4_K>(c, grid, a, grp, S, (int)RS, xg); break;
+    case MR_TYPE_Q4_K: xm_launch<MR_TYPE_Q4_K>(c, grid, a, grp, S, (int)RS, xg, half); break;
     case MR_TYPE_Q6_K: xm_launch<MR_TYPE_Q6_K>(c, grid, a, grp, S, (int)RS, xg); break;
-    case MR_TYPE_IQ4_XS: xm_launch<MR_TYPE_IQ4_XS>(c, grid, a, grp, S, (int)RS, xg); break;
+    case MR_TYPE_IQ4_XS: xm_launch<MR_TYPE_IQ4_XS>(c, grid, a, grp, S, (int)RS, xg, half); break;
     default: xm_launch<MR_TYPE_Q8_0>(c, grid, a, grp, S, (int)RS, xg); break; /* xs_has */
     }
     MR_CU_LAUNCHED(c, "x24 expert matvec");
@@ -326,7 +450,7 @@ bool mr_cu_x24_glu_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
      * matrices: half its rows a block (a pass here takes half its rows of
      * each matrix) */
     const int step = XM_WARPS * XM_ROWS;
-    const int64_t bps = (int64_t)c->xm_bps * c->n_sm;
+    const int64_t bps = (int64_t)c->xm_bps1 * c->n_sm;
     int64_t RS = (rows_max * k * 2 + bps - 1) / bps;
     RS = (RS + step - 1) / step * step;
     if (RS < step) RS = step;

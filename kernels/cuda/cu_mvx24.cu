@@ -373,6 +373,15 @@ void mr_cu_x24_init(mr_cu_ctx *c)
     const char *bps = getenv("MEMRA_CUDA_XM_BPS");
     const int bpsv = bps ? atoi(bps) : 0;
     c->xm_bps = bpsv >= 1 && bpsv <= 256 ? bpsv : 64;
+    /* One token's: as many blocks as the card holds at once (4 an SM at
+     * k_moex24's 128 registers), each warp making more passes.  Runs
+     * 127-128 (H200, tg128): the 30B-A3B's gate/up took 768 blocks and its
+     * down 1,024 in 1.5 and 2 waves of 528; at 4 an SM (384 and 512) tg128
+     * went 313 -> 324 tok/s; 3: 316, 2: 310.  MEMRA_CUDA_XM_BPS1 (1..256)
+     * for timing: a row's sums do not depend on it. */
+    const char *bps1 = getenv("MEMRA_CUDA_XM_BPS1");
+    const int bps1v = bps1 ? atoi(bps1) : 0;
+    c->xm_bps1 = bps1v >= 1 && bps1v <= 256 ? bps1v : XM_MIN_BLOCKS;
     const char *moe = getenv("MEMRA_CUDA_X24_MOE"); /* 0: expert products stay on the float kernels */
     c->x24_moe = !(moe && !strcmp(moe, "0"));
     const char *iq = getenv("MEMRA_CUDA_X24_IQ4XS");

@@ -31,6 +31,9 @@
 #define XS_COLS_MAX 13312 /* widest input quantized into shared memory (48 KB) */
 #define XS_QMAX 2097151.0f /* 2^21 - 1 */
 #define XS_QU 4 /* input rounds whose loads are in flight together */
+/* blocks of the expert kernel (cu_moex24.cu k_moex24, 128 threads) an SM:
+ * its launch bounds, so at most 128 registers, which is all 4 leave */
+#define XM_MIN_BLOCKS 4
 
 /* The activation row in shared memory: three planes of cols bytes, hi
  * (int8, q >> 16), mid (uint8, (q >> 8) & 255), lo (uint8, q & 255), so
@@ -122,20 +125,22 @@ __device__ __forceinline__ void xs_iq4nl8(uint32_t q, uint32_t *lo, uint32_t *hi
 /* Quantizes the row x (cols floats) into shared memory, all threads of the
  * block (q = rint(x * ((2^21 - 1) / absmax)), ties to even; d = absmax /
  * (2^21 - 1), both quotients IEEE); 4 consecutive threads a 32-column
- * group (cols % 256 == 0, so a warp is always whole in the loop).  A group with a NaN or an infinity
+ * group (cols % 256 == 0, so a warp is always whole in the loop); QU: rounds
+ * whose loads are in flight together (fewer registers: see k_moex24 EARLY).  A group with a NaN or an infinity
  * gets d = NaN: its products are NaN, as with float activations. */
+template <int QU = XS_QU>
 __device__ __forceinline__ void xs_quantize(const float *__restrict__ x, int cols, uint8_t *sh, int first,
                                             int step)
 {
     float *dq = xs_d(sh, cols);
     int *sq = xs_sq(sh, cols);
     const int n8 = cols / 8;
-    /* the loads of XS_QU rounds first, then their work: one memory round
-     * trip for up to XS_QU * 2048 columns instead of one a round */
-    for (int base = first; base < n8; base += XS_QU * step) {
-        float4 va[XS_QU], vb[XS_QU];
+    /* the loads of QU rounds first, then their work: one memory round
+     * trip for up to QU * 2048 columns instead of one a round */
+    for (int base = first; base < n8; base += QU * step) {
+        float4 va[QU], vb[QU];
 #pragma unroll
-        for (int u = 0; u < XS_QU; u++) {
+        for (int u = 0; u < QU; u++) {
             const int g8 = base + u * step;
             if (g8 < n8) {
                 va[u] = __ldg((const float4 *)x + 2 * g8);
@@ -143,7 +148,7 @@ __device__ __forceinline__ void xs_quantize(const float *__restrict__ x, int col
             }
         }
 #pragma unroll
-        for (int u = 0; u < XS_QU; u++) {
+        for (int u = 0; u < QU; u++) {
             const int g8 = base + u * step;
             if (g8 >= n8) /* the same for the whole warp: n8, first - lane and step are multiples of 32 */
                 break;
@@ -328,17 +333,40 @@ template <int T, int R, int NT> struct xs_unit;
  * nibbles are columns 64j + 16h + 0..15 (sub-block 2j), high nibbles the
  * same 32 columns on (sub-block 2j + 1). */
 template <int R, int NT> struct xs_unit<MR_TYPE_Q4_K, R, NT> {
+struct raw { uint4 hd[R], qv[R]; }; /* the unit's words of each row: header, quants */
+static __device__ __forceinline__ void load(const uint8_t *const *p, int u, raw &w)
+{
+    const int j = u >> 1, h = u & 1;
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        w.hd[i] = __ldg((const uint4 *)p[i]);
+        w.qv[i] = __ldg((const uint4 *)(p[i] + 16 + 32 * j + 16 * h));
+    }
+}
 static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const uint8_t *const *xt, int cols,
                                            int c0, float *acc)
 {
     const int j = u >> 1, h = u & 1;
     const int ca = c0 + 64 * j + 16 * h, cb = ca + 32;
-    uint4 hd[R], qv[R];
+    raw w;
 #pragma unroll
-    for (int i = 0; i < R; i++) {
-        hd[i] = __ldg((const uint4 *)p[i]);
-        qv[i] = __ldg((const uint4 *)(p[i] + 16 + 32 * j + 16 * h));
+    for (int i = 0; i < R; i++) { /* load's, after the columns as before it was split out */
+        w.hd[i] = __ldg((const uint4 *)p[i]);
+        w.qv[i] = __ldg((const uint4 *)(p[i] + 16 + 32 * j + 16 * h));
     }
+    dots(w, j, ca, cb, xt, cols, acc);
+}
+static __device__ __forceinline__ void dot(const raw &w, int u, const uint8_t *const *xt, int cols, int c0,
+                                           float *acc)
+{
+    const int j = u >> 1, h = u & 1;
+    const int ca = c0 + 64 * j + 16 * h, cb = ca + 32;
+    dots(w, j, ca, cb, xt, cols, acc);
+}
+static __device__ __forceinline__ void dots(const raw &w, int j, int ca, int cb, const uint8_t *const *xt, int cols,
+                                            float *acc)
+{
+    const uint4 *hd = w.hd, *qv = w.qv;
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         const uint8_t *xs = xt[t];
@@ -474,24 +502,50 @@ __device__ __forceinline__ void xs_tokens32(const uint32_t (&w)[R][8], const flo
  * byte k and column k + 16 in the high one, indices into the code book
  * (xs_iq4nl8).  Each row's weights are looked up once for all NT tokens. */
 template <int R, int NT> struct xs_unit<MR_TYPE_IQ4_XS, R, NT> {
+struct raw { uint2 hd[R], qa[R], qb[R]; }; /* the unit's words of each row: header, quants */
+static __device__ __forceinline__ void load(const uint8_t *const *p, int u, raw &r)
+{
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        r.hd[i] = __ldg((const uint2 *)p[i]);
+        r.qa[i] = __ldg((const uint2 *)(p[i] + 8 + 16 * u));
+        r.qb[i] = __ldg((const uint2 *)(p[i] + 16 + 16 * u));
+    }
+}
+/* a row's code book values w (words 0..3 columns 0..15, 4..7 columns
+ * 16..31) and scale ds from its words */
+static __device__ __forceinline__ void look(const uint2 &hd, const uint2 &qa, const uint2 &qb, int u,
+                                            uint32_t (&w)[8], float &ds)
+{
+    xs_iq4nl8(qa.x, &w[0], &w[4]);
+    xs_iq4nl8(qa.y, &w[1], &w[5]);
+    xs_iq4nl8(qb.x, &w[2], &w[6]);
+    xs_iq4nl8(qb.y, &w[3], &w[7]);
+    const uint32_t ls = ((hd.y >> (4 * u)) & 15) | (((hd.x >> (16 + 2 * u)) & 3) << 4);
+    ds = xs_mul(q8_h2f(hd.x), (float)((int)ls - 32)); /* exact: 11 by 6 bits */
+}
 static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const uint8_t *const *xt, int cols,
                                            int c0, float *acc)
 {
     const int ca = c0 + 32 * u;
-    uint32_t w[R][8]; /* code book values: words 0..3 columns 0..15, 4..7 columns 16..31 */
+    uint32_t w[R][8];
     float ds[R];
 #pragma unroll
-    for (int i = 0; i < R; i++) {
+    for (int i = 0; i < R; i++) { /* load's words, a row at a time */
         const uint2 hd = __ldg((const uint2 *)p[i]);
         const uint2 qa = __ldg((const uint2 *)(p[i] + 8 + 16 * u)), qb = __ldg((const uint2 *)(p[i] + 16 + 16 * u));
-        xs_iq4nl8(qa.x, &w[i][0], &w[i][4]);
-        xs_iq4nl8(qa.y, &w[i][1], &w[i][5]);
-        xs_iq4nl8(qb.x, &w[i][2], &w[i][6]);
-        xs_iq4nl8(qb.y, &w[i][3], &w[i][7]);
-        const uint32_t ls = ((hd.y >> (4 * u)) & 15) | (((hd.x >> (16 + 2 * u)) & 3) << 4);
-        ds[i] = xs_mul(q8_h2f(hd.x), (float)((int)ls - 32)); /* exact: 11 by 6 bits */
+        look(hd, qa, qb, u, w[i], ds[i]);
     }
     xs_tokens32<R, NT>(w, ds, xt, cols, ca, acc);
+}
+static __device__ __forceinline__ void dot(const raw &r, int u, const uint8_t *const *xt, int cols, int c0,
+                                           float *acc)
+{
+    uint32_t w[R][8];
+    float ds[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) look(r.hd[i], r.qa[i], r.qb[i], u, w[i], ds[i]);
+    xs_tokens32<R, NT>(w, ds, xt, cols, c0 + 32 * u, acc);
 }
 };
 
