@@ -1046,10 +1046,11 @@ static void check_xm_quant_all(void)
     /* one block an SM (MEMRA_CUDA_XM_BPS1 = 1; XM_BPS for the batch):
      * ~4 times the default's rows a block, more passes a warp */
     setenv("MEMRA_CUDA_XM_BPS", "1", 1);
+    mr_backend *tall = backend_with("MEMRA_CUDA_XM_BPS1", "1");
     setenv("MEMRA_CUDA_XM_BPS1", "1", 1);
-    mr_backend *tall = backend_with("MEMRA_CUDA_XM_QUANT", "block"), *tall_late = backend_with("MEMRA_CUDA_XM_EARLY", "0");
-    unsetenv("MEMRA_CUDA_XM_BPS");
+    mr_backend *tall_late = backend_with("MEMRA_CUDA_XM_EARLY", "0");
     unsetenv("MEMRA_CUDA_XM_BPS1");
+    unsetenv("MEMRA_CUDA_XM_BPS");
     mr_backend *blk[4] = {backend_with("MEMRA_CUDA_XM_QUANT", "launch"), backend_with("MEMRA_CUDA_XM_EARLY", "0"),
                           backend_with("MEMRA_CUDA_XM_HALF", "0"), tall_late};
     mr_backend *ref[4] = {gpu_x24, gpu_x24, gpu_x24, tall};

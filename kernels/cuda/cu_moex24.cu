@@ -37,7 +37,8 @@
 #define XM_ROWS 4  /* rows a warp takes at a time */
 
 /* acc[t R + i] = this lane's share of row i (rows at Wr[i]) for token t
- * (planes xt[t]): its units lane, lane + 32, ... in order.  The loop is
+ * (planes xt[t]): its units lane, lane + LW, ... in order (LW 16: lane is
+ * the lane in its half warp).  The loop is
  * k_mvx24's, written out there too: sharing it with the plain kernel
  * changed ptxas' register spills in the measured one-token kernels (up to
  * 52 bytes instead of 4 for the Q6_K instance), a change no GPU run has
@@ -96,11 +97,8 @@ template <int RH>
 __device__ __forceinline__ void xm_ptrs_glu(const uint8_t *Wg, const uint8_t *Wu, size_t row_bytes, int64_t r0,
                                             int64_t end, const uint8_t **Wr)
 {
-#pragma unroll
-    for (int i = 0; i < 2 * RH; i++) {
-        const int o = i % RH;
-        Wr[i] = (i < RH ? Wg : Wu) + (size_t)(r0 + o < end ? r0 + o : r0) * row_bytes;
-    }
+    xm_ptrs<RH>(Wg, row_bytes, r0, end, Wr);
+    xm_ptrs<RH>(Wu, row_bytes, r0, end, Wr + RH);
 }
 
 /* The words of lane's first unit of rows Wr[] (xm_units' first step), for
@@ -339,13 +337,30 @@ bool mr_cu_x24_takes_id(const mr_cu_ctx *c, const mr_weight *const *w, int m, co
     return xm_takes(c, w, m, x);
 }
 
+/* The types with an EARLY (and half-warp) form: those whose units split
+ * into load and dot (cu_x24.cuh). */
+static constexpr bool xm_early_type(int T) { return T == MR_TYPE_Q4_K || T == MR_TYPE_IQ4_XS; }
+
+/* Rows a block of an expert launch: `work` rows over all its slots and
+ * matrices spread for bps blocks an SM, a multiple of `step` (the rows of a
+ * block's pass) from 1 to 16 passes. */
+static int64_t xm_rows_a_block(const mr_cu_ctx *c, int64_t work, int step, int bps)
+{
+    const int64_t per = (int64_t)bps * c->n_sm;
+    int64_t RS = (work + per - 1) / per;
+    RS = (RS + step - 1) / step * step;
+    if (RS < step) RS = step;
+    if (RS > 16 * step) RS = 16 * step;
+    return RS;
+}
+
 /* xg NULL (one token): each block quantizes its input row (smem bytes). */
 template <int T, bool GLU = false>
 static void xm_launch(mr_cu_ctx *c, dim3 grid, const mr_cu_mvjob &a, const int32_t *grp, int S, int RS,
                       const uint8_t *xg, bool half = false)
 {
     const size_t smem = xg ? 0 : xs_xbytes(a.cols);
-    if constexpr (T == MR_TYPE_Q4_K || T == MR_TYPE_IQ4_XS) {
+    if constexpr (xm_early_type(T)) {
         if (!GLU && half) {
             mr_cu_launch(c, k_moex24<T, false, true, 16>, grid, XM_WARPS * 32, smem, a, grp, S, RS, xg,
                          c->x24_nt_max);
@@ -376,8 +391,7 @@ static const uint8_t *xm_planes(mr_cu_ctx *c, const float *x, int rows, int64_t 
  * idle); MEMRA_CUDA_XM_HALF=0: whole warps. */
 static bool xm_half(const mr_cu_ctx *c, int T, int m, int64_t cols, const uint8_t *xg)
 {
-    return c->xm_half && c->xm_early && !xg && m == 1 && cols <= 16 * 32 &&
-           (T == MR_TYPE_Q4_K || T == MR_TYPE_IQ4_XS);
+    return c->xm_half && c->xm_early && !xg && m == 1 && cols <= 16 * 32 && xm_early_type(T);
 }
 
 bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
@@ -410,12 +424,8 @@ bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
      * that in half warps), about c->xm_bps (64) blocks an SM when every
      * slot is used; one token (every slot used): c->xm_bps1, one wave */
     const bool half = xm_half(c, T, m, a.cols, xg);
-    const int step = XM_WARPS * XM_ROWS * (half ? 2 : 1);
-    const int64_t bps = (int64_t)(n == 1 ? c->xm_bps1 : c->xm_bps) * c->n_sm;
-    int64_t RS = (rows_max * S * m + bps - 1) / bps;
-    RS = (RS + step - 1) / step * step;
-    if (RS < step) RS = step;
-    if (RS > 16 * step) RS = 16 * step;
+    const int64_t RS = xm_rows_a_block(c, rows_max * S * m, XM_WARPS * XM_ROWS * (half ? 2 : 1),
+                                       n == 1 ? c->xm_bps1 : c->xm_bps);
     const dim3 grid((unsigned)((rows_max + RS - 1) / RS), (unsigned)S, (unsigned)m);
     switch (T) {
     case MR_TYPE_Q4_K: xm_launch<MR_TYPE_Q4_K>(c, grid, a, grp, S, (int)RS, xg, half); break;
@@ -449,13 +459,7 @@ bool mr_cu_x24_glu_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
     /* as many blocks and warp passes as mr_cu_x24_matvec_id gives the two
      * matrices: half its rows a block (a pass here takes half its rows of
      * each matrix) */
-    const int step = XM_WARPS * XM_ROWS;
-    const int64_t bps = (int64_t)c->xm_bps1 * c->n_sm;
-    int64_t RS = (rows_max * k * 2 + bps - 1) / bps;
-    RS = (RS + step - 1) / step * step;
-    if (RS < step) RS = step;
-    if (RS > 16 * step) RS = 16 * step;
-    RS /= 2;
+    const int64_t RS = xm_rows_a_block(c, rows_max * k * 2, XM_WARPS * XM_ROWS, c->xm_bps1) / 2;
     const dim3 grid((unsigned)((rows_max + RS - 1) / RS), (unsigned)k, 1);
     switch (T) {
     case MR_TYPE_Q4_K: xm_launch<MR_TYPE_Q4_K, true>(c, grid, a, NULL, k, (int)RS, xg); break;

@@ -349,8 +349,10 @@ static __device__ __forceinline__ void run(const uint8_t *const *p, int u, const
     const int j = u >> 1, h = u & 1;
     const int ca = c0 + 64 * j + 16 * h, cb = ca + 32;
     raw w;
+    /* load's loop written out: calling load here reorders the index
+     * arithmetic, and ptxas' output of the measured instances with it */
 #pragma unroll
-    for (int i = 0; i < R; i++) { /* load's, after the columns as before it was split out */
+    for (int i = 0; i < R; i++) {
         w.hd[i] = __ldg((const uint4 *)p[i]);
         w.qv[i] = __ldg((const uint4 *)(p[i] + 16 + 32 * j + 16 * h));
     }
