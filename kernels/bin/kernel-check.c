@@ -26,14 +26,15 @@
  * whole decode steps of a small model with it off and on, bit for bit
  * (check_pdl).
  *
- * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|route|tail|xmq|mm|ops|q8]]   Prints
+ * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|mm|ops|q8]]   Prints
  * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
  * grouped expert products, "prompt" only those of the prompt products (the
  * GEMM paths and their rows' bits across calls; part of "mm"), "sample"
  * only those of the sample op, "pdl" only the PDL comparison, "attn" only
  * the prompt attention (part of "ops"), "wide" only the rows a block of
  * the one-token Q4_K kernel (part of "mm"), "early" only its weight loads
- * ahead of the PDL wait (part of "mm"), "tail" only the fused end of a
+ * ahead of the PDL wait (part of "mm"), "loop" only its one-wave looping
+ * grid (part of "mm"), "tail" only the fused end of a
  * mixture layer (part of "ops"), "xmq" only the expert products that
  * quantize their inputs in each block (part of "moe"), "merge" only
  * the decode attention's two merges (part of "ops"), "route" only the routing by
@@ -2847,6 +2848,36 @@ static void check_early_weights(void)
         }
 }
 
+/* One token's plain Q4_K products in one wave of looping blocks (the
+ * default; MEMRA_CUDA_WIDE_LOOP=N: at most N blocks an SM, so 1 makes every
+ * block take many blocks of rows): a row's bits are those of the batches'
+ * launches at every rows-a-block count, a row count not a multiple of the
+ * rows a block included, and q/k/v sharing a launch give what they give
+ * one at a time. */
+static void check_wide_loop(void)
+{
+    const char *wls[] = {"0", "1", "3"}; /* 0: k_q4k_wide's early loads, the path before */
+    const char *wrs[] = {"0", "1", "2", "4", "8"};
+    for (size_t l = 0; l < sizeof wls / sizeof wls[0]; l++)
+        for (size_t i = 0; i < sizeof wrs / sizeof wrs[0]; i++) {
+            setenv("MEMRA_CUDA_WIDE_LOOP", wls[l], 1);
+            mr_backend *be = backend_with("MEMRA_CUDA_WIDE_R", wrs[i]);
+            unsetenv("MEMRA_CUDA_WIDE_LOOP");
+            char lab[40];
+            snprintf(lab, sizeof lab, "loop%s-batch-inv-wr%s", wls[l], wrs[i]);
+            check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 2048, 1001, 1, 1);
+            check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 2048, 4096, 1, 1);
+            check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 2048, 1, 1);
+            check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 4096, 1, 1);
+            check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 12288, 4096, 1, 1);
+            snprintf(lab, sizeof lab, "loop%s-wr%s", wls[l], wrs[i]);
+            check_multi_vs_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 512, 512, 2048, 1, 2);
+            check_multi_vs_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 1024, 1024, 4096, 1, 2);
+            check_multi_vs_one(be, lab, td_of(MR_TYPE_Q4_K), 1001, 7, 512, 4096, 1, 2);
+            be->destroy(be);
+        }
+}
+
 static void check_batch_invariance(void)
 {
     mr_backend *pre = x24_backend("MEMRA_CUDA_X24_PRE", "1");
@@ -2884,6 +2915,7 @@ static void check_batch_invariance(void)
     w8r1->destroy(w8r1);
     check_wide_rows();
     check_early_weights();
+    check_wide_loop();
     /* the 22-bit kernel on every shape it takes (MEMRA_CUDA_MATVEC=x24all) */
     const int x24t[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K, MR_TYPE_IQ4_XS, MR_TYPE_Q8_0};
     const int nx24 = (int)(sizeof x24t / sizeof x24t[0]);
@@ -4115,7 +4147,7 @@ int main(int argc, char **argv)
     } parts[] = {
         {"moe", check_part_moe},         {"prompt", check_part_prompt}, {"sample", check_sample_all},
         {"pdl", check_pdl},              {"attn", check_attention_prompts}, {"wide", check_wide_rows},
-        {"early", check_early_weights},  {"tail", check_moe_tail_all},  {"xmq", check_xm_quant_all}, {"merge", check_attn_merge},
+        {"early", check_early_weights},  {"loop", check_wide_loop},  {"tail", check_moe_tail_all},  {"xmq", check_xm_quant_all}, {"merge", check_attn_merge},
         {"route", check_route_rank_all},
     };
     size_t pi = 0;

@@ -74,6 +74,12 @@ struct mr_cu_auto {
     bool prof = false;
     std::vector<std::string> labels;
     std::map<std::string, std::pair<double, long>> totals;
+    /* and each kernel of a launch noted as [blocks x threads, waves]: waves
+     * = blocks over the blocks the card holds at once (SMs x the kernel's
+     * occupancy), the count that says whether a one-token grid is one
+     * latency chain or several (run 128) */
+    std::string noted;
+    std::map<std::pair<const void *, std::pair<int, size_t>>, int> per_sm; /* occupancy, by kernel, threads, smem */
     /* the last recorded op, when it was an add (for the add+RMSNorm fusion) */
     int last_op = 0;
     size_t add_sig_at = 0;
@@ -523,6 +529,32 @@ static void twice_parse(mr_cu_auto *a, const char *spec)
         fprintf(stderr, "MEMRA_CUDA_TWICE: %zu pattern(s), timing only: the results are wrong\n", a->twice.size());
 }
 
+void mr_cu_note_launch(mr_cu_ctx *c, const void *kernel, dim3 grid, dim3 block, size_t smem)
+{
+    mr_cu_auto *a = c->ag;
+    if (!a)
+        return;
+    const int threads = (int)(block.x * block.y * block.z);
+    const auto key = std::make_pair(kernel, std::make_pair(threads, smem));
+    auto it = a->per_sm.find(key);
+    if (it == a->per_sm.end()) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess) {
+            (void)cudaGetLastError(); /* the launch reports a bad shape itself */
+            n = 0;
+        }
+        it = a->per_sm.insert({key, n}).first;
+    }
+    const unsigned long blocks = (unsigned long)grid.x * grid.y * grid.z;
+    char buf[96];
+    if (it->second > 0)
+        snprintf(buf, sizeof buf, " [%lu x %d, %.2f waves]", blocks, threads,
+                 (double)blocks / ((double)it->second * c->n_sm));
+    else
+        snprintf(buf, sizeof buf, " [%lu x %d]", blocks, threads);
+    a->noted += buf;
+}
+
 /* Runs the recorded ops on the stream (or into a capture); with the
  * profile on, times each with events (a shared launch is timed as its first
  * op, whose label says so, and its other ops as nothing). */
@@ -535,9 +567,12 @@ static void run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
     if (timed)
         cudaEventRecord(ev[0], st);
     for (size_t i = 0; i < n;) {
+        a->noted.clear();
         const size_t used = launch_at(a, be, i);
         if (used > 1 && timed)
             a->labels[i] += " (+" + std::to_string(used - 1) + " in one launch)";
+        if (timed)
+            a->labels[i] += a->noted;
         if (!a->twice.empty() && twice_match(a, a->ops[i], used)) {
             launch_at(a, be, i);
             a->twice_done++;
@@ -1032,6 +1067,7 @@ void mr_cu_autograph_install(mr_backend *be)
     c->ag->real = *be;
     const char *pe = getenv("MEMRA_CUDA_PROFILE");
     c->ag->prof = pe && *pe && strcmp(pe, "0");
+    c->note_launches = c->ag->prof;
     const char *fm = getenv("MEMRA_CUDA_FUSE_MV");
     c->ag->fuse_mv = fm && (!strcmp(fm, "0") || !strcmp(fm, "3")) ? atoi(fm) : 4;
     static_assert(MR_CU_MV_SUBS >= 4, "the kernels take the recorder's four products a launch");
@@ -1097,6 +1133,7 @@ void mr_cu_autograph_free(mr_backend *be)
                     100.0 * t.first / all, t.second, 1e3 * t.first / t.second, e.second.c_str());
         }
     }
+    c->note_launches = false;
     delete c->ag;
     c->ag = NULL;
 }

@@ -390,6 +390,8 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     c->route_rank = !(ro && !strcmp(ro, "warp")); /* run 109: +2.5-3.3% tg128 on the 30B-A3B */
     const char *wr = getenv("MEMRA_CUDA_WIDE_R");
     c->wide_r = wr ? atoi(wr) : 0;
+    const char *wl = getenv("MEMRA_CUDA_WIDE_LOOP");
+    c->wide_loop = wl && *wl ? (atoi(wl) > 0 ? atoi(wl) : 0) : INT_MAX;
     const char *am = getenv("MEMRA_CUDA_ATTN_MERGE");
     c->attn_merge_reg = !(am && !strcmp(am, "loop"));
     const char *xq = getenv("MEMRA_CUDA_XM_QUANT");

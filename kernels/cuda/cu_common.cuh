@@ -63,6 +63,10 @@ struct mr_cu_ctx {
     bool early_w;           /* one token's plain Q4_K products load their first weights before the
                                PDL wait (cu_fast.cu k_q4k_wide; MEMRA_CUDA_EARLY=0: after it; the
                                same bits) */
+    int wide_loop;          /* and those of more blocks than one wave loop in one wave of at most
+                               this many blocks an SM (cu_fast.cu k_q4k_loop; MEMRA_CUDA_WIDE_LOOP,
+                               0: never; default INT_MAX, the kernel's occupancy; the same bits) */
+    int wide_loop_fit[4];   /* that kernel's blocks an SM at 1, 2, 4, 8 rows a block (0: not asked) */
     bool xm_quant_block;    /* one token's expert products quantize their input rows in each block
                                instead of a k_x24_quant launch before them (cu_moex24.cu; the same
                                planes, so the same bits; MEMRA_CUDA_XM_QUANT=launch: the launch) */
@@ -131,11 +135,16 @@ struct mr_cu_ctx {
                                (cu_attn.cu PF_SLICE; MEMRA_CUDA_PF_SPLIT=0: one block a tile) */
     mr_cu_buf scratch_pfa;  /* its records */
     mr_cu_buf scratch_split; /* partial sums of a float16 GEMM with k in chunks (cu_gemm.cu split_cols) */
+    bool note_launches;     /* the op profile is on: mr_cu_launch notes each launch's shape for it */
     long long small_gemm;   /* prompt products of matrices of at most this many rows in float32
                                (cu_sgemm.cu; MEMRA_CUDA_SMALL_GEMM, -1: the mode's default) */
 };
 
 static inline mr_cu_ctx *mr_cu(mr_backend *be) { return (mr_cu_ctx *)be->ctx; }
+
+/* Notes a launch's shape for the op profile (cu_autograph.cu), which
+ * prints it as waves: blocks over what the card holds at once. */
+void mr_cu_note_launch(mr_cu_ctx *c, const void *kernel, dim3 grid, dim3 block, size_t smem);
 
 /* Records the first failure; later ones are dropped (the first is the cause). */
 void mr_cu_fail(mr_cu_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

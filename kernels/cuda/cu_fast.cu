@@ -219,7 +219,7 @@ struct mv_block {
 
 template <int R, bool GLU>
 __device__ __forceinline__ bool mv_block_rows(const mr_cu_mvjob &job, mr_cu_mvjob *a, mv_block *b,
-                                              const uint8_t **rp, int po)
+                                              const uint8_t **rp, int po, unsigned blk = blockIdx.x)
 {
     const uint8_t *W, *Wu = NULL;
     if constexpr (GLU) {
@@ -228,7 +228,7 @@ __device__ __forceinline__ bool mv_block_rows(const mr_cu_mvjob &job, mr_cu_mvjo
         if (!glu_rows<R>(job, &b->r0, &W, &Wu, &b->x, &b->y, &b->yu, &b->yo))
             return false;
     } else {
-        *a = mr_cu_mv_sub<R>(job, &b->r0);
+        *a = mr_cu_mv_sub_at<R>(job, blk, &b->r0);
         if (!mr_cu_mv_rows<R>(*a, b->r0, &W, &b->x, &b->y))
             return false;
     }
@@ -335,13 +335,26 @@ struct wide_w {
     float d, dm, sc0, sc1, m0, m1;
 };
 
-__device__ __forceinline__ wide_w wide_load(const uint8_t *p, int j, int k)
+/* The four words those come from, as loaded: what a kernel keeps in
+ * registers while the loads are in flight (4 registers, not 10). */
+struct wide_raw {
+    uint32_t dd, sm, q0, q1;
+};
+
+__device__ __forceinline__ wide_raw wide_fetch(const uint8_t *p, int j, int k)
+{
+    wide_raw r;
+    r.dd = *(const uint32_t *)p;
+    r.sm = *(const uint32_t *)(p + 4 + 4 * j);
+    r.q0 = *(const uint32_t *)(p + 20 + 32 * j + 4 * k);
+    r.q1 = *(const uint32_t *)(p + 20 + 32 * j + 16 + 4 * k);
+    return r;
+}
+
+__device__ __forceinline__ wide_w wide_decode(const wide_raw &r)
 {
     wide_w w;
-    const uint32_t dd = *(const uint32_t *)p;
-    const uint32_t sm = *(const uint32_t *)(p + 4 + 4 * j);
-    const uint32_t q0 = *(const uint32_t *)(p + 20 + 32 * j + 4 * k);
-    const uint32_t q1 = *(const uint32_t *)(p + 20 + 32 * j + 16 + 4 * k);
+    const uint32_t dd = r.dd, sm = r.sm, q0 = r.q0, q1 = r.q1;
     w.l0 = q0 & 0x0F0F0F0Fu, w.h0 = (q0 >> 4) & 0x0F0F0F0Fu;
     w.l1 = q1 & 0x0F0F0F0Fu, w.h1 = (q1 >> 4) & 0x0F0F0F0Fu;
     w.d = __half2float(__ushort_as_half((uint16_t)(dd & 0xffff)));
@@ -349,6 +362,11 @@ __device__ __forceinline__ wide_w wide_load(const uint8_t *p, int j, int k)
     w.sc0 = mag(sm, 0) - MAGIC, w.sc1 = mag(sm, 1) - MAGIC;
     w.m0 = mag(sm, 2) - MAGIC, w.m1 = mag(sm, 3) - MAGIC;
     return w;
+}
+
+__device__ __forceinline__ wide_w wide_load(const uint8_t *p, int j, int k)
+{
+    return wide_decode(wide_fetch(p, j, k));
 }
 
 /* One token's share of a Q4_K wide step: its 16 inputs (a0, a1 against
@@ -498,6 +516,79 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
         }
     __syncthreads();
     mv_block_store<R, NT, GLU>(part, a, b);
+}
+
+/* One token's plain Q4_K product as k_q4k_wide<R, 1, false, EARLY> with
+ * a grid of at most one wave: block b takes the blocks of rows b, b + G,
+ * b + 2G, ... (G = gridDim.x) of that kernel's grid (nvb of them).  A
+ * grid above one wave costs a second latency chain a block (section 61 of
+ * docs/GPU-NOTES.md); looping, the block asks for its next rows' first
+ * weights before the sums of the rows it has (the raw words, 4 registers
+ * a row), so their trip overlaps the reduction and the store.  A row's
+ * sums are formed as in k_q4k_wide (the same steps in the same order from
+ * 0, the same warp sum, the FW partials in warp order), so the same bits
+ * at every grid. */
+template <int R>
+__global__ void __launch_bounds__(FW * 32, R <= 2 ? 8 : R == 4 ? 5 : 2) k_q4k_loop(mr_cu_mvjob job, unsigned nvb)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int blk = lane >> 4, j = (lane >> 2) & 3, k = lane & 3;
+    const int xo = 256 * blk + 64 * j + 4 * k;
+    const int po = 148 * blk;
+    const int nsteps = (int)(job.cols / 512);
+    const bool first = warp < nsteps; /* the warp's first step, s = warp */
+    unsigned vb = blockIdx.x;
+    mr_cu_mvjob a;
+    mv_block b;
+    const uint8_t *rp[R];
+    wide_raw wr[R];
+    mv_block_rows<R, false>(job, &a, &b, rp, po, vb); /* plain: cannot fail */
+    if (first) {
+#pragma unroll
+        for (int i = 0; i < R; i++) wr[i] = wide_fetch(rp[i] + (size_t)warp * 296, j, k);
+    }
+    mr_pdl_wait(); /* cu_pdl.cuh; the weights are no kernel's output */
+    mr_pdl_trigger();
+    __shared__ float part[2][FW][R]; /* two: a fast warp's next partials never meet this store's reads */
+    for (int it = 0; vb < nvb; vb += gridDim.x, it ^= 1) {
+        float acc[R];
+#pragma unroll
+        for (int i = 0; i < R; i++) acc[i] = 0.0f;
+        const float *x = b.x;
+        if (first) {
+            float4 a0, a1, b0, b1;
+            float xs0, xs1;
+            wide_x(x + 512 * warp + xo, a0, a1, b0, b1, xs0, xs1);
+#pragma unroll
+            for (int i = 0; i < R; i++) acc[i] += wide_tok(a0, a1, b0, b1, xs0, xs1, wide_decode(wr[i]));
+        }
+#pragma unroll 2
+        for (int s = warp + FW; s < nsteps; s += FW) {
+            float4 a0, a1, b0, b1;
+            float xs0, xs1;
+            wide_x(x + 512 * s + xo, a0, a1, b0, b1, xs0, xs1);
+#pragma unroll
+            for (int i = 0; i < R; i++)
+                acc[i] += wide_tok(a0, a1, b0, b1, xs0, xs1, wide_load(rp[i] + (size_t)s * 296, j, k));
+        }
+        /* the next rows' first weights, in flight during the sums below */
+        const mr_cu_mvjob a_here = a;
+        const mv_block b_here = b;
+        if (vb + gridDim.x < nvb) {
+            mv_block_rows<R, false>(job, &a, &b, rp, po, vb + gridDim.x);
+            if (first) {
+#pragma unroll
+                for (int i = 0; i < R; i++) wr[i] = wide_fetch(rp[i] + (size_t)warp * 296, j, k);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            const float v = mr_warp_sum(acc[i]);
+            if (lane == 0) part[it][warp][i] = v;
+        }
+        __syncthreads();
+        mv_block_store<R, 1, false>(part[it], a_here, b_here);
+    }
 }
 
 /* ---- decode batches of experts, grouped by expert ----
@@ -881,6 +972,35 @@ template <int T> static bool q4k_wide_takes(const mr_cu_ctx *c, const mr_cu_mvjo
     return T == MR_TYPE_Q4_K && a.cols % 512 == 0 && c->q4k_wide && !a.ids;
 }
 
+/* One token's plain Q4_K product goes to k_q4k_loop with at most one wave
+ * of blocks (at most c->wide_loop an SM, MEMRA_CUDA_WIDE_LOOP; 0: never,
+ * false and nothing launched: k_q4k_wide then takes it as before).  Its
+ * launch bounds hold 8 blocks an SM at 1 and 2 rows a block (64 registers,
+ * no spills; k_q4k_wide's 72 hold 7, which put the 30B-A3B's 1,024-block
+ * o-projection at 1.11 waves) and 5 at 4. */
+template <int R>
+static bool launch_wide_loop(mr_cu_ctx *c, mr_cu_mvjob &a, int jobs)
+{
+    constexpr int slot = R == 1 ? 0 : R == 2 ? 1 : R == 4 ? 2 : 3;
+    static_assert(R == 1 || R == 2 || R == 4 || R == 8, "the loop kernel's rows a block");
+    if (!c->wide_loop || jobs != 1)
+        return false;
+    int fit = c->wide_loop_fit[slot];
+    if (!fit) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k_q4k_loop<R>, FW * 32, 0) != cudaSuccess) {
+            (void)cudaGetLastError();
+            fit = 0;
+        }
+        fit = fit > 0 ? fit : 1;
+        c->wide_loop_fit[slot] = fit;
+    }
+    const int bps = c->wide_loop < fit ? c->wide_loop : fit;
+    const unsigned nvb = job_blocks(&a, R), wave = (unsigned)(c->n_sm * bps);
+    mr_cu_launch(c, k_q4k_loop<R>, dim3(nvb < wave ? nvb : wave), FW * 32, 0, a, nvb);
+    MR_CU_LAUNCHED(c, "q4_k wide matvec, one wave");
+    return true;
+}
+
 /* Rows per block: more rows share each activation load, fewer give more
  * blocks; keep at least ~8 blocks per SM. */
 template <int T, int NT>
@@ -911,6 +1031,10 @@ static void launch_fast(mr_cu_ctx *c, mr_cu_mvjob a, int jobs)
          * PDL wait (k_q4k_wide's EARLY; the same bits; MEMRA_CUDA_EARLY=0
          * turns it off).  Run 109: 30B-A3B tg128 +3.3%, 8B +0.6-2% */
         const bool early = NT == 1 && c->early_w && !a.ids;
+        if (NT == 1 && early &&
+            (r == 8 ? launch_wide_loop<8>(c, a, jobs) : r == 4 ? launch_wide_loop<4>(c, a, jobs)
+             : r == 2 ? launch_wide_loop<2>(c, a, jobs) : launch_wide_loop<1>(c, a, jobs)))
+            return;
         if (NT == 1 && r == 8) {
             if (early) mr_cu_launch(c, k_q4k_wide<8, 1, false, true>, dim3(job_blocks(&a, 8), jobs), FW * 32, 0, a);
             else mr_cu_launch(c, k_q4k_wide<8, 1>, dim3(job_blocks(&a, 8), jobs), FW * 32, 0, a);

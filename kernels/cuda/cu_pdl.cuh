@@ -96,6 +96,8 @@ static inline void mr_cu_launch(mr_cu_ctx *c, void (*kernel)(KArgs...), dim3 gri
         cfg.attrs = at;
         cfg.numAttrs = 1;
     }
+    if (c->note_launches)
+        mr_cu_note_launch(c, (const void *)kernel, grid, block, smem);
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
     if (e != cudaSuccess && c->launch_err == cudaSuccess)
         c->launch_err = e;
