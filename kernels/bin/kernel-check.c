@@ -26,7 +26,7 @@
  * whole decode steps of a small model with it off and on, bit for bit
  * (check_pdl).
  *
- * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|mm|ops|q8]]   Prints
+ * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|hybrid|mm|ops|q8]]   Prints
  * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
  * grouped expert products, "prompt" only those of the prompt products (the
  * GEMM paths and their rows' bits across calls; part of "mm"), "sample"
@@ -37,7 +37,8 @@
  * grid (part of "mm"), "tail" only the fused end of a
  * mixture layer (part of "ops"), "xmq" only the expert products that
  * quantize their inputs in each block (part of "moe"), "merge" only
- * the decode attention's two merges (part of "ops"), "route" only the routing by
+ * the decode attention's two merges (part of "ops"), "hybrid" only the Gated
+ * DeltaNet ops against the CPU (part of "q8"), "route" only the routing by
  * ranks against the warp kernel (part of "ops"); "mm", "ops" and "q8" one third of
  * the whole each (run the three at once: their union is what no argument
  * runs). */
@@ -2204,6 +2205,7 @@ static void gdn_run(mr_backend *be, const gdn_case *g, const int *lens, int n_ca
 }
 
 static mr_backend *gpu_gdn1; /* MEMRA_CUDA_GDN_TILED=0: the scan token by token */
+static mr_backend *gpu_gdn2; /* MEMRA_CUDA_GDN_TILED=2: tiles without the next tile's inputs fetched ahead */
 
 static void check_gdn(int nk, int nv, int dk, int dv, int pad, int n, float gate_shift)
 {
@@ -2228,6 +2230,9 @@ static void check_gdn(int nk, int nv, int dk, int dv, int pad, int n, float gate
     gdn_run(gpu_gdn1, &g, two, 2, go1, gs1);
     report_f("gdn_scan-tiled", shape, go, go1, on, 0.0);
     report_f("gdn_state-tiled", shape, gs, gs1, sn, 0.0);
+    gdn_run(gpu_gdn2, &g, two, 2, go1, gs1);
+    report_f("gdn_scan-nopf", shape, go, go1, on, 0.0);
+    report_f("gdn_state-nopf", shape, gs, gs1, sn, 0.0);
     free(go); free(gs); free(co); free(cs); free(go1); free(gs1);
     gdn_free(&g);
 }
@@ -4030,6 +4035,13 @@ q8:
     check_sample_all();
 }
 
+/* The hybrid (Gated DeltaNet) ops against the CPU backend (part of "q8"). */
+static void check_part_hybrid(void)
+{
+    if (cpu) check_hybrid_ops();
+    else report("hybrid-ops", "no CPU backend to check against", 1.0, 0, 0.0);
+}
+
 /* The parts of one name that run several groups of checks. */
 static void check_part_moe(void)
 {
@@ -4076,6 +4088,10 @@ int main(int argc, char **argv)
     gpu_gdn1 = mr_backend_cuda_create(0, &err);
     unsetenv("MEMRA_CUDA_GDN_TILED");
     if (!gpu_gdn1) die("cuda (token-by-token scan)");
+    setenv("MEMRA_CUDA_GDN_TILED", "2", 1);
+    gpu_gdn2 = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_GDN_TILED");
+    if (!gpu_gdn2) die("cuda (tiled scan without fetching ahead)");
     setenv("MEMRA_CUDA_ATTN", "tc", 1);
     gpu_attn_tc = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_ATTN", "f32", 1);
@@ -4148,7 +4164,7 @@ int main(int argc, char **argv)
         {"moe", check_part_moe},         {"prompt", check_part_prompt}, {"sample", check_sample_all},
         {"pdl", check_pdl},              {"attn", check_attention_prompts}, {"wide", check_wide_rows},
         {"early", check_early_weights},  {"loop", check_wide_loop},  {"tail", check_moe_tail_all},  {"xmq", check_xm_quant_all}, {"merge", check_attn_merge},
-        {"route", check_route_rank_all},
+        {"route", check_route_rank_all}, {"hybrid", check_part_hybrid},
     };
     size_t pi = 0;
     while (pi < sizeof parts / sizeof parts[0] && strcmp(part, parts[pi].name)) pi++;
@@ -4165,6 +4181,7 @@ int main(int argc, char **argv)
     gpu_attn_mix->destroy(gpu_attn_mix);
     gpu_x24->destroy(gpu_x24);
     gpu_gdn1->destroy(gpu_gdn1);
+    gpu_gdn2->destroy(gpu_gdn2);
     gpu_generic->destroy(gpu_generic);
     gpu_r2->destroy(gpu_r2);
     gpu_r4->destroy(gpu_r4);

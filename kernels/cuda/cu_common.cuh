@@ -88,6 +88,8 @@ struct mr_cu_ctx {
                                MEMRA_CUDA_HGEMM=cublas: faster, a row's bits then depend on the call) */
     bool gdn_tiled;         /* gdn_scan in tiles of tokens (cu_gdn.cu k_gdn_scan_tiled;
                                MEMRA_CUDA_GDN_TILED=0: the token-by-token kernel, same bits) */
+    bool gdn_tiled_pf;      /* and each tile's inputs fetched during the tile before (k_gdn_scan_tiled
+                               PF; MEMRA_CUDA_GDN_TILED=2: without; the same bits) */
     bool attn_gqa;          /* decode attention a block per group of query heads sharing a K/V head
                                (cu_attn.cu k_attn_gqa; MEMRA_CUDA_ATTN_GQA=0: a block per head) */
     mr_cu_buf scratch_w;    /* dequantized weight chunk for the GEMM path */

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_pipeline_primitives.h>
+
 #include "kernels/cuda/cu_common.cuh"
 
 /* ---- copy_2d ---- */
@@ -354,10 +356,46 @@ __global__ void __launch_bounds__(32 * GDN_MAX_WARPS) k_gdn_scan(const float *qk
  *      partials double-buffered by token parity), the update and the
  *      output, every operation as in k_gdn_scan.
  * So the results are k_gdn_scan's bit for bit (kernel-check gdn_scan-tiled),
- * and a token's work does not depend on the tile it falls in. */
+ * and a token's work does not depend on the tile it falls in.
+ * PF (the default; MEMRA_CUDA_GDN_TILED=2: without): the next tile's raw
+ * inputs (q and k rows of the key head, the block's v columns, alpha and
+ * beta) are copied into shared memory with asynchronous copies while B of
+ * this tile runs, and A reads them there: A's global loads (a round trip a
+ * token of each warp's, one after another) were half of a tile's time
+ * (run 134: 714 us a 512-token layer of the 35B-A3B).  The same values, so
+ * the same bits. */
 #define GDN_TT 16 /* tokens a tile */
 
-template <int RPT>
+/* Asynchronous copies of tile t0's raw inputs (nt tokens) into rq [TT][dk],
+ * rk [TT][dk], rv [TT][32] (zeros past dv), rab [TT][2]; committed as one
+ * group. */
+__device__ __forceinline__ void gdn_tile_fetch(const float *qkv, int stride, const float *alpha, const float *beta,
+                                               int t0, int nt, int kh, int h, int n_v_heads, int dk, int dv,
+                                               int64_t kdim, float *rq, float *rk, float *rv, float *rab)
+{
+    for (int e = threadIdx.x; e < nt * dk; e += blockDim.x) {
+        const int j = e / dk, i = e % dk;
+        const float *row = qkv + (int64_t)(t0 + j) * stride;
+        __pipeline_memcpy_async(rq + e, row + (int64_t)kh * dk + i, sizeof(float));
+        __pipeline_memcpy_async(rk + e, row + kdim + (int64_t)kh * dk + i, sizeof(float));
+    }
+    for (int e = threadIdx.x; e < nt * GDN_COLS; e += blockDim.x) {
+        const int j = e / GDN_COLS, cc = blockIdx.y * GDN_COLS + e % GDN_COLS;
+        if (cc < dv)
+            __pipeline_memcpy_async(rv + e, qkv + (int64_t)(t0 + j) * stride + 2 * kdim + (int64_t)h * dv + cc,
+                                    sizeof(float));
+        else
+            rv[e] = 0.0f;
+    }
+    for (int j = threadIdx.x; j < nt; j += blockDim.x) {
+        const int64_t th = (int64_t)(t0 + j) * n_v_heads + h;
+        __pipeline_memcpy_async(rab + 2 * j, alpha + th, sizeof(float));
+        __pipeline_memcpy_async(rab + 2 * j + 1, beta + th, sizeof(float));
+    }
+    __pipeline_commit();
+}
+
+template <int RPT, bool PF>
 __global__ void __launch_bounds__(32 * GDN_MAX_WARPS)
 k_gdn_scan_tiled(const float *qkv, int stride, const float *alpha, const float *beta, const float *a,
                  const float *dt_bias, float *state, int n, int n_k_heads, int n_v_heads, int dk, int dv, float eps,
@@ -372,6 +410,8 @@ k_gdn_scan_tiled(const float *qkv, int stride, const float *alpha, const float *
     float *tv = tk + GDN_TT * dk;           /* [TT][32]: v of the block's columns */
     float *tsc = tv + GDN_TT * GDN_COLS;    /* [TT][4]: decay, beta gate, qn . kn */
     float *red = tsc + GDN_TT * 4;          /* [2][2][W][32]: partials of S^T kn, S^T qn */
+    float *rq = red + 4 * W * GDN_COLS;     /* PF: the raw inputs of the tile being fetched */
+    float *rk = rq + GDN_TT * dk, *rv = rk + GDN_TT * dk, *rab = rv + GDN_TT * GDN_COLS;
 
     const int h = blockIdx.x, kh = h % n_k_heads;
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
@@ -387,8 +427,15 @@ k_gdn_scan_tiled(const float *qkv, int stride, const float *alpha, const float *
     const float qscale = 1.0f / sqrtf((float)dk);
     const int64_t kdim = (int64_t)n_k_heads * dk;
 
+    if (PF)
+        gdn_tile_fetch(qkv, stride, alpha, beta, 0, n < GDN_TT ? n : GDN_TT, kh, h, n_v_heads, dk, dv, kdim, rq, rk,
+                       rv, rab);
     for (int t0 = 0; t0 < n; t0 += GDN_TT) {
         const int nt = n - t0 < GDN_TT ? n - t0 : GDN_TT;
+        if (PF) {
+            __pipeline_wait_prior(0);
+            __syncthreads();
+        }
         /* A: the tile's inputs and everything that does not need the state */
         for (int j = wi; j < nt; j += W) {
             const float *row = qkv + (int64_t)(t0 + j) * stride;
@@ -398,8 +445,8 @@ k_gdn_scan_tiled(const float *qkv, int stride, const float *alpha, const float *
                 const int i = u * 32 + lane;
                 float qv = 0.0f, kv = 0.0f;
                 if (i < dk) {
-                    qv = row[(int64_t)kh * dk + i];
-                    kv = row[kdim + (int64_t)kh * dk + i];
+                    qv = PF ? rq[j * dk + i] : row[(int64_t)kh * dk + i];
+                    kv = PF ? rk[j * dk + i] : row[kdim + (int64_t)kh * dk + i];
                     qj[i] = qv;
                     kj[i] = kv;
                 }
@@ -414,15 +461,22 @@ k_gdn_scan_tiled(const float *qkv, int stride, const float *alpha, const float *
             }
             if (lane == 0) {
                 const int64_t th = (int64_t)(t0 + j) * n_v_heads + h;
-                gdn_gates(alpha[th], dtb, a_h, beta[th], &tsc[j * 4 + 0], &tsc[j * 4 + 1]);
+                gdn_gates(PF ? rab[2 * j] : alpha[th], dtb, a_h, PF ? rab[2 * j + 1] : beta[th], &tsc[j * 4 + 0],
+                          &tsc[j * 4 + 1]);
                 tsc[j * 4 + 2] = sqk * iq * ik;
             }
         }
         for (int e = threadIdx.x; e < nt * GDN_COLS; e += blockDim.x) {
             const int j = e / GDN_COLS, cc = blockIdx.y * GDN_COLS + e % GDN_COLS;
-            tv[e] = cc < dv ? qkv[(int64_t)(t0 + j) * stride + 2 * kdim + (int64_t)h * dv + cc] : 0.0f;
+            tv[e] = PF ? rv[e] : cc < dv ? qkv[(int64_t)(t0 + j) * stride + 2 * kdim + (int64_t)h * dv + cc] : 0.0f;
         }
         __syncthreads();
+        /* the raw buffers are read: the next tile's inputs come in during B */
+        if (PF && t0 + GDN_TT < n) {
+            const int t1 = t0 + GDN_TT;
+            gdn_tile_fetch(qkv, stride, alpha, beta, t1, n - t1 < GDN_TT ? n - t1 : GDN_TT, kh, h, n_v_heads, dk, dv,
+                           kdim, rq, rk, rv, rab);
+        }
         /* B: the tokens in order */
         for (int j = 0; j < nt; j++) {
             const float decay = tsc[j * 4 + 0], b = tsc[j * 4 + 1], qk = tsc[j * 4 + 2];
@@ -474,20 +528,26 @@ static void cu_gdn_scan(mr_backend *be, const float *qkv, int stride, const floa
     const int W = (dk + rpt - 1) / rpt;
     const dim3 grid((unsigned)n_v_heads, (unsigned)((dv + GDN_COLS - 1) / GDN_COLS));
     const unsigned threads = (unsigned)(32 * W);
-    /* the tiled kernel's shared memory: at most ~37 KB (dk 256) */
+    /* the tiled kernel's shared memory: at most ~37 KB (dk 256); with the
+     * next tile's raw inputs (PF) ~19 KB more at dk 128, which must fit the
+     * 48 KB a launch gets without asking (else the tiles go without) */
     const size_t shm_tiled = sizeof(float) * ((size_t)2 * GDN_TT * dk + (size_t)GDN_TT * (GDN_COLS + 4) +
                                               (size_t)4 * W * GDN_COLS);
+    const size_t shm_pf = shm_tiled + sizeof(float) * ((size_t)2 * GDN_TT * dk + (size_t)GDN_TT * (GDN_COLS + 2));
+    const bool pf = c->gdn_tiled_pf && shm_pf <= 48 * 1024;
     /* one token (a decode step) stays on the token-by-token kernel: its
      * tile set-up does not pay for itself there (run 67: 4.7 against 6.0 us
      * on the 35B-A3B's heads; 16 tokens 1.37x and 512 1.41x faster tiled) */
     const bool tiled = c->gdn_tiled && n > 1 && shm_tiled <= 48 * 1024;
-    const size_t shm = tiled ? shm_tiled
+    const size_t shm = tiled ? (pf ? shm_pf : shm_tiled)
                              : sizeof(float) * ((size_t)2 * dk + (size_t)2 * W * GDN_COLS + (size_t)3 * W);
 #define GDN_ARGS qkv, stride, alpha, beta, a, dt_bias, state, n, n_k_heads, n_v_heads, dk, dv, eps, out
 #define GDN_LAUNCH(R)                                                                   \
     do {                                                                                \
-        if (tiled)                                                                      \
-            mr_cu_launch(c, k_gdn_scan_tiled<R>, grid, threads, shm, GDN_ARGS);         \
+        if (tiled && pf)                                                                \
+            mr_cu_launch(c, k_gdn_scan_tiled<R, true>, grid, threads, shm, GDN_ARGS);   \
+        else if (tiled)                                                                 \
+            mr_cu_launch(c, k_gdn_scan_tiled<R, false>, grid, threads, shm, GDN_ARGS);  \
         else                                                                            \
             mr_cu_launch(c, k_gdn_scan<R>, grid, threads, shm, GDN_ARGS);               \
     } while (0)
@@ -506,6 +566,7 @@ void mr_cu_install_gdn(mr_backend *be)
 {
     const char *t = getenv("MEMRA_CUDA_GDN_TILED");
     mr_cu(be)->gdn_tiled = !(t && !strcmp(t, "0"));
+    mr_cu(be)->gdn_tiled_pf = !(t && (!strcmp(t, "0") || !strcmp(t, "2")));
     be->copy_2d = cu_copy_2d;
     be->sigmoid_mul = cu_sigmoid_mul;
     be->conv1d_silu = cu_conv1d_silu;
