@@ -165,6 +165,15 @@ static mr_backend *backend_with(const char *var, const char *val)
     return be;
 }
 
+/* The same with two variables set. */
+static mr_backend *backend_with2(const char *var, const char *val, const char *var2, const char *val2)
+{
+    setenv(var, val, 1);
+    mr_backend *be = backend_with(var2, val2);
+    unsetenv(var);
+    return be;
+}
+
 /* The op recorder's fusion counts so far (mr_cu_autograph_fusions). */
 static mr_cu_fusions fused_ops(mr_backend *be)
 {
@@ -2813,21 +2822,26 @@ static void check_wide_rows(void)
  * MEMRA_CUDA_WIDE_R), k_fast's types beside them are untouched by the
  * switch, and three matrices sharing a launch (q/k/v) give what they give
  * one at a time. */
+/* One token's Q4_K rows on be against the batches' launches at the q, o,
+ * 8B and odd-row shapes (the lines every one-token Q4_K switch runs). */
+static void check_q4k_one_token(mr_backend *be, const char *lab)
+{
+    check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 2048, 1001, 1, 1);
+    check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 2048, 4096, 1, 1);
+    check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 2048, 1, 1);
+    check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 4096, 1, 1);
+}
+
 static void check_early_weights(void)
 {
     const char *ews[] = {"1", "0"};
     const char *wrs[] = {"0", "1", "2", "4", "8"};
     for (size_t e = 0; e < 2; e++)
         for (size_t i = 0; i < sizeof wrs / sizeof wrs[0]; i++) {
-            setenv("MEMRA_CUDA_EARLY", ews[e], 1);
-            mr_backend *be = backend_with("MEMRA_CUDA_WIDE_R", wrs[i]);
-            unsetenv("MEMRA_CUDA_EARLY");
+            mr_backend *be = backend_with2("MEMRA_CUDA_EARLY", ews[e], "MEMRA_CUDA_WIDE_R", wrs[i]);
             char lab[40];
             snprintf(lab, sizeof lab, "early%s-batch-inv-wr%s", ews[e], wrs[i]);
-            check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 2048, 1001, 1, 1);
-            check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 2048, 4096, 1, 1);
-            check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 2048, 1, 1);
-            check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 4096, 1, 1);
+            check_q4k_one_token(be, lab);
             if (!strcmp(wrs[i], "0")) {
                 const int ft[] = {MR_TYPE_Q6_K, MR_TYPE_IQ4_XS, MR_TYPE_F32, MR_TYPE_Q8_0, MR_TYPE_Q5_K,
                                   MR_TYPE_Q4_0, MR_TYPE_BF16};
@@ -2865,15 +2879,10 @@ static void check_wide_loop(void)
     const char *wrs[] = {"0", "1", "2", "4", "8"};
     for (size_t l = 0; l < sizeof wls / sizeof wls[0]; l++)
         for (size_t i = 0; i < sizeof wrs / sizeof wrs[0]; i++) {
-            setenv("MEMRA_CUDA_WIDE_LOOP", wls[l], 1);
-            mr_backend *be = backend_with("MEMRA_CUDA_WIDE_R", wrs[i]);
-            unsetenv("MEMRA_CUDA_WIDE_LOOP");
+            mr_backend *be = backend_with2("MEMRA_CUDA_WIDE_LOOP", wls[l], "MEMRA_CUDA_WIDE_R", wrs[i]);
             char lab[40];
             snprintf(lab, sizeof lab, "loop%s-batch-inv-wr%s", wls[l], wrs[i]);
-            check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 2048, 1001, 1, 1);
-            check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 2048, 4096, 1, 1);
-            check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 2048, 1, 1);
-            check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 4096, 1, 1);
+            check_q4k_one_token(be, lab);
             check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 12288, 4096, 1, 1);
             snprintf(lab, sizeof lab, "loop%s-wr%s", wls[l], wrs[i]);
             check_multi_vs_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 512, 512, 2048, 1, 2);
@@ -4088,10 +4097,7 @@ int main(int argc, char **argv)
     gpu_gdn1 = mr_backend_cuda_create(0, &err);
     unsetenv("MEMRA_CUDA_GDN_TILED");
     if (!gpu_gdn1) die("cuda (token-by-token scan)");
-    setenv("MEMRA_CUDA_GDN_TILED", "2", 1);
-    gpu_gdn2 = mr_backend_cuda_create(0, &err);
-    unsetenv("MEMRA_CUDA_GDN_TILED");
-    if (!gpu_gdn2) die("cuda (tiled scan without fetching ahead)");
+    gpu_gdn2 = backend_with("MEMRA_CUDA_GDN_TILED", "2"); /* tiles without fetching ahead */
     setenv("MEMRA_CUDA_ATTN", "tc", 1);
     gpu_attn_tc = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_ATTN", "f32", 1);

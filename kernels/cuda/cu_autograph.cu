@@ -79,7 +79,6 @@ struct mr_cu_auto {
      * occupancy), the count that says whether a one-token grid is one
      * latency chain or several (run 128) */
     std::string noted;
-    std::map<std::pair<const void *, std::pair<int, size_t>>, int> per_sm; /* occupancy, by kernel, threads, smem */
     /* the last recorded op, when it was an add (for the add+RMSNorm fusion) */
     int last_op = 0;
     size_t add_sig_at = 0;
@@ -535,21 +534,11 @@ void mr_cu_note_launch(mr_cu_ctx *c, const void *kernel, dim3 grid, dim3 block, 
     if (!a)
         return;
     const int threads = (int)(block.x * block.y * block.z);
-    const auto key = std::make_pair(kernel, std::make_pair(threads, smem));
-    auto it = a->per_sm.find(key);
-    if (it == a->per_sm.end()) {
-        int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess) {
-            (void)cudaGetLastError(); /* the launch reports a bad shape itself */
-            n = 0;
-        }
-        it = a->per_sm.insert({key, n}).first;
-    }
+    const int fit = mr_cu_fit(c, kernel, threads, smem);
     const unsigned long blocks = (unsigned long)grid.x * grid.y * grid.z;
     char buf[96];
-    if (it->second > 0)
-        snprintf(buf, sizeof buf, " [%lu x %d, %.2f waves]", blocks, threads,
-                 (double)blocks / ((double)it->second * c->n_sm));
+    if (fit > 0)
+        snprintf(buf, sizeof buf, " [%lu x %d, %.2f waves]", blocks, threads, (double)blocks / ((double)fit * c->n_sm));
     else
         snprintf(buf, sizeof buf, " [%lu x %d]", blocks, threads);
     a->noted += buf;

@@ -311,6 +311,23 @@ static void pdl_init(mr_cu_ctx *c, const cudaDeviceProp *prop)
 
 /* ---- lifetime ---- */
 
+int mr_cu_fit(mr_cu_ctx *c, const void *kernel, int threads, size_t smem)
+{
+    const int n = c->n_fits < MR_CU_FITS ? c->n_fits : MR_CU_FITS;
+    for (int i = 0; i < n; i++) {
+        const mr_cu_fit_entry &f = c->fits[i];
+        if (f.kernel == kernel && f.threads == threads && f.smem == smem)
+            return f.blocks;
+    }
+    int nb = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, kernel, threads, smem) != cudaSuccess) {
+        (void)cudaGetLastError(); /* a launch of that shape reports it */
+        nb = 0;
+    }
+    c->fits[c->n_fits++ % MR_CU_FITS] = {kernel, threads, smem, nb > 0 ? nb : 0};
+    return nb > 0 ? nb : 0;
+}
+
 static void cu_destroy(mr_backend *be)
 {
     mr_cu_ctx *c = mr_cu(be);

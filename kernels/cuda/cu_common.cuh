@@ -34,12 +34,12 @@ __device__ __forceinline__ float mr_sigmoidf(float x) { return 1.0f / (1.0f + ex
 #define MR_CU_MV_SUBS 4 /* matrices one matvec launch may cover (mr_cu_matmul_multi: q/k/v; a gated
                            delta net layer's qkv, z, alpha and beta) */
 
-/* Blocks an SM holds of the x24 matvec kernel for one type, token count,
- * block size and shared memory (cu_mvx24.cu keeps the answers of the runtime here). */
-#define MR_CU_X24_FITS 32
-struct mr_cu_x24_fit {
-    int type, nt, warps;
-    bool glu; /* the gate/up + SwiGLU instance */
+/* Blocks an SM holds of one kernel at one block size and shared memory,
+ * as the runtime answered (mr_cu_fit keeps the answers here). */
+#define MR_CU_FITS 64
+struct mr_cu_fit_entry {
+    const void *kernel;
+    int threads;
     size_t smem;
     int blocks;
 };
@@ -63,10 +63,9 @@ struct mr_cu_ctx {
     bool early_w;           /* one token's plain Q4_K products load their first weights before the
                                PDL wait (cu_fast.cu k_q4k_wide; MEMRA_CUDA_EARLY=0: after it; the
                                same bits) */
-    int wide_loop;          /* and those of more blocks than one wave loop in one wave of at most
-                               this many blocks an SM (cu_fast.cu k_q4k_loop; MEMRA_CUDA_WIDE_LOOP,
+    int wide_loop;          /* and run in one wave of at most this many blocks an SM, each block
+                               looping over blocks of rows (cu_fast.cu k_q4k_loop; MEMRA_CUDA_WIDE_LOOP,
                                0: never; default INT_MAX, the kernel's occupancy; the same bits) */
-    int wide_loop_fit[4];   /* that kernel's blocks an SM at 1, 2, 4, 8 rows a block (0: not asked) */
     bool xm_quant_block;    /* one token's expert products quantize their input rows in each block
                                instead of a k_x24_quant launch before them (cu_moex24.cu; the same
                                planes, so the same bits; MEMRA_CUDA_XM_QUANT=launch: the launch) */
@@ -100,8 +99,8 @@ struct mr_cu_ctx {
     bool matvec_q8;         /* int8-activation matvec (cu_mvq8.cu), MEMRA_CUDA_MATVEC=q8 */
     int matvec_x24;         /* 22-bit-activation matvec (cu_mvx24.cu): 0 off (MEMRA_CUDA_MATVEC=f32
                                or q8), 1 where it wins (default, =x24), 2 wherever it can (=x24all) */
-    mr_cu_x24_fit x24_fit[MR_CU_X24_FITS]; /* its blocks an SM per kernel and shared memory */
-    int x24_nfit;
+    mr_cu_fit_entry fits[MR_CU_FITS]; /* mr_cu_fit's answers so far (a ring once full) */
+    int n_fits;
     size_t x24_smem;        /* shared memory an x24 launch may ask for */
     bool x24_pre;           /* MEMRA_CUDA_X24_PRE=1: x24 inputs quantized by their own kernel */
     mr_cu_buf scratch_x24;  /* x24 input planes quantized by their own kernel (mr_cu_x24_planes) */
@@ -143,6 +142,11 @@ struct mr_cu_ctx {
 };
 
 static inline mr_cu_ctx *mr_cu(mr_backend *be) { return (mr_cu_ctx *)be->ctx; }
+
+/* Blocks of kernel an SM holds at once with `threads` threads and smem
+ * bytes of dynamic shared memory a block; asked of the runtime once per
+ * (kernel, threads, smem) and kept in c.  0 where the runtime cannot say. */
+int mr_cu_fit(mr_cu_ctx *c, const void *kernel, int threads, size_t smem);
 
 /* Notes a launch's shape for the op profile (cu_autograph.cu), which
  * prints it as waves: blocks over what the card holds at once. */

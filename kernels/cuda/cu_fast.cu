@@ -228,7 +228,7 @@ __device__ __forceinline__ bool mv_block_rows(const mr_cu_mvjob &job, mr_cu_mvjo
         if (!glu_rows<R>(job, &b->r0, &W, &Wu, &b->x, &b->y, &b->yu, &b->yo))
             return false;
     } else {
-        *a = mr_cu_mv_sub_at<R>(job, blk, &b->r0);
+        *a = mr_cu_mv_sub<R>(job, blk, &b->r0);
         if (!mr_cu_mv_rows<R>(*a, b->r0, &W, &b->x, &b->y))
             return false;
     }
@@ -981,19 +981,10 @@ template <int T> static bool q4k_wide_takes(const mr_cu_ctx *c, const mr_cu_mvjo
 template <int R>
 static bool launch_wide_loop(mr_cu_ctx *c, mr_cu_mvjob &a, int jobs)
 {
-    constexpr int slot = R == 1 ? 0 : R == 2 ? 1 : R == 4 ? 2 : 3;
-    static_assert(R == 1 || R == 2 || R == 4 || R == 8, "the loop kernel's rows a block");
     if (!c->wide_loop || jobs != 1)
         return false;
-    int fit = c->wide_loop_fit[slot];
-    if (!fit) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k_q4k_loop<R>, FW * 32, 0) != cudaSuccess) {
-            (void)cudaGetLastError();
-            fit = 0;
-        }
-        fit = fit > 0 ? fit : 1;
-        c->wide_loop_fit[slot] = fit;
-    }
+    int fit = mr_cu_fit(c, (const void *)k_q4k_loop<R>, FW * 32, 0);
+    fit = fit > 0 ? fit : 1;
     const int bps = c->wide_loop < fit ? c->wide_loop : fit;
     const unsigned nvb = job_blocks(&a, R), wave = (unsigned)(c->n_sm * bps);
     mr_cu_launch(c, k_q4k_loop<R>, dim3(nvb < wave ? nvb : wave), FW * 32, 0, a, nvb);

@@ -90,7 +90,7 @@ __device__ __forceinline__ mr_cu_mvjob mr_cu_mv_subjob(const mr_cu_mvjob &a, int
  * block): for a multi-matrix launch, the run of blocks it falls in picks
  * the matrix. */
 template <int R>
-__device__ __forceinline__ mr_cu_mvjob mr_cu_mv_sub_at(const mr_cu_mvjob &a, unsigned b, int64_t *r0)
+__device__ __forceinline__ mr_cu_mvjob mr_cu_mv_sub(const mr_cu_mvjob &a, unsigned b, int64_t *r0)
 {
     if (a.n_sub <= 1) {
         *r0 = (int64_t)b * R;
@@ -100,12 +100,6 @@ __device__ __forceinline__ mr_cu_mvjob mr_cu_mv_sub_at(const mr_cu_mvjob &a, uns
     const unsigned first = s == 3 ? a.sub_blk[3] : s == 2 ? a.sub_blk[2] : s == 1 ? a.sub_blk[1] : 0;
     *r0 = (int64_t)(b - first) * R;
     return mr_cu_mv_subjob(a, s);
-}
-
-template <int R>
-__device__ __forceinline__ mr_cu_mvjob mr_cu_mv_sub(const mr_cu_mvjob &a, int64_t *r0)
-{
-    return mr_cu_mv_sub_at<R>(a, blockIdx.x, r0);
 }
 
 /* Resolves job j to its matrix, input and output pointers; false when the

@@ -159,26 +159,13 @@ const uint8_t *mr_cu_x24_planes(mr_cu_ctx *c, const float *x, int rows, int64_t 
 /* ---- dispatch ---- */
 
 /* Blocks of `warps` warps an SM holds for kernel T with NT tokens and smem
- * bytes of shared memory a block, asked of the runtime once per
- * shape and kept in the context: a launch would otherwise query it up to
- * three times. */
+ * bytes of shared memory a block (mr_cu_fit: asked once, kept in the
+ * context; a launch would otherwise query it up to three times); at least 1. */
 template <int T, int R, int NT, bool GLU = false>
 static int xs_fit(mr_cu_ctx *c, int warps, size_t smem)
 {
-    for (int i = 0; i < c->x24_nfit; i++) {
-        const mr_cu_x24_fit &f = c->x24_fit[i];
-        if (f.type == T && f.nt == NT && f.glu == GLU && f.warps == warps && f.smem == smem)
-            return f.blocks;
-    }
-    int nb = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_mvx24<T, R, NT, GLU>, warps * 32, smem) != cudaSuccess) {
-        (void)cudaGetLastError();
-        nb = 1;
-    }
-    nb = nb > 0 ? nb : 1;
-    mr_cu_x24_fit &f = c->x24_fit[c->x24_nfit < MR_CU_X24_FITS ? c->x24_nfit++ : (int)(smem % MR_CU_X24_FITS)];
-    f = {T, NT, warps, GLU, smem, nb};
-    return nb;
+    const int nb = mr_cu_fit(c, (const void *)k_mvx24<T, R, NT, GLU>, warps * 32, smem);
+    return nb > 0 ? nb : 1;
 }
 
 /* Grid: as many blocks as the SMs hold, fewer when the rows run out;
