@@ -26,7 +26,7 @@
  * whole decode steps of a small model with it off and on, bit for bit
  * (check_pdl).
  *
- * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|hybrid|mm|ops|q8]]   Prints
+ * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|hybrid|tiles|mm|ops|q8]]   Prints
  * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
  * grouped expert products, "prompt" only those of the prompt products (the
  * GEMM paths and their rows' bits across calls; part of "mm"), "sample"
@@ -39,7 +39,9 @@
  * quantize their inputs in each block (part of "moe"), "merge" only
  * the decode attention's two merges (part of "ops"), "hybrid" only the Gated
  * DeltaNet ops against the CPU (part of "q8"), "route" only the routing by
- * ranks against the warp kernel (part of "ops"); "mm", "ops" and "q8" one third of
+ * ranks against the warp kernel (part of "ops"), "tiles" only the
+ * tensor-core tiles of decode batches against one token (part of "mm");
+ * "mm", "ops" and "q8" one third of
  * the whole each (run the three at once: their union is what no argument
  * runs). */
 #include <math.h>
@@ -2892,6 +2894,8 @@ static void check_wide_loop(void)
         }
 }
 
+static void check_x24_tiles(void);
+
 static void check_batch_invariance(void)
 {
     mr_backend *pre = x24_backend("MEMRA_CUDA_X24_PRE", "1");
@@ -2956,6 +2960,13 @@ static void check_batch_invariance(void)
         check_batch_invariance_one(nt8, "batch-inv-x24nt8", td_of(x24t[i]), 2048, 768, 16, 8);
     }
     nt8->destroy(nt8);
+    check_x24_tiles();
+}
+
+/* The tensor-core tiles of Q4_K and Q6_K decode batches (cu_mvx24mma.cu)
+ * against one token (part of "mm"; alone: part "tiles"). */
+static void check_x24_tiles(void)
+{
     /* the tensor-core path for Q4_K and Q6_K decode batches from 2 tokens
      * (MEMRA_CUDA_X24_MMA=2; by default from 9), against one token */
     mr_backend *mma = x24_backend("MEMRA_CUDA_X24_MMA", "2");
@@ -2977,6 +2988,11 @@ static void check_batch_invariance(void)
     check_batch_invariance_ns(mma, "batch-inv-x24mma", q6, 4096, 1024, 1, 1, mma_ns, mma_nn);
     check_batch_invariance_ns(mma, "batch-inv-x24mma", q6, 768, 1000, 1, 1, mma_ns, mma_nn);
     check_batch_invariance_ns(mma, "batch-inv-x24mma", q6, 13312, 200, 1, 1, mma_ns, mma_nn);
+    /* blocks that walk several row tiles (a grid of about one wave: 768 and
+     * 1,250 tiles), a last partial tile among them */
+    check_batch_invariance_ns(mma, "batch-inv-x24mma", q4, 2048, 20000, 1, 1, mma_ns, mma_nn);
+    check_batch_invariance_ns(mma, "batch-inv-x24mma", q6, 2048, 12288, 1, 1, mma_ns, mma_nn);
+    check_batch_invariance_ns(mma, "batch-inv-x24mma", q6, 2048, 20000, 1, 1, mma_ns, mma_nn);
     /* sub-matrices in one launch (gate/up, q/k/v), a tile across their
      * boundary (rows 1000 + 600 + 24) */
     static const int multi_ns[] = {2, 3, 5, 9, 17};
@@ -4170,7 +4186,7 @@ int main(int argc, char **argv)
         {"moe", check_part_moe},         {"prompt", check_part_prompt}, {"sample", check_sample_all},
         {"pdl", check_pdl},              {"attn", check_attention_prompts}, {"wide", check_wide_rows},
         {"early", check_early_weights},  {"loop", check_wide_loop},  {"tail", check_moe_tail_all},  {"xmq", check_xm_quant_all}, {"merge", check_attn_merge},
-        {"route", check_route_rank_all}, {"hybrid", check_part_hybrid},
+        {"route", check_route_rank_all}, {"hybrid", check_part_hybrid}, {"tiles", check_x24_tiles},
     };
     size_t pi = 0;
     while (pi < sizeof parts / sizeof parts[0] && strcmp(part, parts[pi].name)) pi++;

@@ -260,10 +260,10 @@ bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
     mr_cu_mvjob a = xs_job(w, y, m, x, &total, &rows_max);
     const size_t xb = xs_xbytes(a.cols);
     /* decode batches from x24_mma_min tokens: the tensor cores, all tokens
-     * in one launch (Q6_K: inputs whose sums fit its shared memory; the
-     * choice depends on the shape, and both kernels give the same bits) */
-    const bool mma = c->x24_mma_min > 0 && n >= c->x24_mma_min &&
-                     (T == MR_TYPE_Q4_K || (T == MR_TYPE_Q6_K && mr_cu_x24_mma_q6k_ok(c, a.cols)));
+     * in one launch (inputs whose sums fit the tile kernel's shared
+     * memory; the choice depends on the shape, and both kernels give the
+     * same bits) */
+    const bool mma = c->x24_mma_min > 0 && n >= c->x24_mma_min && mr_cu_x24_mma_ok(c, T, a.cols);
     const uint8_t *xg = NULL;
     if (mma || c->x24_pre) {
         xg = mr_cu_x24_planes(c, x, n, a.cols, MR_CU_GEMM_MIN_TOKENS - 1);

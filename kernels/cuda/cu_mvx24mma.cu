@@ -179,12 +179,13 @@ template <int K> __device__ __forceinline__ void xt_lds(float (&v)[2 * K], const
 
 /* Warp c of the block: the blocks of class c of the tile's 16 rows (from
  * r0) against its tokens tok0 .. tok0 + nt - 1; MODE: how the tokens meet
- * the MMA's columns and which outputs a lane scales (see the top).  Ends
- * with the partials parked in sh (the block's shared memory, where tq and
- * td were; all threads of the block call it alike). */
+ * the MMA's columns and which outputs a lane scales (see the top).  tok:
+ * the token side (tq, td), formed here first when `setup` (the block's
+ * first tile; later tiles of the block reuse it); ends with the partials
+ * parked in part (all threads of the block call it alike). */
 template <int MODE>
 __device__ __forceinline__ void xt_run(const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int64_t r0,
-                                       int tok0, int nt, float *sh)
+                                       int tok0, int nt, float *tok, float *part, bool setup)
 {
     constexpr int R = MODE == 4 ? 2 : 1;  /* rows a lane scales */
     constexpr int K = MODE == 1 ? 1 : 2;  /* tokens a lane scales */
@@ -266,9 +267,11 @@ __device__ __forceinline__ void xt_run(const mr_cu_mvjob &a, int64_t total_rows,
         bload(c, 0);
     }
 
-    float2 *tq = (float2 *)sh, *td = tq + 8 * (cols / 32);
-    xt_tokens(xg, cols, tok0, nt, tq, td);
-    __syncthreads();
+    float2 *tq = (float2 *)tok, *td = tq + 8 * (cols / 32);
+    if (setup) {
+        xt_tokens(xg, cols, tok0, nt, tq, td);
+        __syncthreads();
+    }
 
     for (int b = c; b < nb; b += XT_CLS) {
         const int bn = b + XT_CLS < nb ? b + XT_CLS : b; /* the next block (the last: itself again) */
@@ -352,22 +355,29 @@ __device__ __forceinline__ void xt_run(const mr_cu_mvjob &a, int64_t total_rows,
             }
         }
     }
-    __syncthreads(); /* every warp done with tq, td: the partials take their place */
+    __syncthreads(); /* every thread done with the previous tile's store from part */
 #pragma unroll
     for (int u = 0; u < 8; u++)
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int k = 0; k < K; k++)
-                sh[(srow[r] * XT_TOK + stok[k]) * XT_PSTR + 8 * c + u] = acc[u][r * K + k];
+                part[(srow[r] * XT_TOK + stok[k]) * XT_PSTR + 8 * c + u] = acc[u][r * K + k];
 }
 
+/* Shared memory of the tile kernels: the token side (tok bytes, a
+ * multiple of 16 since cols is of 256), then the partials of a tile. */
+static size_t xt_smem(size_t tok) { return tok + XT_PART_BYTES; }
+
 /* a: the launch's rows (sub-matrices as in k_mvx24); xg: the n tokens'
- * planes (k_x24_quant), xs_xbytes(cols) apart.  Grid: one block a (row
- * tile, token tile), the token tiles of a row tile next to each other (they
- * read the same weights, the second from L2).  MODE: xt_run's for every
- * tile (n <= 8: one token tile), 0: each tile's own (registers: those of
- * MODE 4; MODE 1 alone needs fewer, so its blocks fit 5 an SM). */
+ * planes (k_x24_quant), xs_xbytes(cols) apart.  Grid: blockIdx.y the
+ * token tile, and each block walks the row tiles blockIdx.x, + gridDim.x,
+ * ... (a grid of about one wave): the token side is formed once a block,
+ * not once a tile (run 136: at 16 tokens the 151,936-row head took 698 us
+ * as one block a tile, 7.7x one token).  A tile's sums do not depend on
+ * which block runs it.  MODE: xt_run's for every tile (n <= 8: one token
+ * tile), 0: each tile's own (registers: those of MODE 4; MODE 1 alone needs
+ * fewer, so its blocks fit 5 an SM). */
 template <int MODE>
 __global__ void __launch_bounds__(XT_CLS * 32, MODE == 1 ? 5 : 4)
     k_mvx24_mma(mr_cu_mvjob a, int64_t total_rows, const uint8_t *xg, int n)
@@ -375,15 +385,19 @@ __global__ void __launch_bounds__(XT_CLS * 32, MODE == 1 ? 5 : 4)
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     extern __shared__ __align__(16) float xt_sh[]; /* tq, td; then the partials */
-    const int ntt = (n + XT_TOK - 1) / XT_TOK;
-    const int64_t r0 = (int64_t)(blockIdx.x / ntt) * XT_ROWS;
-    const int tok0 = (int)(blockIdx.x % ntt) * XT_TOK, nt = n - tok0 < XT_TOK ? n - tok0 : XT_TOK;
-    if constexpr (MODE != 0) xt_run<MODE>(a, total_rows, xg, r0, tok0, nt, xt_sh);
-    else if (nt <= 2) xt_run<1>(a, total_rows, xg, r0, tok0, nt, xt_sh);
-    else if (nt <= 4) xt_run<2>(a, total_rows, xg, r0, tok0, nt, xt_sh);
-    else xt_run<4>(a, total_rows, xg, r0, tok0, nt, xt_sh);
-    __syncthreads();
-    xt_store(a, total_rows, r0, tok0, nt, xt_sh); /* XT_CLS * 32 = 128 threads: one an output */
+    float *part = xt_sh + 3 * a.cols / 4;
+    const int tok0 = (int)blockIdx.y * XT_TOK, nt = n - tok0 < XT_TOK ? n - tok0 : XT_TOK;
+    const int64_t tiles = (total_rows + XT_ROWS - 1) / XT_ROWS;
+    for (int64_t rt = blockIdx.x; rt < tiles; rt += gridDim.x) {
+        const int64_t r0 = rt * XT_ROWS;
+        const bool setup = rt == (int64_t)blockIdx.x;
+        if constexpr (MODE != 0) xt_run<MODE>(a, total_rows, xg, r0, tok0, nt, xt_sh, part, setup);
+        else if (nt <= 2) xt_run<1>(a, total_rows, xg, r0, tok0, nt, xt_sh, part, setup);
+        else if (nt <= 4) xt_run<2>(a, total_rows, xg, r0, tok0, nt, xt_sh, part, setup);
+        else xt_run<4>(a, total_rows, xg, r0, tok0, nt, xt_sh, part, setup);
+        __syncthreads();
+        xt_store(a, total_rows, r0, tok0, nt, part); /* XT_CLS * 32 = 128 threads: one an output */
+    }
 }
 
 /* n tokens (1 .. MR_CU_GEMM_MIN_TOKENS - 1) of the job a, Q4_K from the
@@ -398,17 +412,33 @@ __global__ void __launch_bounds__(XT_CLS * 32, MODE == 1 ? 5 : 4)
  * spread over the lanes at 1-4 tokens a tile; scales decoded once per unit
  * pair; the next unit's loads ahead of the MMAs) is not yet measured
  * (docs/GPU-NOTES.md 36). */
-void mr_cu_x24_mma(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int n)
+/* The grid of a tile launch: the token tiles in y, and in x as many blocks
+ * a token tile as make about one wave of the kernel (fit blocks an SM),
+ * at most one a row tile. */
+static dim3 xt_grid(const mr_cu_ctx *c, int64_t total_rows, int n, int fit)
 {
     const int64_t tiles = (total_rows + XT_ROWS - 1) / XT_ROWS;
     const int ntt = (n + XT_TOK - 1) / XT_TOK;
-    /* tq and td (3 bytes a column: 40 KB at XS_COLS_MAX), then the partials */
-    const size_t tok_bytes = 3 * (size_t)a.cols, smem = tok_bytes > XT_PART_BYTES ? tok_bytes : XT_PART_BYTES;
-    const dim3 grid((unsigned)(tiles * ntt));
-    if (n <= 2) mr_cu_launch(c, k_mvx24_mma<1>, grid, XT_CLS * 32, smem, a, total_rows, xg, n);
-    else if (n <= 4) mr_cu_launch(c, k_mvx24_mma<2>, grid, XT_CLS * 32, smem, a, total_rows, xg, n);
-    else if (n <= XT_TOK) mr_cu_launch(c, k_mvx24_mma<4>, grid, XT_CLS * 32, smem, a, total_rows, xg, n);
-    else mr_cu_launch(c, k_mvx24_mma<0>, grid, XT_CLS * 32, smem, a, total_rows, xg, n);
+    int64_t gx = (int64_t)c->n_sm * (fit > 0 ? fit : 1) / ntt;
+    if (gx < 1) gx = 1;
+    if (gx > tiles) gx = tiles;
+    return dim3((unsigned)gx, (unsigned)ntt);
+}
+
+template <int MODE>
+static void xt_launch(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int n)
+{
+    const size_t smem = xt_smem(3 * (size_t)a.cols); /* tq and td: 3 bytes a column */
+    const int fit = mr_cu_fit(c, (const void *)k_mvx24_mma<MODE>, XT_CLS * 32, smem);
+    mr_cu_launch(c, k_mvx24_mma<MODE>, xt_grid(c, total_rows, n, fit), XT_CLS * 32, smem, a, total_rows, xg, n);
+}
+
+void mr_cu_x24_mma(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int n)
+{
+    if (n <= 2) xt_launch<1>(c, a, total_rows, xg, n);
+    else if (n <= 4) xt_launch<2>(c, a, total_rows, xg, n);
+    else if (n <= XT_TOK) xt_launch<4>(c, a, total_rows, xg, n);
+    else xt_launch<0>(c, a, total_rows, xg, n);
     MR_CU_LAUNCHED(c, "x24 tensor-core matvec");
 }
 
@@ -462,12 +492,8 @@ __device__ __forceinline__ void xt6_tokens(const uint8_t *xg, int cols, int tok0
 }
 
 /* Shared memory of k_mvx24_mma6: tq6 and td6 (5 bytes a column), then the
- * partials in their place. */
-static size_t xt6_smem(int64_t cols)
-{
-    const size_t tok = 5 * (size_t)cols;
-    return tok > XT_PART_BYTES ? tok : XT_PART_BYTES;
-}
+ * partials. */
+static size_t xt6_smem(int64_t cols) { return xt_smem(5 * (size_t)cols); }
 
 /* a, xg, n as k_mvx24_mma; the job's Q6_K rows in the padded 212-byte
  * blocks (ql 128, qh 64, sc 16, d at 208).  Eight warps a tile: warp w the
@@ -479,26 +505,28 @@ __global__ void __launch_bounds__(2 * XT_CLS * 32, 2) k_mvx24_mma6(mr_cu_mvjob a
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     extern __shared__ __align__(16) float xt_sh[]; /* tq6, td6; then the partials */
-    const int ntt = (n + XT_TOK - 1) / XT_TOK;
-    const int64_t r0 = (int64_t)(blockIdx.x / ntt) * XT_ROWS;
-    const int tok0 = (int)(blockIdx.x % ntt) * XT_TOK, nt = n - tok0 < XT_TOK ? n - tok0 : XT_TOK;
+    const int tok0 = (int)blockIdx.y * XT_TOK, nt = n - tok0 < XT_TOK ? n - tok0 : XT_TOK;
     const int lane = threadIdx.x & 31, c = (threadIdx.x >> 5) & 3, hn = threadIdx.x >> 7, g = lane >> 2,
               q = lane & 3;
     const int cols = (int)a.cols, nb = cols / 256;
     const size_t xb = xs_xbytes(cols);
+    /* B: token g's planes (an absent token: token tok0's, never scaled) */
+    const uint8_t *xB = xg + (size_t)(tok0 + (g < nt ? g : 0)) * xb + 4 * q;
+    int *tq6 = (int *)xt_sh;
+    float *td6 = (float *)(tq6 + 8 * (cols / 8));
+    float *part = xt_sh + 5 * cols / 4;
+    xt6_tokens(xg, cols, tok0, nt, tq6, td6);
+    __syncthreads();
+    const uint32_t alo = q < 2 ? 0xFFFFFFFFu : 0u; /* lane q's word in a0 (q < 2) or a1 */
+    const int64_t tiles = (total_rows + XT_ROWS - 1) / XT_ROWS;
+    for (int64_t rt = blockIdx.x; rt < tiles; rt += gridDim.x) {
+    const int64_t r0 = rt * XT_ROWS;
     /* the lane's rows g, g + 8 (past the end: row r0, computed, not stored) */
     const uint8_t *W[2];
     float *yd;
     int64_t ys;
     xs_row(a, r0 + g < total_rows ? r0 + g : r0, &W[0], &yd, &ys);
     xs_row(a, r0 + g + 8 < total_rows ? r0 + g + 8 : r0, &W[1], &yd, &ys);
-    /* B: token g's planes (an absent token: token tok0's, never scaled) */
-    const uint8_t *xB = xg + (size_t)(tok0 + (g < nt ? g : 0)) * xb + 4 * q;
-    int *tq6 = (int *)xt_sh;
-    float *td6 = (float *)(tq6 + 8 * (cols / 8));
-    xt6_tokens(xg, cols, tok0, nt, tq6, td6);
-    __syncthreads();
-    const uint32_t alo = q < 2 ? 0xFFFFFFFFu : 0u; /* lane q's word in a0 (q < 2) or a1 */
 
     float acc[4][4]; /* [unit 4n + uh][row g + 8 rr, token 2q + k: 2 rr + k] */
 #pragma unroll
@@ -558,26 +586,38 @@ __global__ void __launch_bounds__(2 * XT_CLS * 32, 2) k_mvx24_mma6(mr_cu_mvjob a
                         acc[2 * kp + e][2 * rr + k] = xs_fma(d[rr], r[rr][e][k], acc[2 * kp + e][2 * rr + k]);
         }
     }
-    __syncthreads(); /* every warp done with tq6, td6: the partials take their place */
+    __syncthreads(); /* every thread done with the previous tile's store from part */
 #pragma unroll
     for (int uh = 0; uh < 4; uh++)
 #pragma unroll
         for (int o = 0; o < 4; o++)
-            xt_sh[((g + 8 * (o >> 1)) * XT_TOK + 2 * q + (o & 1)) * XT_PSTR + 8 * c + 4 * hn + uh] = acc[uh][o];
+            part[((g + 8 * (o >> 1)) * XT_TOK + 2 * q + (o & 1)) * XT_PSTR + 8 * c + 4 * hn + uh] = acc[uh][o];
     __syncthreads();
     if (threadIdx.x < XT_ROWS * XT_TOK)
-        xt_store(a, total_rows, r0, tok0, nt, xt_sh);
+        xt_store(a, total_rows, r0, tok0, nt, part);
+    }
 }
 
-/* Whether the Q6_K kernel takes cols columns: its shared memory within
- * what the backend's launches may ask (c->x24_smem, mr_cu_x24_init). */
-bool mr_cu_x24_mma_q6k_ok(const mr_cu_ctx *c, int64_t cols) { return xt6_smem(cols) <= c->x24_smem; }
+/* Whether the tile kernel of type T takes cols columns: its shared memory
+ * within what the backend's launches may ask (c->x24_smem,
+ * mr_cu_x24_init). */
+bool mr_cu_x24_mma_ok(const mr_cu_ctx *c, int T, int64_t cols)
+{
+    if (T == MR_TYPE_Q4_K)
+        return xt_smem(3 * (size_t)cols) <= c->x24_smem;
+    return T == MR_TYPE_Q6_K && xt6_smem(cols) <= c->x24_smem;
+}
 
-/* At backend creation: launches of the Q6_K kernel may ask for up to bytes
- * of shared memory (wide inputs need more than the default 48 KB). */
+/* At backend creation: launches of the tile kernels may ask for up to
+ * bytes of shared memory (wide inputs need more than the default 48 KB). */
 bool mr_cu_x24_mma_optin(int bytes)
 {
-    return cudaFuncSetAttribute(k_mvx24_mma6, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
+    const void *k[] = {(const void *)k_mvx24_mma6, (const void *)k_mvx24_mma<0>, (const void *)k_mvx24_mma<1>,
+                       (const void *)k_mvx24_mma<2>, (const void *)k_mvx24_mma<4>};
+    for (const void *f : k)
+        if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess)
+            return false;
+    return true;
 }
 
 /* n tokens of the job a, Q6_K from the padded copy (xs_job), total_rows
@@ -585,9 +625,8 @@ bool mr_cu_x24_mma_optin(int bytes)
  * measured. */
 void mr_cu_x24_mma_q6k(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int n)
 {
-    const int64_t tiles = (total_rows + XT_ROWS - 1) / XT_ROWS;
-    const int ntt = (n + XT_TOK - 1) / XT_TOK;
-    mr_cu_launch(c, k_mvx24_mma6, dim3((unsigned)(tiles * ntt)), 2 * XT_CLS * 32, xt6_smem(a.cols), a, total_rows,
-                 xg, n);
+    const size_t smem = xt6_smem(a.cols);
+    const int fit = mr_cu_fit(c, (const void *)k_mvx24_mma6, 2 * XT_CLS * 32, smem);
+    mr_cu_launch(c, k_mvx24_mma6, xt_grid(c, total_rows, n, fit), 2 * XT_CLS * 32, smem, a, total_rows, xg, n);
     MR_CU_LAUNCHED(c, "x24 tensor-core matvec (Q6_K)");
 }

@@ -211,9 +211,9 @@ __device__ __forceinline__ void xs_row(const mr_cu_mvjob &a, int64_t r, const ui
  * one-token kernel. */
 void mr_cu_x24_mma(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int n);
 void mr_cu_x24_mma_q6k(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int n);
-/* whether the Q6_K one takes cols columns (its shared memory); at backend
- * creation, the shared memory its launches may ask for */
-bool mr_cu_x24_mma_q6k_ok(const mr_cu_ctx *c, int64_t cols);
+/* whether the kernel of type T takes cols columns (its shared memory); at
+ * backend creation, the shared memory their launches may ask for */
+bool mr_cu_x24_mma_ok(const mr_cu_ctx *c, int T, int64_t cols);
 bool mr_cu_x24_mma_optin(int bytes);
 
 /* The planes of rows x (rows of them, cols apart) in c->scratch_x24,
