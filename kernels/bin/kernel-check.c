@@ -2799,22 +2799,35 @@ static void check_multi_vs_one(mr_backend *be, const char *label, const tdesc *t
     report(lab, shape, (double)labs(fused - saved), 0, 0.0);
 }
 
+/* The Q4_K float kernel's rows (2048 x 1001 and 4096 x 2048) against the
+ * batches' launches with env set to each of vals (labels tag + value). */
+static void check_wide_env(const char *env, const char *const *vals, size_t nv, const char *tag)
+{
+    for (size_t i = 0; i < nv; i++) {
+        mr_backend *be = backend_with(env, vals[i]);
+        char lab[32];
+        snprintf(lab, sizeof lab, "%s%s", tag, vals[i]);
+        check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 2048, 1001, 1, 1);
+        check_batch_invariance_one(be, lab, td_of(MR_TYPE_Q4_K), 4096, 2048, 1, 1);
+        be->destroy(be);
+    }
+}
+
 /* One token's rows a block of the Q4_K float kernel by the shape (4 at
  * 2048 columns, 2 or 1 past): a row count not a multiple of 4, and the
- * counts forced (MEMRA_CUDA_WIDE_R), each against the batches' launches. */
+ * counts forced (MEMRA_CUDA_WIDE_R), each against the batches' launches;
+ * the batches' 16 tokens a launch at one row a block (the default: two)
+ * and 8 a launch (MEMRA_CUDA_WIDE16=0, the path before). */
 static void check_wide_rows(void)
 {
     check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q4_K), 2048, 1001, 1, 1);
     check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q4_K), 2048, 4608, 1, 1);
-    const char *wrs[] = {"1", "2", "4", "8"};
-    for (size_t i = 0; i < sizeof wrs / sizeof wrs[0]; i++) {
-        mr_backend *wr = backend_with("MEMRA_CUDA_WIDE_R", wrs[i]);
-        char lab[32];
-        snprintf(lab, sizeof lab, "batch-inv-wr%s", wrs[i]);
-        check_batch_invariance_one(wr, lab, td_of(MR_TYPE_Q4_K), 2048, 1001, 1, 1);
-        check_batch_invariance_one(wr, lab, td_of(MR_TYPE_Q4_K), 4096, 2048, 1, 1);
-        wr->destroy(wr);
-    }
+    static const char *const wrs[] = {"1", "2", "4", "8"}, *const w16[] = {"1", "0"};
+    check_wide_env("MEMRA_CUDA_WIDE_R", wrs, sizeof wrs / sizeof wrs[0], "batch-inv-wr");
+    check_wide_env("MEMRA_CUDA_WIDE16", w16, sizeof w16 / sizeof w16[0], "batch-inv-w16-");
+    /* the float32 and bfloat16 routers' decode batches, 8 tokens a launch */
+    check_batch_invariance_one(gpu, "batch-inv-f8", td_of(MR_TYPE_F32), 2048, 128, 1, 1);
+    check_batch_invariance_one(gpu, "batch-inv-f8", td_of(MR_TYPE_BF16), 2048, 128, 1, 1);
 }
 
 /* One token's plain Q4_K products load their first weights before the

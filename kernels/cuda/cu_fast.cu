@@ -1053,6 +1053,11 @@ static void launch_fast(mr_cu_ctx *c, mr_cu_mvjob a, int jobs)
         launch_fast_r<T, 1, NT>(c, a, jobs);
 }
 
+/* Whether the Q4_K wide kernel takes 16 tokens a launch: rows of at most
+ * 2,048 columns (c->wide16 on).  Run 140: the 30B-A3B's decode only C = 16
+ * +1.7..3.4% with it on every width, the 8B's (4,096+ columns) -1.7%. */
+static bool wide16_takes(const mr_cu_ctx *c, int64_t cols) { return c->wide16 && cols <= 2048; }
+
 template <int T>
 static void launch_fast_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
 {
@@ -1063,8 +1068,26 @@ static void launch_fast_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
      * tokens of the 30B-A3B's q 44.9 -> 29.9 us) */
     const bool wide8 = c->wide8 && q4k_wide_takes<T>(c, a);
     while (n > 0) {
-        int nt = n >= 8 && wide8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1;
-        if (nt == 8) {
+        /* float32 and bfloat16 (the routers) 8 a launch too, so that a
+         * 16-token batch's router is two launches of ~3 us, not four
+         * (MEMRA_CUDA_FAST8=0: 4, the path before; same bits) */
+        constexpr bool f8 = T == MR_TYPE_F32 || T == MR_TYPE_BF16;
+        const int nt = n >= 16 && wide8 && wide16_takes(c, a.cols) ? 16
+                       : n >= 8 && (wide8 || (f8 && c->fast8)) ? 8
+                       : n >= 4                                ? 4
+                       : n >= 2                                ? 2
+                                                               : 1;
+        if (nt == 8 && f8) {
+            if constexpr (f8) launch_fast<T, 8>(c, a, jobs);
+        } else if (nt == 16) { /* a 16-token batch: the weights decoded once, not twice */
+            if constexpr (T == MR_TYPE_Q4_K) {
+                if (c->wide16 == 1)
+                    mr_cu_launch(c, k_q4k_wide<1, 16>, dim3(job_blocks(&a, 1), jobs), FW * 32, 0, a);
+                else
+                    mr_cu_launch(c, k_q4k_wide<2, 16>, dim3(job_blocks(&a, 2), jobs), FW * 32, 0, a);
+                MR_CU_LAUNCHED(c, "q4_k wide matvec");
+            }
+        } else if (nt == 8) {
             if constexpr (T == MR_TYPE_Q4_K) {
                 if (c->wide8_r2)
                     mr_cu_launch(c, k_q4k_wide<2, 8>, dim3(job_blocks(&a, 2), jobs), FW * 32, 0, a);
@@ -1082,7 +1105,7 @@ static void launch_fast_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
     }
 }
 
-static bool fast_ok(mr_cu_ctx *c, const mr_weight *w, const float *x)
+static bool fast_ok(const mr_cu_ctx *c, const mr_weight *w, const float *x)
 {
     if (c->no_fast || !fast_has(w->type) || w->cols % 256 || ((uintptr_t)x & 15))
         return false;
@@ -1114,6 +1137,16 @@ size_t mr_cu_fast_row_bytes(const mr_weight *w)
 static mr_cu_mvjob make_job(const mr_weight *w, const float *x, float *y)
 {
     return mr_cu_mvjob_plain((const uint8_t *)(w->priv ? w->priv : w->data), mr_cu_fast_row_bytes(w), w, x, y);
+}
+
+/* Tokens a decode batch's chunk may have for w's plain products: 16
+ * where the Q4_K wide kernel takes them in one launch (launch_fast_n),
+ * else MR_CU_MATVEC_MAX. */
+int mr_cu_fast_chunk(const mr_cu_ctx *c, const mr_weight *w, const float *x)
+{
+    const bool wide = fast_ok(c, w, x) && w->type == MR_TYPE_Q4_K && w->cols % 512 == 0 &&
+                      c->q4k_wide && c->wide8 && wide16_takes(c, w->cols) && !c->matvec_q8;
+    return wide ? 16 : MR_CU_MATVEC_MAX;
 }
 
 bool mr_cu_fast_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n)

@@ -200,10 +200,11 @@ void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, 
     }
     if (mr_cu_x24_matvec(c, &w, &y, 1, x, n))
         return; /* the 22-bit kernel takes the matrix (at any decode size) */
-    if (n > MR_CU_MATVEC_MAX) { /* a decode batch: 8 tokens a launch */
-        for (int t0 = 0; t0 < n; t0 += MR_CU_MATVEC_MAX)
+    const int chunk = mr_cu_fast_chunk(c, w, x);
+    if (n > chunk) { /* a decode batch: 8 tokens a launch (16 on the Q4_K wide kernel) */
+        for (int t0 = 0; t0 < n; t0 += chunk)
             mr_cu_matmul(be, w, x + (int64_t)t0 * w->cols, y + (int64_t)t0 * w->rows,
-                         n - t0 < MR_CU_MATVEC_MAX ? n - t0 : MR_CU_MATVEC_MAX);
+                         n - t0 < chunk ? n - t0 : chunk);
         return;
     }
     if (mr_cu_q8_matvec(c, w, x, y, n))
@@ -309,8 +310,9 @@ bool mr_cu_matmul_multi(mr_backend *be, const mr_weight *const *w, float *const 
      * fast kernels take the weights does not depend on the tokens, so
      * either every chunk shares launches or none is run) */
     float *yc[MR_CU_MV_SUBS];
-    for (int t0 = 0; t0 < n; t0 += MR_CU_MATVEC_MAX) {
-        const int nc = n - t0 < MR_CU_MATVEC_MAX ? n - t0 : MR_CU_MATVEC_MAX;
+    const int chunk = mr_cu_fast_chunk(c, w[0], x); /* multi_ok: one type and width */
+    for (int t0 = 0; t0 < n; t0 += chunk) {
+        const int nc = n - t0 < chunk ? n - t0 : chunk;
         for (int s = 0; s < m; s++) yc[s] = y[s] + (int64_t)t0 * w[s]->rows;
         if (!mr_cu_fast_matvec_multi(c, w, yc, m, x + (int64_t)t0 * w[0]->cols, nc))
             return false;

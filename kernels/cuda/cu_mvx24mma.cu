@@ -410,8 +410,9 @@ __global__ void __launch_bounds__(XT_CLS * 32, MODE == 1 ? 5 : 4)
  * classes one after another, the scale bytes decoded per token).  This
  * version (four warps a tile, one a class; scaling only for real tokens,
  * spread over the lanes at 1-4 tokens a tile; scales decoded once per unit
- * pair; the next unit's loads ahead of the MMAs) is not yet measured
- * (docs/GPU-NOTES.md 36). */
+ * pair; the next unit's loads ahead of the MMAs): run 51's numbers in
+ * mr_cu_x24_init, run 137's (blocks that walk row tiles) in
+ * docs/GPU-NOTES.md 63. */
 /* The grid of a tile launch: the token tiles in y, and in x as many blocks
  * a token tile as make about one wave of the kernel (fit blocks an SM),
  * at most one a row tile. */
@@ -621,8 +622,8 @@ bool mr_cu_x24_mma_optin(int bytes)
 }
 
 /* n tokens of the job a, Q6_K from the padded copy (xs_job), total_rows
- * rows; xg: the planes; cols that mr_cu_x24_mma_q6k_ok takes.  Not yet
- * measured. */
+ * rows; xg: the planes; cols that mr_cu_x24_mma_ok takes (times:
+ * docs/GPU-NOTES.md 63). */
 void mr_cu_x24_mma_q6k(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int n)
 {
     const size_t smem = xt6_smem(a.cols);
