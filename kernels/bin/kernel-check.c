@@ -689,7 +689,7 @@ static void check_matmul_multi_all(void)
     { /* q/k/v of one type, 1-8 tokens (launches of 4, 2, 1) and more */
         const int t[3] = {q4, q4, q4};
         const int64_t r[3] = {1024, 256, 256};
-        const int ns[] = {1, 2, 3, 5, 8, 21}; /* 21: a decode batch, 8 tokens a launch */
+        const int ns[] = {1, 2, 3, 5, 8, 21}; /* 21: a decode batch (16 + 4 + 1 a launch on the wide kernel) */
         for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) check_matmul_multi(gpu, t, r, 3, 2048, 1, 1, ns[i], 2);
     }
     { /* four matrices: a gated delta net layer's qkv, z, alpha and beta (IQ4_XS, the
