@@ -1061,11 +1061,13 @@ static bool wide16_takes(const mr_cu_ctx *c, int64_t cols) { return c->wide16 &&
 template <int T>
 static void launch_fast_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
 {
-    /* tokens in chunks of 4, 2, 1 (each chunk reads the weights once); 8
-     * for the Q4_K wide kernel (plain products: a decode batch's rows then
-     * read and decode the weights half as often; MEMRA_CUDA_WIDE8=0: 4),
-     * two rows a block sharing each input load (1: one row; run 83: 16
-     * tokens of the 30B-A3B's q 44.9 -> 29.9 us) */
+    /* a decode batch (any count below the GEMM's) in chunks of 4, 2, 1
+     * tokens (each chunk reads the weights once); 8 for the Q4_K wide
+     * kernel (plain products: a decode batch's rows then read and decode
+     * the weights half as often; MEMRA_CUDA_WIDE8=0: 4), two rows a block
+     * sharing each input load (1: one row; run 83: 16 tokens of the
+     * 30B-A3B's q 44.9 -> 29.9 us), and 16 on its rows of at most 2,048
+     * columns (wide16_takes) */
     const bool wide8 = c->wide8 && q4k_wide_takes<T>(c, a);
     while (n > 0) {
         /* float32 and bfloat16 (the routers) 8 a launch too, so that a
@@ -1105,7 +1107,7 @@ static void launch_fast_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
     }
 }
 
-static bool fast_ok(const mr_cu_ctx *c, const mr_weight *w, const float *x)
+static bool fast_ok(mr_cu_ctx *c, const mr_weight *w, const float *x)
 {
     if (c->no_fast || !fast_has(w->type) || w->cols % 256 || ((uintptr_t)x & 15))
         return false;
@@ -1137,16 +1139,6 @@ size_t mr_cu_fast_row_bytes(const mr_weight *w)
 static mr_cu_mvjob make_job(const mr_weight *w, const float *x, float *y)
 {
     return mr_cu_mvjob_plain((const uint8_t *)(w->priv ? w->priv : w->data), mr_cu_fast_row_bytes(w), w, x, y);
-}
-
-/* Tokens a decode batch's chunk may have for w's plain products: 16
- * where the Q4_K wide kernel takes them in one launch (launch_fast_n),
- * else MR_CU_MATVEC_MAX. */
-int mr_cu_fast_chunk(const mr_cu_ctx *c, const mr_weight *w, const float *x)
-{
-    const bool wide = fast_ok(c, w, x) && w->type == MR_TYPE_Q4_K && w->cols % 512 == 0 &&
-                      c->q4k_wide && c->wide8 && wide16_takes(c, w->cols) && !c->matvec_q8;
-    return wide ? 16 : MR_CU_MATVEC_MAX;
 }
 
 bool mr_cu_fast_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n)

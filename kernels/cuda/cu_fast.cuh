@@ -180,7 +180,6 @@ const int32_t *mr_cu_moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int k, i
  * type keeps the GGUF layout). */
 size_t mr_cu_fast_row_bytes(const mr_weight *w);
 bool mr_cu_fast_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
-int mr_cu_fast_chunk(const mr_cu_ctx *c, const mr_weight *w, const float *x);
 bool mr_cu_fast_matvec_multi(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m,
                              const float *x, int n);
 bool mr_cu_fast_matvec_id_multi(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m,

@@ -360,10 +360,9 @@ __global__ void __launch_bounds__(32 * GDN_MAX_WARPS) k_gdn_scan(const float *qk
  * PF (the default; MEMRA_CUDA_GDN_TILED=2: without): the next tile's raw
  * inputs (q and k rows of the key head, the block's v columns, alpha and
  * beta) are copied into shared memory with asynchronous copies while B of
- * this tile runs, and A reads them there: A's global loads (a round trip a
- * token of each warp's, one after another) were half of a tile's time
- * (run 134: 714 us a 512-token layer of the 35B-A3B).  The same values, so
- * the same bits. */
+ * this tile runs, and A reads them there instead of making a global round
+ * trip a token of each warp's, one after another (run 135: 714 -> 633 us
+ * a 512-token layer of the 35B-A3B).  The same values, so the same bits. */
 #define GDN_TT 16 /* tokens a tile */
 
 /* Asynchronous copies of tile t0's raw inputs (nt tokens) into rq [TT][dk],

@@ -200,16 +200,20 @@ void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, 
     }
     if (mr_cu_x24_matvec(c, &w, &y, 1, x, n))
         return; /* the 22-bit kernel takes the matrix (at any decode size) */
-    const int chunk = mr_cu_fast_chunk(c, w, x);
-    if (n > chunk) { /* a decode batch: 8 tokens a launch (16 on the Q4_K wide kernel) */
-        for (int t0 = 0; t0 < n; t0 += chunk)
+    /* the fast kernels take a decode batch whole (cu_fast.cu launch_fast_n
+     * splits it into launches of as many tokens as each kernel takes);
+     * with MEMRA_CUDA_MATVEC=q8 the int8 kernels come first */
+    if (!c->matvec_q8 && mr_cu_fast_matvec(c, w, x, y, n))
+        return;
+    if (n > MR_CU_MATVEC_MAX) { /* the other kernels: 8 tokens a launch */
+        for (int t0 = 0; t0 < n; t0 += MR_CU_MATVEC_MAX)
             mr_cu_matmul(be, w, x + (int64_t)t0 * w->cols, y + (int64_t)t0 * w->rows,
-                         n - t0 < chunk ? n - t0 : chunk);
+                         n - t0 < MR_CU_MATVEC_MAX ? n - t0 : MR_CU_MATVEC_MAX);
         return;
     }
     if (mr_cu_q8_matvec(c, w, x, y, n))
         return;
-    if (mr_cu_fast_matvec(c, w, x, y, n))
+    if (c->matvec_q8 && mr_cu_fast_matvec(c, w, x, y, n))
         return;
     matvec_dispatch(c, w->type, mr_cu_mvjob_plain((const uint8_t *)w->data, w->row_bytes, w, x, y), n, 1);
 }
@@ -306,18 +310,9 @@ bool mr_cu_matmul_multi(mr_backend *be, const mr_weight *const *w, float *const 
         return false;
     if (mr_cu_x24_matvec(c, w, y, m, x, n))
         return true; /* the 22-bit kernel takes all of them (multi_ok: all or none) */
-    /* a decode batch: 8 tokens a launch, as mr_cu_matmul does (whether the
-     * fast kernels take the weights does not depend on the tokens, so
-     * either every chunk shares launches or none is run) */
-    float *yc[MR_CU_MV_SUBS];
-    const int chunk = mr_cu_fast_chunk(c, w[0], x); /* multi_ok: one type and width */
-    for (int t0 = 0; t0 < n; t0 += chunk) {
-        const int nc = n - t0 < chunk ? n - t0 : chunk;
-        for (int s = 0; s < m; s++) yc[s] = y[s] + (int64_t)t0 * w[s]->rows;
-        if (!mr_cu_fast_matvec_multi(c, w, yc, m, x + (int64_t)t0 * w[0]->cols, nc))
-            return false;
-    }
-    return true;
+    /* a decode batch whole: the fast kernels split it into launches
+     * (launch_fast_n), or take none of it */
+    return mr_cu_fast_matvec_multi(c, w, y, m, x, n);
 }
 
 bool mr_cu_matmul_id_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m,

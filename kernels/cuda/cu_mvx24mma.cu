@@ -521,81 +521,81 @@ __global__ void __launch_bounds__(2 * XT_CLS * 32, 2) k_mvx24_mma6(mr_cu_mvjob a
     const uint32_t alo = q < 2 ? 0xFFFFFFFFu : 0u; /* lane q's word in a0 (q < 2) or a1 */
     const int64_t tiles = (total_rows + XT_ROWS - 1) / XT_ROWS;
     for (int64_t rt = blockIdx.x; rt < tiles; rt += gridDim.x) {
-    const int64_t r0 = rt * XT_ROWS;
-    /* the lane's rows g, g + 8 (past the end: row r0, computed, not stored) */
-    const uint8_t *W[2];
-    float *yd;
-    int64_t ys;
-    xs_row(a, r0 + g < total_rows ? r0 + g : r0, &W[0], &yd, &ys);
-    xs_row(a, r0 + g + 8 < total_rows ? r0 + g + 8 : r0, &W[1], &yd, &ys);
+        const int64_t r0 = rt * XT_ROWS;
+        /* the lane's rows g, g + 8 (past the end: row r0, computed, not stored) */
+        const uint8_t *W[2];
+        float *yd;
+        int64_t ys;
+        xs_row(a, r0 + g < total_rows ? r0 + g : r0, &W[0], &yd, &ys);
+        xs_row(a, r0 + g + 8 < total_rows ? r0 + g + 8 : r0, &W[1], &yd, &ys);
 
-    float acc[4][4]; /* [unit 4n + uh][row g + 8 rr, token 2q + k: 2 rr + k] */
+        float acc[4][4]; /* [unit 4n + uh][row g + 8 rr, token 2q + k: 2 rr + k] */
 #pragma unroll
-    for (int uh = 0; uh < 4; uh++)
+        for (int uh = 0; uh < 4; uh++)
 #pragma unroll
-        for (int o = 0; o < 4; o++) acc[uh][o] = 0.0f;
-    for (int b = c; b < nb; b += XT_CLS) {
-        const uint8_t *p[2] = {W[0] + (size_t)b * 212, W[1] + (size_t)b * 212};
-        float d[2];
-        uint32_t sw[2][2]; /* the rows' scale words sc[8n .. 8n + 3], sc[8n + 4 .. 8n + 7] */
+            for (int o = 0; o < 4; o++) acc[uh][o] = 0.0f;
+        for (int b = c; b < nb; b += XT_CLS) {
+            const uint8_t *p[2] = {W[0] + (size_t)b * 212, W[1] + (size_t)b * 212};
+            float d[2];
+            uint32_t sw[2][2]; /* the rows' scale words sc[8n .. 8n + 3], sc[8n + 4 .. 8n + 7] */
 #pragma unroll
-        for (int rr = 0; rr < 2; rr++) {
-            d[rr] = q8_h2f(q8_ld32(p[rr] + 208));
-            sw[rr][0] = q8_ld32(p[rr] + 192 + 8 * hn);
-            sw[rr][1] = q8_ld32(p[rr] + 196 + 8 * hn);
-        }
-#pragma unroll
-        for (int kp = 0; kp < 2; kp++) { /* units 4n + 2kp + e, e = 0, 1 (uh = 2kp + e) */
-            const int l = 16 * kp + 4 * q;
-            uint32_t w[2][4]; /* the rows' quants at pair positions 4q .. 4q + 3, quarters 0..3 */
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++)
-                xs_q6k_words(q8_ld32(p[rr] + 64 * hn + l), q8_ld32(p[rr] + 64 * hn + 32 + l),
-                             q8_ld32(p[rr] + 128 + 32 * hn + l), w[rr]);
-            float r[2][2][2] = {}; /* [rr][e][token 2q + k] */
-#pragma unroll
-            for (int qq = 0; qq < 4; qq++) {
-                const int col = 256 * b + 128 * hn + 32 * qq + 16 * kp; /* the pair's 16 columns */
-                const uint32_t x0 = q8_ld32(xB + col), x1 = q8_ld32(xB + cols + col),
-                               x2 = q8_ld32(xB + 2 * cols + col);
-                /* 32 sq[c / 8] of units 4n + 2kp + e and dq[c / 32] of
-                 * tokens 2q + k (xt6_tokens) */
-                const int4 qv = *(const int4 *)(tq6 + 2 * (8 * (16 * b + 8 * hn + 2 * qq + kp) + 2 * q));
-                const int qs[2][2] = {{qv.x, qv.z}, {qv.y, qv.w}};
-                const float2 dv = *(const float2 *)(td6 + 8 * (8 * b + 4 * hn + qq) + 2 * q);
-                const float dx[2] = {dv.x, dv.y};
-#pragma unroll
-                for (int rr = 0; rr < 2; rr++) {
-                    int s[4]; /* (unit 4n + 2kp, tokens 2q, 2q + 1), (the next unit, the same) */
-                    xt_run3(s, w[rr][qq] & alo, w[rr][qq] & ~alo, x0, x1, x2);
-                    const uint32_t v = sw[rr][qq >> 1];
-                    const float sc = (float)(int8_t)((v >> (8 * kp + 16 * (qq & 1))) & 0xff);
-#pragma unroll
-                    for (int k = 0; k < 2; k++)
-                        if (2 * q + k < nt)
-#pragma unroll
-                            for (int e = 0; e < 2; e++)
-                                r[rr][e][k] = xs_q6k_step(sc, dx[k], s[2 * e + k], qs[e][k], r[rr][e][k]);
-                }
+            for (int rr = 0; rr < 2; rr++) {
+                d[rr] = q8_h2f(q8_ld32(p[rr] + 208));
+                sw[rr][0] = q8_ld32(p[rr] + 192 + 8 * hn);
+                sw[rr][1] = q8_ld32(p[rr] + 196 + 8 * hn);
             }
 #pragma unroll
-            for (int rr = 0; rr < 2; rr++)
+            for (int kp = 0; kp < 2; kp++) { /* units 4n + 2kp + e, e = 0, 1 (uh = 2kp + e) */
+                const int l = 16 * kp + 4 * q;
+                uint32_t w[2][4]; /* the rows' quants at pair positions 4q .. 4q + 3, quarters 0..3 */
 #pragma unroll
-                for (int e = 0; e < 2; e++)
+                for (int rr = 0; rr < 2; rr++)
+                    xs_q6k_words(q8_ld32(p[rr] + 64 * hn + l), q8_ld32(p[rr] + 64 * hn + 32 + l),
+                                 q8_ld32(p[rr] + 128 + 32 * hn + l), w[rr]);
+                float r[2][2][2] = {}; /* [rr][e][token 2q + k] */
 #pragma unroll
-                    for (int k = 0; k < 2; k++)
-                        acc[2 * kp + e][2 * rr + k] = xs_fma(d[rr], r[rr][e][k], acc[2 * kp + e][2 * rr + k]);
+                for (int qq = 0; qq < 4; qq++) {
+                    const int col = 256 * b + 128 * hn + 32 * qq + 16 * kp; /* the pair's 16 columns */
+                    const uint32_t x0 = q8_ld32(xB + col), x1 = q8_ld32(xB + cols + col),
+                                   x2 = q8_ld32(xB + 2 * cols + col);
+                    /* 32 sq[c / 8] of units 4n + 2kp + e and dq[c / 32] of
+                     * tokens 2q + k (xt6_tokens) */
+                    const int4 qv = *(const int4 *)(tq6 + 2 * (8 * (16 * b + 8 * hn + 2 * qq + kp) + 2 * q));
+                    const int qs[2][2] = {{qv.x, qv.z}, {qv.y, qv.w}};
+                    const float2 dv = *(const float2 *)(td6 + 8 * (8 * b + 4 * hn + qq) + 2 * q);
+                    const float dx[2] = {dv.x, dv.y};
+#pragma unroll
+                    for (int rr = 0; rr < 2; rr++) {
+                        int s[4]; /* (unit 4n + 2kp, tokens 2q, 2q + 1), (the next unit, the same) */
+                        xt_run3(s, w[rr][qq] & alo, w[rr][qq] & ~alo, x0, x1, x2);
+                        const uint32_t v = sw[rr][qq >> 1];
+                        const float sc = (float)(int8_t)((v >> (8 * kp + 16 * (qq & 1))) & 0xff);
+#pragma unroll
+                        for (int k = 0; k < 2; k++)
+                            if (2 * q + k < nt)
+#pragma unroll
+                                for (int e = 0; e < 2; e++)
+                                    r[rr][e][k] = xs_q6k_step(sc, dx[k], s[2 * e + k], qs[e][k], r[rr][e][k]);
+                    }
+                }
+#pragma unroll
+                for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++)
+#pragma unroll
+                        for (int k = 0; k < 2; k++)
+                            acc[2 * kp + e][2 * rr + k] = xs_fma(d[rr], r[rr][e][k], acc[2 * kp + e][2 * rr + k]);
+            }
         }
-    }
-    __syncthreads(); /* every thread done with the previous tile's store from part */
+        __syncthreads(); /* every thread done with the previous tile's store from part */
 #pragma unroll
-    for (int uh = 0; uh < 4; uh++)
+        for (int uh = 0; uh < 4; uh++)
 #pragma unroll
-        for (int o = 0; o < 4; o++)
-            part[((g + 8 * (o >> 1)) * XT_TOK + 2 * q + (o & 1)) * XT_PSTR + 8 * c + 4 * hn + uh] = acc[uh][o];
-    __syncthreads();
-    if (threadIdx.x < XT_ROWS * XT_TOK)
-        xt_store(a, total_rows, r0, tok0, nt, part);
+            for (int o = 0; o < 4; o++)
+                part[((g + 8 * (o >> 1)) * XT_TOK + 2 * q + (o & 1)) * XT_PSTR + 8 * c + 4 * hn + uh] = acc[uh][o];
+        __syncthreads();
+        if (threadIdx.x < XT_ROWS * XT_TOK)
+            xt_store(a, total_rows, r0, tok0, nt, part);
     }
 }
 
