@@ -59,14 +59,15 @@
  * one).
  *
  * Per block: the token side of the tile (each unit's qa, qb and each unit
- * pair's da, db) once into shared memory; each warp loads a block's two
- * 16-byte headers and 16 unit words, and the next unit's plane words, one
- * step ahead of their use (the next block's words replace the current ones
- * as they are consumed: the prefetch holds no more than one block); the
- * scale bytes are decoded once per unit pair and row and reused for both
- * units and every token of the lane.  Registers (ptxas, sm_90a): 128, no
- * spills (the by-tile kernel and MODE 4, 2: __launch_bounds__ for 4 blocks
- * an SM), 95 (MODE 1, 5 blocks an SM). */
+ * pair's da, db, and the tokens' three planes, the MMAs' B words) once into
+ * shared memory; each warp loads a block's two 16-byte headers and 16 unit
+ * words one block ahead of their use (the next block's words replace the
+ * current ones as they are consumed), and the next unit's plane words from
+ * shared memory one step ahead; the scale bytes are decoded once per unit
+ * pair and row and reused for both units and every token of the lane.
+ * Registers (ptxas, sm_90a, __launch_bounds__ for 512 threads): 128 with
+ * 44 / 28 bytes spilled (the by-tile kernel, MODE 4), 124 (MODE 2), 105
+ * (MODE 1). */
 #include <stdlib.h>
 
 #include "kernels/cuda/cu_x24.cuh"
@@ -126,15 +127,15 @@ __device__ __forceinline__ float xt_tree(const float *p)
     return v[0] + v[1];
 }
 
-/* Thread threadIdx.x < XT_ROWS * XT_TOK sums output (row, token) =
- * (threadIdx.x / XT_TOK, threadIdx.x % XT_TOK) from its parked partials in
- * the warp sum's tree and stores it, if that row and token exist. */
+/* Thread o = threadIdx.x % (XT_ROWS * XT_TOK) of a tile's 128 sums output
+ * (row, token) = (o / XT_TOK, o % XT_TOK) from its parked partials in the
+ * warp sum's tree and stores it, if that row and token exist. */
 __device__ __forceinline__ void xt_store(const mr_cu_mvjob &a, int64_t total_rows, int64_t r0, int tok0, int nt,
                                          const float *xt_sh)
 {
-    const int row = threadIdx.x / XT_TOK, tok = threadIdx.x % XT_TOK;
+    const int o = threadIdx.x % (XT_ROWS * XT_TOK), row = o / XT_TOK, tok = o % XT_TOK;
     if (tok < nt && r0 + row < total_rows) {
-        const float v = xt_tree(xt_sh + threadIdx.x * XT_PSTR);
+        const float v = xt_tree(xt_sh + o * XT_PSTR);
         const uint8_t *W;
         float *y;
         int64_t s;
@@ -143,15 +144,29 @@ __device__ __forceinline__ void xt_store(const mr_cu_mvjob &a, int64_t total_row
     }
 }
 
+/* Words between two tokens' planes in shared memory: 3 cols / 4 + 4, so
+ * that the 8 tokens x 4 lanes of an MMA's B words fall in 32 banks. */
+__host__ __device__ constexpr int xt_pstride(int64_t cols) { return (int)(3 * cols / 4 + 4); }
+
 /* The input side of the tile's nt real tokens, once a block: tq[8U + t] =
  * (qa, qb), token t's integer sums over the two runs of unit U rounded to
  * float as the matvec rounds them; td[8G + t] = (da, db), its scales of the
  * two runs of unit pair G (units 2G, 2G + 1: the same two 32-column
- * groups). */
-__device__ __forceinline__ void xt_tokens(const uint8_t *xg, int cols, int tok0, int nt, float2 *tq, float2 *td)
+ * groups); ps: the planes. */
+__device__ __forceinline__ void xt_tokens(const uint8_t *xg, int cols, int tok0, int nt, float2 *tq, float2 *td,
+                                          uint32_t *ps)
 {
     const size_t xb = xs_xbytes(cols);
     const int units = cols / 32, pairs = cols / 64;
+    /* the three planes of each token, xt_pstride words apart: the MMAs' B
+     * words are read from here, not from global memory (run 144: every
+     * warp loading them there once a tile kept L1 83-94% busy) */
+    const int pw = 3 * cols / 16, ts = xt_pstride(cols);
+#pragma unroll 4
+    for (int i = threadIdx.x; i < nt * pw; i += blockDim.x) {
+        const int t = i / pw, k = i - t * pw;
+        ((uint4 *)(ps + (size_t)t * ts))[k] = __ldg((const uint4 *)(xg + (size_t)(tok0 + t) * xb) + k);
+    }
     for (int i = threadIdx.x; i < nt * units; i += blockDim.x) {
         const int t = i / units, U = i - t * units;
         const int *sq = xs_sq((uint8_t *)(xg + (size_t)(tok0 + t) * xb), cols);
@@ -185,14 +200,13 @@ template <int K> __device__ __forceinline__ void xt_lds(float (&v)[2 * K], const
  * parked in part (all threads of the block call it alike). */
 template <int MODE>
 __device__ __forceinline__ void xt_run(const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int64_t r0,
-                                       int tok0, int nt, float *tok, float *part, bool setup)
+                                       int tok0, int nt, float *tok, uint32_t *ps, float *part, bool setup)
 {
     constexpr int R = MODE == 4 ? 2 : 1;  /* rows a lane scales */
     constexpr int K = MODE == 1 ? 1 : 2;  /* tokens a lane scales */
     constexpr int NW = MODE == 1 ? 2 : 6; /* plane words a lane loads a unit */
-    const int lane = threadIdx.x & 31, c = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int cols = (int)a.cols, nb = cols / 256;
-    const size_t xb = xs_xbytes(cols);
+    const int lane = threadIdx.x & 31, c = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
+    const int cols = (int)a.cols, nb = cols / 256, ts = xt_pstride(cols);
 
     /* the A rows g, g + 8 (past the end: row r0, computed, not stored) */
     const uint8_t *WA, *WB;
@@ -218,16 +232,16 @@ __device__ __forceinline__ void xt_run(const mr_cu_mvjob &a, int64_t total_rows,
      * column computed, never scaled); MODE 1: column g is token g / 4's
      * plane g % 4, the middle and low planes' bytes as signed v - 128 (v ^
      * 0x80), column 4t + 3 all ones */
-    const uint8_t *xB;
+    const uint32_t *xS; /* the lane's words in the planes of shared memory (xt_tokens) */
     uint32_t bx = 0;
     bool bone = false;
     if constexpr (MODE == 1) {
         const int t = g >> 2, p = g & 3;
-        xB = xg + (size_t)(tok0 + (t < nt ? t : 0)) * xb + (size_t)(p < 3 ? p : 0) * cols + 4 * q;
+        xS = ps + (size_t)(t < nt ? t : 0) * ts + (p < 3 ? p : 0) * (cols / 4) + q;
         bx = p == 1 || p == 2 ? 0x80808080u : 0u;
         bone = p == 3;
     } else {
-        xB = xg + (size_t)(tok0 + (g < nt ? g : 0)) * xb + 4 * q;
+        xS = ps + (size_t)(g < nt ? g : 0) * ts + q;
     }
     /* MODE 1: lane q's half of the join (columns 2q, 2q + 1 of C): 65536 H +
      * 256 M' (q even) or L' + 32896 S (q odd) */
@@ -245,15 +259,15 @@ __device__ __forceinline__ void xt_run(const mr_cu_mvjob &a, int64_t total_rows,
     uint4 hd[R];
     uint32_t w[2][8], bw[NW];
     auto bload = [&](int bb, int uu) { /* unit uu of block bb's plane words */
-        const int ca = 256 * bb + 64 * (uu >> 1) + 16 * (uu & 1);
+        const int ca = (256 * bb + 64 * (uu >> 1) + 16 * (uu & 1)) / 4; /* in words */
         if constexpr (MODE == 1) {
-            bw[0] = q8_ld32(xB + ca);
-            bw[1] = q8_ld32(xB + ca + 32);
+            bw[0] = xS[ca];
+            bw[1] = xS[ca + 8];
         } else {
 #pragma unroll
             for (int r = 0; r < 2; r++)
 #pragma unroll
-                for (int p = 0; p < 3; p++) bw[3 * r + p] = q8_ld32(xB + (size_t)p * cols + ca + 32 * r);
+                for (int p = 0; p < 3; p++) bw[3 * r + p] = xS[p * (cols / 4) + ca + 8 * r];
         }
     };
     if (c < nb) {
@@ -264,14 +278,14 @@ __device__ __forceinline__ void xt_run(const mr_cu_mvjob &a, int64_t total_rows,
             w[0][u] = q8_ld32(WA + (size_t)c * 144 + 16 + 16 * u + 4 * q);
             w[1][u] = q8_ld32(WB + (size_t)c * 144 + 16 + 16 * u + 4 * q);
         }
-        bload(c, 0);
     }
 
     float2 *tq = (float2 *)tok, *td = tq + 8 * (cols / 32);
     if (setup) {
-        xt_tokens(xg, cols, tok0, nt, tq, td);
+        xt_tokens(xg, cols, tok0, nt, tq, td, ps);
         __syncthreads();
     }
+    if (c < nb) bload(c, 0);
 
     for (int b = c; b < nb; b += XT_CLS) {
         const int bn = b + XT_CLS < nb ? b + XT_CLS : b; /* the next block (the last: itself again) */
@@ -369,34 +383,48 @@ __device__ __forceinline__ void xt_run(const mr_cu_mvjob &a, int64_t total_rows,
  * multiple of 16 since cols is of 256), then the partials of a tile. */
 static size_t xt_smem(size_t tok) { return tok + XT_PART_BYTES; }
 
+/* Shared memory of k_mvx24_mma with rt row tiles a block: tq and td (3
+ * bytes a column), the 8 tokens' planes (xt_pstride words each), then rt
+ * tiles' partials. */
+static size_t xt4_smem(int64_t cols, int rt)
+{
+    return 3 * (size_t)cols + (size_t)XT_TOK * 4 * xt_pstride(cols) + (size_t)rt * XT_PART_BYTES;
+}
+
 /* a: the launch's rows (sub-matrices as in k_mvx24); xg: the n tokens'
  * planes (k_x24_quant), xs_xbytes(cols) apart.  Grid: blockIdx.y the
- * token tile, and each block walks the row tiles blockIdx.x, + gridDim.x,
- * ... (a grid of about one wave): the token side is formed once a block,
- * not once a tile (run 136: at 16 tokens the 151,936-row head took 698 us
- * as one block a tile, 7.7x one token).  A tile's sums do not depend on
- * which block runs it.  MODE: xt_run's for every tile (n <= 8: one token
- * tile), 0: each tile's own (registers: those of MODE 4; MODE 1 alone needs
- * fewer, so its blocks fit 5 an SM). */
+ * token tile, and each block of rt = blockDim.x / 128 row tiles at a time
+ * walks the tile groups blockIdx.x, + gridDim.x, ... (a grid of about one
+ * wave): the token side is formed once a block, not once a tile (run 136:
+ * at 16 tokens the 151,936-row head took 698 us as one block a tile, 7.7x
+ * one token), and the 128 threads of group rt take tile rt of a group (so
+ * that inputs of 4,096 columns, whose planes leave room for one block an
+ * SM, still keep 16 warps an SM).  A tile's sums do not depend on which
+ * block runs it.  MODE: xt_run's for every tile (n <= 8: one token tile),
+ * 0: each tile's own. */
 template <int MODE>
-__global__ void __launch_bounds__(XT_CLS * 32, MODE == 1 ? 5 : 4)
+__global__ void __launch_bounds__(XT_CLS * 32 * 4, 1)
     k_mvx24_mma(mr_cu_mvjob a, int64_t total_rows, const uint8_t *xg, int n)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
-    extern __shared__ __align__(16) float xt_sh[]; /* tq, td; then the partials */
-    float *part = xt_sh + 3 * a.cols / 4;
+    extern __shared__ __align__(16) float xt_sh[]; /* tq, td; the planes; then the partials */
+    uint32_t *ps = (uint32_t *)(xt_sh + 3 * a.cols / 4);
+    const int rt = blockDim.x / (XT_CLS * 32), grp = threadIdx.x / (XT_CLS * 32);
+    float *part = (float *)(ps + (size_t)XT_TOK * xt_pstride(a.cols)) + grp * (XT_PART_BYTES / 4);
     const int tok0 = (int)blockIdx.y * XT_TOK, nt = n - tok0 < XT_TOK ? n - tok0 : XT_TOK;
-    const int64_t tiles = (total_rows + XT_ROWS - 1) / XT_ROWS;
-    for (int64_t rt = blockIdx.x; rt < tiles; rt += gridDim.x) {
-        const int64_t r0 = rt * XT_ROWS;
-        const bool setup = rt == (int64_t)blockIdx.x;
-        if constexpr (MODE != 0) xt_run<MODE>(a, total_rows, xg, r0, tok0, nt, xt_sh, part, setup);
-        else if (nt <= 2) xt_run<1>(a, total_rows, xg, r0, tok0, nt, xt_sh, part, setup);
-        else if (nt <= 4) xt_run<2>(a, total_rows, xg, r0, tok0, nt, xt_sh, part, setup);
-        else xt_run<4>(a, total_rows, xg, r0, tok0, nt, xt_sh, part, setup);
+    const int64_t tiles = (total_rows + XT_ROWS - 1) / XT_ROWS, groups = (tiles + rt - 1) / rt;
+    for (int64_t gi = blockIdx.x; gi < groups; gi += gridDim.x) {
+        /* a group past the last tile computes the last tile again (every
+         * thread takes the block's barriers) and stores nothing */
+        const int64_t ti = gi * rt + grp, r0 = (ti < tiles ? ti : tiles - 1) * XT_ROWS;
+        const bool setup = gi == (int64_t)blockIdx.x;
+        if constexpr (MODE != 0) xt_run<MODE>(a, total_rows, xg, r0, tok0, nt, xt_sh, ps, part, setup);
+        else if (nt <= 2) xt_run<1>(a, total_rows, xg, r0, tok0, nt, xt_sh, ps, part, setup);
+        else if (nt <= 4) xt_run<2>(a, total_rows, xg, r0, tok0, nt, xt_sh, ps, part, setup);
+        else xt_run<4>(a, total_rows, xg, r0, tok0, nt, xt_sh, ps, part, setup);
         __syncthreads();
-        xt_store(a, total_rows, r0, tok0, nt, part); /* XT_CLS * 32 = 128 threads: one an output */
+        if (ti < tiles) xt_store(a, total_rows, r0, tok0, nt, part); /* 128 threads a tile: one an output */
     }
 }
 
@@ -415,23 +443,41 @@ __global__ void __launch_bounds__(XT_CLS * 32, MODE == 1 ? 5 : 4)
  * docs/GPU-NOTES.md 63. */
 /* The grid of a tile launch: the token tiles in y, and in x as many blocks
  * a token tile as make about one wave of the kernel (fit blocks an SM),
- * at most one a row tile. */
-static dim3 xt_grid(const mr_cu_ctx *c, int64_t total_rows, int n, int fit)
+ * at most one a group of rt row tiles. */
+static dim3 xt_grid(const mr_cu_ctx *c, int64_t total_rows, int n, int fit, int rt = 1)
 {
-    const int64_t tiles = (total_rows + XT_ROWS - 1) / XT_ROWS;
+    const int64_t groups = ((total_rows + XT_ROWS - 1) / XT_ROWS + rt - 1) / rt;
     const int ntt = (n + XT_TOK - 1) / XT_TOK;
     int64_t gx = (int64_t)c->n_sm * (fit > 0 ? fit : 1) / ntt;
     if (gx < 1) gx = 1;
-    if (gx > tiles) gx = tiles;
+    if (gx > groups) gx = groups;
     return dim3((unsigned)gx, (unsigned)ntt);
+}
+
+/* Row tiles a block (1, 2 or 4): the most warps an SM within the shared
+ * memory the launches may ask, the fewer tiles a block on a tie. */
+template <int MODE>
+static int xt4_rt(mr_cu_ctx *c, int64_t cols, int *fit)
+{
+    int best = 1, bw = -1;
+    *fit = 0;
+    for (int rt = 1; rt <= 4; rt *= 2) {
+        const size_t smem = xt4_smem(cols, rt);
+        if (smem > c->x24_smem)
+            break;
+        const int f = mr_cu_fit(c, (const void *)k_mvx24_mma<MODE>, rt * XT_CLS * 32, smem);
+        if (f * rt > bw) best = rt, bw = f * rt, *fit = f;
+    }
+    return best;
 }
 
 template <int MODE>
 static void xt_launch(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int n)
 {
-    const size_t smem = xt_smem(3 * (size_t)a.cols); /* tq and td: 3 bytes a column */
-    const int fit = mr_cu_fit(c, (const void *)k_mvx24_mma<MODE>, XT_CLS * 32, smem);
-    mr_cu_launch(c, k_mvx24_mma<MODE>, xt_grid(c, total_rows, n, fit), XT_CLS * 32, smem, a, total_rows, xg, n);
+    int fit;
+    const int rt = xt4_rt<MODE>(c, a.cols, &fit);
+    mr_cu_launch(c, k_mvx24_mma<MODE>, xt_grid(c, total_rows, n, fit, rt), rt * XT_CLS * 32, xt4_smem(a.cols, rt), a,
+                 total_rows, xg, n);
 }
 
 void mr_cu_x24_mma(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int n)
@@ -492,31 +538,46 @@ __device__ __forceinline__ void xt6_tokens(const uint8_t *xg, int cols, int tok0
     }
 }
 
-/* Shared memory of k_mvx24_mma6: tq6 and td6 (5 bytes a column), then the
- * partials. */
-static size_t xt6_smem(int64_t cols) { return xt_smem(5 * (size_t)cols); }
+/* Shared memory of k_mvx24_mma6: tq6 and td6 (5 bytes a column), PS: the
+ * 8 tokens' planes (xt_pstride words each), then the partials. */
+static size_t xt6_smem(int64_t cols, bool ps)
+{
+    return xt_smem(5 * (size_t)cols) + (ps ? (size_t)XT_TOK * 4 * xt_pstride(cols) : 0);
+}
 
 /* a, xg, n as k_mvx24_mma; the job's Q6_K rows in the padded 212-byte
  * blocks (ql 128, qh 64, sc 16, d at 208).  Eight warps a tile: warp w the
  * units 4n .. 4n + 3 (n = w / 4) of the blocks of class c = w % 4, so a
  * lane holds 16 accumulators (4 units x 2 rows x 2 tokens). */
+template <bool PS>
 __global__ void __launch_bounds__(2 * XT_CLS * 32, 2) k_mvx24_mma6(mr_cu_mvjob a, int64_t total_rows,
                                                                      const uint8_t *xg, int n)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
-    extern __shared__ __align__(16) float xt_sh[]; /* tq6, td6; then the partials */
+    extern __shared__ __align__(16) float xt_sh[]; /* tq6, td6; PS: the planes; then the partials */
     const int tok0 = (int)blockIdx.y * XT_TOK, nt = n - tok0 < XT_TOK ? n - tok0 : XT_TOK;
     const int lane = threadIdx.x & 31, c = (threadIdx.x >> 5) & 3, hn = threadIdx.x >> 7, g = lane >> 2,
               q = lane & 3;
     const int cols = (int)a.cols, nb = cols / 256;
     const size_t xb = xs_xbytes(cols);
-    /* B: token g's planes (an absent token: token tok0's, never scaled) */
-    const uint8_t *xB = xg + (size_t)(tok0 + (g < nt ? g : 0)) * xb + 4 * q;
     int *tq6 = (int *)xt_sh;
     float *td6 = (float *)(tq6 + 8 * (cols / 8));
-    float *part = xt_sh + 5 * cols / 4;
+    uint32_t *ps = (uint32_t *)(xt_sh + 5 * cols / 4);
+    float *part = PS ? (float *)(ps + (size_t)XT_TOK * xt_pstride(cols)) : xt_sh + 5 * cols / 4;
+    /* B: token g's planes (an absent token: token tok0's, never scaled),
+     * PS: from their copy in shared memory (as the Q4_K tiles) */
+    const uint8_t *xB = xg + (size_t)(tok0 + (g < nt ? g : 0)) * xb + 4 * q;
+    const uint32_t *xS = ps + (size_t)(g < nt ? g : 0) * xt_pstride(cols) + q;
     xt6_tokens(xg, cols, tok0, nt, tq6, td6);
+    if constexpr (PS) {
+        const int pw = 3 * cols / 16, ts = xt_pstride(cols);
+#pragma unroll 4
+        for (int i = threadIdx.x; i < nt * pw; i += blockDim.x) {
+            const int t = i / pw, k = i - t * pw;
+            ((uint4 *)(ps + (size_t)t * ts))[k] = __ldg((const uint4 *)(xg + (size_t)(tok0 + t) * xb) + k);
+        }
+    }
     __syncthreads();
     const uint32_t alo = q < 2 ? 0xFFFFFFFFu : 0u; /* lane q's word in a0 (q < 2) or a1 */
     const int64_t tiles = (total_rows + XT_ROWS - 1) / XT_ROWS;
@@ -556,8 +617,12 @@ __global__ void __launch_bounds__(2 * XT_CLS * 32, 2) k_mvx24_mma6(mr_cu_mvjob a
 #pragma unroll
                 for (int qq = 0; qq < 4; qq++) {
                     const int col = 256 * b + 128 * hn + 32 * qq + 16 * kp; /* the pair's 16 columns */
-                    const uint32_t x0 = q8_ld32(xB + col), x1 = q8_ld32(xB + cols + col),
-                                   x2 = q8_ld32(xB + 2 * cols + col);
+                    uint32_t x0, x1, x2;
+                    if constexpr (PS) {
+                        x0 = xS[col / 4], x1 = xS[(cols + col) / 4], x2 = xS[(2 * cols + col) / 4];
+                    } else {
+                        x0 = q8_ld32(xB + col), x1 = q8_ld32(xB + cols + col), x2 = q8_ld32(xB + 2 * cols + col);
+                    }
                     /* 32 sq[c / 8] of units 4n + 2kp + e and dq[c / 32] of
                      * tokens 2q + k (xt6_tokens) */
                     const int4 qv = *(const int4 *)(tq6 + 2 * (8 * (16 * b + 8 * hn + 2 * qq + kp) + 2 * q));
@@ -605,16 +670,17 @@ __global__ void __launch_bounds__(2 * XT_CLS * 32, 2) k_mvx24_mma6(mr_cu_mvjob a
 bool mr_cu_x24_mma_ok(const mr_cu_ctx *c, int T, int64_t cols)
 {
     if (T == MR_TYPE_Q4_K)
-        return xt_smem(3 * (size_t)cols) <= c->x24_smem;
-    return T == MR_TYPE_Q6_K && xt6_smem(cols) <= c->x24_smem;
+        return xt4_smem(cols, 1) <= c->x24_smem;
+    return T == MR_TYPE_Q6_K && xt6_smem(cols, false) <= c->x24_smem;
 }
 
 /* At backend creation: launches of the tile kernels may ask for up to
  * bytes of shared memory (wide inputs need more than the default 48 KB). */
 bool mr_cu_x24_mma_optin(int bytes)
 {
-    const void *k[] = {(const void *)k_mvx24_mma6, (const void *)k_mvx24_mma<0>, (const void *)k_mvx24_mma<1>,
-                       (const void *)k_mvx24_mma<2>, (const void *)k_mvx24_mma<4>};
+    const void *k[] = {(const void *)k_mvx24_mma6<false>, (const void *)k_mvx24_mma6<true>,
+                       (const void *)k_mvx24_mma<0>,        (const void *)k_mvx24_mma<1>,
+                       (const void *)k_mvx24_mma<2>,        (const void *)k_mvx24_mma<4>};
     for (const void *f : k)
         if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess)
             return false;
@@ -626,8 +692,17 @@ bool mr_cu_x24_mma_optin(int bytes)
  * docs/GPU-NOTES.md 63). */
 void mr_cu_x24_mma_q6k(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int n)
 {
-    const size_t smem = xt6_smem(a.cols);
-    const int fit = mr_cu_fit(c, (const void *)k_mvx24_mma6, 2 * XT_CLS * 32, smem);
-    mr_cu_launch(c, k_mvx24_mma6, xt_grid(c, total_rows, n, fit), 2 * XT_CLS * 32, smem, a, total_rows, xg, n);
+    /* the planes in shared memory where two blocks an SM still fit (the
+     * 30B-A3B's head of 2,048 columns, not the 8B's of 4,096) */
+    const size_t sps = xt6_smem(a.cols, true), smem = xt6_smem(a.cols, false);
+    const int fps = sps <= c->x24_smem ? mr_cu_fit(c, (const void *)k_mvx24_mma6<true>, 2 * XT_CLS * 32, sps) : 0;
+    if (fps >= 2) {
+        mr_cu_launch(c, k_mvx24_mma6<true>, xt_grid(c, total_rows, n, fps), 2 * XT_CLS * 32, sps, a, total_rows, xg,
+                     n);
+    } else {
+        const int fit = mr_cu_fit(c, (const void *)k_mvx24_mma6<false>, 2 * XT_CLS * 32, smem);
+        mr_cu_launch(c, k_mvx24_mma6<false>, xt_grid(c, total_rows, n, fit), 2 * XT_CLS * 32, smem, a, total_rows,
+                     xg, n);
+    }
     MR_CU_LAUNCHED(c, "x24 tensor-core matvec (Q6_K)");
 }
