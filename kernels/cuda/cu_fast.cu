@@ -420,7 +420,8 @@ __device__ __forceinline__ void wide_xg(const float *xs, int64_t cols, int t0, f
 template <int R, int NT, bool GLU = false, bool EARLY = false>
 __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
 {
-    static_assert(NT <= 4 || R <= 2, "8 tokens a launch take one or two rows a block");
+    static_assert(NT <= 4 || R <= 2 || (R == 4 && NT == 8), "8 or 16 tokens a launch: at most two rows a block, or "
+                                                               "four at 8 tokens");
     static_assert(!EARLY || NT == 1, "early weight loads: one token");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int blk = lane >> 4, j = (lane >> 2) & 3, k = lane & 3;
@@ -450,7 +451,9 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
         return;
     const float *x = b.x;
     const int nsteps = (int)(a.cols / 512);
-    constexpr int TG = NT < 4 ? NT : 4; /* tokens whose inputs are in registers at once */
+    /* tokens whose inputs are in registers at once (two where four rows'
+     * weights are held with them) */
+    constexpr int TG = NT < 4 ? NT : NT > 4 && R == 4 ? 2 : 4;
     float acc[NT][R];
 #pragma unroll
     for (int t = 0; t < NT; t++)
@@ -1072,14 +1075,17 @@ static void launch_fast_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
     while (n > 0) {
         /* float32 and bfloat16 (the routers) 8 a launch too, so that a
          * 16-token batch's router is two launches of ~3 us, not four
-         * (MEMRA_CUDA_FAST8=0: 4, the path before; same bits) */
-        constexpr bool f8 = T == MR_TYPE_F32 || T == MR_TYPE_BF16;
+         * (MEMRA_CUDA_FAST8=0: 4, the path before; same bits); Q6_K with
+         * MEMRA_CUDA_FAST8=2 (the 8B's down of even layers, 41 MB, read
+         * twice a 16-token step instead of four times) */
+        constexpr bool f8 = T == MR_TYPE_F32 || T == MR_TYPE_BF16 || T == MR_TYPE_Q6_K;
+        const bool k8 = f8 && c->fast8 >= (T == MR_TYPE_Q6_K ? 2 : 1);
         const int nt = n >= 16 && wide8 && wide16_takes(c, a.cols) ? 16
-                       : n >= 8 && (wide8 || (f8 && c->fast8)) ? 8
-                       : n >= 4                                ? 4
-                       : n >= 2                                ? 2
-                                                               : 1;
-        if (nt == 8 && f8) {
+                       : n >= 8 && (wide8 || k8)                  ? 8
+                       : n >= 4                                   ? 4
+                       : n >= 2                                   ? 2
+                                                                  : 1;
+        if (nt == 8 && k8) {
             if constexpr (f8) launch_fast<T, 8>(c, a, jobs);
         } else if (nt == 16) { /* a 16-token batch: the weights decoded once, not twice */
             if constexpr (T == MR_TYPE_Q4_K) {
@@ -1091,7 +1097,9 @@ static void launch_fast_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
             }
         } else if (nt == 8) {
             if constexpr (T == MR_TYPE_Q4_K) {
-                if (c->wide8_r2)
+                if (c->wide8_rows == 4)
+                    mr_cu_launch(c, k_q4k_wide<4, 8>, dim3(job_blocks(&a, 4), jobs), FW * 32, 0, a);
+                else if (c->wide8_rows == 2)
                     mr_cu_launch(c, k_q4k_wide<2, 8>, dim3(job_blocks(&a, 2), jobs), FW * 32, 0, a);
                 else
                     mr_cu_launch(c, k_q4k_wide<1, 8>, dim3(job_blocks(&a, 1), jobs), FW * 32, 0, a);

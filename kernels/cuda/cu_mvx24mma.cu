@@ -148,6 +148,21 @@ __device__ __forceinline__ void xt_store(const mr_cu_mvjob &a, int64_t total_row
  * that the 8 tokens x 4 lanes of an MMA's B words fall in 32 banks. */
 __host__ __device__ constexpr int xt_pstride(int64_t cols) { return (int)(3 * cols / 4 + 4); }
 
+/* The three planes of each of the tile's nt real tokens into ps,
+ * xt_pstride words apart: the MMAs' B words are read there, not from
+ * global memory (run 144: every warp loading them there once a tile kept
+ * L1 83-94% busy). */
+__device__ __forceinline__ void xt_planes(const uint8_t *xg, int cols, int tok0, int nt, uint32_t *ps)
+{
+    const size_t xb = xs_xbytes(cols);
+    const int pw = 3 * cols / 16, ts = xt_pstride(cols);
+#pragma unroll 4
+    for (int i = threadIdx.x; i < nt * pw; i += blockDim.x) {
+        const int t = i / pw, k = i - t * pw;
+        ((uint4 *)(ps + (size_t)t * ts))[k] = __ldg((const uint4 *)(xg + (size_t)(tok0 + t) * xb) + k);
+    }
+}
+
 /* The input side of the tile's nt real tokens, once a block: tq[8U + t] =
  * (qa, qb), token t's integer sums over the two runs of unit U rounded to
  * float as the matvec rounds them; td[8G + t] = (da, db), its scales of the
@@ -158,15 +173,7 @@ __device__ __forceinline__ void xt_tokens(const uint8_t *xg, int cols, int tok0,
 {
     const size_t xb = xs_xbytes(cols);
     const int units = cols / 32, pairs = cols / 64;
-    /* the three planes of each token, xt_pstride words apart: the MMAs' B
-     * words are read from here, not from global memory (run 144: every
-     * warp loading them there once a tile kept L1 83-94% busy) */
-    const int pw = 3 * cols / 16, ts = xt_pstride(cols);
-#pragma unroll 4
-    for (int i = threadIdx.x; i < nt * pw; i += blockDim.x) {
-        const int t = i / pw, k = i - t * pw;
-        ((uint4 *)(ps + (size_t)t * ts))[k] = __ldg((const uint4 *)(xg + (size_t)(tok0 + t) * xb) + k);
-    }
+    xt_planes(xg, cols, tok0, nt, ps);
     for (int i = threadIdx.x; i < nt * units; i += blockDim.x) {
         const int t = i / units, U = i - t * units;
         const int *sq = xs_sq((uint8_t *)(xg + (size_t)(tok0 + t) * xb), cols);
@@ -570,14 +577,7 @@ __global__ void __launch_bounds__(2 * XT_CLS * 32, 2) k_mvx24_mma6(mr_cu_mvjob a
     const uint8_t *xB = xg + (size_t)(tok0 + (g < nt ? g : 0)) * xb + 4 * q;
     const uint32_t *xS = ps + (size_t)(g < nt ? g : 0) * xt_pstride(cols) + q;
     xt6_tokens(xg, cols, tok0, nt, tq6, td6);
-    if constexpr (PS) {
-        const int pw = 3 * cols / 16, ts = xt_pstride(cols);
-#pragma unroll 4
-        for (int i = threadIdx.x; i < nt * pw; i += blockDim.x) {
-            const int t = i / pw, k = i - t * pw;
-            ((uint4 *)(ps + (size_t)t * ts))[k] = __ldg((const uint4 *)(xg + (size_t)(tok0 + t) * xb) + k);
-        }
-    }
+    if constexpr (PS) xt_planes(xg, cols, tok0, nt, ps);
     __syncthreads();
     const uint32_t alo = q < 2 ? 0xFFFFFFFFu : 0u; /* lane q's word in a0 (q < 2) or a1 */
     const int64_t tiles = (total_rows + XT_ROWS - 1) / XT_ROWS;
