@@ -2818,24 +2818,20 @@ static void check_wide_env(const char *env, const char *const *vals, size_t nv, 
  * counts forced (MEMRA_CUDA_WIDE_R), each against the batches' launches;
  * the batches' 16 tokens a launch at one row a block (the default: two)
  * and 8 a launch (MEMRA_CUDA_WIDE16=0, the path before), and 8 a launch
- * at four rows a block. */
+ * at two rows a block (the default: four). */
 static void check_wide_rows(void)
 {
     check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q4_K), 2048, 1001, 1, 1);
     check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q4_K), 2048, 4608, 1, 1);
-    static const char *const wrs[] = {"1", "2", "4", "8"}, *const w16[] = {"1", "0"}, *const w8[] = {"4"};
+    static const char *const wrs[] = {"1", "2", "4", "8"}, *const w16[] = {"1", "0"}, *const w8[] = {"2"};
     check_wide_env("MEMRA_CUDA_WIDE_R", wrs, sizeof wrs / sizeof wrs[0], "batch-inv-wr");
     check_wide_env("MEMRA_CUDA_WIDE16", w16, sizeof w16 / sizeof w16[0], "batch-inv-w16-");
-    /* eight-token launches at four rows a block (MEMRA_CUDA_WIDE8=4) */
+    /* eight-token launches at two rows a block (MEMRA_CUDA_WIDE8=2; the
+     * default: four) */
     check_wide_env("MEMRA_CUDA_WIDE8", w8, sizeof w8 / sizeof w8[0], "batch-inv-w8r");
     /* the float32 and bfloat16 routers' decode batches, 8 tokens a launch */
     check_batch_invariance_one(gpu, "batch-inv-f8", td_of(MR_TYPE_F32), 2048, 128, 1, 1);
     check_batch_invariance_one(gpu, "batch-inv-f8", td_of(MR_TYPE_BF16), 2048, 128, 1, 1);
-    /* and Q6_K's with MEMRA_CUDA_FAST8=2 (an odd row count; the 8B's down) */
-    mr_backend *f8q6 = backend_with("MEMRA_CUDA_FAST8", "2");
-    check_batch_invariance_one(f8q6, "batch-inv-f8q6", td_of(MR_TYPE_Q6_K), 2048, 1001, 1, 1);
-    check_batch_invariance_one(f8q6, "batch-inv-f8q6", td_of(MR_TYPE_Q6_K), 12288, 4096, 1, 1);
-    f8q6->destroy(f8q6);
 }
 
 /* One token's plain Q4_K products load their first weights before the
@@ -2941,12 +2937,12 @@ static void check_batch_invariance(void)
     }
     check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q4_K), 12288, 4096, 1, 1);
     check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q6_K), 4096, 151936, 1, 1);
-    /* the Q4_K float kernel's eight-token launches take two rows a block by
-     * default (the lines above) and one with MEMRA_CUDA_WIDE8=1: the
+    /* the Q4_K float kernel's eight-token launches take four rows a block
+     * by default (the lines above) and one with MEMRA_CUDA_WIDE8=1: the
      * 30B-A3B's q and o shapes and an odd row count on both */
-    check_batch_invariance_one(gpu, "batch-inv-w8r2", td_of(MR_TYPE_Q4_K), 2048, 4096, 1, 1);
-    check_batch_invariance_one(gpu, "batch-inv-w8r2", td_of(MR_TYPE_Q4_K), 4096, 2048, 1, 1);
-    check_batch_invariance_one(gpu, "batch-inv-w8r2", td_of(MR_TYPE_Q4_K), 4096, 1001, 1, 1);
+    check_batch_invariance_one(gpu, "batch-inv-w8r4", td_of(MR_TYPE_Q4_K), 2048, 4096, 1, 1);
+    check_batch_invariance_one(gpu, "batch-inv-w8r4", td_of(MR_TYPE_Q4_K), 4096, 2048, 1, 1);
+    check_batch_invariance_one(gpu, "batch-inv-w8r4", td_of(MR_TYPE_Q4_K), 4096, 1001, 1, 1);
     mr_backend *w8r1 = backend_with("MEMRA_CUDA_WIDE8", "1");
     check_batch_invariance_one(w8r1, "batch-inv-w8r1", td_of(MR_TYPE_Q4_K), 2048, 4096, 1, 1);
     check_batch_invariance_one(w8r1, "batch-inv-w8r1", td_of(MR_TYPE_Q4_K), 4096, 2048, 1, 1);

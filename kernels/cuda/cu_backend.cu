@@ -421,14 +421,16 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     c->early_w = !(ew && !strcmp(ew, "0")); /* run 109: +3.3% tg128, 30B-A3B */
     const char *w8 = getenv("MEMRA_CUDA_WIDE8");
     c->wide8 = !(w8 && !strcmp(w8, "0"));
-    /* two rows a block (1: one, 4: four; same bits) */
-    c->wide8_rows = w8 && (!strcmp(w8, "1") || !strcmp(w8, "4")) ? atoi(w8) : 2;
+    /* four rows a block (2: two, 1: one; same bits).  Run 147, 16 tokens,
+     * two rows / four: Q4_K 4096 x 4096 54.2 / 43.3 us, 4096 x 12288 144.0 /
+     * 105.4; decode only C = 16, 8B 956 / 1,048 output tok/s */
+    c->wide8_rows = w8 && (!strcmp(w8, "1") || !strcmp(w8, "2")) ? atoi(w8) : 4;
     const char *w16 = getenv("MEMRA_CUDA_WIDE16");
     /* run 139 (16 tokens, us, 8 a launch / 16 at one row / 16 at two):
      * Q4_K 5120 x 2048 40.1 / 51.7 / 32.6, 2048 x 4096 30.5 / 44.1 / 29.6 */
     c->wide16 = w16 && (!strcmp(w16, "0") || !strcmp(w16, "1")) ? atoi(w16) : 2;
     const char *f8 = getenv("MEMRA_CUDA_FAST8");
-    c->fast8 = f8 && (!strcmp(f8, "0") || !strcmp(f8, "2")) ? atoi(f8) : 1;
+    c->fast8 = !(f8 && !strcmp(f8, "0"));
     pdl_init(c, &prop);
     mr_cu_x24_init(c);
     mr_cu_fast_init(c);

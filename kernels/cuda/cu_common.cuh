@@ -131,11 +131,11 @@ struct mr_cu_ctx {
     bool wide8;             /* Q4_K wide matvec: 8 tokens a launch (cu_fast.cu launch_fast_n;
                                MEMRA_CUDA_WIDE8=0: 4, same bits) */
     int wide8_rows;         /* those launches this many rows a block, each input load shared by them
-                               (2; MEMRA_CUDA_WIDE8=1: one, =4: four; same bits) */
+                               (4; MEMRA_CUDA_WIDE8=2: two, =1: one; same bits) */
     int wide16;             /* Q4_K wide matvec: 16 tokens a launch at this many rows a block (2;
                                MEMRA_CUDA_WIDE16=1: one, =0: 8 a launch; same bits) */
-    int fast8;              /* decode batches 8 tokens a launch on k_fast: 1 float32 / bfloat16
-                               (MEMRA_CUDA_FAST8=0: 4, the path before), 2 Q6_K too (=2; same bits) */
+    bool fast8;             /* float32 / bfloat16 decode batches 8 tokens a launch (MEMRA_CUDA_FAST8=0:
+                               4, same bits) */
     bool pf_split;          /* float32 prompt attention: keys in slices over several blocks
                                (cu_attn.cu PF_SLICE; MEMRA_CUDA_PF_SPLIT=0: one block a tile) */
     mr_cu_buf scratch_pfa;  /* its records */

@@ -452,7 +452,7 @@ __global__ void __launch_bounds__(FW * 32) k_q4k_wide(mr_cu_mvjob job)
     const float *x = b.x;
     const int nsteps = (int)(a.cols / 512);
     /* tokens whose inputs are in registers at once (two where four rows'
-     * weights are held with them) */
+     * weights are held with them: 254 registers, no spills) */
     constexpr int TG = NT < 4 ? NT : NT > 4 && R == 4 ? 2 : 4;
     float acc[NT][R];
 #pragma unroll
@@ -1067,19 +1067,21 @@ static void launch_fast_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
     /* a decode batch (any count below the GEMM's) in chunks of 4, 2, 1
      * tokens (each chunk reads the weights once); 8 for the Q4_K wide
      * kernel (plain products: a decode batch's rows then read and decode
-     * the weights half as often; MEMRA_CUDA_WIDE8=0: 4), two rows a block
-     * sharing each input load (1: one row; run 83: 16 tokens of the
-     * 30B-A3B's q 44.9 -> 29.9 us), and 16 on its rows of at most 2,048
-     * columns (wide16_takes) */
+     * the weights half as often; MEMRA_CUDA_WIDE8=0: 4), four rows a block
+     * sharing each input load from L1, which bounds these launches (run
+     * 144; 2: two rows, 1: one; run 83: 16 tokens of the 30B-A3B's q 44.9
+     * -> 29.9 us at two rows, run 147: the 8B's 4096 x 12288 144.0 -> 105.4
+     * at four), and 16 on its rows of at most 2,048 columns (wide16_takes,
+     * two rows a block) */
     const bool wide8 = c->wide8 && q4k_wide_takes<T>(c, a);
     while (n > 0) {
         /* float32 and bfloat16 (the routers) 8 a launch too, so that a
          * 16-token batch's router is two launches of ~3 us, not four
-         * (MEMRA_CUDA_FAST8=0: 4, the path before; same bits); Q6_K with
-         * MEMRA_CUDA_FAST8=2 (the 8B's down of even layers, 41 MB, read
-         * twice a 16-token step instead of four times) */
-        constexpr bool f8 = T == MR_TYPE_F32 || T == MR_TYPE_BF16 || T == MR_TYPE_Q6_K;
-        const bool k8 = f8 && c->fast8 >= (T == MR_TYPE_Q6_K ? 2 : 1);
+         * (MEMRA_CUDA_FAST8=0: 4, the path before; same bits).  Q6_K 8 a
+         * launch lost (run 147: the 8B's down 4096 x 12288 at 16 tokens
+         * 150.7 -> 188.6 us) */
+        constexpr bool f8 = T == MR_TYPE_F32 || T == MR_TYPE_BF16;
+        const bool k8 = f8 && c->fast8;
         const int nt = n >= 16 && wide8 && wide16_takes(c, a.cols) ? 16
                        : n >= 8 && (wide8 || k8)                  ? 8
                        : n >= 4                                   ? 4
