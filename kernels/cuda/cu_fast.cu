@@ -1074,14 +1074,14 @@ static void launch_fast_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
      * at four), and 16 on its rows of at most 2,048 columns (wide16_takes,
      * two rows a block) */
     const bool wide8 = c->wide8 && q4k_wide_takes<T>(c, a);
+    /* float32 and bfloat16 (the routers) 8 a launch too, so that a
+     * 16-token batch's router is two launches of ~3 us, not four
+     * (MEMRA_CUDA_FAST8=0: 4, the path before; same bits).  Q6_K 8 a launch
+     * lost (run 147: the 8B's down 4096 x 12288 at 16 tokens 150.7 -> 188.6
+     * us) */
+    constexpr bool f8 = T == MR_TYPE_F32 || T == MR_TYPE_BF16;
+    const bool k8 = f8 && c->fast8;
     while (n > 0) {
-        /* float32 and bfloat16 (the routers) 8 a launch too, so that a
-         * 16-token batch's router is two launches of ~3 us, not four
-         * (MEMRA_CUDA_FAST8=0: 4, the path before; same bits).  Q6_K 8 a
-         * launch lost (run 147: the 8B's down 4096 x 12288 at 16 tokens
-         * 150.7 -> 188.6 us) */
-        constexpr bool f8 = T == MR_TYPE_F32 || T == MR_TYPE_BF16;
-        const bool k8 = f8 && c->fast8;
         const int nt = n >= 16 && wide8 && wide16_takes(c, a.cols) ? 16
                        : n >= 8 && (wide8 || k8)                  ? 8
                        : n >= 4                                   ? 4

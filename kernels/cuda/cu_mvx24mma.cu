@@ -145,8 +145,10 @@ __device__ __forceinline__ void xt_store(const mr_cu_mvjob &a, int64_t total_row
 }
 
 /* Words between two tokens' planes in shared memory: 3 cols / 4 + 4, so
- * that the 8 tokens x 4 lanes of an MMA's B words fall in 32 banks. */
+ * that the 8 tokens x 4 lanes of an MMA's B words fall in 32 banks; and
+ * the words of a tile's planes (the partials follow them). */
 __host__ __device__ constexpr int xt_pstride(int64_t cols) { return (int)(3 * cols / 4 + 4); }
+__host__ __device__ constexpr size_t xt_pwords(int64_t cols) { return (size_t)XT_TOK * xt_pstride(cols); }
 
 /* The three planes of each of the tile's nt real tokens into ps,
  * xt_pstride words apart: the MMAs' B words are read there, not from
@@ -386,16 +388,12 @@ __device__ __forceinline__ void xt_run(const mr_cu_mvjob &a, int64_t total_rows,
                 part[(srow[r] * XT_TOK + stok[k]) * XT_PSTR + 8 * c + u] = acc[u][r * K + k];
 }
 
-/* Shared memory of the tile kernels: the token side (tok bytes, a
- * multiple of 16 since cols is of 256), then the partials of a tile. */
-static size_t xt_smem(size_t tok) { return tok + XT_PART_BYTES; }
-
 /* Shared memory of k_mvx24_mma with rt row tiles a block: tq and td (3
  * bytes a column), the 8 tokens' planes (xt_pstride words each), then rt
  * tiles' partials. */
 static size_t xt4_smem(int64_t cols, int rt)
 {
-    return 3 * (size_t)cols + (size_t)XT_TOK * 4 * xt_pstride(cols) + (size_t)rt * XT_PART_BYTES;
+    return 3 * (size_t)cols + 4 * xt_pwords(cols) + (size_t)rt * XT_PART_BYTES;
 }
 
 /* a: the launch's rows (sub-matrices as in k_mvx24); xg: the n tokens'
@@ -418,7 +416,7 @@ __global__ void __launch_bounds__(XT_CLS * 32 * 4, 1)
     extern __shared__ __align__(16) float xt_sh[]; /* tq, td; the planes; then the partials */
     uint32_t *ps = (uint32_t *)(xt_sh + 3 * a.cols / 4);
     const int rt = blockDim.x / (XT_CLS * 32), grp = threadIdx.x / (XT_CLS * 32);
-    float *part = (float *)(ps + (size_t)XT_TOK * xt_pstride(a.cols)) + grp * (XT_PART_BYTES / 4);
+    float *part = (float *)(ps + xt_pwords(a.cols)) + grp * (XT_PART_BYTES / 4);
     const int tok0 = (int)blockIdx.y * XT_TOK, nt = n - tok0 < XT_TOK ? n - tok0 : XT_TOK;
     const int64_t tiles = (total_rows + XT_ROWS - 1) / XT_ROWS, groups = (tiles + rt - 1) / rt;
     for (int64_t gi = blockIdx.x; gi < groups; gi += gridDim.x) {
@@ -549,7 +547,7 @@ __device__ __forceinline__ void xt6_tokens(const uint8_t *xg, int cols, int tok0
  * 8 tokens' planes (xt_pstride words each), then the partials. */
 static size_t xt6_smem(int64_t cols, bool ps)
 {
-    return xt_smem(5 * (size_t)cols) + (ps ? (size_t)XT_TOK * 4 * xt_pstride(cols) : 0);
+    return 5 * (size_t)cols + (ps ? 4 * xt_pwords(cols) : 0) + XT_PART_BYTES;
 }
 
 /* a, xg, n as k_mvx24_mma; the job's Q6_K rows in the padded 212-byte
@@ -571,7 +569,7 @@ __global__ void __launch_bounds__(2 * XT_CLS * 32, 2) k_mvx24_mma6(mr_cu_mvjob a
     int *tq6 = (int *)xt_sh;
     float *td6 = (float *)(tq6 + 8 * (cols / 8));
     uint32_t *ps = (uint32_t *)(xt_sh + 5 * cols / 4);
-    float *part = PS ? (float *)(ps + (size_t)XT_TOK * xt_pstride(cols)) : xt_sh + 5 * cols / 4;
+    float *part = PS ? (float *)(ps + xt_pwords(cols)) : xt_sh + 5 * cols / 4;
     /* B: token g's planes (an absent token: token tok0's, never scaled),
      * PS: from their copy in shared memory (as the Q4_K tiles) */
     const uint8_t *xB = xg + (size_t)(tok0 + (g < nt ? g : 0)) * xb + 4 * q;
