@@ -45,6 +45,7 @@
  * Rows of a launch: the rows of all sub-matrices (q/k/v or gate/up in one
  * launch, mr_cu_mvjob.n_sub) in order; warp g of the grid takes rows
  * Rg .. Rg + R - 1, then R(g + G) .. (G warps in all). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -394,8 +395,13 @@ void mr_cu_x24_init(mr_cu_ctx *c)
     }
     const bool ok = xs_optin<MR_TYPE_Q4_K>(optin) && xs_optin<MR_TYPE_Q6_K>(optin) &&
                     xs_optin<MR_TYPE_IQ4_XS>(optin) && xs_optin<MR_TYPE_Q8_0>(optin) && mr_cu_x24_mma_optin(optin);
-    if (ok)
+    if (ok) {
         c->x24_smem = (size_t)optin;
-    else
-        (void)cudaGetLastError();
+    } else {
+        /* not an error (every product still has a kernel), but a slower
+         * device: said once a backend, so that a run shows it */
+        const cudaError_t e = cudaGetLastError();
+        fprintf(stderr, "cuda: a kernel's shared memory opt-in to %d bytes failed (%s): the 22-bit products "
+                        "of wide inputs and the tensor-core tiles are off\n", optin, cudaGetErrorString(e));
+    }
 }
