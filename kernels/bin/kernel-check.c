@@ -26,7 +26,7 @@
  * whole decode steps of a small model with it off and on, bit for bit
  * (check_pdl).
  *
- * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|xmma|hybrid|tiles|mm|ops|q8]]   Prints
+ * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|hybrid|tiles|mm|ops|q8]]   Prints
  * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
  * grouped expert products, "prompt" only those of the prompt products (the
  * GEMM paths and their rows' bits across calls; part of "mm"), "sample"
@@ -36,8 +36,7 @@
  * ahead of the PDL wait (part of "mm"), "loop" only its one-wave looping
  * grid (part of "mm"), "tail" only the fused end of a
  * mixture layer (part of "ops"), "xmq" only the expert products that
- * quantize their inputs in each block (part of "moe"), "xmma" only the
- * expert products of decode batches on the tensor-core tiles (part of "moe"), "merge" only
+ * quantize their inputs in each block (part of "moe"), "merge" only
  * the decode attention's two merges (part of "ops"), "hybrid" only the Gated
  * DeltaNet ops against the CPU (part of "q8"), "route" only the routing by
  * ranks against the warp kernel (part of "ops"), "tiles" only the
@@ -1085,39 +1084,6 @@ static void check_xm_quant_all(void)
         }
     tall->destroy(tall);
     for (int b = 0; b < 4; b++) blk[b]->destroy(blk[b]);
-}
-
-/* Expert products of decode batches on the tensor-core tiles
- * (MEMRA_CUDA_XM_MMA=1) against each token alone, bit for bit: the 30B-A3B's
- * Q4_K gate/up and Q6_K and Q4_K down shapes, 2 to 64 tokens (every way a
- * tile meets its pairs: 1-2, 3-4, 5-8 of them, and experts of more than 8
- * pairs: 16 experts at k = 8), rows not a multiple of 16; then a step's
- * gate/up + SwiGLU + down at 16 and 64 tokens against the dp4a kernels
- * (gate/up take one input row a token, which the lines before do not). */
-static void check_batch_invariance_ns(mr_backend *be, const char *label, const tdesc *td, int64_t cols,
-                                      int64_t rows, int mats, int k, const int *ns, int nn);
-static void check_xm_mma_all(void)
-{
-    mr_backend *xmma = backend_with("MEMRA_CUDA_XM_MMA", "2"); /* every Q4_K and Q6_K product */
-    static const int ns[] = {2, 3, 4, 5, 8, 9, 16, 21, 33, 64};
-    const int nn = (int)(sizeof ns / sizeof ns[0]);
-    const tdesc *q4 = td_of(MR_TYPE_Q4_K), *q6 = td_of(MR_TYPE_Q6_K);
-    check_batch_invariance_ns(xmma, "batch-inv-xmma", q4, 2048, 768, 128, 8, ns, nn);
-    check_batch_invariance_ns(xmma, "batch-inv-xmma", q4, 2048, 768, 16, 8, ns, nn);
-    check_batch_invariance_ns(xmma, "batch-inv-xmma", q4, 768, 2048, 128, 8, ns, nn);
-    check_batch_invariance_ns(xmma, "batch-inv-xmma", q6, 768, 2048, 128, 8, ns, nn);
-    check_batch_invariance_ns(xmma, "batch-inv-xmma", q6, 768, 2048, 16, 8, ns, nn);
-    check_batch_invariance_ns(xmma, "batch-inv-xmma", q4, 1024, 1000, 8, 2, ns, nn);
-    check_batch_invariance_ns(xmma, "batch-inv-xmma", q6, 1024, 1000, 8, 2, ns, nn);
-    const int types[] = {MR_TYPE_Q4_K, MR_TYPE_Q6_K};
-    for (int i = 0; i < 2; i++) {
-        const tdesc *td = td_of(types[i]);
-        check_xm_quant(gpu_x24, xmma, "xmma-vs-dp4a", td, 2048, 768, 32, 8, 16, ROUTE_RANDOM);
-        check_xm_quant(gpu_x24, xmma, "xmma-vs-dp4a", td, 2048, 768, 128, 8, 16, ROUTE_RANDOM);
-        check_xm_quant(gpu_x24, xmma, "xmma-vs-dp4a", td, 2048, 768, 16, 8, 64, ROUTE_RANDOM);
-        check_xm_quant(gpu_x24, xmma, "xmma-vs-dp4a", td, 1024, 256, 8, 2, 16, ROUTE_BAD);
-    }
-    xmma->destroy(xmma);
 }
 
 static void check_moe_ffn(void)
@@ -2654,7 +2620,6 @@ static const int bi_ns[] = {2, 3, 4, 5, 8, 16, 21}; /* 16, 21: decode batches of
 static void check_batch_invariance_ns(mr_backend *be, const char *label, const tdesc *td, int64_t cols,
                                       int64_t rows, int mats, int k, const int *ns, int nn)
 {
-    const bool all_ns = ns != NULL; /* expert products past 5 tokens only where asked */
     if (!ns) {
         ns = bi_ns;
         nn = (int)(sizeof bi_ns / sizeof bi_ns[0]);
@@ -2685,7 +2650,7 @@ static void check_batch_invariance_ns(mr_backend *be, const char *label, const t
     fetch(be, y1, dy, yn * 4);
     for (int q = 0; q < nn; q++) {
         const int n = ns[q];
-        if (mats > 1 && n > 5 && !all_ns)
+        if (mats > 1 && n > 5)
             continue;
         poison(be, dy, yn * 4);
         if (mats > 1)
@@ -4032,7 +3997,6 @@ static void check_ops(int parts)
         check_glu_all();
         check_moe_grouped();
         check_xm_quant_all();
-        check_xm_mma_all();
         check_gemm_prompt();
         check_moe_ffn();
         check_prompt_rows();
@@ -4125,7 +4089,6 @@ static void check_part_moe(void)
 {
     check_moe_grouped();
     check_xm_quant_all();
-    check_xm_mma_all();
 }
 
 static void check_part_prompt(void)
@@ -4239,7 +4202,7 @@ int main(int argc, char **argv)
     } parts[] = {
         {"moe", check_part_moe},         {"prompt", check_part_prompt}, {"sample", check_sample_all},
         {"pdl", check_pdl},              {"attn", check_attention_prompts}, {"wide", check_wide_rows},
-        {"early", check_early_weights},  {"loop", check_wide_loop},  {"tail", check_moe_tail_all},  {"xmq", check_xm_quant_all}, {"xmma", check_xm_mma_all}, {"merge", check_attn_merge},
+        {"early", check_early_weights},  {"loop", check_wide_loop},  {"tail", check_moe_tail_all},  {"xmq", check_xm_quant_all}, {"merge", check_attn_merge},
         {"route", check_route_rank_all}, {"hybrid", check_part_hybrid}, {"tiles", check_x24_tiles},
     };
     size_t pi = 0;

@@ -74,9 +74,6 @@ struct mr_cu_ctx {
     bool xm_half;           /* and their plain products of at most 512 columns in half warps (k_moex24
                                LW 16; the same bits; MEMRA_CUDA_XM_HALF=0: whole warps) */
     bool moe_grouped;       /* decode expert products grouped by expert (MEMRA_CUDA_MOE_GROUPED=0: off) */
-    int xm_mma;             /* and their Q4_K / Q6_K products on the tensor-core tiles, each block
-                               walking an expert's rows (cu_mvx24mma.cu k_moex24_mma; the same bits;
-                               MEMRA_CUDA_XM_MMA=1: Q4_K of 2,048+ columns, 2: all; 0 off) */
     bool attn_merge_reg;    /* decode attention's merge with a row's records loaded at once
                                (cu_attn.cu merge_reg; MEMRA_CUDA_ATTN_MERGE=loop: merge_loop; same bits) */
     int moe_nt;             /* their pairs per chunk (MEMRA_CUDA_MOE_GROUPED=2 or 4; 0 = auto) */

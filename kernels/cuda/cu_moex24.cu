@@ -420,13 +420,6 @@ bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
     const uint8_t *xg = xm_planes(c, x, n * x_slots, a.cols, x_slots, !grp);
     if (!xg && c->failed)
         return true; /* the sticky error */
-    /* MEMRA_CUDA_XM_MMA=1: the tiles for Q4_K of 2,048+ columns (gate/up);
-     * 2: for every Q4_K and Q6_K product (run 149: Q6_K down 2,048 x 768
-     * at 16 tokens 98.6 -> 162.6 us: a tile of 768 columns is one block a
-     * warp, and the parked partials cost as much) */
-    if (grp && c->xm_mma && (c->xm_mma > 1 || (T == MR_TYPE_Q4_K && a.cols >= 2048)) &&
-        mr_cu_x24_mma_id(c, a, T, total, grp, S, xg))
-        return true;
     /* rows a block: a multiple of the block's XM_WARPS * XM_ROWS (twice
      * that in half warps), about c->xm_bps (64) blocks an SM when every
      * slot is used; one token (every slot used): c->xm_bps1, one wave */

@@ -127,28 +127,10 @@ __device__ __forceinline__ float xt_tree(const float *p)
     return v[0] + v[1];
 }
 
-/* Where a tile's tokens are: token t's input planes are row in(t) of the
- * planes (xs_xbytes(cols) apart), its products row out(t) of the outputs.
- * xt_seq: tokens tok0, tok0 + 1, ... of a plain product, both the same;
- * xt_list: an expert's pairs from the decode grouping (cu_moex24.cu), a
- * pair's input row (xm_in) and its own index as output row, in shared
- * memory (XT_TOK of each). */
-struct xt_seq {
-    int tok0;
-    __device__ __forceinline__ int in(int t) const { return tok0 + t; }
-    __device__ __forceinline__ int out(int t) const { return tok0 + t; }
-};
-struct xt_list {
-    const int *rows; /* in[XT_TOK], then out[XT_TOK] */
-    __device__ __forceinline__ int in(int t) const { return rows[t]; }
-    __device__ __forceinline__ int out(int t) const { return rows[XT_TOK + t]; }
-};
-
 /* Thread o = threadIdx.x % (XT_ROWS * XT_TOK) of a tile's 128 sums output
  * (row, token) = (o / XT_TOK, o % XT_TOK) from its parked partials in the
  * warp sum's tree and stores it, if that row and token exist. */
-template <class Tok>
-__device__ __forceinline__ void xt_store(const mr_cu_mvjob &a, int64_t total_rows, int64_t r0, const Tok &tk, int nt,
+__device__ __forceinline__ void xt_store(const mr_cu_mvjob &a, int64_t total_rows, int64_t r0, int tok0, int nt,
                                          const float *xt_sh)
 {
     const int o = threadIdx.x % (XT_ROWS * XT_TOK), row = o / XT_TOK, tok = o % XT_TOK;
@@ -158,7 +140,7 @@ __device__ __forceinline__ void xt_store(const mr_cu_mvjob &a, int64_t total_row
         float *y;
         int64_t s;
         xs_row(a, r0 + row, &W, &y, &s);
-        y[(int64_t)tk.out(tok) * s] = v;
+        y[(int64_t)(tok0 + tok) * s] = v;
     }
 }
 
@@ -172,15 +154,14 @@ __host__ __device__ constexpr size_t xt_pwords(int64_t cols) { return (size_t)XT
  * xt_pstride words apart: the MMAs' B words are read there, not from
  * global memory (run 144: every warp loading them there once a tile kept
  * L1 83-94% busy). */
-template <class Tok>
-__device__ __forceinline__ void xt_planes(const uint8_t *xg, int cols, const Tok &tk, int nt, uint32_t *ps)
+__device__ __forceinline__ void xt_planes(const uint8_t *xg, int cols, int tok0, int nt, uint32_t *ps)
 {
     const size_t xb = xs_xbytes(cols);
     const int pw = 3 * cols / 16, ts = xt_pstride(cols);
 #pragma unroll 4
     for (int i = threadIdx.x; i < nt * pw; i += blockDim.x) {
         const int t = i / pw, k = i - t * pw;
-        ((uint4 *)(ps + (size_t)t * ts))[k] = __ldg((const uint4 *)(xg + (size_t)tk.in(t) * xb) + k);
+        ((uint4 *)(ps + (size_t)t * ts))[k] = __ldg((const uint4 *)(xg + (size_t)(tok0 + t) * xb) + k);
     }
 }
 
@@ -189,22 +170,21 @@ __device__ __forceinline__ void xt_planes(const uint8_t *xg, int cols, const Tok
  * float as the matvec rounds them; td[8G + t] = (da, db), its scales of the
  * two runs of unit pair G (units 2G, 2G + 1: the same two 32-column
  * groups); ps: the planes. */
-template <class Tok>
-__device__ __forceinline__ void xt_tokens(const uint8_t *xg, int cols, const Tok &tk, int nt, float2 *tq, float2 *td,
+__device__ __forceinline__ void xt_tokens(const uint8_t *xg, int cols, int tok0, int nt, float2 *tq, float2 *td,
                                           uint32_t *ps)
 {
     const size_t xb = xs_xbytes(cols);
     const int units = cols / 32, pairs = cols / 64;
-    xt_planes(xg, cols, tk, nt, ps);
+    xt_planes(xg, cols, tok0, nt, ps);
     for (int i = threadIdx.x; i < nt * units; i += blockDim.x) {
         const int t = i / units, U = i - t * units;
-        const int *sq = xs_sq((uint8_t *)(xg + (size_t)tk.in(t) * xb), cols);
+        const int *sq = xs_sq((uint8_t *)(xg + (size_t)(tok0 + t) * xb), cols);
         const int ca = 256 * (U >> 3) + 64 * ((U & 7) >> 1) + 16 * (U & 1), cb = ca + 32;
         tq[8 * U + t] = make_float2((float)(sq[ca / 8] + sq[ca / 8 + 1]), (float)(sq[cb / 8] + sq[cb / 8 + 1]));
     }
     for (int i = threadIdx.x; i < nt * pairs; i += blockDim.x) {
         const int t = i / pairs, G = i - t * pairs;
-        const float *dq = xs_d((uint8_t *)(xg + (size_t)tk.in(t) * xb), cols);
+        const float *dq = xs_d((uint8_t *)(xg + (size_t)(tok0 + t) * xb), cols);
         td[8 * G + t] = make_float2(dq[2 * G], dq[2 * G + 1]); /* dq[ca / 32], dq[cb / 32] */
     }
 }
@@ -222,14 +202,14 @@ template <int K> __device__ __forceinline__ void xt_lds(float (&v)[2 * K], const
 }
 
 /* Warp c of the block: the blocks of class c of the tile's 16 rows (from
- * r0) against its nt tokens tk; MODE: how the tokens meet
+ * r0) against its tokens tok0 .. tok0 + nt - 1; MODE: how the tokens meet
  * the MMA's columns and which outputs a lane scales (see the top).  tok:
  * the token side (tq, td), formed here first when `setup` (the block's
  * first tile; later tiles of the block reuse it); ends with the partials
  * parked in part (all threads of the block call it alike). */
-template <int MODE, class Tok>
+template <int MODE>
 __device__ __forceinline__ void xt_run(const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, int64_t r0,
-                                       const Tok &tk, int nt, float *tok, uint32_t *ps, float *part, bool setup)
+                                       int tok0, int nt, float *tok, uint32_t *ps, float *part, bool setup)
 {
     constexpr int R = MODE == 4 ? 2 : 1;  /* rows a lane scales */
     constexpr int K = MODE == 1 ? 1 : 2;  /* tokens a lane scales */
@@ -257,7 +237,7 @@ __device__ __forceinline__ void xt_run(const mr_cu_mvjob &a, int64_t total_rows,
         srow[0] = g + 8 * (q & 1), stok[0] = q >> 1;
         WS[0] = q & 1 ? WB : WA;
     }
-    /* B: MODE 4, 2: token g's planes (an absent token: the tile's first, its
+    /* B: MODE 4, 2: token g's planes (an absent token: token tok0's, its
      * column computed, never scaled); MODE 1: column g is token g / 4's
      * plane g % 4, the middle and low planes' bytes as signed v - 128 (v ^
      * 0x80), column 4t + 3 all ones */
@@ -311,7 +291,7 @@ __device__ __forceinline__ void xt_run(const mr_cu_mvjob &a, int64_t total_rows,
 
     float2 *tq = (float2 *)tok, *td = tq + 8 * (cols / 32);
     if (setup) {
-        xt_tokens(xg, cols, tk, nt, tq, td, ps);
+        xt_tokens(xg, cols, tok0, nt, tq, td, ps);
         __syncthreads();
     }
     if (c < nb) bload(c, 0);
@@ -416,30 +396,6 @@ static size_t xt4_smem(int64_t cols, int rt)
     return 3 * (size_t)cols + 4 * xt_pwords(cols) + (size_t)rt * XT_PART_BYTES;
 }
 
-/* The row tile groups g0, g0 + gstep, ... of the block (rt = blockDim.x /
- * 128 tiles a group, the 128 threads of group threadIdx.x / 128 taking its
- * tile of the group) against the nt tokens tk, the token side formed by
- * the first; xt_sh, ps, part: k_mvx24_mma's shared memory. */
-template <int MODE, class Tok>
-__device__ __forceinline__ void xt_walk(const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, const Tok &tk,
-                                        int nt, int64_t g0, int64_t gstep, float *xt_sh, uint32_t *ps, float *part)
-{
-    const int rt = blockDim.x / (XT_CLS * 32), grp = threadIdx.x / (XT_CLS * 32);
-    const int64_t tiles = (total_rows + XT_ROWS - 1) / XT_ROWS, groups = (tiles + rt - 1) / rt;
-    for (int64_t gi = g0; gi < groups; gi += gstep) {
-        /* a group past the last tile computes the last tile again (every
-         * thread takes the block's barriers) and stores nothing */
-        const int64_t ti = gi * rt + grp, r0 = (ti < tiles ? ti : tiles - 1) * XT_ROWS;
-        const bool setup = gi == g0;
-        if constexpr (MODE != 0) xt_run<MODE>(a, total_rows, xg, r0, tk, nt, xt_sh, ps, part, setup);
-        else if (nt <= 2) xt_run<1>(a, total_rows, xg, r0, tk, nt, xt_sh, ps, part, setup);
-        else if (nt <= 4) xt_run<2>(a, total_rows, xg, r0, tk, nt, xt_sh, ps, part, setup);
-        else xt_run<4>(a, total_rows, xg, r0, tk, nt, xt_sh, ps, part, setup);
-        __syncthreads();
-        if (ti < tiles) xt_store(a, total_rows, r0, tk, nt, part); /* 128 threads a tile: one an output */
-    }
-}
-
 /* a: the launch's rows (sub-matrices as in k_mvx24); xg: the n tokens'
  * planes (k_x24_quant), xs_xbytes(cols) apart.  Grid: blockIdx.y the
  * token tile, and each block of rt = blockDim.x / 128 row tiles at a time
@@ -459,9 +415,22 @@ __global__ void __launch_bounds__(XT_CLS * 32 * 4, 1)
     mr_pdl_trigger();
     extern __shared__ __align__(16) float xt_sh[]; /* tq, td; the planes; then the partials */
     uint32_t *ps = (uint32_t *)(xt_sh + 3 * a.cols / 4);
-    float *part = (float *)(ps + xt_pwords(a.cols)) + threadIdx.x / (XT_CLS * 32) * (XT_PART_BYTES / 4);
+    const int rt = blockDim.x / (XT_CLS * 32), grp = threadIdx.x / (XT_CLS * 32);
+    float *part = (float *)(ps + xt_pwords(a.cols)) + grp * (XT_PART_BYTES / 4);
     const int tok0 = (int)blockIdx.y * XT_TOK, nt = n - tok0 < XT_TOK ? n - tok0 : XT_TOK;
-    xt_walk<MODE>(a, total_rows, xg, xt_seq{tok0}, nt, blockIdx.x, gridDim.x, xt_sh, ps, part);
+    const int64_t tiles = (total_rows + XT_ROWS - 1) / XT_ROWS, groups = (tiles + rt - 1) / rt;
+    for (int64_t gi = blockIdx.x; gi < groups; gi += gridDim.x) {
+        /* a group past the last tile computes the last tile again (every
+         * thread takes the block's barriers) and stores nothing */
+        const int64_t ti = gi * rt + grp, r0 = (ti < tiles ? ti : tiles - 1) * XT_ROWS;
+        const bool setup = gi == (int64_t)blockIdx.x;
+        if constexpr (MODE != 0) xt_run<MODE>(a, total_rows, xg, r0, tok0, nt, xt_sh, ps, part, setup);
+        else if (nt <= 2) xt_run<1>(a, total_rows, xg, r0, tok0, nt, xt_sh, ps, part, setup);
+        else if (nt <= 4) xt_run<2>(a, total_rows, xg, r0, tok0, nt, xt_sh, ps, part, setup);
+        else xt_run<4>(a, total_rows, xg, r0, tok0, nt, xt_sh, ps, part, setup);
+        __syncthreads();
+        if (ti < tiles) xt_store(a, total_rows, r0, tok0, nt, part); /* 128 threads a tile: one an output */
+    }
 }
 
 /* n tokens (1 .. MR_CU_GEMM_MIN_TOKENS - 1) of the job a, Q4_K from the
@@ -559,39 +528,40 @@ void mr_cu_x24_mma(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const
  * 2P, 2P + 1 (the quarter of a unit pair: a lane's 4 values of a quarter
  * in one 16-byte load), times 32 as the matvec's qs; td6[8 G + t] = dq[G],
  * its scale of the 32 columns G. */
-template <class Tok>
-__device__ __forceinline__ void xt6_tokens(const uint8_t *xg, int cols, const Tok &tk, int nt, int *tq6, float *td6)
+__device__ __forceinline__ void xt6_tokens(const uint8_t *xg, int cols, int tok0, int nt, int *tq6, float *td6)
 {
     const size_t xb = xs_xbytes(cols);
     const int g8 = cols / 8, g32 = cols / 32;
     for (int i = threadIdx.x; i < nt * g8; i += blockDim.x) {
         const int t = i / g8, G = i - t * g8;
-        const int *sq = xs_sq((uint8_t *)(xg + (size_t)tk.in(t) * xb), cols);
+        const int *sq = xs_sq((uint8_t *)(xg + (size_t)(tok0 + t) * xb), cols);
         tq6[2 * (8 * (G >> 1) + t) + (G & 1)] = 32 * sq[G];
     }
     for (int i = threadIdx.x; i < nt * g32; i += blockDim.x) {
         const int t = i / g32, G = i - t * g32;
-        td6[8 * G + t] = xs_d((uint8_t *)(xg + (size_t)tk.in(t) * xb), cols)[G];
+        td6[8 * G + t] = xs_d((uint8_t *)(xg + (size_t)(tok0 + t) * xb), cols)[G];
     }
 }
 
 /* Shared memory of k_mvx24_mma6: tq6 and td6 (5 bytes a column), PS: the
  * 8 tokens' planes (xt_pstride words each), then the partials. */
-__host__ __device__ constexpr size_t xt6_smem(int64_t cols, bool ps)
+static size_t xt6_smem(int64_t cols, bool ps)
 {
     return 5 * (size_t)cols + (ps ? 4 * xt_pwords(cols) : 0) + XT_PART_BYTES;
 }
 
-/* The row tiles t0, t0 + tstep, ... of the job a's total_rows Q6_K rows
- * (the padded 212-byte blocks: ql 128, qh 64, sc 16, d at 208) against the
- * nt tokens tk of the planes at xg, the token side formed first (xt_sh:
- * k_mvx24_mma6's shared memory).  Eight warps a tile: warp w the units 4n
- * .. 4n + 3 (n = w / 4) of the blocks of class c = w % 4, so a lane holds
- * 16 accumulators (4 units x 2 rows x 2 tokens). */
-template <bool PS, class Tok>
-__device__ __forceinline__ void xt6_walk(const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg, const Tok &tk,
-                                         int nt, int64_t t0, int64_t tstep, float *xt_sh)
+/* a, xg, n as k_mvx24_mma; the job's Q6_K rows in the padded 212-byte
+ * blocks (ql 128, qh 64, sc 16, d at 208).  Eight warps a tile: warp w the
+ * units 4n .. 4n + 3 (n = w / 4) of the blocks of class c = w % 4, so a
+ * lane holds 16 accumulators (4 units x 2 rows x 2 tokens). */
+template <bool PS>
+__global__ void __launch_bounds__(2 * XT_CLS * 32, 2) k_mvx24_mma6(mr_cu_mvjob a, int64_t total_rows,
+                                                                     const uint8_t *xg, int n)
 {
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    extern __shared__ __align__(16) float xt_sh[]; /* tq6, td6; PS: the planes; then the partials */
+    const int tok0 = (int)blockIdx.y * XT_TOK, nt = n - tok0 < XT_TOK ? n - tok0 : XT_TOK;
     const int lane = threadIdx.x & 31, c = (threadIdx.x >> 5) & 3, hn = threadIdx.x >> 7, g = lane >> 2,
               q = lane & 3;
     const int cols = (int)a.cols, nb = cols / 256;
@@ -600,16 +570,16 @@ __device__ __forceinline__ void xt6_walk(const mr_cu_mvjob &a, int64_t total_row
     float *td6 = (float *)(tq6 + 8 * (cols / 8));
     uint32_t *ps = (uint32_t *)(xt_sh + 5 * cols / 4);
     float *part = PS ? (float *)(ps + xt_pwords(cols)) : xt_sh + 5 * cols / 4;
-    /* B: token g's planes (an absent token: the first's, never scaled),
+    /* B: token g's planes (an absent token: token tok0's, never scaled),
      * PS: from their copy in shared memory (as the Q4_K tiles) */
-    const uint8_t *xB = xg + (size_t)tk.in(g < nt ? g : 0) * xb + 4 * q;
+    const uint8_t *xB = xg + (size_t)(tok0 + (g < nt ? g : 0)) * xb + 4 * q;
     const uint32_t *xS = ps + (size_t)(g < nt ? g : 0) * xt_pstride(cols) + q;
-    xt6_tokens(xg, cols, tk, nt, tq6, td6);
-    if constexpr (PS) xt_planes(xg, cols, tk, nt, ps);
+    xt6_tokens(xg, cols, tok0, nt, tq6, td6);
+    if constexpr (PS) xt_planes(xg, cols, tok0, nt, ps);
     __syncthreads();
     const uint32_t alo = q < 2 ? 0xFFFFFFFFu : 0u; /* lane q's word in a0 (q < 2) or a1 */
     const int64_t tiles = (total_rows + XT_ROWS - 1) / XT_ROWS;
-    for (int64_t rt = t0; rt < tiles; rt += tstep) {
+    for (int64_t rt = blockIdx.x; rt < tiles; rt += gridDim.x) {
         const int64_t r0 = rt * XT_ROWS;
         /* the lane's rows g, g + 8 (past the end: row r0, computed, not stored) */
         const uint8_t *W[2];
@@ -688,20 +658,8 @@ __device__ __forceinline__ void xt6_walk(const mr_cu_mvjob &a, int64_t total_row
                 part[((g + 8 * (o >> 1)) * XT_TOK + 2 * q + (o & 1)) * XT_PSTR + 8 * c + 4 * hn + uh] = acc[uh][o];
         __syncthreads();
         if (threadIdx.x < XT_ROWS * XT_TOK)
-            xt_store(a, total_rows, r0, tk, nt, part);
+            xt_store(a, total_rows, r0, tok0, nt, part);
     }
-}
-
-/* a, xg, n as k_mvx24_mma; the job's rows in Q6_K's padded copy. */
-template <bool PS>
-__global__ void __launch_bounds__(2 * XT_CLS * 32, 2) k_mvx24_mma6(mr_cu_mvjob a, int64_t total_rows,
-                                                                     const uint8_t *xg, int n)
-{
-    mr_pdl_wait(); /* cu_pdl.cuh */
-    mr_pdl_trigger();
-    extern __shared__ __align__(16) float xt_sh[]; /* tq6, td6; PS: the planes; then the partials */
-    const int tok0 = (int)blockIdx.y * XT_TOK, nt = n - tok0 < XT_TOK ? n - tok0 : XT_TOK;
-    xt6_walk<PS>(a, total_rows, xg, xt_seq{tok0}, nt, blockIdx.x, gridDim.x, xt_sh);
 }
 
 /* Whether the tile kernel of type T takes cols columns: its shared memory
@@ -716,14 +674,9 @@ bool mr_cu_x24_mma_ok(const mr_cu_ctx *c, int T, int64_t cols)
 
 /* At backend creation: launches of the tile kernels may ask for up to
  * bytes of shared memory (wide inputs need more than the default 48 KB). */
-__global__ void k_moex24_mma(mr_cu_mvjob a, int64_t total_rows, const int32_t *__restrict__ grp, int S,
-                             const uint8_t *xg);
-__global__ void k_moex24_mma6(mr_cu_mvjob a, int64_t total_rows, const int32_t *__restrict__ grp, int S,
-                              const uint8_t *xg);
 bool mr_cu_x24_mma_optin(int bytes)
 {
-    const void *k[] = {(const void *)k_moex24_mma,          (const void *)k_moex24_mma6,
-                       (const void *)k_mvx24_mma6<false>, (const void *)k_mvx24_mma6<true>,
+    const void *k[] = {(const void *)k_mvx24_mma6<false>, (const void *)k_mvx24_mma6<true>,
                        (const void *)k_mvx24_mma<0>,        (const void *)k_mvx24_mma<1>,
                        (const void *)k_mvx24_mma<2>,        (const void *)k_mvx24_mma<4>};
     for (const void *f : k)
@@ -750,141 +703,4 @@ void mr_cu_x24_mma_q6k(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, c
                      xg, n);
     }
     MR_CU_LAUNCHED(c, "x24 tensor-core matvec (Q6_K)");
-}
-
-/* ---- expert products of decode batches ----
- * The same tiles on the experts a decode batch chose (the grouping of
- * cu_moex24.cu: the used experts, each with the list of its pairs), each
- * pair a token of the tiles: its input row and output row as k_moex24 finds
- * them, so a (pair, row) gets the one-token kernels' bits (kernel-check
- * batch-inv-xmma, xmma-vs-dp4a).
- *
- * Why blocks that walk an expert's rows: at 16 tokens of the 30B-A3B an
- * expert has ~1.6 pairs, and a block of one 16-row tile (run 118) spent its
- * time on forming its pairs' input side, not on the MMAs.  Here a block
- * forms the side of its expert's pairs once and walks that expert's row
- * tiles (every X-th group of rt tiles).  The grid is one wave; the blocks
- * split themselves over the used experts, known only on the device
- * (grp[0]): X = gridDim.x / used blocks an expert (at least 1; fewer
- * blocks than experts: each block takes every gridDim.x-th expert). */
-
-/* The expert e's matrices of the job a (W or the sub-matrices offset by
- * e matrices). */
-__device__ __forceinline__ mr_cu_mvjob xt_expert_job(const mr_cu_mvjob &a, int e)
-{
-    mr_cu_mvjob j = a;
-    if (a.n_sub > 1) {
-#pragma unroll
-        for (int s = 0; s < MR_CU_MV_SUBS; s++)
-            if (s < a.n_sub) j.sub_W[s] = a.sub_W[s] + (size_t)e * a.row_bytes * (size_t)a.sub_rows[s];
-    } else {
-        j.W = a.W + (size_t)e * a.mat_bytes;
-    }
-    return j;
-}
-
-/* The slots (used experts) of block blockIdx.x and its part of each: calls
- * f(expert's job, pairs list, pairs, part, parts). */
-template <class F>
-__device__ __forceinline__ void xt_slots(const mr_cu_mvjob &a, const int32_t *__restrict__ grp, int S, F &&f)
-{
-    const int used = grp[0];
-    if (used < 1)
-        return;
-    const int X = (int)gridDim.x / used > 0 ? (int)gridDim.x / used : 1, nsb = (int)gridDim.x / X;
-    if ((int)blockIdx.x >= nsb * X) /* the whole block's, before any barrier */
-        return;
-    for (int slot = (int)blockIdx.x / X; slot < used; slot += nsb) {
-        const int e = grp[1 + slot], first = grp[1 + S + slot], np = grp[2 + S + slot] - first;
-        f(xt_expert_job(a, e), grp + 2 + 2 * S + first, np, (int)blockIdx.x % X, X);
-    }
-}
-
-#define XT_LIST_BYTES (2 * XT_TOK * 4) /* xt_list's rows, after the tiles' shared memory */
-
-/* The pairs list[q0 .. q0 + nt - 1] as a tile's tokens (xt_list) in rows:
- * all threads of the block, a barrier before (the previous tokens' stores
- * may still read them) and after. */
-__device__ __forceinline__ void xt_list_set(const mr_cu_mvjob &a, const int32_t *list, int q0, int nt, int *rows)
-{
-    __syncthreads();
-    if ((int)threadIdx.x < nt) {
-        const int p = list[q0 + threadIdx.x];
-        rows[threadIdx.x] = (p / a.k) * a.x_slots + (a.x_slots > 1 ? p % a.k : 0); /* k_moex24's xm_in */
-        rows[XT_TOK + threadIdx.x] = p;
-    }
-    __syncthreads();
-}
-
-/* Q4_K: a (total_rows rows of one expert's matrices: gate and up as two
- * sub-matrices), grp / S the grouping, xg the input planes; blocks of rt
- * tiles as k_mvx24_mma, its shared memory. */
-__global__ void __launch_bounds__(XT_CLS * 32 * 4, 1)
-    k_moex24_mma(mr_cu_mvjob a, int64_t total_rows, const int32_t *__restrict__ grp, int S, const uint8_t *xg)
-{
-    mr_pdl_wait(); /* cu_pdl.cuh */
-    mr_pdl_trigger();
-    extern __shared__ __align__(16) float xt_sh[]; /* tq, td; the planes; the partials; the pairs' rows */
-    uint32_t *ps = (uint32_t *)(xt_sh + 3 * a.cols / 4);
-    float *part = (float *)(ps + xt_pwords(a.cols)) + threadIdx.x / (XT_CLS * 32) * (XT_PART_BYTES / 4);
-    int *rows = (int *)(ps + xt_pwords(a.cols)) + blockDim.x / (XT_CLS * 32) * (XT_PART_BYTES / 4);
-    xt_slots(a, grp, S, [&](const mr_cu_mvjob &j, const int32_t *list, int np, int part_i, int X) {
-        for (int q0 = 0; q0 < np; q0 += XT_TOK) {
-            const int nt = np - q0 < XT_TOK ? np - q0 : XT_TOK;
-            xt_list_set(a, list, q0, nt, rows);
-            xt_walk<0>(j, total_rows, xg, xt_list{rows}, nt, part_i, X, xt_sh, ps, part);
-        }
-    });
-}
-
-/* Q6_K (the padded copy): the same with k_mvx24_mma6's tiles, its shared
- * memory with the planes (PS). */
-__global__ void __launch_bounds__(2 * XT_CLS * 32, 2)
-    k_moex24_mma6(mr_cu_mvjob a, int64_t total_rows, const int32_t *__restrict__ grp, int S, const uint8_t *xg)
-{
-    mr_pdl_wait(); /* cu_pdl.cuh */
-    mr_pdl_trigger();
-    extern __shared__ __align__(16) float xt_sh[]; /* k_mvx24_mma6's (PS), then the pairs' rows */
-    int *rows = (int *)xt_sh + xt6_smem(a.cols, true) / 4;
-    xt_slots(a, grp, S, [&](const mr_cu_mvjob &j, const int32_t *list, int np, int part_i, int X) {
-        for (int q0 = 0; q0 < np; q0 += XT_TOK) {
-            const int nt = np - q0 < XT_TOK ? np - q0 : XT_TOK;
-            xt_list_set(a, list, q0, nt, rows);
-            xt6_walk<true>(j, total_rows, xg, xt_list{rows}, nt, part_i, X, xt_sh);
-        }
-    });
-}
-
-/* Q4_K or Q6_K (its padded copy) expert products of a decode batch on the
- * tiles: a the job (ids, k, x_slots; m matrices of total_rows rows in all),
- * grp / S the grouping, xg the pairs' input planes; false, nothing
- * launched, for other types or shared memory past c->x24_smem. */
-bool mr_cu_x24_mma_id(mr_cu_ctx *c, const mr_cu_mvjob &a, int T, int64_t total_rows, const int32_t *grp, int S,
-                      const uint8_t *xg)
-{
-    if (T == MR_TYPE_Q4_K) {
-        int best = 0, bw = 0, fit = 0;
-        for (int rt = 1; rt <= 4; rt *= 2) { /* the most warps an SM, the fewer tiles a block on a tie */
-            const size_t smem = xt4_smem(a.cols, rt) + XT_LIST_BYTES;
-            if (smem > c->x24_smem)
-                break;
-            const int f = mr_cu_fit(c, (const void *)k_moex24_mma, rt * XT_CLS * 32, smem);
-            if (f * rt > bw) best = rt, bw = f * rt, fit = f;
-        }
-        if (!best)
-            return false;
-        mr_cu_launch(c, k_moex24_mma, dim3((unsigned)(c->n_sm * fit)), best * XT_CLS * 32, xt4_smem(a.cols, best) + XT_LIST_BYTES, a,
-                     total_rows, grp, S, xg);
-    } else if (T == MR_TYPE_Q6_K) {
-        const size_t smem = xt6_smem(a.cols, true) + XT_LIST_BYTES;
-        const int fit = smem <= c->x24_smem ? mr_cu_fit(c, (const void *)k_moex24_mma6, 2 * XT_CLS * 32, smem) : 0;
-        if (fit < 1)
-            return false;
-        mr_cu_launch(c, k_moex24_mma6, dim3((unsigned)(c->n_sm * fit)), 2 * XT_CLS * 32, smem, a, total_rows, grp, S,
-                     xg);
-    } else {
-        return false;
-    }
-    MR_CU_LAUNCHED(c, "x24 tensor-core expert matvec");
-    return true;
 }

@@ -215,12 +215,6 @@ void mr_cu_x24_mma_q6k(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, c
  * backend creation, the shared memory their launches may ask for */
 bool mr_cu_x24_mma_ok(const mr_cu_ctx *c, int T, int64_t cols);
 bool mr_cu_x24_mma_optin(int bytes);
-/* Q4_K / Q6_K expert products of a decode batch (the job a with ids, k,
- * x_slots; m matrices of total_rows rows in all; grp / S the grouping of
- * cu_moex24.cu; xg the input planes) on the tiles, the bits of the
- * one-token kernels: false, nothing launched, where they do not take it. */
-bool mr_cu_x24_mma_id(mr_cu_ctx *c, const mr_cu_mvjob &a, int T, int64_t total_rows, const int32_t *grp, int S,
-                      const uint8_t *xg);
 
 /* The planes of rows x (rows of them, cols apart) in c->scratch_x24,
  * xs_xbytes(cols) apart, quantized by a small kernel of their own; the
