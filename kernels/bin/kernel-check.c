@@ -1084,6 +1084,30 @@ static void check_xm_quant_all(void)
         }
     tall->destroy(tall);
     for (int b = 0; b < 4; b++) blk[b]->destroy(blk[b]);
+    /* expert rows of under 1,024 columns a row a quarter warp
+     * (MEMRA_CUDA_XM_QUARTER=2; the default takes those of at most 512:
+     * decode batches, and one token's Q6_K and Q8_0) against whole warps
+     * (=0): the down products of the 30B-A3B (768) and 35B-A3B (512), and
+     * 256 columns; 1, 16 and 64 tokens, so that pairs come 1, 2 and 4 a
+     * chunk */
+    mr_backend *whole = backend_with("MEMRA_CUDA_XM_QUARTER", "0"), *quart = backend_with("MEMRA_CUDA_XM_QUARTER", "2");
+    setenv("MEMRA_CUDA_X24_NT", "4", 1);
+    mr_backend *q4 = backend_with("MEMRA_CUDA_XM_QUARTER", "2"), *w4 = backend_with("MEMRA_CUDA_XM_QUARTER", "0");
+    unsetenv("MEMRA_CUDA_X24_NT");
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        const tdesc *td = td_of(types[i]);
+        check_xm_quant(whole, quart, "xm-quarter", td, 2048, 768, 32, 8, 1, ROUTE_RANDOM);
+        check_xm_quant(whole, quart, "xm-quarter", td, 1024, 256, 8, 2, 1, ROUTE_BAD);
+        check_xm_quant(whole, quart, "xm-quarter", td, 2048, 768, 32, 8, 16, ROUTE_RANDOM);
+        check_xm_quant(whole, quart, "xm-quarter", td, 2048, 768, 32, 8, 64, ROUTE_RANDOM);
+        check_xm_quant(whole, quart, "xm-quarter", td, 2048, 512, 48, 8, 16, ROUTE_RANDOM);
+        check_xm_quant(whole, quart, "xm-quarter", td, 1024, 256, 8, 2, 16, ROUTE_BAD);
+        check_xm_quant(w4, q4, "xm-quarter-nt4", td, 2048, 768, 32, 8, 16, ROUTE_RANDOM);
+    }
+    whole->destroy(whole);
+    quart->destroy(quart);
+    q4->destroy(q4);
+    w4->destroy(w4);
 }
 
 static void check_moe_ffn(void)

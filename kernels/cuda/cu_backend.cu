@@ -415,6 +415,8 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     c->xm_quant_block = !(xq && !strcmp(xq, "launch")); /* run 116: +1.9-2.2% tg128 30B-A3B, +1.0-2.4% 35B-A3B */
     const char *xe = getenv("MEMRA_CUDA_XM_EARLY");
     c->xm_early = !(xe && !strcmp(xe, "0"));
+    const char *xqr = getenv("MEMRA_CUDA_XM_QUARTER");
+    c->xm_quarter = xqr && (!strcmp(xqr, "0") || !strcmp(xqr, "2")) ? atoi(xqr) : 1;
     const char *xh = getenv("MEMRA_CUDA_XM_HALF");
     c->xm_half = !(xh && !strcmp(xh, "0"));
     const char *ew = getenv("MEMRA_CUDA_EARLY");

@@ -74,6 +74,9 @@ struct mr_cu_ctx {
     bool xm_half;           /* and their plain products of at most 512 columns in half warps (k_moex24
                                LW 16; the same bits; MEMRA_CUDA_XM_HALF=0: whole warps) */
     bool moe_grouped;       /* decode expert products grouped by expert (MEMRA_CUDA_MOE_GROUPED=0: off) */
+    int xm_quarter;         /* and those of rows of at most 512 columns a row a quarter warp
+                               (cu_moex24.cu xm_row_q; the same bits; MEMRA_CUDA_XM_QUARTER=0: whole
+                               warps, 2: every row under 1,024 columns) */
     bool attn_merge_reg;    /* decode attention's merge with a row's records loaded at once
                                (cu_attn.cu merge_reg; MEMRA_CUDA_ATTN_MERGE=loop: merge_loop; same bits) */
     int moe_nt;             /* their pairs per chunk (MEMRA_CUDA_MOE_GROUPED=2 or 4; 0 = auto) */

@@ -92,6 +92,48 @@ __device__ __forceinline__ float xm_sum(float v)
     }
 }
 
+/* Row r of expert matrix W (from `end` on: computed from row end - 1, not
+ * stored) for the NT pairs pr[] with planes xt[], by the 8 lanes of a
+ * quarter warp (lane: the lane in the warp), for rows of at most 32 units
+ * (1,024 columns).  Lane j of the quarter stands for lanes j, j + 8, j + 16
+ * and j + 24 of xm_rows' whole warp: each of their units (at most one a
+ * lane there) summed into an accumulator of its own from 0, then the warp
+ * sum's first two steps (xor 16, then xor 8) in the lane, in their order,
+ * and its last three (xor 4, 2, 1) across the quarter: lane 0's sum, so the
+ * same bits.  Why: a row of 16 units (the 35B-A3B's down, 512 columns)
+ * leaves half of a whole warp's lanes idle through its units, and the warp
+ * sums of 4 rows cost 20 shuffle rounds against 3; the price is a unit's
+ * input loads serving one row instead of four, which loses at 24 units
+ * (xm_launch has the times). */
+template <int T, int NT>
+__device__ __forceinline__ void xm_row_q(const uint8_t *W, size_t row_bytes, int cols, int64_t r, int64_t end,
+                                         const uint8_t *const *xt, const int *pr, float *y, int64_t rows, int lane)
+{
+    constexpr int S = xs_type<T>::STRIDE;
+    const int j = lane & 7, units = cols / 32;
+    const uint8_t *Wr = W + (size_t)(r < end ? r : end - 1) * row_bytes;
+    float acc[4][NT];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[i][t] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int un = j + 8 * i;
+        if (un < units) {
+            const uint8_t *p[1] = {Wr + (size_t)(un >> 3) * S};
+            xs_unit<T, 1, NT>::run(p, un & 7, xt, cols, 256 * (un >> 3), acc[i]);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float v = (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]); /* xor 16: j + (j + 16); xor 8 */
+#pragma unroll
+        for (int o = 4; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (j == 0 && r < end) y[(int64_t)pr[t] * rows + r] = v;
+    }
+}
+
 /* The gate/up form's: rows r0 .. r0 + RH - 1 of Wg, then the same of Wu. */
 template <int RH>
 __device__ __forceinline__ void xm_ptrs_glu(const uint8_t *Wg, const uint8_t *Wu, size_t row_bytes, int64_t r0,
@@ -186,7 +228,7 @@ __device__ __forceinline__ int xm_in(const mr_cu_mvjob &a, int p)
  * weights' trip from memory overlaps the input's; the same sums.  LW 16
  * (EARLY, the down form, at most 16 units a row): each half warp takes
  * XM_ROWS rows, so that no lane idles; the same sums (xm_sum). */
-template <int T, bool GLU = false, bool EARLY = false, int LW = 32>
+template <int T, bool GLU = false, bool EARLY = false, int LW = 32, bool QUARTER = false>
 __global__ void __launch_bounds__(XM_WARPS * 32, XM_MIN_BLOCKS) k_moex24(mr_cu_mvjob a, const int32_t *__restrict__ grp, int S,
                                                           int RS, const uint8_t *__restrict__ xg, int nt_max)
 {
@@ -292,9 +334,16 @@ __global__ void __launch_bounds__(XM_WARPS * 32, XM_MIN_BLOCKS) k_moex24(mr_cu_m
                 pr[t] = pp;
                 xt[t] = planes(xm_in(a, pp)); /* xg NULL: one token, every t the block's pair */
             }
-            /* rows a pass as in cu_mvx24.cu's xs_launch_nt (registers) */
+            /* rows a pass as in cu_mvx24.cu's xs_launch_nt (registers);
+             * rows of fewer than 32 units: a row a quarter warp */
             constexpr int R4 = xs_type<T>::R4, R2 = xs_type<T>::R2;
-            if (m == 4) {
+            static_assert(XM_ROWS == 4, "a pass: a row a quarter warp");
+            if constexpr (QUARTER) {
+                const int64_t r = r0 + (lane >> 3);
+                if (m == 4) xm_row_q<T, 4>(W, j.row_bytes, cols, r, re, xt, pr, j.y, j.rows, lane);
+                else if (m == 2) xm_row_q<T, 2>(W, j.row_bytes, cols, r, re, xt, pr, j.y, j.rows, lane);
+                else xm_row_q<T, 1>(W, j.row_bytes, cols, r, re, xt, pr, j.y, j.rows, lane);
+            } else if (m == 4) {
 #pragma unroll
                 for (int i = 0; i < XM_ROWS; i += R4)
                     xm_rows<T, R4, 4>(W, j.row_bytes, cols, r0 + i, re, xt, pr, j.y, j.rows, lane);
@@ -370,6 +419,18 @@ static void xm_launch(mr_cu_ctx *c, dim3 grid, const mr_cu_mvjob &a, const int32
             mr_cu_launch(c, k_moex24<T, GLU, true>, grid, XM_WARPS * 32, smem, a, grp, S, RS, xg, c->x24_nt_max);
             return;
         }
+    }
+    /* rows of at most 16 units (MEMRA_CUDA_XM_QUARTER=2: under 32): decode
+     * batches, and one token's where the EARLY form above did not take
+     * them (Q6_K, Q8_0).  Run 151, us, whole warps / quarters: IQ4_XS 2048
+     * x 512 at 4, 16, 64 tokens 33.5 / 28.0, 110.3 / 88.2, 273.2 / 241.4;
+     * Q6_K 2048 x 768 33.1 / 35.8, 98.4 / 102.2, 350.8 / 313.7 (a unit's
+     * input loads serve one row instead of four) */
+    const int64_t quarter_cols = c->xm_quarter == 2 ? 1023 : c->xm_quarter == 1 ? 512 : 0;
+    if (!GLU && a.cols <= quarter_cols) {
+        mr_cu_launch(c, k_moex24<T, false, false, 32, true>, grid, XM_WARPS * 32, smem, a, grp, S, RS, xg,
+                     c->x24_nt_max);
+        return;
     }
     mr_cu_launch(c, k_moex24<T, GLU>, grid, XM_WARPS * 32, smem, a, grp, S, RS, xg, c->x24_nt_max);
 }
