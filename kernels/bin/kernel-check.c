@@ -1092,7 +1092,8 @@ static void check_xm_quant_all(void)
      * chunk */
     mr_backend *whole = backend_with("MEMRA_CUDA_XM_QUARTER", "0"), *quart = backend_with("MEMRA_CUDA_XM_QUARTER", "2");
     setenv("MEMRA_CUDA_X24_NT", "4", 1);
-    mr_backend *q4 = backend_with("MEMRA_CUDA_XM_QUARTER", "2"), *w4 = backend_with("MEMRA_CUDA_XM_QUARTER", "0");
+    mr_backend *quart_nt4 = backend_with("MEMRA_CUDA_XM_QUARTER", "2"),
+               *whole_nt4 = backend_with("MEMRA_CUDA_XM_QUARTER", "0");
     unsetenv("MEMRA_CUDA_X24_NT");
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         const tdesc *td = td_of(types[i]);
@@ -1102,12 +1103,12 @@ static void check_xm_quant_all(void)
         check_xm_quant(whole, quart, "xm-quarter", td, 2048, 768, 32, 8, 64, ROUTE_RANDOM);
         check_xm_quant(whole, quart, "xm-quarter", td, 2048, 512, 48, 8, 16, ROUTE_RANDOM);
         check_xm_quant(whole, quart, "xm-quarter", td, 1024, 256, 8, 2, 16, ROUTE_BAD);
-        check_xm_quant(w4, q4, "xm-quarter-nt4", td, 2048, 768, 32, 8, 16, ROUTE_RANDOM);
+        check_xm_quant(whole_nt4, quart_nt4, "xm-quarter-nt4", td, 2048, 768, 32, 8, 16, ROUTE_RANDOM);
     }
     whole->destroy(whole);
     quart->destroy(quart);
-    q4->destroy(q4);
-    w4->destroy(w4);
+    quart_nt4->destroy(quart_nt4);
+    whole_nt4->destroy(whole_nt4);
 }
 
 static void check_moe_ffn(void)

@@ -79,7 +79,8 @@ __device__ __forceinline__ void xm_ptrs(const uint8_t *W, size_t row_bytes, int6
 
 /* The sum over a group of LW lanes (32: mr_warp_sum; 16: its last four
  * steps, which give the same bits where a warp's lanes 16..31 hold zeros,
- * as they do when a row has at most 16 units). */
+ * as they do when a row has at most 16 units; 8: its last three, after
+ * the first two in each lane, xm_row_q). */
 template <int LW>
 __device__ __forceinline__ float xm_sum(float v)
 {
@@ -94,16 +95,15 @@ __device__ __forceinline__ float xm_sum(float v)
 
 /* Row r of expert matrix W (from `end` on: computed from row end - 1, not
  * stored) for the NT pairs pr[] with planes xt[], by the 8 lanes of a
- * quarter warp (lane: the lane in the warp), for rows of at most 32 units
+ * quarter warp (lane: the lane in the warp), rows of at most 32 units
  * (1,024 columns).  Lane j of the quarter stands for lanes j, j + 8, j + 16
- * and j + 24 of xm_rows' whole warp: each of their units (at most one a
- * lane there) summed into an accumulator of its own from 0, then the warp
- * sum's first two steps (xor 16, then xor 8) in the lane, in their order,
- * and its last three (xor 4, 2, 1) across the quarter: lane 0's sum, so the
- * same bits.  Why: a row of 16 units (the 35B-A3B's down, 512 columns)
- * leaves half of a whole warp's lanes idle through its units, and the warp
- * sums of 4 rows cost 20 shuffle rounds against 3; the price is a unit's
- * input loads serving one row instead of four, which loses at 24 units
+ * and j + 24 of xm_rows' whole warp: the unit of each summed as that lane
+ * sums it (xm_units), then the warp sum's first two steps (xor 16, then
+ * xor 8) in the lane, in their order, and its last three across the
+ * quarter (xm_sum<8>): lane 0's sum, so the same bits.  Why: a row of 16 units (the 35B-A3B's down, 512 columns) leaves
+ * half of a whole warp's lanes idle through its units, and the warp sums
+ * of 4 rows cost 20 shuffle rounds against 3; the price is a unit's input
+ * loads serving one row instead of four, which loses at 24 units
  * (xm_launch has the times). */
 template <int T, int NT>
 __device__ __forceinline__ void xm_row_q(const uint8_t *W, size_t row_bytes, int cols, int64_t r, int64_t end,
@@ -111,7 +111,11 @@ __device__ __forceinline__ void xm_row_q(const uint8_t *W, size_t row_bytes, int
 {
     constexpr int S = xs_type<T>::STRIDE;
     const int j = lane & 7, units = cols / 32;
-    const uint8_t *Wr = W + (size_t)(r < end ? r : end - 1) * row_bytes;
+    const uint8_t *Wr[1];
+    xm_ptrs<1, true>(W, row_bytes, r, end, Wr);
+    /* xm_units for lanes j + 8 i of rows of at most 32 units (a unit a lane
+     * at most), written out: its loop form for them is ~9% more PTX
+     * instructions (index arithmetic) than the measured instance */
     float acc[4][NT];
 #pragma unroll
     for (int i = 0; i < 4; i++)
@@ -121,15 +125,13 @@ __device__ __forceinline__ void xm_row_q(const uint8_t *W, size_t row_bytes, int
     for (int i = 0; i < 4; i++) {
         const int un = j + 8 * i;
         if (un < units) {
-            const uint8_t *p[1] = {Wr + (size_t)(un >> 3) * S};
+            const uint8_t *p[1] = {Wr[0] + (size_t)(un >> 3) * S};
             xs_unit<T, 1, NT>::run(p, un & 7, xt, cols, 256 * (un >> 3), acc[i]);
         }
     }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-        float v = (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]); /* xor 16: j + (j + 16); xor 8 */
-#pragma unroll
-        for (int o = 4; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        const float v = xm_sum<8>((acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t])); /* xor 16; xor 8 */
         if (j == 0 && r < end) y[(int64_t)pr[t] * rows + r] = v;
     }
 }
@@ -335,7 +337,7 @@ __global__ void __launch_bounds__(XM_WARPS * 32, XM_MIN_BLOCKS) k_moex24(mr_cu_m
                 xt[t] = planes(xm_in(a, pp)); /* xg NULL: one token, every t the block's pair */
             }
             /* rows a pass as in cu_mvx24.cu's xs_launch_nt (registers);
-             * rows of fewer than 32 units: a row a quarter warp */
+             * QUARTER: a row a quarter warp */
             constexpr int R4 = xs_type<T>::R4, R2 = xs_type<T>::R2;
             static_assert(XM_ROWS == 4, "a pass: a row a quarter warp");
             if constexpr (QUARTER) {
