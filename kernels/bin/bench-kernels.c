@@ -322,17 +322,19 @@ static void bench_id(mr_backend **be, const char **label, int nbe, int type, int
     free(h);
 }
 
-/* Qwen3-30B-A3B experts (gate/up Q4_K 768x2048, down Q6_K 2048x768, k = 8
- * of 128) and Qwen3.6-35B-A3B experts (gate/up IQ4_XS 512x2048, down
- * 2048x512, k = 8 of 256): decode batches of 1, 4, 8, 16, 64 tokens through
- * the 22-bit kernel (the default), the float kernels grouped by expert
- * (MEMRA_CUDA_X24_MOE=0) and the float kernels one job per pair (and
- * MEMRA_CUDA_MOE_GROUPED=0). */
+/* Qwen3-30B-A3B experts (gate/up Q4_K 768x2048, down Q6_K 2048x768 and, on
+ * odd layers, Q4_K, k = 8 of 128) and Qwen3.6-35B-A3B experts (gate/up
+ * IQ4_XS 512x2048, down 2048x512, k = 8 of 256): decode batches of 1, 4, 8,
+ * 16, 64 tokens through the 22-bit kernel (the default), the float kernels
+ * grouped by expert (MEMRA_CUDA_X24_MOE=0), the float kernels one job per
+ * pair (and MEMRA_CUDA_MOE_GROUPED=0), and for Q4_K the tensor-core kernel
+ * (cu_moemma.cu, the default for Q4_K; moe-x24 runs with MEMRA_CUDA_XMM=0). */
 static int bench_moe(int iters, double cbw)
 {
     mr_err err;
-    mr_backend *be[3];
-    const char *label[3] = {"moe-x24", "moe-grp", "moe-pair"};
+    mr_backend *be[4];
+    const char *label[4] = {"moe-x24", "moe-grp", "moe-pair", "moe-xmm"};
+    setenv("MEMRA_CUDA_XMM", "0", 1); /* moe-x24: the dp4a kernel */
     be[0] = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_X24_MOE", "0", 1);
     be[1] = be[0] ? mr_backend_cuda_create(0, &err) : NULL;
@@ -340,16 +342,24 @@ static int bench_moe(int iters, double cbw)
     be[2] = be[1] ? mr_backend_cuda_create(0, &err) : NULL;
     unsetenv("MEMRA_CUDA_MOE_GROUPED");
     unsetenv("MEMRA_CUDA_X24_MOE");
-    if (!be[0] || !be[1] || !be[2]) {
+    setenv("MEMRA_CUDA_XMM", "1", 1);
+    be[3] = be[2] ? mr_backend_cuda_create(0, &err) : NULL;
+    unsetenv("MEMRA_CUDA_XMM");
+    if (!be[0] || !be[1] || !be[2] || !be[3]) {
         fprintf(stderr, "cuda: %s\n", err.msg);
         return 1;
     }
     const int ns[] = {1, 4, 8, 16, 64};
-    bench_id(be, label, 3, MR_TYPE_Q4_K, 768, 2048, 128, 8, 1, ns, 5, iters, cbw, false);
+    /* the tensor-core kernel first in the Q4_K lines: a backend list of
+     * moe-xmm, moe-x24 */
+    mr_backend *bq[2] = {be[3], be[0]};
+    const char *lq[2] = {label[3], label[0]};
+    bench_id(bq, lq, 2, MR_TYPE_Q4_K, 768, 2048, 128, 8, 1, ns, 5, iters, cbw, false);
+    bench_id(bq, lq, 2, MR_TYPE_Q4_K, 2048, 768, 128, 8, 8, ns, 5, iters, cbw, false);
     bench_id(be, label, 3, MR_TYPE_Q6_K, 2048, 768, 128, 8, 8, ns, 5, iters, cbw, false);
     bench_id(be, label, 3, MR_TYPE_IQ4_XS, 512, 2048, 256, 8, 1, ns, 5, iters, cbw, false);
     bench_id(be, label, 3, MR_TYPE_IQ4_XS, 2048, 512, 256, 8, 8, ns, 5, iters, cbw, false);
-    for (int b = 2; b >= 0; b--) be[b]->destroy(be[b]);
+    for (int b = 3; b >= 0; b--) be[b]->destroy(be[b]);
     return 0;
 }
 

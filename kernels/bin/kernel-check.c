@@ -26,7 +26,7 @@
  * whole decode steps of a small model with it off and on, bit for bit
  * (check_pdl).
  *
- * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|hybrid|tiles|mm|ops|q8]]   Prints
+ * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|xmm|hybrid|tiles|mm|ops|q8]]   Prints
  * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
  * grouped expert products, "prompt" only those of the prompt products (the
  * GEMM paths and their rows' bits across calls; part of "mm"), "sample"
@@ -40,7 +40,9 @@
  * the decode attention's two merges (part of "ops"), "hybrid" only the Gated
  * DeltaNet ops against the CPU (part of "q8"), "route" only the routing by
  * ranks against the warp kernel (part of "ops"), "tiles" only the
- * tensor-core tiles of decode batches against one token (part of "mm");
+ * tensor-core tiles of decode batches against one token (part of "mm"),
+ * "xmm" the Q4_K expert products on the tensor cores (the default; every
+ * other part runs with MEMRA_CUDA_XMM=0, the 22-bit dp4a kernel);
  * "mm", "ops" and "q8" one third of
  * the whole each (run the three at once: their union is what no argument
  * runs). */
@@ -1109,6 +1111,178 @@ static void check_xm_quant_all(void)
     quart->destroy(quart);
     quart_nt4->destroy(quart_nt4);
     whole_nt4->destroy(whole_nt4);
+}
+
+/* The Q4_K expert products on the tensor cores (MEMRA_CUDA_XMM=1,
+ * cu_moemma.cu) in a mixture layer's chain: gate and up over x, the SwiGLU,
+ * down over its k rows.  n tokens in one call against each token alone
+ * (one token's gate/up and SwiGLU are one launch on the recorder; a
+ * batch's are grouped by expert), bit for bit ("xmm-batch-inv"), then
+ * the batch's products against float64 math on the host-decoded weights
+ * with x itself ("xmm-gate", "xmm-up"; "xmm-down" over the GPU's own
+ * SwiGLU rows): the 22-bit input costs ~1e-7 of a product, the bound is
+ * the x24 kernels' 2e-5.  Rows of bad ids must be NaN and are left out of
+ * the reference lines. */
+static void check_batch_invariance_one(mr_backend *be, const char *label, const tdesc *td, int64_t cols,
+                                       int64_t rows, int mats, int k);
+static void check_xmm_chain(mr_backend *be, const tdesc *td, int64_t d, int64_t ff, int mats, int k, int n,
+                            int route)
+{
+    const int64_t cols[3] = {d, d, ff}, rows[3] = {ff, ff, d};
+    uint8_t *host[3];
+    size_t rbytes[3];
+    for (int i = 0; i < 3; i++) {
+        rbytes[i] = (size_t)(cols[i] / td->be) * td->bb;
+        host[i] = malloc(rbytes[i] * rows[i] * mats);
+        rand_blocks(td, host[i], rbytes[i] * rows[i] * mats / td->bb);
+    }
+    const size_t P = (size_t)n * k;
+    float *x = malloc((size_t)n * d * 4);
+    for (size_t i = 0; i < (size_t)n * d; i++) x[i] = fgauss();
+    int32_t *ids = malloc(P * 4);
+    make_ids(ids, n, k, mats, route);
+    mr_weight w[3];
+    for (int i = 0; i < 3; i++) load_weight(be, td, host[i], cols[i], rows[i], mats, &w[i]);
+    const size_t on[4] = {P * ff, P * ff, P * ff, P * d};
+    float *dx = dup_to(be, x, (size_t)n * d * 4);
+    int32_t *dids = dup_to(be, ids, P * 4);
+    float *dd[4], *out[2][4];
+    for (int q = 0; q < 4; q++) {
+        dd[q] = dalloc(be, on[q] * 4);
+        out[0][q] = malloc(on[q] * 4);
+        out[1][q] = malloc(on[q] * 4);
+    }
+    const long glu0 = fused_ops(be).glu;
+    for (int pass = 0; pass < 2; pass++) { /* 0: the batch, 1: each token alone */
+        for (int q = 0; q < 4; q++) poison(be, dd[q], on[q] * 4);
+        for (int t = 0; t < (pass ? n : 1); t++) {
+            const int nt = pass ? 1 : n;
+            const size_t p0 = pass ? (size_t)t * k : 0;
+            const float *xt = dx + (pass ? (size_t)t * d : 0);
+            be->matmul_id(be, &w[0], xt, 1, dids + p0, k, dd[0] + p0 * ff, nt);
+            be->matmul_id(be, &w[1], xt, 1, dids + p0, k, dd[1] + p0 * ff, nt);
+            be->swiglu(be, dd[0] + p0 * ff, dd[1] + p0 * ff, dd[2] + p0 * ff, (size_t)nt * k * ff);
+            be->matmul_id(be, &w[2], dd[2] + p0 * ff, k, dids + p0, k, dd[3] + p0 * d, nt);
+        }
+        for (int q = 0; q < 4; q++) fetch(be, out[pass][q], dd[q], on[q] * 4);
+    }
+    const long glu = fused_ops(be).glu - glu0;
+    char sh[128];
+    snprintf(sh, sizeof sh, "%s %dx%lldx%lld k=%d n=%d%s", td->name, mats, (long long)ff, (long long)d, k, n,
+             route == ROUTE_BAD ? " bad ids" : "");
+    size_t diff = 0;
+    int nan = 0;
+    for (int q = 0; q < 4; q++) diff += floats_differ(out[0][q], out[1][q], on[q]);
+    for (size_t p = 0; p < P; p++) {
+        const bool bad = ids[p] < 0 || ids[p] >= mats;
+        for (int64_t r = 0; r < d; r++) nan += isnan(out[0][3][p * d + r]) != bad;
+        for (int64_t r = 0; r < ff; r++) nan += isnan(out[0][0][p * ff + r]) != bad;
+    }
+    report("xmm-batch-inv", sh, (double)diff, nan, 0.0);
+    /* one token's gate/up must have been the recorder's one launch */
+    report("xmm-glu-fused", sh, glu >= n ? 0.0 : 1.0, 0, 0.0);
+    /* the batch's products against float64 host math, good pairs only */
+    size_t ng = 0;
+    for (size_t p = 0; p < P; p++) ng += ids[p] >= 0 && ids[p] < mats;
+    for (int q = 0; q < 3; q++) {
+        const int i = q == 2 ? 2 : q; /* the weight: gate, up, down */
+        const int64_t R = rows[i], C = cols[i];
+        float *wr = malloc(C * 4), *got = malloc(ng * R * 4);
+        double *ref = malloc(ng * R * 8);
+        size_t gi = 0;
+        for (size_t p = 0; p < P; p++) {
+            if (ids[p] < 0 || ids[p] >= mats)
+                continue;
+            const float *xin = q == 2 ? out[0][2] + p * ff : x + (p / k) * d;
+            const float *yv = q == 2 ? out[0][3] + p * d : out[0][q] + p * ff;
+            for (int64_t r = 0; r < R; r++) {
+                deq_row(td, host[i] + ((size_t)ids[p] * R + r) * rbytes[i], C, wr);
+                double a = 0;
+                for (int64_t cc = 0; cc < C; cc++) a += (double)wr[cc] * xin[cc];
+                ref[gi * R + r] = a;
+                got[gi * R + r] = yv[r];
+            }
+            gi++;
+        }
+        static const char *const nm[3] = {"xmm-gate", "xmm-up", "xmm-down"};
+        report_rel(nm[q], sh, got, ref, ng * R, 2e-5);
+        free(wr); free(got); free(ref);
+    }
+    for (int q = 0; q < 4; q++) {
+        be->free(be, dd[q]);
+        free(out[0][q]);
+        free(out[1][q]);
+    }
+    be->free(be, dx);
+    be->free(be, dids);
+    for (int i = 0; i < 3; i++) {
+        be->weight_release(be, &w[i]);
+        free(host[i]);
+    }
+    free(x); free(ids);
+}
+
+/* One expert matrix of rows x cols over k input rows a token (the down
+ * products' form) on be against float64 host math: shapes the chain cannot
+ * take (rows not a multiple of the tiles). */
+static void check_xmm_rows(mr_backend *be, const tdesc *td, int64_t cols, int64_t rows, int mats, int k, int n)
+{
+    const size_t rb = (size_t)(cols / td->be) * td->bb, P = (size_t)n * k;
+    uint8_t *host = malloc(rb * rows * mats);
+    rand_blocks(td, host, rb * rows * mats / td->bb);
+    float *x = malloc(P * cols * 4), *y = malloc(P * rows * 4), *wr = malloc(cols * 4);
+    for (size_t i = 0; i < P * cols; i++) x[i] = fgauss();
+    int32_t *ids = malloc(P * 4);
+    make_ids(ids, n, k, mats, ROUTE_RANDOM);
+    mr_weight w;
+    load_weight(be, td, host, cols, rows, mats, &w);
+    float *dx = dup_to(be, x, P * cols * 4), *dy = dalloc(be, P * rows * 4);
+    int32_t *dids = dup_to(be, ids, P * 4);
+    poison(be, dy, P * rows * 4);
+    be->matmul_id(be, &w, dx, k, dids, k, dy, n);
+    fetch(be, y, dy, P * rows * 4);
+    double *ref = malloc(P * rows * 8);
+    for (size_t p = 0; p < P; p++)
+        for (int64_t r = 0; r < rows; r++) {
+            deq_row(td, host + ((size_t)ids[p] * rows + r) * rb, cols, wr);
+            double a = 0;
+            for (int64_t c = 0; c < cols; c++) a += (double)wr[c] * x[p * cols + c];
+            ref[p * rows + r] = a;
+        }
+    char sh[96];
+    snprintf(sh, sizeof sh, "%s %dx%lldx%lld k=%d n=%d", td->name, mats, (long long)rows, (long long)cols, k, n);
+    report_rel("xmm-rows", sh, y, ref, P * rows, 2e-5);
+    be->free(be, dx);
+    be->free(be, dy);
+    be->free(be, dids);
+    be->weight_release(be, &w);
+    free(host); free(x); free(y); free(wr); free(ids); free(ref);
+}
+
+static void check_xmm_all(void)
+{
+    setenv("MEMRA_CUDA_XMM", "1", 1);
+    mr_backend *xmm = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_XMM", "0", 1); /* main's setting */
+    if (!xmm) die("cuda (xmm)");
+    const tdesc *td = td_of(MR_TYPE_Q4_K);
+    check_xmm_chain(xmm, td, 2048, 768, 32, 8, 1, ROUTE_RANDOM); /* the 30B-A3B's experts, fewer of them */
+    check_xmm_chain(xmm, td, 2048, 768, 32, 8, 4, ROUTE_RANDOM);
+    check_xmm_chain(xmm, td, 2048, 768, 32, 8, 16, ROUTE_RANDOM);
+    check_xmm_chain(xmm, td, 2048, 768, 16, 8, 16, ROUTE_MIX);   /* several pairs an expert */
+    check_xmm_chain(xmm, td, 2048, 768, 32, 8, 16, ROUTE_ONE);   /* 16 pairs on one expert */
+    check_xmm_chain(xmm, td, 2048, 768, 32, 8, 64, ROUTE_RANDOM);
+    check_xmm_chain(xmm, td, 1024, 256, 8, 2, 5, ROUTE_BAD);
+    check_xmm_chain(xmm, td, 4096, 1536, 8, 8, 16, ROUTE_RANDOM);
+    /* the matmul_id path alone: 2..5 tokens against each alone (down-shaped,
+     * one input row a pair) */
+    check_batch_invariance_one(xmm, "batch-inv-xmm", td, 768, 2048, 16, 8);
+    check_batch_invariance_one(xmm, "batch-inv-xmm", td, 2048, 768, 16, 8);
+    check_batch_invariance_one(xmm, "batch-inv-xmm", td, 1024, 264, 8, 2); /* rows not a multiple of the tiles */
+    check_xmm_rows(xmm, td, 1024, 264, 8, 2, 1);
+    check_xmm_rows(xmm, td, 1024, 264, 8, 2, 5);
+    check_xmm_rows(xmm, td, 4096, 24, 8, 4, 3);
+    xmm->destroy(xmm);
 }
 
 static void check_moe_ffn(void)
@@ -4134,6 +4308,10 @@ int main(int argc, char **argv)
         return 77;
     }
     types_init();
+    /* Q4_K expert products on the 22-bit dp4a kernel in every backend below
+     * (MEMRA_CUDA_XMM=0), so that its lines keep checking it; the
+     * tensor-core kernel, the default, has the part "xmm" */
+    setenv("MEMRA_CUDA_XMM", "0", 1);
     /* the float32 decode kernels, whatever the caller's environment; the
      * int8-activation backends are made below */
     setenv("MEMRA_CUDA_MATVEC", "f32", 1);
@@ -4229,6 +4407,7 @@ int main(int argc, char **argv)
         {"pdl", check_pdl},              {"attn", check_attention_prompts}, {"wide", check_wide_rows},
         {"early", check_early_weights},  {"loop", check_wide_loop},  {"tail", check_moe_tail_all},  {"xmq", check_xm_quant_all}, {"merge", check_attn_merge},
         {"route", check_route_rank_all}, {"hybrid", check_part_hybrid}, {"tiles", check_x24_tiles},
+        {"xmm", check_xmm_all},
     };
     size_t pi = 0;
     while (pi < sizeof parts / sizeof parts[0] && strcmp(part, parts[pi].name)) pi++;

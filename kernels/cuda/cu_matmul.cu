@@ -339,6 +339,8 @@ bool mr_cu_matmul_glu(mr_backend *be, const mr_weight *const *w, float *const *y
     if (ids) {
         if (n != 1 || k < 1 || (x_slots != 1 && x_slots != k))
             return false;
+        if (mr_cu_xmm_takes_id(c, w, 2, x))
+            return mr_cu_xmm_matvec_id(c, w, y, o, 2, x, x_slots, ids, k, 1);
         if (mr_cu_x24_takes_id(c, w, 2, x))
             return mr_cu_x24_glu_id(c, w, y, o, x, x_slots, ids, k, 1);
         return mr_cu_fast_glu(c, w, y, o, x, x_slots, ids, k, 1);

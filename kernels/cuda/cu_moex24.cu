@@ -460,6 +460,8 @@ static bool xm_half(const mr_cu_ctx *c, int T, int m, int64_t cols, const uint8_
 bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
                          int x_slots, const int32_t *ids, int k, int n)
 {
+    if (mr_cu_xmm_takes_id(c, w, m, x)) /* the tensor-core kernel where it takes the matrices */
+        return mr_cu_xmm_matvec_id(c, w, y, NULL, m, x, x_slots, ids, k, n);
     if (n < 1 || n >= MR_CU_GEMM_MIN_TOKENS || k < 1 || !xm_takes(c, w, m, x))
         return false;
     /* decode batches: two matrices of equal rows (gate and up) share a

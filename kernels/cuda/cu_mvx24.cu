@@ -394,7 +394,8 @@ void mr_cu_x24_init(mr_cu_ctx *c)
         return;
     }
     const bool ok = xs_optin<MR_TYPE_Q4_K>(optin) && xs_optin<MR_TYPE_Q6_K>(optin) &&
-                    xs_optin<MR_TYPE_IQ4_XS>(optin) && xs_optin<MR_TYPE_Q8_0>(optin) && mr_cu_x24_mma_optin(optin);
+                    xs_optin<MR_TYPE_IQ4_XS>(optin) && xs_optin<MR_TYPE_Q8_0>(optin) && mr_cu_x24_mma_optin(optin) &&
+                    mr_cu_xmm_optin(optin);
     if (ok) {
         c->x24_smem = (size_t)optin;
     } else {
@@ -402,6 +403,6 @@ void mr_cu_x24_init(mr_cu_ctx *c)
          * device: said once a backend, so that a run shows it */
         const cudaError_t e = cudaGetLastError();
         fprintf(stderr, "cuda: a kernel's shared memory opt-in to %d bytes failed (%s): the 22-bit products "
-                        "of wide inputs and the tensor-core tiles are off\n", optin, cudaGetErrorString(e));
+                        "of wide inputs, the tensor-core tiles and the xmm expert products are off\n", optin, cudaGetErrorString(e));
     }
 }

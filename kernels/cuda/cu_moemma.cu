@@ -1,0 +1,437 @@
+/* Expert products of decode (matmul_id, 1..MR_CU_GEMM_MIN_TOKENS - 1
+ * tokens) on the int8 tensor cores, with the three planes of a 22-bit
+ * input as the columns of the MMA: Q4_K (the 30B-A3B's gate, up and odd
+ * layers' down); the default where the 22-bit expert kernel would take
+ * the matrices (MEMRA_CUDA_XMM=0: cu_moex24.cu's dp4a kernel).
+ *
+ * Why: at 16 tokens an expert of the 30B-A3B has ~1.6 pairs, and the dp4a
+ * units of cu_moex24.cu spend ~2.5 instructions a weight and pair (three
+ * planes, the scale decode, the join) while reading ~1.4 TB/s (GPU-NOTES
+ * 67).  The tensor-core tiles tried twice (runs 118, 150) put tokens on the
+ * MMA's columns and the planes in three MMAs, so every tile paid a token
+ * side, partials and barriers for 1.6 tokens.  Here the 8 columns of one
+ * m16n8k32 MMA are (pair, plane): pair 0's hi, mid, lo planes in columns
+ * 0..2, pair 1's in 4..6, 3 and 7 zero; one MMA is 16 weight rows by 32
+ * columns (one Q4_K sub-block) against two pairs, exact in int32.
+ *
+ * A warp owns a tile of 16 rows (plain) or 8 rows of the gate and the same
+ * 8 of the up matrix (A rows 8..15), walks the whole row, and keeps every
+ * sum in registers: no partials parked, no barrier but the block's one a
+ * chunk of pairs (the planes); its weights stream through a ring of its
+ * own in shared memory (cp.async).  Per 256-column block
+ * (one Q4_K super-block and one input scale): per sub-block j an MMA of
+ * the quants (4-bit, unsigned) times the planes, scaled by the row's 6-bit
+ * sc_j as integers (IMAD), and an MMA of the row's 6-bit min m_j (the same
+ * value across the sub-block) times the planes accumulated in the MMA
+ * itself; then in float, per (row, pair, plane): f += dx (d M - dmin N).
+ * At the end the planes join in float, 65536 hi + 256 mid + lo, across the
+ * lanes of a quad.  Integer sums are exact (bounds at xmm_q4k_step), the
+ * float steps are per (row, pair) in a fixed order with their roundings
+ * spelled out, so a pair's result does not depend on its batchmates, the
+ * chunk it falls in or the tile's other rows: gate/up tiles and plain ones
+ * give a row the same bits (kernel-check xmm).
+ *
+ * The input: each block quantizes its chunk's two pairs' rows into shared
+ * memory (no launch of its own: one fewer a product, which a one-token
+ * step feels), per 256 columns (d = absmax / (2^21 - 1), q = rint(x / d)),
+ * as balanced base-256 digits so that all three planes are int8: q =
+ * 65536 hi + 256 mid + lo, mid and lo in [-128, 127], hi in [-32, 32].
+ * Every block quantizes a row alike, so the planes do not depend on the
+ * block. */
+#include "kernels/cuda/cu_mma.cuh" /* mr_cp16 */
+#include "kernels/cuda/cu_x24.cuh"
+
+#define XMM_WARPS 4 /* warps (tiles) a block */
+#define XMM_QMAXI 2097151
+#define XMM_STAGES 4   /* a warp's 256-column steps of weights in flight */
+#define XMM_ROWB 160   /* a tile row's 144 bytes of a step in the ring, padded: conflict-free reads */
+#define XMM_STEPB (16 * XMM_ROWB)
+#define XMM_BPAD 32    /* between two planes of the block's pairs: conflict-free reads */
+
+/* A block's shared memory: its two pairs' planes (pair q's plane p at (3q +
+ * p) (cols + XMM_BPAD)), their input scales (pair q's at dx + q cols / 256),
+ * then each warp's ring of XMM_STAGES steps. */
+__host__ __device__ constexpr size_t xmm_bstride(int64_t cols) { return (size_t)cols + XMM_BPAD; }
+__host__ __device__ constexpr size_t xmm_dx_off(int64_t cols) { return 6 * xmm_bstride(cols); }
+__host__ __device__ constexpr size_t xmm_ring_off(int64_t cols)
+{
+    return (xmm_dx_off(cols) + 2 * (size_t)(cols / 256) * 4 + 15) / 16 * 16;
+}
+__host__ __device__ constexpr size_t xmm_smem(int64_t cols)
+{
+    return xmm_ring_off(cols) + (size_t)XMM_WARPS * XMM_STAGES * XMM_STEPB;
+}
+
+/* 256 columns of an input row (lane l: columns 8l .. 8l + 7 at xr) into
+ * the planes of a block's pair (plane p at pl + p stride, the same
+ * columns) and its scale *d; a whole warp.  A block with a NaN or an
+ * infinity gets d = NaN and q = 0: its products are NaN, as with float
+ * activations. */
+__device__ __forceinline__ void xmm_quant256(const float *__restrict__ xr, uint8_t *pl, size_t stride, float *d,
+                                             int lane)
+{
+    const float4 va = __ldg((const float4 *)xr), vb = __ldg((const float4 *)xr + 1);
+    const float v[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
+    float m = 0.0f;
+    bool bad = false;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        m = fmaxf(m, fabsf(v[i]));
+        bad |= !isfinite(v[i]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    bad = __any_sync(0xffffffffu, bad);
+    const float inv = m > 0.0f ? (float)XMM_QMAXI / m : 0.0f;
+    uint32_t w[3][2] = {{0, 0}, {0, 0}, {0, 0}};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int q = bad ? 0 : __float2int_rn(v[i] * inv);
+        q = min(max(q, -XMM_QMAXI), XMM_QMAXI);
+        const int lo = ((q + 128) & 255) - 128, t = (q - lo) >> 8; /* exact: q - lo is a multiple of 256 */
+        const int mid = ((t + 128) & 255) - 128, hi = (t - mid) >> 8;
+        const int dig[3] = {hi, mid, lo};
+#pragma unroll
+        for (int k = 0; k < 3; k++) w[k][i >> 2] |= ((uint32_t)dig[k] & 0xffu) << (8 * (i & 3));
+    }
+#pragma unroll
+    for (int k = 0; k < 3; k++) *(uint2 *)(pl + k * stride + 8 * lane) = make_uint2(w[k][0], w[k][1]);
+    if (lane == 0)
+        *d = bad ? __int_as_float(0x7fc00000) : m / (float)XMM_QMAXI;
+}
+
+/* d = a b + c: A 16 x 32 unsigned bytes (row-major), B 32 x 8 signed bytes
+ * (column-major), int32 sums (exact). */
+__device__ __forceinline__ void xmm_mma(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                        const int (&c)[4])
+{
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%11,%12,%13};"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c[0]), "r"(c[1]), "r"(c[2]),
+          "r"(c[3]));
+}
+
+/* The kernel's view of a call: matrix 0 (plain, or the gate) and 1 (the
+ * up, or NULL), their outputs (a pair's rows at y + p rows), yo the SwiGLU
+ * of the two (NULL: none; it may be y0); the input rows of pair p. */
+struct xmm_args {
+    const uint8_t *W0, *W1;
+    const float *x;
+    float *y0, *y1, *yo;
+    size_t row_bytes, mat_bytes;
+    int rows, cols, n_mats, k, x_slots;
+    const int32_t *ids;
+};
+
+__device__ __forceinline__ int xmm_in(const xmm_args &a, int p)
+{
+    return (p / a.k) * a.x_slots + (a.x_slots > 1 ? p % a.k : 0);
+}
+
+/* One 256-column step's words of a lane: its two A rows' headers (d, dmin,
+ * the 12 bytes of scales and mins) and quant words (8 bytes of each 32-byte
+ * group: columns 8c .. 8c + 7 of both sub-blocks of the group), from the
+ * step's slot of the ring (rows XMM_ROWB apart), and its B column's plane
+ * words (the same 8 columns of each sub-block; xr NULL: a zero column). */
+struct xmm_step {
+    uint4 ha, hb;
+    uint2 qa[4], qb[4];
+    uint2 xv[8];
+};
+
+__device__ __forceinline__ void xmm_read(const uint8_t *slot, int ra, int rb, const uint8_t *xr, int c, xmm_step &s)
+{
+    const uint8_t *pa = slot + ra * XMM_ROWB, *pb = slot + rb * XMM_ROWB;
+    s.ha = *(const uint4 *)pa;
+    s.hb = *(const uint4 *)pb;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        s.qa[i] = *(const uint2 *)(pa + 16 + 32 * i + 8 * c);
+        s.qb[i] = *(const uint2 *)(pb + 16 + 32 * i + 8 * c);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) s.xv[j] = xr ? *(const uint2 *)(xr + 32 * j) : make_uint2(0u, 0u);
+}
+
+__device__ __forceinline__ void xmm_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void xmm_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+/* A lane's share of copying step b of its warp's tile into the ring's slot
+ * (16 rows of 144 bytes, 9 chunks of 16 a row: chunk lane + 32 u); src[u]
+ * the chunk's row at step 0, dst[u] its place in a slot. */
+__device__ __forceinline__ void xmm_fetch(const uint8_t *const *src, const uint32_t *dst, uint32_t slot, int b)
+{
+#pragma unroll
+    for (int u = 0; u < 5; u++)
+        if (src[u])
+            mr_cp16(slot + dst[u], src[u] + (size_t)b * 144, true);
+}
+
+/* The Q4_K scales (s) or mins (m) of sub-blocks 0..3 and 4..7 as bytes
+ * (upstream get_scale_min_k4, four at a time). */
+__device__ __forceinline__ void xmm_q4k_sm(const uint4 &h, uint32_t (&sc)[2], uint32_t (&mn)[2])
+{
+    sc[0] = h.y & 0x3F3F3F3Fu;
+    sc[1] = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+    mn[0] = h.z & 0x3F3F3F3Fu;
+    mn[1] = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+}
+
+/* One 256-column step of a tile against a lane's two pairs: f[v] += dx
+ * (d M - dmin N) for its C values v (0, 1: row a, columns 2c, 2c + 1; 2, 3:
+ * row b).  Bounds: a sub-block's plane sum is at most 32 * 15 * 128 <
+ * 2^16, times sc < 2^6, over 8 sub-blocks: M < 2^25; N at most 63 * 256 *
+ * 128 < 2^21; int32 either way. */
+__device__ __forceinline__ void xmm_q4k_step(const xmm_step &s, float dx, float (&f)[4])
+{
+    uint32_t sca[2], mna[2], scb[2], mnb[2];
+    xmm_q4k_sm(s.ha, sca, mna);
+    xmm_q4k_sm(s.hb, scb, mnb);
+    int M[4] = {0, 0, 0, 0}, N[4] = {0, 0, 0, 0};
+    const int z[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int j = 2 * i + h, w = j >> 2, sel = j & 3;
+            const uint32_t A[4] = {(s.qa[i].x >> (4 * h)) & 0x0F0F0F0Fu, (s.qb[i].x >> (4 * h)) & 0x0F0F0F0Fu,
+                                   (s.qa[i].y >> (4 * h)) & 0x0F0F0F0Fu, (s.qb[i].y >> (4 * h)) & 0x0F0F0F0Fu};
+            int C[4];
+            xmm_mma(C, A, s.xv[j].x, s.xv[j].y, z);
+            const int sa = (int)__byte_perm(sca[w], 0u, 0x4440u | sel), sb = (int)__byte_perm(scb[w], 0u, 0x4440u | sel);
+            M[0] += sa * C[0];
+            M[1] += sa * C[1];
+            M[2] += sb * C[2];
+            M[3] += sb * C[3];
+            const uint32_t ma = __byte_perm(mna[w], 0u, 0x1111u * sel), mb = __byte_perm(mnb[w], 0u, 0x1111u * sel);
+            const uint32_t Am[4] = {ma, mb, ma, mb};
+            xmm_mma(N, Am, s.xv[j].x, s.xv[j].y, N);
+        }
+    const float da = q8_h2f(s.ha.x), dma = q8_h2f(s.ha.x >> 16), db = q8_h2f(s.hb.x), dmb = q8_h2f(s.hb.x >> 16);
+    f[0] = __fmaf_rn(dx, __fmaf_rn(-dma, (float)N[0], __fmul_rn(da, (float)M[0])), f[0]);
+    f[1] = __fmaf_rn(dx, __fmaf_rn(-dma, (float)N[1], __fmul_rn(da, (float)M[1])), f[1]);
+    f[2] = __fmaf_rn(dx, __fmaf_rn(-dmb, (float)N[2], __fmul_rn(db, (float)M[2])), f[2]);
+    f[3] = __fmaf_rn(dx, __fmaf_rn(-dmb, (float)N[3], __fmul_rn(db, (float)M[3])), f[3]);
+}
+
+/* The planes of a row joined: 65536 hi + 256 mid + lo (the first two
+ * products exact). */
+__device__ __forceinline__ float xmm_join(float hi, float mid, float lo)
+{
+    return __fadd_rn(__fadd_rn(__fmul_rn(65536.0f, hi), __fmul_rn(256.0f, mid)), lo);
+}
+
+/* grid: x the tiles over XMM_WARPS, y the slot (grp: used experts first,
+ * blocks of unused slots exit; NULL: one token, y is the pair); the input
+ * rows at a.x.  PAIR: tiles of 8 gate and 8 up rows (W1, y1; yo
+ * where not NULL).  Shared memory: xmm_smem(cols).  Per chunk of two
+ * pairs the block quantizes their rows into shared memory once; each warp
+ * streams its tile's weights through its ring, XMM_STAGES - 1 steps
+ * ahead (cp.async), so that a warp has ~7 KB in flight instead of the one
+ * step a register prefetch holds (runs 152-153, 768 x 2,048: one token
+ * 10.6 -> 7.7 us with the planes' launch in both; 16 tokens unchanged). */
+template <bool PAIR>
+__global__ void __launch_bounds__(XMM_WARPS * 32, 4)
+k_xmm_q4k(xmm_args a, const int32_t *__restrict__ grp, int S)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    extern __shared__ __align__(16) uint8_t xmm_sh[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    constexpr int RT = PAIR ? 8 : 16; /* rows of each matrix a tile */
+    const int64_t r0 = ((int64_t)blockIdx.x * XMM_WARPS + warp) * RT;
+    if ((int64_t)blockIdx.x * XMM_WARPS * RT >= a.rows) /* the whole block: barriers below */
+        return;
+    const int slot = (int)blockIdx.y;
+    int e, np, first;
+    const int st = mr_cu_slot_pairs(grp, S, slot, a.ids, a.n_mats, &e, &first, &np);
+    if (st == 0)
+        return;
+    if (st < 0) { /* one token's bad id: NaN rows */
+        const float nan = __int_as_float(0x7fc00000);
+        for (int i = lane; i < RT; i += 32) {
+            const int64_t r = r0 + i;
+            if (r >= a.rows)
+                break;
+            const int64_t o = (int64_t)slot * a.rows + r;
+            a.y0[o] = nan;
+            if (PAIR) {
+                a.y1[o] = nan;
+                /* what the swiglu op computes from the two NaN rows of a
+                 * batch (whose grouping writes them): the same bits */
+                if (a.yo) a.yo[o] = mr_silu_mul(nan, nan);
+            }
+        }
+        return;
+    }
+    const int32_t *list = grp ? grp + 2 + 2 * S + first : NULL;
+    const bool live = r0 < a.rows; /* the warp has a tile */
+    const int64_t ra = r0 + g, rb = PAIR ? ra : ra + 8; /* this lane's output rows (A rows g, g + 8) */
+    const int cols = a.cols, nsb = cols / 256;
+    const size_t bs = xmm_bstride(cols);
+    /* the chunks this lane copies of each step: row t = ch / 9 of the tile
+     * (clamped to the last row), 16 bytes at 16 (ch % 9) */
+    const uint8_t *src[5];
+    uint32_t dst[5];
+#pragma unroll
+    for (int u = 0; u < 5; u++) {
+        const int ch = lane + 32 * u, t = ch / 9, o = ch - 9 * t;
+        src[u] = NULL;
+        dst[u] = 0;
+        if (ch < 144 && live) {
+            const int64_t r = PAIR ? r0 + (t & 7) : r0 + t;
+            const uint8_t *W = PAIR && t >= 8 ? a.W1 : a.W0;
+            src[u] = W + (size_t)e * a.mat_bytes + (size_t)(r < a.rows ? r : a.rows - 1) * a.row_bytes + 16 * o;
+            dst[u] = (uint32_t)(t * XMM_ROWB + 16 * o);
+        }
+    }
+    uint8_t *ring = xmm_sh + xmm_ring_off(cols) + (size_t)warp * XMM_STAGES * XMM_STEPB;
+    const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
+    const float *dxs = (const float *)(xmm_sh + xmm_dx_off(cols));
+    for (int q = 0; q < np; q += 2) {
+        const int p0 = list ? list[q] : slot, p1 = list && q + 1 < np ? list[q + 1] : -1;
+        __syncthreads(); /* the previous chunk's planes are read */
+        /* the weights' first steps on their way, then the two pairs' planes
+         * and scales while they travel (a missing pair's columns are never
+         * read: xr NULL) */
+#pragma unroll
+        for (int b = 0; b < XMM_STAGES - 1; b++) {
+            if (b < nsb)
+                xmm_fetch(src, dst, ring_s + b * XMM_STEPB, b);
+            xmm_commit();
+        }
+        for (int it = warp; it < 2 * nsb; it += XMM_WARPS) {
+            const int qq = it >= nsb, gb = it - qq * nsb, pp = qq ? p1 : p0;
+            if (pp >= 0)
+                xmm_quant256(a.x + (size_t)xmm_in(a, pp) * cols + 256 * gb + 8 * lane,
+                             xmm_sh + 3 * qq * bs + 256 * gb, bs, (float *)dxs + it, lane);
+            else if (lane == 0)
+                ((float *)dxs)[it] = 0.0f;
+        }
+        __syncthreads();
+        /* B column g: pair g >> 2, plane g & 3 (3: zero); C columns 2c, 2c + 1:
+         * pair c >> 1 */
+        const int bp = g >> 2 ? p1 : p0, cp = c >> 1 ? p1 : p0;
+        const uint8_t *xr = (g & 3) < 3 && bp >= 0 ? xmm_sh + (3 * (g >> 2) + (g & 3)) * bs + 8 * c : NULL;
+        float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (live) {
+#pragma unroll 1
+            for (int b = 0; b < nsb; b++) {
+                const int nb = b + XMM_STAGES - 1;
+                if (nb < nsb)
+                    xmm_fetch(src, dst, ring_s + (nb % XMM_STAGES) * XMM_STEPB, nb);
+                xmm_commit();
+                xmm_wait<XMM_STAGES - 1>();
+                __syncwarp();
+                xmm_step cur;
+                xmm_read(ring + (b % XMM_STAGES) * XMM_STEPB, g, g + 8, xr ? xr + 256 * b : NULL, c, cur);
+                xmm_q4k_step(cur, dxs[(c >> 1) * nsb + b], f);
+                __syncwarp(); /* the slot is read before a later step's copy lands in it */
+            }
+        }
+        xmm_wait<0>();
+        if (!live)
+            continue;
+        /* lane c + 1's first column is the lo plane of lane c's pair (c even) */
+        const float loa = __shfl_down_sync(0xffffffffu, f[0], 1), lob = __shfl_down_sync(0xffffffffu, f[2], 1);
+        if ((c & 1) || cp < 0)
+            continue;
+        const float ya = xmm_join(f[0], f[1], loa), yb = xmm_join(f[2], f[3], lob);
+        const int64_t base = (int64_t)cp * a.rows;
+        if (PAIR) {
+            if (ra < a.rows) {
+                a.y1[base + ra] = yb;
+                if (a.yo != a.y0) a.y0[base + ra] = ya;
+                if (a.yo) a.yo[base + ra] = mr_silu_mul(ya, yb);
+            }
+        } else {
+            if (ra < a.rows) a.y0[base + ra] = ya;
+            if (rb < a.rows) a.y0[base + rb] = yb;
+        }
+    }
+}
+
+/* ---- dispatch ---- */
+
+/* Whether the kernel takes these expert matrices: on, Q4_K, whole
+ * 256-column blocks, one width and expert count, equal rows.  Never
+ * depends on the token count. */
+static bool xmm_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x)
+{
+    if (!c->xmm || !c->matvec_x24 || !c->x24_moe || c->no_fast || m < 1 || m > MR_CU_MV_SUBS || ((uintptr_t)x & 15))
+        return false;
+    for (int s = 0; s < m; s++) {
+        const mr_weight *v = w[s];
+        if (!v->data || v->type != MR_TYPE_Q4_K || v->cols != w[0]->cols || v->n_mats != w[0]->n_mats ||
+            v->n_mats < 2 || v->cols % 256 || xmm_smem(v->cols) > c->x24_smem || v->rows > (1 << 30))
+            return false;
+    }
+    return true;
+}
+
+bool mr_cu_xmm_takes_id(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x)
+{
+    return xmm_takes(c, w, m, x);
+}
+
+/* m matrices (a gate/up pair of equal rows, with o the SwiGLU of the two
+ * where not NULL, or one) of n tokens' expert pairs, under cu_moex24.cu's
+ * rules for what a decode batch takes (at most two matrices, equal rows);
+ * one token's further matrices run as launches of their own (a row's bits
+ * do not depend on the tile).  False, nothing launched, where the kernel
+ * does not take the call. */
+bool mr_cu_xmm_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, float *o, int m, const float *x,
+                         int x_slots, const int32_t *ids, int k, int n)
+{
+    if (n < 1 || n >= MR_CU_GEMM_MIN_TOKENS || k < 1 || !xmm_takes(c, w, m, x))
+        return false;
+    const int P = n * k;
+    const bool pair = m == 2 && w[1]->rows == w[0]->rows;
+    if ((n > 1 && (m > 2 || (m == 2 && !pair) || !mr_cu_moe_group_fits(P, w[0]->n_mats))) || (o && !pair))
+        return false;
+    const int32_t *grp = NULL;
+    int S = P;
+    if (n > 1) { /* NaN rows of bad ids written here, in both outputs of a pair */
+        grp = mr_cu_moe_group(c, ids, P, k, w[0]->n_mats, w[0]->rows, y[0], pair ? y[1] : NULL, &S);
+        if (!grp)
+            return c->failed;
+    }
+    const int64_t cols = w[0]->cols;
+    for (int s = 0; s < m; s += pair ? 2 : 1) {
+        xmm_args a;
+        a.W0 = (const uint8_t *)w[s]->data;
+        a.W1 = pair ? (const uint8_t *)w[s + 1]->data : NULL;
+        a.y0 = y[s];
+        a.y1 = pair ? y[s + 1] : NULL;
+        a.yo = o;
+        a.row_bytes = w[s]->row_bytes;
+        a.mat_bytes = w[s]->row_bytes * (size_t)w[s]->rows;
+        a.rows = (int)w[s]->rows;
+        a.cols = (int)cols;
+        a.n_mats = (int)w[s]->n_mats;
+        a.k = k;
+        a.x_slots = x_slots;
+        a.ids = ids;
+        a.x = x;
+        const int64_t tiles = (a.rows + (pair ? 8 : 16) - 1) / (pair ? 8 : 16);
+        const dim3 grid((unsigned)((tiles + XMM_WARPS - 1) / XMM_WARPS), (unsigned)S, 1);
+        const size_t smem = xmm_smem(cols);
+        if (pair)
+            mr_cu_launch(c, k_xmm_q4k<true>, grid, XMM_WARPS * 32, smem, a, grp, S);
+        else
+            mr_cu_launch(c, k_xmm_q4k<false>, grid, XMM_WARPS * 32, smem, a, grp, S);
+        MR_CU_LAUNCHED(c, "xmm expert matvec");
+    }
+    return true;
+}
+
+/* At backend creation: launches may ask for up to bytes of shared memory
+ * (xmm_smem: ~53 KB at 2,048 columns). */
+bool mr_cu_xmm_optin(int bytes)
+{
+    return cudaFuncSetAttribute((const void *)k_xmm_q4k<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) ==
+               cudaSuccess &&
+           cudaFuncSetAttribute((const void *)k_xmm_q4k<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) ==
+               cudaSuccess;
+}
