@@ -327,8 +327,8 @@ static void bench_id(mr_backend **be, const char **label, int nbe, int type, int
  * IQ4_XS 512x2048, down 2048x512, k = 8 of 256): decode batches of 1, 4, 8,
  * 16, 64 tokens through the 22-bit kernel (the default), the float kernels
  * grouped by expert (MEMRA_CUDA_X24_MOE=0), the float kernels one job per
- * pair (and MEMRA_CUDA_MOE_GROUPED=0), and for Q4_K the tensor-core kernel
- * (cu_moemma.cu, the default for Q4_K; moe-x24 runs with MEMRA_CUDA_XMM=0). */
+ * pair (and MEMRA_CUDA_MOE_GROUPED=0), and for Q4_K and Q6_K the tensor-core
+ * kernel (cu_moemma.cu, their default; moe-x24 runs with MEMRA_CUDA_XMM=0). */
 static int bench_moe(int iters, double cbw)
 {
     mr_err err;
@@ -342,7 +342,7 @@ static int bench_moe(int iters, double cbw)
     be[2] = be[1] ? mr_backend_cuda_create(0, &err) : NULL;
     unsetenv("MEMRA_CUDA_MOE_GROUPED");
     unsetenv("MEMRA_CUDA_X24_MOE");
-    setenv("MEMRA_CUDA_XMM", "1", 1);
+    setenv("MEMRA_CUDA_XMM", "2", 1);
     be[3] = be[2] ? mr_backend_cuda_create(0, &err) : NULL;
     unsetenv("MEMRA_CUDA_XMM");
     if (!be[0] || !be[1] || !be[2] || !be[3]) {
@@ -356,6 +356,7 @@ static int bench_moe(int iters, double cbw)
     const char *lq[2] = {label[3], label[0]};
     bench_id(bq, lq, 2, MR_TYPE_Q4_K, 768, 2048, 128, 8, 1, ns, 5, iters, cbw, false);
     bench_id(bq, lq, 2, MR_TYPE_Q4_K, 2048, 768, 128, 8, 8, ns, 5, iters, cbw, false);
+    bench_id(bq, lq, 2, MR_TYPE_Q6_K, 2048, 768, 128, 8, 8, ns, 5, iters, cbw, false);
     bench_id(be, label, 3, MR_TYPE_Q6_K, 2048, 768, 128, 8, 8, ns, 5, iters, cbw, false);
     bench_id(be, label, 3, MR_TYPE_IQ4_XS, 512, 2048, 256, 8, 1, ns, 5, iters, cbw, false);
     bench_id(be, label, 3, MR_TYPE_IQ4_XS, 2048, 512, 256, 8, 8, ns, 5, iters, cbw, false);

@@ -41,7 +41,7 @@
  * DeltaNet ops against the CPU (part of "q8"), "route" only the routing by
  * ranks against the warp kernel (part of "ops"), "tiles" only the
  * tensor-core tiles of decode batches against one token (part of "mm"),
- * "xmm" the Q4_K expert products on the tensor cores (the default; every
+ * "xmm" the Q4_K and Q6_K expert products on the tensor cores (the default; every
  * other part runs with MEMRA_CUDA_XMM=0, the 22-bit dp4a kernel);
  * "mm", "ops" and "q8" one third of
  * the whole each (run the three at once: their union is what no argument
@@ -1125,13 +1125,15 @@ static void check_xm_quant_all(void)
  * the reference lines. */
 static void check_batch_invariance_one(mr_backend *be, const char *label, const tdesc *td, int64_t cols,
                                        int64_t rows, int mats, int k);
-static void check_xmm_chain(mr_backend *be, const tdesc *td, int64_t d, int64_t ff, int mats, int k, int n,
-                            int route)
+static void check_xmm_chain(mr_backend *be, const tdesc *tg, const tdesc *tdn, int64_t d, int64_t ff, int mats,
+                            int k, int n, int route)
 {
     const int64_t cols[3] = {d, d, ff}, rows[3] = {ff, ff, d};
+    const tdesc *tds[3] = {tg, tg, tdn};
     uint8_t *host[3];
     size_t rbytes[3];
     for (int i = 0; i < 3; i++) {
+        const tdesc *td = tds[i];
         rbytes[i] = (size_t)(cols[i] / td->be) * td->bb;
         host[i] = malloc(rbytes[i] * rows[i] * mats);
         rand_blocks(td, host[i], rbytes[i] * rows[i] * mats / td->bb);
@@ -1142,7 +1144,7 @@ static void check_xmm_chain(mr_backend *be, const tdesc *td, int64_t d, int64_t 
     int32_t *ids = malloc(P * 4);
     make_ids(ids, n, k, mats, route);
     mr_weight w[3];
-    for (int i = 0; i < 3; i++) load_weight(be, td, host[i], cols[i], rows[i], mats, &w[i]);
+    for (int i = 0; i < 3; i++) load_weight(be, tds[i], host[i], cols[i], rows[i], mats, &w[i]);
     const size_t on[4] = {P * ff, P * ff, P * ff, P * d};
     float *dx = dup_to(be, x, (size_t)n * d * 4);
     int32_t *dids = dup_to(be, ids, P * 4);
@@ -1168,8 +1170,8 @@ static void check_xmm_chain(mr_backend *be, const tdesc *td, int64_t d, int64_t 
     }
     const long glu = fused_ops(be).glu - glu0;
     char sh[128];
-    snprintf(sh, sizeof sh, "%s %dx%lldx%lld k=%d n=%d%s", td->name, mats, (long long)ff, (long long)d, k, n,
-             route == ROUTE_BAD ? " bad ids" : "");
+    snprintf(sh, sizeof sh, "%s/%s %dx%lldx%lld k=%d n=%d%s", tg->name, tdn->name, mats, (long long)ff,
+             (long long)d, k, n, route == ROUTE_BAD ? " bad ids" : "");
     size_t diff = 0;
     int nan = 0;
     for (int q = 0; q < 4; q++) diff += floats_differ(out[0][q], out[1][q], on[q]);
@@ -1196,7 +1198,7 @@ static void check_xmm_chain(mr_backend *be, const tdesc *td, int64_t d, int64_t 
             const float *xin = q == 2 ? out[0][2] + p * ff : x + (p / k) * d;
             const float *yv = q == 2 ? out[0][3] + p * d : out[0][q] + p * ff;
             for (int64_t r = 0; r < R; r++) {
-                deq_row(td, host[i] + ((size_t)ids[p] * R + r) * rbytes[i], C, wr);
+                deq_row(tds[i], host[i] + ((size_t)ids[p] * R + r) * rbytes[i], C, wr);
                 double a = 0;
                 for (int64_t cc = 0; cc < C; cc++) a += (double)wr[cc] * xin[cc];
                 ref[gi * R + r] = a;
@@ -1261,27 +1263,33 @@ static void check_xmm_rows(mr_backend *be, const tdesc *td, int64_t cols, int64_
 
 static void check_xmm_all(void)
 {
-    setenv("MEMRA_CUDA_XMM", "1", 1);
+    setenv("MEMRA_CUDA_XMM", "2", 1);
     mr_backend *xmm = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_XMM", "0", 1); /* main's setting */
     if (!xmm) die("cuda (xmm)");
-    const tdesc *td = td_of(MR_TYPE_Q4_K);
-    check_xmm_chain(xmm, td, 2048, 768, 32, 8, 1, ROUTE_RANDOM); /* the 30B-A3B's experts, fewer of them */
-    check_xmm_chain(xmm, td, 2048, 768, 32, 8, 4, ROUTE_RANDOM);
-    check_xmm_chain(xmm, td, 2048, 768, 32, 8, 16, ROUTE_RANDOM);
-    check_xmm_chain(xmm, td, 2048, 768, 16, 8, 16, ROUTE_MIX);   /* several pairs an expert */
-    check_xmm_chain(xmm, td, 2048, 768, 32, 8, 16, ROUTE_ONE);   /* 16 pairs on one expert */
-    check_xmm_chain(xmm, td, 2048, 768, 32, 8, 64, ROUTE_RANDOM);
-    check_xmm_chain(xmm, td, 1024, 256, 8, 2, 5, ROUTE_BAD);
-    check_xmm_chain(xmm, td, 4096, 1536, 8, 8, 16, ROUTE_RANDOM);
-    /* the matmul_id path alone: 2..5 tokens against each alone (down-shaped,
-     * one input row a pair) */
-    check_batch_invariance_one(xmm, "batch-inv-xmm", td, 768, 2048, 16, 8);
-    check_batch_invariance_one(xmm, "batch-inv-xmm", td, 2048, 768, 16, 8);
-    check_batch_invariance_one(xmm, "batch-inv-xmm", td, 1024, 264, 8, 2); /* rows not a multiple of the tiles */
-    check_xmm_rows(xmm, td, 1024, 264, 8, 2, 1);
-    check_xmm_rows(xmm, td, 1024, 264, 8, 2, 5);
-    check_xmm_rows(xmm, td, 4096, 24, 8, 4, 3);
+    const tdesc *t4 = td_of(MR_TYPE_Q4_K), *t6 = td_of(MR_TYPE_Q6_K);
+    for (int v = 0; v < 3; v++) { /* Q4_K; the 30B-A3B's even layers (Q6_K down); Q6_K gate/up too */
+        const tdesc *tg = v < 2 ? t4 : t6, *tdn = v ? t6 : t4;
+        check_xmm_chain(xmm, tg, tdn, 2048, 768, 32, 8, 1, ROUTE_RANDOM); /* the 30B-A3B's experts, fewer of them */
+        check_xmm_chain(xmm, tg, tdn, 2048, 768, 32, 8, 4, ROUTE_RANDOM);
+        check_xmm_chain(xmm, tg, tdn, 2048, 768, 32, 8, 16, ROUTE_RANDOM);
+        check_xmm_chain(xmm, tg, tdn, 2048, 768, 16, 8, 16, ROUTE_MIX); /* several pairs an expert */
+        check_xmm_chain(xmm, tg, tdn, 2048, 768, 32, 8, 16, ROUTE_ONE); /* 16 pairs on one expert */
+        check_xmm_chain(xmm, tg, tdn, 2048, 768, 32, 8, 64, ROUTE_RANDOM);
+        check_xmm_chain(xmm, tg, tdn, 1024, 256, 8, 2, 5, ROUTE_BAD);
+        check_xmm_chain(xmm, tg, tdn, 4096, 1536, 8, 8, 16, ROUTE_RANDOM);
+    }
+    for (int v = 0; v < 2; v++) {
+        const tdesc *td = v ? t6 : t4;
+        /* the matmul_id path alone: 2..5 tokens against each alone (one
+         * input row a pair) */
+        check_batch_invariance_one(xmm, "batch-inv-xmm", td, 768, 2048, 16, 8);
+        check_batch_invariance_one(xmm, "batch-inv-xmm", td, 2048, 768, 16, 8);
+        check_batch_invariance_one(xmm, "batch-inv-xmm", td, 1024, 264, 8, 2); /* rows not a multiple of the tiles */
+        check_xmm_rows(xmm, td, 1024, 264, 8, 2, 1);
+        check_xmm_rows(xmm, td, 1024, 264, 8, 2, 5);
+        check_xmm_rows(xmm, td, 4096, 24, 8, 4, 3);
+    }
     xmm->destroy(xmm);
 }
 

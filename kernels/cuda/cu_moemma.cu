@@ -1,8 +1,9 @@
 /* Expert products of decode (matmul_id, 1..MR_CU_GEMM_MIN_TOKENS - 1
  * tokens) on the int8 tensor cores, with the three planes of a 22-bit
  * input as the columns of the MMA: Q4_K (the 30B-A3B's gate, up and odd
- * layers' down); the default where the 22-bit expert kernel would take
- * the matrices (MEMRA_CUDA_XMM=0: cu_moex24.cu's dp4a kernel).
+ * layers' down) and Q6_K (its even layers' down); the default where the
+ * 22-bit expert kernel would take the matrices (MEMRA_CUDA_XMM=0:
+ * cu_moex24.cu's dp4a kernel; =q4k: Q4_K only).
  *
  * Why: at 16 tokens an expert of the 30B-A3B has ~1.6 pairs, and the dp4a
  * units of cu_moex24.cu spend ~2.5 instructions a weight and pair (three
@@ -25,11 +26,11 @@
  * value across the sub-block) times the planes accumulated in the MMA
  * itself; then in float, per (row, pair, plane): f += dx (d M - dmin N).
  * At the end the planes join in float, 65536 hi + 256 mid + lo, across the
- * lanes of a quad.  Integer sums are exact (bounds at xmm_q4k_step), the
- * float steps are per (row, pair) in a fixed order with their roundings
- * spelled out, so a pair's result does not depend on its batchmates, the
- * chunk it falls in or the tile's other rows: gate/up tiles and plain ones
- * give a row the same bits (kernel-check xmm).
+ * lanes of a quad.  Integer sums are exact (bounds at xmm_q4k_step and
+ * xmm_q6k_half), the float steps are per (row, pair) in a fixed order with
+ * their roundings spelled out, so a pair's result does not depend on its
+ * batchmates, the chunk it falls in or the tile's other rows: gate/up
+ * tiles and plain ones give a row the same bits (kernel-check xmm).
  *
  * The input: each block quantizes its chunk's two pairs' rows into shared
  * memory (no launch of its own: one fewer a product, which a one-token
@@ -57,9 +58,9 @@ __host__ __device__ constexpr size_t xmm_ring_off(int64_t cols)
 {
     return (xmm_dx_off(cols) + 2 * (size_t)(cols / 256) * 4 + 15) / 16 * 16;
 }
-__host__ __device__ constexpr size_t xmm_smem(int64_t cols)
+__host__ __device__ constexpr size_t xmm_smem(int T, int64_t cols)
 {
-    return xmm_ring_off(cols) + (size_t)XMM_WARPS * XMM_STAGES * XMM_STEPB;
+    return xmm_ring_off(cols) + (T == MR_TYPE_Q4_K ? (size_t)XMM_WARPS * XMM_STAGES * XMM_STEPB : 0);
 }
 
 /* 256 columns of an input row (lane l: columns 8l .. 8l + 7 at xr) into
@@ -222,18 +223,82 @@ __device__ __forceinline__ float xmm_join(float hi, float mid, float lo)
     return __fadd_rn(__fadd_rn(__fmul_rn(65536.0f, hi), __fmul_rn(256.0f, mid)), lo);
 }
 
+/* d = a b + c with A 16 x 16 signed bytes, B 16 x 8 signed bytes (int32,
+ * exact). */
+__device__ __forceinline__ void xmm_mma16(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%8,%9,%10};"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b), "r"(0), "r"(0), "r"(0), "r"(0));
+}
+
+/* Four Q6_K quants (bytes 0..63) as the signed bytes q - 32: each byte
+ * + 128 - 32 without a borrow between bytes, then its top bit flipped. */
+__device__ __forceinline__ uint32_t xmm_q6s(uint32_t w) { return ((w | 0x80808080u) - 0x20202020u) ^ 0x80808080u; }
+
+/* A lane's words of half n (128 columns) of a Q6_K block in one row (the
+ * padded copy: ql 128, qh 64, sc 16, d at 208): for s = 0, 1 the quants of
+ * positions l = 16 s + 4c .. + 3 of the half (ql[64n + l], ql[64n + 32 + l],
+ * qh[32n + l]: the four quarters), the half's 8 scales and d. */
+struct xmm_q6h {
+    uint32_t qa[2], qb[2], h[2], sc[2], d;
+};
+
+__device__ __forceinline__ void xmm_q6k_load(const uint8_t *blk, int n, int c, xmm_q6h &w)
+{
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+        w.qa[s] = q8_ld32(blk + 64 * n + 16 * s + 4 * c);
+        w.qb[s] = q8_ld32(blk + 64 * n + 32 + 16 * s + 4 * c);
+        w.h[s] = q8_ld32(blk + 128 + 32 * n + 16 * s + 4 * c);
+    }
+    w.sc[0] = q8_ld32(blk + 192 + 8 * n);
+    w.sc[1] = q8_ld32(blk + 196 + 8 * n);
+    w.d = q8_ld32(blk + 208);
+}
+
+/* Half n of a step of a tile (rows a: wa, b: wb) against the lane's B
+ * column (xr: its planes at the half's first column + 4c, NULL: zero): M[v]
+ * += sc (w - 32) . x over the half's 8 scale groups of 16 columns, one
+ * m16n8k16 MMA each (k: the group's columns 4c .. 4c + 3 a lane).  Bounds:
+ * a group's plane sum is at most 16 * 32 * 128 = 2^16, times |sc| <= 128,
+ * over 16 groups a step: < 2^27. */
+__device__ __forceinline__ void xmm_q6k_half(const xmm_q6h &wa, const xmm_q6h &wb, const uint8_t *xr, int (&M)[4])
+{
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+        uint32_t qa[4], qb[4];
+        xs_q6k_words(wa.qa[s], wa.qb[s], wa.h[s], qa);
+        xs_q6k_words(wb.qa[s], wb.qb[s], wb.h[s], qb);
+#pragma unroll
+        for (int qq = 0; qq < 4; qq++) {
+            const int gi = 2 * qq + s; /* the group's scale in the half */
+            int C[4];
+            xmm_mma16(C, xmm_q6s(qa[qq]), xmm_q6s(qb[qq]), xr ? *(const uint32_t *)(xr + 32 * qq + 16 * s) : 0u);
+            const int sa = (int)(int8_t)((wa.sc[gi >> 2] >> (8 * (gi & 3))) & 0xffu);
+            const int sb = (int)(int8_t)((wb.sc[gi >> 2] >> (8 * (gi & 3))) & 0xffu);
+            M[0] += sa * C[0];
+            M[1] += sa * C[1];
+            M[2] += sb * C[2];
+            M[3] += sb * C[3];
+        }
+    }
+}
+
 /* grid: x the tiles over XMM_WARPS, y the slot (grp: used experts first,
  * blocks of unused slots exit; NULL: one token, y is the pair); the input
  * rows at a.x.  PAIR: tiles of 8 gate and 8 up rows (W1, y1; yo
- * where not NULL).  Shared memory: xmm_smem(cols).  Per chunk of two
- * pairs the block quantizes their rows into shared memory once; each warp
- * streams its tile's weights through its ring, XMM_STAGES - 1 steps
+ * where not NULL).  Shared memory: xmm_smem(T, cols).  Per chunk of two
+ * pairs the block quantizes their rows into shared memory once.  Q4_K: each
+ * warp streams its tile's weights through its ring, XMM_STAGES - 1 steps
  * ahead (cp.async), so that a warp has ~7 KB in flight instead of the one
  * step a register prefetch holds (runs 152-153, 768 x 2,048: one token
- * 10.6 -> 7.7 us with the planes' launch in both; 16 tokens unchanged). */
-template <bool PAIR>
+ * 10.6 -> 7.7 us with the planes' launch in both; 16 tokens unchanged).
+ * Q6_K (the padded copy, 212-byte blocks: only 4-byte aligned, no 16-byte
+ * copies): registers, the next half step's words loaded during this one. */
+template <int T, bool PAIR>
 __global__ void __launch_bounds__(XMM_WARPS * 32, 4)
-k_xmm_q4k(xmm_args a, const int32_t *__restrict__ grp, int S)
+k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
@@ -286,6 +351,11 @@ k_xmm_q4k(xmm_args a, const int32_t *__restrict__ grp, int S)
             dst[u] = (uint32_t)(t * XMM_ROWB + 16 * o);
         }
     }
+    /* Q6_K: this lane's rows a and b (clamped to the last row) */
+    const int64_t last = a.rows - 1;
+    const uint8_t *W0 = a.W0 + (size_t)e * a.mat_bytes;
+    const uint8_t *Wa = W0 + (size_t)(ra < a.rows ? ra : last) * a.row_bytes;
+    const uint8_t *Wb = (PAIR ? a.W1 + (size_t)e * a.mat_bytes : W0) + (size_t)(rb < a.rows ? rb : last) * a.row_bytes;
     uint8_t *ring = xmm_sh + xmm_ring_off(cols) + (size_t)warp * XMM_STAGES * XMM_STEPB;
     const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
     const float *dxs = (const float *)(xmm_sh + xmm_dx_off(cols));
@@ -295,11 +365,13 @@ k_xmm_q4k(xmm_args a, const int32_t *__restrict__ grp, int S)
         /* the weights' first steps on their way, then the two pairs' planes
          * and scales while they travel (a missing pair's columns are never
          * read: xr NULL) */
+        if constexpr (T == MR_TYPE_Q4_K) {
 #pragma unroll
-        for (int b = 0; b < XMM_STAGES - 1; b++) {
-            if (b < nsb)
-                xmm_fetch(src, dst, ring_s + b * XMM_STEPB, b);
-            xmm_commit();
+            for (int b = 0; b < XMM_STAGES - 1; b++) {
+                if (b < nsb)
+                    xmm_fetch(src, dst, ring_s + b * XMM_STEPB, b);
+                xmm_commit();
+            }
         }
         for (int it = warp; it < 2 * nsb; it += XMM_WARPS) {
             const int qq = it >= nsb, gb = it - qq * nsb, pp = qq ? p1 : p0;
@@ -313,9 +385,35 @@ k_xmm_q4k(xmm_args a, const int32_t *__restrict__ grp, int S)
         /* B column g: pair g >> 2, plane g & 3 (3: zero); C columns 2c, 2c + 1:
          * pair c >> 1 */
         const int bp = g >> 2 ? p1 : p0, cp = c >> 1 ? p1 : p0;
-        const uint8_t *xr = (g & 3) < 3 && bp >= 0 ? xmm_sh + (3 * (g >> 2) + (g & 3)) * bs + 8 * c : NULL;
+        const uint8_t *xp = (g & 3) < 3 && bp >= 0 ? xmm_sh + (3 * (g >> 2) + (g & 3)) * bs : NULL;
         float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (live) {
+        if (T == MR_TYPE_Q6_K && live) {
+            xmm_q6h ca, cb, na, nb;
+            xmm_q6k_load(Wa, 0, c, ca);
+            xmm_q6k_load(Wb, 0, c, cb);
+            int M[4] = {0, 0, 0, 0};
+#pragma unroll 1
+            for (int hs = 0; hs < 2 * nsb; hs++) {
+                const int b = hs >> 1, n = hs & 1;
+                if (hs + 1 < 2 * nsb) {
+                    const size_t o = (size_t)((hs + 1) >> 1) * 212;
+                    xmm_q6k_load(Wa + o, (hs + 1) & 1, c, na);
+                    xmm_q6k_load(Wb + o, (hs + 1) & 1, c, nb);
+                }
+                xmm_q6k_half(ca, cb, xp ? xp + 256 * b + 128 * n + 4 * c : NULL, M);
+                if (n) { /* the block's end: f += dx (d M) per (row, pair, plane) */
+                    const float dx = dxs[(c >> 1) * nsb + b], da = q8_h2f(ca.d), db = q8_h2f(cb.d);
+                    f[0] = __fmaf_rn(dx, __fmul_rn(da, (float)M[0]), f[0]);
+                    f[1] = __fmaf_rn(dx, __fmul_rn(da, (float)M[1]), f[1]);
+                    f[2] = __fmaf_rn(dx, __fmul_rn(db, (float)M[2]), f[2]);
+                    f[3] = __fmaf_rn(dx, __fmul_rn(db, (float)M[3]), f[3]);
+                    M[0] = M[1] = M[2] = M[3] = 0;
+                }
+                ca = na;
+                cb = nb;
+            }
+        }
+        if (T == MR_TYPE_Q4_K && live) {
 #pragma unroll 1
             for (int b = 0; b < nsb; b++) {
                 const int nb = b + XMM_STAGES - 1;
@@ -325,12 +423,13 @@ k_xmm_q4k(xmm_args a, const int32_t *__restrict__ grp, int S)
                 xmm_wait<XMM_STAGES - 1>();
                 __syncwarp();
                 xmm_step cur;
-                xmm_read(ring + (b % XMM_STAGES) * XMM_STEPB, g, g + 8, xr ? xr + 256 * b : NULL, c, cur);
+                xmm_read(ring + (b % XMM_STAGES) * XMM_STEPB, g, g + 8, xp ? xp + 256 * b + 8 * c : NULL, c, cur);
                 xmm_q4k_step(cur, dxs[(c >> 1) * nsb + b], f);
                 __syncwarp(); /* the slot is read before a later step's copy lands in it */
             }
         }
-        xmm_wait<0>();
+        if constexpr (T == MR_TYPE_Q4_K)
+            xmm_wait<0>();
         if (!live)
             continue;
         /* lane c + 1's first column is the lo plane of lane c's pair (c even) */
@@ -354,17 +453,20 @@ k_xmm_q4k(xmm_args a, const int32_t *__restrict__ grp, int S)
 
 /* ---- dispatch ---- */
 
-/* Whether the kernel takes these expert matrices: on, Q4_K, whole
- * 256-column blocks, one width and expert count, equal rows.  Never
- * depends on the token count. */
+/* Whether the kernel takes these expert matrices: on for their type (Q4_K
+ * from the GGUF blocks; Q6_K from the padded copy), whole 256-column
+ * blocks, one type, width and expert count.  Never depends on the token
+ * count. */
 static bool xmm_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x)
 {
     if (!c->xmm || !c->matvec_x24 || !c->x24_moe || c->no_fast || m < 1 || m > MR_CU_MV_SUBS || ((uintptr_t)x & 15))
         return false;
     for (int s = 0; s < m; s++) {
         const mr_weight *v = w[s];
-        if (!v->data || v->type != MR_TYPE_Q4_K || v->cols != w[0]->cols || v->n_mats != w[0]->n_mats ||
-            v->n_mats < 2 || v->cols % 256 || xmm_smem(v->cols) > c->x24_smem || v->rows > (1 << 30))
+        const bool q4 = v->type == MR_TYPE_Q4_K, q6 = v->type == MR_TYPE_Q6_K && c->xmm >= 2 && v->priv;
+        if (!v->data || !(q4 || q6) || v->type != w[0]->type || v->cols != w[0]->cols ||
+            v->n_mats != w[0]->n_mats || v->n_mats < 2 || v->cols % 256 || xmm_smem(v->type, v->cols) > c->x24_smem ||
+            v->rows > (1 << 30))
             return false;
     }
     return true;
@@ -398,15 +500,17 @@ bool mr_cu_xmm_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
             return c->failed;
     }
     const int64_t cols = w[0]->cols;
+    const int T = w[0]->type;
+    const bool q6 = T == MR_TYPE_Q6_K; /* the padded copy (xs_padded) */
     for (int s = 0; s < m; s += pair ? 2 : 1) {
         xmm_args a;
-        a.W0 = (const uint8_t *)w[s]->data;
-        a.W1 = pair ? (const uint8_t *)w[s + 1]->data : NULL;
+        a.W0 = (const uint8_t *)(q6 ? w[s]->priv : w[s]->data);
+        a.W1 = pair ? (const uint8_t *)(q6 ? w[s + 1]->priv : w[s + 1]->data) : NULL;
         a.y0 = y[s];
         a.y1 = pair ? y[s + 1] : NULL;
         a.yo = o;
-        a.row_bytes = w[s]->row_bytes;
-        a.mat_bytes = w[s]->row_bytes * (size_t)w[s]->rows;
+        a.row_bytes = q6 ? mr_cu_fast_row_bytes(w[s]) : w[s]->row_bytes;
+        a.mat_bytes = a.row_bytes * (size_t)w[s]->rows;
         a.rows = (int)w[s]->rows;
         a.cols = (int)cols;
         a.n_mats = (int)w[s]->n_mats;
@@ -416,22 +520,28 @@ bool mr_cu_xmm_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
         a.x = x;
         const int64_t tiles = (a.rows + (pair ? 8 : 16) - 1) / (pair ? 8 : 16);
         const dim3 grid((unsigned)((tiles + XMM_WARPS - 1) / XMM_WARPS), (unsigned)S, 1);
-        const size_t smem = xmm_smem(cols);
-        if (pair)
-            mr_cu_launch(c, k_xmm_q4k<true>, grid, XMM_WARPS * 32, smem, a, grp, S);
+        const size_t smem = xmm_smem(T, cols);
+        if (q6 && pair)
+            mr_cu_launch(c, k_xmm<MR_TYPE_Q6_K, true>, grid, XMM_WARPS * 32, smem, a, grp, S);
+        else if (q6)
+            mr_cu_launch(c, k_xmm<MR_TYPE_Q6_K, false>, grid, XMM_WARPS * 32, smem, a, grp, S);
+        else if (pair)
+            mr_cu_launch(c, k_xmm<MR_TYPE_Q4_K, true>, grid, XMM_WARPS * 32, smem, a, grp, S);
         else
-            mr_cu_launch(c, k_xmm_q4k<false>, grid, XMM_WARPS * 32, smem, a, grp, S);
+            mr_cu_launch(c, k_xmm<MR_TYPE_Q4_K, false>, grid, XMM_WARPS * 32, smem, a, grp, S);
         MR_CU_LAUNCHED(c, "xmm expert matvec");
     }
     return true;
 }
 
 /* At backend creation: launches may ask for up to bytes of shared memory
- * (xmm_smem: ~53 KB at 2,048 columns). */
+ * (xmm_smem: ~53 KB for Q4_K at 2,048 columns). */
 bool mr_cu_xmm_optin(int bytes)
 {
-    return cudaFuncSetAttribute((const void *)k_xmm_q4k<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) ==
-               cudaSuccess &&
-           cudaFuncSetAttribute((const void *)k_xmm_q4k<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) ==
-               cudaSuccess;
+    const void *k[] = {(const void *)k_xmm<MR_TYPE_Q4_K, true>, (const void *)k_xmm<MR_TYPE_Q4_K, false>,
+                       (const void *)k_xmm<MR_TYPE_Q6_K, true>, (const void *)k_xmm<MR_TYPE_Q6_K, false>};
+    for (const void *f : k)
+        if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess)
+            return false;
+    return true;
 }
