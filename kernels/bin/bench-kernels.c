@@ -342,7 +342,7 @@ static int bench_moe(int iters, double cbw)
     be[2] = be[1] ? mr_backend_cuda_create(0, &err) : NULL;
     unsetenv("MEMRA_CUDA_MOE_GROUPED");
     unsetenv("MEMRA_CUDA_X24_MOE");
-    setenv("MEMRA_CUDA_XMM", "2", 1);
+    setenv("MEMRA_CUDA_XMM", "iq4", 1); /* every type it has, IQ4_XS included */
     be[3] = be[2] ? mr_backend_cuda_create(0, &err) : NULL;
     unsetenv("MEMRA_CUDA_XMM");
     if (!be[0] || !be[1] || !be[2] || !be[3]) {
@@ -357,6 +357,8 @@ static int bench_moe(int iters, double cbw)
     bench_id(bq, lq, 2, MR_TYPE_Q4_K, 768, 2048, 128, 8, 1, ns, 5, iters, cbw, false);
     bench_id(bq, lq, 2, MR_TYPE_Q4_K, 2048, 768, 128, 8, 8, ns, 5, iters, cbw, false);
     bench_id(bq, lq, 2, MR_TYPE_Q6_K, 2048, 768, 128, 8, 8, ns, 5, iters, cbw, false);
+    bench_id(bq, lq, 2, MR_TYPE_IQ4_XS, 512, 2048, 256, 8, 1, ns, 5, iters, cbw, false);
+    bench_id(bq, lq, 2, MR_TYPE_IQ4_XS, 2048, 512, 256, 8, 8, ns, 5, iters, cbw, false);
     bench_id(be, label, 3, MR_TYPE_Q6_K, 2048, 768, 128, 8, 8, ns, 5, iters, cbw, false);
     bench_id(be, label, 3, MR_TYPE_IQ4_XS, 512, 2048, 256, 8, 1, ns, 5, iters, cbw, false);
     bench_id(be, label, 3, MR_TYPE_IQ4_XS, 2048, 512, 256, 8, 8, ns, 5, iters, cbw, false);

@@ -1279,6 +1279,22 @@ static void check_xmm_all(void)
         check_xmm_chain(xmm, tg, tdn, 1024, 256, 8, 2, 5, ROUTE_BAD);
         check_xmm_chain(xmm, tg, tdn, 4096, 1536, 8, 8, 16, ROUTE_RANDOM);
     }
+    /* IQ4_XS (MEMRA_CUDA_XMM=iq4): the 35B-A3B's experts, fewer of them */
+    setenv("MEMRA_CUDA_XMM", "iq4", 1);
+    mr_backend *xiq = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_XMM", "0", 1);
+    if (!xiq) die("cuda (xmm iq4)");
+    const tdesc *ti = td_of(MR_TYPE_IQ4_XS);
+    check_xmm_chain(xiq, ti, ti, 2048, 512, 32, 8, 1, ROUTE_RANDOM);
+    check_xmm_chain(xiq, ti, ti, 2048, 512, 32, 8, 4, ROUTE_RANDOM);
+    check_xmm_chain(xiq, ti, ti, 2048, 512, 32, 8, 16, ROUTE_RANDOM);
+    check_xmm_chain(xiq, ti, ti, 2048, 512, 16, 8, 16, ROUTE_MIX);
+    check_xmm_chain(xiq, ti, ti, 2048, 512, 32, 8, 16, ROUTE_ONE);
+    check_xmm_chain(xiq, ti, ti, 2048, 512, 32, 8, 64, ROUTE_RANDOM);
+    check_xmm_chain(xiq, ti, ti, 1024, 256, 8, 2, 5, ROUTE_BAD);
+    check_batch_invariance_one(xiq, "batch-inv-xmm", ti, 512, 2048, 16, 8);
+    check_xmm_rows(xiq, ti, 1024, 264, 8, 2, 5);
+    xiq->destroy(xiq);
     for (int v = 0; v < 2; v++) {
         const tdesc *td = v ? t6 : t4;
         /* the matmul_id path alone: 2..5 tokens against each alone (one

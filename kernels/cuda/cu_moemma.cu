@@ -3,7 +3,9 @@
  * input as the columns of the MMA: Q4_K (the 30B-A3B's gate, up and odd
  * layers' down) and Q6_K (its even layers' down); the default where the
  * 22-bit expert kernel would take the matrices (MEMRA_CUDA_XMM=0:
- * cu_moex24.cu's dp4a kernel; =q4k: Q4_K only).
+ * cu_moex24.cu's dp4a kernel; =q4k: Q4_K only).  IQ4_XS (the 35B-A3B) on
+ * request: =iq4 every matrix, =iq4d rows of at most 512 columns (run 158:
+ * its down -40% at 16 tokens, its gate/up slower at 1 and 16).
  *
  * Why: at 16 tokens an expert of the 30B-A3B has ~1.6 pairs, and the dp4a
  * units of cu_moex24.cu spend ~2.5 instructions a weight and pair (three
@@ -285,6 +287,55 @@ __device__ __forceinline__ void xmm_q6k_half(const xmm_q6h &wa, const xmm_q6h &w
     }
 }
 
+/* A lane's words of an IQ4_XS block in one row (GGUF layout, 136 bytes:
+ * d, scales_h, scales_l at 0, qs at 8): per sub-block j its qs word
+ * 16 j + 4c (bytes l = 4c .. 4c + 3: columns l in the low nibbles, l + 16
+ * in the high ones, which are the m16n8k32 fragment's columns of lane c)
+ * and the header. */
+struct xmm_iq4 {
+    uint32_t q[8];
+    uint2 hd;
+};
+
+__device__ __forceinline__ void xmm_iq4_load(const uint8_t *blk, int c, xmm_iq4 &w)
+{
+    w.hd = __ldg((const uint2 *)blk);
+#pragma unroll
+    for (int j = 0; j < 8; j++) w.q[j] = __ldg((const uint32_t *)(blk + 8 + 16 * j + 4 * c));
+}
+
+/* d = a b + c with A 16 x 32 signed bytes, B 32 x 8 signed bytes. */
+__device__ __forceinline__ void xmm_mma_ss(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%11,%12,%13};"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0), "r"(0), "r"(0), "r"(0));
+}
+
+/* A step of a tile (rows a: wa, b: wb; code book values as signed bytes)
+ * against the lane's B column (xr: its planes at the step's first column
+ * + 4c, NULL: zero): M[v] += (ls_j - 32) (w . x) over the 8 sub-blocks.
+ * Bounds: a sub-block's plane sum is at most 32 * 127 * 128 < 2^19, times
+ * |ls - 32| <= 32, over 8: < 2^27. */
+__device__ __forceinline__ void xmm_iq4_step(const xmm_iq4 &wa, const xmm_iq4 &wb, const uint8_t *xr, int (&M)[4])
+{
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        uint32_t A[4];
+        xs_iq4nl8(wa.q[j], &A[0], &A[2]); /* row a: columns 4c.., 16 + 4c.. */
+        xs_iq4nl8(wb.q[j], &A[1], &A[3]);
+        int C[4];
+        xmm_mma_ss(C, A, xr ? *(const uint32_t *)(xr + 32 * j) : 0u, xr ? *(const uint32_t *)(xr + 32 * j + 16) : 0u);
+        const int sa = (int)(((wa.hd.y >> (4 * j)) & 15) | (((wa.hd.x >> (16 + 2 * j)) & 3) << 4)) - 32;
+        const int sb = (int)(((wb.hd.y >> (4 * j)) & 15) | (((wb.hd.x >> (16 + 2 * j)) & 3) << 4)) - 32;
+        M[0] += sa * C[0];
+        M[1] += sa * C[1];
+        M[2] += sb * C[2];
+        M[3] += sb * C[3];
+    }
+}
+
 /* grid: x the tiles over XMM_WARPS, y the slot (grp: used experts first,
  * blocks of unused slots exit; NULL: one token, y is the pair); the input
  * rows at a.x.  PAIR: tiles of 8 gate and 8 up rows (W1, y1; yo
@@ -413,6 +464,27 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
                 cb = nb;
             }
         }
+        if (T == MR_TYPE_IQ4_XS && live) {
+            xmm_iq4 ca, cb, na, nb;
+            xmm_iq4_load(Wa, c, ca);
+            xmm_iq4_load(Wb, c, cb);
+#pragma unroll 1
+            for (int b = 0; b < nsb; b++) {
+                if (b + 1 < nsb) {
+                    xmm_iq4_load(Wa + (size_t)(b + 1) * 136, c, na);
+                    xmm_iq4_load(Wb + (size_t)(b + 1) * 136, c, nb);
+                }
+                int M[4] = {0, 0, 0, 0};
+                xmm_iq4_step(ca, cb, xp ? xp + 256 * b + 4 * c : NULL, M);
+                const float dx = dxs[(c >> 1) * nsb + b], da = q8_h2f(ca.hd.x), db = q8_h2f(cb.hd.x);
+                f[0] = __fmaf_rn(dx, __fmul_rn(da, (float)M[0]), f[0]);
+                f[1] = __fmaf_rn(dx, __fmul_rn(da, (float)M[1]), f[1]);
+                f[2] = __fmaf_rn(dx, __fmul_rn(db, (float)M[2]), f[2]);
+                f[3] = __fmaf_rn(dx, __fmul_rn(db, (float)M[3]), f[3]);
+                ca = na;
+                cb = nb;
+            }
+        }
         if (T == MR_TYPE_Q4_K && live) {
 #pragma unroll 1
             for (int b = 0; b < nsb; b++) {
@@ -464,7 +536,9 @@ static bool xmm_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, cons
     for (int s = 0; s < m; s++) {
         const mr_weight *v = w[s];
         const bool q4 = v->type == MR_TYPE_Q4_K, q6 = v->type == MR_TYPE_Q6_K && c->xmm >= 2 && v->priv;
-        if (!v->data || !(q4 || q6) || v->type != w[0]->type || v->cols != w[0]->cols ||
+        /* IQ4_XS: 3 rows of at most 512 columns (the 35B-A3B's down), 4 all */
+        const bool iq = v->type == MR_TYPE_IQ4_XS && (c->xmm >= 4 || (c->xmm == 3 && w[0]->cols <= 512));
+        if (!v->data || !(q4 || q6 || iq) || v->type != w[0]->type || v->cols != w[0]->cols ||
             v->n_mats != w[0]->n_mats || v->n_mats < 2 || v->cols % 256 || xmm_smem(v->type, v->cols) > c->x24_smem ||
             v->rows > (1 << 30))
             return false;
@@ -521,7 +595,11 @@ bool mr_cu_xmm_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
         const int64_t tiles = (a.rows + (pair ? 8 : 16) - 1) / (pair ? 8 : 16);
         const dim3 grid((unsigned)((tiles + XMM_WARPS - 1) / XMM_WARPS), (unsigned)S, 1);
         const size_t smem = xmm_smem(T, cols);
-        if (q6 && pair)
+        if (T == MR_TYPE_IQ4_XS && pair)
+            mr_cu_launch(c, k_xmm<MR_TYPE_IQ4_XS, true>, grid, XMM_WARPS * 32, smem, a, grp, S);
+        else if (T == MR_TYPE_IQ4_XS)
+            mr_cu_launch(c, k_xmm<MR_TYPE_IQ4_XS, false>, grid, XMM_WARPS * 32, smem, a, grp, S);
+        else if (q6 && pair)
             mr_cu_launch(c, k_xmm<MR_TYPE_Q6_K, true>, grid, XMM_WARPS * 32, smem, a, grp, S);
         else if (q6)
             mr_cu_launch(c, k_xmm<MR_TYPE_Q6_K, false>, grid, XMM_WARPS * 32, smem, a, grp, S);
@@ -539,7 +617,8 @@ bool mr_cu_xmm_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
 bool mr_cu_xmm_optin(int bytes)
 {
     const void *k[] = {(const void *)k_xmm<MR_TYPE_Q4_K, true>, (const void *)k_xmm<MR_TYPE_Q4_K, false>,
-                       (const void *)k_xmm<MR_TYPE_Q6_K, true>, (const void *)k_xmm<MR_TYPE_Q6_K, false>};
+                       (const void *)k_xmm<MR_TYPE_Q6_K, true>, (const void *)k_xmm<MR_TYPE_Q6_K, false>,
+                       (const void *)k_xmm<MR_TYPE_IQ4_XS, true>, (const void *)k_xmm<MR_TYPE_IQ4_XS, false>};
     for (const void *f : k)
         if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess)
             return false;
