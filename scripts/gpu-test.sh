@@ -34,6 +34,11 @@ if [ "${GPU_TEST_KERNELS:-1}" != 0 ]; then
         exit 77
     fi
     [ $rc -eq 0 ] || fail=1
+    # the tensor-core expert products (the default for Q4_K and Q6_K):
+    # their own part, the whole run above keeps the dp4a kernel in view
+    echo "== kernel-check xmm"
+    "$BIN/kernel-check" "$(date +%s)" xmm > "$BUILD/kernel-check-xmm.log" 2>&1 || fail=1
+    grep -v " ok$" "$BUILD/kernel-check-xmm.log" | tail -20
 fi
 
 echo "== fixture parity (run-gen --backend cuda) and speculation (run-spec --backend cuda)"
