@@ -1125,6 +1125,21 @@ static void check_xm_quant_all(void)
  * the reference lines. */
 static void check_batch_invariance_one(mr_backend *be, const char *label, const tdesc *td, int64_t cols,
                                        int64_t rows, int mats, int k);
+
+/* ref[r] = row r of expert e (rows x cols blocks of td at host, rb bytes a
+ * row) times x, in float64 on the host-decoded weights; wr: cols floats of
+ * scratch. */
+static void expert_ref(const tdesc *td, const uint8_t *host, size_t rb, int64_t rows, int64_t cols, int e,
+                       const float *x, float *wr, double *ref)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        deq_row(td, host + ((size_t)e * rows + r) * rb, cols, wr);
+        double a = 0;
+        for (int64_t c = 0; c < cols; c++) a += (double)wr[c] * x[c];
+        ref[r] = a;
+    }
+}
+
 static void check_xmm_chain(mr_backend *be, const tdesc *tg, const tdesc *tdn, int64_t d, int64_t ff, int mats,
                             int k, int n, int route)
 {
@@ -1197,13 +1212,8 @@ static void check_xmm_chain(mr_backend *be, const tdesc *tg, const tdesc *tdn, i
                 continue;
             const float *xin = q == 2 ? out[0][2] + p * ff : x + (p / k) * d;
             const float *yv = q == 2 ? out[0][3] + p * d : out[0][q] + p * ff;
-            for (int64_t r = 0; r < R; r++) {
-                deq_row(tds[i], host[i] + ((size_t)ids[p] * R + r) * rbytes[i], C, wr);
-                double a = 0;
-                for (int64_t cc = 0; cc < C; cc++) a += (double)wr[cc] * xin[cc];
-                ref[gi * R + r] = a;
-                got[gi * R + r] = yv[r];
-            }
+            expert_ref(tds[i], host[i], rbytes[i], R, C, ids[p], xin, wr, ref + gi * R);
+            memcpy(got + gi * R, yv, R * 4);
             gi++;
         }
         static const char *const nm[3] = {"xmm-gate", "xmm-up", "xmm-down"};
@@ -1244,13 +1254,7 @@ static void check_xmm_rows(mr_backend *be, const tdesc *td, int64_t cols, int64_
     be->matmul_id(be, &w, dx, k, dids, k, dy, n);
     fetch(be, y, dy, P * rows * 4);
     double *ref = malloc(P * rows * 8);
-    for (size_t p = 0; p < P; p++)
-        for (int64_t r = 0; r < rows; r++) {
-            deq_row(td, host + ((size_t)ids[p] * rows + r) * rb, cols, wr);
-            double a = 0;
-            for (int64_t c = 0; c < cols; c++) a += (double)wr[c] * x[p * cols + c];
-            ref[p * rows + r] = a;
-        }
+    for (size_t p = 0; p < P; p++) expert_ref(td, host, rb, rows, cols, ids[p], x + p * cols, wr, ref + p * rows);
     char sh[96];
     snprintf(sh, sizeof sh, "%s %dx%lldx%lld k=%d n=%d", td->name, mats, (long long)rows, (long long)cols, k, n);
     report_rel("xmm-rows", sh, y, ref, P * rows, 2e-5);

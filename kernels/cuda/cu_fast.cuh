@@ -165,10 +165,10 @@ bool mr_cu_x24_takes_id(const mr_cu_ctx *c, const mr_weight *const *w, int m, co
 bool mr_cu_x24_glu_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, float *o, const float *x,
                       int x_slots, const int32_t *ids, int k, int n);
 
-/* Q4_K expert products of decode on the int8 tensor cores (cu_moemma.cu,
- * the default; MEMRA_CUDA_XMM=0: off): whether it takes the matrices (never depends on the
- * token count), and the products (o: the SwiGLU of a gate/up pair, or
- * NULL); false, nothing launched, where it does not take them. */
+/* Expert products of decode on the int8 tensor cores (cu_moemma.cu; which
+ * types: c->xmm): whether it takes the matrices (never depends on the token
+ * count), and the products (o: the SwiGLU of a gate/up pair, or NULL);
+ * false, nothing launched, where it does not take them. */
 bool mr_cu_xmm_takes_id(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x);
 bool mr_cu_xmm_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, float *o, int m, const float *x,
                          int x_slots, const int32_t *ids, int k, int n);
@@ -183,27 +183,18 @@ bool mr_cu_xmm_optin(int bytes);
  * nothing launched, outside the limits (mr_cu_moe_group_fits), when the
  * scratch would grow inside a capture, or on a failure (recorded). */
 bool mr_cu_moe_group_fits(int P, int64_t n_mats);
-/* The expert launches' grid.y: slot `slot` of a grouping (cu_fast.cu has
- * the layout), or with grp NULL (one token) pair `slot` of ids.  Returns 0
- * for an unused slot, -1 for a pair whose id is out of range (one token:
- * its rows are the caller's to fill with NaN; a grouping does not list such
- * pairs, its kernel wrote their rows), else 1 with the expert *e and the
- * slot's pairs: *np of them from index *first of the list. */
-__device__ __forceinline__ int mr_cu_slot_pairs(const int32_t *grp, int S, int slot, const int32_t *ids,
-                                                int64_t n_mats, int *e, int *first, int *np)
+/* Slot `slot` of a grouping (the layout: cu_fast.cu): false if unused,
+ * else its expert *e and its pairs, *np of them from index *first of the
+ * list.  Pairs with a bad id are not listed (the grouping kernel wrote
+ * their NaN rows). */
+__device__ __forceinline__ bool mr_cu_grp_slot(const int32_t *grp, int S, int slot, int *e, int *first, int *np)
 {
-    *first = 0;
-    if (grp) {
-        if (slot >= grp[0])
-            return 0;
-        *e = grp[1 + slot];
-        *first = grp[1 + S + slot];
-        *np = grp[2 + S + slot] - *first;
-        return 1;
-    }
-    *e = ids[slot];
-    *np = 1;
-    return *e < 0 || *e >= n_mats ? -1 : 1;
+    if (slot >= grp[0])
+        return false;
+    *e = grp[1 + slot];
+    *first = grp[1 + S + slot];
+    *np = grp[2 + S + slot] - *first;
+    return true;
 }
 const int32_t *mr_cu_moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int k, int64_t n_mats, int64_t rows,
                                float *y, float *y2, int *S);

@@ -1,7 +1,8 @@
 /* The PTX the tensor-core kernels share (k_hgemm, the FlashAttention-2
- * prompt attention): 16-byte cp.async with a zero fill, ldmatrix of four
- * 8 x 8 matrices (plain and transposed), and the m16n8k16 float16 MMA with
- * float32 accumulation.  Fragment layouts: cu_fattn.cu. */
+ * prompt attention, the 22-bit tiles and expert products): 16-byte
+ * cp.async with a zero fill, ldmatrix of four 8 x 8 matrices (plain and
+ * transposed), the m16n8k16 float16 MMA with float32 accumulation
+ * (fragment layouts: cu_fattn.cu) and the int8 MMAs. */
 #ifndef MR_CU_MMA_CUH
 #define MR_CU_MMA_CUH
 
@@ -27,6 +28,35 @@ __device__ __forceinline__ void mr_ldsm4t(uint32_t addr, uint32_t &r0, uint32_t 
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                  : "r"(addr));
+}
+
+/* Integer MMAs, d += a b exactly in int32 (A row-major, B column-major;
+ * fragment layouts: cu_mvx24mma.cu for k16, cu_moemma.cu for k32).
+ * m16n8k16: a0, a1 and one b word; s8 x s8 and s8 x u8. */
+__device__ __forceinline__ void mr_imma16_ss(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b));
+}
+__device__ __forceinline__ void mr_imma16_su(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b));
+}
+/* m16n8k32: four a words, two b words; u8 x s8 and s8 x s8. */
+__device__ __forceinline__ void mr_imma32_us(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mr_imma32_ss(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /* d += a b (A 16 x 16 row-major, B 16 x 8 column-major, float32 d). */

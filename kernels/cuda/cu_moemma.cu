@@ -103,18 +103,6 @@ __device__ __forceinline__ void xmm_quant256(const float *__restrict__ xr, uint8
         *d = bad ? __int_as_float(0x7fc00000) : m / (float)XMM_QMAXI;
 }
 
-/* d = a b + c: A 16 x 32 unsigned bytes (row-major), B 32 x 8 signed bytes
- * (column-major), int32 sums (exact). */
-__device__ __forceinline__ void xmm_mma(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
-                                        const int (&c)[4])
-{
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%10,%11,%12,%13};"
-        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c[0]), "r"(c[1]), "r"(c[2]),
-          "r"(c[3]));
-}
-
 /* The kernel's view of a call: matrix 0 (plain, or the gate) and 1 (the
  * up, or NULL), their outputs (a pair's rows at y + p rows), yo the SwiGLU
  * of the two (NULL: none; it may be y0); the input rows of pair p. */
@@ -171,16 +159,6 @@ __device__ __forceinline__ void xmm_fetch(const uint8_t *const *src, const uint3
             mr_cp16(slot + dst[u], src[u] + (size_t)b * 144, true);
 }
 
-/* The Q4_K scales (s) or mins (m) of sub-blocks 0..3 and 4..7 as bytes
- * (upstream get_scale_min_k4, four at a time). */
-__device__ __forceinline__ void xmm_q4k_sm(const uint4 &h, uint32_t (&sc)[2], uint32_t (&mn)[2])
-{
-    sc[0] = h.y & 0x3F3F3F3Fu;
-    sc[1] = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
-    mn[0] = h.z & 0x3F3F3F3Fu;
-    mn[1] = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
-}
-
 /* One 256-column step of a tile against a lane's two pairs: f[v] += dx
  * (d M - dmin N) for its C values v (0, 1: row a, columns 2c, 2c + 1; 2, 3:
  * row b).  Bounds: a sub-block's plane sum is at most 32 * 15 * 128 <
@@ -188,11 +166,12 @@ __device__ __forceinline__ void xmm_q4k_sm(const uint4 &h, uint32_t (&sc)[2], ui
  * 128 < 2^21; int32 either way. */
 __device__ __forceinline__ void xmm_q4k_step(const xmm_step &s, float dx, float (&f)[4])
 {
-    uint32_t sca[2], mna[2], scb[2], mnb[2];
-    xmm_q4k_sm(s.ha, sca, mna);
-    xmm_q4k_sm(s.hb, scb, mnb);
+    uint32_t sca[2], mna[2], scb[2], mnb[2]; /* sub-blocks 0..3, 4..7 */
+    xs_q4k_bytes(s.ha, true, sca[0], mna[0]);
+    xs_q4k_bytes(s.ha, false, sca[1], mna[1]);
+    xs_q4k_bytes(s.hb, true, scb[0], mnb[0]);
+    xs_q4k_bytes(s.hb, false, scb[1], mnb[1]);
     int M[4] = {0, 0, 0, 0}, N[4] = {0, 0, 0, 0};
-    const int z[4] = {0, 0, 0, 0};
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
@@ -200,8 +179,8 @@ __device__ __forceinline__ void xmm_q4k_step(const xmm_step &s, float dx, float 
             const int j = 2 * i + h, w = j >> 2, sel = j & 3;
             const uint32_t A[4] = {(s.qa[i].x >> (4 * h)) & 0x0F0F0F0Fu, (s.qb[i].x >> (4 * h)) & 0x0F0F0F0Fu,
                                    (s.qa[i].y >> (4 * h)) & 0x0F0F0F0Fu, (s.qb[i].y >> (4 * h)) & 0x0F0F0F0Fu};
-            int C[4];
-            xmm_mma(C, A, s.xv[j].x, s.xv[j].y, z);
+            int C[4] = {0, 0, 0, 0};
+            mr_imma32_us(C, A, s.xv[j].x, s.xv[j].y);
             const int sa = (int)__byte_perm(sca[w], 0u, 0x4440u | sel), sb = (int)__byte_perm(scb[w], 0u, 0x4440u | sel);
             M[0] += sa * C[0];
             M[1] += sa * C[1];
@@ -209,7 +188,7 @@ __device__ __forceinline__ void xmm_q4k_step(const xmm_step &s, float dx, float 
             M[3] += sb * C[3];
             const uint32_t ma = __byte_perm(mna[w], 0u, 0x1111u * sel), mb = __byte_perm(mnb[w], 0u, 0x1111u * sel);
             const uint32_t Am[4] = {ma, mb, ma, mb};
-            xmm_mma(N, Am, s.xv[j].x, s.xv[j].y, N);
+            mr_imma32_us(N, Am, s.xv[j].x, s.xv[j].y);
         }
     const float da = q8_h2f(s.ha.x), dma = q8_h2f(s.ha.x >> 16), db = q8_h2f(s.hb.x), dmb = q8_h2f(s.hb.x >> 16);
     f[0] = __fmaf_rn(dx, __fmaf_rn(-dma, (float)N[0], __fmul_rn(da, (float)M[0])), f[0]);
@@ -218,20 +197,21 @@ __device__ __forceinline__ void xmm_q4k_step(const xmm_step &s, float dx, float 
     f[3] = __fmaf_rn(dx, __fmaf_rn(-dmb, (float)N[3], __fmul_rn(db, (float)M[3])), f[3]);
 }
 
+/* A block's end for the types without mins (Q6_K, IQ4_XS): f[v] += dx (d
+ * M[v]) with row a's d for v 0, 1 and row b's for 2, 3. */
+__device__ __forceinline__ void xmm_scale(float (&f)[4], float dx, float da, float db, const int (&M)[4])
+{
+    f[0] = __fmaf_rn(dx, __fmul_rn(da, (float)M[0]), f[0]);
+    f[1] = __fmaf_rn(dx, __fmul_rn(da, (float)M[1]), f[1]);
+    f[2] = __fmaf_rn(dx, __fmul_rn(db, (float)M[2]), f[2]);
+    f[3] = __fmaf_rn(dx, __fmul_rn(db, (float)M[3]), f[3]);
+}
+
 /* The planes of a row joined: 65536 hi + 256 mid + lo (the first two
  * products exact). */
 __device__ __forceinline__ float xmm_join(float hi, float mid, float lo)
 {
     return __fadd_rn(__fadd_rn(__fmul_rn(65536.0f, hi), __fmul_rn(256.0f, mid)), lo);
-}
-
-/* d = a b + c with A 16 x 16 signed bytes, B 16 x 8 signed bytes (int32,
- * exact). */
-__device__ __forceinline__ void xmm_mma16(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%8,%9,%10};"
-        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-        : "r"(a0), "r"(a1), "r"(b), "r"(0), "r"(0), "r"(0), "r"(0));
 }
 
 /* Four Q6_K quants (bytes 0..63) as the signed bytes q - 32: each byte
@@ -275,8 +255,8 @@ __device__ __forceinline__ void xmm_q6k_half(const xmm_q6h &wa, const xmm_q6h &w
 #pragma unroll
         for (int qq = 0; qq < 4; qq++) {
             const int gi = 2 * qq + s; /* the group's scale in the half */
-            int C[4];
-            xmm_mma16(C, xmm_q6s(qa[qq]), xmm_q6s(qb[qq]), xr ? *(const uint32_t *)(xr + 32 * qq + 16 * s) : 0u);
+            int C[4] = {0, 0, 0, 0};
+            mr_imma16_ss(C, xmm_q6s(qa[qq]), xmm_q6s(qb[qq]), xr ? *(const uint32_t *)(xr + 32 * qq + 16 * s) : 0u);
             const int sa = (int)(int8_t)((wa.sc[gi >> 2] >> (8 * (gi & 3))) & 0xffu);
             const int sb = (int)(int8_t)((wb.sc[gi >> 2] >> (8 * (gi & 3))) & 0xffu);
             M[0] += sa * C[0];
@@ -304,15 +284,6 @@ __device__ __forceinline__ void xmm_iq4_load(const uint8_t *blk, int c, xmm_iq4 
     for (int j = 0; j < 8; j++) w.q[j] = __ldg((const uint32_t *)(blk + 8 + 16 * j + 4 * c));
 }
 
-/* d = a b + c with A 16 x 32 signed bytes, B 32 x 8 signed bytes. */
-__device__ __forceinline__ void xmm_mma_ss(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%10,%11,%12,%13};"
-        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0), "r"(0), "r"(0), "r"(0));
-}
-
 /* A step of a tile (rows a: wa, b: wb; code book values as signed bytes)
  * against the lane's B column (xr: its planes at the step's first column
  * + 4c, NULL: zero): M[v] += (ls_j - 32) (w . x) over the 8 sub-blocks.
@@ -325,8 +296,8 @@ __device__ __forceinline__ void xmm_iq4_step(const xmm_iq4 &wa, const xmm_iq4 &w
         uint32_t A[4];
         xs_iq4nl8(wa.q[j], &A[0], &A[2]); /* row a: columns 4c.., 16 + 4c.. */
         xs_iq4nl8(wb.q[j], &A[1], &A[3]);
-        int C[4];
-        xmm_mma_ss(C, A, xr ? *(const uint32_t *)(xr + 32 * j) : 0u, xr ? *(const uint32_t *)(xr + 32 * j + 16) : 0u);
+        int C[4] = {0, 0, 0, 0};
+        mr_imma32_ss(C, A, xr ? *(const uint32_t *)(xr + 32 * j) : 0u, xr ? *(const uint32_t *)(xr + 32 * j + 16) : 0u);
         const int sa = (int)(((wa.hd.y >> (4 * j)) & 15) | (((wa.hd.x >> (16 + 2 * j)) & 3) << 4)) - 32;
         const int sb = (int)(((wb.hd.y >> (4 * j)) & 15) | (((wb.hd.x >> (16 + 2 * j)) & 3) << 4)) - 32;
         M[0] += sa * C[0];
@@ -360,11 +331,11 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
     if ((int64_t)blockIdx.x * XMM_WARPS * RT >= a.rows) /* the whole block: barriers below */
         return;
     const int slot = (int)blockIdx.y;
-    int e, np, first;
-    const int st = mr_cu_slot_pairs(grp, S, slot, a.ids, a.n_mats, &e, &first, &np);
-    if (st == 0)
-        return;
-    if (st < 0) { /* one token's bad id: NaN rows */
+    int e, np = 1, first = 0;
+    if (grp) {
+        if (!mr_cu_grp_slot(grp, S, slot, &e, &first, &np))
+            return;
+    } else if ((e = a.ids[slot]) < 0 || e >= a.n_mats) { /* one token's bad id: NaN rows */
         const float nan = __int_as_float(0x7fc00000);
         for (int i = lane; i < RT; i += 32) {
             const int64_t r = r0 + i;
@@ -452,12 +423,8 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
                     xmm_q6k_load(Wb + o, (hs + 1) & 1, c, nb);
                 }
                 xmm_q6k_half(ca, cb, xp ? xp + 256 * b + 128 * n + 4 * c : NULL, M);
-                if (n) { /* the block's end: f += dx (d M) per (row, pair, plane) */
-                    const float dx = dxs[(c >> 1) * nsb + b], da = q8_h2f(ca.d), db = q8_h2f(cb.d);
-                    f[0] = __fmaf_rn(dx, __fmul_rn(da, (float)M[0]), f[0]);
-                    f[1] = __fmaf_rn(dx, __fmul_rn(da, (float)M[1]), f[1]);
-                    f[2] = __fmaf_rn(dx, __fmul_rn(db, (float)M[2]), f[2]);
-                    f[3] = __fmaf_rn(dx, __fmul_rn(db, (float)M[3]), f[3]);
+                if (n) { /* the block's end */
+                    xmm_scale(f, dxs[(c >> 1) * nsb + b], q8_h2f(ca.d), q8_h2f(cb.d), M);
                     M[0] = M[1] = M[2] = M[3] = 0;
                 }
                 ca = na;
@@ -476,11 +443,7 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
                 }
                 int M[4] = {0, 0, 0, 0};
                 xmm_iq4_step(ca, cb, xp ? xp + 256 * b + 4 * c : NULL, M);
-                const float dx = dxs[(c >> 1) * nsb + b], da = q8_h2f(ca.hd.x), db = q8_h2f(cb.hd.x);
-                f[0] = __fmaf_rn(dx, __fmul_rn(da, (float)M[0]), f[0]);
-                f[1] = __fmaf_rn(dx, __fmul_rn(da, (float)M[1]), f[1]);
-                f[2] = __fmaf_rn(dx, __fmul_rn(db, (float)M[2]), f[2]);
-                f[3] = __fmaf_rn(dx, __fmul_rn(db, (float)M[3]), f[3]);
+                xmm_scale(f, dxs[(c >> 1) * nsb + b], q8_h2f(ca.hd.x), q8_h2f(cb.hd.x), M);
                 ca = na;
                 cb = nb;
             }

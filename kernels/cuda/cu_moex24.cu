@@ -247,12 +247,9 @@ __global__ void __launch_bounds__(XM_WARPS * 32, XM_MIN_BLOCKS) k_moex24(mr_cu_m
         return;
     const int slot = (int)blockIdx.y;
     int e, np, first = 0;
-    if (grp) { /* pairs with a bad id are not listed: the grouping kernel wrote their NaN rows */
-        if (slot >= grp[0])
+    if (grp) {
+        if (!mr_cu_grp_slot(grp, S, slot, &e, &first, &np))
             return;
-        e = grp[1 + slot];
-        first = grp[1 + S + slot];
-        np = grp[2 + S + slot] - first;
     } else {
         e = a.ids[slot];
         np = 1;

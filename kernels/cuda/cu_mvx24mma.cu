@@ -70,6 +70,7 @@
  * (MODE 1). */
 #include <stdlib.h>
 
+#include "kernels/cuda/cu_mma.cuh"
 #include "kernels/cuda/cu_x24.cuh"
 
 #define XT_CLS 4   /* warps a block: one per block class */
@@ -78,36 +79,23 @@
 #define XT_PSTR 33 /* floats between two outputs' partials (33: banks) */
 #define XT_PART_BYTES (XT_ROWS * XT_TOK * XT_PSTR * 4)
 
-/* d = a b + d over one 16-column run: a signed (weights), b signed (the
- * high plane, or the signed columns of xt_run<1>) or unsigned (the middle
- * and low planes). */
-__device__ __forceinline__ void xt_mma_ss(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a0), "r"(a1), "r"(b));
-}
-__device__ __forceinline__ void xt_mma_su(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a0), "r"(a1), "r"(b));
-}
-
 /* 65536 hi + 256 mid + lo of one run for the 4 C outputs: the three planes'
- * MMAs chained through C (each partial sum times 256 before the next). */
+ * MMAs chained through C (each partial sum times 256 before the next); a
+ * signed (weights), b signed (the high plane, or the signed columns of
+ * xt_run<1>: mr_imma16_ss) or unsigned (the middle and low planes:
+ * mr_imma16_su, cu_mma.cuh). */
 __device__ __forceinline__ void xt_run3(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t hi, uint32_t mid,
                                         uint32_t lo)
 {
 #pragma unroll
     for (int o = 0; o < 4; o++) d[o] = 0;
-    xt_mma_ss(d, a0, a1, hi);
+    mr_imma16_ss(d, a0, a1, hi);
 #pragma unroll
     for (int o = 0; o < 4; o++) d[o] *= 256;
-    xt_mma_su(d, a0, a1, mid);
+    mr_imma16_su(d, a0, a1, mid);
 #pragma unroll
     for (int o = 0; o < 4; o++) d[o] *= 256;
-    xt_mma_su(d, a0, a1, lo);
+    mr_imma16_su(d, a0, a1, lo);
 }
 
 /* The warp sum of mr_warp_sum (lane 0's result) over 32 partials p. */
@@ -339,8 +327,8 @@ __device__ __forceinline__ void xt_run(const mr_cu_mvjob &a, int64_t total_rows,
                 int ia[R * K], ib[R * K]; /* the exact sums of runs a, b for the lane's outputs */
                 if constexpr (MODE == 1) {
                     int s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-                    xt_mma_ss(s[0], aL0, aL1, bone ? 0x01010101u : x[0] ^ bx);
-                    xt_mma_ss(s[1], aH0, aH1, bone ? 0x01010101u : x[1] ^ bx);
+                    mr_imma16_ss(s[0], aL0, aL1, bone ? 0x01010101u : x[0] ^ bx);
+                    mr_imma16_ss(s[1], aH0, aH1, bone ? 0x01010101u : x[1] ^ bx);
 #pragma unroll
                     for (int r = 0; r < 2; r++) {
                         const int vg = j0 * s[r][0] + j1 * s[r][1], v8 = j0 * s[r][2] + j1 * s[r][3];

@@ -274,14 +274,20 @@ static inline mr_cu_mvjob xs_job(const mr_weight *const *w, float *const *y, int
  *     the two 16-column runs against the input, the sums of its integers
  *     qa, qb over those runs, and the block's d and dmin. */
 struct xs_q4k_f { float sa, sb, ma, mb; }; /* sub-block 2j: a, 2j + 1: b */
+/* The 6-bit scales SC and mins M of sub-blocks 0..3 (lo) or 4..7 (byte i:
+ * sub-block i or 4 + i) of the block header hd: upstream get_scale_min_k4,
+ * four at a time, bytes 0..3 from the low 6 bits of s0 / s1, bytes 4..7
+ * from s2's nibbles and the top 2 bits of s0 / s1. */
+__device__ __forceinline__ void xs_q4k_bytes(const uint4 &hd, bool lo, uint32_t &SC, uint32_t &M)
+{
+    const uint32_t s0 = hd.y, s1 = hd.z, s2 = hd.w;
+    SC = lo ? (s0 & 0x3F3F3F3Fu) : ((s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u));
+    M = lo ? (s1 & 0x3F3F3F3Fu) : (((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u));
+}
 __device__ __forceinline__ xs_q4k_f xs_q4k_sm(const uint4 &hd, int j)
 {
-    /* upstream get_scale_min_k4, four at a time: bytes 0..3 from the low 6
-     * bits of s0 / s1, bytes 4..7 from s2's nibbles and the top 2 bits of
-     * s0 / s1 */
-    const uint32_t s0 = hd.y, s1 = hd.z, s2 = hd.w;
-    const uint32_t SC = j < 2 ? (s0 & 0x3F3F3F3Fu) : ((s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u));
-    const uint32_t M = j < 2 ? (s1 & 0x3F3F3F3Fu) : (((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u));
+    uint32_t SC, M;
+    xs_q4k_bytes(hd, j < 2, SC, M);
     const int sh = 16 * (j & 1);
     return {(float)((SC >> sh) & 0xff), (float)((SC >> (sh + 8)) & 0xff), (float)((M >> sh) & 0xff),
             (float)((M >> (sh + 8)) & 0xff)};
