@@ -1113,7 +1113,7 @@ static void check_xm_quant_all(void)
     whole_nt4->destroy(whole_nt4);
 }
 
-/* The Q4_K expert products on the tensor cores (MEMRA_CUDA_XMM=1,
+/* The Q4_K and Q6_K expert products on the tensor cores (MEMRA_CUDA_XMM=2,
  * cu_moemma.cu) in a mixture layer's chain: gate and up over x, the SwiGLU,
  * down over its k rows.  n tokens in one call against each token alone
  * (one token's gate/up and SwiGLU are one launch on the recorder; a

@@ -418,13 +418,16 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     const char *xqr = getenv("MEMRA_CUDA_XM_QUARTER");
     c->xm_quarter = xqr && (!strcmp(xqr, "0") || !strcmp(xqr, "2")) ? atoi(xqr) : 1;
     const char *xmm = getenv("MEMRA_CUDA_XMM");
-    /* runs 155-156: Q4_K and Q6_K, 30B-A3B decode only C = 16 +24%, tg128 -1..-3% */
-    c->xmm = !xmm                 ? 2
+    /* runs 155-156: Q4_K and Q6_K, 30B-A3B decode only C = 16 +24%, tg128
+     * -1..-3%; run 163: and IQ4_XS rows of at most 512 columns (=iq4d), 35B-A3B
+     * C = 16 +5.9%, tg128 -0.3% against =2; every IQ4_XS matrix (=iq4): +7.8%,
+     * -2.2% */
+    c->xmm = !xmm                   ? 3
              : !strcmp(xmm, "0")    ? 0
              : !strcmp(xmm, "q4k")  ? 1
-             : !strcmp(xmm, "iq4d") ? 3 /* run 158: IQ4_XS all (=iq4) 35B-A3B C = 16 +6.5%, tg128 -5% */
+             : !strcmp(xmm, "2")    ? 2
              : !strcmp(xmm, "iq4")  ? 4
-                                    : 2;
+                                    : 3;
     const char *xh = getenv("MEMRA_CUDA_XM_HALF");
     c->xm_half = !(xh && !strcmp(xh, "0"));
     const char *ew = getenv("MEMRA_CUDA_EARLY");

@@ -75,10 +75,10 @@ struct mr_cu_ctx {
                                LW 16; the same bits; MEMRA_CUDA_XM_HALF=0: whole warps) */
     bool moe_grouped;       /* decode expert products grouped by expert (MEMRA_CUDA_MOE_GROUPED=0: off) */
     int xmm;                /* expert products of decode on the int8 tensor cores, the input's planes
-                               as the MMA's columns (cu_moemma.cu): 2 Q4_K and Q6_K (default), 1 Q4_K
-                               only (MEMRA_CUDA_XMM=q4k), 0 none (=0), 3 and IQ4_XS rows of at most 512
-                               columns (=iq4d), 4 and every IQ4_XS matrix (=iq4); other bits than the x24
-                               kernel, at every token count alike */
+                               as the MMA's columns (cu_moemma.cu): 3 Q4_K, Q6_K and IQ4_XS rows of at
+                               most 512 columns (default; =iq4d), 2 Q4_K and Q6_K (MEMRA_CUDA_XMM=2), 1
+                               Q4_K only (=q4k), 0 none (=0), 4 and every IQ4_XS matrix (=iq4); other
+                               bits than the x24 kernel, at every token count alike */
     int xm_quarter;         /* and those of rows of at most 512 columns a row a quarter warp
                                (cu_moex24.cu xm_row_q; the same bits; MEMRA_CUDA_XM_QUARTER=0: whole
                                warps, 2: every row under 1,024 columns) */
