@@ -427,7 +427,7 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
              : !strcmp(xmm, "q4k")  ? 1
              : !strcmp(xmm, "2")    ? 2
              : !strcmp(xmm, "iq4")  ? 4
-                                    : 3;
+                                    : 3; /* iq4d, or a value it does not know: the default */
     const char *xh = getenv("MEMRA_CUDA_XM_HALF");
     c->xm_half = !(xh && !strcmp(xh, "0"));
     const char *ew = getenv("MEMRA_CUDA_EARLY");

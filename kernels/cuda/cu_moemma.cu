@@ -4,9 +4,9 @@
  * layers' down) and Q6_K (its even layers' down); the default where the
  * 22-bit expert kernel would take the matrices (MEMRA_CUDA_XMM=0:
  * cu_moex24.cu's dp4a kernel; =q4k: Q4_K only), and IQ4_XS rows of at
- * most 512 columns (the 35B-A3B's down: run 158 -40% at 16 tokens; run 163
- * decode only C = 16 +5.9%, tg128 -0.3%; =2: without them); =iq4 every
- * IQ4_XS matrix (its gate/up slower at 1 and 16 tokens).
+ * most 512 columns (the 35B-A3B's down, -40% at 16 tokens in run 158; =2:
+ * without them; cu_backend.cu has the runs that chose the default); =iq4
+ * every IQ4_XS matrix (its gate/up slower at 1 and 16 tokens).
  *
  * Why: at 16 tokens an expert of the 30B-A3B has ~1.6 pairs, and the dp4a
  * units of cu_moex24.cu spend ~2.5 instructions a weight and pair (three
