@@ -189,11 +189,14 @@ bool mr_cu_moe_group_fits(int P, int64_t n_mats);
  * their NaN rows). */
 __device__ __forceinline__ bool mr_cu_grp_slot(const int32_t *grp, int S, int slot, int *e, int *first, int *np)
 {
-    if (slot >= grp[0])
+    /* all four loads before the test (slot < S: every one is in the
+     * grouping), so that they take one round trip, not two */
+    const int used = grp[0], ee = grp[1 + slot], f = grp[1 + S + slot], end = grp[2 + S + slot];
+    if (slot >= used)
         return false;
-    *e = grp[1 + slot];
-    *first = grp[1 + S + slot];
-    *np = grp[2 + S + slot] - *first;
+    *e = ee;
+    *first = f;
+    *np = end - f;
     return true;
 }
 const int32_t *mr_cu_moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int k, int64_t n_mats, int64_t rows,
