@@ -25,9 +25,10 @@
  * own in shared memory (cp.async).  Per 256-column block
  * (one Q4_K super-block and one input scale): per sub-block j an MMA of
  * the quants (4-bit, unsigned) times the planes, scaled by the row's 6-bit
- * sc_j as integers (IMAD), and an MMA of the row's 6-bit min m_j (the same
- * value across the sub-block) times the planes accumulated in the MMA
- * itself; then in float, per (row, pair, plane): f += dx (d M - dmin N).
+ * sc_j as integers (IMAD), and for the 6-bit mins m_j two MMAs a block,
+ * the 8 mins against the planes' sums over each sub-block (formed once, at
+ * quantization); then in float, per (row, pair, plane): f += dx (d M -
+ * dmin N).
  * At the end the planes join in float, 65536 hi + 256 mid + lo, across the
  * lanes of a quad.  Integer sums are exact (bounds at xmm_q4k_step and
  * xmm_q6k_half), the float steps are per (row, pair) in a fixed order with
@@ -41,11 +42,17 @@
  * as balanced base-256 digits so that all three planes are int8: q =
  * 65536 hi + 256 mid + lo, mid and lo in [-128, 127], hi in [-32, 32].
  * Every block quantizes a row alike, so the planes do not depend on the
- * block. */
+ * block.  That quantization and the set-up before it were a third of a
+ * 16-token launch (run 166): a warp's loads now go out together and the
+ * digits come from q by shifts and byte permutes. */
 #include "kernels/cuda/cu_mma.cuh" /* mr_cp16 */
 #include "kernels/cuda/cu_x24.cuh"
 
-#define XMM_WARPS 4 /* warps (tiles) a block */
+#define XMM_WARPS 4 /* warps (tiles) a block (8, run 167: 1-5% slower at 4-64 tokens) */
+/* 256-column input blocks a warp loads before it quantizes them: 4 (2,048
+ * columns, 4 warps); 2 for Q6_K (768 columns: 6 blocks, at most 2 a warp),
+ * whose first weights are in registers meanwhile */
+template <int T> constexpr int xmm_qu() { return T == MR_TYPE_Q6_K ? 2 : 4; }
 #define XMM_QMAXI 2097151
 #define XMM_STAGES 4   /* a warp's 256-column steps of weights in flight */
 #define XMM_ROWB 160   /* a tile row's 144 bytes of a step in the ring, padded: conflict-free reads */
@@ -54,52 +61,79 @@
 
 /* A block's shared memory: its two pairs' planes (pair q's plane p at (3q +
  * p) (cols + XMM_BPAD)), their input scales (pair q's at dx + q cols / 256),
- * then each warp's ring of XMM_STAGES steps. */
+ * the planes' sub-block sums, then each warp's ring of XMM_STAGES steps. */
 __host__ __device__ constexpr size_t xmm_bstride(int64_t cols) { return (size_t)cols + XMM_BPAD; }
 __host__ __device__ constexpr size_t xmm_dx_off(int64_t cols) { return 6 * xmm_bstride(cols); }
-__host__ __device__ constexpr size_t xmm_ring_off(int64_t cols)
+/* then the planes' sub-block sums (Q4_K's mins): per (pair q, plane p) and
+ * 256-column block b, 16 bytes at ((3q + p) nsb + b) 16 */
+__host__ __device__ constexpr size_t xmm_sum_off(int64_t cols)
 {
     return (xmm_dx_off(cols) + 2 * (size_t)(cols / 256) * 4 + 15) / 16 * 16;
+}
+__host__ __device__ constexpr size_t xmm_ring_off(int64_t cols)
+{
+    return xmm_sum_off(cols) + 96 * (size_t)(cols / 256);
 }
 __host__ __device__ constexpr size_t xmm_smem(int T, int64_t cols)
 {
     return xmm_ring_off(cols) + (T == MR_TYPE_Q4_K ? (size_t)XMM_WARPS * XMM_STAGES * XMM_STEPB : 0);
 }
 
-/* 256 columns of an input row (lane l: columns 8l .. 8l + 7 at xr) into
+/* 256 columns of an input row (lane l: columns 8l .. 8l + 7 in va, vb) into
  * the planes of a block's pair (plane p at pl + p stride, the same
  * columns) and its scale *d; a whole warp.  A block with a NaN or an
  * infinity gets d = NaN and q = 0: its products are NaN, as with float
  * activations. */
-__device__ __forceinline__ void xmm_quant256(const float *__restrict__ xr, uint8_t *pl, size_t stride, float *d,
-                                             int lane)
+template <bool SUMS>
+__device__ __forceinline__ void xmm_quant256(const float4 va, const float4 vb, uint8_t *pl, size_t stride, float *d,
+                                             uint8_t *sums, size_t sstride, int lane)
 {
-    const float4 va = __ldg((const float4 *)xr), vb = __ldg((const float4 *)xr + 1);
     const float v[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
-    float m = 0.0f;
-    bool bad = false;
+    /* the absolute maximum as bits: for floats that are not NaN the order
+     * of |x|'s bits is the order of |x|, and NaN or an infinity has the
+     * largest (>= 0x7f800000), so one integer maximum over the warp gives
+     * both m and whether the block is bad */
+    uint32_t mb = 0;
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        m = fmaxf(m, fabsf(v[i]));
-        bad |= !isfinite(v[i]);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    bad = __any_sync(0xffffffffu, bad);
+    for (int i = 0; i < 8; i++) mb = max(mb, __float_as_uint(v[i]) & 0x7fffffffu);
+    mb = __reduce_max_sync(0xffffffffu, mb);
+    const bool bad = mb >= 0x7f800000u;
+    const float m = __uint_as_float(mb);
     const float inv = m > 0.0f ? (float)XMM_QMAXI / m : 0.0f;
-    uint32_t w[3][2] = {{0, 0}, {0, 0}, {0, 0}};
+    /* q = 65536 hi + 256 mid + lo with lo, mid in [-128, 127]: lo's byte is
+     * q's low byte, mid = (q + 128) >> 8 mod 256 and hi = (q + 32896) >> 16
+     * (q + 128 = 65536 hi + 256 mid + (lo + 128), lo + 128 in [0, 255]) */
+    int dig[3][8];
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         int q = bad ? 0 : __float2int_rn(v[i] * inv);
         q = min(max(q, -XMM_QMAXI), XMM_QMAXI);
-        const int lo = ((q + 128) & 255) - 128, t = (q - lo) >> 8; /* exact: q - lo is a multiple of 256 */
-        const int mid = ((t + 128) & 255) - 128, hi = (t - mid) >> 8;
-        const int dig[3] = {hi, mid, lo};
-#pragma unroll
-        for (int k = 0; k < 3; k++) w[k][i >> 2] |= ((uint32_t)dig[k] & 0xffu) << (8 * (i & 3));
+        dig[0][i] = (q + 32896) >> 16;
+        dig[1][i] = (q + 128) >> 8;
+        dig[2][i] = q;
     }
 #pragma unroll
-    for (int k = 0; k < 3; k++) *(uint2 *)(pl + k * stride + 8 * lane) = make_uint2(w[k][0], w[k][1]);
+    for (int k = 0; k < 3; k++) {
+        const uint32_t w0 = __byte_perm(__byte_perm(dig[k][0], dig[k][1], 0x0040),
+                                        __byte_perm(dig[k][2], dig[k][3], 0x0040), 0x5410);
+        const uint32_t w1 = __byte_perm(__byte_perm(dig[k][4], dig[k][5], 0x0040),
+                                        __byte_perm(dig[k][6], dig[k][7], 0x0040), 0x5410);
+        *(uint2 *)(pl + k * stride + 8 * lane) = make_uint2(w0, w1);
+        if constexpr (SUMS) {
+            /* the plane's sum over sub-block j = lane / 4 (32 columns, four
+             * lanes), |S| <= 32 * 128, as balanced base-256 digits S = 256 h
+             * + l (h in [-16, 16]) at bytes l: 8 (j / 4) + j % 4, h: 4 more */
+            int S = __dp4a((int)w0, 0x01010101, __dp4a((int)w1, 0x01010101, 0));
+            S += __shfl_xor_sync(0xffffffffu, S, 1);
+            S += __shfl_xor_sync(0xffffffffu, S, 2);
+            if ((lane & 3) == 0) {
+                const int j = lane >> 2;
+                uint8_t *o = sums + k * sstride + 8 * (j >> 2) + (j & 3);
+                o[0] = (uint8_t)S;
+                o[4] = (uint8_t)((S + 128) >> 8);
+            }
+        }
+    }
     if (lane == 0)
         *d = bad ? __int_as_float(0x7fc00000) : m / (float)XMM_QMAXI;
 }
@@ -121,6 +155,51 @@ __device__ __forceinline__ int xmm_in(const xmm_args &a, int p)
     return (p / a.k) * a.x_slots + (a.x_slots > 1 ? p % a.k : 0);
 }
 
+/* A warp's share of a chunk's input, QU 256-column blocks at once:
+ * block it = it0 + W u (W warps a block; of the 2 nsb: pair p0's nsb, then
+ * p1's) into va[u], vb[u] for u in [U0, U1) (lane l: columns 8l .. 8l + 7;
+ * zeros past the end or for a missing pair).  All loads are issued before
+ * any is used: one round trip a warp instead of one a block (run 166: the
+ * wait for these loads was 15% of the 16-token launch's warp samples, 18% of
+ * the one-token one's). */
+template <int QU, int U0 = 0, int U1 = QU>
+__device__ __forceinline__ void xmm_xload(const xmm_args &a, int p0, int p1, int nsb, int it0, int W, int lane,
+                                          float4 (&va)[QU], float4 (&vb)[QU])
+{
+#pragma unroll
+    for (int u = U0; u < U1; u++) {
+        const int it = it0 + W * u, qq = it >= nsb, pp = qq ? p1 : p0;
+        va[u] = vb[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (it < 2 * nsb && pp >= 0) {
+            const float4 *xr =
+                (const float4 *)(a.x + (size_t)xmm_in(a, pp) * a.cols + 256 * (it - qq * nsb) + 8 * lane);
+            va[u] = __ldg(xr);
+            vb[u] = __ldg(xr + 1);
+        }
+    }
+}
+
+/* The blocks xmm_xload brought into the planes of the block's pairs (pair
+ * q's plane p at sh + (3q + p) bs), their scales dxs (0 for a missing pair)
+ * and with SUMS their sub-block sums (xmm_sum_off). */
+template <bool SUMS, int QU>
+__device__ __forceinline__ void xmm_xquant(uint8_t *sh, float *dxs, uint8_t *sums, size_t bs, int p0, int p1,
+                                           int nsb, int it0, int W, int lane, const float4 (&va)[QU],
+                                           const float4 (&vb)[QU])
+{
+#pragma unroll
+    for (int u = 0; u < QU; u++) {
+        const int it = it0 + W * u, qq = it >= nsb, pp = qq ? p1 : p0;
+        if (it >= 2 * nsb)
+            break;
+        if (pp >= 0)
+            xmm_quant256<SUMS>(va[u], vb[u], sh + 3 * qq * bs + 256 * (it - qq * nsb), bs, dxs + it,
+                               sums + 16 * (3 * qq * nsb + it - qq * nsb), 16 * (size_t)nsb, lane);
+        else if (lane == 0)
+            dxs[it] = 0.0f;
+    }
+}
+
 /* One 256-column step's words of a lane: its two A rows' headers (d, dmin,
  * the 12 bytes of scales and mins) and quant words (8 bytes of each 32-byte
  * group: columns 8c .. 8c + 7 of both sub-blocks of the group), from the
@@ -130,9 +209,11 @@ struct xmm_step {
     uint4 ha, hb;
     uint2 qa[4], qb[4];
     uint2 xv[8];
+    uint2 xs; /* lane c < 2: its column's sub-block sums 4c .. 4c + 3, low and high digits */
 };
 
-__device__ __forceinline__ void xmm_read(const uint8_t *slot, int ra, int rb, const uint8_t *xr, int c, xmm_step &s)
+__device__ __forceinline__ void xmm_read(const uint8_t *slot, int ra, int rb, const uint8_t *xr, const uint8_t *xs,
+                                         int c, xmm_step &s)
 {
     const uint8_t *pa = slot + ra * XMM_ROWB, *pb = slot + rb * XMM_ROWB;
     s.ha = *(const uint4 *)pa;
@@ -144,6 +225,7 @@ __device__ __forceinline__ void xmm_read(const uint8_t *slot, int ra, int rb, co
     }
 #pragma unroll
     for (int j = 0; j < 8; j++) s.xv[j] = xr ? *(const uint2 *)(xr + 32 * j) : make_uint2(0u, 0u);
+    s.xs = xr && c < 2 ? *(const uint2 *)(xs + 8 * c) : make_uint2(0u, 0u);
 }
 
 __device__ __forceinline__ void xmm_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -162,19 +244,22 @@ __device__ __forceinline__ void xmm_fetch(const uint8_t *const *src, const uint3
 
 /* One 256-column step of a tile against a lane's two pairs: f[v] += dx
  * (d M - dmin N) for its C values v (0, 1: row a, columns 2c, 2c + 1; 2, 3:
- * row b).  Bounds: a sub-block's plane sum is at most 32 * 15 * 128 <
- * 2^16, times sc < 2^6, over 8 sub-blocks: M < 2^25; N at most 63 * 256 *
+ * row b).  M = sum_j sc_j (q . x)_j, an MMA a sub-block j scaled by IMAD; N =
+ * sum_j m_j S_j with S_j the plane's sum over sub-block j (xmm_quant256): an
+ * MMA of the 8 mins (k = j: lanes c = 0, 1) against S_j's low digits and one
+ * against its high digits, N = 256 Nh + Nl, the same integer as one MMA a
+ * sub-block of m_j against the planes (run 166: 8 MMAs and 16 byte permutes
+ * a step before).  Bounds: a sub-block's plane sum is at most 32 * 15 * 128
+ * < 2^16, times sc < 2^6, over 8 sub-blocks: M < 2^25; N at most 63 * 256 *
  * 128 < 2^21; int32 either way. */
-__device__ __forceinline__ void xmm_q4k_step(const xmm_step &s, float dx, float (&f)[4])
+__device__ __forceinline__ void xmm_q4k_step(const xmm_step &s, int c, float dx, float (&f)[4])
 {
     uint32_t sca[2], mna[2], scb[2], mnb[2]; /* sub-blocks 0..3, 4..7 */
     xs_q4k_bytes(s.ha, true, sca[0], mna[0]);
     xs_q4k_bytes(s.ha, false, sca[1], mna[1]);
     xs_q4k_bytes(s.hb, true, scb[0], mnb[0]);
     xs_q4k_bytes(s.hb, false, scb[1], mnb[1]);
-    /* the min MMAs accumulate in two chains (h), not one of 8 dependent
-     * MMAs: the same integer sum (run 164: -1..-2% at 1 and 64 tokens) */
-    int M[4] = {0, 0, 0, 0}, N[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+    int M[4] = {0, 0, 0, 0};
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
@@ -189,17 +274,19 @@ __device__ __forceinline__ void xmm_q4k_step(const xmm_step &s, float dx, float 
             M[1] += sa * C[1];
             M[2] += sb * C[2];
             M[3] += sb * C[3];
-            const uint32_t ma = __byte_perm(mna[w], 0u, 0x1111u * sel), mb = __byte_perm(mnb[w], 0u, 0x1111u * sel);
-            const uint32_t Am[4] = {ma, mb, ma, mb};
-            mr_imma32_us(N[h], Am, s.xv[j].x, s.xv[j].y);
         }
+    const uint32_t am = c == 0 ? mna[0] : c == 1 ? mna[1] : 0u, bm = c == 0 ? mnb[0] : c == 1 ? mnb[1] : 0u;
+    const uint32_t Am[4] = {am, bm, 0u, 0u};
+    int Nl[4] = {0, 0, 0, 0}, Nh[4] = {0, 0, 0, 0}, N[4];
+    mr_imma32_us(Nl, Am, s.xs.x, 0u);
+    mr_imma32_us(Nh, Am, s.xs.y, 0u);
 #pragma unroll
-    for (int v = 0; v < 4; v++) N[0][v] += N[1][v];
+    for (int v = 0; v < 4; v++) N[v] = 256 * Nh[v] + Nl[v];
     const float da = q8_h2f(s.ha.x), dma = q8_h2f(s.ha.x >> 16), db = q8_h2f(s.hb.x), dmb = q8_h2f(s.hb.x >> 16);
-    f[0] = __fmaf_rn(dx, __fmaf_rn(-dma, (float)N[0][0], __fmul_rn(da, (float)M[0])), f[0]);
-    f[1] = __fmaf_rn(dx, __fmaf_rn(-dma, (float)N[0][1], __fmul_rn(da, (float)M[1])), f[1]);
-    f[2] = __fmaf_rn(dx, __fmaf_rn(-dmb, (float)N[0][2], __fmul_rn(db, (float)M[2])), f[2]);
-    f[3] = __fmaf_rn(dx, __fmaf_rn(-dmb, (float)N[0][3], __fmul_rn(db, (float)M[3])), f[3]);
+    f[0] = __fmaf_rn(dx, __fmaf_rn(-dma, (float)N[0], __fmul_rn(da, (float)M[0])), f[0]);
+    f[1] = __fmaf_rn(dx, __fmaf_rn(-dma, (float)N[1], __fmul_rn(da, (float)M[1])), f[1]);
+    f[2] = __fmaf_rn(dx, __fmaf_rn(-dmb, (float)N[2], __fmul_rn(db, (float)M[2])), f[2]);
+    f[3] = __fmaf_rn(dx, __fmaf_rn(-dmb, (float)N[3], __fmul_rn(db, (float)M[3])), f[3]);
 }
 
 /* A block's end for the types without mins (Q6_K, IQ4_XS): f[v] += dx (d
@@ -330,12 +417,21 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     extern __shared__ __align__(16) uint8_t xmm_sh[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, W = XMM_WARPS;
     constexpr int RT = PAIR ? 8 : 16; /* rows of each matrix a tile */
-    const int64_t r0 = ((int64_t)blockIdx.x * XMM_WARPS + warp) * RT;
-    if ((int64_t)blockIdx.x * XMM_WARPS * RT >= a.rows) /* the whole block: barriers below */
+    const int64_t r0 = ((int64_t)blockIdx.x * W + warp) * RT;
+    if ((int64_t)blockIdx.x * W * RT >= a.rows) /* the whole block: barriers below */
         return;
     const int slot = (int)blockIdx.y;
+    const int cols = a.cols, nsb = cols / 256;
+    /* one token: the input row is the pair's whatever its expert, so the
+     * loads of a warp's first two blocks (all of them up to 2,048 columns)
+     * go out with the id's; more would be live across the set-up below (128
+     * registers and spills for Q4_K, against 108) */
+    constexpr int QU = xmm_qu<T>();
+    float4 va[QU], vb[QU];
+    if (!grp)
+        xmm_xload<QU, 0, 2>(a, slot, -1, nsb, warp, W, lane, va, vb);
     int e, np = 1, first = 0;
     if (grp) {
         if (!mr_cu_grp_slot(grp, S, slot, &e, &first, &np))
@@ -360,7 +456,6 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
     const int32_t *list = grp ? grp + 2 + 2 * S + first : NULL;
     const bool live = r0 < a.rows; /* the warp has a tile */
     const int64_t ra = r0 + g, rb = PAIR ? ra : ra + 8; /* this lane's output rows (A rows g, g + 8) */
-    const int cols = a.cols, nsb = cols / 256;
     const size_t bs = xmm_bstride(cols);
     /* the chunks this lane copies of each step: row t = ch / 9 of the tile
      * (clamped to the last row), 16 bytes at 16 (ch % 9) */
@@ -389,9 +484,13 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
     for (int q = 0; q < np; q += 2) {
         const int p0 = list ? list[q] : slot, p1 = list && q + 1 < np ? list[q + 1] : -1;
         __syncthreads(); /* the previous chunk's planes are read */
-        /* the weights' first steps on their way, then the two pairs' planes
-         * and scales while they travel (a missing pair's columns are never
-         * read: xr NULL) */
+        /* the input's loads and the weights' first steps on their way, then
+         * the two pairs' planes and scales while the weights travel (a
+         * missing pair's columns are never read: xr NULL) */
+        if (grp)
+            xmm_xload(a, p0, p1, nsb, warp, W, lane, va, vb);
+        else
+            xmm_xload<QU, 2, QU>(a, p0, p1, nsb, warp, W, lane, va, vb);
         if constexpr (T == MR_TYPE_Q4_K) {
 #pragma unroll
             for (int b = 0; b < XMM_STAGES - 1; b++) {
@@ -400,24 +499,36 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
                 xmm_commit();
             }
         }
-        for (int it = warp; it < 2 * nsb; it += XMM_WARPS) {
-            const int qq = it >= nsb, gb = it - qq * nsb, pp = qq ? p1 : p0;
-            if (pp >= 0)
-                xmm_quant256(a.x + (size_t)xmm_in(a, pp) * cols + 256 * gb + 8 * lane,
-                             xmm_sh + 3 * qq * bs + 256 * gb, bs, (float *)dxs + it, lane);
-            else if (lane == 0)
-                ((float *)dxs)[it] = 0.0f;
+        /* Q6_K and IQ4_XS: the first step's weights into registers before
+         * the quantization, not after the barrier (runs 168-169: Q6_K one
+         * token 8.6 -> 8.0 us, IQ4_XS 512 x 2,048 8.3 -> 7.8).  Q6_K then
+         * takes 128 registers, 4 blocks an SM: at 96 (5 blocks) it spills
+         * and is slower (9.5 us; 16 tokens 62.9 against 58.7) */
+        xmm_q6h q6a, q6b;
+        xmm_iq4 i4a, i4b;
+        if (T == MR_TYPE_Q6_K && live) {
+            xmm_q6k_load(Wa, 0, c, q6a);
+            xmm_q6k_load(Wb, 0, c, q6b);
+        }
+        if (T == MR_TYPE_IQ4_XS && live) {
+            xmm_iq4_load(Wa, c, i4a);
+            xmm_iq4_load(Wb, c, i4b);
+        }
+        for (int it0 = warp; it0 < 2 * nsb; it0 += W * QU) {
+            if (it0 != warp)
+                xmm_xload(a, p0, p1, nsb, it0, W, lane, va, vb);
+            xmm_xquant<T == MR_TYPE_Q4_K>(xmm_sh, (float *)dxs, xmm_sh + xmm_sum_off(cols), bs, p0, p1, nsb, it0, W,
+                                          lane, va, vb);
         }
         __syncthreads();
         /* B column g: pair g >> 2, plane g & 3 (3: zero); C columns 2c, 2c + 1:
          * pair c >> 1 */
         const int bp = g >> 2 ? p1 : p0, cp = c >> 1 ? p1 : p0;
         const uint8_t *xp = (g & 3) < 3 && bp >= 0 ? xmm_sh + (3 * (g >> 2) + (g & 3)) * bs : NULL;
+        const uint8_t *xsum = xmm_sh + xmm_sum_off(cols) + 16 * (3 * (g >> 2) + (g & 3)) * (size_t)nsb;
         float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (T == MR_TYPE_Q6_K && live) {
-            xmm_q6h ca, cb, na, nb;
-            xmm_q6k_load(Wa, 0, c, ca);
-            xmm_q6k_load(Wb, 0, c, cb);
+            xmm_q6h ca = q6a, cb = q6b, na, nb;
             int M[4] = {0, 0, 0, 0};
 #pragma unroll 1
             for (int hs = 0; hs < 2 * nsb; hs++) {
@@ -437,9 +548,7 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
             }
         }
         if (T == MR_TYPE_IQ4_XS && live) {
-            xmm_iq4 ca, cb, na, nb;
-            xmm_iq4_load(Wa, c, ca);
-            xmm_iq4_load(Wb, c, cb);
+            xmm_iq4 ca = i4a, cb = i4b, na, nb;
 #pragma unroll 1
             for (int b = 0; b < nsb; b++) {
                 if (b + 1 < nsb) {
@@ -463,8 +572,9 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
                 xmm_wait<XMM_STAGES - 1>();
                 __syncwarp();
                 xmm_step cur;
-                xmm_read(ring + (b % XMM_STAGES) * XMM_STEPB, g, g + 8, xp ? xp + 256 * b + 8 * c : NULL, c, cur);
-                xmm_q4k_step(cur, dxs[(c >> 1) * nsb + b], f);
+                xmm_read(ring + (b % XMM_STAGES) * XMM_STEPB, g, g + 8, xp ? xp + 256 * b + 8 * c : NULL,
+                         xsum + 16 * b, c, cur);
+                xmm_q4k_step(cur, c, dxs[(c >> 1) * nsb + b], f);
                 __syncwarp(); /* the slot is read before a later step's copy lands in it */
             }
         }
@@ -507,7 +617,8 @@ static bool xmm_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, cons
         /* IQ4_XS: 3 rows of at most 512 columns (the 35B-A3B's down), 4 all */
         const bool iq = v->type == MR_TYPE_IQ4_XS && (c->xmm >= 4 || (c->xmm == 3 && w[0]->cols <= 512));
         if (!v->data || !(q4 || q6 || iq) || v->type != w[0]->type || v->cols != w[0]->cols ||
-            v->n_mats != w[0]->n_mats || v->n_mats < 2 || v->cols % 256 || xmm_smem(v->type, v->cols) > c->x24_smem ||
+            v->n_mats != w[0]->n_mats || v->n_mats < 2 || v->cols % 256 ||
+            xmm_smem(v->type, v->cols) > c->x24_smem ||
             v->rows > (1 << 30))
             return false;
     }
