@@ -74,9 +74,10 @@ __host__ __device__ constexpr size_t xmm_ring_off(int64_t cols)
 {
     return xmm_sum_off(cols) + 96 * (size_t)(cols / 256);
 }
+/* the sums and the ring are Q4_K's alone */
 __host__ __device__ constexpr size_t xmm_smem(int T, int64_t cols)
 {
-    return xmm_ring_off(cols) + (T == MR_TYPE_Q4_K ? (size_t)XMM_WARPS * XMM_STAGES * XMM_STEPB : 0);
+    return T == MR_TYPE_Q4_K ? xmm_ring_off(cols) + (size_t)XMM_WARPS * XMM_STAGES * XMM_STEPB : xmm_sum_off(cols);
 }
 
 /* 256 columns of an input row (lane l: columns 8l .. 8l + 7 in va, vb) into
@@ -156,19 +157,19 @@ __device__ __forceinline__ int xmm_in(const xmm_args &a, int p)
 }
 
 /* A warp's share of a chunk's input, QU 256-column blocks at once:
- * block it = it0 + W u (W warps a block; of the 2 nsb: pair p0's nsb, then
- * p1's) into va[u], vb[u] for u in [U0, U1) (lane l: columns 8l .. 8l + 7;
+ * block it = it0 + XMM_WARPS u (of the 2 nsb: pair p0's nsb, then p1's)
+ * into va[u], vb[u] for u in [U0, U1) (lane l: columns 8l .. 8l + 7;
  * zeros past the end or for a missing pair).  All loads are issued before
  * any is used: one round trip a warp instead of one a block (run 166: the
  * wait for these loads was 15% of the 16-token launch's warp samples, 18% of
  * the one-token one's). */
 template <int QU, int U0 = 0, int U1 = QU>
-__device__ __forceinline__ void xmm_xload(const xmm_args &a, int p0, int p1, int nsb, int it0, int W, int lane,
+__device__ __forceinline__ void xmm_xload(const xmm_args &a, int p0, int p1, int nsb, int it0, int lane,
                                           float4 (&va)[QU], float4 (&vb)[QU])
 {
 #pragma unroll
     for (int u = U0; u < U1; u++) {
-        const int it = it0 + W * u, qq = it >= nsb, pp = qq ? p1 : p0;
+        const int it = it0 + XMM_WARPS * u, qq = it >= nsb, pp = qq ? p1 : p0;
         va[u] = vb[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (it < 2 * nsb && pp >= 0) {
             const float4 *xr =
@@ -184,12 +185,11 @@ __device__ __forceinline__ void xmm_xload(const xmm_args &a, int p0, int p1, int
  * and with SUMS their sub-block sums (xmm_sum_off). */
 template <bool SUMS, int QU>
 __device__ __forceinline__ void xmm_xquant(uint8_t *sh, float *dxs, uint8_t *sums, size_t bs, int p0, int p1,
-                                           int nsb, int it0, int W, int lane, const float4 (&va)[QU],
-                                           const float4 (&vb)[QU])
+                                           int nsb, int it0, int lane, const float4 (&va)[QU], const float4 (&vb)[QU])
 {
 #pragma unroll
     for (int u = 0; u < QU; u++) {
-        const int it = it0 + W * u, qq = it >= nsb, pp = qq ? p1 : p0;
+        const int it = it0 + XMM_WARPS * u, qq = it >= nsb, pp = qq ? p1 : p0;
         if (it >= 2 * nsb)
             break;
         if (pp >= 0)
@@ -417,10 +417,10 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     extern __shared__ __align__(16) uint8_t xmm_sh[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, W = XMM_WARPS;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     constexpr int RT = PAIR ? 8 : 16; /* rows of each matrix a tile */
-    const int64_t r0 = ((int64_t)blockIdx.x * W + warp) * RT;
-    if ((int64_t)blockIdx.x * W * RT >= a.rows) /* the whole block: barriers below */
+    const int64_t r0 = ((int64_t)blockIdx.x * XMM_WARPS + warp) * RT;
+    if ((int64_t)blockIdx.x * XMM_WARPS * RT >= a.rows) /* the whole block: barriers below */
         return;
     const int slot = (int)blockIdx.y;
     const int cols = a.cols, nsb = cols / 256;
@@ -431,7 +431,7 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
     constexpr int QU = xmm_qu<T>();
     float4 va[QU], vb[QU];
     if (!grp)
-        xmm_xload<QU, 0, 2>(a, slot, -1, nsb, warp, W, lane, va, vb);
+        xmm_xload<QU, 0, 2>(a, slot, -1, nsb, warp, lane, va, vb);
     int e, np = 1, first = 0;
     if (grp) {
         if (!mr_cu_grp_slot(grp, S, slot, &e, &first, &np))
@@ -488,9 +488,9 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
          * the two pairs' planes and scales while the weights travel (a
          * missing pair's columns are never read: xr NULL) */
         if (grp)
-            xmm_xload(a, p0, p1, nsb, warp, W, lane, va, vb);
+            xmm_xload(a, p0, p1, nsb, warp, lane, va, vb);
         else
-            xmm_xload<QU, 2, QU>(a, p0, p1, nsb, warp, W, lane, va, vb);
+            xmm_xload<QU, 2, QU>(a, p0, p1, nsb, warp, lane, va, vb);
         if constexpr (T == MR_TYPE_Q4_K) {
 #pragma unroll
             for (int b = 0; b < XMM_STAGES - 1; b++) {
@@ -514,10 +514,10 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
             xmm_iq4_load(Wa, c, i4a);
             xmm_iq4_load(Wb, c, i4b);
         }
-        for (int it0 = warp; it0 < 2 * nsb; it0 += W * QU) {
+        for (int it0 = warp; it0 < 2 * nsb; it0 += XMM_WARPS * QU) {
             if (it0 != warp)
-                xmm_xload(a, p0, p1, nsb, it0, W, lane, va, vb);
-            xmm_xquant<T == MR_TYPE_Q4_K>(xmm_sh, (float *)dxs, xmm_sh + xmm_sum_off(cols), bs, p0, p1, nsb, it0, W,
+                xmm_xload(a, p0, p1, nsb, it0, lane, va, vb);
+            xmm_xquant<T == MR_TYPE_Q4_K>(xmm_sh, (float *)dxs, xmm_sh + xmm_sum_off(cols), bs, p0, p1, nsb, it0,
                                           lane, va, vb);
         }
         __syncthreads();
