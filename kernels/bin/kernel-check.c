@@ -1311,6 +1311,19 @@ static void check_xmm_all(void)
         check_xmm_rows(xmm, td, 4096, 24, 8, 4, 3);
     }
     xmm->destroy(xmm);
+    /* a decode batch a block an expert (MEMRA_CUDA_XMM_ITEMS=0) instead of
+     * a block a chunk of two pairs: the same bits as each token alone */
+    setenv("MEMRA_CUDA_XMM", "2", 1);
+    setenv("MEMRA_CUDA_XMM_ITEMS", "0", 1);
+    mr_backend *slots = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_XMM", "0", 1);
+    unsetenv("MEMRA_CUDA_XMM_ITEMS");
+    if (!slots) die("cuda (xmm, a block an expert)");
+    for (int v = 0; v < 2; v++) {
+        check_batch_invariance_one(slots, "batch-inv-xmm-slots", v ? t6 : t4, 768, 2048, 16, 8);
+        check_batch_invariance_one(slots, "batch-inv-xmm-slots", v ? t6 : t4, 2048, 768, 16, 8);
+    }
+    slots->destroy(slots);
 }
 
 static void check_moe_ffn(void)

@@ -428,6 +428,8 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
              : !strcmp(xmm, "2")    ? 2
              : !strcmp(xmm, "iq4")  ? 4
                                     : 3; /* iq4d, or a value it does not know: the default */
+    const char *xi = getenv("MEMRA_CUDA_XMM_ITEMS");
+    c->xmm_items = !(xi && !strcmp(xi, "0"));
     const char *xh = getenv("MEMRA_CUDA_XM_HALF");
     c->xm_half = !(xh && !strcmp(xh, "0"));
     const char *ew = getenv("MEMRA_CUDA_EARLY");

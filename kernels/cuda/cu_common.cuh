@@ -79,6 +79,9 @@ struct mr_cu_ctx {
                                most 512 columns (default; =iq4d), 2 Q4_K and Q6_K (MEMRA_CUDA_XMM=2), 1
                                Q4_K only (=q4k), 0 none (=0), 4 and every IQ4_XS matrix (=iq4); other
                                bits than the x24 kernel, at every token count alike */
+    bool xmm_items;         /* its decode batches a block a chunk of two pairs, not a block an expert
+                               (default; MEMRA_CUDA_XMM_ITEMS=0: a block an expert; the same bits;
+                               run 171: 16-token gate/up -15%, 30B-A3B decode only C = 16 +2.6%) */
     int xm_quarter;         /* and those of rows of at most 512 columns a row a quarter warp
                                (cu_moex24.cu xm_row_q; the same bits; MEMRA_CUDA_XM_QUARTER=0: whole
                                warps, 2: every row under 1,024 columns) */

@@ -635,11 +635,14 @@ __global__ void __launch_bounds__(FW * 32, R <= 2 ? 8 : R == 4 ? 5 : 2) k_q4k_lo
  *   [0]                  U, the number of used experts (slots 0..U-1)
  *   [1, 1+S)             slot -> expert, ascending
  *   [1+S, 2+2S)          slot -> first index of its pairs in the list; [1+S+U] = listed pairs
- *   [2+2S, 2+2S+P)       the list: pair indices p = t*k + j, grouped by slot */
+ *   [2+2S, 2+2S+P)       the list: pair indices p = t*k + j, grouped by slot
+ *   [mr_cu_grp_items_at(S, P), + 4P)  where asked for (xmm's items): per chunk
+ *                        of at most two pairs of one expert, int4 {expert, pair,
+ *                        second pair or -1, 0}, then {-1, -1, -1, 0} up to P */
 static size_t grp_ints(int pairs, int64_t n_mats)
 {
     const int64_t S = pairs < n_mats ? pairs : n_mats;
-    return (size_t)(2 + 2 * S + pairs);
+    return (size_t)mr_cu_grp_items_at((int)S, pairs) + 4 * (size_t)pairs;
 }
 
 /* One block.  Pairs whose expert id is out of range are not listed; their
@@ -648,15 +651,17 @@ static size_t grp_ints(int pairs, int64_t n_mats)
  * depends on it, since every pair is summed on its own. */
 __global__ void __launch_bounds__(GRP_THREADS)
 k_moe_group(const int32_t *__restrict__ ids, int P, int n_mats, int S, int64_t rows, float *y, float *y2,
-            int32_t *grp)
+            int32_t *grp, int4 *items)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     extern __shared__ int grp_sh[]; /* cnt[n_mats], pos[n_mats] */
     int *cnt = grp_sh, *pos = grp_sh + n_mats;
-    __shared__ int wsum[GRP_THREADS / 32][2];
+    __shared__ int wsum[GRP_THREADS / 32][3];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     for (int e = tid; e < n_mats; e += GRP_THREADS) cnt[e] = 0;
+    if (items) /* the entries past the last chunk; the chunks' own after the last barrier */
+        for (int p = tid; p < P; p += GRP_THREADS) items[p] = make_int4(-1, -1, -1, 0);
     __syncthreads();
     for (int p = tid; p < P; p += GRP_THREADS) {
         const int e = ids[p];
@@ -676,23 +681,28 @@ k_moe_group(const int32_t *__restrict__ ids, int P, int n_mats, int S, int64_t r
      * exclusive scan over the block gives its first slot and list index */
     const int per = (n_mats + GRP_THREADS - 1) / GRP_THREADS;
     const int e0 = min(tid * per, n_mats), e1 = min(e0 + per, n_mats);
-    int nu = 0, np = 0;
+    int nu = 0, np = 0, nc = 0; /* used experts, pairs, chunks of two */
     for (int e = e0; e < e1; e++) {
         nu += cnt[e] > 0;
         np += cnt[e];
+        nc += (cnt[e] + 1) / 2;
     }
-    int su = nu, sp = np;
+    int su = nu, sp = np, sc = nc, unused = 0;
     mr_warp_scan2(&su, &sp);
+    mr_warp_scan2(&sc, &unused);
     if (lane == 31) {
         wsum[warp][0] = su;
         wsum[warp][1] = sp;
+        wsum[warp][2] = sc;
     }
     __syncthreads();
-    int slot = su - nu, off = sp - np;
+    int slot = su - nu, off = sp - np, chunk = sc - nc;
     for (int w = 0; w < warp; w++) {
         slot += wsum[w][0];
         off += wsum[w][1];
+        chunk += wsum[w][2];
     }
+    const int off0 = off;
     int32_t *slot_e = grp + 1, *slot_off = grp + 1 + S, *list = grp + 2 + 2 * S;
     for (int e = e0; e < e1; e++) {
         pos[e] = off;
@@ -713,6 +723,12 @@ k_moe_group(const int32_t *__restrict__ ids, int P, int n_mats, int S, int64_t r
         if (e >= 0 && e < n_mats)
             list[atomicAdd(&pos[e], 1)] = p;
     }
+    if (!items)
+        return;
+    __syncthreads(); /* the list is whole */
+    for (int e = e0, o = off0; e < e1; o += cnt[e], e++)
+        for (int q = 0; q < cnt[e]; q += 2)
+            items[chunk++] = make_int4(e, list[o + q], q + 1 < cnt[e] ? list[o + q + 1] : -1, 0);
 }
 
 /* One chunk of m <= M pairs over the nr staged rows of the slab (rows
@@ -1359,7 +1375,7 @@ bool mr_cu_moe_group_fits(int P, int64_t n_mats)
 }
 
 const int32_t *mr_cu_moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int k, int64_t n_mats, int64_t rows,
-                               float *y, float *y2, int *S)
+                               float *y, float *y2, int *S, bool items)
 {
     if (!mr_cu_moe_group_fits(P, n_mats))
         return NULL;
@@ -1375,8 +1391,9 @@ const int32_t *mr_cu_moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int k, i
     if (!mr_cu_reserve(c, &c->scratch_grp, need, "expert grouping"))
         return NULL;
     int32_t *grp = (int32_t *)c->scratch_grp.p;
+    int4 *it = items ? (int4 *)(grp + mr_cu_grp_items_at(*S, P)) : NULL;
     mr_cu_launch(c, k_moe_group, 1, GRP_THREADS, (size_t)2 * n_mats * sizeof(int), ids, P, (int)n_mats, *S, rows,
-                 y, y2, grp);
+                 y, y2, grp, it);
     MR_CU_LAUNCHED(c, "expert grouping");
     return grp;
 }
@@ -1392,7 +1409,7 @@ static bool grouped_run(mr_cu_ctx *c, const mr_weight *w, const mr_cu_mvjob &a, 
     grp_plan pl;
     if (!grp_plan_make(c, a, P, S, &pl))
         return false;
-    const int32_t *grp = mr_cu_moe_group(c, a.ids, P, a.k, a.n_mats, a.rows, a.y, NULL, &S);
+    const int32_t *grp = mr_cu_moe_group(c, a.ids, P, a.k, a.n_mats, a.rows, a.y, NULL, &S, false);
     if (!grp)
         return c->failed; /* capture without scratch: the per-pair path; a failure: recorded */
     switch (w->type) {

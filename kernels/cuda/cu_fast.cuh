@@ -199,8 +199,13 @@ __device__ __forceinline__ bool mr_cu_grp_slot(const int32_t *grp, int S, int sl
     *np = end - f;
     return true;
 }
+/* items: also the chunks of at most two pairs of one expert, at
+ * mr_cu_grp_items_at (the layout: cu_fast.cu) */
 const int32_t *mr_cu_moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int k, int64_t n_mats, int64_t rows,
-                               float *y, float *y2, int *S);
+                               float *y, float *y2, int *S, bool items);
+/* Where a grouping of P pairs in S slots keeps its chunks (int32 index, a
+ * multiple of 4: int4 records). */
+__host__ __device__ constexpr int mr_cu_grp_items_at(int S, int P) { return (2 + 2 * S + P + 3) / 4 * 4; }
 
 /* Bytes of a row of w in the kernel layout (w->priv, or w->data where the
  * type keeps the GGUF layout). */

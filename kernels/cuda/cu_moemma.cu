@@ -149,6 +149,7 @@ struct xmm_args {
     size_t row_bytes, mat_bytes;
     int rows, cols, n_mats, k, x_slots;
     const int32_t *ids;
+    const int4 *items; /* a batch's chunks (the default): grid y their index; NULL: the slot */
 };
 
 __device__ __forceinline__ int xmm_in(const xmm_args &a, int p)
@@ -399,9 +400,13 @@ __device__ __forceinline__ void xmm_iq4_step(const xmm_iq4 &wa, const xmm_iq4 &w
     }
 }
 
-/* grid: x the tiles over XMM_WARPS, y the slot (grp: used experts first,
- * blocks of unused slots exit; NULL: one token, y is the pair); the input
- * rows at a.x.  PAIR: tiles of 8 gate and 8 up rows (W1, y1; yo
+/* grid: x the tiles over XMM_WARPS, y the chunk of at most two pairs of
+ * one expert (a.items, the default: a decode batch's experts with 3+ pairs
+ * take several blocks, not one block walking its chunks while the grid's
+ * other blocks end; run 171: 16-token gate/up -15%; blocks past the last
+ * chunk exit) or the slot (grp without items: used experts first, blocks
+ * of unused slots exit; NULL: one token, y is the pair); the input rows at
+ * a.x.  PAIR: tiles of 8 gate and 8 up rows (W1, y1; yo
  * where not NULL).  Shared memory: xmm_smem(T, cols).  Per chunk of two
  * pairs the block quantizes their rows into shared memory once.  Q4_K: each
  * warp streams its tile's weights through its ring, XMM_STAGES - 1 steps
@@ -432,8 +437,15 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
     float4 va[QU], vb[QU];
     if (!grp)
         xmm_xload<QU, 0, 2>(a, slot, -1, nsb, warp, lane, va, vb);
-    int e, np = 1, first = 0;
-    if (grp) {
+    int e, np = 1, first = 0, c0 = slot, c1 = -1; /* c0, c1: the first chunk's pairs where known */
+    if (grp && a.items) { /* one chunk of two pairs at most: e and both pairs in one load */
+        const int4 it = a.items[slot];
+        if (it.x < 0)
+            return;
+        e = it.x;
+        c0 = it.y;
+        c1 = it.z;
+    } else if (grp) {
         if (!mr_cu_grp_slot(grp, S, slot, &e, &first, &np))
             return;
     } else if ((e = a.ids[slot]) < 0 || e >= a.n_mats) { /* one token's bad id: NaN rows */
@@ -453,7 +465,7 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
         }
         return;
     }
-    const int32_t *list = grp ? grp + 2 + 2 * S + first : NULL;
+    const int32_t *list = grp && !a.items ? grp + 2 + 2 * S + first : NULL;
     const bool live = r0 < a.rows; /* the warp has a tile */
     const int64_t ra = r0 + g, rb = PAIR ? ra : ra + 8; /* this lane's output rows (A rows g, g + 8) */
     const size_t bs = xmm_bstride(cols);
@@ -482,7 +494,7 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
     const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
     const float *dxs = (const float *)(xmm_sh + xmm_dx_off(cols));
     for (int q = 0; q < np; q += 2) {
-        const int p0 = list ? list[q] : slot, p1 = list && q + 1 < np ? list[q + 1] : -1;
+        const int p0 = list ? list[q] : c0, p1 = list ? (q + 1 < np ? list[q + 1] : -1) : c1;
         __syncthreads(); /* the previous chunk's planes are read */
         /* the input's loads and the weights' first steps on their way, then
          * the two pairs' planes and scales while the weights travel (a
@@ -646,11 +658,14 @@ bool mr_cu_xmm_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
     if ((n > 1 && (m > 2 || (m == 2 && !pair) || !mr_cu_moe_group_fits(P, w[0]->n_mats))) || (o && !pair))
         return false;
     const int32_t *grp = NULL;
-    int S = P;
+    int S = P, Y = P; /* Y: the grid's y, the slots or the chunks */
+    const bool items = n > 1 && c->xmm_items;
     if (n > 1) { /* NaN rows of bad ids written here, in both outputs of a pair */
-        grp = mr_cu_moe_group(c, ids, P, k, w[0]->n_mats, w[0]->rows, y[0], pair ? y[1] : NULL, &S);
+        grp = mr_cu_moe_group(c, ids, P, k, w[0]->n_mats, w[0]->rows, y[0], pair ? y[1] : NULL, &S, items);
         if (!grp)
             return c->failed;
+        /* chunks: sum over used experts of ceil(pairs / 2) <= (P + used) / 2 */
+        Y = items ? (P + S + 1) / 2 : S;
     }
     const int64_t cols = w[0]->cols;
     const int T = w[0]->type;
@@ -671,8 +686,9 @@ bool mr_cu_xmm_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
         a.x_slots = x_slots;
         a.ids = ids;
         a.x = x;
+        a.items = items ? (const int4 *)(grp + mr_cu_grp_items_at(S, P)) : NULL;
         const int64_t tiles = (a.rows + (pair ? 8 : 16) - 1) / (pair ? 8 : 16);
-        const dim3 grid((unsigned)((tiles + XMM_WARPS - 1) / XMM_WARPS), (unsigned)S, 1);
+        const dim3 grid((unsigned)((tiles + XMM_WARPS - 1) / XMM_WARPS), (unsigned)Y, 1);
         const size_t smem = xmm_smem(T, cols);
         if (T == MR_TYPE_IQ4_XS && pair)
             mr_cu_launch(c, k_xmm<MR_TYPE_IQ4_XS, true>, grid, XMM_WARPS * 32, smem, a, grp, S);
