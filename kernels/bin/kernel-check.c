@@ -2457,6 +2457,7 @@ static void gdn_run(mr_backend *be, const gdn_case *g, const int *lens, int n_ca
 
 static mr_backend *gpu_gdn1; /* MEMRA_CUDA_GDN_TILED=0: the scan token by token */
 static mr_backend *gpu_gdn2; /* MEMRA_CUDA_GDN_TILED=2: tiles without the next tile's inputs fetched ahead */
+static mr_backend *gpu_gdn4; /* MEMRA_CUDA_GDN_WARPS=4: blocks of at most 4 warps (other sums) */
 
 static void check_gdn(int nk, int nv, int dk, int dv, int pad, int n, float gate_shift)
 {
@@ -2484,6 +2485,9 @@ static void check_gdn(int nk, int nv, int dk, int dv, int pad, int n, float gate
     gdn_run(gpu_gdn2, &g, two, 2, go1, gs1);
     report_f("gdn_scan-nopf", shape, go, go1, on, 0.0);
     report_f("gdn_state-nopf", shape, gs, gs1, sn, 0.0);
+    gdn_run(gpu_gdn4, &g, two, 2, go1, gs1);
+    report_f("gdn_scan-w4-cpu", shape, go1, co, on, 1e-5);
+    report_f("gdn_state-w4-cpu", shape, gs1, cs, sn, 1e-5);
     free(go); free(gs); free(co); free(cs); free(go1); free(gs1);
     gdn_free(&g);
 }
@@ -4375,6 +4379,7 @@ int main(int argc, char **argv)
     unsetenv("MEMRA_CUDA_GDN_TILED");
     if (!gpu_gdn1) die("cuda (token-by-token scan)");
     gpu_gdn2 = backend_with("MEMRA_CUDA_GDN_TILED", "2"); /* tiles without fetching ahead */
+    gpu_gdn4 = backend_with("MEMRA_CUDA_GDN_WARPS", "4");
     setenv("MEMRA_CUDA_ATTN", "tc", 1);
     gpu_attn_tc = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_ATTN", "f32", 1);
@@ -4466,6 +4471,7 @@ int main(int argc, char **argv)
     gpu_x24->destroy(gpu_x24);
     gpu_gdn1->destroy(gpu_gdn1);
     gpu_gdn2->destroy(gpu_gdn2);
+    gpu_gdn4->destroy(gpu_gdn4);
     gpu_generic->destroy(gpu_generic);
     gpu_r2->destroy(gpu_r2);
     gpu_r4->destroy(gpu_r4);

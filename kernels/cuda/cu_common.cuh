@@ -100,6 +100,9 @@ struct mr_cu_ctx {
                                MEMRA_CUDA_GDN_TILED=0: the token-by-token kernel, same bits) */
     bool gdn_tiled_pf;      /* and each tile's inputs fetched during the tile before (k_gdn_scan_tiled
                                PF; MEMRA_CUDA_GDN_TILED=2: without; the same bits) */
+    int gdn_warps;          /* the most warps a scan block may take before rows a thread double
+                               (8; MEMRA_CUDA_GDN_WARPS=4: the rows of run 135 and before, other
+                               sums; run 171: 512 tokens 631 -> 564 us at dk 128) */
     bool attn_gqa;          /* decode attention a block per group of query heads sharing a K/V head
                                (cu_attn.cu k_attn_gqa; MEMRA_CUDA_ATTN_GQA=0: a block per head) */
     mr_cu_buf scratch_w;    /* dequantized weight chunk for the GEMM path */

@@ -519,10 +519,11 @@ static void cu_gdn_scan(mr_backend *be, const float *qkv, int stride, const floa
     }
     if (n <= 0)
         return;
-    /* rows per thread: the smallest of 4, 8, 16, 32 that needs at most 4
-     * warps, else 32 (dk > 128: more warps) */
+    /* rows per thread: the smallest of 4, 8, 16, 32 that needs at most
+     * gdn_warps warps, else 32 (dk > 32 gdn_warps: more warps).  Both kernels
+     * take the same count, so a token's sums are the same in either */
     int rpt = 4;
-    while (rpt < 32 && rpt * 4 < dk)
+    while (rpt < 32 && rpt * c->gdn_warps < dk)
         rpt *= 2;
     const int W = (dk + rpt - 1) / rpt;
     const dim3 grid((unsigned)n_v_heads, (unsigned)((dv + GDN_COLS - 1) / GDN_COLS));
@@ -566,6 +567,8 @@ void mr_cu_install_gdn(mr_backend *be)
     const char *t = getenv("MEMRA_CUDA_GDN_TILED");
     mr_cu(be)->gdn_tiled = !(t && !strcmp(t, "0"));
     mr_cu(be)->gdn_tiled_pf = !(t && (!strcmp(t, "0") || !strcmp(t, "2")));
+    const char *w = getenv("MEMRA_CUDA_GDN_WARPS");
+    mr_cu(be)->gdn_warps = w && !strcmp(w, "4") ? 4 : 8;
     be->copy_2d = cu_copy_2d;
     be->sigmoid_mul = cu_sigmoid_mul;
     be->conv1d_silu = cu_conv1d_silu;
