@@ -26,7 +26,7 @@
  * whole decode steps of a small model with it off and on, bit for bit
  * (check_pdl).
  *
- * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|xmm|hybrid|tiles|mm|ops|q8]]   Prints
+ * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|xmm|xmp|hybrid|tiles|mm|ops|q8]]   Prints
  * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
  * grouped expert products, "prompt" only those of the prompt products (the
  * GEMM paths and their rows' bits across calls; part of "mm"), "sample"
@@ -42,7 +42,10 @@
  * ranks against the warp kernel (part of "ops"), "tiles" only the
  * tensor-core tiles of decode batches against one token (part of "mm"),
  * "xmm" the Q4_K and Q6_K expert products on the tensor cores (the default; every
- * other part runs with MEMRA_CUDA_XMM=0, the 22-bit dp4a kernel);
+ * other part runs with MEMRA_CUDA_XMM=0, the 22-bit dp4a kernel), "xmp"
+ * the prompt products of IQ4_XS on the int8 tensor cores (the default;
+ * every other part runs with MEMRA_CUDA_XMP=0, the float16 and f16x3
+ * kernels);
  * "mm", "ops" and "q8" one third of
  * the whole each (run the three at once: their union is what no argument
  * runs). */
@@ -1237,7 +1240,10 @@ static void check_xmm_chain(mr_backend *be, const tdesc *tg, const tdesc *tdn, i
 /* One expert matrix of rows x cols over k input rows a token (the down
  * products' form) on be against float64 host math: shapes the chain cannot
  * take (rows not a multiple of the tiles). */
-static void check_xmm_rows(mr_backend *be, const tdesc *td, int64_t cols, int64_t rows, int mats, int k, int n)
+/* matmul_id of n tokens (an input row a pair) against float64 sums of
+ * the decoded experts, relative L2 error within bound. */
+static void check_expert_rows(mr_backend *be, const char *label, const tdesc *td, int64_t cols, int64_t rows,
+                              int mats, int k, int n, int route, double bound)
 {
     const size_t rb = (size_t)(cols / td->be) * td->bb, P = (size_t)n * k;
     uint8_t *host = malloc(rb * rows * mats);
@@ -1245,7 +1251,7 @@ static void check_xmm_rows(mr_backend *be, const tdesc *td, int64_t cols, int64_
     float *x = malloc(P * cols * 4), *y = malloc(P * rows * 4), *wr = malloc(cols * 4);
     for (size_t i = 0; i < P * cols; i++) x[i] = fgauss();
     int32_t *ids = malloc(P * 4);
-    make_ids(ids, n, k, mats, ROUTE_RANDOM);
+    make_ids(ids, n, k, mats, route);
     mr_weight w;
     load_weight(be, td, host, cols, rows, mats, &w);
     float *dx = dup_to(be, x, P * cols * 4), *dy = dalloc(be, P * rows * 4);
@@ -1256,13 +1262,19 @@ static void check_xmm_rows(mr_backend *be, const tdesc *td, int64_t cols, int64_
     double *ref = malloc(P * rows * 8);
     for (size_t p = 0; p < P; p++) expert_ref(td, host, rb, rows, cols, ids[p], x + p * cols, wr, ref + p * rows);
     char sh[96];
-    snprintf(sh, sizeof sh, "%s %dx%lldx%lld k=%d n=%d", td->name, mats, (long long)rows, (long long)cols, k, n);
-    report_rel("xmm-rows", sh, y, ref, P * rows, 2e-5);
+    snprintf(sh, sizeof sh, "%s %dx%lldx%lld k=%d n=%d%s", td->name, mats, (long long)rows, (long long)cols, k, n,
+             route_name[route]);
+    report_rel(label, sh, y, ref, P * rows, bound);
     be->free(be, dx);
     be->free(be, dy);
     be->free(be, dids);
     be->weight_release(be, &w);
     free(host); free(x); free(y); free(wr); free(ids); free(ref);
+}
+
+static void check_xmm_rows(mr_backend *be, const tdesc *td, int64_t cols, int64_t rows, int mats, int k, int n)
+{
+    check_expert_rows(be, "xmm-rows", td, cols, rows, mats, k, n, ROUTE_RANDOM, 2e-5);
 }
 
 static void check_xmm_all(void)
@@ -1431,6 +1443,50 @@ static void check_prompt_rows_one(mr_backend *be, const char *label, double boun
     if (dids) be->free(be, dids);
     be->weight_release(be, &w);
     free(host); free(x); free(y1); free(yc); free(ids);
+}
+
+/* The prompt products of IQ4_XS on the int8 tensor cores (the default,
+ * and MEMRA_CUDA_XMP=4: the same kernels at 4 blocks an SM): experts against float64
+ * sums at 65+ tokens (16-bit inputs: 1e-4, the float16 kernel's bound is
+ * 2e-3), a prompt's rows the same bits in calls of 1, 7, 64 and 65 tokens
+ * as in one call (experts and dense products; dense against the CPU
+ * backend: 1e-4 with 2 planes, 1e-5 with 3 in f16x3 mode), moe_ffn_prompt
+ * bit for bit against its calls apart (NaN rows of bad ids included). */
+static void check_xmp_all(void)
+{
+    const tdesc *ti = td_of(MR_TYPE_IQ4_XS);
+    const char *set[2] = {"1", "4"};
+    for (int v = 0; v < 2; v++) {
+        setenv("MEMRA_CUDA_XMP", set[v], 1);
+        mr_backend *be = mr_backend_cuda_create(0, &err);
+        setenv("MEMRA_CUDA_XMP", "0", 1); /* main's setting */
+        if (!be) die("cuda (xmp)");
+        check_expert_rows(be, "xmp-rows", ti, 2048, 512, 32, 8, 67, ROUTE_RANDOM, 1e-4); /* the 35B-A3B's gate */
+        check_expert_rows(be, "xmp-rows", ti, 512, 2048, 32, 8, 67, ROUTE_RANDOM, 1e-4); /* and down */
+        check_expert_rows(be, "xmp-rows", ti, 2048, 512, 32, 8, 80, ROUTE_ONE, 1e-4);    /* 640 pairs: 20 tiles */
+        check_expert_rows(be, "xmp-rows", ti, 1024, 128, 4, 2, 70, ROUTE_MIX, 1e-4);
+        check_expert_rows(be, "xmp-rows", ti, 4096, 64, 8, 4, 70, ROUTE_RANDOM, 1e-4);
+        check_prompt_rows_one(be, "xmp-inv", 1e-4, ti, 1024, 128, 32, 8);
+        check_prompt_rows_one(be, "xmp-inv", 1e-4, ti, 2048, 512, 128, 8);
+        check_moe_ffn_one(be, "xmp-ffn-bits", ti, ti, 2048, 512, 32, 8, 67, ROUTE_RANDOM);
+        check_moe_ffn_one(be, "xmp-ffn-bits", ti, ti, 2048, 512, 256, 8, 512, ROUTE_RANDOM); /* the 35B-A3B's pp512 */
+        check_moe_ffn_one(be, "xmp-ffn-bits", ti, ti, 1024, 256, 8, 2, 65, ROUTE_BAD);
+        /* dense products: 2 planes in the default precision, 3 in f16x3
+         * (float32-grade: f16x3's bound) */
+        check_prompt_rows_one(be, "xmp-inv", 1e-4, ti, 2048, 512, 1, 1);
+        check_prompt_rows_one(be, "xmp-inv", 1e-4, ti, 512, 192, 1, 1);
+        be->destroy(be);
+        setenv("MEMRA_CUDA_XMP", set[v], 1);
+        setenv("MEMRA_CUDA_GEMM", "f16x3", 1);
+        be = mr_backend_cuda_create(0, &err);
+        unsetenv("MEMRA_CUDA_GEMM");
+        setenv("MEMRA_CUDA_XMP", "0", 1);
+        if (!be) die("cuda (xmp, f16x3)");
+        check_prompt_rows_one(be, "xmp-inv-x3", 1e-5, ti, 2048, 512, 1, 1);
+        check_prompt_rows_one(be, "xmp-inv-x3", 1e-5, ti, 4096, 256, 1, 1);
+        check_prompt_rows_one(be, "xmp-inv-x3", 1e-5, ti, 512, 192, 1, 1);
+        be->destroy(be);
+    }
 }
 
 static void check_prompt_rows(void)
@@ -4357,6 +4413,9 @@ int main(int argc, char **argv)
      * (MEMRA_CUDA_XMM=0), so that its lines keep checking it; the
      * tensor-core kernel, the default, has the part "xmm" */
     setenv("MEMRA_CUDA_XMM", "0", 1);
+    /* and the float16 / f16x3 prompt kernels for IQ4_XS, whose int8
+     * tensor-core kernels (the default) have the part "xmp" */
+    setenv("MEMRA_CUDA_XMP", "0", 1);
     /* the float32 decode kernels, whatever the caller's environment; the
      * int8-activation backends are made below */
     setenv("MEMRA_CUDA_MATVEC", "f32", 1);
@@ -4453,7 +4512,7 @@ int main(int argc, char **argv)
         {"pdl", check_pdl},              {"attn", check_attention_prompts}, {"wide", check_wide_rows},
         {"early", check_early_weights},  {"loop", check_wide_loop},  {"tail", check_moe_tail_all},  {"xmq", check_xm_quant_all}, {"merge", check_attn_merge},
         {"route", check_route_rank_all}, {"hybrid", check_part_hybrid}, {"tiles", check_x24_tiles},
-        {"xmm", check_xmm_all},
+        {"xmm", check_xmm_all},          {"xmp", check_xmp_all},
     };
     size_t pi = 0;
     while (pi < sizeof parts / sizeof parts[0] && strcmp(part, parts[pi].name)) pi++;

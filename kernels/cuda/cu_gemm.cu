@@ -594,6 +594,8 @@ void mr_cu_gemm_init(mr_cu_ctx *c)
 #define X(TT) moe_x3_allow_smem<TT>(c);
     MR_CU_TYPE_LIST(X)
 #undef X
+    if (!mr_cu_xmp_init(c)) /* its ring's shared memory: the float16 kernel then */
+        c->xmp = 0;
 }
 
 /* be->prefer_float32: float32-grade GEMMs (f16x3; MEMRA_CUDA_GEMM=f32 keeps
@@ -773,11 +775,31 @@ static int64_t split_cols(gemm_mode md, int64_t rows, int64_t cols)
     return kc && cols > kc && cols % kc == 0 ? kc : 0;
 }
 
+/* The int8 operand of P rows of cols columns in pl planes (cu_moemmp.cu) in
+ * the activation scratch; NULL: failed (recorded). */
+static uint8_t *xmp_operand(mr_cu_ctx *c, int64_t cols, int P, int pl)
+{
+    if (!mr_cu_reserve(c, &c->scratch_act, mr_cu_xmp_operand_bytes(cols, P, pl), "GEMM int8 operand"))
+        return nullptr;
+    return (uint8_t *)c->scratch_act.p;
+}
+
 /* y[n][rows] = x[n][cols] * W^T for a plain matrix. */
 void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n)
 {
     const gemm_mode md = mode_of(c);
     const int64_t cols = w->cols, rows = w->rows;
+    /* IQ4_XS on the int8 tensor cores (cu_moemmp.cu): the input in 3
+     * planes where float32-grade products are asked for (f16x3), else 2 */
+    if ((md == GEMM_F16 || md == GEMM_F16X3) && mr_cu_xmp_takes(c, w)) {
+        const int pl = md == GEMM_F16X3 ? 3 : 2;
+        uint8_t *xq = xmp_operand(c, cols, n, pl);
+        if (xq) {
+            mr_cu_xmp_quant(c, x, cols, nullptr, nullptr, n, pl, xq);
+            mr_cu_xmp_launch(c, w, nullptr, xq, pl, nullptr, nullptr, nullptr, 0, n, y, nullptr);
+        }
+        return;
+    }
     /* few weights: float32 sums, one launch (cu_sgemm.cu); never in the
      * float32 reference modes, whose products stay cuBLAS's */
     if ((md == GEMM_F16 || md == GEMM_F16X3) && mr_cu_small_gemm_takes(c, w, md == GEMM_F16X3)) {
@@ -851,7 +873,8 @@ static void moe_launch(mr_cu_ctx *c, bool x3, dim3 grid, const uint8_t *W, size_
  *   map[0, P)   the input row of x of each gathered row (-1 past the valid
  *               pairs: a zero row),
  *   map[P, 2P)  the output row (the pair) of each gathered row,
- *   tiles       runs of up to MG_BN gathered rows of one expert, *n_tiles
+ *   tiles       runs of up to bn gathered rows of one expert (MG_BN for
+ *               k_moe_gemm, mr_cu_xmp_tile_tokens for k_xmp_iq4), *n_tiles
  *               of them,
  * with the pairs of an expert in pair order, as the host grouping had them:
  * a stable counting sort.  Counts (atomics: order-free) and their scans
@@ -872,7 +895,7 @@ struct mg_nan_out {
 #define MG_GROUP_WARPS (MG_GROUP_THREADS / 32)
 #define MG_GROUP_MAX_MATS 512 /* shared memory: a histogram row per warp */
 __global__ void __launch_bounds__(MG_GROUP_THREADS)
-k_moe_group_tiles(const int32_t *ids, int P, int mats, int k, int x_slots, int32_t *map, mg_tile *tiles,
+k_moe_group_tiles(const int32_t *ids, int P, int mats, int k, int x_slots, int bn, int32_t *map, mg_tile *tiles,
                   int *n_tiles, mg_nan_out no)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
@@ -901,7 +924,7 @@ k_moe_group_tiles(const int32_t *ids, int P, int mats, int k, int x_slots, int32
         int run = 0, trun = 0;
         for (int e0 = 0; e0 < mats; e0 += 32) {
             const int e = e0 + lane;
-            const int c = e < mats ? fill[e] : 0, t = (c + MG_BN - 1) / MG_BN;
+            const int c = e < mats ? fill[e] : 0, t = (c + bn - 1) / bn;
             int ic = c, it = t;
             mr_warp_scan2(&ic, &it);
             if (e < mats) {
@@ -925,8 +948,8 @@ k_moe_group_tiles(const int32_t *ids, int P, int mats, int k, int x_slots, int32
     }
     for (int e = tid; e < mats; e += MG_GROUP_THREADS) {
         const int ce = start[e + 1] - start[e];
-        for (int t = 0; t * MG_BN < ce; t++)
-            tiles[tstart[e] + t] = {e, start[e] + t * MG_BN, ce - t * MG_BN < MG_BN ? ce - t * MG_BN : MG_BN};
+        for (int t = 0; t * bn < ce; t++)
+            tiles[tstart[e] + t] = {e, start[e] + t * bn, ce - t * bn < bn ? ce - t * bn : bn};
         fill[e] = start[e]; /* from here: the next free row of expert e */
     }
     int *my_hist = hist + warp * mats;
@@ -974,12 +997,12 @@ struct mg_grouping {
  * grouping holds in shared memory (nothing done: the caller groups on the
  * host); 1: failed (recorded); 0: done. */
 static int moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int64_t mats, int k, int x_slots,
-                     const mg_nan_out &no, mg_grouping *g)
+                     const mg_nan_out &no, mg_grouping *g, int bn = MG_BN)
 {
     if (mats > MG_GROUP_MAX_MATS)
         return -1;
     const size_t smem = (size_t)(3 * mats + 2 + MG_GROUP_WARPS * mats) * sizeof(int); /* <= 38 KiB */
-    g->max_tiles = P / MG_BN + (mats < P ? mats : P);
+    g->max_tiles = P / bn + (mats < P ? mats : P);
     if (g->max_tiles > 65535) {
         mr_cu_fail(c, "matmul_id: up to %lld expert tiles (max 65535)", (long long)g->max_tiles);
         return 1;
@@ -990,8 +1013,8 @@ static int moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int64_t mats, int 
     g->map = (int32_t *)c->scratch_moe.p;
     g->tiles = (mg_tile *)((char *)c->scratch_moe.p + map_b);
     g->n_tiles = (int *)((char *)g->tiles + tile_b);
-    mr_cu_launch(c, k_moe_group_tiles, 1, MG_GROUP_THREADS, smem, ids, P, (int)mats, k, x_slots, g->map, g->tiles,
-                 g->n_tiles, no);
+    mr_cu_launch(c, k_moe_group_tiles, 1, MG_GROUP_THREADS, smem, ids, P, (int)mats, k, x_slots, bn, g->map,
+                 g->tiles, g->n_tiles, no);
     MR_CU_LAUNCHED(c, "expert grouping");
     return 0;
 }
@@ -1023,9 +1046,19 @@ static bool moe_gemm_fused(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, const
 {
     const int P = n * k;
     mg_grouping g;
-    const int r = moe_group(c, ids, P, w->n_mats, k, x_slots, {{y, nullptr, nullptr}, {w->rows, 0, 0}}, &g);
+    const bool xmp = md == GEMM_F16 && mr_cu_xmp_takes(c, w);
+    const int r = moe_group(c, ids, P, w->n_mats, k, x_slots, {{y, nullptr, nullptr}, {w->rows, 0, 0}}, &g,
+                            xmp ? mr_cu_xmp_tile_tokens() : MG_BN);
     if (r)
         return r > 0;
+    if (xmp) {
+        uint8_t *xq = xmp_operand(c, w->cols, P, 2);
+        if (xq) {
+            mr_cu_xmp_quant(c, x, w->cols, g.map, nullptr, P, 2, xq);
+            mr_cu_xmp_launch(c, w, nullptr, xq, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles, P, y, nullptr);
+        }
+        return true;
+    }
     float *scale;
     const void *xg = prepare_x(c, md, x, w->cols, P, g.map, &scale);
     if (xg)
@@ -1068,9 +1101,21 @@ bool mr_cu_moe_ffn_gemm(mr_cu_ctx *c, const mr_weight *wg, const mr_weight *wu, 
         return false;
     const int P = n * k;
     mg_grouping g;
-    const int r = moe_group(c, ids, P, wg->n_mats, k, 1, {{gate, up, y}, {wg->rows, wg->rows, wd->rows}}, &g);
+    const bool xmp = mm == GEMM_F16 && mr_cu_xmp_takes(c, wg) && mr_cu_xmp_takes(c, wd);
+    const int r = moe_group(c, ids, P, wg->n_mats, k, 1, {{gate, up, y}, {wg->rows, wg->rows, wd->rows}}, &g,
+                            xmp ? mr_cu_xmp_tile_tokens() : MG_BN);
     if (r)
         return r > 0;
+    if (xmp) { /* the operand of gate/up, then of down (silu(gate) * up of the pairs), one buffer after the other */
+        uint8_t *xq = xmp_operand(c, wg->cols > wd->cols ? wg->cols : wd->cols, P, 2);
+        if (!xq)
+            return true;
+        mr_cu_xmp_quant(c, x, wg->cols, g.map, nullptr, P, 2, xq);
+        mr_cu_xmp_launch(c, wg, wu, xq, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles, P, gate, up);
+        mr_cu_xmp_quant(c, gate, wd->cols, g.map + P, up, P, 2, xq);
+        mr_cu_xmp_launch(c, wd, nullptr, xq, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles, P, y, nullptr);
+        return true;
+    }
     float *scale;
     const void *xg = prepare_x(c, mm, x, wg->cols, P, g.map, &scale);
     if (!xg)
