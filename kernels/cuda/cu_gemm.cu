@@ -789,10 +789,14 @@ void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
 {
     const gemm_mode md = mode_of(c);
     const int64_t cols = w->cols, rows = w->rows;
-    /* IQ4_XS on the int8 tensor cores (cu_moemmp.cu): the input in 3
-     * planes where float32-grade products are asked for (f16x3), else 2 */
-    if ((md == GEMM_F16 || md == GEMM_F16X3) && mr_cu_xmp_takes(c, w)) {
-        const int pl = md == GEMM_F16X3 ? 3 : 2;
+    /* IQ4_XS on the int8 tensor cores (cu_moemmp.cu), the input in 3
+     * planes, where float32-grade products are asked for (f16x3: three
+     * float16 MMAs a product, 296 -> 205 us for the 35B-A3B's in-projection
+     * at 512 tokens, run 173).  Not in f16 mode: there each 32-token tile
+     * looks the weights up again, and Q4_K that way was 1.75x slower than
+     * the float16 GEMM on the 30B-A3B's q and o (run 175). */
+    if (md == GEMM_F16X3 && mr_cu_xmp_takes(c, w)) {
+        const int pl = 3;
         uint8_t *xq = xmp_operand(c, cols, n, pl);
         if (xq) {
             mr_cu_xmp_quant(c, x, cols, nullptr, nullptr, n, pl, xq);

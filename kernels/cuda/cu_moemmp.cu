@@ -1,6 +1,7 @@
 /* Prompt products of IQ4_XS matrices on the int8 tensor cores: the
- * experts (moe_ffn_prompt, matmul_id_prompt) and the dense products
- * (matmul_prompt), against inputs quantized to 2 or 3 int8 planes: the
+ * experts (moe_ffn_prompt, matmul_id_prompt), and the dense products
+ * (matmul_prompt) where float32-grade products are asked for (f16x3: the
+ * hybrids), against inputs quantized to 2 or 3 int8 planes: the
  * default for IQ4_XS (MEMRA_CUDA_XMP=4: 4 blocks an SM; =0: the float16
  * and f16x3 kernels of cu_gemm.cu).  Run 173 (H200, the 35B-A3B's 512-token
  * prompt): 5,213 -> 6,698 tok/s; the experts 710 -> 465 us a layer, the
