@@ -1485,6 +1485,28 @@ static void check_xmp_all(void)
         check_prompt_rows_one(be, "xmp-inv-x3", 1e-5, ti, 512, 192, 1, 1);
         be->destroy(be);
     }
+    /* Q4_K (MEMRA_CUDA_XMP_Q4K=1): the 30B-A3B's experts, and dense products
+     * in f16x3 mode */
+    const tdesc *t4 = td_of(MR_TYPE_Q4_K);
+    setenv("MEMRA_CUDA_XMP", "1", 1);
+    setenv("MEMRA_CUDA_XMP_Q4K", "1", 1);
+    mr_backend *be = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_GEMM", "f16x3", 1);
+    mr_backend *b3 = be ? mr_backend_cuda_create(0, &err) : NULL;
+    unsetenv("MEMRA_CUDA_GEMM");
+    unsetenv("MEMRA_CUDA_XMP_Q4K");
+    setenv("MEMRA_CUDA_XMP", "0", 1);
+    if (!be || !b3) die("cuda (xmp, Q4_K)");
+    check_expert_rows(be, "xmp-rows", t4, 2048, 768, 32, 8, 67, ROUTE_RANDOM, 1e-4);
+    check_expert_rows(be, "xmp-rows", t4, 768, 2048, 32, 8, 67, ROUTE_RANDOM, 1e-4);
+    check_expert_rows(be, "xmp-rows", t4, 2048, 768, 32, 8, 80, ROUTE_ONE, 1e-4);
+    check_prompt_rows_one(be, "xmp-inv", 1e-4, t4, 1024, 128, 32, 8);
+    check_moe_ffn_one(be, "xmp-ffn-bits", t4, t4, 2048, 768, 128, 8, 512, ROUTE_RANDOM); /* the 30B-A3B's pp512 */
+    check_moe_ffn_one(be, "xmp-ffn-bits", t4, t4, 1024, 256, 8, 2, 65, ROUTE_BAD);
+    check_prompt_rows_one(b3, "xmp-inv-x3", 1e-5, t4, 2048, 512, 1, 1);
+    check_prompt_rows_one(b3, "xmp-inv-x3", 1e-5, t4, 512, 192, 1, 1);
+    be->destroy(be);
+    b3->destroy(b3);
 }
 
 static void check_prompt_rows(void)

@@ -82,6 +82,8 @@ struct mr_cu_ctx {
     int xmp;                /* prompt products of IQ4_XS on the int8 tensor cores (cu_moemmp.cu):
                                3 blocks an SM (default; MEMRA_CUDA_XMP=4: 4, fewer registers; =0 off:
                                the float16 and f16x3 kernels; run 173: 35B-A3B pp512 5,213 -> 6,698) */
+    bool xmp_q4k;           /* and Q4_K's (MEMRA_CUDA_XMP_Q4K=1; off until fixture parity has run
+                               with it; run 176: 30B-A3B pp512 12,470 -> 13,016) */
     bool xmm_items;         /* its decode batches a block a chunk of two pairs, not a block an expert
                                (default; MEMRA_CUDA_XMM_ITEMS=0: a block an expert; the same bits;
                                run 171: 16-token gate/up -15%, 30B-A3B decode only C = 16 +2.6%) */
@@ -324,17 +326,18 @@ void mr_cu_install_sample(mr_backend *be); /* cu_sample.cu: sampling on the devi
 /* Decode matvec settings read once at backend creation (cu_fast.cu). */
 void mr_cu_fast_init(mr_cu_ctx *c);
 bool mr_cu_type_supported(int type);
-/* Prompt products of IQ4_XS on the int8 tensor cores (cu_moemmp.cu):
- * whether they take w; the operand's bytes (pl planes: 2, or 3 for
+/* Prompt products of IQ4_XS (and Q4_K) on the int8 tensor cores
+ * (cu_moemmp.cu): whether they take w; the operand's bytes for the
+ * weights' type (pl planes: 2, or 3 for
  * float32-grade sums); the input rows (gathered by src, silu(x) * u where
  * u is not NULL) into it; the products over the grouping's tiles of at
  * most mr_cu_xmp_tile_tokens operand rows (cu_gemm.cu), or with tiles NULL
  * over n rows. */
 bool mr_cu_xmp_init(mr_cu_ctx *c);
 bool mr_cu_xmp_takes(const mr_cu_ctx *c, const mr_weight *w);
-size_t mr_cu_xmp_operand_bytes(int64_t cols, int n_rows, int pl);
-void mr_cu_xmp_quant(mr_cu_ctx *c, const float *x, int64_t cols, const int32_t *src, const float *u, int n_rows,
-                     int pl, uint8_t *out);
+size_t mr_cu_xmp_operand_bytes(int type, int64_t cols, int n_rows, int pl);
+void mr_cu_xmp_quant(mr_cu_ctx *c, int type, const float *x, int64_t cols, const int32_t *src, const float *u,
+                     int n_rows, int pl, uint8_t *out);
 void mr_cu_xmp_launch(mr_cu_ctx *c, const mr_weight *w, const mr_weight *w2, const uint8_t *Xq, int pl,
                       const int32_t *dst, const void *tiles, const int *n_tiles, int64_t max_tiles, int n, float *y,
                       float *y2);

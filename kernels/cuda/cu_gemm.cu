@@ -777,9 +777,9 @@ static int64_t split_cols(gemm_mode md, int64_t rows, int64_t cols)
 
 /* The int8 operand of P rows of cols columns in pl planes (cu_moemmp.cu) in
  * the activation scratch; NULL: failed (recorded). */
-static uint8_t *xmp_operand(mr_cu_ctx *c, int64_t cols, int P, int pl)
+static uint8_t *xmp_operand(mr_cu_ctx *c, int type, int64_t cols, int P, int pl)
 {
-    if (!mr_cu_reserve(c, &c->scratch_act, mr_cu_xmp_operand_bytes(cols, P, pl), "GEMM int8 operand"))
+    if (!mr_cu_reserve(c, &c->scratch_act, mr_cu_xmp_operand_bytes(type, cols, P, pl), "GEMM int8 operand"))
         return nullptr;
     return (uint8_t *)c->scratch_act.p;
 }
@@ -797,9 +797,9 @@ void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
      * the float16 GEMM on the 30B-A3B's q and o (run 175). */
     if (md == GEMM_F16X3 && mr_cu_xmp_takes(c, w)) {
         const int pl = 3;
-        uint8_t *xq = xmp_operand(c, cols, n, pl);
+        uint8_t *xq = xmp_operand(c, w->type, cols, n, pl);
         if (xq) {
-            mr_cu_xmp_quant(c, x, cols, nullptr, nullptr, n, pl, xq);
+            mr_cu_xmp_quant(c, w->type, x, cols, nullptr, nullptr, n, pl, xq);
             mr_cu_xmp_launch(c, w, nullptr, xq, pl, nullptr, nullptr, nullptr, 0, n, y, nullptr);
         }
         return;
@@ -1056,9 +1056,9 @@ static bool moe_gemm_fused(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, const
     if (r)
         return r > 0;
     if (xmp) {
-        uint8_t *xq = xmp_operand(c, w->cols, P, 2);
+        uint8_t *xq = xmp_operand(c, w->type, w->cols, P, 2);
         if (xq) {
-            mr_cu_xmp_quant(c, x, w->cols, g.map, nullptr, P, 2, xq);
+            mr_cu_xmp_quant(c, w->type, x, w->cols, g.map, nullptr, P, 2, xq);
             mr_cu_xmp_launch(c, w, nullptr, xq, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles, P, y, nullptr);
         }
         return true;
@@ -1111,12 +1111,14 @@ bool mr_cu_moe_ffn_gemm(mr_cu_ctx *c, const mr_weight *wg, const mr_weight *wu, 
     if (r)
         return r > 0;
     if (xmp) { /* the operand of gate/up, then of down (silu(gate) * up of the pairs), one buffer after the other */
-        uint8_t *xq = xmp_operand(c, wg->cols > wd->cols ? wg->cols : wd->cols, P, 2);
+        const size_t bg = mr_cu_xmp_operand_bytes(wg->type, wg->cols, P, 2),
+                     bd = mr_cu_xmp_operand_bytes(wd->type, wd->cols, P, 2);
+        uint8_t *xq = bg >= bd ? xmp_operand(c, wg->type, wg->cols, P, 2) : xmp_operand(c, wd->type, wd->cols, P, 2);
         if (!xq)
             return true;
-        mr_cu_xmp_quant(c, x, wg->cols, g.map, nullptr, P, 2, xq);
+        mr_cu_xmp_quant(c, wg->type, x, wg->cols, g.map, nullptr, P, 2, xq);
         mr_cu_xmp_launch(c, wg, wu, xq, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles, P, gate, up);
-        mr_cu_xmp_quant(c, gate, wd->cols, g.map + P, up, P, 2, xq);
+        mr_cu_xmp_quant(c, wd->type, gate, wd->cols, g.map + P, up, P, 2, xq);
         mr_cu_xmp_launch(c, wd, nullptr, xq, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles, P, y, nullptr);
         return true;
     }
