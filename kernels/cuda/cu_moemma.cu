@@ -90,17 +90,8 @@ __device__ __forceinline__ void xmm_quant256(const float4 va, const float4 vb, u
                                              uint8_t *sums, size_t sstride, int lane)
 {
     const float v[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
-    /* the absolute maximum as bits: for floats that are not NaN the order
-     * of |x|'s bits is the order of |x|, and NaN or an infinity has the
-     * largest (>= 0x7f800000), so one integer maximum over the warp gives
-     * both m and whether the block is bad */
-    uint32_t mb = 0;
-#pragma unroll
-    for (int i = 0; i < 8; i++) mb = max(mb, __float_as_uint(v[i]) & 0x7fffffffu);
-    mb = __reduce_max_sync(0xffffffffu, mb);
-    const bool bad = mb >= 0x7f800000u;
-    const float m = __uint_as_float(mb);
-    const float inv = m > 0.0f ? (float)XMM_QMAXI / m : 0.0f;
+    float m, inv;
+    const bool bad = xs_absmax256(v, (float)XMM_QMAXI, &m, &inv);
     /* q = 65536 hi + 256 mid + lo with lo, mid in [-128, 127]: lo's byte is
      * q's low byte, mid = (q + 128) >> 8 mod 256 and hi = (q + 32896) >> 16
      * (q + 128 = 65536 hi + 256 mid + (lo + 128), lo + 128 in [0, 255]) */
@@ -120,20 +111,8 @@ __device__ __forceinline__ void xmm_quant256(const float4 va, const float4 vb, u
         const uint32_t w1 = __byte_perm(__byte_perm(dig[k][4], dig[k][5], 0x0040),
                                         __byte_perm(dig[k][6], dig[k][7], 0x0040), 0x5410);
         *(uint2 *)(pl + k * stride + 8 * lane) = make_uint2(w0, w1);
-        if constexpr (SUMS) {
-            /* the plane's sum over sub-block j = lane / 4 (32 columns, four
-             * lanes), |S| <= 32 * 128, as balanced base-256 digits S = 256 h
-             * + l (h in [-16, 16]) at bytes l: 8 (j / 4) + j % 4, h: 4 more */
-            int S = __dp4a((int)w0, 0x01010101, __dp4a((int)w1, 0x01010101, 0));
-            S += __shfl_xor_sync(0xffffffffu, S, 1);
-            S += __shfl_xor_sync(0xffffffffu, S, 2);
-            if ((lane & 3) == 0) {
-                const int j = lane >> 2;
-                uint8_t *o = sums + k * sstride + 8 * (j >> 2) + (j & 3);
-                o[0] = (uint8_t)S;
-                o[4] = (uint8_t)((S + 128) >> 8);
-            }
-        }
+        if constexpr (SUMS)
+            xs_plane_sums(w0, w1, sums, k * sstride, lane);
     }
     if (lane == 0)
         *d = bad ? __int_as_float(0x7fc00000) : m / (float)XMM_QMAXI;
@@ -360,29 +339,12 @@ __device__ __forceinline__ void xmm_q6k_half(const xmm_q6h &wa, const xmm_q6h &w
     }
 }
 
-/* A lane's words of an IQ4_XS block in one row (GGUF layout, 136 bytes:
- * d, scales_h, scales_l at 0, qs at 8): per sub-block j its qs word
- * 16 j + 4c (bytes l = 4c .. 4c + 3: columns l in the low nibbles, l + 16
- * in the high ones, which are the m16n8k32 fragment's columns of lane c)
- * and the header. */
-struct xmm_iq4 {
-    uint32_t q[8];
-    uint2 hd;
-};
-
-__device__ __forceinline__ void xmm_iq4_load(const uint8_t *blk, int c, xmm_iq4 &w)
-{
-    w.hd = __ldg((const uint2 *)blk);
-#pragma unroll
-    for (int j = 0; j < 8; j++) w.q[j] = __ldg((const uint32_t *)(blk + 8 + 16 * j + 4 * c));
-}
-
 /* A step of a tile (rows a: wa, b: wb; code book values as signed bytes)
  * against the lane's B column (xr: its planes at the step's first column
  * + 4c, NULL: zero): M[v] += (ls_j - 32) (w . x) over the 8 sub-blocks.
  * Bounds: a sub-block's plane sum is at most 32 * 127 * 128 < 2^19, times
  * |ls - 32| <= 32, over 8: < 2^27. */
-__device__ __forceinline__ void xmm_iq4_step(const xmm_iq4 &wa, const xmm_iq4 &wb, const uint8_t *xr, int (&M)[4])
+__device__ __forceinline__ void xmm_iq4_step(const xs_iq4w &wa, const xs_iq4w &wb, const uint8_t *xr, int (&M)[4])
 {
 #pragma unroll
     for (int j = 0; j < 8; j++) {
@@ -391,8 +353,7 @@ __device__ __forceinline__ void xmm_iq4_step(const xmm_iq4 &wa, const xmm_iq4 &w
         xs_iq4nl8(wb.q[j], &A[1], &A[3]);
         int C[4] = {0, 0, 0, 0};
         mr_imma32_ss(C, A, xr ? *(const uint32_t *)(xr + 32 * j) : 0u, xr ? *(const uint32_t *)(xr + 32 * j + 16) : 0u);
-        const int sa = (int)(((wa.hd.y >> (4 * j)) & 15) | (((wa.hd.x >> (16 + 2 * j)) & 3) << 4)) - 32;
-        const int sb = (int)(((wb.hd.y >> (4 * j)) & 15) | (((wb.hd.x >> (16 + 2 * j)) & 3) << 4)) - 32;
+        const int sa = (int)xs_iq4_ls(wa.hd, j) - 32, sb = (int)xs_iq4_ls(wb.hd, j) - 32;
         M[0] += sa * C[0];
         M[1] += sa * C[1];
         M[2] += sb * C[2];
@@ -517,14 +478,14 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
          * takes 128 registers, 4 blocks an SM: at 96 (5 blocks) it spills
          * and is slower (9.5 us; 16 tokens 62.9 against 58.7) */
         xmm_q6h q6a, q6b;
-        xmm_iq4 i4a, i4b;
+        xs_iq4w i4a, i4b;
         if (T == MR_TYPE_Q6_K && live) {
             xmm_q6k_load(Wa, 0, c, q6a);
             xmm_q6k_load(Wb, 0, c, q6b);
         }
         if (T == MR_TYPE_IQ4_XS && live) {
-            xmm_iq4_load(Wa, c, i4a);
-            xmm_iq4_load(Wb, c, i4b);
+            xs_iq4w_load(Wa, c, i4a);
+            xs_iq4w_load(Wb, c, i4b);
         }
         for (int it0 = warp; it0 < 2 * nsb; it0 += XMM_WARPS * QU) {
             if (it0 != warp)
@@ -560,12 +521,12 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
             }
         }
         if (T == MR_TYPE_IQ4_XS && live) {
-            xmm_iq4 ca = i4a, cb = i4b, na, nb;
+            xs_iq4w ca = i4a, cb = i4b, na, nb;
 #pragma unroll 1
             for (int b = 0; b < nsb; b++) {
                 if (b + 1 < nsb) {
-                    xmm_iq4_load(Wa + (size_t)(b + 1) * 136, c, na);
-                    xmm_iq4_load(Wb + (size_t)(b + 1) * 136, c, nb);
+                    xs_iq4w_load(Wa + (size_t)(b + 1) * 136, c, na);
+                    xs_iq4w_load(Wb + (size_t)(b + 1) * 136, c, nb);
                 }
                 int M[4] = {0, 0, 0, 0};
                 xmm_iq4_step(ca, cb, xp ? xp + 256 * b + 4 * c : NULL, M);

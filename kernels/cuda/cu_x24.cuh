@@ -122,6 +122,67 @@ __device__ __forceinline__ void xs_iq4nl8(uint32_t q, uint32_t *lo, uint32_t *hi
     *hi = __byte_perm(v0, v1, 0x7531u);
 }
 
+/* Sub-block j's 6-bit scale ls of an IQ4_XS block from its first 8 bytes
+ * hd (d, scales_h, scales_l): the weights' scale is d (ls - 32). */
+__device__ __forceinline__ uint32_t xs_iq4_ls(const uint2 &hd, int j)
+{
+    return ((hd.y >> (4 * j)) & 15) | (((hd.x >> (16 + 2 * j)) & 3) << 4);
+}
+
+/* The int8 tensor-core kernels' view of an IQ4_XS block (cu_moemma.cu's
+ * decode products, cu_moemmp.cu's prompt products): a lane's words of one
+ * row, per sub-block j its qs word 16 j + 4c (bytes l = 4c .. 4c + 3:
+ * columns l in the low nibbles, l + 16 in the high ones, which are the
+ * m16n8k32 fragment's columns of lane c) and the header. */
+struct xs_iq4w {
+    uint32_t q[8];
+    uint2 hd;
+};
+
+__device__ __forceinline__ void xs_iq4w_load(const uint8_t *blk, int c, xs_iq4w &w)
+{
+    w.hd = __ldg((const uint2 *)blk);
+#pragma unroll
+    for (int j = 0; j < 8; j++) w.q[j] = __ldg((const uint32_t *)(blk + 8 + 16 * j + 4 * c));
+}
+
+/* A warp's 256 input columns (lane l: v, columns 8l .. 8l + 7) for int8
+ * planes: the absolute maximum *m and 1 / its step (qmax / m, 0 for a zero
+ * block) in *inv; true where the block holds a NaN or an infinity.  For
+ * floats that are not NaN the order of |x|'s bits is the order of |x|, and
+ * NaN or an infinity has the largest (>= 0x7f800000), so one integer
+ * maximum over the warp gives both. */
+__device__ __forceinline__ bool xs_absmax256(const float (&v)[8], float qmax, float *m, float *inv)
+{
+    uint32_t mb = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) mb = max(mb, __float_as_uint(v[i]) & 0x7fffffffu);
+    mb = __reduce_max_sync(0xffffffffu, mb);
+    *m = __uint_as_float(mb);
+    *inv = *m > 0.0f ? qmax / *m : 0.0f;
+    return mb >= 0x7f800000u;
+}
+
+/* A plane's sums over the 8 sub-blocks of 32 columns (Q4_K's mins' term),
+ * from lane l's 8 digits (w0, w1: columns 8l .. 8l + 7, signed bytes) over
+ * the four lanes of sub-block j = l / 4: |S| <= 32 * 128, stored as
+ * balanced base-256 digits S = 256 hi + lo (hi in [-16, 16]) in the 16
+ * bytes at o + off: lo of sub-blocks 0..3, hi of 0..3, lo of 4..7, hi of
+ * 4..7, so that lane c < 2 of an MMA finds its B words at 8c.  A whole
+ * warp. */
+__device__ __forceinline__ void xs_plane_sums(uint32_t w0, uint32_t w1, uint8_t *o, size_t off, int lane)
+{
+    int S = __dp4a((int)w0, 0x01010101, __dp4a((int)w1, 0x01010101, 0));
+    S += __shfl_xor_sync(0xffffffffu, S, 1);
+    S += __shfl_xor_sync(0xffffffffu, S, 2);
+    if ((lane & 3) == 0) {
+        const int j = lane >> 2;
+        uint8_t *b = o + off + 8 * (j >> 2) + (j & 3);
+        b[0] = (uint8_t)S;
+        b[4] = (uint8_t)((S + 128) >> 8);
+    }
+}
+
 /* Quantizes the row x (cols floats) into shared memory, all threads of the
  * block (q = rint(x * ((2^21 - 1) / absmax)), ties to even; d = absmax /
  * (2^21 - 1), both quotients IEEE); 4 consecutive threads a 32-column
