@@ -327,20 +327,17 @@ void mr_cu_install_sample(mr_backend *be); /* cu_sample.cu: sampling on the devi
 void mr_cu_fast_init(mr_cu_ctx *c);
 bool mr_cu_type_supported(int type);
 /* Prompt products of IQ4_XS (and Q4_K) on the int8 tensor cores
- * (cu_moemmp.cu): whether they take w; the operand's bytes for the
- * weights' type (pl planes: 2, or 3 for
- * float32-grade sums); the input rows (gathered by src, silu(x) * u where
- * u is not NULL) into it; the products over the grouping's tiles of at
- * most mr_cu_xmp_tile_tokens operand rows (cu_gemm.cu), or with tiles NULL
- * over n rows. */
+ * (cu_moemmp.cu): whether they take w; then y (and y2 for w2, of w's
+ * shape) = w times n_rows input rows (row i is row src[i] of x, src NULL:
+ * row i, negative: zeros; silu(x) * u where u is not NULL) quantized into
+ * pl planes (2, or 3 for float32-grade sums), on the grouping's tiles of at
+ * most mr_cu_xmp_tile_tokens rows (cu_gemm.cu; dst[i] the output row of
+ * row i) or with tiles NULL densely (output row i). */
 bool mr_cu_xmp_init(mr_cu_ctx *c);
 bool mr_cu_xmp_takes(const mr_cu_ctx *c, const mr_weight *w);
-size_t mr_cu_xmp_operand_bytes(int type, int64_t cols, int n_rows, int pl);
-void mr_cu_xmp_quant(mr_cu_ctx *c, int type, const float *x, int64_t cols, const int32_t *src, const float *u,
-                     int n_rows, int pl, uint8_t *out);
-void mr_cu_xmp_launch(mr_cu_ctx *c, const mr_weight *w, const mr_weight *w2, const uint8_t *Xq, int pl,
-                      const int32_t *dst, const void *tiles, const int *n_tiles, int64_t max_tiles, int n, float *y,
-                      float *y2);
+void mr_cu_xmp_product(mr_cu_ctx *c, const mr_weight *w, const mr_weight *w2, const float *x, const int32_t *src,
+                       const float *u, int n_rows, int pl, const int32_t *dst, const void *tiles, const int *n_tiles,
+                       int64_t max_tiles, float *y, float *y2);
 int mr_cu_xmp_tile_tokens(void);
 /* Prompt products (cu_gemm.cu). */
 void mr_cu_gemm_init(mr_cu_ctx *c);

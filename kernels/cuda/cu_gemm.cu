@@ -780,15 +780,6 @@ static int64_t split_cols(gemm_mode md, int64_t rows, int64_t cols)
     return kc && cols > kc && cols % kc == 0 ? kc : 0;
 }
 
-/* The int8 operand of P rows of cols columns in pl planes (cu_moemmp.cu) in
- * the activation scratch; NULL: failed (recorded). */
-static uint8_t *xmp_operand(mr_cu_ctx *c, int type, int64_t cols, int P, int pl)
-{
-    if (!mr_cu_reserve(c, &c->scratch_act, mr_cu_xmp_operand_bytes(type, cols, P, pl), "GEMM int8 operand"))
-        return nullptr;
-    return (uint8_t *)c->scratch_act.p;
-}
-
 /* y[n][rows] = x[n][cols] * W^T for a plain matrix. */
 void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n)
 {
@@ -801,12 +792,7 @@ void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
      * looks the weights up again, and Q4_K that way was 1.75x slower than
      * the float16 GEMM on the 30B-A3B's q and o (run 175). */
     if (md == GEMM_F16X3 && mr_cu_xmp_takes(c, w)) {
-        const int pl = 3;
-        uint8_t *xq = xmp_operand(c, w->type, cols, n, pl);
-        if (xq) {
-            mr_cu_xmp_quant(c, w->type, x, cols, nullptr, nullptr, n, pl, xq);
-            mr_cu_xmp_launch(c, w, nullptr, xq, pl, nullptr, nullptr, nullptr, 0, n, y, nullptr);
-        }
+        mr_cu_xmp_product(c, w, nullptr, x, nullptr, nullptr, n, 3, nullptr, nullptr, nullptr, 0, y, nullptr);
         return;
     }
     /* few weights: float32 sums, one launch (cu_sgemm.cu); never in the
@@ -883,7 +869,7 @@ static void moe_launch(mr_cu_ctx *c, bool x3, dim3 grid, const uint8_t *W, size_
  *               pairs: a zero row),
  *   map[P, 2P)  the output row (the pair) of each gathered row,
  *   tiles       runs of up to bn gathered rows of one expert (MG_BN for
- *               k_moe_gemm, mr_cu_xmp_tile_tokens for k_xmp_iq4), *n_tiles
+ *               k_moe_gemm, mr_cu_xmp_tile_tokens for k_xmp), *n_tiles
  *               of them,
  * with the pairs of an expert in pair order, as the host grouping had them:
  * a stable counting sort.  Counts (atomics: order-free) and their scans
@@ -1061,11 +1047,8 @@ static bool moe_gemm_fused(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, const
     if (r)
         return r > 0;
     if (xmp) {
-        uint8_t *xq = xmp_operand(c, w->type, w->cols, P, 2);
-        if (xq) {
-            mr_cu_xmp_quant(c, w->type, x, w->cols, g.map, nullptr, P, 2, xq);
-            mr_cu_xmp_launch(c, w, nullptr, xq, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles, P, y, nullptr);
-        }
+        mr_cu_xmp_product(c, w, nullptr, x, g.map, nullptr, P, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles, y,
+                          nullptr);
         return true;
     }
     float *scale;
@@ -1115,16 +1098,10 @@ bool mr_cu_moe_ffn_gemm(mr_cu_ctx *c, const mr_weight *wg, const mr_weight *wu, 
                             xmp ? mr_cu_xmp_tile_tokens() : MG_BN);
     if (r)
         return r > 0;
-    if (xmp) { /* the operand of gate/up, then of down (silu(gate) * up of the pairs), one buffer after the other */
-        const size_t bg = mr_cu_xmp_operand_bytes(wg->type, wg->cols, P, 2),
-                     bd = mr_cu_xmp_operand_bytes(wd->type, wd->cols, P, 2);
-        uint8_t *xq = bg >= bd ? xmp_operand(c, wg->type, wg->cols, P, 2) : xmp_operand(c, wd->type, wd->cols, P, 2);
-        if (!xq)
-            return true;
-        mr_cu_xmp_quant(c, wg->type, x, wg->cols, g.map, nullptr, P, 2, xq);
-        mr_cu_xmp_launch(c, wg, wu, xq, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles, P, gate, up);
-        mr_cu_xmp_quant(c, wd->type, gate, wd->cols, g.map + P, up, P, 2, xq);
-        mr_cu_xmp_launch(c, wd, nullptr, xq, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles, P, y, nullptr);
+    if (xmp) { /* gate and up, then down over silu(gate) * up of the pairs (the grouping's second map) */
+        mr_cu_xmp_product(c, wg, wu, x, g.map, nullptr, P, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles, gate, up);
+        mr_cu_xmp_product(c, wd, nullptr, gate, g.map + P, up, P, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles, y,
+                          nullptr);
         return true;
     }
     float *scale;

@@ -19,9 +19,9 @@
  * MMAs a product, each weight tile decoded and split first): 40% of the
  * 35B-A3B's prompt after the experts (run 172).  Here the weights never
  * leave registers: a lane loads the IQ4_XS quant words of its MMA fragment
- * (the layout of cu_moemma.cu's xmm_iq4_load: a sub-block's qs word 16 j +
- * 4c holds lane c's fragment columns 4c.. in its low nibbles and 16 + 4c..
- * in its high ones) and looks them up as code book bytes (xs_iq4nl8), so
+ * (cu_x24.cuh's xs_iq4w, as cu_moemma.cu does: a sub-block's qs word 16 j
+ * + 4c holds lane c's fragment columns 4c.. in its low nibbles and 16 +
+ * 4c.. in its high ones) and looks them up as code book bytes (xs_iq4nl8), so
  * an m16n8k32 MMA takes 16 rows by one 32-column sub-block of weights as
  * they are: the code book values are exact int8.
  *
@@ -111,15 +111,8 @@ __global__ void __launch_bounds__(256) k_xmp_quant(const float *__restrict__ x, 
             for (int k = 0; k < 8; k++) v[k] = mr_silu_mul(v[k], w[k]);
         }
     }
-    /* |x|'s bits order as |x| for numbers; NaN and the infinities have the
-     * largest: one integer maximum gives m and whether the block is bad */
-    uint32_t mb = 0;
-#pragma unroll
-    for (int k = 0; k < 8; k++) mb = max(mb, __float_as_uint(v[k]) & 0x7fffffffu);
-    mb = __reduce_max_sync(0xffffffffu, mb);
-    const bool bad = mb >= 0x7f800000u;
-    const float m = __uint_as_float(mb);
-    const float inv = m > 0.0f ? (float)QMAX / m : 0.0f;
+    float m, inv;
+    const bool bad = xs_absmax256(v, (float)QMAX, &m, &inv);
     /* digit p of columns 8l + 4h .. + 3 in w[p][h]: the lowest digit is q's
      * low byte, the next (q + 128) >> 8's, the top one (q + 32896) >> 16
      * for PL 3 (q + 128 = 256 (q >> 8 rounded) + (lo + 128), lo + 128 in
@@ -150,39 +143,17 @@ __global__ void __launch_bounds__(256) k_xmp_quant(const float *__restrict__ x, 
         for (int p = 0; p < PL; p++) *(uint32_t *)(blk + (PL * j + p) * 32 + o) = w[p][h];
     }
     if constexpr (xmp_nat<T>()) {
-        /* plane p's sum over sub-block j (four lanes), |S| <= 32 * 128:
-         * digits S = 256 hi + lo, hi in [-16, 16] */
 #pragma unroll
-        for (int p = 0; p < PL; p++) {
-            int S = __dp4a((int)w[p][0], 0x01010101, __dp4a((int)w[p][1], 0x01010101, 0));
-            S += __shfl_xor_sync(0xffffffffu, S, 1);
-            S += __shfl_xor_sync(0xffffffffu, S, 2);
-            if ((lane & 3) == 0) {
-                uint8_t *o = blk + 256 * PL + 16 + 16 * p + 8 * (j >> 2) + (j & 3);
-                o[0] = (uint8_t)S;
-                o[4] = (uint8_t)((S + 128) >> 8);
-            }
-        }
+        for (int p = 0; p < PL; p++) xs_plane_sums(w[p][0], w[p][1], blk, 256 * PL + 16 + 16 * p, lane);
     }
     if (lane == 0)
         *(float *)(blk + 256 * PL) = bad ? __int_as_float(0x7fc00000) : m / (float)QMAX;
 }
 
-/* A lane's words of an IQ4_XS block in one row: the header (d, scales_h,
- * scales_l) and per sub-block j its qs word 16 j + 4c. */
-struct xmp_iq4 {
-    uint2 hd;
-    uint32_t q[8];
-};
+/* A lane's words of a block in one row: IQ4_XS as cu_moemma.cu's (xs_iq4w) */
+__device__ __forceinline__ void xmp_load(const uint8_t *blk, int c, xs_iq4w &w) { xs_iq4w_load(blk, c, w); }
 
-__device__ __forceinline__ void xmp_load(const uint8_t *blk, int c, xmp_iq4 &w)
-{
-    w.hd = __ldg((const uint2 *)blk);
-#pragma unroll
-    for (int j = 0; j < 8; j++) w.q[j] = __ldg((const uint32_t *)(blk + 8 + 16 * j + 4 * c));
-}
-
-/* A lane's words of a Q4_K block in one row: the header (d, dmin, the 12
+/* Q4_K: the header (d, dmin, the 12
  * bytes of scales and mins) and per 32-byte group i (sub-blocks 2i, 2i + 1
  * in the low and high nibbles) its bytes 8c .. 8c + 7. */
 struct xmp_q4k {
@@ -199,7 +170,7 @@ __device__ __forceinline__ void xmp_load(const uint8_t *blk, int c, xmp_q4k &w)
 
 template <int T> struct xmp_type;
 template <> struct xmp_type<MR_TYPE_IQ4_XS> {
-    using words = xmp_iq4;
+    using words = xs_iq4w;
     static constexpr int bytes = 136; /* a 256-column block */
 };
 template <> struct xmp_type<MR_TYPE_Q4_K> {
@@ -211,13 +182,13 @@ template <> struct xmp_type<MR_TYPE_Q4_K> {
  * lane c; A[1], A[3]: row b's) and its scales: IQ4_XS code book values
  * (signed) with ls - 32, Q4_K quants (unsigned) with sc (sca, scb: the
  * four sub-blocks' bytes of xs_q4k_bytes). */
-__device__ __forceinline__ void xmp_frag(const xmp_iq4 &wa, const xmp_iq4 &wb, int j, uint32_t (&A)[4], int &sa,
+__device__ __forceinline__ void xmp_frag(const xs_iq4w &wa, const xs_iq4w &wb, int j, uint32_t (&A)[4], int &sa,
                                          int &sb)
 {
     xs_iq4nl8(wa.q[j], &A[0], &A[2]); /* row a: columns 4c.., 16 + 4c.. */
     xs_iq4nl8(wb.q[j], &A[1], &A[3]);
-    sa = (int)(((wa.hd.y >> (4 * j)) & 15) | (((wa.hd.x >> (16 + 2 * j)) & 3) << 4)) - 32;
-    sb = (int)(((wb.hd.y >> (4 * j)) & 15) | (((wb.hd.x >> (16 + 2 * j)) & 3) << 4)) - 32;
+    sa = (int)xs_iq4_ls(wa.hd, j) - 32;
+    sb = (int)xs_iq4_ls(wb.hd, j) - 32;
 }
 __device__ __forceinline__ void xmp_frag(const xmp_q4k &wa, const xmp_q4k &wb, int j, uint32_t (&A)[4], int &sa,
                                          int &sb, uint32_t sca, uint32_t scb)
@@ -444,63 +415,52 @@ k_xmp(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int rows, 
 bool mr_cu_xmp_takes(const mr_cu_ctx *c, const mr_weight *w)
 {
     const bool t = w->type == MR_TYPE_IQ4_XS || (w->type == MR_TYPE_Q4_K && c->xmp_q4k);
-    return c->xmp && t && w->data && w->cols % 256 == 0 && w->rows % 64 == 0 && w->n_mats >= 1 &&
-           w->rows <= (1 << 30);
+    return c->xmp && t && w->data && w->cols % 256 == 0 && w->rows % 64 == 0 && w->rows <= (1 << 30);
 }
 
-/* Bytes of the operand of n_rows rows of cols columns in pl planes for
- * products with weights of this type. */
-size_t mr_cu_xmp_operand_bytes(int type, int64_t cols, int n_rows, int pl)
-{
-    const bool q4 = type == MR_TYPE_Q4_K;
-    const int blk = pl == 3 ? (q4 ? xmp_blk<MR_TYPE_Q4_K, 3>() : xmp_blk<MR_TYPE_IQ4_XS, 3>())
-                            : (q4 ? xmp_blk<MR_TYPE_Q4_K, 2>() : xmp_blk<MR_TYPE_IQ4_XS, 2>());
-    return (size_t)n_rows * (size_t)(cols / 256) * (size_t)blk;
-}
-
-void mr_cu_xmp_quant(mr_cu_ctx *c, int type, const float *x, int64_t cols, const int32_t *src, const float *u,
-                     int n_rows, int pl, uint8_t *out)
-{
-    const unsigned blocks = (unsigned)(((size_t)n_rows * (size_t)(cols / 256) + 7) / 8);
-#define XQ(TT, PP) mr_cu_launch(c, k_xmp_quant<TT, PP>, blocks, 256, 0, x, (int)cols, src, u, n_rows, out)
-    if (type == MR_TYPE_Q4_K && pl == 3)
-        XQ(MR_TYPE_Q4_K, 3);
-    else if (type == MR_TYPE_Q4_K)
-        XQ(MR_TYPE_Q4_K, 2);
-    else if (pl == 3)
-        XQ(MR_TYPE_IQ4_XS, 3);
-    else
-        XQ(MR_TYPE_IQ4_XS, 2);
-#undef XQ
-    MR_CU_LAUNCHED(c, "xmp input");
-}
-
-/* w (and w2 into y2: blockIdx.z) over the operand Xq (pl planes): on the
- * grouping's tiles of at most XMP_BN operand rows (max_tiles of them at
- * most), or with tiles NULL densely over n rows. */
-void mr_cu_xmp_launch(mr_cu_ctx *c, const mr_weight *w, const mr_weight *w2, const uint8_t *Xq, int pl,
-                      const int32_t *dst, const void *tiles, const int *n_tiles, int64_t max_tiles, int n, float *y,
-                      float *y2)
+/* Quantizes the operand rows into the activation scratch, then launches
+ * the products (k_xmp_quant's and k_xmp's comments). */
+template <int T, int PL>
+static void xmp_run(mr_cu_ctx *c, const mr_weight *w, const mr_weight *w2, const float *x, const int32_t *src,
+                    const float *u, int n_rows, const int32_t *dst, const void *tiles, const int *n_tiles,
+                    int64_t max_tiles, float *y, float *y2)
 {
     static_assert(sizeof(xmp_tile) == 3 * sizeof(int), "the grouping's tile record");
-    const int64_t ty = tiles ? max_tiles : (n + XMP_BN - 1) / XMP_BN;
+    const int cols = (int)w->cols;
+    const size_t blocks = (size_t)n_rows * (size_t)(cols / 256);
+    if (!mr_cu_reserve(c, &c->scratch_act, blocks * xmp_blk<T, PL>(), "GEMM int8 operand"))
+        return;
+    const uint8_t *Xq = (const uint8_t *)c->scratch_act.p;
+    mr_cu_launch(c, k_xmp_quant<T, PL>, (unsigned)((blocks + 7) / 8), 256, 0, x, cols, src, u, n_rows,
+                 (uint8_t *)c->scratch_act.p);
+    MR_CU_LAUNCHED(c, "xmp input");
+    const int64_t ty = tiles ? max_tiles : (n_rows + XMP_BN - 1) / XMP_BN;
     const dim3 grid((unsigned)(w->rows / 64), (unsigned)ty, w2 ? 2 : 1);
-    const bool four = c->xmp == 4;
-#define XMP_ARGS (const uint8_t *)w->data, w->row_bytes * (size_t)w->rows, w->row_bytes, (int)w->cols, (int)w->rows, n, \
-                 Xq, dst, (const xmp_tile *)tiles, n_tiles, y, w2 ? (const uint8_t *)w2->data : (const uint8_t *)nullptr, y2
-#define XL(TT, PP) (four ? mr_cu_launch(c, k_xmp<TT, PP, 4>, grid, 128, xmp_smem<TT, PP>(), XMP_ARGS) \
-                         : mr_cu_launch(c, k_xmp<TT, PP, 3>, grid, 128, xmp_smem<TT, PP>(), XMP_ARGS))
-    if (w->type == MR_TYPE_Q4_K && pl == 3)
-        XL(MR_TYPE_Q4_K, 3);
-    else if (w->type == MR_TYPE_Q4_K)
-        XL(MR_TYPE_Q4_K, 2);
-    else if (pl == 3)
-        XL(MR_TYPE_IQ4_XS, 3);
+#define XMP_ARGS grid, 128, xmp_smem<T, PL>(), (const uint8_t *)w->data, w->row_bytes * (size_t)w->rows, w->row_bytes, \
+                 cols, (int)w->rows, n_rows, Xq, dst, (const xmp_tile *)tiles, n_tiles, y,                     \
+                 w2 ? (const uint8_t *)w2->data : (const uint8_t *)nullptr, y2
+    if (c->xmp == 4)
+        mr_cu_launch(c, k_xmp<T, PL, 4>, XMP_ARGS);
     else
-        XL(MR_TYPE_IQ4_XS, 2);
-#undef XL
+        mr_cu_launch(c, k_xmp<T, PL, 3>, XMP_ARGS);
 #undef XMP_ARGS
     MR_CU_LAUNCHED(c, "xmp GEMM");
+}
+
+void mr_cu_xmp_product(mr_cu_ctx *c, const mr_weight *w, const mr_weight *w2, const float *x, const int32_t *src,
+                       const float *u, int n_rows, int pl, const int32_t *dst, const void *tiles, const int *n_tiles,
+                       int64_t max_tiles, float *y, float *y2)
+{
+#define XR(TT, PP) xmp_run<TT, PP>(c, w, w2, x, src, u, n_rows, dst, tiles, n_tiles, max_tiles, y, y2)
+    if (w->type == MR_TYPE_Q4_K && pl == 3)
+        XR(MR_TYPE_Q4_K, 3);
+    else if (w->type == MR_TYPE_Q4_K)
+        XR(MR_TYPE_Q4_K, 2);
+    else if (pl == 3)
+        XR(MR_TYPE_IQ4_XS, 3);
+    else
+        XR(MR_TYPE_IQ4_XS, 2);
+#undef XR
 }
 
 int mr_cu_xmp_tile_tokens(void) { return XMP_BN; }
