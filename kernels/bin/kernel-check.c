@@ -1452,15 +1452,23 @@ static void check_prompt_rows_one(mr_backend *be, const char *label, double boun
  * as in one call (experts, and the dense products of f16x3 mode: against
  * the CPU backend 1e-5 with their 3 planes), moe_ffn_prompt bit for bit
  * against its calls apart (NaN rows of bad ids included). */
+/* A backend with MEMRA_CUDA_XMP=xmp and var=val (var NULL: none); the
+ * environment keeps main's MEMRA_CUDA_XMP=0 after. */
+static mr_backend *xmp_backend(const char *xmp, const char *var, const char *val)
+{
+    setenv("MEMRA_CUDA_XMP", xmp, 1);
+    mr_backend *be = var ? backend_with(var, val) : mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_XMP", "0", 1);
+    if (!be) die("cuda (xmp)");
+    return be;
+}
+
 static void check_xmp_all(void)
 {
     const tdesc *ti = td_of(MR_TYPE_IQ4_XS);
     const char *set[2] = {"1", "4"};
     for (int v = 0; v < 2; v++) {
-        setenv("MEMRA_CUDA_XMP", set[v], 1);
-        mr_backend *be = mr_backend_cuda_create(0, &err);
-        setenv("MEMRA_CUDA_XMP", "0", 1); /* main's setting */
-        if (!be) die("cuda (xmp)");
+        mr_backend *be = xmp_backend(set[v], NULL, NULL);
         check_expert_rows(be, "xmp-rows", ti, 2048, 512, 32, 8, 67, ROUTE_RANDOM, 1e-4); /* the 35B-A3B's gate */
         check_expert_rows(be, "xmp-rows", ti, 512, 2048, 32, 8, 67, ROUTE_RANDOM, 1e-4); /* and down */
         check_expert_rows(be, "xmp-rows", ti, 2048, 512, 32, 8, 80, ROUTE_ONE, 1e-4);    /* 640 pairs: 20 tiles */
@@ -1471,15 +1479,10 @@ static void check_xmp_all(void)
         check_moe_ffn_one(be, "xmp-ffn-bits", ti, ti, 2048, 512, 32, 8, 67, ROUTE_RANDOM);
         check_moe_ffn_one(be, "xmp-ffn-bits", ti, ti, 2048, 512, 256, 8, 512, ROUTE_RANDOM); /* the 35B-A3B's pp512 */
         check_moe_ffn_one(be, "xmp-ffn-bits", ti, ti, 1024, 256, 8, 2, 65, ROUTE_BAD);
+        be->destroy(be);
         /* dense products, in f16x3 mode (3 planes; float32-grade: f16x3's
          * bound) */
-        be->destroy(be);
-        setenv("MEMRA_CUDA_XMP", set[v], 1);
-        setenv("MEMRA_CUDA_GEMM", "f16x3", 1);
-        be = mr_backend_cuda_create(0, &err);
-        unsetenv("MEMRA_CUDA_GEMM");
-        setenv("MEMRA_CUDA_XMP", "0", 1);
-        if (!be) die("cuda (xmp, f16x3)");
+        be = xmp_backend(set[v], "MEMRA_CUDA_GEMM", "f16x3");
         check_prompt_rows_one(be, "xmp-inv-x3", 1e-5, ti, 2048, 512, 1, 1);
         check_prompt_rows_one(be, "xmp-inv-x3", 1e-5, ti, 4096, 256, 1, 1);
         check_prompt_rows_one(be, "xmp-inv-x3", 1e-5, ti, 512, 192, 1, 1);
@@ -1488,15 +1491,10 @@ static void check_xmp_all(void)
     /* Q4_K (MEMRA_CUDA_XMP_Q4K=1): the 30B-A3B's experts, and dense products
      * in f16x3 mode */
     const tdesc *t4 = td_of(MR_TYPE_Q4_K);
-    setenv("MEMRA_CUDA_XMP", "1", 1);
-    setenv("MEMRA_CUDA_XMP_Q4K", "1", 1);
-    mr_backend *be = mr_backend_cuda_create(0, &err);
+    mr_backend *be = xmp_backend("1", "MEMRA_CUDA_XMP_Q4K", "1");
     setenv("MEMRA_CUDA_GEMM", "f16x3", 1);
-    mr_backend *b3 = be ? mr_backend_cuda_create(0, &err) : NULL;
+    mr_backend *b3 = xmp_backend("1", "MEMRA_CUDA_XMP_Q4K", "1");
     unsetenv("MEMRA_CUDA_GEMM");
-    unsetenv("MEMRA_CUDA_XMP_Q4K");
-    setenv("MEMRA_CUDA_XMP", "0", 1);
-    if (!be || !b3) die("cuda (xmp, Q4_K)");
     check_expert_rows(be, "xmp-rows", t4, 2048, 768, 32, 8, 67, ROUTE_RANDOM, 1e-4);
     check_expert_rows(be, "xmp-rows", t4, 768, 2048, 32, 8, 67, ROUTE_RANDOM, 1e-4);
     check_expert_rows(be, "xmp-rows", t4, 2048, 768, 32, 8, 80, ROUTE_ONE, 1e-4);
