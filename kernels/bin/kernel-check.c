@@ -1501,6 +1501,10 @@ static void check_xmp_all(void)
     check_prompt_rows_one(be, "xmp-inv", 1e-4, t4, 1024, 128, 32, 8);
     check_moe_ffn_one(be, "xmp-ffn-bits", t4, t4, 2048, 768, 128, 8, 512, ROUTE_RANDOM); /* the 30B-A3B's pp512 */
     check_moe_ffn_one(be, "xmp-ffn-bits", t4, t4, 1024, 256, 8, 2, 65, ROUTE_BAD);
+    /* Q4_K_M's even layers: Q4_K gate/up here, the Q6_K down on the float16 kernel */
+    const tdesc *t6 = td_of(MR_TYPE_Q6_K);
+    check_moe_ffn_one(be, "xmp-ffn-bits", t4, t6, 2048, 768, 128, 8, 512, ROUTE_RANDOM);
+    check_moe_ffn_one(be, "xmp-ffn-bits", t4, t6, 1024, 256, 8, 2, 65, ROUTE_BAD);
     check_prompt_rows_one(b3, "xmp-inv-x3", 1e-5, t4, 2048, 512, 1, 1);
     check_prompt_rows_one(b3, "xmp-inv-x3", 1e-5, t4, 512, 192, 1, 1);
     be->destroy(be);

@@ -1093,15 +1093,27 @@ bool mr_cu_moe_ffn_gemm(mr_cu_ctx *c, const mr_weight *wg, const mr_weight *wu, 
         return false;
     const int P = n * k;
     mg_grouping g;
-    const bool xmp = mm == GEMM_F16 && mr_cu_xmp_takes(c, wg) && mr_cu_xmp_takes(c, wd);
+    const bool xmp_gu = mm == GEMM_F16 && mr_cu_xmp_takes(c, wg), xmp = xmp_gu && mr_cu_xmp_takes(c, wd);
     const int r = moe_group(c, ids, P, wg->n_mats, k, 1, {{gate, up, y}, {wg->rows, wg->rows, wd->rows}}, &g,
-                            xmp ? mr_cu_xmp_tile_tokens() : MG_BN);
+                            xmp_gu ? mr_cu_xmp_tile_tokens() : MG_BN);
     if (r)
         return r > 0;
-    if (xmp) { /* gate and up, then down over silu(gate) * up of the pairs (the grouping's second map) */
+    if (xmp_gu) { /* gate and up, then down over silu(gate) * up of the pairs (the grouping's second map) */
         mr_cu_xmp_product(c, wg, wu, x, g.map, nullptr, P, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles, gate, up);
-        mr_cu_xmp_product(c, wd, nullptr, gate, g.map + P, up, P, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles, y,
-                          nullptr);
+        if (xmp) {
+            mr_cu_xmp_product(c, wd, nullptr, gate, g.map + P, up, P, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles,
+                              y, nullptr);
+            return true;
+        }
+        /* a down the int8 path does not take (Q4_K_M's Q6_K) on the float16
+         * kernel, on a grouping of its own tiles: the products of the calls apart */
+        mg_grouping g2;
+        if (moe_group(c, ids, P, wd->n_mats, k, 1, {{y, nullptr, nullptr}, {wd->rows, 0, 0}}, &g2))
+            return true; /* failed (recorded); -1 cannot happen: the first grouping held these experts */
+        float *scale;
+        const void *xg = prepare_x(c, mm, gate, wd->cols, P, g2.map + P, &scale, up);
+        if (xg)
+            moe_gemm_launch(c, mm, wd, nullptr, xg, scale, g2, P, y, nullptr);
         return true;
     }
     float *scale;
