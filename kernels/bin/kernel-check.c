@@ -1488,7 +1488,7 @@ static void check_xmp_all(void)
         check_prompt_rows_one(be, "xmp-inv-x3", 1e-5, ti, 512, 192, 1, 1);
         be->destroy(be);
     }
-    /* Q4_K (MEMRA_CUDA_XMP_Q4K=1): the 30B-A3B's experts, and dense products
+    /* Q4_K (the default; MEMRA_CUDA_XMP_Q4K=0 off): the 30B-A3B's experts, and dense products
      * in f16x3 mode */
     const tdesc *t4 = td_of(MR_TYPE_Q4_K);
     mr_backend *be = xmp_backend("1", "MEMRA_CUDA_XMP_Q4K", "1");

@@ -82,8 +82,8 @@ struct mr_cu_ctx {
     int xmp;                /* prompt products of IQ4_XS on the int8 tensor cores (cu_moemmp.cu):
                                3 blocks an SM (default; MEMRA_CUDA_XMP=4: 4, fewer registers; =0 off:
                                the float16 and f16x3 kernels; run 173: 35B-A3B pp512 5,213 -> 6,698) */
-    bool xmp_q4k;           /* and Q4_K's (MEMRA_CUDA_XMP_Q4K=1; off until fixture parity has run
-                               with it; run 176: 30B-A3B pp512 12,470 -> 13,016) */
+    bool xmp_q4k;           /* and Q4_K's (default; MEMRA_CUDA_XMP_Q4K=0: the float16 kernels for
+                               Q4_K; run 177: 30B-A3B pp512 12,339 / 12,486 -> 13,473 / 13,454) */
     bool xmm_items;         /* its decode batches a block a chunk of two pairs, not a block an expert
                                (default; MEMRA_CUDA_XMM_ITEMS=0: a block an expert; the same bits;
                                run 171: 16-token gate/up -15%, 30B-A3B decode only C = 16 +2.6%) */

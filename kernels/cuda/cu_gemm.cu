@@ -91,7 +91,7 @@
  * chose costs nothing.  Same rounding as the GEMM path of the mode (both
  * operands float16, float32 sums), another summation order.
  *
- * IQ4_XS experts (and Q4_K with MEMRA_CUDA_XMP_Q4K=1) take the int8
+ * IQ4_XS and Q4_K experts (MEMRA_CUDA_XMP_Q4K=0: IQ4_XS only) take the int8
  * tensor-core kernels of cu_moemmp.cu instead, on the same grouping with
  * tiles of mr_cu_xmp_tile_tokens; so do IQ4_XS dense products in f16x3
  * mode (three input planes: float32-grade). */

@@ -1,12 +1,14 @@
-/* Prompt products of IQ4_XS matrices on the int8 tensor cores: the
- * experts (moe_ffn_prompt, matmul_id_prompt), and the dense products
+/* Prompt products of IQ4_XS and Q4_K matrices on the int8 tensor cores:
+ * the experts (moe_ffn_prompt, matmul_id_prompt), and the dense products
  * (matmul_prompt) where float32-grade products are asked for (f16x3: the
- * hybrids), against inputs quantized to 2 or 3 int8 planes (Q4_K too,
- * with MEMRA_CUDA_XMP_Q4K=1; its mins' term as cu_moemma.cu's): the
- * default for IQ4_XS (MEMRA_CUDA_XMP=4: 4 blocks an SM; =0: the float16
- * and f16x3 kernels of cu_gemm.cu).  Run 173 (H200, the 35B-A3B's 512-token
- * prompt): 5,213 -> 6,698 tok/s; the experts 710 -> 465 us a layer, the
- * in-projection 8,192 x 2,048 296 -> 205 us, the o 2,048 x 4,096 216 -> 125.
+ * hybrids), against inputs quantized to 2 or 3 int8 planes (Q4_K's mins'
+ * term as cu_moemma.cu's): the default (MEMRA_CUDA_XMP=4: 4 blocks an SM;
+ * =0: the float16 and f16x3 kernels of cu_gemm.cu; MEMRA_CUDA_XMP_Q4K=0:
+ * those for Q4_K only).  Run 173 (H200, the 35B-A3B's 512-token prompt):
+ * 5,213 -> 6,698 tok/s; the experts 710 -> 465 us a layer, the
+ * in-projection 8,192 x 2,048 296 -> 205 us, the o 2,048 x 4,096 216 -> 125;
+ * run 177, the 30B-A3B's Q4_K experts: pp512 12,339 / 12,486 -> 13,473 /
+ * 13,454.
  *
  * Why: the float16 fused expert kernel (cu_gemm.cu k_moe_gemm) decodes
  * every weight of a tile into shared memory as float16 and reads it back
@@ -408,9 +410,10 @@ k_xmp(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int rows, 
 /* ---- host side ---- */
 
 /* Whether the kernels take w: IQ4_XS (unless MEMRA_CUDA_XMP=0) or Q4_K
- * (with MEMRA_CUDA_XMP_Q4K=1: run 176, kernel-check xmp's Q4_K lines green,
- * the 30B-A3B's pp512 12,485 / 12,454 -> 13,029 / 13,003 with its odd
- * layers' experts here; fixture parity not yet run with it) of whole
+ * (unless MEMRA_CUDA_XMP_Q4K=0 as well: run 177, fixture parity passed on
+ * the qwen3moe and qwen35moe Q4_K_M files with it, sched-bench --check 16
+ * of 16, the 30B-A3B's pp512 12,339 / 12,486 -> 13,473 / 13,454 with its
+ * Q4_K experts here and its Q6_K downs on the float16 kernel) of whole
  * 256-column blocks and whole 64-row tiles. */
 bool mr_cu_xmp_takes(const mr_cu_ctx *c, const mr_weight *w)
 {
@@ -479,7 +482,7 @@ bool mr_cu_xmp_init(mr_cu_ctx *c)
     const char *e = getenv("MEMRA_CUDA_XMP");
     c->xmp = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "4") ? 4 : 3;
     const char *q = getenv("MEMRA_CUDA_XMP_Q4K");
-    c->xmp_q4k = q && !strcmp(q, "1");
+    c->xmp_q4k = !(q && !strcmp(q, "0"));
     return xmp_optin<MR_TYPE_IQ4_XS, 2>() && xmp_optin<MR_TYPE_IQ4_XS, 3>() && xmp_optin<MR_TYPE_Q4_K, 2>() &&
            xmp_optin<MR_TYPE_Q4_K, 3>();
 }
