@@ -26,7 +26,7 @@
  * whole decode steps of a small model with it off and on, bit for bit
  * (check_pdl).
  *
- * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|xmm|xmp|hybrid|tiles|mm|ops|q8]]   Prints
+ * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|xmm|xmp|xmd|hybrid|tiles|mm|ops|q8]]   Prints
  * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
  * grouped expert products, "prompt" only those of the prompt products (the
  * GEMM paths and their rows' bits across calls; part of "mm"), "sample"
@@ -45,7 +45,9 @@
  * other part runs with MEMRA_CUDA_XMM=0, the 22-bit dp4a kernel), "xmp"
  * the prompt products of IQ4_XS on the int8 tensor cores (the default;
  * every other part runs with MEMRA_CUDA_XMP=0, the float16 and f16x3
- * kernels);
+ * kernels); "xmd" the decode batches of dense Q4_K products on the int8
+ * tensor cores (the default; every other part runs with MEMRA_CUDA_XMD=0,
+ * the float kernels; "pdl" also runs whole steps with them);
  * "mm", "ops" and "q8" one third of
  * the whole each (run the three at once: their union is what no argument
  * runs). */
@@ -1509,6 +1511,79 @@ static void check_xmp_all(void)
     check_prompt_rows_one(b3, "xmp-inv-x3", 1e-5, t4, 512, 192, 1, 1);
     be->destroy(be);
     b3->destroy(b3);
+}
+
+static void check_batch_invariance_ns(mr_backend *be, const char *label, const tdesc *td, int64_t cols,
+                                      int64_t rows, int mats, int k, const int *ns, int nn);
+static void check_multi_vs_one(mr_backend *be, const char *label, const tdesc *td, int64_t r0, int64_t r1,
+                               int64_t r2, int64_t cols, int n, long saved);
+
+/* Decode batches of dense Q4_K products on the int8 tensor cores
+ * (cu_mvxmd.cu, the default): against float64 sums at the decode
+ * bound (22-bit inputs), a token's rows the same bits at 2..64 tokens a
+ * call as alone (1-2 tokens: the kernel quantizes its input itself; up to
+ * 8: one launch after the quantization's; chunks of 16 above), and q, k, v
+ * sharing one launch bit for bit against their calls apart. */
+static void check_xmd_prec(mr_backend *be, const tdesc *td, int64_t cols, int64_t rows, int n)
+{
+    const size_t rb = (size_t)(cols / td->be) * td->bb, xn = (size_t)n * cols, yn = (size_t)n * rows;
+    uint8_t *host = malloc(rb * rows);
+    rand_blocks(td, host, rb * rows / td->bb);
+    float *x = malloc(xn * 4), *y = malloc(yn * 4), *wr = malloc(cols * 4);
+    for (size_t i = 0; i < xn; i++) x[i] = fgauss();
+    double *ref = calloc(yn, 8);
+    for (int64_t r = 0; r < rows; r++) {
+        deq_row(td, host + r * rb, cols, wr);
+        for (int t = 0; t < n; t++) {
+            double sum = 0;
+            for (int64_t c = 0; c < cols; c++) sum += (double)wr[c] * x[t * cols + c];
+            ref[t * rows + r] = sum;
+        }
+    }
+    mr_weight w;
+    load_weight(be, td, host, cols, rows, 1, &w);
+    float *dx = dup_to(be, x, xn * 4), *dy = dalloc(be, yn * 4);
+    poison(be, dy, yn * 4);
+    be->matmul(be, &w, dx, dy, n);
+    fetch(be, y, dy, yn * 4);
+    int nan;
+    const double e = rel_l2(y, ref, yn, &nan);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%s %lldx%lld n=%d", td->name, (long long)rows, (long long)cols, n);
+    report("xmd-matmul", shape, e, nan, 2e-5);
+    be->free(be, dx);
+    be->free(be, dy);
+    be->weight_release(be, &w);
+    free(host); free(x); free(y); free(wr); free(ref);
+}
+
+static void check_xmd_all(void)
+{
+    const tdesc *t4 = td_of(MR_TYPE_Q4_K);
+    setenv("MEMRA_CUDA_XMD", "1", 1);
+    mr_backend *be = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_XMD", "0", 1); /* main's setting */
+    if (!be) die("cuda (xmd)");
+    const int pn[] = {1, 2, 7, 8, 9, 16, 21};
+    for (size_t i = 0; i < sizeof pn / sizeof pn[0]; i++) {
+        check_xmd_prec(be, t4, 2048, 512, pn[i]);
+        check_xmd_prec(be, t4, 4096, 96, pn[i]);
+    }
+    check_xmd_prec(be, t4, 256, 48, 3); /* one block a row: three slices idle */
+    check_xmd_prec(be, t4, 1280, 80, 5); /* five blocks: slices of 2, 1, 1, 1 */
+    check_xmd_prec(be, t4, 12288, 64, 1); /* the 8B's down: 80 KB of quantized input a block */
+    check_xmd_prec(be, t4, 12288, 64, 2);
+    const int ns[] = {2, 3, 5, 8, 9, 16, 17, 21, 40, 64};
+    const int nn = (int)(sizeof ns / sizeof ns[0]);
+    check_batch_invariance_ns(be, "xmd-batch-inv", t4, 2048, 5120, 1, 1, ns, nn); /* the 30B-A3B's q/k/v rows */
+    check_batch_invariance_ns(be, "xmd-batch-inv", t4, 4096, 2048, 1, 1, ns, nn); /* its o */
+    check_batch_invariance_ns(be, "xmd-batch-inv", t4, 1280, 208, 1, 1, ns, nn);
+    check_batch_invariance_ns(be, "xmd-batch-inv", t4, 12288, 64, 1, 1, ns, nn);
+    const int mn[] = {1, 5, 16, 21};
+    for (size_t i = 0; i < sizeof mn / sizeof mn[0]; i++)
+        check_multi_vs_one(be, "xmd", t4, 4096, 512, 512, 2048, mn[i], 2);
+    check_multi_vs_one(be, "xmd", t4, 48, 16, 32, 768, 3, 2);
+    be->destroy(be);
 }
 
 static void check_prompt_rows(void)
@@ -3669,8 +3744,10 @@ static int pdl_steps(const pdl_model *m, mr_backend *be, int n, const int32_t *i
 
 static void check_pdl(void)
 {
-    enum { NF = 3, NM = 2 };
-    static const struct { const char *name, *matvec; } fam[NF] = {{"f32", "f32"}, {"q8", "q8"}, {"x24", "x24all"}};
+    enum { NF = 4, NM = 2 };
+    /* xmd: the dense Q4_K products on the int8 tensor cores (cu_mvxmd.cu) */
+    static const struct { const char *name, *matvec, *xmd; } fam[NF] = {
+        {"f32", "f32", "0"}, {"q8", "q8", "0"}, {"x24", "x24all", "0"}, {"xmd", "f32", "1"}};
     static const char *mode[NM] = {"0", NULL}; /* NULL: unset, the default */
     static const char *mode_name[NM] = {"off", "on"};
     pdl_model m;
@@ -3685,6 +3762,7 @@ static void check_pdl(void)
     for (int f = 0; f < NF; f++) {
         mr_backend *be[NM];
         setenv("MEMRA_CUDA_MATVEC", fam[f].matvec, 1);
+        setenv("MEMRA_CUDA_XMD", fam[f].xmd, 1);
         for (int i = 0; i < NM; i++) {
             if (mode[i]) setenv("MEMRA_CUDA_PDL", mode[i], 1);
             else unsetenv("MEMRA_CUDA_PDL");
@@ -3693,6 +3771,7 @@ static void check_pdl(void)
         }
         unsetenv("MEMRA_CUDA_PDL");
         unsetenv("MEMRA_CUDA_MATVEC");
+        setenv("MEMRA_CUDA_XMD", "0", 1);
         int pm = 0;
 #ifdef MR_HAVE_CUDA
         pm = mr_cuda_pdl_mode(be[NM - 1]);
@@ -4438,6 +4517,9 @@ int main(int argc, char **argv)
     /* and the float16 / f16x3 prompt kernels for IQ4_XS, whose int8
      * tensor-core kernels (the default) have the part "xmp" */
     setenv("MEMRA_CUDA_XMP", "0", 1);
+    /* and the float decode kernels for dense Q4_K products, whose int8
+     * tensor-core kernels (the default) have the part "xmd" */
+    setenv("MEMRA_CUDA_XMD", "0", 1);
     /* the float32 decode kernels, whatever the caller's environment; the
      * int8-activation backends are made below */
     setenv("MEMRA_CUDA_MATVEC", "f32", 1);
@@ -4534,7 +4616,7 @@ int main(int argc, char **argv)
         {"pdl", check_pdl},              {"attn", check_attention_prompts}, {"wide", check_wide_rows},
         {"early", check_early_weights},  {"loop", check_wide_loop},  {"tail", check_moe_tail_all},  {"xmq", check_xm_quant_all}, {"merge", check_attn_merge},
         {"route", check_route_rank_all}, {"hybrid", check_part_hybrid}, {"tiles", check_x24_tiles},
-        {"xmm", check_xmm_all},          {"xmp", check_xmp_all},
+        {"xmm", check_xmm_all},          {"xmp", check_xmp_all}, {"xmd", check_xmd_all},
     };
     size_t pi = 0;
     while (pi < sizeof parts / sizeof parts[0] && strcmp(part, parts[pi].name)) pi++;

@@ -345,6 +345,7 @@ static void cu_destroy(mr_backend *be)
         if (c->scratch_grp.p) cudaFree(c->scratch_grp.p);
         if (c->scratch_q8.p) cudaFree(c->scratch_q8.p);
         if (c->scratch_x24.p) cudaFree(c->scratch_x24.p);
+        if (c->scratch_xmd.p) cudaFree(c->scratch_xmd.p);
         if (c->scratch_split.p) cudaFree(c->scratch_split.p);
         if (c->cublas) cublasDestroy(c->cublas);
         if (c->stream) cudaStreamDestroy(c->stream);
@@ -449,6 +450,7 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     pdl_init(c, &prop);
     mr_cu_x24_init(c);
     mr_cu_fast_init(c);
+    mr_cu_xmd_init(c);
     if (cublasCreate(&c->cublas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(c->cublas, c->stream) != CUBLAS_STATUS_SUCCESS) {
         mr_errf(err, "cuda: cuBLAS init failed on device %d", device);

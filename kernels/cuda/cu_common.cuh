@@ -123,6 +123,9 @@ struct mr_cu_ctx {
     size_t x24_smem;        /* shared memory an x24 launch may ask for */
     bool x24_pre;           /* MEMRA_CUDA_X24_PRE=1: x24 inputs quantized by their own kernel */
     mr_cu_buf scratch_x24;  /* x24 input planes quantized by their own kernel (mr_cu_x24_planes) */
+    int xmd;                /* decode batches of dense Q4_K products on the int8 tensor cores
+                               (cu_mvxmd.cu; default; MEMRA_CUDA_XMD=0: the float kernels) */
+    mr_cu_buf scratch_xmd;  /* their input planes (k_xmp_quant's operand) */
     int x24_nt_max;         /* tokens an x24 launch at most (2; MEMRA_CUDA_X24_NT) */
     int xm_bps;             /* x24 expert products: blocks an SM the rows a block aim at, were
                                every slot used (64; MEMRA_CUDA_XM_BPS, for timing: same bits) */
@@ -339,6 +342,16 @@ void mr_cu_xmp_product(mr_cu_ctx *c, const mr_weight *w, const mr_weight *w2, co
                        const float *u, int n_rows, int pl, const int32_t *dst, const void *tiles, const int *n_tiles,
                        int64_t max_tiles, float *y, float *y2);
 int mr_cu_xmp_tile_tokens(void);
+/* The operand of k_xmp and k_xmd for Q4_K at 3 planes (22 bits): n_rows
+ * rows of x quantized into buf; NULL when the reserve fails. */
+const uint8_t *mr_cu_xmp_operand_q4k3(mr_cu_ctx *c, mr_cu_buf *buf, const float *x, int n_rows, int cols);
+/* Decode batches of dense Q4_K products on the int8 tensor cores
+ * (cu_mvxmd.cu): whether they take the m matrices w (one launch for all,
+ * over one input); then y[s] = w[s] times the n rows of x, every token's
+ * rows the same bits at any n. */
+void mr_cu_xmd_init(mr_cu_ctx *c);
+bool mr_cu_xmd_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m);
+bool mr_cu_xmd_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x, int n);
 /* Prompt products (cu_gemm.cu). */
 void mr_cu_gemm_init(mr_cu_ctx *c);
 void mr_cu_prefer_float32(mr_backend *be);

@@ -198,6 +198,8 @@ void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, 
         mr_cu_matmul_gemm(c, w, x, y, n);
         return;
     }
+    if (mr_cu_xmd_matvec(c, &w, &y, 1, x, n))
+        return; /* the int8 tensor cores take the matrix (at any decode size) */
     if (mr_cu_x24_matvec(c, &w, &y, 1, x, n))
         return; /* the 22-bit kernel takes the matrix (at any decode size) */
     /* the fast kernels take a decode batch whole (cu_fast.cu launch_fast_n
@@ -298,7 +300,7 @@ static bool multi_ok(mr_cu_ctx *c, const mr_weight *const *w, int m, const float
     for (int s = 0; s < m; s++)
         if (!w[s] || !w[s]->data || !mr_cu_type_supported(w[s]->type))
             return false;
-    return mr_cu_x24_takes(c, w, m, x) >= 0;
+    return mr_cu_xmd_takes(c, w, m) || mr_cu_x24_takes(c, w, m, x) >= 0;
 }
 
 bool mr_cu_matmul_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m,
@@ -308,6 +310,8 @@ bool mr_cu_matmul_multi(mr_backend *be, const mr_weight *const *w, float *const 
     if (n < 1 || n >= MR_CU_GEMM_MIN_TOKENS || m < 2 || m > MR_CU_MV_SUBS ||
         !multi_ok(c, w, m, x))
         return false;
+    if (mr_cu_xmd_matvec(c, w, y, m, x, n))
+        return true; /* the int8 tensor cores take all of them */
     if (mr_cu_x24_matvec(c, w, y, m, x, n))
         return true; /* the 22-bit kernel takes all of them (multi_ok: all or none) */
     /* a decode batch whole: the fast kernels split it into launches
@@ -345,6 +349,8 @@ bool mr_cu_matmul_glu(mr_backend *be, const mr_weight *const *w, float *const *y
             return mr_cu_x24_glu_id(c, w, y, o, x, x_slots, ids, k, 1);
         return mr_cu_fast_glu(c, w, y, o, x, x_slots, ids, k, 1);
     }
+    if (mr_cu_xmd_takes(c, w, 2))
+        return false; /* no SwiGLU form: the two as one matmul_multi, then swiglu */
     if (mr_cu_x24_takes(c, w, 2, x)) /* multi_ok: all of them */
         return mr_cu_x24_glu(c, w, y, o, x, n);
     float *yc[2];

@@ -54,23 +54,10 @@
  * of xmp_stages 256-column steps in shared memory (cp.async), each warp's
  * weights one step ahead in registers. */
 #include "kernels/cuda/cu_mma.cuh" /* mr_cp16, mr_imma32_ss */
-#include "kernels/cuda/cu_x24.cuh" /* xs_iq4nl8, q8_h2f */
+#include "kernels/cuda/cu_xmp.cuh"
 
 #define XMP_BN 32          /* tokens a tile: 4 MMA groups of 8 */
 #define XMP_TG (XMP_BN / 8)
-template <int PL> constexpr int xmp_qmax() { return PL == 2 ? 32639 : 2097151; }
-/* A row's 256-column block in the operand: 8 sub-blocks x PL planes x 32
- * bytes, then the block's scale dx (float) in a 16-byte record.  A plane's
- * 32 bytes of a sub-block are in the order of the type's fragments: IQ4_XS
- * (its quant word 4c holds columns 4c.. and 16 + 4c..): lane c's columns
- * 4c .. 4c + 3 then 16 + 4c .. 16 + 4c + 3 at 8c; Q4_K (a byte holds the
- * same column of two sub-blocks): the columns in order, lane c's 8c ..
- * 8c + 7 at 8c.  Q4_K's blocks end with the planes' sums over each
- * sub-block (its mins' term), per plane 16 bytes: balanced base-256 digits
- * of the 8 sums, lo of sub-blocks 0..3, hi of 0..3, lo of 4..7, hi of 4..7
- * (cu_moemma.cu's xmm_quant256 layout). */
-template <int T> constexpr bool xmp_nat() { return T == MR_TYPE_Q4_K; }
-template <int T, int PL> constexpr int xmp_blk() { return 256 * PL + 16 + (xmp_nat<T>() ? 16 * PL : 0); }
 /* a token's block in the ring, padded to 32 mod 128 bytes: a half warp's
  * 8-byte reads (4 tokens, lanes c 0..3) hit distinct banks */
 template <int T, int PL> constexpr int xmp_ts() { return (xmp_blk<T, PL>() + 95) / 128 * 128 + 32; }
@@ -92,7 +79,6 @@ __global__ void __launch_bounds__(256) k_xmp_quant(const float *__restrict__ x, 
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
-    constexpr int QMAX = xmp_qmax<PL>();
     const int lane = threadIdx.x & 31, nsb = cols / 256;
     const int gw = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
     const int i = gw / nsb, b = gw % nsb;
@@ -113,95 +99,7 @@ __global__ void __launch_bounds__(256) k_xmp_quant(const float *__restrict__ x, 
             for (int k = 0; k < 8; k++) v[k] = mr_silu_mul(v[k], w[k]);
         }
     }
-    float m, inv;
-    const bool bad = xs_absmax256(v, (float)QMAX, &m, &inv);
-    /* digit p of columns 8l + 4h .. + 3 in w[p][h]: the lowest digit is q's
-     * low byte, the next (q + 128) >> 8's, the top one (q + 32896) >> 16
-     * for PL 3 (q + 128 = 256 (q >> 8 rounded) + (lo + 128), lo + 128 in
-     * [0, 255]; the same one level up) */
-    uint32_t w[PL][2] = {};
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-        int q = bad ? 0 : __float2int_rn(v[k] * inv);
-        q = min(max(q, -QMAX), QMAX);
-        const int d1 = (q + 128) >> 8, sh = 8 * (k & 3);
-        if constexpr (PL == 2) {
-            w[0][k >> 2] |= (uint32_t)(d1 & 255) << sh;
-        } else {
-            w[0][k >> 2] |= (uint32_t)(((q + 32896) >> 16) & 255) << sh;
-            w[1][k >> 2] |= (uint32_t)(d1 & 255) << sh;
-        }
-        w[PL - 1][k >> 2] |= (uint32_t)(q & 255) << sh;
-    }
-    /* lane l: sub-block j = l / 4, columns k0 = 8 (l % 4) .. of it; IQ4_XS:
-     * a run of 4 columns k goes to 8 ((k % 16) / 4) + 4 (k / 16) of its
-     * plane; Q4_K: to k */
-    uint8_t *blk = out + ((size_t)i * nsb + b) * xmp_blk<T, PL>();
-    const int j = lane >> 2, k0 = 8 * (lane & 3);
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int k = k0 + 4 * h, o = xmp_nat<T>() ? k : 8 * ((k & 15) >> 2) + 4 * (k >> 4);
-#pragma unroll
-        for (int p = 0; p < PL; p++) *(uint32_t *)(blk + (PL * j + p) * 32 + o) = w[p][h];
-    }
-    if constexpr (xmp_nat<T>()) {
-#pragma unroll
-        for (int p = 0; p < PL; p++) xs_plane_sums(w[p][0], w[p][1], blk, 256 * PL + 16 + 16 * p, lane);
-    }
-    if (lane == 0)
-        *(float *)(blk + 256 * PL) = bad ? __int_as_float(0x7fc00000) : m / (float)QMAX;
-}
-
-/* A lane's words of a block in one row: IQ4_XS as cu_moemma.cu's (xs_iq4w) */
-__device__ __forceinline__ void xmp_load(const uint8_t *blk, int c, xs_iq4w &w) { xs_iq4w_load(blk, c, w); }
-
-/* Q4_K: the header (d, dmin, the 12
- * bytes of scales and mins) and per 32-byte group i (sub-blocks 2i, 2i + 1
- * in the low and high nibbles) its bytes 8c .. 8c + 7. */
-struct xmp_q4k {
-    uint4 h;
-    uint2 q[4];
-};
-
-__device__ __forceinline__ void xmp_load(const uint8_t *blk, int c, xmp_q4k &w)
-{
-    w.h = __ldg((const uint4 *)blk);
-#pragma unroll
-    for (int i = 0; i < 4; i++) w.q[i] = __ldg((const uint2 *)(blk + 16 + 32 * i + 8 * c));
-}
-
-template <int T> struct xmp_type;
-template <> struct xmp_type<MR_TYPE_IQ4_XS> {
-    using words = xs_iq4w;
-    static constexpr int bytes = 136; /* a 256-column block */
-};
-template <> struct xmp_type<MR_TYPE_Q4_K> {
-    using words = xmp_q4k;
-    static constexpr int bytes = 144;
-};
-
-/* Sub-block j's A fragment of rows a, b (A[0], A[2]: row a's columns of
- * lane c; A[1], A[3]: row b's) and its scales: IQ4_XS code book values
- * (signed) with ls - 32, Q4_K quants (unsigned) with sc (sca, scb: the
- * four sub-blocks' bytes of xs_q4k_bytes). */
-__device__ __forceinline__ void xmp_frag(const xs_iq4w &wa, const xs_iq4w &wb, int j, uint32_t (&A)[4], int &sa,
-                                         int &sb)
-{
-    xs_iq4nl8(wa.q[j], &A[0], &A[2]); /* row a: columns 4c.., 16 + 4c.. */
-    xs_iq4nl8(wb.q[j], &A[1], &A[3]);
-    sa = (int)xs_iq4_ls(wa.hd, j) - 32;
-    sb = (int)xs_iq4_ls(wb.hd, j) - 32;
-}
-__device__ __forceinline__ void xmp_frag(const xmp_q4k &wa, const xmp_q4k &wb, int j, uint32_t (&A)[4], int &sa,
-                                         int &sb, uint32_t sca, uint32_t scb)
-{
-    const int i = j >> 1, h = 4 * (j & 1);
-    A[0] = (wa.q[i].x >> h) & 0x0F0F0F0Fu; /* row a: columns 8c .. 8c + 3 */
-    A[1] = (wb.q[i].x >> h) & 0x0F0F0F0Fu;
-    A[2] = (wa.q[i].y >> h) & 0x0F0F0F0Fu; /* 8c + 4 .. 8c + 7 */
-    A[3] = (wb.q[i].y >> h) & 0x0F0F0F0Fu;
-    sa = (int)((sca >> (8 * (j & 3))) & 0xffu);
-    sb = (int)((scb >> (8 * (j & 3))) & 0xffu);
+    xmp_quant_block<T, PL>(v, out + ((size_t)i * nsb + b) * xmp_blk<T, PL>(), lane);
 }
 
 /* Tile of work (cu_gemm.cu's grouping): expert m, its tokens at operand
@@ -209,16 +107,6 @@ __device__ __forceinline__ void xmp_frag(const xmp_q4k &wa, const xmp_q4k &wb, i
 struct xmp_tile {
     int m, row0, cnt;
 };
-
-/* The planes joined in float: 256 hi + lo, or 65536 hi + (256 mid + lo)
- * (|256 mid + lo| < 2^35 / 2^8: the inner sum is formed in float too). */
-template <int PL> __device__ __forceinline__ float xmp_join(const int (&M)[PL])
-{
-    if constexpr (PL == 2)
-        return __fmaf_rn(256.0f, (float)M[0], (float)M[1]);
-    else
-        return __fmaf_rn(65536.0f, (float)M[0], __fmaf_rn(256.0f, (float)M[1], (float)M[2]));
-}
 
 /* MINB: blocks an SM (PL 2: 3, or 4 with fewer registers:
  * MEMRA_CUDA_XMP=4; PL 3: 3, or 4).
@@ -300,12 +188,8 @@ k_xmp(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int rows, 
 #pragma unroll
             for (int p = 0; p < PL; p++) M[q][p][0] = M[q][p][1] = M[q][p][2] = M[q][p][3] = 0;
         uint32_t sc[2][2] = {}, mn[2][2] = {}; /* Q4_K: rows a, b; sub-blocks 0..3, 4..7 */
-        if constexpr (T == MR_TYPE_Q4_K) {
-            xs_q4k_bytes(ca.h, true, sc[0][0], mn[0][0]);
-            xs_q4k_bytes(ca.h, false, sc[0][1], mn[0][1]);
-            xs_q4k_bytes(cb.h, true, sc[1][0], mn[1][0]);
-            xs_q4k_bytes(cb.h, false, sc[1][1], mn[1][1]);
-        }
+        if constexpr (T == MR_TYPE_Q4_K)
+            xmp_q4k_scales(ca, cb, sc, mn);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             uint32_t A[4];
@@ -421,6 +305,26 @@ bool mr_cu_xmp_takes(const mr_cu_ctx *c, const mr_weight *w)
     return c->xmp && t && w->data && w->cols % 256 == 0 && w->rows % 64 == 0 && w->rows <= (1 << 30);
 }
 
+/* The operand of n_rows rows (k_xmp_quant's comment) in buf, reserved
+ * here; NULL when that fails (the context has failed). */
+template <int T, int PL>
+static const uint8_t *xmp_operand(mr_cu_ctx *c, mr_cu_buf *buf, const float *x, const int32_t *src, const float *u,
+                                  int n_rows, int cols)
+{
+    const size_t blocks = (size_t)n_rows * (size_t)(cols / 256);
+    if (!mr_cu_reserve(c, buf, blocks * xmp_blk<T, PL>(), "GEMM int8 operand"))
+        return NULL;
+    mr_cu_launch(c, k_xmp_quant<T, PL>, (unsigned)((blocks + 7) / 8), 256, 0, x, cols, src, u, n_rows,
+                 (uint8_t *)buf->p);
+    MR_CU_LAUNCHED(c, "xmp input");
+    return (const uint8_t *)buf->p;
+}
+
+const uint8_t *mr_cu_xmp_operand_q4k3(mr_cu_ctx *c, mr_cu_buf *buf, const float *x, int n_rows, int cols)
+{
+    return xmp_operand<MR_TYPE_Q4_K, 3>(c, buf, x, nullptr, nullptr, n_rows, cols);
+}
+
 /* Quantizes the operand rows into the activation scratch, then launches
  * the products (k_xmp_quant's and k_xmp's comments). */
 template <int T, int PL>
@@ -430,13 +334,9 @@ static void xmp_run(mr_cu_ctx *c, const mr_weight *w, const mr_weight *w2, const
 {
     static_assert(sizeof(xmp_tile) == 3 * sizeof(int), "the grouping's tile record");
     const int cols = (int)w->cols;
-    const size_t blocks = (size_t)n_rows * (size_t)(cols / 256);
-    if (!mr_cu_reserve(c, &c->scratch_act, blocks * xmp_blk<T, PL>(), "GEMM int8 operand"))
+    const uint8_t *Xq = xmp_operand<T, PL>(c, &c->scratch_act, x, src, u, n_rows, cols);
+    if (!Xq)
         return;
-    const uint8_t *Xq = (const uint8_t *)c->scratch_act.p;
-    mr_cu_launch(c, k_xmp_quant<T, PL>, (unsigned)((blocks + 7) / 8), 256, 0, x, cols, src, u, n_rows,
-                 (uint8_t *)c->scratch_act.p);
-    MR_CU_LAUNCHED(c, "xmp input");
     const int64_t ty = tiles ? max_tiles : (n_rows + XMP_BN - 1) / XMP_BN;
     const dim3 grid((unsigned)(w->rows / 64), (unsigned)ty, w2 ? 2 : 1);
 #define XMP_ARGS grid, 128, xmp_smem<T, PL>(), (const uint8_t *)w->data, w->row_bytes * (size_t)w->rows, w->row_bytes, \

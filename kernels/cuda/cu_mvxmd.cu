@@ -1,0 +1,418 @@
+/* Decode batches of dense Q4_K products on the int8 tensor cores, with the
+ * same bits at every token count (the default for matrices of at most
+ * XMD_MAX_ROWS rows; MEMRA_CUDA_XMD=0: the float kernels of cu_fast.cu).
+ *
+ * Why: a decode batch of 16 tokens costs the float kernels about sixteen
+ * one-token launches (docs/GPU-NOTES.md 63: the 30B-A3B's q/k/v 5,120 x
+ * 2,048 at 16 tokens ~33 us, o 2,048 x 4,096 ~30 us, against ~1.5 us to
+ * read either once): each weight is decoded once but meets every token in
+ * float FMAs, and every token's input is loaded again for each row group.
+ * One m16n8k32 MMA takes 16 rows by a 32-column sub-block of Q4_K quants
+ * against 8 tokens of one input plane, so 16 tokens are 6 MMAs a
+ * sub-block and the lookups and scales of a weight serve all of them.
+ *
+ * The input: every token's row quantized once a call into 3 int8 planes
+ * of 22 bits per 256 columns (k_xmp_quant, cu_xmp.cuh's layout; d =
+ * absmax / (2^21 - 1)), so the products are float32-grade, as the float
+ * kernels' are.
+ *
+ * A (row, token)'s sum, the same in every launch whatever the token count,
+ * the chunk, the kernel or the block it falls in:
+ *   per 256-column block b, as k_xmp's step (cu_moemmp.cu): the exact
+ *   integer sums of each sub-block and plane scaled by sc_j (IMAD), the
+ *   mins' sums N from the planes' sub-block sums (two MMAs), then
+ *   w = d join(M) - dmin join(N) and f_s = fma(dx_b, w, f_s);
+ *   slice s = b % S of the row's blocks in order (one warp each; S =
+ *   xmd_slices, from the column count alone), then y = ((f_0 + f_1) + ..).
+ * A block is 8 warps: 8 / S row tiles of 16 rows by S slices.  One and two
+ * tokens (k_xmd2) quantize their input in the kernel; more are quantized
+ * by k_xmp_quant first and go to k_xmd, 8 or 16 tokens a block (grid y:
+ * chunks of 16): each weight is read once a chunk.  Up to XMD_MATS
+ * matrices of the same columns share a launch (q, k and v): grid x walks
+ * their row tiles in turn. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/cu_mma.cuh" /* mr_imma32_us */
+#include "kernels/cuda/cu_xmp.cuh"
+
+#define XMD_WARPS 8 /* a block: slices x row tiles */
+/* Warps along a row, which fix the order of a sum: 4 below 4,096 columns
+ * (2,048: 2 blocks a warp), 8 from there (4,096: 2, 12,288: 6); a function
+ * of the column count alone. */
+__host__ __device__ constexpr int xmd_slices(int nsb) { return nsb >= 16 ? 8 : 4; }
+#define XMD_MATS 4 /* matrices a launch at most */
+#define XMD_PL 3
+
+struct xmd_args {
+    const uint8_t *W[XMD_MATS];
+    float *y[XMD_MATS];
+    int rows[XMD_MATS];
+    int blk0[XMD_MATS + 1]; /* the blocks before matrix s; blk0[m]: all of them */
+    int m, cols, n;
+    int slices, tl; /* warps along a row (xmd_slices: the sum's order), row tiles a block */
+    size_t row_bytes;
+    const uint8_t *Xq; /* the operand: n rows of cols / 256 blocks (xmp_blk<Q4_K, 3>) */
+    const float *x;    /* k_xmd2: the input rows themselves */
+};
+
+#define XMD_QIN 2 /* tokens a call at most for k_xmd2, which quantizes its own input */
+/* k_xmd2's shared memory: slice s's blocks b = s, s + S, .. of each token */
+__host__ __device__ constexpr int xmd_qin_blocks(int nsb) { return (nsb + xmd_slices(nsb) - 1) / xmd_slices(nsb); }
+__host__ __device__ constexpr size_t xmd_qin_smem(int nsb)
+{
+    return (size_t)xmd_slices(nsb) * xmd_qin_blocks(nsb) * XMD_QIN * xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
+}
+
+/* A warp's share of a block: its matrix (unrolled selects: the
+ * arguments' arrays indexed at run time would be copied to local memory),
+ * row tile and rows ra, ra + 8, and its slice's first two blocks of
+ * weights, loaded before the PDL wait (model weights, never written by the
+ * kernel before: cu_pdl.cuh's rule); two blocks a row stay in flight
+ * (xmd_next). */
+struct xmd_warp {
+    const uint8_t *Wa, *Wb;
+    float *y;
+    int rows, ra;
+    bool live;
+};
+
+__device__ __forceinline__ xmd_warp xmd_start(const xmd_args &a, int S, int slice, int tile, int g, int c,
+                                              xmp_q4k &ca, xmp_q4k &cb, xmp_q4k &na, xmp_q4k &nb)
+{
+    xmd_warp w;
+    const uint8_t *W = a.W[0];
+    w.y = a.y[0];
+    w.rows = a.rows[0];
+    int base = 0;
+#pragma unroll
+    for (int u = 1; u < XMD_MATS; u++)
+        if (u < a.m && (int)blockIdx.x >= a.blk0[u]) {
+            W = a.W[u];
+            w.y = a.y[u];
+            w.rows = a.rows[u];
+            base = a.blk0[u];
+        }
+    const int rt = ((int)blockIdx.x - base) * a.tl + tile, nsb = a.cols / 256;
+    w.live = 16 * rt < w.rows; /* rows % 16 == 0 (mr_cu_xmd_takes) */
+    w.ra = 16 * rt + g;
+    w.Wa = W + (size_t)(w.live ? w.ra : 0) * a.row_bytes;
+    w.Wb = w.Wa + 8 * a.row_bytes;
+    if (w.live && slice < nsb) {
+        xmp_load(w.Wa + (size_t)slice * 144, c, ca);
+        xmp_load(w.Wb + (size_t)slice * 144, c, cb);
+    }
+    if (w.live && slice + S < nsb) {
+        xmp_load(w.Wa + (size_t)(slice + S) * 144, c, na);
+        xmp_load(w.Wb + (size_t)(slice + S) * 144, c, nb);
+    }
+    return w;
+}
+
+/* After block b: the next block's weights current, block b + 2S's loaded. */
+__device__ __forceinline__ void xmd_next(const xmd_warp &w, int b, int S, int nsb, int c, xmp_q4k &ca, xmp_q4k &cb,
+                                         xmp_q4k &na, xmp_q4k &nb)
+{
+    ca = na;
+    cb = nb;
+    if (b + 2 * S < nsb) {
+        xmp_load(w.Wa + (size_t)(b + 2 * S) * 144, c, na);
+        xmp_load(w.Wb + (size_t)(b + 2 * S) * 144, c, nb);
+    }
+}
+
+/* Calls of 3+ tokens, after k_xmp_quant: NG groups of 8 tokens a block
+ * (1: calls of at most 8 tokens; grid y: chunks of 8 NG tokens), the
+ * operand's B words straight from global memory (the block's row tiles
+ * read the same ones: L1). */
+template <int NG>
+__global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const xmd_args a)
+{
+    constexpr int BLK = xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
+    __shared__ float red[XMD_WARPS][NG * 4][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int S = a.slices, slice = warp % S, tile = warp / S;
+    const int nsb = a.cols / 256, t0 = 8 * NG * (int)blockIdx.y;
+    xmp_q4k ca, cb, na, nb;
+    const xmd_warp w = xmd_start(a, S, slice, tile, g, c, ca, cb, na, nb);
+    const bool live = w.live;
+    int b = slice;
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    float f[NG][4];
+#pragma unroll
+    for (int q = 0; q < NG; q++) f[q][0] = f[q][1] = f[q][2] = f[q][3] = 0.0f;
+    /* this lane's B column g of group q: token t0 + 8q + g */
+    bool tg[NG];
+#pragma unroll
+    for (int q = 0; q < NG; q++) tg[q] = t0 + 8 * q + g < a.n;
+    for (; live && b < nsb; b += S) {
+        const uint8_t *xg[NG];
+#pragma unroll
+        for (int q = 0; q < NG; q++) xg[q] = a.Xq + ((size_t)(tg[q] ? t0 + 8 * q + g : 0) * nsb + b) * BLK;
+        int M[NG][XMD_PL][4];
+#pragma unroll
+        for (int q = 0; q < NG; q++)
+#pragma unroll
+            for (int p = 0; p < XMD_PL; p++) M[q][p][0] = M[q][p][1] = M[q][p][2] = M[q][p][3] = 0;
+        uint32_t sc[2][2], mn[2][2]; /* rows a, b; sub-blocks 0..3, 4..7 */
+        xmp_q4k_scales(ca, cb, sc, mn);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            uint32_t A[4];
+            int sa, sb;
+            xmp_frag(ca, cb, j, A, sa, sb, sc[0][j >> 2], sc[1][j >> 2]);
+#pragma unroll
+            for (int q = 0; q < NG; q++) {
+#pragma unroll
+                for (int p = 0; p < XMD_PL; p++) {
+                    const uint2 bw =
+                        tg[q] ? __ldg((const uint2 *)(xg[q] + (XMD_PL * j + p) * 32 + 8 * c)) : make_uint2(0u, 0u);
+                    int C[4] = {0, 0, 0, 0};
+                    mr_imma32_us(C, A, bw.x, bw.y);
+                    M[q][p][0] += sa * C[0];
+                    M[q][p][1] += sa * C[1];
+                    M[q][p][2] += sb * C[2];
+                    M[q][p][3] += sb * C[3];
+                }
+            }
+        }
+        /* the mins: N = sum_j m_j S_j a plane, two MMAs (k_xmp's) */
+        const uint32_t Am[4] = {c == 0 ? mn[0][0] : c == 1 ? mn[0][1] : 0u,
+                                c == 0 ? mn[1][0] : c == 1 ? mn[1][1] : 0u, 0u, 0u};
+        const float da = q8_h2f(ca.h.x), dma = q8_h2f(ca.h.x >> 16);
+        const float db = q8_h2f(cb.h.x), dmb = q8_h2f(cb.h.x >> 16);
+#pragma unroll
+        for (int q = 0; q < NG; q++) {
+            int N[XMD_PL][4];
+#pragma unroll
+            for (int p = 0; p < XMD_PL; p++) {
+                const uint2 xs = tg[q] ? __ldg((const uint2 *)(xg[q] + 256 * XMD_PL + 16 + 16 * p + 8 * (c & 1)))
+                                       : make_uint2(0u, 0u);
+                int Nl[4] = {0, 0, 0, 0}, Nh[4] = {0, 0, 0, 0};
+                mr_imma32_us(Nl, Am, xs.x, 0u);
+                mr_imma32_us(Nh, Am, xs.y, 0u);
+#pragma unroll
+                for (int v = 0; v < 4; v++) N[p][v] = 256 * Nh[v] + Nl[v];
+            }
+            /* the scales of tokens t0 + 8q + 2c, + 1 (C columns 2c, 2c + 1) */
+            float dx[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int t = t0 + 8 * q + 2 * c + h;
+                dx[h] = t < a.n ? __ldg((const float *)(a.Xq + ((size_t)t * nsb + b) * BLK + 256 * XMD_PL)) : 0.0f;
+            }
+#pragma unroll
+            for (int v = 0; v < 4; v++) {
+                int Mv[XMD_PL], Nv[XMD_PL];
+#pragma unroll
+                for (int p = 0; p < XMD_PL; p++) {
+                    Mv[p] = M[q][p][v];
+                    Nv[p] = N[p][v];
+                }
+                float w = __fmul_rn(v < 2 ? da : db, xmp_join<XMD_PL>(Mv));
+                w = __fmaf_rn(-(v < 2 ? dma : dmb), xmp_join<XMD_PL>(Nv), w);
+                f[q][v] = __fmaf_rn(dx[v & 1], w, f[q][v]);
+            }
+        }
+        xmd_next(w, b, S, nsb, c, ca, cb, na, nb);
+    }
+    /* the slices' sums in slice order */
+#pragma unroll
+    for (int q = 0; q < NG; q++)
+#pragma unroll
+        for (int v = 0; v < 4; v++) red[warp][4 * q + v][lane] = f[q][v];
+    __syncthreads();
+    if (slice || !live)
+        return;
+#pragma unroll
+    for (int q = 0; q < NG; q++) {
+#pragma unroll
+        for (int v = 0; v < 4; v++) {
+            float acc = red[warp][4 * q + v][lane];
+            for (int u = 1; u < S; u++) acc = __fadd_rn(acc, red[warp + u][4 * q + v][lane]);
+            const int t = t0 + 8 * q + 2 * c + (v & 1), r = w.ra + (v < 2 ? 0 : 8);
+            if (t < a.n)
+                w.y[(size_t)t * w.rows + r] = acc;
+        }
+    }
+}
+
+/* Calls of at most XMD_QIN tokens: the planes of a token on the MMA's
+ * columns (column g: token g / 4, plane g % 4, 3 and 7 zero, cu_moemma.cu's
+ * pairs), so a sub-block is one MMA and 4 IMADs instead of three and 12;
+ * the same integers, joined by the same float steps in the same order, so
+ * the same bits as k_xmd.  Lane (g, c) holds columns 2c, 2c + 1: c even
+ * the hi and mid planes of token c / 2, c odd its lo (one shuffle joins
+ * them).  The block's TL row tiles share their input: the warps of a slice
+ * quantize its blocks between them into shared memory (xmp_quant_block),
+ * then one barrier. */
+__global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd2(const xmd_args a)
+{
+    constexpr int BLK = xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
+    __shared__ float red[XMD_WARPS][2][32];
+    extern __shared__ __align__(16) uint8_t xmd_sh[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int S = a.slices, slice = warp % S, tile = warp / S;
+    const int nsb = a.cols / 256, nloc = xmd_qin_blocks(nsb);
+    xmp_q4k ca, cb, na, nb;
+    const xmd_warp w = xmd_start(a, S, slice, tile, g, c, ca, cb, na, nb);
+    const bool live = w.live;
+    int b = slice;
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    /* slice s's block b = s + S i of token t at ((s nloc + i) 2 + t) BLK */
+    uint8_t *own = xmd_sh + (size_t)slice * nloc * XMD_QIN * BLK;
+    for (int i = tile; i < nloc && slice + S * i < nsb; i += a.tl) {
+        const int bb = slice + S * i;
+        for (int t = 0; t < a.n; t++) {
+            const float4 *xr = (const float4 *)(a.x + (size_t)t * a.cols + 256 * bb + 8 * lane);
+            const float4 u0 = xr[0], u1 = xr[1];
+            const float v[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+            xmp_quant_block<MR_TYPE_Q4_K, XMD_PL>(v, own + ((size_t)i * XMD_QIN + t) * BLK, lane);
+        }
+    }
+    __syncthreads();
+    const int tt = g >> 2, pp = g & 3; /* this lane's B column: token tt, plane pp */
+    const bool col = pp < XMD_PL && tt < a.n;
+    const int tc = c >> 1; /* the token of this lane's C values (c even: hi, mid; odd: lo) */
+    float f[2] = {0.0f, 0.0f}; /* rows ra, ra + 8 of token tc (lanes c even) */
+    for (int i = 0; live && b < nsb; b += S, i++) {
+        const uint8_t *xb = own + ((size_t)i * XMD_QIN + (col ? tt : 0)) * BLK;
+        int M[4] = {0, 0, 0, 0};
+        uint32_t sc[2][2], mn[2][2];
+        xmp_q4k_scales(ca, cb, sc, mn);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            uint32_t A[4];
+            int sa, sb;
+            xmp_frag(ca, cb, j, A, sa, sb, sc[0][j >> 2], sc[1][j >> 2]);
+            const uint2 bw = col ? *(const uint2 *)(xb + (XMD_PL * j + pp) * 32 + 8 * c) : make_uint2(0u, 0u);
+            int C[4] = {0, 0, 0, 0};
+            mr_imma32_us(C, A, bw.x, bw.y);
+            M[0] += sa * C[0];
+            M[1] += sa * C[1];
+            M[2] += sb * C[2];
+            M[3] += sb * C[3];
+        }
+        const uint32_t Am[4] = {c == 0 ? mn[0][0] : c == 1 ? mn[0][1] : 0u,
+                                c == 0 ? mn[1][0] : c == 1 ? mn[1][1] : 0u, 0u, 0u};
+        const uint2 xs = col ? *(const uint2 *)(xb + 256 * XMD_PL + 16 + 16 * pp + 8 * (c & 1)) : make_uint2(0u, 0u);
+        int Nl[4] = {0, 0, 0, 0}, Nh[4] = {0, 0, 0, 0};
+        mr_imma32_us(Nl, Am, xs.x, 0u);
+        mr_imma32_us(Nh, Am, xs.y, 0u);
+        int N[4];
+#pragma unroll
+        for (int v = 0; v < 4; v++) N[v] = 256 * Nh[v] + Nl[v];
+        /* the lo plane of rows a, b from the odd lane */
+        const int mla = __shfl_xor_sync(0xffffffffu, M[0], 1), mlb = __shfl_xor_sync(0xffffffffu, M[2], 1);
+        const int nla = __shfl_xor_sync(0xffffffffu, N[0], 1), nlb = __shfl_xor_sync(0xffffffffu, N[2], 1);
+        if (!(c & 1) && tc < a.n) {
+            const float dx = *(const float *)(own + ((size_t)i * XMD_QIN + tc) * BLK + 256 * XMD_PL);
+            const float da = q8_h2f(ca.h.x), dma = q8_h2f(ca.h.x >> 16);
+            const float db = q8_h2f(cb.h.x), dmb = q8_h2f(cb.h.x >> 16);
+            const int Ma[XMD_PL] = {M[0], M[1], mla}, Mb[XMD_PL] = {M[2], M[3], mlb};
+            const int Na[XMD_PL] = {N[0], N[1], nla}, Nb[XMD_PL] = {N[2], N[3], nlb};
+            float wa = __fmul_rn(da, xmp_join<XMD_PL>(Ma)), wb = __fmul_rn(db, xmp_join<XMD_PL>(Mb));
+            wa = __fmaf_rn(-dma, xmp_join<XMD_PL>(Na), wa);
+            wb = __fmaf_rn(-dmb, xmp_join<XMD_PL>(Nb), wb);
+            f[0] = __fmaf_rn(dx, wa, f[0]);
+            f[1] = __fmaf_rn(dx, wb, f[1]);
+        }
+        xmd_next(w, b, S, nsb, c, ca, cb, na, nb);
+    }
+    red[warp][0][lane] = f[0];
+    red[warp][1][lane] = f[1];
+    __syncthreads();
+    if (slice || !live || (c & 1) || tc >= a.n)
+        return;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float acc = red[warp][h][lane];
+        for (int u = 1; u < S; u++) acc = __fadd_rn(acc, red[warp + u][h][lane]);
+        w.y[(size_t)tc * w.rows + w.ra + 8 * h] = acc;
+    }
+}
+
+/* ---- host side ---- */
+
+/* The most shared memory a QIN block may ask for (set at init; 48 KB
+ * without the opt-in). */
+static size_t xmd_qin_max = 48 * 1024;
+
+void mr_cu_xmd_init(mr_cu_ctx *c)
+{
+    const char *e = getenv("MEMRA_CUDA_XMD");
+    c->xmd = e && !strcmp(e, "0") ? 0 : 1;
+    const size_t want = 160 * 1024;
+    if (c->xmd && xmd_qin_max < want &&
+        cudaFuncSetAttribute(k_xmd2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess)
+        xmd_qin_max = want;
+    cudaGetLastError(); /* a refused opt-in leaves the 48 KB */
+}
+
+/* Rows a matrix may have (a shape rule, so a matrix's kernel does not
+ * depend on the batch): the 8B's gate and up (12,288 rows each) keep the
+ * float kernel, whose one token is faster there (run 181: 24,576 x 4,096
+ * 21.6 us against 32.9; at 16 tokens the same, 105 against 103). */
+#define XMD_MAX_ROWS 8192
+
+bool mr_cu_xmd_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m)
+{
+    if (!c->xmd || m < 1 || !w[0])
+        return false;
+    for (int s = 0; s < m; s++) {
+        const mr_weight *v = w[s];
+        if (!v || !v->data || v->type != MR_TYPE_Q4_K || v->cols != w[0]->cols || v->cols % 256 ||
+            v->cols > (1 << 20) || v->rows % 16 || v->rows > XMD_MAX_ROWS || v->n_mats > 1)
+            return false;
+    }
+    return true;
+}
+
+/* One launch for m <= XMD_MATS matrices over the operand Xq (NULL: the
+ * kernel quantizes x itself; n <= XMD_QIN). */
+static void xmd_launch(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
+                       const uint8_t *Xq, int n)
+{
+    const int cols = (int)w[0]->cols;
+    xmd_args a = {};
+    a.m = m;
+    a.cols = cols;
+    a.n = n;
+    a.slices = xmd_slices(cols / 256);
+    a.tl = XMD_WARPS / a.slices;
+    a.row_bytes = w[0]->row_bytes;
+    a.Xq = Xq;
+    a.x = x;
+    a.blk0[0] = 0;
+    for (int s = 0; s < m; s++) {
+        a.W[s] = (const uint8_t *)w[s]->data;
+        a.y[s] = y[s];
+        a.rows[s] = (int)w[s]->rows;
+        a.blk0[s + 1] = a.blk0[s] + (a.rows[s] / 16 + a.tl - 1) / a.tl;
+    }
+    if (!Xq)
+        mr_cu_launch(c, k_xmd2, dim3((unsigned)a.blk0[m], 1), XMD_WARPS * 32, xmd_qin_smem(cols / 256), a);
+    else if (n <= 8)
+        mr_cu_launch(c, k_xmd<1>, dim3((unsigned)a.blk0[m], 1), XMD_WARPS * 32, 0, a);
+    else
+        mr_cu_launch(c, k_xmd<2>, dim3((unsigned)a.blk0[m], (unsigned)((n + 15) / 16)), XMD_WARPS * 32, 0, a);
+    MR_CU_LAUNCHED(c, "xmd matvec");
+}
+
+bool mr_cu_xmd_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x, int n)
+{
+    if (n < 1 || !mr_cu_xmd_takes(c, w, m))
+        return false;
+    const int cols = (int)w[0]->cols;
+    const uint8_t *Xq = NULL;
+    if (n > XMD_QIN || xmd_qin_smem(cols / 256) > xmd_qin_max) {
+        Xq = mr_cu_xmp_operand_q4k3(c, &c->scratch_xmd, x, n, cols);
+        if (!Xq)
+            return true; /* the context has failed: nothing else runs */
+    }
+    for (int s0 = 0; s0 < m; s0 += XMD_MATS)
+        xmd_launch(c, w + s0, y + s0, m - s0 < XMD_MATS ? m - s0 : XMD_MATS, x, Xq, n);
+    return true;
+}
