@@ -1521,9 +1521,10 @@ static void check_multi_vs_one(mr_backend *be, const char *label, const tdesc *t
 /* Decode batches of dense Q4_K products on the int8 tensor cores
  * (cu_mvxmd.cu, the default): against float64 sums at the decode
  * bound (22-bit inputs), a token's rows the same bits at 2..64 tokens a
- * call as alone (1-2 tokens: the kernel quantizes its input itself; up to
- * 8: one launch after the quantization's; chunks of 16 above), and q, k, v
- * sharing one launch bit for bit against their calls apart. */
+ * call as alone (1-2 tokens: the kernel quantizes its input itself; 3+:
+ * the quantization's launch, then chunks of 8, or of 16 with
+ * MEMRA_CUDA_XMD_NG=2), and q, k, v sharing one launch bit for bit
+ * against their calls apart. */
 static void check_xmd_prec(mr_backend *be, const tdesc *td, int64_t cols, int64_t rows, int n)
 {
     const size_t rb = (size_t)(cols / td->be) * td->bb, xn = (size_t)n * cols, yn = (size_t)n * rows;
@@ -1583,6 +1584,13 @@ static void check_xmd_all(void)
     for (size_t i = 0; i < sizeof mn / sizeof mn[0]; i++)
         check_multi_vs_one(be, "xmd", t4, 4096, 512, 512, 2048, mn[i], 2);
     check_multi_vs_one(be, "xmd", t4, 48, 16, 32, 768, 3, 2);
+    be->destroy(be);
+    /* MEMRA_CUDA_XMD_NG=2: 9+ tokens in chunks of 16, the same bits */
+    setenv("MEMRA_CUDA_XMD", "1", 1);
+    be = backend_with("MEMRA_CUDA_XMD_NG", "2");
+    setenv("MEMRA_CUDA_XMD", "0", 1);
+    check_batch_invariance_ns(be, "xmd-ng2-inv", t4, 2048, 5120, 1, 1, ns, nn);
+    check_batch_invariance_ns(be, "xmd-ng2-inv", t4, 4096, 2048, 1, 1, ns, nn);
     be->destroy(be);
 }
 

@@ -126,6 +126,9 @@ struct mr_cu_ctx {
     int xmd;                /* decode batches of dense Q4_K products on the int8 tensor cores
                                (cu_mvxmd.cu; default; MEMRA_CUDA_XMD=0: the float kernels) */
     mr_cu_buf scratch_xmd;  /* their input planes (k_xmp_quant's operand) */
+    bool xmd_ng2;           /* MEMRA_CUDA_XMD_NG=2: calls of 9+ tokens in chunks of 16 (k_xmd<2>, 226
+                               registers) instead of 8 (k_xmd<1>, 128; run 184: C = 16 +2.4%); the
+                               same bits */
     int x24_nt_max;         /* tokens an x24 launch at most (2; MEMRA_CUDA_X24_NT) */
     int xm_bps;             /* x24 expert products: blocks an SM the rows a block aim at, were
                                every slot used (64; MEMRA_CUDA_XM_BPS, for timing: same bits) */

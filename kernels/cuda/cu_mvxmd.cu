@@ -26,8 +26,10 @@
  *   xmd_slices, from the column count alone), then y = ((f_0 + f_1) + ..).
  * A block is 8 warps: 8 / S row tiles of 16 rows by S slices.  One and two
  * tokens (k_xmd2) quantize their input in the kernel; more are quantized
- * by k_xmp_quant first and go to k_xmd, 8 or 16 tokens a block (grid y:
- * chunks of 16): each weight is read once a chunk.  Up to XMD_MATS
+ * by k_xmp_quant first and go to k_xmd, 8 tokens a block (grid y: chunks
+ * of 8; each weight is read once a chunk, the second from L2): at 128
+ * registers two blocks an SM, where 16 a block (MEMRA_CUDA_XMD_NG=2, 226
+ * registers) holds one (run 184: q/k/v at 16 tokens 18.2 -> 14.7 us).  Up to XMD_MATS
  * matrices of the same columns share a launch (q, k and v): grid x walks
  * their row tiles in turn. */
 #include <stdlib.h>
@@ -344,6 +346,8 @@ void mr_cu_xmd_init(mr_cu_ctx *c)
 {
     const char *e = getenv("MEMRA_CUDA_XMD");
     c->xmd = e && !strcmp(e, "0") ? 0 : 1;
+    const char *g = getenv("MEMRA_CUDA_XMD_NG");
+    c->xmd_ng2 = g && !strcmp(g, "2");
     const size_t want = 160 * 1024;
     if (c->xmd && xmd_qin_max < want &&
         cudaFuncSetAttribute(k_xmd2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess)
@@ -394,8 +398,8 @@ static void xmd_launch(mr_cu_ctx *c, const mr_weight *const *w, float *const *y,
     }
     if (!Xq)
         mr_cu_launch(c, k_xmd2, dim3((unsigned)a.blk0[m], 1), XMD_WARPS * 32, xmd_qin_smem(cols / 256), a);
-    else if (n <= 8)
-        mr_cu_launch(c, k_xmd<1>, dim3((unsigned)a.blk0[m], 1), XMD_WARPS * 32, 0, a);
+    else if (n <= 8 || !c->xmd_ng2)
+        mr_cu_launch(c, k_xmd<1>, dim3((unsigned)a.blk0[m], (unsigned)((n + 7) / 8)), XMD_WARPS * 32, 0, a);
     else
         mr_cu_launch(c, k_xmd<2>, dim3((unsigned)a.blk0[m], (unsigned)((n + 15) / 16)), XMD_WARPS * 32, 0, a);
     MR_CU_LAUNCHED(c, "xmd matvec");
