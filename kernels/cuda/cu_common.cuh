@@ -123,7 +123,7 @@ struct mr_cu_ctx {
     size_t x24_smem;        /* shared memory an x24 launch may ask for */
     bool x24_pre;           /* MEMRA_CUDA_X24_PRE=1: x24 inputs quantized by their own kernel */
     mr_cu_buf scratch_x24;  /* x24 input planes quantized by their own kernel (mr_cu_x24_planes) */
-    int xmd;                /* decode batches of dense Q4_K products on the int8 tensor cores
+    bool xmd;               /* decode batches of dense Q4_K products on the int8 tensor cores
                                (cu_mvxmd.cu; default; MEMRA_CUDA_XMD=0: the float kernels) */
     mr_cu_buf scratch_xmd;  /* their input planes (k_xmp_quant's operand) */
     bool xmd_ng2;           /* MEMRA_CUDA_XMD_NG=2: calls of 9+ tokens in chunks of 16 (k_xmd<2>, 226

@@ -43,7 +43,7 @@
  * (2,048: 2 blocks a warp), 8 from there (4,096: 2, 12,288: 6); a function
  * of the column count alone. */
 __host__ __device__ constexpr int xmd_slices(int nsb) { return nsb >= 16 ? 8 : 4; }
-#define XMD_MATS 4 /* matrices a launch at most */
+#define XMD_MATS MR_CU_MV_SUBS /* matrices a launch at most: what mr_cu_matmul_multi passes */
 #define XMD_PL 3
 
 struct xmd_args {
@@ -212,9 +212,7 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
                     Mv[p] = M[q][p][v];
                     Nv[p] = N[p][v];
                 }
-                float w = __fmul_rn(v < 2 ? da : db, xmp_join<XMD_PL>(Mv));
-                w = __fmaf_rn(-(v < 2 ? dma : dmb), xmp_join<XMD_PL>(Nv), w);
-                f[q][v] = __fmaf_rn(dx[v & 1], w, f[q][v]);
+                f[q][v] = xmp_q4k_acc<XMD_PL>(f[q][v], dx[v & 1], v < 2 ? da : db, v < 2 ? dma : dmb, Mv, Nv);
             }
         }
         xmd_next(w, b, S, nsb, c, ca, cb, na, nb);
@@ -243,12 +241,12 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
 /* Calls of at most XMD_QIN tokens: the planes of a token on the MMA's
  * columns (column g: token g / 4, plane g % 4, 3 and 7 zero, cu_moemma.cu's
  * pairs), so a sub-block is one MMA and 4 IMADs instead of three and 12;
- * the same integers, joined by the same float steps in the same order, so
- * the same bits as k_xmd.  Lane (g, c) holds columns 2c, 2c + 1: c even
- * the hi and mid planes of token c / 2, c odd its lo (one shuffle joins
- * them).  The block's TL row tiles share their input: the warps of a slice
- * quantize its blocks between them into shared memory (xmp_quant_block),
- * then one barrier. */
+ * the same integers, joined by the same float steps (xmp_q4k_acc) in the
+ * same order, so the same bits as k_xmd.  Lane (g, c) holds columns 2c,
+ * 2c + 1: c even the hi and mid planes of token c / 2, c odd its lo (one
+ * shuffle joins them).  The block's row tiles share their input: the warps
+ * of a slice quantize its blocks between them into shared memory
+ * (xmp_quant_block), then one barrier. */
 __global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd2(const xmd_args a)
 {
     constexpr int BLK = xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
@@ -315,11 +313,8 @@ __global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd2(const xmd_args a)
             const float db = q8_h2f(cb.h.x), dmb = q8_h2f(cb.h.x >> 16);
             const int Ma[XMD_PL] = {M[0], M[1], mla}, Mb[XMD_PL] = {M[2], M[3], mlb};
             const int Na[XMD_PL] = {N[0], N[1], nla}, Nb[XMD_PL] = {N[2], N[3], nlb};
-            float wa = __fmul_rn(da, xmp_join<XMD_PL>(Ma)), wb = __fmul_rn(db, xmp_join<XMD_PL>(Mb));
-            wa = __fmaf_rn(-dma, xmp_join<XMD_PL>(Na), wa);
-            wb = __fmaf_rn(-dmb, xmp_join<XMD_PL>(Nb), wb);
-            f[0] = __fmaf_rn(dx, wa, f[0]);
-            f[1] = __fmaf_rn(dx, wb, f[1]);
+            f[0] = xmp_q4k_acc<XMD_PL>(f[0], dx, da, dma, Ma, Na);
+            f[1] = xmp_q4k_acc<XMD_PL>(f[1], dx, db, dmb, Mb, Nb);
         }
         xmd_next(w, b, S, nsb, c, ca, cb, na, nb);
     }
@@ -345,7 +340,7 @@ static size_t xmd_qin_max = 48 * 1024;
 void mr_cu_xmd_init(mr_cu_ctx *c)
 {
     const char *e = getenv("MEMRA_CUDA_XMD");
-    c->xmd = e && !strcmp(e, "0") ? 0 : 1;
+    c->xmd = !(e && !strcmp(e, "0"));
     const char *g = getenv("MEMRA_CUDA_XMD_NG");
     c->xmd_ng2 = g && !strcmp(g, "2");
     const size_t want = 160 * 1024;
@@ -363,7 +358,7 @@ void mr_cu_xmd_init(mr_cu_ctx *c)
 
 bool mr_cu_xmd_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m)
 {
-    if (!c->xmd || m < 1 || !w[0])
+    if (!c->xmd || m < 1 || m > XMD_MATS || !w[0])
         return false;
     for (int s = 0; s < m; s++) {
         const mr_weight *v = w[s];
@@ -374,8 +369,8 @@ bool mr_cu_xmd_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m)
     return true;
 }
 
-/* One launch for m <= XMD_MATS matrices over the operand Xq (NULL: the
- * kernel quantizes x itself; n <= XMD_QIN). */
+/* One launch for the m matrices over the operand Xq (NULL: the kernel
+ * quantizes x itself; n <= XMD_QIN). */
 static void xmd_launch(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
                        const uint8_t *Xq, int n)
 {
@@ -416,7 +411,6 @@ bool mr_cu_xmd_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
         if (!Xq)
             return true; /* the context has failed: nothing else runs */
     }
-    for (int s0 = 0; s0 < m; s0 += XMD_MATS)
-        xmd_launch(c, w + s0, y + s0, m - s0 < XMD_MATS ? m - s0 : XMD_MATS, x, Xq, n);
+    xmd_launch(c, w, y, m, x, Xq, n);
     return true;
 }

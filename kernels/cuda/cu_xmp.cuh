@@ -144,4 +144,18 @@ template <int PL> __device__ __forceinline__ float xmp_join(const int (&M)[PL])
         return __fmaf_rn(65536.0f, (float)M[0], __fmaf_rn(256.0f, (float)M[1], (float)M[2]));
 }
 
+/* A (row, token)'s sum after one Q4_K block: f + dx (d join(M) - dmin
+ * join(N)), rounded step by step as written (M: the planes' scaled
+ * sub-block sums, N: the mins' term).  k_xmd and k_xmd2 promise each
+ * other's bits, so both take this one; k_xmp writes the same steps inline
+ * (its measured code). */
+template <int PL>
+__device__ __forceinline__ float xmp_q4k_acc(float f, float dx, float d, float dmin, const int (&M)[PL],
+                                             const int (&N)[PL])
+{
+    float w = __fmul_rn(d, xmp_join<PL>(M));
+    w = __fmaf_rn(-dmin, xmp_join<PL>(N), w);
+    return __fmaf_rn(dx, w, f);
+}
+
 #endif
