@@ -752,6 +752,8 @@ static void check_matmul_multi_all(void)
 
 static void load_weight(mr_backend *be, const tdesc *td, const uint8_t *host, int64_t cols, int64_t rows,
                         int64_t mats, mr_weight *w);
+static void matmul_host(mr_backend *be, const tdesc *td, const uint8_t *host, int64_t cols, int64_t rows,
+                        const float *x, int n, float *y);
 
 /* A SwiGLU MLP's first half: gate and up products over one input, then
  * swiglu(gate, up) into the gate's place (or, sep, a buffer of its own).
@@ -1513,6 +1515,9 @@ static void check_xmp_all(void)
     b3->destroy(b3);
 }
 
+static void q8_refs(const tdesc *td, const uint8_t *host, size_t rb, int64_t cols, int64_t rows,
+                    const float *x, const double *xh, int64_t xrow, int nt, size_t mat, double *rq,
+                    double *rf);
 static void check_batch_invariance_ns(mr_backend *be, const char *label, const tdesc *td, int64_t cols,
                                       int64_t rows, int mats, int k, const int *ns, int nn);
 static void check_multi_vs_one(mr_backend *be, const char *label, const tdesc *td, int64_t r0, int64_t r1,
@@ -1530,32 +1535,15 @@ static void check_xmd_prec(mr_backend *be, const tdesc *td, int64_t cols, int64_
     const size_t rb = (size_t)(cols / td->be) * td->bb, xn = (size_t)n * cols, yn = (size_t)n * rows;
     uint8_t *host = malloc(rb * rows);
     rand_blocks(td, host, rb * rows / td->bb);
-    float *x = malloc(xn * 4), *y = malloc(yn * 4), *wr = malloc(cols * 4);
-    for (size_t i = 0; i < xn; i++) x[i] = fgauss();
-    double *ref = calloc(yn, 8);
-    for (int64_t r = 0; r < rows; r++) {
-        deq_row(td, host + r * rb, cols, wr);
-        for (int t = 0; t < n; t++) {
-            double sum = 0;
-            for (int64_t c = 0; c < cols; c++) sum += (double)wr[c] * x[t * cols + c];
-            ref[t * rows + r] = sum;
-        }
-    }
-    mr_weight w;
-    load_weight(be, td, host, cols, rows, 1, &w);
-    float *dx = dup_to(be, x, xn * 4), *dy = dalloc(be, yn * 4);
-    poison(be, dy, yn * 4);
-    be->matmul(be, &w, dx, dy, n);
-    fetch(be, y, dy, yn * 4);
-    int nan;
-    const double e = rel_l2(y, ref, yn, &nan);
+    float *x = malloc(xn * 4), *y = malloc(yn * 4);
+    double *xd = malloc(xn * 8), *ref = malloc(yn * 8);
+    for (size_t i = 0; i < xn; i++) xd[i] = x[i] = fgauss();
+    q8_refs(td, host, rb, cols, rows, x, xd, 0, n, 0, ref, NULL); /* float64 sums against x itself */
+    matmul_host(be, td, host, cols, rows, x, n, y);
     char shape[64];
     snprintf(shape, sizeof shape, "%s %lldx%lld n=%d", td->name, (long long)rows, (long long)cols, n);
-    report("xmd-matmul", shape, e, nan, 2e-5);
-    be->free(be, dx);
-    be->free(be, dy);
-    be->weight_release(be, &w);
-    free(host); free(x); free(y); free(wr); free(ref);
+    report_rel("xmd-matmul", shape, y, ref, yn, 2e-5);
+    free(host); free(x); free(y); free(xd); free(ref);
 }
 
 static void check_xmd_all(void)
@@ -2841,6 +2829,23 @@ static void load_weight(mr_backend *be, const tdesc *td, const uint8_t *host, in
     if (be->weight_load(be, w, host, &err)) die("weight_load");
 }
 
+/* y (n x rows) = be->matmul of the rows x cols matrix host (type td) and
+ * the n rows of x, the output poisoned first. */
+static void matmul_host(mr_backend *be, const tdesc *td, const uint8_t *host, int64_t cols, int64_t rows,
+                        const float *x, int n, float *y)
+{
+    const size_t xn = (size_t)n * cols, yn = (size_t)n * rows;
+    mr_weight w;
+    load_weight(be, td, host, cols, rows, 1, &w);
+    float *dx = dup_to(be, x, xn * 4), *dy = dalloc(be, yn * 4);
+    poison(be, dy, yn * 4);
+    be->matmul(be, &w, dx, dy, n);
+    fetch(be, y, dy, yn * 4);
+    be->free(be, dx);
+    be->free(be, dy);
+    be->weight_release(be, &w);
+}
+
 /* op: the row label; cost: the label of the line against float32 x */
 static void q8_report(int bi, const char *op, const char *cost, const char *shape, int handled,
                       const float *y, const double *rq, const double *rf, size_t n)
@@ -2877,18 +2882,9 @@ static void check_q8_x(const tdesc *td, int64_t cols, int64_t rows, int n, bool 
     snprintf(shape, sizeof shape, "%s %lldx%lld n=%d%s", td->name, (long long)rows, (long long)cols, n,
              flat ? " flat x" : "");
     for (int bi = 0; bi < N_Q8; bi++) {
-        mr_backend *be = q8_be[bi];
-        mr_weight w;
-        load_weight(be, td, host, cols, rows, 1, &w);
-        float *dx = dup_to(be, x, xn * 4), *dy = dalloc(be, yn * 4);
-        poison(be, dy, yn * 4);
-        be->matmul(be, &w, dx, dy, n);
-        fetch(be, y, dy, yn * 4);
+        matmul_host(q8_be[bi], td, host, cols, rows, x, n, y);
         q8_report(bi, "matmul", "mm-q8-cost", shape, q8_handles(bi, td->type, cols, false), y,
                   bi == Q8_X24 ? rq24 : rq, rf, yn);
-        be->free(be, dx);
-        be->free(be, dy);
-        be->weight_release(be, &w);
     }
     free(host); free(x); free(y); free(xh); free(rq); free(rf); free(rq24);
 }
@@ -3111,17 +3107,7 @@ static void check_x24_pre(mr_backend *pre, const tdesc *td, int64_t cols, int64_
     rand_blocks(td, host, rb * rows / td->bb);
     float *x = malloc(xn * 4), *y[2] = {malloc(yn * 4), malloc(yn * 4)};
     for (size_t i = 0; i < xn; i++) x[i] = fgauss();
-    for (int b = 0; b < 2; b++) {
-        mr_weight w;
-        load_weight(be[b], td, host, cols, rows, 1, &w);
-        float *dx = dup_to(be[b], x, xn * 4), *dy = dalloc(be[b], yn * 4);
-        poison(be[b], dy, yn * 4);
-        be[b]->matmul(be[b], &w, dx, dy, n);
-        fetch(be[b], y[b], dy, yn * 4);
-        be[b]->free(be[b], dx);
-        be[b]->free(be[b], dy);
-        be[b]->weight_release(be[b], &w);
-    }
+    for (int b = 0; b < 2; b++) matmul_host(be[b], td, host, cols, rows, x, n, y[b]);
     size_t diff = 0;
     int nan = 0;
     for (size_t i = 0; i < yn; i++) {
