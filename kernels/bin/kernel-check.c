@@ -37,7 +37,8 @@
  * grid (part of "mm"), "tail" only the fused end of a
  * mixture layer (part of "ops"), "xmq" only the expert products that
  * quantize their inputs in each block (part of "moe"), "merge" only
- * the decode attention's two merges (part of "ops"), "hybrid" only the Gated
+ * the decode attention's two merges and its batches' two grids (part of
+ * "ops"), "hybrid" only the Gated
  * DeltaNet ops against the CPU (part of "q8"), "route" only the routing by
  * ranks against the warp kernel (part of "ops"), "tiles" only the
  * tensor-core tiles of decode batches against one token (part of "mm"),
@@ -2039,11 +2040,10 @@ static void attn_decode_run(mr_backend *be, int heads, int kvh, int hd, int P, i
     free(pos);
 }
 
-/* The decode attention's merge with a row's records loaded at once
- * (merge_reg, the default) against the loop (MEMRA_CUDA_ATTN_MERGE=
- * loop), bit for bit: contexts of 1 to ~50 records a row (the register
- * path's 16 and past it), the models' head shapes, each cache type. */
-static void check_attn_merge_one(mr_backend *loop, int heads, int kvh, int hd, int P, int n, mr_kv_dtype dt)
+/* The decode attention of n tokens on two backends, bit for bit (op: the
+ * line's name). */
+static void check_attn_pair(const char *op, mr_backend *be0, mr_backend *be1, int heads, int kvh, int hd, int P,
+                            int n, mr_kv_dtype dt)
 {
     const int nblk = (P + 15) / 16 + 2, kvdim = kvh * hd;
     int32_t *table = shuffled_table(nblk);
@@ -2051,7 +2051,7 @@ static void check_attn_merge_one(mr_backend *loop, int heads, int kvh, int hd, i
     float *K = malloc(kn * 4), *V = malloc(kn * 4), *q = malloc(qn * 4), *o[2] = {malloc(qn * 4), malloc(qn * 4)};
     for (size_t i = 0; i < kn; i++) { K[i] = fgauss(); V[i] = fgauss(); }
     for (size_t i = 0; i < qn; i++) q[i] = fgauss() * 0.5f;
-    mr_backend *be[2] = {gpu_x24, loop};
+    mr_backend *be[2] = {be0, be1};
     for (int b = 0; b < 2; b++) attn_decode_run(be[b], heads, kvh, hd, P, n, dt, K, V, q, table, nblk, o[b]);
     const size_t diff = floats_differ(o[0], o[1], qn);
     int nan = 0;
@@ -2059,10 +2059,42 @@ static void check_attn_merge_one(mr_backend *loop, int heads, int kvh, int hd, i
     char shape[64];
     snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d n=%d", dt == MR_KV_F32 ? "f32" : dt == MR_KV_F16 ? "f16" : "bf16",
              heads, kvh, hd, P, n);
-    report("attn-merge-reg", shape, (double)diff, nan, 0.0);
+    report(op, shape, (double)diff, nan, 0.0);
     free(table); free(K); free(V); free(q); free(o[0]); free(o[1]);
 }
 
+static void check_attn_merge_one(mr_backend *loop, int heads, int kvh, int hd, int P, int n, mr_kv_dtype dt)
+{
+    check_attn_pair("attn-merge-reg", gpu_x24, loop, heads, kvh, hd, P, n, dt);
+}
+
+/* The decode batches' one wave of blocks over the splits that hold
+ * positions (k_attn_gqa_loop, the default from 2 tokens) against the grid
+ * of a block a split (MEMRA_CUDA_ATTN_LOOP=0), bit for bit: batches of 2
+ * to 63 tokens (n <= 63: the decode kernels, not the prompt's) at contexts
+ * of one slice to past n_split slices of the minimum, and one token on it
+ * (MEMRA_CUDA_ATTN_LOOP=1) against the grid. */
+static void check_attn_loop(void)
+{
+    mr_backend *grid = backend_with("MEMRA_CUDA_ATTN_LOOP", "0"), *all = backend_with("MEMRA_CUDA_ATTN_LOOP", "1");
+    static const struct { int P, n; } cs[] = {{2, 2}, {17, 5}, {100, 16}, {300, 16}, {1000, 63}, {4000, 9}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        check_attn_pair("attn-loop", gpu_x24, grid, 32, 4, 128, cs[i].P, cs[i].n, MR_KV_F16); /* the 30B-A3B */
+        check_attn_pair("attn-loop", gpu_x24, grid, 32, 8, 128, cs[i].P, cs[i].n, MR_KV_BF16); /* the 8B */
+        check_attn_pair("attn-loop", gpu_x24, grid, 16, 2, 256, cs[i].P, cs[i].n, MR_KV_F32); /* the 35B-A3B */
+    }
+    check_attn_pair("attn-loop", gpu_x24, grid, 6, 3, 64, 700, 3, MR_KV_BF16); /* a group of 2 */
+    check_attn_pair("attn-loop-1", all, grid, 32, 4, 128, 300, 1, MR_KV_F16);
+    check_attn_pair("attn-loop-1", all, grid, 16, 2, 256, 5000, 1, MR_KV_BF16);
+    grid->destroy(grid);
+    all->destroy(all);
+}
+
+/* The decode attention's merge with a row's records loaded at once
+ * (merge_reg, the default) against the loop (MEMRA_CUDA_ATTN_MERGE=
+ * loop), bit for bit: contexts of 1 to ~50 records a row (the register
+ * path's 16 and past it), the models' head shapes, each cache type; then
+ * the decode batches' blocks (check_attn_loop). */
 static void check_attn_merge(void)
 {
     mr_backend *loop = backend_with("MEMRA_CUDA_ATTN_MERGE", "loop");
@@ -2077,6 +2109,7 @@ static void check_attn_merge(void)
     check_attn_merge_one(loop, 32, 4, 128, 300, 5, MR_KV_F16); /* a decode batch's rows */
     check_attn_merge_one(loop, 16, 2, 256, 1000, 3, MR_KV_BF16);
     loop->destroy(loop);
+    check_attn_loop();
 }
 
 static void check_attention(int heads, int kvh, int hd, int P, int n, mr_kv_dtype dt)

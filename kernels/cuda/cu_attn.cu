@@ -102,33 +102,39 @@ static void cu_kv_store_multi(mr_backend *be, mr_kv_cache *kv, int layer,
  * per ATT_U positions instead of twice per position (a position at a time,
  * a 600-position slice cost ~150 us per decode step of 16 sequences). */
 /* Positions a split of a P-position context takes: the context cut into at
- * most n_split slices of at least ATT_MIN_CHUNK positions.  It depends on
- * P and n_split only, and n_split on the model and the card only (not on
- * how many sequences share the step), so a sequence's sums do not depend
- * on its batchmates (DESIGN.md, numerics rules).  Splits past the last
- * slice return at once and write nothing: the merge reads only the
- * attn_used splits of each row, from the same P (an empty slice would add
- * exact zeros, so skipping it changes no bit). */
+ * most n_split slices, each of at least cut.lo positions and, while the
+ * context has room for AG_SLICES of them, growing up to cut.hi
+ * (k_attn_split: 64 and 64).  It depends on P, n_split and the cut only,
+ * and those on the model and the card only (not on how many sequences
+ * share the step), so a sequence's sums do not depend on its batchmates
+ * (DESIGN.md, numerics rules).  Splits past the last slice return at once
+ * and write nothing: the merge reads only the attn_used splits of each
+ * row, from the same P (an empty slice would add exact zeros, so skipping
+ * it changes no bit). */
 #define ATT_MIN_CHUNK 64 /* k_attn_split */
-#define AG_MIN_CHUNK 16  /* k_attn_gqa: one round of its warps (D = 128) */
-__device__ __forceinline__ int attn_chunk(int P, int n_split, int min_chunk)
+#define AG_SLICES 8      /* slices a context keeps before they grow past cut.lo */
+struct attn_cut {
+    int lo, hi;
+};
+__device__ __forceinline__ int attn_chunk(int P, int n_split, attn_cut cut)
 {
     const int c = (P + n_split - 1) / n_split;
-    return c > min_chunk ? c : min_chunk;
+    const int m = min(max((P + AG_SLICES - 1) / AG_SLICES, cut.lo), max(cut.hi, cut.lo));
+    return c > m ? c : m;
 }
-__device__ __forceinline__ int attn_used(int P, int n_split, int min_chunk)
+__device__ __forceinline__ int attn_used(int P, int n_split, attn_cut cut)
 {
-    const int chunk = attn_chunk(P, n_split, min_chunk);
+    const int chunk = attn_chunk(P, n_split, cut);
     return P > 0 ? (P + chunk - 1) / chunk : 0;
 }
 
 /* The positions [*w0, *w1) warp w of `warps` takes in split s of a
  * P-position context (its slice cut into contiguous runs); false past the
  * last slice (the merge does not read that record: write none). */
-__device__ __forceinline__ bool attn_warp_run(int P, int s, int n_split, int min_chunk, int warps, int w, int *w0,
+__device__ __forceinline__ bool attn_warp_run(int P, int s, int n_split, attn_cut cut, int warps, int w, int *w0,
                                               int *w1)
 {
-    const int chunk = attn_chunk(P, n_split, min_chunk);
+    const int chunk = attn_chunk(P, n_split, cut);
     const int p0 = s * chunk, p1 = min(P, p0 + chunk);
     if (p0 >= P)
         return false;
@@ -155,7 +161,7 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
     const int kvh = h / (n_heads / n_kv_heads);
     const int kvdim = n_kv_heads * D;
     int w0, w1; /* this warp's run */
-    if (!attn_warp_run(pos[t] + 1, s, n_split, ATT_MIN_CHUNK, ATT_WARPS, w, &w0, &w1))
+    if (!attn_warp_run(pos[t] + 1, s, n_split, attn_cut{ATT_MIN_CHUNK, ATT_MIN_CHUNK}, ATT_WARPS, w, &w0, &w1))
         return;
 
     float qv[EPL], acc[EPL];
@@ -262,13 +268,32 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
  * online softmax over the positions it took; at the end the groups of a
  * warp, then the warps, are merged in a fixed order.  Splits and partial
  * records as k_attn_split's (attn_chunk, k_attn_merge), with slices of at
- * least AG_MIN_CHUNK positions, so a sequence's sums still depend on its
- * own positions only. */
+ * least one round of the block's warps (ag_cut), so a sequence's sums
+ * still depend on its own positions only. */
 #define AG_WARPS 4
 #define AG_U 2
 #define AG_BLOCKS_PER_SM 3 /* held by __launch_bounds__ (<= 170 registers); splits are sized to one wave */
 
 #define AG_AHEAD 2 /* rounds a warp prefetches ahead */
+
+/* The slices' sizes (attn_chunk): at least one round of the block's
+ * warps, each lane group one row of each of its U slots (a shorter slice
+ * leaves lanes idle in the one round it takes), growing with the context
+ * up to AG_WIDE_CHUNK while it keeps AG_SLICES slices.  A token alone
+ * loses nothing by that once it has that many slices (run 188: tg128 at
+ * depth 512 287.5 against 287.4 with slices of at least 16), while a
+ * decode batch takes fewer blocks and records (run 188, the 30B-A3B at
+ * C = 16 and ~550 positions, float32 rows: 882 -> 960 output tok/s).  A
+ * function of the context, the head size and the cache type alone
+ * (MEMRA_CUDA_ATTN_CHUNK=N: at least N positions, 16 the rule before). */
+#define AG_WIDE_CHUNK 64
+static attn_cut ag_cut(const mr_cu_ctx *c, int D, mr_kv_dtype dt)
+{
+    if (c->attn_chunk > 0)
+        return attn_cut{c->attn_chunk, c->attn_chunk};
+    const int ppw = 32 / (D / 8), u = dt == MR_KV_F32 ? AG_U : 2 * AG_U;
+    return attn_cut{AG_WARPS * ppw * u, AG_WIDE_CHUNK};
+}
 
 /* The 8 elements kv_load8 reads, into L2 (no registers, no wait). */
 template <int DT>
@@ -276,6 +301,28 @@ __device__ __forceinline__ void kv_prefetch(const void *base, int64_t i)
 {
     const char *p = (const char *)base + i * (DT == MR_KV_F32 ? 4 : 2);
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/* A lane group's rows of one round into L2: positions p, p + PPW, ..
+ * (U of them) before w1, this lane's 8 elements at offset col of each
+ * K and V row. */
+template <int DT, int D, int U>
+__device__ __forceinline__ void ag_prefetch(const void *K, const void *V, const int32_t *table, int p, int w1, int bt,
+                                            int n_blocks, int64_t col, int kvdim)
+{
+    constexpr int PPW = 32 / (D / 8);
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int pn = p + u * PPW;
+        if (pn < w1) {
+            const int blk = table[pn / bt];
+            if (blk >= 0 && blk < n_blocks) {
+                const int64_t base = ((int64_t)blk * bt + pn % bt) * kvdim + col;
+                kv_prefetch<DT>(K, base);
+                kv_prefetch<DT>(V, base);
+            }
+        }
+    }
 }
 
 /* A lane's 8 elements of a K or V row as loaded: float32 as floats, 16-bit
@@ -358,23 +405,22 @@ __device__ __forceinline__ void ag_row_sums(float (&d)[GB], float (&out)[GB], in
     }
 }
 
+/* The record of split s of token t (context P) for query heads h0 ..
+ * h0 + GB - 1: the work of one block of k_attn_gqa, and of one item of
+ * k_attn_gqa_loop (the same code, so the same bits).  All threads of the
+ * block call it with the same arguments; a split past the context's last
+ * slice writes nothing.  Its shared memory is reused by the next call: the
+ * first barrier below comes after every thread's reads of the last one. */
 template <int DT, int D, int GB>
-__global__ void __launch_bounds__(AG_WARPS * 32, AG_BLOCKS_PER_SM)
-k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *const *tables,
-           const float *q, const int32_t *pos, int n_heads, int n_kv_heads, int bt, int n_blocks,
-           float scale, int n_split, float *part)
+__device__ __forceinline__ void ag_split(const void *K, const void *V, const int32_t *table, const float *q,
+                                         int t, int h0, int s, int P, int n_heads, int n_kv_heads, int bt,
+                                         int n_blocks, float scale, int n_split, attn_cut cut, float *part)
 {
-    mr_pdl_wait(); /* cu_pdl.cuh */
-    mr_pdl_trigger();
     constexpr int LPR = D / 8, PPW = 32 / LPR;
-    const int h0 = blockIdx.x * GB, t = blockIdx.y, s = blockIdx.z;
-    table = tab_of(table, tables, t);
-    if (!table)
-        return;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, sub = lane % LPR, slot = lane / LPR;
     const int kvh = h0 / (n_heads / n_kv_heads), kvdim = n_kv_heads * D;
     int w0, w1; /* this warp's run */
-    if (!attn_warp_run(pos[t] + 1, s, n_split, AG_MIN_CHUNK, AG_WARPS, w, &w0, &w1))
+    if (!attn_warp_run(P, s, n_split, cut, AG_WARPS, w, &w0, &w1))
         return;
 
     float qv[GB][8], acc[GB][8], m[GB], l[GB];
@@ -394,6 +440,11 @@ k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *co
      * registers, so they take twice the rows a round (a round's bytes in
      * flight as float32's) */
     constexpr int U = DT == MR_KV_F32 ? AG_U : 2 * AG_U;
+    /* the rounds before the first one the loop prefetches (AG_AHEAD on),
+     * into L2 now, so that no round after the first waits for memory */
+#pragma unroll
+    for (int a = 1; a < AG_AHEAD; a++)
+        ag_prefetch<DT, D, U>(K, V, table, w0 + a * PPW * U + slot, w1, bt, n_blocks, (int64_t)kvh * D + sub * 8, kvdim);
     for (int p = w0; p < w1 && !bad; p += PPW * U) {
         kv_row8<DT> kr[U], vr[U];
         bool ok[U];
@@ -417,18 +468,8 @@ k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *co
             break;
         /* the rows AG_AHEAD rounds on, into L2 while this round's math runs:
          * a round's loads then wait for L2, not for memory */
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int pn = p + AG_AHEAD * PPW * U + u * PPW + slot;
-            if (pn < w1) {
-                const int blk = table[pn / bt];
-                if (blk >= 0 && blk < n_blocks) {
-                    const int64_t base = ((int64_t)blk * bt + pn % bt) * kvdim + (int64_t)kvh * D + sub * 8;
-                    kv_prefetch<DT>(K, base);
-                    kv_prefetch<DT>(V, base);
-                }
-            }
-        }
+        ag_prefetch<DT, D, U>(K, V, table, p + AG_AHEAD * PPW * U + slot, w1, bt, n_blocks, (int64_t)kvh * D + sub * 8,
+                              kvdim);
         float sc[U][GB];
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -527,7 +568,80 @@ k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *co
     }
 }
 
-/* min_chunk: the split kernel's (ATT_MIN_CHUNK or AG_MIN_CHUNK), so that
+/* Grid (head group, token, split): a block a split (the one-token step's
+ * grid, one wave for one token). */
+template <int DT, int D, int GB>
+__global__ void __launch_bounds__(AG_WARPS * 32, AG_BLOCKS_PER_SM)
+k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *const *tables,
+           const float *q, const int32_t *pos, int n_heads, int n_kv_heads, int bt, int n_blocks,
+           float scale, int n_split, attn_cut cut, float *part)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    const int t = blockIdx.y;
+    table = tab_of(table, tables, t);
+    if (!table)
+        return;
+    ag_split<DT, D, GB>(K, V, table, q, t, blockIdx.x * GB, blockIdx.z, pos[t] + 1, n_heads, n_kv_heads, bt,
+                        n_blocks, scale, n_split, cut, part);
+}
+
+/* The same records from one wave of blocks (decode batches).  The grid
+ * above has a block for every split a context could have (n_split, sized
+ * so that one token fills a wave), so a batch of n tokens is n waves of
+ * blocks, nearly all of them past their token's last slice at short
+ * contexts: each still waits for its token's position before it can
+ * leave, ~1 us a wave (16 tokens at ~100 positions: 22.6 us a call, run
+ * 185).  Here the splits that hold positions are numbered densely, token
+ * by token ((split, head group) within a token), and the blocks of one
+ * wave take them in turn; each split is ag_split as there, so each record
+ * has the bits the grid writes.  At most AGL_MAX_TOK tokens a call. */
+#define AGL_MAX_TOK 1024
+template <int DT, int D, int GB>
+__global__ void __launch_bounds__(AG_WARPS * 32, AG_BLOCKS_PER_SM)
+k_attn_gqa_loop(const void *K, const void *V, const int32_t *table, const int32_t *const *tables,
+                const float *q, const int32_t *pos, int n, int n_heads, int n_kv_heads, int bt, int n_blocks,
+                float scale, int n_split, attn_cut cut, float *part)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    __shared__ int first[AGL_MAX_TOK + 1]; /* token t's items are first[t] .. first[t + 1] - 1 */
+    __shared__ int wsum[AG_WARPS];
+    const int HG = n_heads / GB, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (threadIdx.x == 0) first[0] = 0;
+    int carry = 0;
+    for (int b = 0; b < n; b += AG_WARPS * 32) { /* a block-wide inclusive scan of the items a token */
+        const int t = b + threadIdx.x;
+        int v = 0;
+        if (t < n && tab_of(table, tables, t))
+            v = attn_used(pos[t] + 1, n_split, cut) * HG;
+#pragma unroll
+        for (int o = 1; o < 32; o *= 2) {
+            const int u = __shfl_up_sync(0xffffffffu, v, o);
+            if (lane >= o) v += u;
+        }
+        if (lane == 31) wsum[w] = v;
+        __syncthreads();
+        for (int i = 0; i < w; i++) v += wsum[i];
+        if (t < n) first[t + 1] = carry + v;
+        for (int i = 0; i < AG_WARPS; i++) carry += wsum[i];
+        __syncthreads(); /* wsum is rewritten by the next round */
+    }
+    const int total = first[n];
+    for (int j = blockIdx.x; j < total; j += gridDim.x) {
+        int lo = 0, hi = n - 1; /* the token t with first[t] <= j < first[t + 1] */
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (first[mid] <= j) lo = mid;
+            else hi = mid - 1;
+        }
+        const int t = lo, r = j - first[t], s = r / HG, hg = r - s * HG;
+        ag_split<DT, D, GB>(K, V, tab_of(table, tables, t), q, t, hg * GB, s, pos[t] + 1, n_heads, n_kv_heads,
+                            bt, n_blocks, scale, n_split, cut, part);
+    }
+}
+
+/* cut: the split kernel's (64 and 64, or ag_cut), so that
  * the records read are exactly those written (attn_used).  At most
  * ATT_MERGE_MAX splits (the launcher's caps; more would give NaN rows). */
 #define ATT_MERGE_MAX 128
@@ -620,11 +734,69 @@ __device__ __forceinline__ void merge_reg(const float *pr, int ns, int D, float 
     if (d1 < D) o[d1] = (bad || L == 0.0f) ? __int_as_float(0x7fc00000) : a[1] / L;
 }
 
+/* Rows of more records (a context past 16 slices; run 186: ~550 positions
+ * at C = 16 took merge_loop) and at most one dimension a thread: the
+ * maximum and the NaN flag over the block (thread s reads record s's m;
+ * a maximum is exact in any order), then each thread its dimension's sums
+ * in split order, ATT_MERGE_REG records a round trip (m, l and its
+ * dimension; m read again, the same value), merge_loop's operations in
+ * its order: the same bits.  At most blockDim.x records. */
+__device__ __forceinline__ void merge_wide(const float *pr, int ns, int D, float *o)
+{
+    __shared__ float wm[32];
+    __shared__ int wb[32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    float m = -INFINITY;
+    int bad = 0;
+    if ((int)threadIdx.x < ns) {
+        const float ms = pr[threadIdx.x * (D + 2)];
+        bad = ms != ms;
+        m = fmaxf(m, ms);
+    }
+#pragma unroll
+    for (int k = 16; k >= 1; k /= 2) {
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
+        bad |= __shfl_xor_sync(0xffffffffu, bad, k);
+    }
+    if (lane == 0) {
+        wm[w] = m;
+        wb[w] = bad;
+    }
+    __syncthreads();
+    float M = -INFINITY;
+    bad = 0;
+    for (int i = 0; i < nw; i++) {
+        M = fmaxf(M, wm[i]);
+        bad |= wb[i];
+    }
+    const int d = threadIdx.x;
+    float L = 0.0f, a = 0.0f;
+    for (int s0 = 0; s0 < ns; s0 += ATT_MERGE_REG) {
+        float mv[ATT_MERGE_REG], lv[ATT_MERGE_REG], av[ATT_MERGE_REG];
+#pragma unroll
+        for (int i = 0; i < ATT_MERGE_REG; i++)
+            if (s0 + i < ns) {
+                const float *r = pr + (s0 + i) * (D + 2);
+                mv[i] = r[0];
+                lv[i] = r[1];
+                av[i] = d < D ? r[2 + d] : 0.0f;
+            }
+#pragma unroll
+        for (int i = 0; i < ATT_MERGE_REG; i++)
+            if (s0 + i < ns && mv[i] != -INFINITY) {
+                const float wt = expf(mv[i] - M);
+                L += lv[i] * wt;
+                a += av[i] * wt;
+            }
+    }
+    if (d < D) o[d] = (bad || L == 0.0f) ? __int_as_float(0x7fc00000) : a / L;
+}
+
 /* Grid (head, token), 128 threads.  REG: merge_reg where a row's records
- * fit it (the default), else merge_loop. */
+ * fit it, merge_wide where they fit that (the default), else merge_loop. */
 template <bool REG>
 __global__ void __launch_bounds__(128) k_attn_merge(const float *part, const int32_t *const *tables,
-                                                    const int32_t *pos, int n_heads, int n_split, int min_chunk,
+                                                    const int32_t *pos, int n_heads, int n_split, attn_cut cut,
                                                     int D, float *out)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
@@ -634,9 +806,12 @@ __global__ void __launch_bounds__(128) k_attn_merge(const float *part, const int
         return;
     const float *pr = part + ((int64_t)t * n_heads + h) * n_split * (D + 2);
     float *o = out + ((int64_t)t * n_heads + h) * D;
-    const int ns = attn_used(pos[t] + 1, n_split, min_chunk);
-    if (REG && ns <= ATT_MERGE_REG && D <= 2 * (int)blockDim.x) /* the same for the whole block */
+    const int ns = attn_used(pos[t] + 1, n_split, cut);
+    /* the same for the whole block */
+    if (REG && ns <= ATT_MERGE_REG && D <= 2 * (int)blockDim.x)
         merge_reg(pr, ns, D, o);
+    else if (REG && ns <= (int)blockDim.x && D <= (int)blockDim.x)
+        merge_wide(pr, ns, D, o);
     else
         merge_loop(pr, ns, D, o);
 }
@@ -644,14 +819,14 @@ __global__ void __launch_bounds__(128) k_attn_merge(const float *part, const int
 /* The merge after a split kernel (MEMRA_CUDA_ATTN_MERGE=loop: merge_loop
  * for every row). */
 static void merge_launch(mr_cu_ctx *c, const float *part, const int32_t *const *tables, const int32_t *pos,
-                         int n_heads, int n, int n_split, int min_chunk, int D, float *out)
+                         int n_heads, int n, int n_split, attn_cut cut, int D, float *out)
 {
     if (c->attn_merge_reg)
-        mr_cu_launch(c, k_attn_merge<true>, dim3(n_heads, n), 128, 0, part, tables, pos, n_heads, n_split, min_chunk,
+        mr_cu_launch(c, k_attn_merge<true>, dim3(n_heads, n), 128, 0, part, tables, pos, n_heads, n_split, cut,
                      D, out);
     else
         mr_cu_launch(c, k_attn_merge<false>, dim3(n_heads, n), 128, 0, part, tables, pos, n_heads, n_split,
-                     min_chunk, D, out);
+                     cut, D, out);
     MR_CU_LAUNCHED(c, "attention merge");
 }
 
@@ -936,8 +1111,23 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
         return;
     float *part = (float *)c->scratch_attn.p;
     if (gb) {
+        const attn_cut mc = ag_cut(c, D, kv->dtype);
+        /* a decode batch of attn_loop tokens or more: one wave of blocks
+         * taking the splits that hold positions (k_attn_gqa_loop) */
+        const bool loop = c->attn_loop > 0 && n >= c->attn_loop && n <= AGL_MAX_TOK;
+        const int lblocks = AG_BLOCKS_PER_SM * c->n_sm;
         dim3 ggrid(n_heads / gb, n, n_split);
-#define L(DT, DD, GG) mr_cu_launch(c, k_attn_gqa<DT, DD, GG>, ggrid, AG_WARPS * 32, 0, kv->k[layer], kv->v[layer], block_table, tables, q, pos, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, n_split, part)
+#define L(DT, DD, GG)                                                                                              \
+    do {                                                                                                           \
+        if (loop)                                                                                                  \
+            mr_cu_launch(c, k_attn_gqa_loop<DT, DD, GG>, lblocks, AG_WARPS * 32, 0, kv->k[layer], kv->v[layer],     \
+                         block_table, tables, q, pos, n, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks,  \
+                         scale, n_split, mc, part);                                                                \
+        else                                                                                                       \
+            mr_cu_launch(c, k_attn_gqa<DT, DD, GG>, ggrid, AG_WARPS * 32, 0, kv->k[layer], kv->v[layer],           \
+                         block_table, tables, q, pos, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks,     \
+                         scale, n_split, mc, part);                                                                \
+    } while (0)
 #define BY_G(DT, DD)                                       \
     switch (gb) {                                          \
     case 1: L(DT, DD, 1); break;                           \
@@ -958,7 +1148,7 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
 #undef BY_G
 #undef L
         MR_CU_LAUNCHED(c, "attention (grouped)");
-        merge_launch(c, part, tables, pos, n_heads, n, n_split, AG_MIN_CHUNK, D, out);
+        merge_launch(c, part, tables, pos, n_heads, n, n_split, mc, D, out);
         return;
     }
     dim3 grid(n_heads, n, n_split);
@@ -977,7 +1167,7 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
 #undef BY_EPL
 #undef L
     MR_CU_LAUNCHED(c, "attention");
-    merge_launch(c, part, tables, pos, n_heads, n, n_split, ATT_MIN_CHUNK, D, out);
+    merge_launch(c, part, tables, pos, n_heads, n, n_split, attn_cut{ATT_MIN_CHUNK, ATT_MIN_CHUNK}, D, out);
 }
 
 static void cu_attention(mr_backend *be, const mr_kv_cache *kv, int layer,

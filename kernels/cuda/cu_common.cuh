@@ -110,6 +110,12 @@ struct mr_cu_ctx {
                                sums; run 171: 512 tokens 631 -> 564 us at dk 128) */
     bool attn_gqa;          /* decode attention a block per group of query heads sharing a K/V head
                                (cu_attn.cu k_attn_gqa; MEMRA_CUDA_ATTN_GQA=0: a block per head) */
+    int attn_loop;          /* and from this many tokens a call one wave of blocks taking the splits
+                               that hold positions (k_attn_gqa_loop; the same bits; 2 by default,
+                               MEMRA_CUDA_ATTN_LOOP=0: never) */
+    int attn_chunk;         /* the positions of that kernel's slices (0: from one round of its warps
+                               up to 64 with the context, cu_attn.cu ag_cut; MEMRA_CUDA_ATTN_CHUNK=N:
+                               at least N, the rule before run 187 at 16; other sums) */
     mr_cu_buf scratch_w;    /* dequantized weight chunk for the GEMM path */
     mr_cu_buf scratch_attn; /* split-K attention partials */
     mr_cu_buf scratch_act;  /* activation scratch (quantized x, GEMM operands) */
@@ -396,6 +402,7 @@ bool mr_cu_q8_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_
  * kernel's cost grows with the square of the context (a 262,144-token
  * prompt: ~20 minutes against ~2.5, docs/PERFORMANCE.md run 82). */
 #define ATTN_TC_FROM_PRECISE 4096
+
 void mr_cu_attn_init(mr_cu_ctx *c);
 static inline bool mr_cu_attn_tc_fits(int D) { return D == 64 || D == 128 || D == 256; }
 void mr_cu_attn_prefill_tc(mr_cu_ctx *c, const mr_kv_cache *kv, int layer,

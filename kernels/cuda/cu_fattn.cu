@@ -671,6 +671,27 @@ void mr_cu_attn_init(mr_cu_ctx *c)
     const char *q = getenv("MEMRA_CUDA_ATTN_GQA");
     const char *from = getenv("MEMRA_CUDA_ATTN_TC_FROM");
     c->attn_gqa = !(q && !strcmp(q, "0")); /* decode kernel (cu_attn.cu) */
+    const char *lp = getenv("MEMRA_CUDA_ATTN_LOOP"), *ch = getenv("MEMRA_CUDA_ATTN_CHUNK");
+    c->attn_loop = 2;
+    c->attn_chunk = 0; /* cu_attn.cu ag_cut's rule */
+    if (lp && *lp) {
+        char *e = NULL;
+        const long v = strtol(lp, &e, 10);
+        if (*e || v < 0 || v > INT_MAX) {
+            mr_cu_fail(c, "MEMRA_CUDA_ATTN_LOOP '%s': not a token count", lp);
+            return;
+        }
+        c->attn_loop = (int)v;
+    }
+    if (ch && *ch) {
+        char *e = NULL;
+        const long v = strtol(ch, &e, 10);
+        if (*e || v < 1 || v > 65536) {
+            mr_cu_fail(c, "MEMRA_CUDA_ATTN_CHUNK '%s': not a position count of 1 to 65536", ch);
+            return;
+        }
+        c->attn_chunk = (int)v;
+    }
     const char *ps = getenv("MEMRA_CUDA_PF_SPLIT");
     c->pf_split = !(ps && !strcmp(ps, "0")); /* float32 prompt kernel (cu_attn.cu) */
     char *end = NULL;
