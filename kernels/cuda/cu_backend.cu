@@ -1,5 +1,6 @@
 /* The CUDA backend: device memory, weights, paged KV cache, one stream,
  * a sticky first error, CUDA graph capture/replay, and the op table. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,22 @@ void mr_cu_fail(mr_cu_ctx *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(c->err.msg, sizeof c->err.msg, fmt, ap);
     va_end(ap);
+}
+
+int mr_cu_env_int(mr_cu_ctx *c, const char *name, long long lo, long long hi, const char *what, long long *v)
+{
+    const char *s = getenv(name);
+    if (!s)
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    const long long x = strtoll(s, &end, 10);
+    if (end == s || *end || errno || x < lo || x > hi) {
+        mr_cu_fail(c, "%s '%s': not %s", name, s, what);
+        return -1;
+    }
+    *v = x;
+    return 1;
 }
 
 bool mr_cu_reserve(mr_cu_ctx *c, mr_cu_buf *buf, size_t n, const char *what)

@@ -190,6 +190,11 @@ void mr_cu_note_launch(mr_cu_ctx *c, const void *kernel, dim3 grid, dim3 block, 
 /* Records the first failure; later ones are dropped (the first is the cause). */
 void mr_cu_fail(mr_cu_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The environment variable name as a whole number from lo to hi: 1 with
+ * *v set, 0 when it is unset, -1 when it holds anything else (the context
+ * has failed: "NAME 'value': not WHAT"). */
+int mr_cu_env_int(mr_cu_ctx *c, const char *name, long long lo, long long hi, const char *what, long long *v);
+
 /* After each launch (<<<>>> or mr_cu_launch): a bad configuration shows up
  * here, not at sync. */
 #define MR_CU_LAUNCHED(c, what)                                                        \

@@ -669,37 +669,19 @@ void mr_cu_attn_init(mr_cu_ctx *c)
     const char *m = getenv("MEMRA_CUDA_ATTN");
     const char *g = getenv("MEMRA_CUDA_GEMM");
     const char *q = getenv("MEMRA_CUDA_ATTN_GQA");
-    const char *from = getenv("MEMRA_CUDA_ATTN_TC_FROM");
     c->attn_gqa = !(q && !strcmp(q, "0")); /* decode kernel (cu_attn.cu) */
-    const char *lp = getenv("MEMRA_CUDA_ATTN_LOOP"), *ch = getenv("MEMRA_CUDA_ATTN_CHUNK");
-    c->attn_loop = 2;
-    c->attn_chunk = 0; /* cu_attn.cu ag_cut's rule */
-    if (lp && *lp) {
-        char *e = NULL;
-        const long v = strtol(lp, &e, 10);
-        if (*e || v < 0 || v > INT_MAX) {
-            mr_cu_fail(c, "MEMRA_CUDA_ATTN_LOOP '%s': not a token count", lp);
-            return;
-        }
-        c->attn_loop = (int)v;
-    }
-    if (ch && *ch) {
-        char *e = NULL;
-        const long v = strtol(ch, &e, 10);
-        if (*e || v < 1 || v > 65536) {
-            mr_cu_fail(c, "MEMRA_CUDA_ATTN_CHUNK '%s': not a position count of 1 to 65536", ch);
-            return;
-        }
-        c->attn_chunk = (int)v;
-    }
+    long long lp = 2, ch = 0; /* ch 0: cu_attn.cu ag_cut's rule */
+    if (mr_cu_env_int(c, "MEMRA_CUDA_ATTN_LOOP", 0, INT_MAX, "a token count", &lp) < 0 ||
+        mr_cu_env_int(c, "MEMRA_CUDA_ATTN_CHUNK", 1, 65536, "a position count of 1 to 65536", &ch) < 0)
+        return;
+    c->attn_loop = (int)lp;
+    c->attn_chunk = (int)ch;
     const char *ps = getenv("MEMRA_CUDA_PF_SPLIT");
     c->pf_split = !(ps && !strcmp(ps, "0")); /* float32 prompt kernel (cu_attn.cu) */
-    char *end = NULL;
-    const long f = from ? strtol(from, &end, 10) : -1;
-    if (from && (end == from || *end || f < 0 || f > INT_MAX)) {
-        mr_cu_fail(c, "MEMRA_CUDA_ATTN_TC_FROM '%s': not a position", from);
+    long long f = -1;
+    const int from = mr_cu_env_int(c, "MEMRA_CUDA_ATTN_TC_FROM", 0, INT_MAX, "a position", &f);
+    if (from < 0)
         return;
-    }
     const bool tc = m && !strcmp(m, "tc"), f32 = m && !strcmp(m, "f32");
     c->attn_tc_forced = tc || f32 || from;
     c->attn_tc_from = from ? (int)f : tc ? 0 : f32 || (g && !strcmp(g, "f32")) ? INT_MAX : 0;

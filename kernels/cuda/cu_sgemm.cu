@@ -29,6 +29,7 @@
  * mode, lost on 512 x 2048.  MEMRA_CUDA_SMALL_GEMM=N sets the row limit (0:
  * off).  The path is a function of the matrix's shape and the mode, so a
  * matrix always takes one. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,13 +176,9 @@ bool mr_cu_small_gemm_takes(const mr_cu_ctx *c, const mr_weight *w, bool x3)
 
 void mr_cu_small_gemm_init(mr_cu_ctx *c)
 {
-    const char *s = getenv("MEMRA_CUDA_SMALL_GEMM");
-    char *end = NULL;
-    const long long v = s ? strtoll(s, &end, 10) : -1;
-    if (s && (end == s || *end || v < 0)) {
-        mr_cu_fail(c, "MEMRA_CUDA_SMALL_GEMM '%s': not a count of weight elements", s);
+    long long v = -1; /* unset: by mode (mr_cu_small_gemm_takes) */
+    if (mr_cu_env_int(c, "MEMRA_CUDA_SMALL_GEMM", 0, LLONG_MAX, "a count of weight elements", &v) < 0)
         return;
-    }
     c->small_gemm = v;
 }
 
