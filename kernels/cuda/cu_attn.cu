@@ -595,7 +595,9 @@ k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *co
  * 185).  Here the splits that hold positions are numbered densely, token
  * by token ((split, head group) within a token), and the blocks of one
  * wave take them in turn; each split is ag_split as there, so each record
- * has the bits the grid writes.  At most AGL_MAX_TOK tokens a call. */
+ * has the bits the grid writes.  A token's position and block table are
+ * read once a block, with the numbering, not again for each of its
+ * splits.  At most AGL_MAX_TOK tokens a call. */
 #define AGL_MAX_TOK 1024
 template <int DT, int D, int GB>
 __global__ void __launch_bounds__(AG_WARPS * 32, AG_BLOCKS_PER_SM)
@@ -606,6 +608,8 @@ k_attn_gqa_loop(const void *K, const void *V, const int32_t *table, const int32_
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     __shared__ int first[AGL_MAX_TOK + 1]; /* token t's items are first[t] .. first[t + 1] - 1 */
+    __shared__ int ctx[AGL_MAX_TOK];        /* its context (pos[t] + 1) and block table, read once */
+    __shared__ const int32_t *tab[AGL_MAX_TOK];
     __shared__ int wsum[AG_WARPS];
     const int HG = n_heads / GB, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     if (threadIdx.x == 0) first[0] = 0;
@@ -613,8 +617,12 @@ k_attn_gqa_loop(const void *K, const void *V, const int32_t *table, const int32_
     for (int b = 0; b < n; b += AG_WARPS * 32) { /* a block-wide inclusive scan of the items a token */
         const int t = b + threadIdx.x;
         int v = 0;
-        if (t < n && tab_of(table, tables, t))
-            v = attn_used(pos[t] + 1, n_split, cut) * HG;
+        if (t < n) {
+            tab[t] = tab_of(table, tables, t);
+            ctx[t] = pos[t] + 1;
+            if (tab[t])
+                v = attn_used(ctx[t], n_split, cut) * HG;
+        }
 #pragma unroll
         for (int o = 1; o < 32; o *= 2) {
             const int u = __shfl_up_sync(0xffffffffu, v, o);
@@ -636,8 +644,8 @@ k_attn_gqa_loop(const void *K, const void *V, const int32_t *table, const int32_
             else hi = mid - 1;
         }
         const int t = lo, r = j - first[t], s = r / HG, hg = r - s * HG;
-        ag_split<DT, D, GB>(K, V, tab_of(table, tables, t), q, t, hg * GB, s, pos[t] + 1, n_heads, n_kv_heads,
-                            bt, n_blocks, scale, n_split, cut, part);
+        ag_split<DT, D, GB>(K, V, tab[t], q, t, hg * GB, s, ctx[t], n_heads, n_kv_heads, bt, n_blocks, scale,
+                            n_split, cut, part);
     }
 }
 
