@@ -2063,11 +2063,6 @@ static void check_attn_pair(const char *op, mr_backend *be0, mr_backend *be1, in
     free(table); free(K); free(V); free(q); free(o[0]); free(o[1]);
 }
 
-static void check_attn_merge_one(mr_backend *loop, int heads, int kvh, int hd, int P, int n, mr_kv_dtype dt)
-{
-    check_attn_pair("attn-merge-reg", gpu_x24, loop, heads, kvh, hd, P, n, dt);
-}
-
 /* The decode batches' one wave of blocks over the splits that hold
  * positions (k_attn_gqa_loop, the default from 2 tokens) against the grid
  * of a block a split (MEMRA_CUDA_ATTN_LOOP=0), bit for bit: batches of 2
@@ -2102,12 +2097,12 @@ static void check_attn_merge(void)
     const mr_kv_dtype dts[] = {MR_KV_F16, MR_KV_BF16, MR_KV_F32};
     for (size_t i = 0; i < sizeof Ps / sizeof Ps[0]; i++)
         for (int d = 0; d < 3; d++) {
-            check_attn_merge_one(loop, 32, 8, 128, Ps[i], 1, dts[d]); /* the 8B */
-            check_attn_merge_one(loop, 32, 4, 128, Ps[i], 1, dts[d]); /* the 30B-A3B */
-            check_attn_merge_one(loop, 16, 2, 256, Ps[i], 1, dts[d]); /* the 35B-A3B */
+            check_attn_pair("attn-merge-reg", gpu_x24, loop, 32, 8, 128, Ps[i], 1, dts[d]); /* the 8B */
+            check_attn_pair("attn-merge-reg", gpu_x24, loop, 32, 4, 128, Ps[i], 1, dts[d]); /* the 30B-A3B */
+            check_attn_pair("attn-merge-reg", gpu_x24, loop, 16, 2, 256, Ps[i], 1, dts[d]); /* the 35B-A3B */
         }
-    check_attn_merge_one(loop, 32, 4, 128, 300, 5, MR_KV_F16); /* a decode batch's rows */
-    check_attn_merge_one(loop, 16, 2, 256, 1000, 3, MR_KV_BF16);
+    check_attn_pair("attn-merge-reg", gpu_x24, loop, 32, 4, 128, 300, 5, MR_KV_F16); /* a decode batch's rows */
+    check_attn_pair("attn-merge-reg", gpu_x24, loop, 16, 2, 256, 1000, 3, MR_KV_BF16);
     loop->destroy(loop);
     check_attn_loop();
 }
