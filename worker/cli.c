@@ -65,7 +65,7 @@ int mr_cli_parse_int(const char *s, long lo, long hi, int *out)
 int mr_cli_parse_kv_dtype(const char *s, mr_kv_dtype *out)
 {
     static const struct { const char *name; mr_kv_dtype t; } names[] = {
-        {"f32", MR_KV_F32}, {"f16", MR_KV_F16}, {"bf16", MR_KV_BF16}};
+        {"f32", MR_KV_F32}, {"f16", MR_KV_F16}, {"bf16", MR_KV_BF16}, {"auto", MR_KV_AUTO}};
     for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(s, names[i].name)) {
             *out = names[i].t;

@@ -2,7 +2,7 @@
  *
  *   bench-model MODEL.gguf [--backend cuda|cpu|auto] [--runs N] [--pp 512] [--tg 128]
  *               [--depth D [--depth-fill prompt|skip]] [--spec-k LIST] [--accept LIST]
- *               [--kv-dtype f32|f16|bf16]
+ *               [--kv-dtype auto|f32|f16|bf16]
  *
  * pp: one prompt of --pp random tokens into an empty sequence (logits of the
  * last token only).  tg: --tg tokens decoded one at a time from an empty
@@ -212,7 +212,7 @@ int main(int argc, char **argv)
     const char *path = NULL, *backend = "auto";
     int runs = 3, pp = 512, tg = 128, depth = 0;
     const char *accept = "mtp,0,50,80,100", *spec_ks = NULL;
-    mr_kv_dtype kv_dtype = MR_KV_F32;
+    mr_kv_dtype kv_dtype = MR_KV_AUTO;
     bool skip_fill = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
@@ -229,14 +229,14 @@ int main(int argc, char **argv)
         else if (argv[i][0] != '-' && !path) path = argv[i];
         else {
             fprintf(stderr, "usage: bench-model MODEL.gguf [--backend B] [--runs N] [--pp N] [--tg N] [--depth D] "
-                    "[--depth-fill prompt|skip] [--spec-k K] [--accept LIST] [--kv-dtype f32|f16|bf16]\n");
+                    "[--depth-fill prompt|skip] [--spec-k K] [--accept LIST] [--kv-dtype auto|f32|f16|bf16]\n");
             return 2;
         }
     }
     if (!path || runs < 1 || runs > 50 || pp < 0 || tg < 0 || depth < 0 || depth > (1 << 22) ||
         (spec_ks && (depth || tg < 2))) {
         fprintf(stderr, "usage: bench-model MODEL.gguf [--backend B] [--runs N] [--pp N] [--tg N] [--depth D] "
-                "[--spec-k LIST (of 1..8; depth 0, tg >= 2)] [--accept LIST] [--kv-dtype f32|f16|bf16]\n");
+                "[--spec-k LIST (of 1..8; depth 0, tg >= 2)] [--accept LIST] [--kv-dtype auto|f32|f16|bf16]\n");
         return 2;
     }
     mr_err err = {{0}};

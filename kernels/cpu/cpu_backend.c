@@ -157,6 +157,7 @@ mr_backend *mr_backend_cpu_create(mr_err *err)
         return NULL;
     }
     be->name = "cpu";
+    be->kv_default = MR_KV_F32;
     be->ctx = c;
     be->alloc = cpu_alloc;
     be->free = cpu_free;

@@ -484,6 +484,7 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     }
 
     be->name = "cuda";
+    be->kv_default = MR_KV_F16;
     be->batch_variant_rows = MR_CU_GEMM_MIN_TOKENS; /* float16 GEMMs from there on */
     be->alloc = cu_alloc;
     be->free = cu_free;

@@ -26,7 +26,7 @@ static int usage(void)
                     "       [--backend auto|cpu|cuda|fake] [--name NAME] [--max-running N] [--max-queued N]\n"
                     "       [--ctx N] [--chunk N] [--block-tokens N] [--prefix-blocks N|-1] [--spec-k 0..8]\n"
                     "       [--kv-tokens N | --kv-mib N | --kv-fraction PERCENT --kv-reserve-mib N]\n"
-                    "       [--kv-dtype f32|f16|bf16]\n"
+                    "       [--kv-dtype auto|f32|f16|bf16]\n"
                     "       [--vocab N] [--fake-eos ID] [--fake-delay-ms MS]\n"
                     "   or: memra-worker --config FILE --instance N [flags that override it]\n");
     return 2;
@@ -123,6 +123,7 @@ static int parse(args *a, int n, char **v)
 int main(int argc, char **argv)
 {
     args a = {0};
+    a.eo.kv_dtype = MR_KV_AUTO; /* the backend's: float16 on CUDA, float32 on the CPU */
     a.backend = "auto";
     a.o.device = -1;
     a.o.max_running = 64;

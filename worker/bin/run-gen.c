@@ -4,7 +4,7 @@
  *   run-gen MODEL.gguf --tokens 1,2,3 -n 24               greedy ids on one line
  *   run-gen MODEL.gguf --prompt "text" -n 24              text and ids
  *   run-gen MODEL.gguf --chat "message" [--system "..."]  the same, as a chat turn
- *   --backend cpu|cuda|auto (default auto), --kv-dtype f32|f16|bf16 (default f32)
+ *   --backend cpu|cuda|auto (default auto), --kv-dtype auto|f32|f16|bf16 (default auto: the backend's, f16 on cuda, f32 on cpu)
  *
  * The prompt is exactly one of --tokens (ids), --prompt (text through the
  * model's tokenizer) or --chat (a user message through the model's chat
@@ -28,7 +28,7 @@ static void usage(void)
 {
     printf("usage: run-gen MODEL.gguf (--tokens ID,ID,... | --prompt TEXT |\n"
            "               --chat MESSAGE [--system TEXT]) [-n N]\n"
-           "               [--logits-out FILE] [--backend cpu|cuda|auto] [--kv-dtype f32|f16|bf16]\n"
+           "               [--logits-out FILE] [--backend cpu|cuda|auto] [--kv-dtype auto|f32|f16|bf16]\n"
            "               [--print-text | --no-print-text] [--ignore-eos]\n"
            "  --tokens      prompt token ids, as given (no BOS added)\n"
            "  --prompt      prompt text, tokenized with the model's tokenizer: BOS as the\n"
@@ -152,7 +152,7 @@ static int put_text(mr_bytes *b, bool *ends_nl, mr_err *err)
 int main(int argc, char **argv)
 {
     const char *model_path = NULL, *tokens_arg = NULL, *logits_out = NULL, *backend = "auto";
-    mr_kv_dtype kv_dtype = MR_KV_F32;
+    mr_kv_dtype kv_dtype = MR_KV_AUTO;
     const char *prompt_text = NULL, *chat_text = NULL, *system_text = NULL;
     int n_gen = -1, print_text = -1; /* -1: the default of the prompt kind */
     bool ignore_eos = false;
@@ -176,7 +176,7 @@ int main(int argc, char **argv)
             backend = argv[++i];
         } else if (!strcmp(a, "--kv-dtype") && has_val) {
             if (mr_cli_parse_kv_dtype(argv[++i], &kv_dtype)) {
-                fprintf(stderr, "run-gen: --kv-dtype: expected f32, f16 or bf16, got '%s'\n", argv[i]);
+                fprintf(stderr, "run-gen: --kv-dtype: expected auto, f32, f16 or bf16, got '%s'\n", argv[i]);
                 return 2;
             }
         } else if (!strcmp(a, "--print-text")) {

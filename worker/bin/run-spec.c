@@ -1,7 +1,7 @@
 /* run-spec: greedy generation with MTP self-speculation.
  *
  *   run-spec MODEL.gguf --tokens 1,2,3 -n 24 --k 3 [--backend cpu|cuda|auto]
- *            [--kv-dtype f32|f16|bf16]
+ *            [--kv-dtype auto|f32|f16|bf16]
  *
  * Prints one line of draft statistics, then the generated ids on the last
  * line (the same ids as run-gen -n prints: speculation never changes greedy
@@ -16,14 +16,14 @@
 static void usage(void)
 {
     printf("usage: run-spec MODEL.gguf --tokens ID,ID,... [-n N] [--k K (1..8)] "
-           "[--backend cpu|cuda|auto] [--kv-dtype f32|f16|bf16]\n");
+           "[--backend cpu|cuda|auto] [--kv-dtype auto|f32|f16|bf16]\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *model_path = NULL, *tokens_arg = NULL, *backend = "auto";
     int n_gen = 24, k = 3;
-    mr_kv_dtype kv_dtype = MR_KV_F32;
+    mr_kv_dtype kv_dtype = MR_KV_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
@@ -36,7 +36,7 @@ int main(int argc, char **argv)
             backend = argv[++i];
         } else if (!strcmp(a, "--kv-dtype") && has_val) {
             if (mr_cli_parse_kv_dtype(argv[++i], &kv_dtype)) {
-                fprintf(stderr, "run-spec: --kv-dtype: expected f32, f16 or bf16, got '%s'\n", argv[i]);
+                fprintf(stderr, "run-spec: --kv-dtype: expected auto, f32, f16 or bf16, got '%s'\n", argv[i]);
                 return 2;
             }
         } else if (!strcmp(a, "-n") && has_val) {

@@ -4,7 +4,7 @@
  *
  *   sched-bench MODEL.gguf [-c CONC] [-r REQUESTS] [-p PROMPT] [-n GEN]
  *               [--shared-prefix N] [--chunk N] [--kv-mib N] [--temperature PERCENT]
- *               [--check] [--spec-k K] [--backend cpu|cuda|auto] [--kv-dtype f32|f16|bf16]
+ *               [--check] [--spec-k K] [--backend cpu|cuda|auto] [--kv-dtype auto|f32|f16|bf16]
  *
  * CONC requests are kept in flight (a refused one is retried after the next
  * step); prompts are random ids, the first N of them shared by all requests
@@ -143,13 +143,13 @@ int main(int argc, char **argv)
     int conc = 16, n_req = -1, n_prompt = 512, n_gen = 128, shared = 0, chunk = 512, kv_mib = 0;
     float temperature = 0.0f;
     int check = 0, spec_k = 0;
-    mr_kv_dtype kv_dtype = MR_KV_F32;
+    mr_kv_dtype kv_dtype = MR_KV_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: sched-bench MODEL.gguf [-c CONC] [-r REQUESTS] [-p PROMPT] [-n GEN] "
                    "[--shared-prefix N] [--chunk N] [--kv-mib N] [--temperature PERCENT] [--check] [--spec-k K] "
-                   "[--backend B] [--kv-dtype f32|f16|bf16]\n");
+                   "[--backend B] [--kv-dtype auto|f32|f16|bf16]\n");
             return 0;
         } else if (!strcmp(a, "-c"))
             conc = arg_int(a, v, 1, 4096), i++;
@@ -179,7 +179,7 @@ int main(int argc, char **argv)
             backend = v, i++;
         } else if (!strcmp(a, "--kv-dtype")) {
             if (mr_cli_parse_kv_dtype(v, &kv_dtype)) {
-                fprintf(stderr, "sched-bench: --kv-dtype: expected f32, f16 or bf16\n");
+                fprintf(stderr, "sched-bench: --kv-dtype: expected auto, f32, f16 or bf16\n");
                 return 2;
             }
             i++;
