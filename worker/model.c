@@ -767,6 +767,36 @@ int mr_model_forward_gen(mr_model *m, mr_seq *s, const int32_t *tokens, int n, m
     return mr_model_forward_batch(m, &it, 1, err);
 }
 
+int mr_model_warmup(mr_model *m, int n_tokens, int out_rows, mr_err *err)
+{
+    if (n_tokens > m->n_ctx)
+        n_tokens = m->n_ctx;
+    if (n_tokens < 1)
+        return 0;
+    /* the activation buffers of the whole step first: its rows of logits
+     * are the decoding requests', which this prompt does not have */
+    if (scratch_reserve(m, n_tokens, out_rows, err))
+        return mr_err_wrap(err, "warm-up step of %d tokens", n_tokens);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_tokens);
+    if (!ids)
+        return mr_errf(err, "out of memory");
+    /* ids spread over the vocabulary, so a mixture layer's tokens go to
+     * many experts as a real prompt's do */
+    for (int i = 0; i < n_tokens; i++)
+        ids[i] = (int32_t)(((int64_t)i * 7919 + 1) % m->hp.n_vocab);
+    mr_seq *s = NULL;
+    int rc = mr_seq_new(m, &s, err);
+    if (!rc)
+        rc = mr_model_forward(m, s, ids, n_tokens, MR_LOGITS_NONE, NULL, err);
+    if (!rc)
+        rc = m->be->sync ? m->be->sync(m->be, err) : 0;
+    mr_seq_free(s);
+    free(ids);
+    if (rc)
+        return mr_err_wrap(err, "warm-up step of %d tokens", n_tokens);
+    return 0;
+}
+
 static int check_item(const mr_model *m, const mr_batch_item *it, int idx, mr_err *err)
 {
     if (!it->seq || it->seq->m != m)

@@ -100,6 +100,13 @@ const mr_hparams *mr_model_hparams(const mr_model *m);
 /* Tokens a sequence may hold (opts.n_ctx after defaults). */
 int mr_model_n_ctx(const mr_model *m);
 
+/* One forward of n_tokens prompt tokens (at most the context) on a sequence
+ * made and freed for it, after carving the activation buffers for out_rows
+ * rows of logits: a server calls it at start with its largest step, so the
+ * backend's buffers for that step are allocated then, and a card without
+ * the memory for them fails at start instead of in a running request. */
+int mr_model_warmup(mr_model *m, int n_tokens, int out_rows, mr_err *err);
+
 /* A new empty sequence; fails when the KV cache cannot hold another one. */
 int mr_seq_new(mr_model *m, mr_seq **out, mr_err *err);
 /* Releases its KV blocks. */

@@ -103,7 +103,7 @@ int mr_sched_new(mr_model *m, const mr_sched_opts *opts, mr_sched_cb cb, void *u
     if (o.max_seqs <= 0)
         o.max_seqs = 64;
     if (o.chunk_tokens <= 0)
-        o.chunk_tokens = 256;
+        o.chunk_tokens = MR_SCHED_CHUNK_DEFAULT;
     if (o.step_tokens <= 0)
         o.step_tokens = o.max_seqs + o.chunk_tokens;
     if (o.max_seqs > 65536 || o.step_tokens > (1 << 20))
@@ -247,6 +247,13 @@ static int take_cached(mr_sched *s, req *q, mr_seq **seq, int more_than, mr_err 
         q->state_offered = q->cached; /* it came from there */
     q->checkpoint_at = n_kv > n_hit ? n_kv * s->bt : 0;
     return 1;
+}
+
+int mr_sched_warmup(mr_sched *s, mr_err *err)
+{
+    /* the largest step: a decode row for every request and prompt chunks
+     * up to the step's budget; every decode row may want logits */
+    return mr_model_warmup(s->m, s->o.step_tokens, s->o.max_seqs, err);
 }
 
 int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)

@@ -44,9 +44,19 @@
 
 typedef struct mr_sched mr_sched;
 
+/* Prompt tokens of one request a step by default.  Larger chunks feed the
+ * prompt GEMMs and expert tiles more rows a weight read: on an H200 the
+ * 30B-A3B's 16 x 512-token burst runs 845 output tok/s at 256, 969 at 512,
+ * 1,058 at 2,048 (means of two), and a 32k-token prompt's first token
+ * comes 16-19% sooner at 2,048 than at 256 (docs/PERFORMANCE.md, runs
+ * 192-195).  The price is the running streams' gap while such a step runs
+ * (inter-token p99 37 -> 139 ms in that burst); --chunk 256 keeps streams
+ * smoother. */
+#define MR_SCHED_CHUNK_DEFAULT 2048
+
 typedef struct mr_sched_opts {
     int max_seqs;           /* requests admitted at once; 0: 64 */
-    int chunk_tokens;       /* most prompt tokens of one request per step; 0: 256 */
+    int chunk_tokens;       /* most prompt tokens of one request per step; 0: MR_SCHED_CHUNK_DEFAULT */
     int step_tokens;        /* most tokens per step (>= max_seqs); 0: max_seqs + chunk_tokens */
     int prefix_blocks;      /* prefix cache capacity in blocks; 0: the whole pool; < 0: off */
     int default_max_tokens; /* for requests with max_tokens <= 0; 0: up to the context */
@@ -122,6 +132,11 @@ enum {
 };
 /* Admits r (copying what it points to) or says why not; err gets a
  * one-line reason for both refusals. */
+/* Runs the largest step the options allow once, on a throwaway sequence
+ * (mr_model_warmup), so that its buffers are allocated at start: a server
+ * calls it before taking requests. */
+int mr_sched_warmup(mr_sched *s, mr_err *err);
+
 int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err);
 
 /* Marks request id cancelled: at the start of the next step it is dropped

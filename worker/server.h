@@ -112,7 +112,7 @@ typedef struct mr_engine_model_opts {
     const char *name;      /* served model name (NULL: the path) */
     int n_ctx;             /* tokens per sequence; 0: the model's default */
     int n_seqs;            /* requests in the running batch at once; 0: 1 */
-    int chunk_tokens;      /* most prompt tokens of one request per step; 0: 256 */
+    int chunk_tokens;      /* most prompt tokens of one request per step; 0: MR_SCHED_CHUNK_DEFAULT (2048) */
     int block_tokens;      /* KV block size; 0: 16 */
     /* KV pool.  kv_tokens > 0 or kv_bytes > 0 size it on any backend; else
      * on CUDA kv_fraction (0: 0.9) of the VRAM free after the weights, less

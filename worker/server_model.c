@@ -290,6 +290,14 @@ mr_engine *mr_engine_model(const char *path, const mr_engine_model_opts *o, mr_e
         destroy(&me->super);
         return NULL;
     }
+    /* on a GPU the activations of the largest step come out of what the KV
+     * pool left (--kv-reserve-mib): allocate them now, so a card short of it
+     * fails here and not in the first long prompt */
+    if (me->cuda && mr_sched_warmup(me->sched, err)) {
+        mr_err_wrap(err, "worker: lower --chunk or raise --kv-reserve-mib");
+        destroy(&me->super);
+        return NULL;
+    }
     mr_sched_stats st;
     mr_sched_get_stats(me->sched, &st);
     MR_INFO("worker: KV pool %d blocks of %d tokens; prefix cache %d blocks%s", st.kv_blocks, st.block_tokens,

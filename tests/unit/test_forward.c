@@ -127,6 +127,43 @@ START_TEST(prefill_chunked_and_decode_agree)
 }
 END_TEST
 
+/* A server's start-up step (mr_model_warmup: the largest step on a
+ * throwaway sequence) leaves nothing behind: the same logits after it, bit
+ * for bit, and every block back in the pool (the model's sequences can
+ * still fill their whole context). */
+START_TEST(warmup_leaves_no_trace)
+{
+    const char *name = MODELS[_i];
+    reference r;
+    ref_load(name, &r, 0);
+    open_model(name, "model-BF16.gguf", &OPTS);
+    int V = mr_model_hparams(model)->n_vocab;
+    const int32_t *tok = r.prompt[1];
+    int n = r.prompt_len[1];
+    float *before = forward_all(tok, n);
+    close_model();
+
+    open_model(name, "model-BF16.gguf", &OPTS);
+    mr_err err;
+    /* more than the context: capped to it; 5 rows of logits carved */
+    ck_assert_msg(mr_model_warmup(model, 1000, 5, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(mr_model_warmup(model, 0, 1, &err), 0); /* nothing to do */
+    float *after = forward_all(tok, n);
+    ck_assert_int_eq(memcmp(before, after, sizeof(float) * (size_t)n * (size_t)V), 0);
+    mr_seq *s[3];
+    for (int i = 0; i < OPTS.n_seqs; i++) {
+        ck_assert_int_eq(mr_seq_new(model, &s[i], &err), 0);
+        ck_assert_msg(mr_seq_reserve(s[i], OPTS.n_ctx, &err) == 0, "sequence %d: %s", i, err.msg);
+    }
+    for (int i = 0; i < OPTS.n_seqs; i++)
+        mr_seq_free(s[i]);
+    free(before);
+    free(after);
+    close_model();
+    ref_free(&r);
+}
+END_TEST
+
 /* Every quantized fixture loads and gives finite logits near the reference
  * (the bound only rules out a broken path: random weights amplify
  * quantization noise, see the fixtures' README). */
@@ -218,6 +255,7 @@ int main(void)
     tcase_add_loop_test(tc, bf16_logits_match_transformers, 0, N_MODELS);
     tcase_add_loop_test(tc, greedy_continuation_matches, 0, N_MODELS);
     tcase_add_loop_test(tc, prefill_chunked_and_decode_agree, 0, N_MODELS);
+    tcase_add_loop_test(tc, warmup_leaves_no_trace, 0, N_MODELS);
     tcase_add_loop_test(tc, quantized_files_run, 0, N_MODELS * 4);
     tcase_add_test(tc, bad_inputs_are_errors);
     suite_add_tcase(s, tc);
