@@ -74,10 +74,10 @@ enum mr_rope_mode {
  * owns a block table (int32 block ids in backend memory); position p lives
  * in block table[p / block_tokens], slot p % block_tokens. */
 typedef enum mr_kv_dtype {
-    MR_KV_F32 = 0,
-    MR_KV_F16 = 1,
-    MR_KV_BF16 = 2,
-    MR_KV_AUTO = 3 /* a model's request only: the backend's kv_default */
+    MR_KV_AUTO = 0, /* a request only (zeroed options): the backend's kv_default; never a cache's */
+    MR_KV_F32 = 1,
+    MR_KV_F16 = 2,
+    MR_KV_BF16 = 3
 } mr_kv_dtype;
 
 typedef struct mr_kv_cache {
@@ -94,10 +94,9 @@ typedef struct mr_kv_cache {
 struct mr_backend {
     const char *name;      /* "cpu", "cuda" */
     void *ctx;             /* backend state */
-    /* the K/V element type a model gets when it asks for MR_KV_AUTO: the
-     * CPU backend's only one (float32); float16 on CUDA (half the bytes a
-     * position, twice the tokens in the pool, and the tensor-core prompt
-     * attention reads it without a conversion) */
+    /* the K/V element type a model gets when it asks for MR_KV_AUTO (its
+     * options' zero): the CPU backend's only one (float32); float16 on CUDA
+     * (half the bytes a position, twice the tokens in the pool) */
     mr_kv_dtype kv_default;
     /* matmul and matmul_id calls of this many rows or more may round
      * differently from smaller ones (CUDA: float16 tensor-core GEMMs from

@@ -311,7 +311,7 @@ static int create_kv(mr_model *m, const mr_model_opts *opts, mr_err *err)
     m->n_ctx = n_ctx;
     m->max_blocks = (n_ctx + bt - 1) / bt;
     int kv_layers = m->hp.n_kv_layers > 0 ? m->hp.n_kv_layers : m->hp.n_layers; /* hybrids: full-attention layers only */
-    mr_kv_dtype dtype = opts ? opts->kv_dtype : MR_KV_F32;
+    mr_kv_dtype dtype = opts ? opts->kv_dtype : MR_KV_AUTO;
     if (dtype == MR_KV_AUTO)
         dtype = m->be->kv_default;
     int64_t n_blocks = (int64_t)m->max_blocks * n_seqs;

@@ -54,7 +54,7 @@ typedef struct mr_model_opts {
     int n_ctx;        /* most tokens one sequence may hold; 0: min(context_length, 4096) */
     int n_seqs;       /* sequences that may hold n_ctx tokens at once; 0: 1 */
     int block_tokens; /* KV block size in tokens; 0: 16 */
-    mr_kv_dtype kv_dtype; /* KV element type (MR_KV_F32 = 0 is the default; the CPU backend has only it) */
+    mr_kv_dtype kv_dtype; /* KV element type; 0 (MR_KV_AUTO): the backend's (CPU float32, its only one; CUDA float16) */
     /* KV pool size.  kv_blocks > 0 sets the block count; else kv_bytes > 0
      * sizes the pool from a byte budget (on a GPU: a fraction of the free
      * memory minus a reserve, measured by the caller); else n_seqs * n_ctx. */

@@ -123,8 +123,8 @@ typedef struct mr_engine_model_opts {
     size_t kv_reserve_bytes;
     int prefix_blocks;     /* prefix cache capacity in blocks; 0: the pool; < 0: off */
     int spec_k;            /* MTP drafts per step for a lone greedy request (mr_sched_opts.spec_k); 0: off */
-    int kv_dtype;          /* K/V element type (mr_kv_dtype: 0 float32, 1 float16, 2 bfloat16); the
-                              CPU backend keeps float32 only */
+    int kv_dtype;          /* K/V element type (mr_kv_dtype); 0: the backend's, float16 on CUDA,
+                              float32 on the CPU (its only one) */
 } mr_engine_model_opts;
 
 /* The real engine: the GGUF model at path, served by the scheduler

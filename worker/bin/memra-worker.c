@@ -123,7 +123,6 @@ static int parse(args *a, int n, char **v)
 int main(int argc, char **argv)
 {
     args a = {0};
-    a.eo.kv_dtype = MR_KV_AUTO; /* the backend's: float16 on CUDA, float32 on the CPU */
     a.backend = "auto";
     a.o.device = -1;
     a.o.max_running = 64;
