@@ -786,10 +786,8 @@ int mr_model_warmup(mr_model *m, int n_tokens, int out_rows, mr_err *err)
         ids[i] = (int32_t)(((int64_t)i * 7919 + 1) % m->hp.n_vocab);
     mr_seq *s = NULL;
     int rc = mr_seq_new(m, &s, err);
-    if (!rc)
+    if (!rc) /* the forward syncs with the backend: an allocation that failed shows here */
         rc = mr_model_forward(m, s, ids, n_tokens, MR_LOGITS_NONE, NULL, err);
-    if (!rc)
-        rc = m->be->sync ? m->be->sync(m->be, err) : 0;
     mr_seq_free(s);
     free(ids);
     if (rc)

@@ -121,6 +121,10 @@ typedef void (*mr_sched_cb)(void *user, const mr_sched_event *ev);
 /* The model (and its backend) must outlive the scheduler.  opts may be NULL. */
 int mr_sched_new(mr_model *m, const mr_sched_opts *opts, mr_sched_cb cb, void *user, mr_sched **out,
                  mr_err *err);
+/* Runs the largest step the options allow once, on a throwaway sequence
+ * (mr_model_warmup), so that its buffers are allocated at start: a server
+ * calls it before taking requests. */
+int mr_sched_warmup(mr_sched *s, mr_err *err);
 /* Drops every live request without events and releases all KV blocks. */
 void mr_sched_free(mr_sched *s);
 
@@ -132,11 +136,6 @@ enum {
 };
 /* Admits r (copying what it points to) or says why not; err gets a
  * one-line reason for both refusals. */
-/* Runs the largest step the options allow once, on a throwaway sequence
- * (mr_model_warmup), so that its buffers are allocated at start: a server
- * calls it before taking requests. */
-int mr_sched_warmup(mr_sched *s, mr_err *err);
-
 int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err);
 
 /* Marks request id cancelled: at the start of the next step it is dropped

@@ -294,7 +294,7 @@ mr_engine *mr_engine_model(const char *path, const mr_engine_model_opts *o, mr_e
      * pool left (--kv-reserve-mib): allocate them now, so a card short of it
      * fails here and not in the first long prompt */
     if (me->cuda && mr_sched_warmup(me->sched, err)) {
-        mr_err_wrap(err, "worker: lower --chunk or raise --kv-reserve-mib");
+        mr_err_wrap(err, "worker: start-up step (lower --chunk or raise --kv-reserve-mib)");
         destroy(&me->super);
         return NULL;
     }
