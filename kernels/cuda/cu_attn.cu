@@ -114,12 +114,12 @@ static void cu_kv_store_multi(mr_backend *be, mr_kv_cache *kv, int layer,
 #define ATT_MIN_CHUNK 64 /* k_attn_split */
 #define AG_SLICES 8      /* slices a context keeps before they grow past cut.lo */
 struct attn_cut {
-    int lo, hi;
+    int lo, hi; /* lo <= hi (the launchers') */
 };
 __device__ __forceinline__ int attn_chunk(int P, int n_split, attn_cut cut)
 {
     const int c = (P + n_split - 1) / n_split;
-    const int m = min(max((P + AG_SLICES - 1) / AG_SLICES, cut.lo), max(cut.hi, cut.lo));
+    const int m = min(max((P + AG_SLICES - 1) / AG_SLICES, cut.lo), cut.hi);
     return c > m ? c : m;
 }
 __device__ __forceinline__ int attn_used(int P, int n_split, attn_cut cut)
@@ -291,8 +291,8 @@ static attn_cut ag_cut(const mr_cu_ctx *c, int D, mr_kv_dtype dt)
 {
     if (c->attn_chunk > 0)
         return attn_cut{c->attn_chunk, c->attn_chunk};
-    const int ppw = 32 / (D / 8), u = dt == MR_KV_F32 ? AG_U : 2 * AG_U;
-    return attn_cut{AG_WARPS * ppw * u, AG_WIDE_CHUNK};
+    const int ppw = 32 / (D / 8), u = dt == MR_KV_F32 ? AG_U : 2 * AG_U, lo = AG_WARPS * ppw * u;
+    return attn_cut{lo, lo > AG_WIDE_CHUNK ? lo : AG_WIDE_CHUNK};
 }
 
 /* The 8 elements kv_load8 reads, into L2 (no registers, no wait). */

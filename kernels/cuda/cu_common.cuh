@@ -407,7 +407,6 @@ bool mr_cu_q8_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_
  * kernel's cost grows with the square of the context (a 262,144-token
  * prompt: ~20 minutes against ~2.5, docs/PERFORMANCE.md run 82). */
 #define ATTN_TC_FROM_PRECISE 4096
-
 void mr_cu_attn_init(mr_cu_ctx *c);
 static inline bool mr_cu_attn_tc_fits(int D) { return D == 64 || D == 128 || D == 256; }
 void mr_cu_attn_prefill_tc(mr_cu_ctx *c, const mr_kv_cache *kv, int layer,
