@@ -26,7 +26,7 @@
  * whole decode steps of a small model with it off and on, bit for bit
  * (check_pdl).
  *
- * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|xmm|xmp|xmd|hybrid|tiles|mm|ops|q8]]   Prints
+ * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|xmm|xmp|xmh|xmd|hybrid|tiles|mm|ops|q8]]   Prints
  * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
  * grouped expert products, "prompt" only those of the prompt products (the
  * GEMM paths and their rows' bits across calls; part of "mm"), "sample"
@@ -48,7 +48,10 @@
  * every other part runs with MEMRA_CUDA_XMP=0, the float16 and f16x3
  * kernels); "xmd" the decode batches of dense Q4_K products on the int8
  * tensor cores (the default; every other part runs with MEMRA_CUDA_XMD=0,
- * the float kernels; "pdl" also runs whole steps with them);
+ * the float kernels; "pdl" also runs whole steps with them); "xmh" the
+ * prompt expert products of Q4_K on the float16 tensor cores with weights
+ * decoded in registers (the default; every other part runs with
+ * MEMRA_CUDA_XMH=0, the float16 kernel of cu_gemm.cu);
  * "mm", "ops" and "q8" one third of
  * the whole each (run the three at once: their union is what no argument
  * runs). */
@@ -1493,7 +1496,8 @@ static void check_xmp_all(void)
         check_prompt_rows_one(be, "xmp-inv-x3", 1e-5, ti, 512, 192, 1, 1);
         be->destroy(be);
     }
-    /* Q4_K (the default; MEMRA_CUDA_XMP_Q4K=0 off): the 30B-A3B's experts, and dense products
+    /* Q4_K (experts with MEMRA_CUDA_XMH=0, as main's environment has it; the
+     * default is the part "xmh"'s kernel): the 30B-A3B's experts, and dense products
      * in f16x3 mode */
     const tdesc *t4 = td_of(MR_TYPE_Q4_K);
     mr_backend *be = xmp_backend("1", "MEMRA_CUDA_XMP_Q4K", "1");
@@ -1514,6 +1518,47 @@ static void check_xmp_all(void)
     check_prompt_rows_one(b3, "xmp-inv-x3", 1e-5, t4, 512, 192, 1, 1);
     be->destroy(be);
     b3->destroy(b3);
+}
+
+/* Part "xmh": the Q4_K and Q6_K expert products on the float16 tensor
+ * cores with the weights decoded in registers (cu_moemmh.cu, the default):
+ * experts against float64 (the float16 kernel's bound, 2e-3) in tiles of
+ * 1..64 tokens of an expert (one expert's 640 pairs: 10 full tiles), a
+ * prompt's rows the same bits in calls of 1, 7, 64 and 65 tokens as in one
+ * call, moe_ffn_prompt bit for bit against its calls apart (a Q6_K down on
+ * the float16 kernel; NaN rows of bad ids included). */
+static void check_xmh_all(void)
+{
+    const tdesc *t4 = td_of(MR_TYPE_Q4_K), *t6 = td_of(MR_TYPE_Q6_K);
+    setenv("MEMRA_CUDA_XMH", "1", 1);
+    mr_backend *be = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_XMH", "0", 1); /* main's: the other parts keep the float16 kernel */
+    if (!be) die("cuda (xmh)");
+    check_expert_rows(be, "xmh-rows", t4, 2048, 768, 32, 8, 67, ROUTE_RANDOM, 2e-3); /* the 30B-A3B's gate */
+    check_expert_rows(be, "xmh-rows", t4, 768, 2048, 32, 8, 67, ROUTE_RANDOM, 2e-3); /* and down */
+    check_expert_rows(be, "xmh-rows", t4, 2048, 768, 32, 8, 80, ROUTE_ONE, 2e-3);
+    check_expert_rows(be, "xmh-rows", t4, 2048, 768, 32, 8, 300, ROUTE_RANDOM, 2e-3); /* ~75 pairs an expert */
+    check_expert_rows(be, "xmh-rows", t4, 1024, 128, 4, 2, 70, ROUTE_MIX, 2e-3);
+    check_prompt_rows_one(be, "xmh-inv", 2e-3, t4, 1024, 128, 32, 8);
+    check_prompt_rows_one(be, "xmh-inv", 2e-3, t4, 768, 2048, 16, 8);
+    check_moe_ffn_one(be, "xmh-ffn-bits", t4, t4, 2048, 768, 128, 8, 512, ROUTE_RANDOM); /* the 30B-A3B's pp512 */
+    check_moe_ffn_one(be, "xmh-ffn-bits", t4, t4, 1024, 256, 8, 2, 65, ROUTE_BAD);
+    /* Q6_K (the 30B-A3B's even layers' down), from the padded copy */
+    check_expert_rows(be, "xmh-rows", t6, 768, 2048, 32, 8, 67, ROUTE_RANDOM, 2e-3);
+    check_expert_rows(be, "xmh-rows", t6, 768, 2048, 32, 8, 80, ROUTE_ONE, 2e-3);
+    check_expert_rows(be, "xmh-rows", t6, 2048, 256, 4, 2, 70, ROUTE_MIX, 2e-3);
+    check_prompt_rows_one(be, "xmh-inv", 2e-3, t6, 768, 2048, 16, 8);
+    check_moe_ffn_one(be, "xmh-ffn-bits", t4, t6, 2048, 768, 128, 8, 512, ROUTE_RANDOM); /* an even layer */
+    check_moe_ffn_one(be, "xmh-ffn-bits", t4, t6, 1024, 256, 8, 2, 65, ROUTE_BAD);
+    check_moe_ffn_one(be, "xmh-ffn-bits", t6, t6, 1024, 256, 8, 2, 65, ROUTE_RANDOM);
+    be->destroy(be);
+    /* MEMRA_CUDA_XMH=q4k: the Q6_K down on the float16 kernel beside them */
+    setenv("MEMRA_CUDA_XMH", "q4k", 1);
+    be = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_XMH", "0", 1);
+    if (!be) die("cuda (xmh q4k)");
+    check_moe_ffn_one(be, "xmh-ffn-bits", t4, t6, 2048, 768, 128, 8, 512, ROUTE_RANDOM);
+    be->destroy(be);
 }
 
 static void q8_refs(const tdesc *td, const uint8_t *host, size_t rb, int64_t cols, int64_t rows,
@@ -4539,6 +4584,9 @@ int main(int argc, char **argv)
     /* and the float16 / f16x3 prompt kernels for IQ4_XS, whose int8
      * tensor-core kernels (the default) have the part "xmp" */
     setenv("MEMRA_CUDA_XMP", "0", 1);
+    /* and Q4_K's prompt experts on the float16 kernel of cu_gemm.cu (or
+     * the part "xmp"'s int8 one), not the part "xmh"'s (the default) */
+    setenv("MEMRA_CUDA_XMH", "0", 1);
     /* and the float decode kernels for dense Q4_K products, whose int8
      * tensor-core kernels (the default) have the part "xmd" */
     setenv("MEMRA_CUDA_XMD", "0", 1);
@@ -4639,6 +4687,7 @@ int main(int argc, char **argv)
         {"early", check_early_weights},  {"loop", check_wide_loop},  {"tail", check_moe_tail_all},  {"xmq", check_xm_quant_all}, {"merge", check_attn_merge},
         {"route", check_route_rank_all}, {"hybrid", check_part_hybrid}, {"tiles", check_x24_tiles},
         {"xmm", check_xmm_all},          {"xmp", check_xmp_all}, {"xmd", check_xmd_all},
+        {"xmh", check_xmh_all},
     };
     size_t pi = 0;
     while (pi < sizeof parts / sizeof parts[0] && strcmp(part, parts[pi].name)) pi++;

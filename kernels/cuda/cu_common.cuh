@@ -84,6 +84,11 @@ struct mr_cu_ctx {
                                the float16 and f16x3 kernels; run 173: 35B-A3B pp512 5,213 -> 6,698) */
     bool xmp_q4k;           /* and Q4_K's (default; MEMRA_CUDA_XMP_Q4K=0: the float16 kernels for
                                Q4_K; run 177: 30B-A3B pp512 12,339 / 12,486 -> 13,473 / 13,454) */
+    bool xmh;               /* prompt expert products of Q4_K on the float16 tensor cores, weights
+                               decoded in registers (cu_moemmh.cu; default; MEMRA_CUDA_XMH=0: the int8
+                               kernel; run 201: 30B-A3B pp2048 15,389 -> 19,422 tok/s) */
+    bool xmh6;              /* and Q6_K's, from the padded copy (default; MEMRA_CUDA_XMH=q4k: Q6_K on the
+                               float16 kernel of cu_gemm.cu) */
     bool xmm_items;         /* its decode batches a block a chunk of two pairs, not a block an expert
                                (default; MEMRA_CUDA_XMM_ITEMS=0: a block an expert; the same bits;
                                run 171: 16-token gate/up -15%, 30B-A3B decode only C = 16 +2.6%) */
@@ -356,6 +361,17 @@ void mr_cu_xmp_product(mr_cu_ctx *c, const mr_weight *w, const mr_weight *w2, co
                        const float *u, int n_rows, int pl, const int32_t *dst, const void *tiles, const int *n_tiles,
                        int64_t max_tiles, float *y, float *y2);
 int mr_cu_xmp_tile_tokens(void);
+/* Prompt expert products of Q4_K and Q6_K on the float16 tensor cores (cu_moemmh.cu):
+ * whether they take w; then y (and y2 for w2) = w times the float16
+ * operand rows X (cu_gemm.cu prepare_x: row i scaled by 1 / scale[i]) on
+ * the grouping's tiles of at most mr_cu_xmh_tile_tokens rows, operand row
+ * i into output row dst[i]. */
+bool mr_cu_xmh_init(mr_cu_ctx *c);
+bool mr_cu_xmh_takes(const mr_cu_ctx *c, const mr_weight *w);
+int mr_cu_xmh_tile_tokens(void);
+void mr_cu_xmh_product(mr_cu_ctx *c, const mr_weight *w, const mr_weight *w2, const __half *X, const float *scale,
+                       const int32_t *dst, const void *tiles, const int *n_tiles, int64_t max_tiles, float *y,
+                       float *y2);
 /* The operand of k_xmp and k_xmd for Q4_K at 3 planes (22 bits): n_rows
  * rows of x quantized into buf; NULL when the reserve fails. */
 const uint8_t *mr_cu_xmp_operand_q4k3(mr_cu_ctx *c, mr_cu_buf *buf, const float *x, int n_rows, int cols);

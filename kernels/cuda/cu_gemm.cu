@@ -601,6 +601,8 @@ void mr_cu_gemm_init(mr_cu_ctx *c)
 #undef X
     if (!mr_cu_xmp_init(c)) /* its ring's shared memory: the float16 kernel then */
         c->xmp = 0;
+    if (!mr_cu_xmh_init(c))
+        c->xmh = false;
 }
 
 /* be->prefer_float32: float32-grade GEMMs (f16x3; MEMRA_CUDA_GEMM=f32 keeps
@@ -1041,11 +1043,20 @@ static bool moe_gemm_fused(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, const
 {
     const int P = n * k;
     mg_grouping g;
-    const bool xmp = md == GEMM_F16 && mr_cu_xmp_takes(c, w);
+    const bool xmh = md == GEMM_F16 && mr_cu_xmh_takes(c, w);
+    const bool xmp = !xmh && md == GEMM_F16 && mr_cu_xmp_takes(c, w);
     const int r = moe_group(c, ids, P, w->n_mats, k, x_slots, {{y, nullptr, nullptr}, {w->rows, 0, 0}}, &g,
-                            xmp ? mr_cu_xmp_tile_tokens() : MG_BN);
+                            xmh ? mr_cu_xmh_tile_tokens() : xmp ? mr_cu_xmp_tile_tokens() : MG_BN);
     if (r)
         return r > 0;
+    if (xmh) {
+        float *scale;
+        const void *xg = prepare_x(c, md, x, w->cols, P, g.map, &scale);
+        if (xg)
+            mr_cu_xmh_product(c, w, nullptr, (const __half *)xg, scale, g.map + P, g.tiles, g.n_tiles, g.max_tiles,
+                              y, nullptr);
+        return true;
+    }
     if (xmp) {
         mr_cu_xmp_product(c, w, nullptr, x, g.map, nullptr, P, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles, y,
                           nullptr);
@@ -1093,11 +1104,32 @@ bool mr_cu_moe_ffn_gemm(mr_cu_ctx *c, const mr_weight *wg, const mr_weight *wu, 
         return false;
     const int P = n * k;
     mg_grouping g;
-    const bool xmp_gu = mm == GEMM_F16 && mr_cu_xmp_takes(c, wg), xmp = xmp_gu && mr_cu_xmp_takes(c, wd);
+    const bool xmh_gu = mm == GEMM_F16 && mr_cu_xmh_takes(c, wg);
+    const bool xmp_gu = !xmh_gu && mm == GEMM_F16 && mr_cu_xmp_takes(c, wg), xmp = xmp_gu && mr_cu_xmp_takes(c, wd);
+    static_assert(MG_BN == 64, "the float16 kernel's tiles are those of k_xmh: one grouping serves both");
     const int r = moe_group(c, ids, P, wg->n_mats, k, 1, {{gate, up, y}, {wg->rows, wg->rows, wd->rows}}, &g,
-                            xmp_gu ? mr_cu_xmp_tile_tokens() : MG_BN);
+                            xmh_gu ? mr_cu_xmh_tile_tokens() : xmp_gu ? mr_cu_xmp_tile_tokens() : MG_BN);
     if (r)
         return r > 0;
+    if (xmh_gu) { /* gate and up, then down over silu(gate) * up of the pairs; a Q6_K down on the float16 kernel */
+        float *scale;
+        const void *xg = prepare_x(c, mm, x, wg->cols, P, g.map, &scale);
+        if (!xg)
+            return true;
+        mr_cu_xmh_product(c, wg, wu, (const __half *)xg, scale, g.map + P, g.tiles, g.n_tiles, g.max_tiles, gate,
+                          up);
+        /* the products above read the operand before this gather
+         * overwrites it: stream order (and the gather's PDL wait) */
+        xg = prepare_x(c, mm, gate, wd->cols, P, g.map + P, &scale, up);
+        if (!xg)
+            return true;
+        if (mr_cu_xmh_takes(c, wd))
+            mr_cu_xmh_product(c, wd, nullptr, (const __half *)xg, scale, g.map + P, g.tiles, g.n_tiles, g.max_tiles,
+                              y, nullptr);
+        else
+            moe_gemm_launch(c, mm, wd, nullptr, xg, scale, g, P, y, nullptr);
+        return true;
+    }
     if (xmp_gu) { /* gate and up, then down over silu(gate) * up of the pairs (the grouping's second map) */
         mr_cu_xmp_product(c, wg, wu, x, g.map, nullptr, P, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles, gate, up);
         if (xmp) {
