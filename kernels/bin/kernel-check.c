@@ -1520,8 +1520,9 @@ static void check_xmp_all(void)
     b3->destroy(b3);
 }
 
-/* Part "xmh": the Q4_K and Q6_K expert products on the float16 tensor
- * cores with the weights decoded in registers (cu_moemmh.cu, the default):
+/* Part "xmh": the Q4_K, Q6_K and IQ4_XS expert products on the float16
+ * tensor cores with the weights decoded in registers (cu_moemmh.cu, the
+ * default):
  * experts against float64 (the float16 kernel's bound, 2e-3) in tiles of
  * 1..64 tokens of an expert (one expert's 640 pairs: 10 full tiles), a
  * prompt's rows the same bits in calls of 1, 7, 64 and 65 tokens as in one
@@ -1551,6 +1552,21 @@ static void check_xmh_all(void)
     check_moe_ffn_one(be, "xmh-ffn-bits", t4, t6, 2048, 768, 128, 8, 512, ROUTE_RANDOM); /* an even layer */
     check_moe_ffn_one(be, "xmh-ffn-bits", t4, t6, 1024, 256, 8, 2, 65, ROUTE_BAD);
     check_moe_ffn_one(be, "xmh-ffn-bits", t6, t6, 1024, 256, 8, 2, 65, ROUTE_RANDOM);
+    be->destroy(be);
+    /* IQ4_XS (the default too): the 35B-A3B's experts */
+    const tdesc *ti = td_of(MR_TYPE_IQ4_XS);
+    setenv("MEMRA_CUDA_XMH", "1", 1);
+    setenv("MEMRA_CUDA_XMH_IQ4", "1", 1);
+    be = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_XMH", "0", 1);
+    unsetenv("MEMRA_CUDA_XMH_IQ4");
+    if (!be) die("cuda (xmh iq4)");
+    check_expert_rows(be, "xmh-rows", ti, 2048, 512, 32, 8, 67, ROUTE_RANDOM, 2e-3);
+    check_expert_rows(be, "xmh-rows", ti, 512, 2048, 32, 8, 67, ROUTE_RANDOM, 2e-3);
+    check_expert_rows(be, "xmh-rows", ti, 2048, 512, 32, 8, 80, ROUTE_ONE, 2e-3);
+    check_prompt_rows_one(be, "xmh-inv", 2e-3, ti, 2048, 512, 128, 8);
+    check_moe_ffn_one(be, "xmh-ffn-bits", ti, ti, 2048, 512, 256, 8, 512, ROUTE_RANDOM); /* the 35B-A3B's pp512 */
+    check_moe_ffn_one(be, "xmh-ffn-bits", ti, ti, 1024, 256, 8, 2, 65, ROUTE_BAD);
     be->destroy(be);
     /* MEMRA_CUDA_XMH=q4k: the Q6_K down on the float16 kernel beside them */
     setenv("MEMRA_CUDA_XMH", "q4k", 1);

@@ -89,6 +89,8 @@ struct mr_cu_ctx {
                                kernel; run 201: 30B-A3B pp2048 15,389 -> 19,422 tok/s) */
     bool xmh6;              /* and Q6_K's, from the padded copy (default; MEMRA_CUDA_XMH=q4k: Q6_K on the
                                float16 kernel of cu_gemm.cu) */
+    bool xmh_iq4;           /* and IQ4_XS's (default; MEMRA_CUDA_XMH_IQ4=0: the int8 kernel; run 204:
+                               35B-A3B pp2048 6,854 -> 7,189 / 7,198, pp512 and C = 16 the same) */
     bool xmm_items;         /* its decode batches a block a chunk of two pairs, not a block an expert
                                (default; MEMRA_CUDA_XMM_ITEMS=0: a block an expert; the same bits;
                                run 171: 16-token gate/up -15%, 30B-A3B decode only C = 16 +2.6%) */
@@ -361,7 +363,7 @@ void mr_cu_xmp_product(mr_cu_ctx *c, const mr_weight *w, const mr_weight *w2, co
                        const float *u, int n_rows, int pl, const int32_t *dst, const void *tiles, const int *n_tiles,
                        int64_t max_tiles, float *y, float *y2);
 int mr_cu_xmp_tile_tokens(void);
-/* Prompt expert products of Q4_K and Q6_K on the float16 tensor cores (cu_moemmh.cu):
+/* Prompt expert products of Q4_K, Q6_K and IQ4_XS on the float16 tensor cores (cu_moemmh.cu):
  * whether they take w; then y (and y2 for w2) = w times the float16
  * operand rows X (cu_gemm.cu prepare_x: row i scaled by 1 / scale[i]) on
  * the grouping's tiles of at most mr_cu_xmh_tile_tokens rows, operand row

@@ -1,9 +1,13 @@
-/* Prompt expert products of Q4_K matrices on the float16 tensor cores, the
- * weights decoded in registers (the default; MEMRA_CUDA_XMH=0: the int8
- * kernel of cu_moemmp.cu): the 30B-A3B's gate, up and odd layers' down in
- * moe_ffn_prompt and matmul_id_prompt.  Run 201 (H200, the 30B-A3B): a
- * 2,048-token prompt 15,389 / 15,402 -> 19,422 / 19,408 tok/s, pp512
- * 13,573 -> 16,512; gate/up 950 -> 503 us a layer, down 502 -> 280.
+/* Prompt expert products of Q4_K, Q6_K and IQ4_XS matrices on the float16
+ * tensor cores, the weights decoded in registers (the default;
+ * MEMRA_CUDA_XMH=0: the int8 kernel of cu_moemmp.cu for Q4_K and IQ4_XS, the
+ * float16 kernel of cu_gemm.cu for Q6_K; =q4k: Q6_K on the latter;
+ * MEMRA_CUDA_XMH_IQ4=0: IQ4_XS on the int8 kernel), in moe_ffn_prompt and
+ * matmul_id_prompt.  H200, the 30B-A3B: a 2,048-token prompt 15,316 /
+ * 15,409 -> 20,931 / 20,910 tok/s, pp512 13,564 -> 17,978 (run 202); gate/up
+ * 950 -> 473-503 us a layer, down 502 -> 266-280.  The 35B-A3B (IQ4_XS,
+ * ~16 tokens an expert at pp512): pp2048 6,854 -> 7,189 / 7,198, pp512 the
+ * same (run 204).
  *
  * Why: the int8 kernel (cu_moemmp.cu k_xmp) spends ~14 instructions an
  * MMA (run 199, ncu of a 2,048-token prompt: gate/up 950 us a layer, 491M
@@ -51,10 +55,11 @@
 #define XMH_BN 64 /* tokens a tile: 8 groups of 8 */
 #define XMH_TG (XMH_BN / 8)
 /* a token's 256 halves (512 bytes) padded to 64 mod 128: a quarter warp's
- * 16-byte reads (2 tokens by 4 lanes) hit distinct banks */
-#define XMH_TS 576
+ * 16-byte reads (2 tokens by 4 lanes) hit distinct banks; IQ4_XS (two
+ * 8-byte reads a sub-block, 4 tokens by 4 lanes a half warp): 32 mod 128 */
+template <int T> constexpr int xmh_ts() { return T == MR_TYPE_IQ4_XS ? 544 : 576; }
 #define XMH_STAGES 2
-#define XMH_SMEM (XMH_STAGES * XMH_BN * XMH_TS)
+template <int T> constexpr int xmh_smem() { return XMH_STAGES * XMH_BN * xmh_ts<T>(); }
 
 struct xmh_tile {
     int m, row0, cnt;
@@ -103,10 +108,11 @@ template <bool FULL>
 __device__ __forceinline__ void xmh_mma(const uint32_t (&A0)[4], const uint32_t (&A1)[4], const uint8_t *bj, int ng,
                                         float (&f)[XMH_TG][4])
 {
+    constexpr int TS = xmh_ts<MR_TYPE_Q4_K>();
 #pragma unroll
     for (int q = 0; q < XMH_TG; q++) {
         if (FULL || q < ng) {
-            const uint4 bw = *(const uint4 *)(bj + 8 * q * XMH_TS);
+            const uint4 bw = *(const uint4 *)(bj + 8 * q * TS);
             mr_mma16816(f[q], A0, bw.x, bw.y);
             mr_mma16816(f[q], A1, bw.z, bw.w);
         }
@@ -210,8 +216,58 @@ __device__ __forceinline__ void xmh_half_q6k(const xmh_q6h &ca, const xmh_q6h &c
     }
 }
 
+/* IQ4_XS (the GGUF blocks, 136 bytes): a lane's words as the int8 kernels
+ * read them (xs_iq4w: per sub-block j the qs word 16 j + 4c, columns 4c ..
+ * 4c + 3 in the low nibbles, 16 + 4c .. in the high ones), so tile 0 takes
+ * the columns 4c .. 4c + 3 and tile 1 the columns 16 + 4c .., and the B
+ * values are two 8-byte reads.  The code book values (xs_iq4nl8, bytes kv)
+ * become float16 exactly (kv + 128 under the bits of 1024, less 1152) and
+ * are multiplied by d (ls - 32) rounded to float16: two roundings of the
+ * value, no cancellation (IQ4_XS has no mins). */
+__device__ __forceinline__ void xmh_deq_iq4(uint32_t kv, __half2 s, uint32_t &lo, uint32_t &hi)
+{
+    const __half2 k1152 = __half2half2(__ushort_as_half((unsigned short)0x6480));
+    const uint32_t b = kv ^ 0x80808080u;
+    uint32_t u0 = __byte_perm(b, 0x64646464u, 0x4140), u1 = __byte_perm(b, 0x64646464u, 0x4342);
+    const __half2 v0 = __hmul2(__hsub2(*(const __half2 *)&u0, k1152), s);
+    const __half2 v1 = __hmul2(__hsub2(*(const __half2 *)&u1, k1152), s);
+    lo = *(const uint32_t *)&v0;
+    hi = *(const uint32_t *)&v1;
+}
+
+template <bool FULL>
+__device__ __forceinline__ void xmh_step(const xs_iq4w &ca, const xs_iq4w &cb, const uint8_t *brow, int ng,
+                                         float (&f)[XMH_TG][4])
+{
+    constexpr int TS = xmh_ts<MR_TYPE_IQ4_XS>();
+    const float da = q8_h2f(ca.hd.x), db = q8_h2f(cb.hd.x);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        /* d (ls - 32): exact in float32 (11 by 6 bits), one rounding to float16 */
+        const __half2 sa = __float2half2_rn(da * (float)((int)xs_iq4_ls(ca.hd, j) - 32));
+        const __half2 sb = __float2half2_rn(db * (float)((int)xs_iq4_ls(cb.hd, j) - 32));
+        uint32_t ka0, ka1, kb0, kb1; /* code book bytes: columns 4c.. (0), 16 + 4c.. (1) */
+        xs_iq4nl8(ca.q[j], &ka0, &ka1);
+        xs_iq4nl8(cb.q[j], &kb0, &kb1);
+        uint32_t A0[4], A1[4];
+        xmh_deq_iq4(ka0, sa, A0[0], A0[2]);
+        xmh_deq_iq4(kb0, sb, A0[1], A0[3]);
+        xmh_deq_iq4(ka1, sa, A1[0], A1[2]);
+        xmh_deq_iq4(kb1, sb, A1[1], A1[3]);
+        const uint8_t *bj = brow + 64 * j;
+#pragma unroll
+        for (int q = 0; q < XMH_TG; q++) {
+            if (FULL || q < ng) {
+                const uint2 b0 = *(const uint2 *)(bj + 8 * q * TS), b1 = *(const uint2 *)(bj + 8 * q * TS + 32);
+                mr_mma16816(f[q], A0, b0.x, b0.y);
+                mr_mma16816(f[q], A1, b1.x, b1.y);
+            }
+        }
+    }
+}
+
 /* grid: x the row blocks of 64, y the tiles (blocks past *n_tiles return),
- * z the matrix (1: W2 into y2).  W: Q4_K's GGUF blocks, or Q6_K's padded
+ * z the matrix (1: W2 into y2).  W: Q4_K's or IQ4_XS's GGUF blocks, or Q6_K's padded
  * copy.  X: the float16 operand rows (cols halves each), scale[i] their
  * scales; dst[i]: the output row of operand row i. */
 template <int T>
@@ -223,6 +279,7 @@ k_xmh(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int rows, 
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     extern __shared__ __align__(16) uint8_t xmh_sh[];
+    constexpr int TS = xmh_ts<T>();
     if ((int)blockIdx.y >= *n_tiles) /* the grid is sized for the most tiles the call can have */
         return;
     const xmh_tile tl = tiles[blockIdx.y];
@@ -243,10 +300,10 @@ k_xmh(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int rows, 
     const char *xsrc = (const char *)(X + (size_t)(tl.row0 + t0) * cols) + 16 * ck;
     const size_t xstep = (size_t)4 * cols * sizeof(__half);
     auto fetch = [&](int b) {
-        const uint32_t slot = ring + (uint32_t)((b % XMH_STAGES) * XMH_BN * XMH_TS) + t0 * XMH_TS + 16 * ck;
+        const uint32_t slot = ring + (uint32_t)((b % XMH_STAGES) * XMH_BN * TS) + t0 * TS + 16 * ck;
         const char *s = xsrc + 512 * (size_t)b;
         for (int t = t0, k = 0; t < tl.cnt; t += 4, k++)
-            mr_cp16(slot + (uint32_t)(4 * k * XMH_TS), s + k * xstep, true);
+            mr_cp16(slot + (uint32_t)(4 * k * TS), s + k * xstep, true);
     };
     fetch(0);
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -255,7 +312,9 @@ k_xmh(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int rows, 
     for (int q = 0; q < XMH_TG; q++) f[q][0] = f[q][1] = f[q][2] = f[q][3] = 0.0f;
     /* this step's weights of rows a, b and the next one's, one step (Q6_K:
      * one half) ahead */
-    using words = typename std::conditional<T == MR_TYPE_Q6_K, xmh_q6h, xmp_q4k>::type;
+    using words = typename std::conditional<T == MR_TYPE_Q6_K, xmh_q6h,
+                                            typename std::conditional<T == MR_TYPE_IQ4_XS, xs_iq4w, xmp_q4k>::type>::type;
+    constexpr int WB = T == MR_TYPE_IQ4_XS ? 136 : 144; /* a 256-column block (Q4_K, IQ4_XS) */
     words ca, cb, na, nb;
     if constexpr (T == MR_TYPE_Q6_K) {
         xmh_q6k_load(Wa, 0, c, ca);
@@ -271,13 +330,13 @@ k_xmh(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int rows, 
         asm volatile("cp.async.commit_group;" ::: "memory");
         if constexpr (T != MR_TYPE_Q6_K) {
             if (b + 1 < nsb) {
-                xmp_load(Wa + (size_t)(b + 1) * 144, c, na);
-                xmp_load(Wb + (size_t)(b + 1) * 144, c, nb);
+                xmp_load(Wa + (size_t)(b + 1) * WB, c, na);
+                xmp_load(Wb + (size_t)(b + 1) * WB, c, nb);
             }
         }
         asm volatile("cp.async.wait_group 1;" ::: "memory");
         __syncthreads(); /* every thread's copies of step b have landed */
-        const uint8_t *brow = xmh_sh + (b % XMH_STAGES) * XMH_BN * XMH_TS + g * XMH_TS + 16 * c;
+        const uint8_t *brow = xmh_sh + (b % XMH_STAGES) * XMH_BN * TS + g * TS + (T == MR_TYPE_IQ4_XS ? 8 : 16) * c;
         if constexpr (T == MR_TYPE_Q6_K) {
 #pragma unroll
             for (int n = 0; n < 2; n++) {
@@ -295,7 +354,7 @@ k_xmh(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int rows, 
                 ca = na;
                 cb = nb;
             }
-        } else {
+        } else { /* Q4_K, IQ4_XS: xmh_step of their words */
             if (ng == XMH_TG)
                 xmh_step<true>(ca, cb, brow, ng, f);
             else
@@ -327,7 +386,8 @@ k_xmh(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int rows, 
  * whole 256-column blocks and 64-row tiles. */
 bool mr_cu_xmh_takes(const mr_cu_ctx *c, const mr_weight *w)
 {
-    const bool t = (w->type == MR_TYPE_Q4_K && w->data) || (w->type == MR_TYPE_Q6_K && c->xmh6 && w->priv);
+    const bool t = (w->type == MR_TYPE_Q4_K && w->data) || (w->type == MR_TYPE_Q6_K && c->xmh6 && w->priv) ||
+                   (w->type == MR_TYPE_IQ4_XS && c->xmh_iq4 && w->data);
     return c->xmh && t && w->cols % 256 == 0 && w->rows % 64 == 0 && w->rows <= (1 << 30);
 }
 
@@ -343,12 +403,14 @@ void mr_cu_xmh_product(mr_cu_ctx *c, const mr_weight *w, const mr_weight *w2, co
     const uint8_t *W = (const uint8_t *)(q6 ? w->priv : w->data);
     const uint8_t *W2 = w2 ? (const uint8_t *)(q6 ? w2->priv : w2->data) : nullptr;
     const dim3 grid((unsigned)(w->rows / 64), (unsigned)max_tiles, w2 ? 2 : 1);
-#define XMH_ARGS grid, 128, XMH_SMEM, W, rb * (size_t)w->rows, rb, (int)w->cols, (int)w->rows, X, scale, dst, \
+#define XMH_ARGS(TT) grid, 128, xmh_smem<TT>(), W, rb * (size_t)w->rows, rb, (int)w->cols, (int)w->rows, X, scale, dst, \
                  (const xmh_tile *)tiles, n_tiles, y, W2, y2
     if (q6)
-        mr_cu_launch(c, k_xmh<MR_TYPE_Q6_K>, XMH_ARGS);
+        mr_cu_launch(c, k_xmh<MR_TYPE_Q6_K>, XMH_ARGS(MR_TYPE_Q6_K));
+    else if (w->type == MR_TYPE_IQ4_XS)
+        mr_cu_launch(c, k_xmh<MR_TYPE_IQ4_XS>, XMH_ARGS(MR_TYPE_IQ4_XS));
     else
-        mr_cu_launch(c, k_xmh<MR_TYPE_Q4_K>, XMH_ARGS);
+        mr_cu_launch(c, k_xmh<MR_TYPE_Q4_K>, XMH_ARGS(MR_TYPE_Q4_K));
 #undef XMH_ARGS
     MR_CU_LAUNCHED(c, "xmh GEMM");
 }
@@ -359,8 +421,12 @@ bool mr_cu_xmh_init(mr_cu_ctx *c)
     const char *e = getenv("MEMRA_CUDA_XMH");
     c->xmh = !(e && !strcmp(e, "0"));
     c->xmh6 = !(e && !strcmp(e, "q4k"));
-    return cudaFuncSetAttribute(k_xmh<MR_TYPE_Q4_K>, cudaFuncAttributeMaxDynamicSharedMemorySize, XMH_SMEM) ==
-               cudaSuccess &&
-           cudaFuncSetAttribute(k_xmh<MR_TYPE_Q6_K>, cudaFuncAttributeMaxDynamicSharedMemorySize, XMH_SMEM) ==
-               cudaSuccess;
+    const char *i4 = getenv("MEMRA_CUDA_XMH_IQ4");
+    c->xmh_iq4 = !(i4 && !strcmp(i4, "0"));
+    return cudaFuncSetAttribute(k_xmh<MR_TYPE_Q4_K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                xmh_smem<MR_TYPE_Q4_K>()) == cudaSuccess &&
+           cudaFuncSetAttribute(k_xmh<MR_TYPE_Q6_K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                xmh_smem<MR_TYPE_Q6_K>()) == cudaSuccess &&
+           cudaFuncSetAttribute(k_xmh<MR_TYPE_IQ4_XS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                xmh_smem<MR_TYPE_IQ4_XS>()) == cudaSuccess;
 }

@@ -298,10 +298,11 @@ k_xmp(const uint8_t *W, size_t mat_bytes, size_t row_bytes, int cols, int rows, 
  * the qwen3moe and qwen35moe Q4_K_M files with it, sched-bench --check 16
  * of 16, the 30B-A3B's pp512 12,339 / 12,486 -> 13,473 / 13,454 with its
  * Q4_K experts here and its Q6_K downs on the float16 kernel) of whole
- * 256-column blocks and whole 64-row tiles.  Q4_K experts go to
- * cu_moemmh.cu first (the float16 tensor cores, weights decoded in
- * registers: run 201, twice this kernel's speed there); this kernel takes
- * them with MEMRA_CUDA_XMH=0, and takes Q4_K dense products in f16x3 mode. */
+ * 256-column blocks and whole 64-row tiles.  Experts go to cu_moemmh.cu
+ * first (the float16 tensor cores, weights decoded in registers: run 201,
+ * twice this kernel's speed for Q4_K at 32+ tokens an expert); this kernel
+ * takes them with MEMRA_CUDA_XMH=0 (IQ4_XS: MEMRA_CUDA_XMH_IQ4=0), and
+ * takes the dense products in f16x3 mode. */
 bool mr_cu_xmp_takes(const mr_cu_ctx *c, const mr_weight *w)
 {
     const bool t = w->type == MR_TYPE_IQ4_XS || (w->type == MR_TYPE_Q4_K && c->xmp_q4k);
