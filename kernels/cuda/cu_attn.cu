@@ -1025,10 +1025,11 @@ void mr_cu_pf_merge(mr_cu_ctx *c, const float *part, const int32_t *pos, int n, 
 
 /* The float32 prompt kernel over n queries (mr_cu_pf_launches). */
 static void attn_prefill_f32(mr_cu_ctx *c, const mr_kv_cache *kv, int layer, const int32_t *block_table,
-                             const float *q, const int32_t *pos, int n, int n_heads, float scale, float *out)
+                             const float *q, const int32_t *pos, int n, int n_heads, float scale, float *out,
+                             int pos_max)
 {
     const int D = kv->head_dim;
-    mr_cu_pf_launches(c, pos, n, n_heads, D, false, out, [&](int r0, int nr, int W, float *part) {
+    mr_cu_pf_launches(c, pos, n, n_heads, D, false, out, pos_max, [&](int r0, int nr, int W, float *part) {
         const size_t qo = (size_t)r0 * n_heads * D;
         const dim3 grid((unsigned)((nr + PF_Q - 1) / PF_Q), n_heads, W);
 #define L(DT, DD) mr_cu_launch(c, k_attn_prefill<DT, DD>, grid, PF_Q * 4, 0, kv->k[layer], kv->v[layer], block_table, q + qo, pos + r0, nr, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, out + qo, part)
@@ -1087,11 +1088,14 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
             return;
         }
         const int nf = mr_cu_attn_f32_rows(c, D, prompt ? pos_first : -1, n);
+        const bool known = prompt && pos_first >= 0; /* rows at pos_first, pos_first + 1, ... */
         if (nf > 0)
-            attn_prefill_f32(c, kv, layer, block_table, q, pos, nf, n_heads, scale, out);
+            attn_prefill_f32(c, kv, layer, block_table, q, pos, nf, n_heads, scale, out,
+                             known ? pos_first + nf - 1 : -1);
         if (nf < n) { /* the tensor-core kernel (cu_fattn.cu) */
             const size_t o = (size_t)nf * n_heads * D;
-            mr_cu_attn_prefill_tc(c, kv, layer, block_table, q + o, pos + nf, n - nf, n_heads, scale, out + o);
+            mr_cu_attn_prefill_tc(c, kv, layer, block_table, q + o, pos + nf, n - nf, n_heads, scale, out + o,
+                                  known ? pos_first + n - 1 : -1);
         }
         return;
     }

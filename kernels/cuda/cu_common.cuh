@@ -427,9 +427,11 @@ bool mr_cu_q8_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_
 #define ATTN_TC_FROM_PRECISE 4096
 void mr_cu_attn_init(mr_cu_ctx *c);
 static inline bool mr_cu_attn_tc_fits(int D) { return D == 64 || D == 128 || D == 256; }
+/* pos_max: the last row's position where the host knows it (a prompt call's
+ * pos_first + n - 1), else -1 (mr_cu_pf_launches). */
 void mr_cu_attn_prefill_tc(mr_cu_ctx *c, const mr_kv_cache *kv, int layer,
                            const int32_t *block_table, const float *q, const int32_t *pos, int n,
-                           int n_heads, float scale, float *out);
+                           int n_heads, float scale, float *out, int pos_max);
 /* How many leading rows of a prompt call whose first position is pos_first
  * (-1: unknown to the host) take the float32 kernel; the rest take the
  * tensor-core one (cu_attn.cu). */
@@ -451,14 +453,20 @@ void mr_cu_pf_merge(mr_cu_ctx *c, const float *part, const int32_t *pos, int n, 
                     float *out);
 /* Both prompt kernels' launch loop: at most PF_ROWS queries a launch, the
  * keys over PF_WORKERS blocks (grid.z) and each launch's records merged
- * (one block a tile and no records with MEMRA_CUDA_PF_SPLIT=0).
+ * (one block a tile and no records with MEMRA_CUDA_PF_SPLIT=0, or where the
+ * host knows that every row's position, at most pos_max, is before
+ * PF_SLICE: such a row has one record, and the merge of one record gives
+ * the bits of the one-block walk, so the launch writes out directly, all n
+ * rows at once, with no merge; run 199: the merge was 22.5 us a 512-row
+ * launch of the 30B-A3B, 48 a 512-token prompt).
  * launch(r0, nr, W, part) launches the kernel over rows r0 .. r0 + nr - 1
  * with W blocks a tile writing records to part (NULL: out directly). */
 template <typename F>
 static inline void mr_cu_pf_launches(mr_cu_ctx *c, const int32_t *pos, int n, int n_heads, int D, bool base2,
-                                     float *out, F launch)
+                                     float *out, int pos_max, F launch)
 {
-    const int W = c->pf_split ? PF_WORKERS : 1, rows = W > 1 && n > PF_ROWS ? PF_ROWS : n;
+    const bool one = !c->pf_split || (pos_max >= 0 && pos_max < PF_SLICE);
+    const int W = one ? 1 : PF_WORKERS, rows = W > 1 && n > PF_ROWS ? PF_ROWS : n;
     float *part = NULL;
     if (W > 1 && !(part = mr_cu_pf_records(c, rows, n_heads, D)))
         return; /* the recorded failure */

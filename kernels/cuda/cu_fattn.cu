@@ -704,11 +704,11 @@ void mr_cu_attn_init(mr_cu_ctx *c)
 
 void mr_cu_attn_prefill_tc(mr_cu_ctx *c, const mr_kv_cache *kv, int layer,
                            const int32_t *block_table, const float *q, const int32_t *pos, int n,
-                           int n_heads, float scale, float *out)
+                           int n_heads, float scale, float *out, int pos_max)
 {
     const int D = kv->head_dim;
     const float qscale = scale * 1.4426950408889634f; /* exp(x) = exp2(x log2 e) */
-    mr_cu_pf_launches(c, pos, n, n_heads, D, true, out, [&](int r0, int nr, int W, float *part) {
+    mr_cu_pf_launches(c, pos, n, n_heads, D, true, out, pos_max, [&](int r0, int nr, int W, float *part) {
         const size_t qo = (size_t)r0 * n_heads * D;
         const dim3 grid((unsigned)((nr + FA_Q - 1) / FA_Q), n_heads, W);
 #define X(DT, DD)                                                                                   \
