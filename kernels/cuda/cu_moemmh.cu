@@ -25,9 +25,9 @@
  * magnitude of 2^8, the scale undone on the way out), so the precision is
  * that kernel's: float16 weights (the value formed in float32, then rounded
  * once) and inputs, float32 sums.  (Rounding d sc and dmin m to float16
- * first, three half2 instructions a pair of weights instead of five, was
- * 7% faster and failed fixture parity: qwen35moe Q4_K_M against the CPU
- * worst row 8.3e-3, run 200.)  A (row, token)'s sum depends only on
+ * first, three half2 instructions a pair of weights instead of five, gave
+ * gate/up 455-464 us against 503 and failed fixture parity: qwen35moe
+ * Q4_K_M against the CPU worst row 8.3e-3, run 200.)  A (row, token)'s sum depends only on
  * its own input row and weights, in the same order in any tile or call.
  *
  * Fragments (m16n8k16, A row-major, B column-major): an MMA takes 16
@@ -65,8 +65,9 @@ struct xmh_tile {
     int m, row0, cnt;
 };
 
-/* Four quants (bytes of q: values 0..15) as the float16 values q a - b,
- * bytes 0, 1 into lo, 2, 3 into hi; s = (128 a, -(128 a + b)) in float32.
+/* Four quants (bytes of q: values below 128; Q4_K's 0..15, Q6_K's 0..63)
+ * as the float16 values q a - b, bytes 0, 1 into lo, 2, 3 into hi; s =
+ * (128 a, -(128 a + b)) in float32.
  * A quant byte becomes the float 1 + q / 128 as bits (0x3F8q0000: the byte
  * 0x80 | q under the exponent byte 0x3F), so one fused multiply-add gives
  * (1 + q / 128) 128 a - (128 a + b) = q a - b, rounded once in float32
