@@ -366,11 +366,12 @@ int mr_cu_xmp_tile_tokens(void);
 /* Prompt expert products of Q4_K, Q6_K and IQ4_XS on the float16 tensor cores (cu_moemmh.cu):
  * whether they take w; then y (and y2 for w2) = w times the float16
  * operand rows X (cu_gemm.cu prepare_x: row i scaled by 1 / scale[i]) on
- * the grouping's tiles of at most mr_cu_xmh_tile_tokens rows, operand row
- * i into output row dst[i]. */
+ * the grouping's tiles of at most MR_CU_XMH_TOKENS rows (the float16
+ * expert kernel's, whose launcher calls these), operand row i into output
+ * row dst[i]. */
+#define MR_CU_XMH_TOKENS 64
 bool mr_cu_xmh_init(mr_cu_ctx *c);
 bool mr_cu_xmh_takes(const mr_cu_ctx *c, const mr_weight *w);
-int mr_cu_xmh_tile_tokens(void);
 void mr_cu_xmh_product(mr_cu_ctx *c, const mr_weight *w, const mr_weight *w2, const __half *X, const float *scale,
                        const int32_t *dst, const void *tiles, const int *n_tiles, int64_t max_tiles, float *y,
                        float *y2);

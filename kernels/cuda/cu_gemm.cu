@@ -337,6 +337,7 @@ __global__ void k_scatter_rows(const float *Y, int64_t rows, const int32_t *dst,
  * grouping in one launch: moe_ffn_prompt). */
 #define MG_BM 64
 #define MG_BN 64
+static_assert(MG_BN == MR_CU_XMH_TOKENS, "k_xmh takes the float16 kernel's tiles (moe_gemm_launch)");
 #define MG_NJ (MG_BN / 16)
 #define MG_BK 128
 #define MG_PAD 8 /* float16 elements of padding per shared row (bank spread; WMMA wants ldm % 8 == 0) */
@@ -1021,6 +1022,10 @@ static int moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int64_t mats, int 
 static void moe_gemm_launch(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, const mr_weight *w2, const void *xg,
                             const float *scale, const mg_grouping &g, int P, float *y, float *y2)
 {
+    if (md == GEMM_F16 && mr_cu_xmh_takes(c, w)) { /* weights decoded in registers: the same operand and tiles */
+        mr_cu_xmh_product(c, w, w2, (const __half *)xg, scale, g.map + P, g.tiles, g.n_tiles, g.max_tiles, y, y2);
+        return;
+    }
     const int64_t rows = w->rows;
     dim3 grid((unsigned)(rows / MG_BM), (unsigned)g.max_tiles, w2 ? 2 : 1);
     const uint8_t *W = (const uint8_t *)w->data, *W2 = w2 ? (const uint8_t *)w2->data : nullptr;
@@ -1036,6 +1041,14 @@ static void moe_gemm_launch(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, cons
     MR_CU_LAUNCHED(c, "expert GEMM (fused)");
 }
 
+/* Whether the int8 expert kernels (cu_moemmp.cu) take w in mode md: where
+ * moe_gemm_launch's float16 kernel with the weights decoded in registers
+ * (cu_moemmh.cu) does not. */
+static bool moe_xmp(const mr_cu_ctx *c, gemm_mode md, const mr_weight *w)
+{
+    return md == GEMM_F16 && !mr_cu_xmh_takes(c, w) && mr_cu_xmp_takes(c, w);
+}
+
 /* False: more experts than the grouping holds (the caller then groups on
  * the host). */
 static bool moe_gemm_fused(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, const float *x, int x_slots,
@@ -1043,20 +1056,11 @@ static bool moe_gemm_fused(mr_cu_ctx *c, gemm_mode md, const mr_weight *w, const
 {
     const int P = n * k;
     mg_grouping g;
-    const bool xmh = md == GEMM_F16 && mr_cu_xmh_takes(c, w);
-    const bool xmp = !xmh && md == GEMM_F16 && mr_cu_xmp_takes(c, w);
+    const bool xmp = moe_xmp(c, md, w);
     const int r = moe_group(c, ids, P, w->n_mats, k, x_slots, {{y, nullptr, nullptr}, {w->rows, 0, 0}}, &g,
-                            xmh ? mr_cu_xmh_tile_tokens() : xmp ? mr_cu_xmp_tile_tokens() : MG_BN);
+                            xmp ? mr_cu_xmp_tile_tokens() : MG_BN);
     if (r)
         return r > 0;
-    if (xmh) {
-        float *scale;
-        const void *xg = prepare_x(c, md, x, w->cols, P, g.map, &scale);
-        if (xg)
-            mr_cu_xmh_product(c, w, nullptr, (const __half *)xg, scale, g.map + P, g.tiles, g.n_tiles, g.max_tiles,
-                              y, nullptr);
-        return true;
-    }
     if (xmp) {
         mr_cu_xmp_product(c, w, nullptr, x, g.map, nullptr, P, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles, y,
                           nullptr);
@@ -1104,32 +1108,11 @@ bool mr_cu_moe_ffn_gemm(mr_cu_ctx *c, const mr_weight *wg, const mr_weight *wu, 
         return false;
     const int P = n * k;
     mg_grouping g;
-    const bool xmh_gu = mm == GEMM_F16 && mr_cu_xmh_takes(c, wg);
-    const bool xmp_gu = !xmh_gu && mm == GEMM_F16 && mr_cu_xmp_takes(c, wg), xmp = xmp_gu && mr_cu_xmp_takes(c, wd);
-    static_assert(MG_BN == 64, "the float16 kernel's tiles are those of k_xmh: one grouping serves both");
+    const bool xmp_gu = moe_xmp(c, mm, wg), xmp = xmp_gu && moe_xmp(c, mm, wd);
     const int r = moe_group(c, ids, P, wg->n_mats, k, 1, {{gate, up, y}, {wg->rows, wg->rows, wd->rows}}, &g,
-                            xmh_gu ? mr_cu_xmh_tile_tokens() : xmp_gu ? mr_cu_xmp_tile_tokens() : MG_BN);
+                            xmp_gu ? mr_cu_xmp_tile_tokens() : MG_BN);
     if (r)
         return r > 0;
-    if (xmh_gu) { /* gate and up, then down over silu(gate) * up of the pairs; a Q6_K down on the float16 kernel */
-        float *scale;
-        const void *xg = prepare_x(c, mm, x, wg->cols, P, g.map, &scale);
-        if (!xg)
-            return true;
-        mr_cu_xmh_product(c, wg, wu, (const __half *)xg, scale, g.map + P, g.tiles, g.n_tiles, g.max_tiles, gate,
-                          up);
-        /* the products above read the operand before this gather
-         * overwrites it: stream order (and the gather's PDL wait) */
-        xg = prepare_x(c, mm, gate, wd->cols, P, g.map + P, &scale, up);
-        if (!xg)
-            return true;
-        if (mr_cu_xmh_takes(c, wd))
-            mr_cu_xmh_product(c, wd, nullptr, (const __half *)xg, scale, g.map + P, g.tiles, g.n_tiles, g.max_tiles,
-                              y, nullptr);
-        else
-            moe_gemm_launch(c, mm, wd, nullptr, xg, scale, g, P, y, nullptr);
-        return true;
-    }
     if (xmp_gu) { /* gate and up, then down over silu(gate) * up of the pairs (the grouping's second map) */
         mr_cu_xmp_product(c, wg, wu, x, g.map, nullptr, P, 2, g.map + P, g.tiles, g.n_tiles, g.max_tiles, gate, up);
         if (xmp) {

@@ -40,7 +40,8 @@
  * tiles of a sub-block.
  *
  * A block: 4 warps of 16 rows (64 rows) by one tile of at most XMH_BN
- * tokens of one expert (cu_gemm.cu's grouping); the tile's input rows
+ * tokens of one expert (cu_gemm.cu's grouping; its moe_gemm_launch calls
+ * this kernel where it takes the weights); the tile's input rows
  * stream through XMH_STAGES 256-column steps in shared memory (cp.async),
  * each warp's weights one step ahead in registers. */
 #include "kernels/cuda/cu_common.cuh"
@@ -52,7 +53,7 @@
 #include <cuda_fp16.h>
 #include <type_traits>
 
-#define XMH_BN 64 /* tokens a tile: 8 groups of 8 */
+#define XMH_BN MR_CU_XMH_TOKENS /* tokens a tile (cu_gemm.cu's grouping): 8 groups of 8 */
 #define XMH_TG (XMH_BN / 8)
 /* a token's 256 halves (512 bytes) padded to 64 mod 128: a quarter warp's
  * 16-byte reads (2 tokens by 4 lanes) hit distinct banks; IQ4_XS (two
@@ -391,8 +392,6 @@ bool mr_cu_xmh_takes(const mr_cu_ctx *c, const mr_weight *w)
                    (w->type == MR_TYPE_IQ4_XS && c->xmh_iq4 && w->data);
     return c->xmh && t && w->cols % 256 == 0 && w->rows % 64 == 0 && w->rows <= (1 << 30);
 }
-
-int mr_cu_xmh_tile_tokens(void) { return XMH_BN; }
 
 void mr_cu_xmh_product(mr_cu_ctx *c, const mr_weight *w, const mr_weight *w2, const __half *X, const float *scale,
                        const int32_t *dst, const void *tiles, const int *n_tiles, int64_t max_tiles, float *y,
