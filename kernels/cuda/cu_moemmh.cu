@@ -87,20 +87,20 @@ __device__ __forceinline__ void xmh_deq(uint32_t q, float2 s, uint32_t &lo, uint
     hi = *(const uint32_t *)&v1;
 }
 
-/* A byte (0..255) of w as a float, exactly: 2^23 + byte as bits, less 2^23. */
-template <int K> __device__ __forceinline__ float xmh_byte(uint32_t w)
+/* Byte k (0..3) of w (0..255) as a float, exactly: 2^23 + byte as bits,
+ * less 2^23.  k is a constant in the unrolled loops: one PRMT. */
+__device__ __forceinline__ float xmh_byte(uint32_t w, int k)
 {
-    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540 | K)) - 8388608.0f;
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540 | k)) - 8388608.0f;
 }
 
-/* Row r's sub-block J (the xs_q4k_bytes words of its sub-block group, byte
- * J & 3) as xmh_deq's s: a = d sc_J, b = dmin m_J, both exact in float32;
+/* Row r's sub-block j (the xs_q4k_bytes words of its sub-block group, byte
+ * j & 3) as xmh_deq's s: a = d sc_j, b = dmin m_j, both exact in float32;
  * d128 = 128 d. */
-template <int J>
-__device__ __forceinline__ float2 xmh_scale(uint32_t sc, uint32_t mn, float d128, float dmin)
+__device__ __forceinline__ float2 xmh_scale(uint32_t sc, uint32_t mn, int j, float d128, float dmin)
 {
-    const float a = xmh_byte<J & 3>(sc) * d128;
-    return make_float2(a, -__fadd_rn(a, xmh_byte<J & 3>(mn) * dmin));
+    const float a = xmh_byte(sc, j & 3) * d128;
+    return make_float2(a, -__fadd_rn(a, xmh_byte(mn, j & 3) * dmin));
 }
 
 /* The two MMAs of a sub-block's tiles (A0: tile 0, A1: tile 1) for each
@@ -133,13 +133,8 @@ __device__ __forceinline__ void xmh_step(const xmp_q4k &ca, const xmp_q4k &cb, c
     const float d128b = 128.0f * q8_h2f(cb.h.x), dminb = q8_h2f(cb.h.x >> 16);
 #pragma unroll
     for (int j = 0; j < 8; j++) {
-        float2 sa, sb;
-        switch (j & 3) { /* the byte of sub-block j: a compile-time selector */
-        case 0: sa = xmh_scale<0>(sc[0][j >> 2], mn[0][j >> 2], d128a, dmina); sb = xmh_scale<0>(sc[1][j >> 2], mn[1][j >> 2], d128b, dminb); break;
-        case 1: sa = xmh_scale<1>(sc[0][j >> 2], mn[0][j >> 2], d128a, dmina); sb = xmh_scale<1>(sc[1][j >> 2], mn[1][j >> 2], d128b, dminb); break;
-        case 2: sa = xmh_scale<2>(sc[0][j >> 2], mn[0][j >> 2], d128a, dmina); sb = xmh_scale<2>(sc[1][j >> 2], mn[1][j >> 2], d128b, dminb); break;
-        default: sa = xmh_scale<3>(sc[0][j >> 2], mn[0][j >> 2], d128a, dmina); sb = xmh_scale<3>(sc[1][j >> 2], mn[1][j >> 2], d128b, dminb); break;
-        }
+        const float2 sa = xmh_scale(sc[0][j >> 2], mn[0][j >> 2], j, d128a, dmina);
+        const float2 sb = xmh_scale(sc[1][j >> 2], mn[1][j >> 2], j, d128b, dminb);
         const int i = j >> 1, sh = 4 * (j & 1);
         uint32_t A0[4], A1[4]; /* tiles 0 and 1 */
         xmh_deq((ca.q[i].x >> sh) & 0x0F0F0F0Fu, sa, A0[0], A0[2]);
@@ -173,17 +168,17 @@ __device__ __forceinline__ void xmh_q6k_load(const uint8_t *blk, int n, int c, x
     w.d = q8_ld32(blk + 208);
 }
 
-/* A signed byte of w as a float, exactly (K: which). */
-template <int K> __device__ __forceinline__ float xmh_sbyte(uint32_t w)
+/* Signed byte k of w as a float, exactly. */
+__device__ __forceinline__ float xmh_sbyte(uint32_t w, int k)
 {
-    return __uint_as_float(__byte_perm(w ^ 0x80808080u, 0x4B000000u, 0x7540 | K)) - 8388736.0f;
+    return __uint_as_float(__byte_perm(w ^ 0x80808080u, 0x4B000000u, 0x7540 | k)) - 8388736.0f;
 }
 
-/* Quarter QQ's xmh_deq scale of a row: w = d sc (q - 32), a = d sc exact,
+/* Quarter qq's xmh_deq scale of a row: w = d sc (q - 32), a = d sc exact,
  * s = (128 a, -160 a), both exact (a has at most 19 significant bits). */
-template <int QQ> __device__ __forceinline__ float2 xmh_q6k_scale(uint32_t u0, uint32_t u1, float d)
+__device__ __forceinline__ float2 xmh_q6k_scale(uint32_t u0, uint32_t u1, int qq, float d)
 {
-    const float a = xmh_sbyte<2 * (QQ & 1)>(QQ < 2 ? u0 : u1) * d;
+    const float a = xmh_sbyte(qq < 2 ? u0 : u1, 2 * (qq & 1)) * d;
     return make_float2(128.0f * a, -160.0f * a);
 }
 
@@ -202,13 +197,7 @@ __device__ __forceinline__ void xmh_half_q6k(const xmh_q6h &ca, const xmh_q6h &c
     }
 #pragma unroll
     for (int qq = 0; qq < 4; qq++) {
-        float2 sa, sb;
-        switch (qq) {
-        case 0: sa = xmh_q6k_scale<0>(u0a, u1a, da); sb = xmh_q6k_scale<0>(u0b, u1b, db); break;
-        case 1: sa = xmh_q6k_scale<1>(u0a, u1a, da); sb = xmh_q6k_scale<1>(u0b, u1b, db); break;
-        case 2: sa = xmh_q6k_scale<2>(u0a, u1a, da); sb = xmh_q6k_scale<2>(u0b, u1b, db); break;
-        default: sa = xmh_q6k_scale<3>(u0a, u1a, da); sb = xmh_q6k_scale<3>(u0b, u1b, db); break;
-        }
+        const float2 sa = xmh_q6k_scale(u0a, u1a, qq, da), sb = xmh_q6k_scale(u0b, u1b, qq, db);
         uint32_t A0[4], A1[4];
         xmh_deq(wa[0][qq], sa, A0[0], A0[2]);
         xmh_deq(wb[0][qq], sb, A0[1], A0[3]);
