@@ -45,8 +45,8 @@ if [ "${GPU_TEST_KERNELS:-1}" != 0 ]; then
     echo "== kernel-check xmp"
     "$BIN/kernel-check" "$(date +%s)" xmp > "$BUILD/kernel-check-xmp.log" 2>&1 || fail=1
     grep -v " ok$" "$BUILD/kernel-check-xmp.log" | tail -20
-    # the prompt expert products of Q4_K on the float16 tensor cores, weights
-    # decoded in registers (the default)
+    # the prompt expert products of Q4_K, Q6_K and IQ4_XS on the float16
+    # tensor cores, weights decoded in registers (the default)
     echo "== kernel-check xmh"
     "$BIN/kernel-check" "$(date +%s)" xmh > "$BUILD/kernel-check-xmh.log" 2>&1 || fail=1
     grep -v " ok$" "$BUILD/kernel-check-xmh.log" | tail -20

@@ -1528,13 +1528,24 @@ static void check_xmp_all(void)
  * prompt's rows the same bits in calls of 1, 7, 64 and 65 tokens as in one
  * call, moe_ffn_prompt bit for bit against its calls apart (a Q6_K down on
  * the float16 kernel; NaN rows of bad ids included). */
+/* A backend with MEMRA_CUDA_XMH=xmh (IQ4_XS included, whatever the
+ * caller's MEMRA_CUDA_XMH_IQ4); the environment keeps main's
+ * MEMRA_CUDA_XMH=0 after (the other parts check the float16 kernel). */
+static mr_backend *xmh_backend(const char *xmh)
+{
+    setenv("MEMRA_CUDA_XMH", xmh, 1);
+    setenv("MEMRA_CUDA_XMH_IQ4", "1", 1);
+    mr_backend *be = mr_backend_cuda_create(0, &err);
+    setenv("MEMRA_CUDA_XMH", "0", 1);
+    unsetenv("MEMRA_CUDA_XMH_IQ4");
+    if (!be) die("cuda (xmh)");
+    return be;
+}
+
 static void check_xmh_all(void)
 {
-    const tdesc *t4 = td_of(MR_TYPE_Q4_K), *t6 = td_of(MR_TYPE_Q6_K);
-    setenv("MEMRA_CUDA_XMH", "1", 1);
-    mr_backend *be = mr_backend_cuda_create(0, &err);
-    setenv("MEMRA_CUDA_XMH", "0", 1); /* main's: the other parts keep the float16 kernel */
-    if (!be) die("cuda (xmh)");
+    const tdesc *t4 = td_of(MR_TYPE_Q4_K), *t6 = td_of(MR_TYPE_Q6_K), *ti = td_of(MR_TYPE_IQ4_XS);
+    mr_backend *be = xmh_backend("1");
     check_expert_rows(be, "xmh-rows", t4, 2048, 768, 32, 8, 67, ROUTE_RANDOM, 2e-3); /* the 30B-A3B's gate */
     check_expert_rows(be, "xmh-rows", t4, 768, 2048, 32, 8, 67, ROUTE_RANDOM, 2e-3); /* and down */
     check_expert_rows(be, "xmh-rows", t4, 2048, 768, 32, 8, 80, ROUTE_ONE, 2e-3);
@@ -1552,15 +1563,7 @@ static void check_xmh_all(void)
     check_moe_ffn_one(be, "xmh-ffn-bits", t4, t6, 2048, 768, 128, 8, 512, ROUTE_RANDOM); /* an even layer */
     check_moe_ffn_one(be, "xmh-ffn-bits", t4, t6, 1024, 256, 8, 2, 65, ROUTE_BAD);
     check_moe_ffn_one(be, "xmh-ffn-bits", t6, t6, 1024, 256, 8, 2, 65, ROUTE_RANDOM);
-    be->destroy(be);
-    /* IQ4_XS (the default too): the 35B-A3B's experts */
-    const tdesc *ti = td_of(MR_TYPE_IQ4_XS);
-    setenv("MEMRA_CUDA_XMH", "1", 1);
-    setenv("MEMRA_CUDA_XMH_IQ4", "1", 1);
-    be = mr_backend_cuda_create(0, &err);
-    setenv("MEMRA_CUDA_XMH", "0", 1);
-    unsetenv("MEMRA_CUDA_XMH_IQ4");
-    if (!be) die("cuda (xmh iq4)");
+    /* IQ4_XS: the 35B-A3B's experts */
     check_expert_rows(be, "xmh-rows", ti, 2048, 512, 32, 8, 67, ROUTE_RANDOM, 2e-3);
     check_expert_rows(be, "xmh-rows", ti, 512, 2048, 32, 8, 67, ROUTE_RANDOM, 2e-3);
     check_expert_rows(be, "xmh-rows", ti, 2048, 512, 32, 8, 80, ROUTE_ONE, 2e-3);
@@ -1569,10 +1572,7 @@ static void check_xmh_all(void)
     check_moe_ffn_one(be, "xmh-ffn-bits", ti, ti, 1024, 256, 8, 2, 65, ROUTE_BAD);
     be->destroy(be);
     /* MEMRA_CUDA_XMH=q4k: the Q6_K down on the float16 kernel beside them */
-    setenv("MEMRA_CUDA_XMH", "q4k", 1);
-    be = mr_backend_cuda_create(0, &err);
-    setenv("MEMRA_CUDA_XMH", "0", 1);
-    if (!be) die("cuda (xmh q4k)");
+    be = xmh_backend("q4k");
     check_moe_ffn_one(be, "xmh-ffn-bits", t4, t6, 2048, 768, 128, 8, 512, ROUTE_RANDOM);
     be->destroy(be);
 }
