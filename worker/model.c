@@ -421,7 +421,7 @@ int mr_model_router_dump(mr_model *m, FILE *f, mr_err *err)
 
 void mr_fwd_router_dump(mr_model *m, int n)
 {
-    if (!m->router_dump || m->router_failed || m->hp.n_expert <= 0 || n <= 0)
+    if (m->router_failed)
         return;
     const size_t count = (size_t)n * (size_t)m->hp.n_expert;
     if (count > m->router_host_cap) {

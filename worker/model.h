@@ -138,6 +138,12 @@ void mr_seq_state_copy_in(mr_seq *s, const void *state);
  * with the state after their tokens. */
 void mr_model_set_checkpoints(mr_model *m, bool on);
 
+int mr_seq_mark_len(const mr_seq *s);
+void *mr_model_state_alloc(mr_model *m);
+void mr_model_state_free(mr_model *m, void *state);
+void mr_seq_mark_save(const mr_seq *s, void *state);
+int mr_seq_attach_state(mr_seq *s, const int32_t *blocks, int n_blocks, const void *state, mr_err *err);
+
 /* Router logits, for parity diagnosis (run-gen --router-out): while f is
  * set, each forward call appends to it, for every mixture layer in order,
  * that layer's router logits of the call's rows (float32, [rows][n_expert];
@@ -146,11 +152,6 @@ void mr_model_set_checkpoints(mr_model *m, bool on);
  * first download or write error since the previous call (a failed dump
  * stops dumping; it never fails a forward call), else 0. */
 int mr_model_router_dump(mr_model *m, FILE *f, mr_err *err);
-int mr_seq_mark_len(const mr_seq *s);
-void *mr_model_state_alloc(mr_model *m);
-void mr_model_state_free(mr_model *m, void *state);
-void mr_seq_mark_save(const mr_seq *s, void *state);
-int mr_seq_attach_state(mr_seq *s, const int32_t *blocks, int n_blocks, const void *state, mr_err *err);
 
 /* Drops the tokens after the first len (speculation rejected, cached
  * prefix reused).  KV positions need nothing more; the recurrent state is

@@ -123,8 +123,9 @@ static inline bool mr_fwd_seg_multi(const mr_fwd_seg *g) { return g->gen && g->n
  * distinction gets one product).  mr_fwd_matmul_out: the output head over
  * the call's n output rows, every one on the decode products. */
 void mr_fwd_matmul(mr_model *m, const mr_weight *w, const float *x, float *y, int n);
-/* The router logits of the call's n rows (sc.router) to the router dump,
- * if one is set (mr_model_router_dump). */
+/* The router logits of the call's n rows (sc.router) to the router dump;
+ * the caller checks m->router_dump (mr_model_router_dump), so a forward
+ * without one pays a pointer test a mixture layer. */
 void mr_fwd_router_dump(mr_model *m, int n);
 void mr_fwd_matmul_out(mr_model *m, const mr_weight *w, const float *x, float *y, int n);
 void mr_fwd_matmul_id(mr_model *m, const mr_weight *w, const float *x, int x_slots, const int32_t *ids,
