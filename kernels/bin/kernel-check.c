@@ -2166,7 +2166,7 @@ static void check_attn_merge(void)
     check_attn_loop();
 }
 
-static void check_attention_bad(mr_backend *be, const char *op, int hd, mr_kv_dtype dt, int n);
+static void check_attention_bad(mr_backend *be, const char *op, int hd, mr_kv_dtype dt, int n, int kvh);
 
 /* A decode batch of n tokens (positions P - n .. P - 1) against each token
  * alone on be, bit for bit: a token's rows must not depend on its
@@ -2206,7 +2206,9 @@ static void check_attn_alone(const char *op, mr_backend *be, int heads, int kvh,
  *  - the batches' one wave of blocks against the grid of a block a split;
  *  - a bad block id: NaN rows for the queries that see it, finite others;
  *  - a bfloat16 cache and the float32 reference mode keep the float kernel
- *    (the same bits as without the switch). */
+ *    (the same bits as without the switch);
+ *  - the same for blocks of a whole group of 8 heads (..._G8), and a group
+ *    of 4 untouched by it. */
 static void check_attn_dec_tc(void)
 {
     mr_backend *tc = backend_with("MEMRA_CUDA_ATTN_DEC_TC", "0");
@@ -2234,8 +2236,29 @@ static void check_attn_dec_tc(void)
         check_attn_pair("dec-tc-loop", tc, grid, 32, 4, 128, ls[i].P, ls[i].n, MR_KV_F16);
         check_attn_pair("dec-tc-loop", tc, grid, 16, 2, 256, ls[i].P, ls[i].n, MR_KV_F16);
     }
-    check_attention_bad(tc, "attention-dec-tc", 128, MR_KV_F16, 60);
-    check_attention_bad(tc, "attention-dec-tc", 256, MR_KV_F16, 60);
+    check_attention_bad(tc, "attention-dec-tc", 128, MR_KV_F16, 60, 2);
+    check_attention_bad(tc, "attention-dec-tc", 256, MR_KV_F16, 60, 2);
+    /* a block a whole group of 8 heads (MEMRA_CUDA_ATTN_DEC_TC_G8): the
+     * 30B-A3B's and the 35B-A3B's groups, and one of 8 at D = 64 */
+    mr_backend *g8 = backend_with2("MEMRA_CUDA_ATTN_DEC_TC", "0", "MEMRA_CUDA_ATTN_DEC_TC_G8", "1");
+    setenv("MEMRA_CUDA_ATTN_LOOP", "0", 1);
+    mr_backend *g8grid = backend_with2("MEMRA_CUDA_ATTN_DEC_TC", "0", "MEMRA_CUDA_ATTN_DEC_TC_G8", "1");
+    unsetenv("MEMRA_CUDA_ATTN_LOOP");
+    static const struct { int heads, kvh, hd, P, n; } gs[] = {
+        {32, 4, 128, 1, 1}, {32, 4, 128, 100, 5}, {32, 4, 128, 4900, 16}, {32, 4, 128, 20000, 1},
+        {16, 2, 256, 17, 2}, {16, 2, 256, 5000, 4}, {8, 1, 64, 700, 3},
+    };
+    for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
+        check_attention_on(g8, "attention-dec-tc-g8", 2e-3, gs[i].heads, gs[i].kvh, gs[i].hd, gs[i].P, gs[i].n,
+                           MR_KV_F16, false);
+    check_attn_alone("dec-tc-g8-alone", g8, 32, 4, 128, 300, 16, MR_KV_F16);
+    check_attn_alone("dec-tc-g8-alone", g8, 16, 2, 256, 5000, 9, MR_KV_F16);
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
+        check_attn_pair("dec-tc-g8-loop", g8, g8grid, 32, 4, 128, ls[i].P, ls[i].n, MR_KV_F16);
+    check_attention_bad(g8, "attention-dec-tc-g8", 128, MR_KV_F16, 60, 1);
+    check_attn_pair("dec-tc-g8-group4", g8, tc, 32, 8, 128, 1000, 3, MR_KV_F16); /* a group of 4: no change */
+    g8grid->destroy(g8grid);
+    g8->destroy(g8);
     check_attn_pair("dec-tc-bf16-off", tc, gpu, 32, 4, 128, 1000, 3, MR_KV_BF16);
     mr_backend *ref = backend_with2("MEMRA_CUDA_ATTN_DEC_TC", "0", "MEMRA_CUDA_GEMM", "f32");
     mr_backend *ref0 = backend_with("MEMRA_CUDA_GEMM", "f32");
@@ -2272,9 +2295,9 @@ static void check_attention_tc(int heads, int kvh, int hd, int P, int n, mr_kv_d
  * bounds): the prompt kernels give NaN rows for every query that sees a
  * position of that block and finite rows for the queries before it.
  * Reported as the number of rows that break the rule. */
-static void check_attention_bad(mr_backend *be, const char *op, int hd, mr_kv_dtype dt, int n)
+static void check_attention_bad(mr_backend *be, const char *op, int hd, mr_kv_dtype dt, int n, int kvh)
 {
-    const int heads = 8, kvh = 2, bt = 16, P = 200, nblk = P / bt + 1;
+    const int heads = 8, bt = 16, P = 200, nblk = P / bt + 1;
     const int badb = 9; /* positions 144..159 */
     mr_kv_cache kv = {.n_layers = 1, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh,
                       .head_dim = hd, .dtype = dt};
@@ -2307,7 +2330,8 @@ static void check_attention_bad(mr_backend *be, const char *op, int hd, mr_kv_dt
             wrong += sees ? nan != hd : nan != 0;
         }
     char shape[64];
-    snprintf(shape, sizeof shape, "bad block id, %s d=%d P=%d n=%d", dt == MR_KV_F32 ? "f32" : "f16", hd, P, n);
+    snprintf(shape, sizeof shape, "bad block id, %s h=%d/%d d=%d P=%d n=%d", dt == MR_KV_F32 ? "f32" : "f16", heads,
+             kvh, hd, P, n);
     report(op, shape, (double)wrong, 0, 0.0);
     be->free(be, dtab); be->free(be, dpos); be->free(be, dK); be->free(be, dV);
     be->free(be, dq); be->free(be, dout);
@@ -4489,9 +4513,9 @@ static void check_attention_prompts(void)
     check_attention_tc(16, 4, 64, 129, 129, MR_KV_BF16);
     check_attention_tc(8, 1, 128, 300, 200, MR_KV_BF16);
     check_attention_tc(8, 8, 32, 100, 65, MR_KV_F32); /* head_dim 32: the float32 kernel */
-    check_attention_bad(gpu, "attention", 128, MR_KV_F32, 100);
-    check_attention_bad(gpu_attn_tc, "attention-tc", 128, MR_KV_F32, 100);
-    check_attention_bad(gpu_attn_tc, "attention-tc", 256, MR_KV_F32, 100);
+    check_attention_bad(gpu, "attention", 128, MR_KV_F32, 100, 2);
+    check_attention_bad(gpu_attn_tc, "attention-tc", 128, MR_KV_F32, 100, 2);
+    check_attention_bad(gpu_attn_tc, "attention-tc", 256, MR_KV_F32, 100, 2);
     /* deep in a context: queries past the first 1,024-position slice join
      * the records of several blocks (5 at 4,900..4,999; at 9,436..9,499 the
      * eight workers walk two slices each), against float64, the CPU backend,

@@ -407,28 +407,37 @@ __device__ __forceinline__ void ag_row_sums(float (&d)[GB], float (&out)[GB], in
     }
 }
 
-/* A block's per-warp softmax states for its GB heads (running max, sum,
- * unnormalised output) and its bad-id flag: filled by ag_split or
- * ag_split_tc, joined into the split's records by ag_records.  One
- * instance a block whichever of the two a kernel runs. */
-template <int D, int GB> struct ag_recs {
+/* A block's per-warp softmax states for its GB heads (running max and sum,
+ * and a bad-id flag; the unnormalised outputs, D floats a warp and head,
+ * sit in an array beside them): filled by ag_split or ag_split_tc, joined
+ * into the split's records by ag_records.  One instance a block whichever
+ * of the two a kernel runs.  ag_split keeps its outputs in a static array
+ * (ag_shared_acc); ag_split_tc in its K/V tiles, free by then, so that a
+ * block of 8 heads at D = 256 stays under the 48 KiB of static shared
+ * memory sm_89 allows. */
+template <int GB> struct ag_state {
     float sm[AG_WARPS][GB], sl[AG_WARPS][GB];
-    float sacc[AG_WARPS][GB][D];
     int sbad;
 };
-template <int D, int GB>
-__device__ __forceinline__ ag_recs<D, GB> &ag_shared()
+template <int GB>
+__device__ __forceinline__ ag_state<GB> &ag_shared()
 {
-    __shared__ ag_recs<D, GB> r;
+    __shared__ ag_state<GB> r;
     return r;
 }
-
-/* The warps' states joined in warp order into the records of split s of
- * token t, heads h0 .. h0 + GB - 1 (all threads, after the barrier that
- * follows the warps' writes). */
 template <int D, int GB>
-__device__ __forceinline__ void ag_records(const ag_recs<D, GB> &R, int t, int h0, int s, int n_heads, int n_split,
-                                           float *part)
+__device__ __forceinline__ float *ag_shared_acc()
+{
+    __shared__ float acc[AG_WARPS * GB * D];
+    return acc;
+}
+
+/* The warps' states (acc: [AG_WARPS][GB][D]) joined in warp order into the
+ * records of split s of token t, heads h0 .. h0 + GB - 1 (all threads,
+ * after the barrier that follows the warps' writes). */
+template <int D, int GB>
+__device__ __forceinline__ void ag_records(const ag_state<GB> &R, const float *acc, int t, int h0, int s, int n_heads,
+                                           int n_split, float *part)
 {
     const float nan = __int_as_float(0x7fc00000);
     for (int g = 0; g < GB; g++) {
@@ -446,7 +455,7 @@ __device__ __forceinline__ void ag_records(const ag_recs<D, GB> &R, int t, int h
         for (int d = threadIdx.x; d < D; d += blockDim.x) {
             float a = 0.0f;
             if (M != -INFINITY)
-                for (int i = 0; i < AG_WARPS; i++) a += R.sacc[i][g][d] * expf(R.sm[i][g] - M);
+                for (int i = 0; i < AG_WARPS; i++) a += acc[(i * GB + g) * D + d] * expf(R.sm[i][g] - M);
             out[2 + d] = a;
         }
     }
@@ -575,7 +584,8 @@ __device__ __forceinline__ void ag_split(const void *K, const void *V, const int
         }
     }
 
-    ag_recs<D, GB> &R = ag_shared<D, GB>();
+    ag_state<GB> &R = ag_shared<GB>();
+    float *sacc = ag_shared_acc<D, GB>();
     if (threadIdx.x == 0) R.sbad = 0;
     __syncthreads();
     if (bad) R.sbad = 1;
@@ -587,11 +597,11 @@ __device__ __forceinline__ void ag_split(const void *K, const void *V, const int
                 R.sl[w][g] = l[g];
             }
 #pragma unroll
-            for (int e = 0; e < 8; e++) R.sacc[w][g][sub * 8 + e] = acc[g][e];
+            for (int e = 0; e < 8; e++) sacc[(w * GB + g) * D + sub * 8 + e] = acc[g][e];
         }
     }
     __syncthreads();
-    ag_records<D, GB>(R, t, h0, s, n_heads, n_split, part);
+    ag_records<D, GB>(R, sacc, t, h0, s, n_heads, n_split, part);
 }
 
 /* The same records on the tensor cores, for a float16 cache (decode rows
@@ -614,9 +624,10 @@ __device__ __forceinline__ void ag_split(const void *K, const void *V, const int
  * S takes D / 16 MMAs for 16 positions of all GB heads (ag_split: 8 float
  * FMAs a lane, a lane group's sums by shuffles and a softmax step per
  * position and head).  The warps' states are joined by ag_records, as
- * ag_split's: the record is the same function of its positions and the
- * cache whatever the batch (an MMA's result for an element depends on its
- * row and column only), rounded as the tensor-core prompt kernel rounds
+ * ag_split's (the outputs staged in the tiles): the record is the same
+ * function of its positions and the cache whatever the batch (an MMA's
+ * result for an element depends on its row and column only), rounded as
+ * the tensor-core prompt kernel rounds
  * (cu_fattn.cu), with the exponentials in natural units as the merge reads
  * them.  D = 256 walks K and V through one tile (NB 1: a tile pair would
  * leave two blocks an SM); smaller heads keep V's copy in flight during
@@ -788,7 +799,11 @@ __device__ __forceinline__ void ag_split_tc(const void *K, const void *V, const 
     }
     bad = __any_sync(0xffffffffu, bad);
 
-    ag_recs<D, GB> &R = ag_shared<D, GB>();
+    /* the outputs into the K/V tiles: every warp is past its walk after the
+     * barrier (agt_shape's bytes hold AG_WARPS x GB x D floats) */
+    ag_state<GB> &R = ag_shared<GB>();
+    float *sacc = (float *)smem;
+    static_assert(AG_WARPS * GB * D * 4 <= S::bytes, "the join's outputs fit the tiles");
     if (threadIdx.x == 0) R.sbad = 0;
     __syncthreads();
     if (bad) R.sbad = 1;
@@ -806,29 +821,37 @@ __device__ __forceinline__ void ag_split_tc(const void *K, const void *V, const 
 #pragma unroll
     for (int mt = 0; mt < D / 16; mt++) {
         if (j0 < GB) {
-            R.sacc[w][j0][16 * mt + g] = o[mt][0];
-            R.sacc[w][j0][16 * mt + g + 8] = o[mt][2];
+            sacc[(w * GB + j0) * D + 16 * mt + g] = o[mt][0];
+            sacc[(w * GB + j0) * D + 16 * mt + g + 8] = o[mt][2];
         }
         if (j1 < GB) {
-            R.sacc[w][j1][16 * mt + g] = o[mt][1];
-            R.sacc[w][j1][16 * mt + g + 8] = o[mt][3];
+            sacc[(w * GB + j1) * D + 16 * mt + g] = o[mt][1];
+            sacc[(w * GB + j1) * D + 16 * mt + g + 8] = o[mt][3];
         }
     }
     __syncthreads();
-    ag_records<D, GB>(R, t, h0, s, n_heads, n_split, part);
+    ag_records<D, GB>(R, sacc, t, h0, s, n_heads, n_split, part);
+    __syncthreads(); /* the tiles are the next split's (k_attn_gqa_loop) */
 }
 
-/* A split's records by ag_split, or (TC: a float16 cache, the instances
+/* A split's records by ag_split, or (TC 1: a float16 cache, the instances
  * launched with agt_shape's dynamic shared memory) by ag_split_tc when its
  * token's position is tc_from or later: which one depends on the position
- * alone, so a token's records do not depend on its batchmates. */
-template <int DT, int D, int GB, bool TC>
+ * alone, so a token's records do not depend on its batchmates.  TC 2: every
+ * row on the tensor cores (tc_from 0), where a block may take a whole group
+ * of 8 heads (AGT_G8), which ag_split has no registers for. */
+template <int DT, int D, int GB, int TC>
 __device__ __forceinline__ void ag_split_at(const void *K, const void *V, const int32_t *table, const float *q,
                                             int t, int h0, int s, int P, int n_heads, int n_kv_heads, int bt,
                                             int n_blocks, float scale, int n_split, attn_cut cut, float *part,
                                             int tc_from, unsigned char *smem)
 {
-    if constexpr (TC) {
+    if constexpr (TC == 2) {
+        static_assert(DT == MR_KV_F16, "the tensor-core split reads float16 rows");
+        ag_split_tc<D, GB>(K, V, table, q, t, h0, s, P, n_heads, n_kv_heads, bt, n_blocks, scale, n_split, cut, part,
+                           smem);
+        return;
+    } else if constexpr (TC == 1) {
         static_assert(DT == MR_KV_F16, "the tensor-core split reads float16 rows");
         if (P > tc_from) {
             ag_split_tc<D, GB>(K, V, table, q, t, h0, s, P, n_heads, n_kv_heads, bt, n_blocks, scale, n_split, cut,
@@ -841,7 +864,7 @@ __device__ __forceinline__ void ag_split_at(const void *K, const void *V, const 
 
 /* Grid (head group, token, split): a block a split (the one-token step's
  * grid, one wave for one token). */
-template <int DT, int D, int GB, bool TC>
+template <int DT, int D, int GB, int TC>
 __global__ void __launch_bounds__(AG_WARPS * 32, AG_BLOCKS_PER_SM)
 k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *const *tables,
            const float *q, const int32_t *pos, int n_heads, int n_kv_heads, int bt, int n_blocks,
@@ -871,7 +894,7 @@ k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *co
  * read once a block, with the numbering, not again for each of its
  * splits.  At most AGL_MAX_TOK tokens a call. */
 #define AGL_MAX_TOK 1024
-template <int DT, int D, int GB, bool TC>
+template <int DT, int D, int GB, int TC>
 __global__ void __launch_bounds__(AG_WARPS * 32, AG_BLOCKS_PER_SM)
 k_attn_gqa_loop(const void *K, const void *V, const int32_t *table, const int32_t *const *tables,
                 const float *q, const int32_t *pos, int n, int n_heads, int n_kv_heads, int bt, int n_blocks,
@@ -1352,12 +1375,12 @@ static int dec_tc_from(const mr_cu_ctx *c, const mr_kv_cache *kv)
  * memory (the join's records, and the batch kernel's numbering: past 48
  * KiB in all from D = 128), so each asks for its dynamic size explicitly,
  * once at backend creation (outside any graph capture). */
-template <int D, int GB> static bool agt_allow(void)
+template <int D, int GB, int TC> static bool agt_allow(void)
 {
     const int b = (int)agt_shape<D>::bytes;
-    return cudaFuncSetAttribute(k_attn_gqa<MR_KV_F16, D, GB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, b) ==
+    return cudaFuncSetAttribute(k_attn_gqa<MR_KV_F16, D, GB, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, b) ==
                cudaSuccess &&
-           cudaFuncSetAttribute(k_attn_gqa_loop<MR_KV_F16, D, GB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+           cudaFuncSetAttribute(k_attn_gqa_loop<MR_KV_F16, D, GB, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 b) == cudaSuccess;
 }
 
@@ -1365,9 +1388,10 @@ bool mr_cu_attn_dec_init(mr_cu_ctx *c)
 {
     if (c->attn_dec_tc == INT_MAX)
         return true;
-    const bool ok = agt_allow<64, 1>() && agt_allow<64, 2>() && agt_allow<64, 4>() && agt_allow<128, 1>() &&
-                    agt_allow<128, 2>() && agt_allow<128, 4>() && agt_allow<256, 1>() && agt_allow<256, 2>() &&
-                    agt_allow<256, 4>();
+    const bool ok = agt_allow<64, 1, 1>() && agt_allow<64, 2, 1>() && agt_allow<64, 4, 1>() &&
+                    agt_allow<128, 1, 1>() && agt_allow<128, 2, 1>() && agt_allow<128, 4, 1>() &&
+                    agt_allow<256, 1, 1>() && agt_allow<256, 2, 1>() && agt_allow<256, 4, 1>() &&
+                    agt_allow<64, 8, 2>() && agt_allow<128, 8, 2>() && agt_allow<256, 8, 2>();
     if (!ok) {
         cudaGetLastError();
         c->attn_dec_tc = INT_MAX;
@@ -1423,6 +1447,15 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
     int gb = G % 4 == 0 ? 4 : G % 2 == 0 ? 2 : 1;
     if (!c->attn_gqa || (D != 32 && D != 64 && D != 128 && D != 256) || gb > D / 8)
         gb = 0;
+    /* every row on the tensor cores (ag_split_tc alone): with
+     * MEMRA_CUDA_ATTN_DEC_TC_G8 a block takes a whole group of 8 heads,
+     * all the columns of its MMAs, so each K/V tile serves 8 heads (other
+     * splits, so other sums than gb 4: a function of the model, the card and
+     * the switches still) */
+    const int tcf = gb ? dec_tc_from(c, kv) : INT_MAX;
+    const bool g8 = tcf == 0 && c->attn_dec_tc_g8 && G % 8 == 0;
+    if (g8)
+        gb = 8;
     /* Splits: per-head kernel, enough for one token's heads to cover the
      * SMs four times; grouped kernel, one wave of resident blocks for a
      * token (a second, partial wave would double a deep context's time).
@@ -1444,7 +1477,6 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
          * taking the splits that hold positions (k_attn_gqa_loop) */
         const bool loop = c->attn_loop > 0 && n >= c->attn_loop && n <= AGL_MAX_TOK;
         const int lblocks = AG_BLOCKS_PER_SM * c->n_sm;
-        const int tcf = dec_tc_from(c, kv);
         dim3 ggrid(n_heads / gb, n, n_split);
 #define L(DT, DD, GG, TC)                                                                                          \
     do {                                                                                                           \
@@ -1466,15 +1498,22 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
     }
 #define BY_D(DT, TC)                                       \
     switch (D) {                                           \
-    case 32: BY_G(DT, 32, false); break;                   \
+    case 32: BY_G(DT, 32, 0); break;                       \
     case 64: BY_G(DT, 64, TC); break;                      \
     case 128: BY_G(DT, 128, TC); break;                    \
     default: BY_G(DT, 256, TC); break;                     \
     }
-        if (kv->dtype == MR_KV_F32) { BY_D(MR_KV_F32, false) }
-        else if (kv->dtype == MR_KV_F16 && tcf != INT_MAX) { BY_D(MR_KV_F16, true) }
-        else if (kv->dtype == MR_KV_F16) { BY_D(MR_KV_F16, false) }
-        else { BY_D(MR_KV_BF16, false) }
+        if (g8) {
+            switch (D) {
+            case 64: L(MR_KV_F16, 64, 8, 2); break;
+            case 128: L(MR_KV_F16, 128, 8, 2); break;
+            default: L(MR_KV_F16, 256, 8, 2); break;
+            }
+        }
+        else if (kv->dtype == MR_KV_F32) { BY_D(MR_KV_F32, 0) }
+        else if (kv->dtype == MR_KV_F16 && tcf != INT_MAX) { BY_D(MR_KV_F16, 1) }
+        else if (kv->dtype == MR_KV_F16) { BY_D(MR_KV_F16, 0) }
+        else { BY_D(MR_KV_BF16, 0) }
 #undef BY_D
 #undef BY_G
 #undef L

@@ -123,6 +123,9 @@ struct mr_cu_ctx {
     int attn_dec_tc;        /* decode rows at this position or later on the tensor cores (cu_attn.cu
                                ag_split_tc; float16 caches, and not before attn_tc_from); INT_MAX
                                none (the default until measured; MEMRA_CUDA_ATTN_DEC_TC=N) */
+    bool attn_dec_tc_g8;    /* where every decode row takes it (attn_dec_tc 0, attn_tc_from 0) and a K/V
+                               head serves a multiple of 8 query heads, a block takes 8 of them
+                               (MEMRA_CUDA_ATTN_DEC_TC_G8=1; other splits, so other sums) */
     int attn_chunk;         /* the positions of that kernel's slices (0: from one round of its warps
                                up to 64 with the context, cu_attn.cu ag_cut; MEMRA_CUDA_ATTN_CHUNK=N:
                                at least N, the rule before run 187 at 16; other sums) */

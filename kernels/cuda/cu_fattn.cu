@@ -646,7 +646,8 @@ k_attn_prefill_wmma(const void *K, const void *V, const int32_t *table, const fl
  * MEMRA_CUDA_FATTN=wmma: the tensor-core rows on the previous kernel (the
  * 5.7-6.8x above was measured on it).  MEMRA_CUDA_ATTN_DEC_TC=N: decode
  * rows at position N or later on the tensor cores too (cu_attn.cu
- * ag_split_tc; float16 caches; unset: none).  The kernels need
+ * ag_split_tc; float16 caches; unset: none); with N 0 and
+ * MEMRA_CUDA_ATTN_DEC_TC_G8=1 a block takes 8 query heads of a K/V head.  The kernels need
  * more than the default 48 KiB of dynamic shared memory; the limit is raised
  * here once, outside any graph capture, and only when they may run. */
 void mr_cu_attn_init(mr_cu_ctx *c)
@@ -667,6 +668,8 @@ void mr_cu_attn_init(mr_cu_ctx *c)
     if (dtc < 0)
         return;
     c->attn_dec_tc = dtc ? (int)dt : INT_MAX;
+    const char *g8 = getenv("MEMRA_CUDA_ATTN_DEC_TC_G8");
+    c->attn_dec_tc_g8 = g8 && !strcmp(g8, "1");
     mr_cu_attn_dec_init(c);
     const char *ps = getenv("MEMRA_CUDA_PF_SPLIT");
     c->pf_split = !(ps && !strcmp(ps, "0")); /* float32 prompt kernel (cu_attn.cu) */
