@@ -838,8 +838,10 @@ __device__ __forceinline__ void ag_split_tc(const void *K, const void *V, const 
  * launched with agt_shape's dynamic shared memory) by ag_split_tc when its
  * token's position is tc_from or later: which one depends on the position
  * alone, so a token's records do not depend on its batchmates.  TC 2: every
- * row on the tensor cores (tc_from 0), where a block may take a whole group
- * of 8 heads (AGT_G8), which ag_split has no registers for. */
+ * row on the tensor cores (tc_from 0), the same records without the float
+ * path's registers (113 against 163 at D = 128, four heads), and the
+ * instances where a block takes a whole group of 8 heads, which ag_split
+ * has no registers for. */
 template <int DT, int D, int GB, int TC>
 __device__ __forceinline__ void ag_split_at(const void *K, const void *V, const int32_t *table, const float *q,
                                             int t, int h0, int s, int P, int n_heads, int n_kv_heads, int bt,
@@ -1388,10 +1390,14 @@ bool mr_cu_attn_dec_init(mr_cu_ctx *c)
 {
     if (c->attn_dec_tc == INT_MAX)
         return true;
-    const bool ok = agt_allow<64, 1, 1>() && agt_allow<64, 2, 1>() && agt_allow<64, 4, 1>() &&
-                    agt_allow<128, 1, 1>() && agt_allow<128, 2, 1>() && agt_allow<128, 4, 1>() &&
-                    agt_allow<256, 1, 1>() && agt_allow<256, 2, 1>() && agt_allow<256, 4, 1>() &&
-                    agt_allow<64, 8, 2>() && agt_allow<128, 8, 2>() && agt_allow<256, 8, 2>();
+    bool ok = agt_allow<64, 8, 2>() && agt_allow<128, 8, 2>() && agt_allow<256, 8, 2>();
+#define X(TC) \
+    ok = ok && agt_allow<64, 1, TC>() && agt_allow<64, 2, TC>() && agt_allow<64, 4, TC>() && \
+         agt_allow<128, 1, TC>() && agt_allow<128, 2, TC>() && agt_allow<128, 4, TC>() && \
+         agt_allow<256, 1, TC>() && agt_allow<256, 2, TC>() && agt_allow<256, 4, TC>();
+    X(1)
+    X(2)
+#undef X
     if (!ok) {
         cudaGetLastError();
         c->attn_dec_tc = INT_MAX;
@@ -1511,6 +1517,7 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
             }
         }
         else if (kv->dtype == MR_KV_F32) { BY_D(MR_KV_F32, 0) }
+        else if (kv->dtype == MR_KV_F16 && tcf == 0) { BY_D(MR_KV_F16, 2) }
         else if (kv->dtype == MR_KV_F16 && tcf != INT_MAX) { BY_D(MR_KV_F16, 1) }
         else if (kv->dtype == MR_KV_F16) { BY_D(MR_KV_F16, 0) }
         else { BY_D(MR_KV_BF16, 0) }
