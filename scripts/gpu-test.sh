@@ -58,6 +58,10 @@ if [ "${GPU_TEST_KERNELS:-1}" != 0 ]; then
     echo "== kernel-check xmd"
     "$BIN/kernel-check" "$(date +%s)" xmd > "$BUILD/kernel-check-xmd.log" 2>&1 || fail=1
     grep -v " ok$" "$BUILD/kernel-check-xmd.log" | tail -20
+    # decode attention on the tensor cores (MEMRA_CUDA_ATTN_DEC_TC)
+    echo "== kernel-check dectc"
+    "$BIN/kernel-check" "$(date +%s)" dectc > "$BUILD/kernel-check-dectc.log" 2>&1 || fail=1
+    grep -v " ok$" "$BUILD/kernel-check-dectc.log" | tail -20
 fi
 
 echo "== fixture parity (run-gen --backend cuda) and speculation (run-spec --backend cuda)"

@@ -586,28 +586,35 @@ static int bench_attn(int iters)
     return 0;
 }
 
-/* Decode attention (float32 cache): one query row, or a few of one
- * sequence, at depth; the per-head kernel (MEMRA_CUDA_ATTN_GQA=0) against
- * the grouped one.  GB/s: the K/V bytes the rows see over the time. */
+/* Decode attention: one query row, or a few of one sequence, at depth; the
+ * grouped float kernel (the default) against the same launches with every
+ * row of a float16 cache on the tensor cores (MEMRA_CUDA_ATTN_DEC_TC=0;
+ * other caches take the float kernel in both columns).  The per-head
+ * kernel of run 59 (MEMRA_CUDA_ATTN_GQA=0) is left out.  GB/s: the K/V
+ * bytes the rows see over the time. */
 static int bench_attn_decode(int iters)
 {
     mr_err err;
     mr_backend *be[2];
-    setenv("MEMRA_CUDA_ATTN_GQA", "0", 1);
     be[0] = mr_backend_cuda_create(0, &err);
-    unsetenv("MEMRA_CUDA_ATTN_GQA");
+    setenv("MEMRA_CUDA_ATTN_DEC_TC", "0", 1);
     be[1] = be[0] ? mr_backend_cuda_create(0, &err) : NULL;
+    unsetenv("MEMRA_CUDA_ATTN_DEC_TC");
     if (!be[0] || !be[1]) {
         fprintf(stderr, "cuda: %s\n", err.msg);
         return 1;
     }
-    static const char *const lab[2] = {"head", "gqa"};
+    static const char *const lab[2] = {"gqa", "tc"};
     static const struct { int heads, kvh, D, start, n; mr_kv_dtype dt; } sh[] = {
         {32, 8, 128, 1023, 1, MR_KV_F32},  {32, 8, 128, 16383, 1, MR_KV_F32}, {32, 4, 128, 16383, 1, MR_KV_F32},
         {32, 4, 128, 1023, 16, MR_KV_F32}, {16, 2, 256, 8191, 1, MR_KV_F32},  {16, 2, 256, 65535, 1, MR_KV_F32},
         {16, 2, 256, 262143, 1, MR_KV_F32}, {16, 2, 256, 65535, 4, MR_KV_F32},
-        /* float16 and bfloat16 caches (--kv-dtype): half the bytes */
-        {32, 8, 128, 16383, 1, MR_KV_F16}, {16, 2, 256, 65535, 1, MR_KV_F16}, {16, 2, 256, 262143, 1, MR_KV_F16},
+        /* float16 caches (the CUDA default since run 194): one token from the
+         * first slices to 256k, and 16 rows at the gateway's ~550 positions
+         * and the shared-prefix shape's ~4,900 */
+        {32, 4, 128, 127, 1, MR_KV_F16},   {32, 4, 128, 1023, 1, MR_KV_F16},  {32, 4, 128, 8191, 1, MR_KV_F16},
+        {32, 8, 128, 16383, 1, MR_KV_F16}, {32, 4, 128, 533, 16, MR_KV_F16},  {32, 4, 128, 4883, 16, MR_KV_F16},
+        {16, 2, 256, 8191, 1, MR_KV_F16},  {16, 2, 256, 65535, 1, MR_KV_F16}, {16, 2, 256, 262143, 1, MR_KV_F16},
         {16, 2, 256, 262143, 1, MR_KV_BF16},
     };
     for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)

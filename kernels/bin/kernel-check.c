@@ -2166,6 +2166,115 @@ static void check_attn_merge(void)
     check_attn_loop();
 }
 
+static void check_attention_bad(mr_backend *be, const char *op, int hd, mr_kv_dtype dt, int n, int kvh);
+
+/* A decode batch of n tokens (positions P - n .. P - 1) against each token
+ * alone on be, bit for bit: a token's rows must not depend on its
+ * batchmates (op: the line's name). */
+static void check_attn_alone(const char *op, mr_backend *be, int heads, int kvh, int hd, int P, int n,
+                             mr_kv_dtype dt)
+{
+    const int nblk = (P + 15) / 16 + 2, kvdim = kvh * hd, qd = heads * hd;
+    int32_t *table = shuffled_table(nblk);
+    const size_t kn = (size_t)P * kvdim, qn = (size_t)n * qd;
+    float *K = malloc(kn * 4), *V = malloc(kn * 4), *q = malloc(qn * 4), *o = malloc(qn * 4), *o1 = malloc(qn * 4);
+    for (size_t i = 0; i < kn; i++) { K[i] = fgauss(); V[i] = fgauss(); }
+    for (size_t i = 0; i < qn; i++) q[i] = fgauss() * 0.5f;
+    attn_decode_run(be, heads, kvh, hd, P, n, dt, K, V, q, table, nblk, o);
+    for (int t = 0; t < n; t++)
+        attn_decode_run(be, heads, kvh, hd, P - n + t + 1, 1, dt, K, V, q + (size_t)t * qd, table, nblk,
+                        o1 + (size_t)t * qd);
+    const size_t diff = floats_differ(o, o1, qn);
+    int nan = 0;
+    for (size_t i = 0; i < qn; i++) nan += isnan(o[i]);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d n=%d", dt == MR_KV_F32 ? "f32" : dt == MR_KV_F16 ? "f16" : "bf16",
+             heads, kvh, hd, P, n);
+    report(op, shape, (double)diff, nan, 0.0);
+    free(table); free(K); free(V); free(q); free(o); free(o1);
+}
+
+/* Decode attention on the tensor cores (MEMRA_CUDA_ATTN_DEC_TC: cu_attn.cu
+ * ag_split_tc), float16 caches:
+ *  - against float64 host math at the models' head shapes, contexts of one
+ *    position to past many slices, one token and decode batches, with the
+ *    bound of the tensor-core prompt kernel (check_attention_tc: the same
+ *    rounding steps, q * scale and P to float16, float32 sums);
+ *  - a batch against each token alone bit for bit, with every row on the
+ *    tensor cores and with the threshold inside the batch (its tokens on
+ *    both kernels);
+ *  - the batches' one wave of blocks against the grid of a block a split;
+ *  - a bad block id: NaN rows for the queries that see it, finite others;
+ *  - a bfloat16 cache and the float32 reference mode keep the float kernel
+ *    (the same bits as without the switch);
+ *  - the same for blocks of a whole group of 8 heads (..._G8), and a group
+ *    of 4 untouched by it. */
+static void check_attn_dec_tc(void)
+{
+    mr_backend *tc = backend_with("MEMRA_CUDA_ATTN_DEC_TC", "0");
+    mr_backend *grid = backend_with2("MEMRA_CUDA_ATTN_DEC_TC", "0", "MEMRA_CUDA_ATTN_LOOP", "0");
+    static const struct { int heads, kvh, hd, P, n; } cs[] = {
+        {32, 4, 128, 1, 1},    {32, 4, 128, 2, 2},    {32, 4, 128, 17, 1},   {32, 4, 128, 100, 5},
+        {32, 4, 128, 1000, 1}, {32, 4, 128, 4900, 16}, {32, 4, 128, 20000, 1}, /* the 30B-A3B */
+        {32, 8, 128, 1, 1},    {32, 8, 128, 300, 3},  {32, 8, 128, 4000, 1}, /* the 8B */
+        {16, 2, 256, 1, 1},    {16, 2, 256, 17, 2},   {16, 2, 256, 300, 1},  {16, 2, 256, 5000, 4},
+        {16, 2, 256, 70000, 1}, /* the 35B-A3B */
+        {6, 3, 64, 700, 3},    {8, 8, 64, 129, 2}, /* groups of 2 and 1 */
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        check_attention_on(tc, "attention-dec-tc", 2e-3, cs[i].heads, cs[i].kvh, cs[i].hd, cs[i].P, cs[i].n,
+                           MR_KV_F16, false);
+    check_attn_alone("dec-tc-alone", tc, 32, 4, 128, 300, 16, MR_KV_F16);
+    check_attn_alone("dec-tc-alone", tc, 16, 2, 256, 5000, 9, MR_KV_F16);
+    check_attn_alone("dec-tc-alone", tc, 6, 3, 64, 100, 5, MR_KV_F16);
+    /* every row from position 1 on: the instances that also hold the
+     * float path (N > 0) give the tensor-core-only ones' bits (N = 0) */
+    mr_backend *from1 = backend_with("MEMRA_CUDA_ATTN_DEC_TC", "1");
+    check_attn_pair("dec-tc-both-vs-only", from1, tc, 32, 4, 128, 300, 16, MR_KV_F16);
+    check_attn_pair("dec-tc-both-vs-only", from1, tc, 16, 2, 256, 5000, 3, MR_KV_F16);
+    from1->destroy(from1);
+    /* positions 292 and later on the tensor cores: the last 8 of the 16 rows */
+    mr_backend *mid = backend_with("MEMRA_CUDA_ATTN_DEC_TC", "292");
+    check_attn_alone("dec-tc-alone-mixed", mid, 32, 4, 128, 300, 16, MR_KV_F16);
+    mid->destroy(mid);
+    static const struct { int P, n; } ls[] = {{2, 2}, {17, 5}, {300, 16}, {1000, 63}, {4000, 9}};
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) {
+        check_attn_pair("dec-tc-loop", tc, grid, 32, 4, 128, ls[i].P, ls[i].n, MR_KV_F16);
+        check_attn_pair("dec-tc-loop", tc, grid, 16, 2, 256, ls[i].P, ls[i].n, MR_KV_F16);
+    }
+    check_attention_bad(tc, "attention-dec-tc", 128, MR_KV_F16, 60, 2);
+    check_attention_bad(tc, "attention-dec-tc", 256, MR_KV_F16, 60, 2);
+    /* a block a whole group of 8 heads (MEMRA_CUDA_ATTN_DEC_TC_G8): the
+     * 30B-A3B's and the 35B-A3B's groups, and one of 8 at D = 64 */
+    mr_backend *g8 = backend_with2("MEMRA_CUDA_ATTN_DEC_TC", "0", "MEMRA_CUDA_ATTN_DEC_TC_G8", "1");
+    setenv("MEMRA_CUDA_ATTN_LOOP", "0", 1);
+    mr_backend *g8grid = backend_with2("MEMRA_CUDA_ATTN_DEC_TC", "0", "MEMRA_CUDA_ATTN_DEC_TC_G8", "1");
+    unsetenv("MEMRA_CUDA_ATTN_LOOP");
+    static const struct { int heads, kvh, hd, P, n; } gs[] = {
+        {32, 4, 128, 1, 1}, {32, 4, 128, 100, 5}, {32, 4, 128, 4900, 16}, {32, 4, 128, 20000, 1},
+        {16, 2, 256, 17, 2}, {16, 2, 256, 5000, 4}, {8, 1, 64, 700, 3},
+    };
+    for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
+        check_attention_on(g8, "attention-dec-tc-g8", 2e-3, gs[i].heads, gs[i].kvh, gs[i].hd, gs[i].P, gs[i].n,
+                           MR_KV_F16, false);
+    check_attn_alone("dec-tc-g8-alone", g8, 32, 4, 128, 300, 16, MR_KV_F16);
+    check_attn_alone("dec-tc-g8-alone", g8, 16, 2, 256, 5000, 9, MR_KV_F16);
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
+        check_attn_pair("dec-tc-g8-loop", g8, g8grid, 32, 4, 128, ls[i].P, ls[i].n, MR_KV_F16);
+    check_attention_bad(g8, "attention-dec-tc-g8", 128, MR_KV_F16, 60, 1);
+    check_attn_pair("dec-tc-g8-group4", g8, tc, 32, 8, 128, 1000, 3, MR_KV_F16); /* a group of 4: no change */
+    g8grid->destroy(g8grid);
+    g8->destroy(g8);
+    check_attn_pair("dec-tc-bf16-off", tc, gpu, 32, 4, 128, 1000, 3, MR_KV_BF16);
+    mr_backend *ref = backend_with2("MEMRA_CUDA_ATTN_DEC_TC", "0", "MEMRA_CUDA_GEMM", "f32");
+    mr_backend *ref0 = backend_with("MEMRA_CUDA_GEMM", "f32");
+    check_attn_pair("dec-tc-f32-mode-off", ref, ref0, 32, 4, 128, 1000, 3, MR_KV_F16);
+    ref->destroy(ref);
+    ref0->destroy(ref0);
+    grid->destroy(grid);
+    tc->destroy(tc);
+}
+
 static void check_attention(int heads, int kvh, int hd, int P, int n, mr_kv_dtype dt)
 {
     check_attention_on(gpu, "attention", 1e-5, heads, kvh, hd, P, n, dt, false);
@@ -2192,12 +2301,12 @@ static void check_attention_tc(int heads, int kvh, int hd, int P, int n, mr_kv_d
  * bounds): the prompt kernels give NaN rows for every query that sees a
  * position of that block and finite rows for the queries before it.
  * Reported as the number of rows that break the rule. */
-static void check_attention_bad(mr_backend *be, const char *op, int hd)
+static void check_attention_bad(mr_backend *be, const char *op, int hd, mr_kv_dtype dt, int n, int kvh)
 {
-    const int heads = 8, kvh = 2, bt = 16, P = 200, n = 100, nblk = P / bt + 1;
+    const int heads = 8, bt = 16, P = 200, nblk = P / bt + 1;
     const int badb = 9; /* positions 144..159 */
     mr_kv_cache kv = {.n_layers = 1, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh,
-                      .head_dim = hd, .dtype = MR_KV_F32};
+                      .head_dim = hd, .dtype = dt};
     if (be->kv_create(be, &kv, &err)) die("kv_create");
     int32_t table[16], pos[200];
     for (int i = 0; i < 16; i++) table[i] = i < nblk ? i : -1;
@@ -2227,7 +2336,8 @@ static void check_attention_bad(mr_backend *be, const char *op, int hd)
             wrong += sees ? nan != hd : nan != 0;
         }
     char shape[64];
-    snprintf(shape, sizeof shape, "bad block id, d=%d P=%d n=%d", hd, P, n);
+    snprintf(shape, sizeof shape, "bad block id, %s h=%d/%d d=%d P=%d n=%d", dt == MR_KV_F32 ? "f32" : "f16", heads,
+             kvh, hd, P, n);
     report(op, shape, (double)wrong, 0, 0.0);
     be->free(be, dtab); be->free(be, dpos); be->free(be, dK); be->free(be, dV);
     be->free(be, dq); be->free(be, dout);
@@ -4409,9 +4519,9 @@ static void check_attention_prompts(void)
     check_attention_tc(16, 4, 64, 129, 129, MR_KV_BF16);
     check_attention_tc(8, 1, 128, 300, 200, MR_KV_BF16);
     check_attention_tc(8, 8, 32, 100, 65, MR_KV_F32); /* head_dim 32: the float32 kernel */
-    check_attention_bad(gpu, "attention", 128);
-    check_attention_bad(gpu_attn_tc, "attention-tc", 128);
-    check_attention_bad(gpu_attn_tc, "attention-tc", 256);
+    check_attention_bad(gpu, "attention", 128, MR_KV_F32, 100, 2);
+    check_attention_bad(gpu_attn_tc, "attention-tc", 128, MR_KV_F32, 100, 2);
+    check_attention_bad(gpu_attn_tc, "attention-tc", 256, MR_KV_F32, 100, 2);
     /* deep in a context: queries past the first 1,024-position slice join
      * the records of several blocks (5 at 4,900..4,999; at 9,436..9,499 the
      * eight workers walk two slices each), against float64, the CPU backend,
@@ -4701,7 +4811,7 @@ int main(int argc, char **argv)
         {"early", check_early_weights},  {"loop", check_wide_loop},  {"tail", check_moe_tail_all},  {"xmq", check_xm_quant_all}, {"merge", check_attn_merge},
         {"route", check_route_rank_all}, {"hybrid", check_part_hybrid}, {"tiles", check_x24_tiles},
         {"xmm", check_xmm_all},          {"xmp", check_xmp_all}, {"xmd", check_xmd_all},
-        {"xmh", check_xmh_all},
+        {"xmh", check_xmh_all},          {"dectc", check_attn_dec_tc},
     };
     size_t pi = 0;
     while (pi < sizeof parts / sizeof parts[0] && strcmp(part, parts[pi].name)) pi++;

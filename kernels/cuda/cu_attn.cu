@@ -15,8 +15,10 @@
  * the float32 reference mode and the hybrids'. */
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 
 #include "kernels/cuda/cu_common.cuh"
+#include "kernels/cuda/cu_mma.cuh"
 
 template <int DT>
 __device__ __forceinline__ float kv_ld(const void *base, int64_t i)
@@ -405,6 +407,60 @@ __device__ __forceinline__ void ag_row_sums(float (&d)[GB], float (&out)[GB], in
     }
 }
 
+/* A block's per-warp softmax states for its GB heads (running max and sum,
+ * and a bad-id flag; the unnormalised outputs, D floats a warp and head,
+ * sit in an array beside them): filled by ag_split or ag_split_tc, joined
+ * into the split's records by ag_records.  One instance a block whichever
+ * of the two a kernel runs.  ag_split keeps its outputs in a static array
+ * (ag_shared_acc); ag_split_tc in its K/V tiles, free by then, so that a
+ * block of 8 heads at D = 256 stays under the 48 KiB of static shared
+ * memory sm_89 allows. */
+template <int GB> struct ag_state {
+    float sm[AG_WARPS][GB], sl[AG_WARPS][GB];
+    int sbad;
+};
+template <int GB>
+__device__ __forceinline__ ag_state<GB> &ag_shared()
+{
+    __shared__ ag_state<GB> r;
+    return r;
+}
+template <int D, int GB>
+__device__ __forceinline__ float *ag_shared_acc()
+{
+    __shared__ float acc[AG_WARPS * GB * D];
+    return acc;
+}
+
+/* The warps' states (acc: [AG_WARPS][GB][D]) joined in warp order into the
+ * records of split s of token t, heads h0 .. h0 + GB - 1 (all threads,
+ * after the barrier that follows the warps' writes). */
+template <int D, int GB>
+__device__ __forceinline__ void ag_records(const ag_state<GB> &R, const float *acc, int t, int h0, int s, int n_heads,
+                                           int n_split, float *part)
+{
+    const float nan = __int_as_float(0x7fc00000);
+    for (int g = 0; g < GB; g++) {
+        float M = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < AG_WARPS; i++) M = fmaxf(M, R.sm[i][g]);
+        float *out = part + (((int64_t)t * n_heads + h0 + g) * n_split + s) * (D + 2);
+        if (threadIdx.x == 0) {
+            float L = 0.0f;
+            if (M != -INFINITY)
+                for (int i = 0; i < AG_WARPS; i++) L += R.sl[i][g] * expf(R.sm[i][g] - M);
+            out[0] = R.sbad ? nan : M;
+            out[1] = L;
+        }
+        for (int d = threadIdx.x; d < D; d += blockDim.x) {
+            float a = 0.0f;
+            if (M != -INFINITY)
+                for (int i = 0; i < AG_WARPS; i++) a += acc[(i * GB + g) * D + d] * expf(R.sm[i][g] - M);
+            out[2 + d] = a;
+        }
+    }
+}
+
 /* The record of split s of token t (context P) for query heads h0 ..
  * h0 + GB - 1: the work of one block of k_attn_gqa, and of one item of
  * k_attn_gqa_loop (the same code, so the same bits).  All threads of the
@@ -528,62 +584,303 @@ __device__ __forceinline__ void ag_split(const void *K, const void *V, const int
         }
     }
 
-    __shared__ float sm[AG_WARPS][GB], sl[AG_WARPS][GB];
-    __shared__ float sacc[AG_WARPS][GB][D];
-    __shared__ int sbad;
-    if (threadIdx.x == 0) sbad = 0;
+    ag_state<GB> &R = ag_shared<GB>();
+    float *sacc = ag_shared_acc<D, GB>();
+    if (threadIdx.x == 0) R.sbad = 0;
     __syncthreads();
-    if (bad) sbad = 1;
+    if (bad) R.sbad = 1;
     if (slot == 0) {
 #pragma unroll
         for (int g = 0; g < GB; g++) {
             if (sub == 0) {
-                sm[w][g] = m[g];
-                sl[w][g] = l[g];
+                R.sm[w][g] = m[g];
+                R.sl[w][g] = l[g];
             }
 #pragma unroll
-            for (int e = 0; e < 8; e++) sacc[w][g][sub * 8 + e] = acc[g][e];
+            for (int e = 0; e < 8; e++) sacc[(w * GB + g) * D + sub * 8 + e] = acc[g][e];
         }
     }
     __syncthreads();
-    const float nan = __int_as_float(0x7fc00000);
-    for (int g = 0; g < GB; g++) {
-        float M = -INFINITY;
+    ag_records<D, GB>(R, sacc, t, h0, s, n_heads, n_split, part);
+}
+
+/* The same records on the tensor cores, for a float16 cache (decode rows
+ * at position c->attn_dec_tc or later: attention_launch).  Each warp walks
+ * its run of the split (attn_warp_run, as ag_split) in tiles of AGT_BK = 16
+ * positions: K and V rows copied into the warp's own shared tiles by
+ * cp.async (16 bytes a lane, zero rows past the run), the next tile's rows
+ * prefetched into L2 during this one.  Per tile
+ *   S^T (16 positions x 8 heads) = K (16 x D) Q^T (D x 8): m16n8k16 MMAs
+ *     with K as A (ldmatrix) and q * scale rounded to float16 as B (held in
+ *     registers for the whole split; the columns past GB zero);
+ *   the online softmax per head (column): a lane holds heads 2c and 2c + 1
+ *     at positions g and g + 8; maxima and sums over the 8 lanes of a
+ *     column by xor shuffles; P = exp(S - max) rounded to float16, and the
+ *     sum taken over the rounded P, so O / l normalises what was multiplied;
+ *   O^T (D x 8) += V^T (D x 16) P^T (16 x 8): V^T as A by ldmatrix.trans of
+ *     the V rows, P^T as B by transposing P's packed C fragments in
+ *     registers (movmatrix), O^T in C fragments (D / 16 x 4 floats a lane).
+ * A position is the M row of the MMA and a head its N column, so one tile's
+ * S takes D / 16 MMAs for 16 positions of all GB heads (ag_split: 8 float
+ * FMAs a lane, a lane group's sums by shuffles and a softmax step per
+ * position and head).  The warps' states are joined by ag_records, as
+ * ag_split's (the outputs staged in the tiles): the record is the same
+ * function of its positions and the cache whatever the batch (an MMA's
+ * result for an element depends on its row and column only), rounded as
+ * the tensor-core prompt kernel rounds
+ * (cu_fattn.cu), with the exponentials in natural units as the merge reads
+ * them.  D = 256 walks K and V through one tile (NB 1: a tile pair would
+ * leave two blocks an SM); smaller heads keep V's copy in flight during
+ * S. */
+#define AGT_BK 16
+template <int D> struct agt_shape {
+    static constexpr int LDH = D + 8;           /* float16 row stride: ldmatrix rows in 8 bank groups */
+    static constexpr int TILE = AGT_BK * LDH * 2; /* bytes of a K or V tile */
+    static constexpr int NB = D >= 256 ? 1 : 2;   /* tiles a warp */
+    static constexpr size_t bytes = (size_t)AG_WARPS * NB * TILE;
+};
+
+template <int D, int GB>
+__device__ __forceinline__ void ag_split_tc(const void *K, const void *V, const int32_t *table, const float *q,
+                                            int t, int h0, int s, int P, int n_heads, int n_kv_heads, int bt,
+                                            int n_blocks, float scale, int n_split, attn_cut cut, float *part,
+                                            unsigned char *smem)
+{
+    typedef agt_shape<D> S;
+    constexpr int BK = AGT_BK, LDH = S::LDH, KS = D / 16, CPR = D / 8, NCH = BK * CPR / 32;
+    constexpr int LPR = D * 2 / 128, NL = (BK * LPR + 31) / 32; /* 128-byte lines a row; prefetch rounds */
+    static_assert(GB <= 8 && D % 64 == 0, "heads are the MMA's 8 columns; rows of whole lines");
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int kvh = h0 / (n_heads / n_kv_heads), kvdim = n_kv_heads * D;
+    int w0, w1; /* this warp's run */
+    if (!attn_warp_run(P, s, n_split, cut, AG_WARPS, w, &w0, &w1))
+        return;
+    const uint32_t sK = (uint32_t)__cvta_generic_to_shared(smem) + w * S::NB * S::TILE;
+    const uint32_t sV = S::NB == 2 ? sK + S::TILE : sK;
+    const char *Kb = (const char *)K + (int64_t)kvh * D * 2, *Vb = (const char *)V + (int64_t)kvh * D * 2;
+
+    /* B fragments of Q^T: head g (zero past GB), dims 16 ks + 2c, + 1 and
+     * 16 ks + 8 + 2c, + 1 */
+    uint32_t qb[KS][2];
+    {
+        const float *qp = q + ((int64_t)t * n_heads + h0 + (g < GB ? g : 0)) * D + 2 * c;
 #pragma unroll
-        for (int i = 0; i < AG_WARPS; i++) M = fmaxf(M, sm[i][g]);
-        float *out = part + (((int64_t)t * n_heads + h0 + g) * n_split + s) * (D + 2);
-        if (threadIdx.x == 0) {
-            float L = 0.0f;
-            if (M != -INFINITY)
-                for (int i = 0; i < AG_WARPS; i++) L += sl[i][g] * expf(sm[i][g] - M);
-            out[0] = sbad ? nan : M;
-            out[1] = L;
-        }
-        for (int d = threadIdx.x; d < D; d += blockDim.x) {
-            float a = 0.0f;
-            if (M != -INFINITY)
-                for (int i = 0; i < AG_WARPS; i++) a += sacc[i][g][d] * expf(sm[i][g] - M);
-            out[2 + d] = a;
+        for (int ks = 0; ks < KS; ks++) {
+            const float2 x = *(const float2 *)(qp + 16 * ks), y = *(const float2 *)(qp + 16 * ks + 8);
+            qb[ks][0] = g < GB ? mr_h2_pack(x.x * scale, x.y * scale) : 0u;
+            qb[ks][1] = g < GB ? mr_h2_pack(y.x * scale, y.y * scale) : 0u;
         }
     }
+    bool bad = false;
+    /* lane r < BK: the cache row of position p0 + r (-1: past the run, or a
+     * block id out of range, which *bd flags) */
+    auto rows = [&](int p0) {
+        int row = -1;
+        const int p = p0 + lane;
+        if (lane < BK && p < w1) {
+            const int blk = table[p / bt];
+            if (blk >= 0 && blk < n_blocks)
+                row = blk * bt + p % bt;
+            else
+                bad = true;
+        }
+        return row;
+    };
+    /* a tile's K or V rows (lane r's row for tile row r) into dst; zeros
+     * where there is none */
+    auto copy = [&](uint32_t dst, const char *base, int row) {
+#pragma unroll
+        for (int j = 0; j < NCH; j++) {
+            const int i = lane + 32 * j, r = i / CPR, ch = i % CPR;
+            const int rr = __shfl_sync(0xffffffffu, row, r);
+            mr_cp16(dst + (r * LDH + ch * 8) * 2, rr < 0 ? base : base + ((int64_t)rr * kvdim + ch * 8) * 2,
+                    rr >= 0);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    /* a tile's K and V rows into L2 */
+    auto prefetch = [&](int row) {
+#pragma unroll
+        for (int j = 0; j < NL; j++) {
+            const int i = lane + 32 * j;
+            const int rr = __shfl_sync(0xffffffffu, row, (i / LPR) & 31);
+            if (i < BK * LPR && rr >= 0) {
+                const int64_t o = ((int64_t)rr * kvdim) * 2 + (i % LPR) * 128;
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(Kb + o));
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(Vb + o));
+            }
+        }
+    };
+    /* A fragments of K (ldmatrix): lane l gives position l % 16, dims
+     * 8 (l / 16) of a k-step's 16 */
+    const uint32_t kaddr = sK + ((lane & 15) * LDH + (lane >> 4) * 8) * 2;
+    /* A fragments of V^T (ldmatrix.trans): lane l gives position l % 8 +
+     * 8 (l / 16), dims 8 ((l / 8) % 2) of a 16-dim tile */
+    const uint32_t vaddr = sV + (((lane & 7) + ((lane >> 4) << 3)) * LDH + ((lane >> 3) & 1) * 8) * 2;
+
+    float o[D / 16][4]; /* O^T: dims 16 mt + g (0, 1) and + 8 (2, 3), heads 2c (even) and 2c + 1 (odd) */
+#pragma unroll
+    for (int mt = 0; mt < D / 16; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* heads 2c, 2c + 1 */
+    int row = w0 < w1 ? rows(w0) : -1;
+    if (w0 < w1)
+        copy(sK, Kb, row);
+    for (int p0 = w0; p0 < w1; p0 += BK) {
+        const int pn = p0 + BK;
+        const int rown = pn < w1 ? rows(pn) : -1;
+        if constexpr (S::NB == 2) {
+            copy(sV, Vb, row);
+            asm volatile("cp.async.wait_group 1;" ::: "memory"); /* K landed */
+        } else {
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+        }
+        __syncwarp();
+        float st[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* S^T: positions g (0, 1), g + 8 (2, 3); heads 2c, 2c + 1 */
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            uint32_t a[4];
+            mr_ldsm4(kaddr + ks * 32, a[0], a[1], a[2], a[3]);
+            mr_mma16816(st, a, qb[ks][0], qb[ks][1]);
+        }
+        if constexpr (S::NB == 1) {
+            __syncwarp(); /* every lane has read K */
+            copy(sV, Vb, row);
+        }
+        if (pn < w1)
+            prefetch(rown);
+        if (p0 + g >= w1) st[0] = st[1] = -INFINITY;
+        if (p0 + g + 8 >= w1) st[2] = st[3] = -INFINITY;
+        float x0 = fmaxf(st[0], st[2]), x1 = fmaxf(st[1], st[3]);
+#pragma unroll
+        for (int k = 4; k < 32; k *= 2) {
+            x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, k));
+            x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, k));
+        }
+        const float mn0 = fmaxf(m0, x0), mn1 = fmaxf(m1, x1);
+        /* nothing visible yet: p = exp(-inf - 0) = 0 and corr = 0 on a zero O and l */
+        const float z0 = mn0 == -INFINITY ? 0.0f : mn0, z1 = mn1 == -INFINITY ? 0.0f : mn1;
+        const float c0 = expf(m0 - z0), c1 = expf(m1 - z1); /* 1 exactly when the max stays */
+        m0 = mn0;
+        m1 = mn1;
+        const uint32_t pa = mr_h2_pack(expf(st[0] - z0), expf(st[1] - z1)); /* positions g */
+        const uint32_t pb = mr_h2_pack(expf(st[2] - z0), expf(st[3] - z1)); /* positions g + 8 */
+        const float2 fa = mr_h2_unpack(pa), fb = mr_h2_unpack(pb);     /* the sum of what is multiplied */
+        float s0 = fa.x + fb.x, s1 = fa.y + fb.y;
+#pragma unroll
+        for (int k = 4; k < 32; k *= 2) {
+            s0 += __shfl_xor_sync(0xffffffffu, s0, k);
+            s1 += __shfl_xor_sync(0xffffffffu, s1, k);
+        }
+        l0 = l0 * c0 + s0;
+        l1 = l1 * c1 + s1;
+        const uint32_t b0 = mr_movt(pa), b1 = mr_movt(pb); /* P^T: positions 2c, 2c + 1 (+ 8) of head g */
+        asm volatile("cp.async.wait_group 0;" ::: "memory"); /* V landed */
+        __syncwarp();
+        if (S::NB == 2 && pn < w1)
+            copy(sK, Kb, rown);
+        if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) /* a product by 1 changes no bit */
+#pragma unroll
+            for (int mt = 0; mt < D / 16; mt++) {
+                o[mt][0] *= c0;
+                o[mt][1] *= c1;
+                o[mt][2] *= c0;
+                o[mt][3] *= c1;
+            }
+#pragma unroll
+        for (int mt = 0; mt < D / 16; mt++) {
+            uint32_t a[4];
+            mr_ldsm4t(vaddr + mt * 32, a[0], a[1], a[2], a[3]);
+            mr_mma16816(o[mt], a, b0, b1);
+        }
+        __syncwarp(); /* every lane has read V (and, NB 1, the tile is free for K) */
+        if (S::NB == 1 && pn < w1)
+            copy(sK, Kb, rown);
+        row = rown;
+    }
+    bad = __any_sync(0xffffffffu, bad);
+
+    /* the outputs into the K/V tiles: every warp is past its walk after the
+     * barrier (agt_shape's bytes hold AG_WARPS x GB x D floats) */
+    ag_state<GB> &R = ag_shared<GB>();
+    float *sacc = (float *)smem;
+    static_assert(AG_WARPS * GB * D * 4 <= S::bytes, "the join's outputs fit the tiles");
+    if (threadIdx.x == 0) R.sbad = 0;
+    __syncthreads();
+    if (bad) R.sbad = 1;
+    const int j0 = 2 * c, j1 = 2 * c + 1;
+    if (g == 0) {
+        if (j0 < GB) {
+            R.sm[w][j0] = m0;
+            R.sl[w][j0] = l0;
+        }
+        if (j1 < GB) {
+            R.sm[w][j1] = m1;
+            R.sl[w][j1] = l1;
+        }
+    }
+#pragma unroll
+    for (int mt = 0; mt < D / 16; mt++) {
+        if (j0 < GB) {
+            sacc[(w * GB + j0) * D + 16 * mt + g] = o[mt][0];
+            sacc[(w * GB + j0) * D + 16 * mt + g + 8] = o[mt][2];
+        }
+        if (j1 < GB) {
+            sacc[(w * GB + j1) * D + 16 * mt + g] = o[mt][1];
+            sacc[(w * GB + j1) * D + 16 * mt + g + 8] = o[mt][3];
+        }
+    }
+    __syncthreads();
+    ag_records<D, GB>(R, sacc, t, h0, s, n_heads, n_split, part);
+    __syncthreads(); /* the tiles are the next split's (k_attn_gqa_loop) */
+}
+
+/* A split's records by ag_split, or (TC 1: a float16 cache, the instances
+ * launched with agt_shape's dynamic shared memory) by ag_split_tc when its
+ * token's position is tc_from or later: which one depends on the position
+ * alone, so a token's records do not depend on its batchmates.  TC 2: every
+ * row on the tensor cores (tc_from 0), the same records without the float
+ * path's registers (113 against 163 at D = 128, four heads), and the
+ * instances where a block takes a whole group of 8 heads, which ag_split
+ * has no registers for. */
+template <int DT, int D, int GB, int TC>
+__device__ __forceinline__ void ag_split_at(const void *K, const void *V, const int32_t *table, const float *q,
+                                            int t, int h0, int s, int P, int n_heads, int n_kv_heads, int bt,
+                                            int n_blocks, float scale, int n_split, attn_cut cut, float *part,
+                                            int tc_from, unsigned char *smem)
+{
+    if constexpr (TC == 2) {
+        static_assert(DT == MR_KV_F16, "the tensor-core split reads float16 rows");
+        ag_split_tc<D, GB>(K, V, table, q, t, h0, s, P, n_heads, n_kv_heads, bt, n_blocks, scale, n_split, cut, part,
+                           smem);
+        return;
+    } else if constexpr (TC == 1) {
+        static_assert(DT == MR_KV_F16, "the tensor-core split reads float16 rows");
+        if (P > tc_from) {
+            ag_split_tc<D, GB>(K, V, table, q, t, h0, s, P, n_heads, n_kv_heads, bt, n_blocks, scale, n_split, cut,
+                               part, smem);
+            return;
+        }
+    }
+    ag_split<DT, D, GB>(K, V, table, q, t, h0, s, P, n_heads, n_kv_heads, bt, n_blocks, scale, n_split, cut, part);
 }
 
 /* Grid (head group, token, split): a block a split (the one-token step's
  * grid, one wave for one token). */
-template <int DT, int D, int GB>
+template <int DT, int D, int GB, int TC>
 __global__ void __launch_bounds__(AG_WARPS * 32, AG_BLOCKS_PER_SM)
 k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *const *tables,
            const float *q, const int32_t *pos, int n_heads, int n_kv_heads, int bt, int n_blocks,
-           float scale, int n_split, attn_cut cut, float *part)
+           float scale, int n_split, attn_cut cut, float *part, int tc_from)
 {
+    extern __shared__ __align__(16) unsigned char ag_smem[];
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     const int t = blockIdx.y;
     table = tab_of(table, tables, t);
     if (!table)
         return;
-    ag_split<DT, D, GB>(K, V, table, q, t, blockIdx.x * GB, blockIdx.z, pos[t] + 1, n_heads, n_kv_heads, bt,
-                        n_blocks, scale, n_split, cut, part);
+    ag_split_at<DT, D, GB, TC>(K, V, table, q, t, blockIdx.x * GB, blockIdx.z, pos[t] + 1, n_heads, n_kv_heads,
+                               bt, n_blocks, scale, n_split, cut, part, tc_from, ag_smem);
 }
 
 /* The same records from one wave of blocks (decode batches).  The grid
@@ -599,12 +896,13 @@ k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *co
  * read once a block, with the numbering, not again for each of its
  * splits.  At most AGL_MAX_TOK tokens a call. */
 #define AGL_MAX_TOK 1024
-template <int DT, int D, int GB>
+template <int DT, int D, int GB, int TC>
 __global__ void __launch_bounds__(AG_WARPS * 32, AG_BLOCKS_PER_SM)
 k_attn_gqa_loop(const void *K, const void *V, const int32_t *table, const int32_t *const *tables,
                 const float *q, const int32_t *pos, int n, int n_heads, int n_kv_heads, int bt, int n_blocks,
-                float scale, int n_split, attn_cut cut, float *part)
+                float scale, int n_split, attn_cut cut, float *part, int tc_from)
 {
+    extern __shared__ __align__(16) unsigned char ag_smem[];
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     __shared__ int first[AGL_MAX_TOK + 1]; /* token t's items are first[t] .. first[t + 1] - 1 */
@@ -644,8 +942,8 @@ k_attn_gqa_loop(const void *K, const void *V, const int32_t *table, const int32_
             else hi = mid - 1;
         }
         const int t = lo, r = j - first[t], s = r / HG, hg = r - s * HG;
-        ag_split<DT, D, GB>(K, V, tab[t], q, t, hg * GB, s, ctx[t], n_heads, n_kv_heads, bt, n_blocks, scale,
-                            n_split, cut, part);
+        ag_split_at<DT, D, GB, TC>(K, V, tab[t], q, t, hg * GB, s, ctx[t], n_heads, n_kv_heads, bt, n_blocks,
+                                   scale, n_split, cut, part, tc_from, ag_smem);
     }
 }
 
@@ -1061,6 +1359,54 @@ int mr_cu_attn_f32_rows(const mr_cu_ctx *c, int D, int pos_first, int n)
     return f <= 0 ? 0 : f >= n ? n : (int)f;
 }
 
+/* The first position whose decode rows take the tensor-core split
+ * (ag_split_tc): c->attn_dec_tc (MEMRA_CUDA_ATTN_DEC_TC), and not before
+ * the prompt rows do (c->attn_tc_from: the hybrids' first
+ * ATTN_TC_FROM_PRECISE positions stay float32, the float32 reference mode
+ * none); INT_MAX: none (a cache other than float16, a head size the
+ * kernel has no tiles for). */
+static int dec_tc_from(const mr_cu_ctx *c, const mr_kv_cache *kv)
+{
+    if (c->attn_dec_tc == INT_MAX || c->attn_tc_from == INT_MAX || kv->dtype != MR_KV_F16 ||
+        !mr_cu_attn_tc_fits(kv->head_dim))
+        return INT_MAX;
+    return c->attn_dec_tc > c->attn_tc_from ? c->attn_dec_tc : c->attn_tc_from;
+}
+
+/* The tensor-core instances' tiles come on top of their static shared
+ * memory (the join's records, and the batch kernel's numbering: past 48
+ * KiB in all from D = 128), so each asks for its dynamic size explicitly,
+ * once at backend creation (outside any graph capture). */
+template <int D, int GB, int TC> static bool agt_allow(void)
+{
+    const int b = (int)agt_shape<D>::bytes;
+    return cudaFuncSetAttribute(k_attn_gqa<MR_KV_F16, D, GB, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize, b) ==
+               cudaSuccess &&
+           cudaFuncSetAttribute(k_attn_gqa_loop<MR_KV_F16, D, GB, TC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                b) == cudaSuccess;
+}
+
+bool mr_cu_attn_dec_init(mr_cu_ctx *c)
+{
+    if (c->attn_dec_tc == INT_MAX)
+        return true;
+    bool ok = agt_allow<64, 8, 2>() && agt_allow<128, 8, 2>() && agt_allow<256, 8, 2>();
+#define X(TC) \
+    ok = ok && agt_allow<64, 1, TC>() && agt_allow<64, 2, TC>() && agt_allow<64, 4, TC>() && \
+         agt_allow<128, 1, TC>() && agt_allow<128, 2, TC>() && agt_allow<128, 4, TC>() && \
+         agt_allow<256, 1, TC>() && agt_allow<256, 2, TC>() && agt_allow<256, 4, TC>();
+    X(1)
+    X(2)
+#undef X
+    if (!ok) {
+        cudaGetLastError();
+        c->attn_dec_tc = INT_MAX;
+        fprintf(stderr, "cuda: the tensor-core decode attention's shared memory opt-in failed: decode attention "
+                        "stays on the float kernel\n");
+    }
+    return ok;
+}
+
 /* prompt: the prompt kernels whatever n (be->attention_prompt; pos_first is
  * pos[0] as the host knows it, the rows' positions being pos_first,
  * pos_first + 1, ...; -1 where unknown), else they take calls of one
@@ -1107,6 +1453,15 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
     int gb = G % 4 == 0 ? 4 : G % 2 == 0 ? 2 : 1;
     if (!c->attn_gqa || (D != 32 && D != 64 && D != 128 && D != 256) || gb > D / 8)
         gb = 0;
+    /* every row on the tensor cores (ag_split_tc alone): with
+     * MEMRA_CUDA_ATTN_DEC_TC_G8 a block takes a whole group of 8 heads,
+     * all the columns of its MMAs, so each K/V tile serves 8 heads (other
+     * splits, so other sums than gb 4: a function of the model, the card and
+     * the switches still) */
+    const int tcf = gb ? dec_tc_from(c, kv) : INT_MAX;
+    const bool g8 = tcf == 0 && c->attn_dec_tc_g8 && G % 8 == 0;
+    if (g8)
+        gb = 8;
     /* Splits: per-head kernel, enough for one token's heads to cover the
      * SMs four times; grouped kernel, one wave of resident blocks for a
      * token (a second, partial wave would double a deep context's time).
@@ -1129,33 +1484,43 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
         const bool loop = c->attn_loop > 0 && n >= c->attn_loop && n <= AGL_MAX_TOK;
         const int lblocks = AG_BLOCKS_PER_SM * c->n_sm;
         dim3 ggrid(n_heads / gb, n, n_split);
-#define L(DT, DD, GG)                                                                                              \
+#define L(DT, DD, GG, TC)                                                                                          \
     do {                                                                                                           \
+        const size_t sm = TC ? agt_shape<DD>::bytes : 0;                                                           \
         if (loop)                                                                                                  \
-            mr_cu_launch(c, k_attn_gqa_loop<DT, DD, GG>, lblocks, AG_WARPS * 32, 0, kv->k[layer], kv->v[layer],     \
-                         block_table, tables, q, pos, n, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks,  \
-                         scale, n_split, mc, part);                                                                \
+            mr_cu_launch(c, k_attn_gqa_loop<DT, DD, GG, TC>, lblocks, AG_WARPS * 32, sm, kv->k[layer],             \
+                         kv->v[layer], block_table, tables, q, pos, n, n_heads, kv->n_kv_heads, kv->block_tokens,  \
+                         kv->n_blocks, scale, n_split, mc, part, tcf);                                             \
         else                                                                                                       \
-            mr_cu_launch(c, k_attn_gqa<DT, DD, GG>, ggrid, AG_WARPS * 32, 0, kv->k[layer], kv->v[layer],           \
+            mr_cu_launch(c, k_attn_gqa<DT, DD, GG, TC>, ggrid, AG_WARPS * 32, sm, kv->k[layer], kv->v[layer],      \
                          block_table, tables, q, pos, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks,     \
-                         scale, n_split, mc, part);                                                                \
+                         scale, n_split, mc, part, tcf);                                                           \
     } while (0)
-#define BY_G(DT, DD)                                       \
+#define BY_G(DT, DD, TC)                                   \
     switch (gb) {                                          \
-    case 1: L(DT, DD, 1); break;                           \
-    case 2: L(DT, DD, 2); break;                           \
-    default: L(DT, DD, 4); break;                          \
+    case 1: L(DT, DD, 1, TC); break;                       \
+    case 2: L(DT, DD, 2, TC); break;                       \
+    default: L(DT, DD, 4, TC); break;                      \
     }
-#define BY_D(DT)                                           \
+#define BY_D(DT, TC)                                       \
     switch (D) {                                           \
-    case 32: BY_G(DT, 32); break;                          \
-    case 64: BY_G(DT, 64); break;                          \
-    case 128: BY_G(DT, 128); break;                        \
-    default: BY_G(DT, 256); break;                         \
+    case 32: BY_G(DT, 32, 0); break;                       \
+    case 64: BY_G(DT, 64, TC); break;                      \
+    case 128: BY_G(DT, 128, TC); break;                    \
+    default: BY_G(DT, 256, TC); break;                     \
     }
-        if (kv->dtype == MR_KV_F32) { BY_D(MR_KV_F32) }
-        else if (kv->dtype == MR_KV_F16) { BY_D(MR_KV_F16) }
-        else { BY_D(MR_KV_BF16) }
+        if (g8) {
+            switch (D) {
+            case 64: L(MR_KV_F16, 64, 8, 2); break;
+            case 128: L(MR_KV_F16, 128, 8, 2); break;
+            default: L(MR_KV_F16, 256, 8, 2); break;
+            }
+        }
+        else if (kv->dtype == MR_KV_F32) { BY_D(MR_KV_F32, 0) }
+        else if (kv->dtype == MR_KV_F16 && tcf == 0) { BY_D(MR_KV_F16, 2) }
+        else if (kv->dtype == MR_KV_F16 && tcf != INT_MAX) { BY_D(MR_KV_F16, 1) }
+        else if (kv->dtype == MR_KV_F16) { BY_D(MR_KV_F16, 0) }
+        else { BY_D(MR_KV_BF16, 0) }
 #undef BY_D
 #undef BY_G
 #undef L

@@ -120,6 +120,12 @@ struct mr_cu_ctx {
     int attn_loop;          /* and from this many tokens a call one wave of blocks taking the splits
                                that hold positions (k_attn_gqa_loop; the same bits; 2 by default,
                                MEMRA_CUDA_ATTN_LOOP=0: never) */
+    int attn_dec_tc;        /* decode rows at this position or later on the tensor cores (cu_attn.cu
+                               ag_split_tc; float16 caches, and not before attn_tc_from); INT_MAX
+                               none (the default until measured; MEMRA_CUDA_ATTN_DEC_TC=N) */
+    bool attn_dec_tc_g8;    /* where every decode row takes it (attn_dec_tc 0, attn_tc_from 0) and a K/V
+                               head serves a multiple of 8 query heads, a block takes 8 of them
+                               (MEMRA_CUDA_ATTN_DEC_TC_G8=1; other splits, so other sums) */
     int attn_chunk;         /* the positions of that kernel's slices (0: from one round of its warps
                                up to 64 with the context, cu_attn.cu ag_cut; MEMRA_CUDA_ATTN_CHUNK=N:
                                at least N, the rule before run 187 at 16; other sums) */
@@ -427,6 +433,10 @@ bool mr_cu_q8_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_
  * prompt: ~20 minutes against ~2.5, docs/PERFORMANCE.md run 82). */
 #define ATTN_TC_FROM_PRECISE 4096
 void mr_cu_attn_init(mr_cu_ctx *c);
+/* The tensor-core decode split's shared memory opt-in (cu_attn.cu), at
+ * backend creation; false (said on stderr, attn_dec_tc then INT_MAX) where
+ * the device refuses it. */
+bool mr_cu_attn_dec_init(mr_cu_ctx *c);
 static inline bool mr_cu_attn_tc_fits(int D) { return D == 64 || D == 128 || D == 256; }
 /* pos_max: the last row's position where the host knows it (a prompt call's
  * pos_first + n - 1), else -1 (mr_cu_pf_launches). */

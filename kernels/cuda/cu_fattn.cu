@@ -118,23 +118,6 @@ __device__ __forceinline__ void fa_key_slot(const int32_t *table, int p, int P, 
     *bad = b;
 }
 
-/* lo, hi rounded to float16 as one register (lo in the low half: the
- * lower column of a fragment) */
-__device__ __forceinline__ uint32_t fa_pack(float lo, float hi)
-{
-    const __half2 v = __floats2half2_rn(lo, hi);
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    return u;
-}
-
-__device__ __forceinline__ float2 fa_unpack(uint32_t u)
-{
-    __half2 v;
-    memcpy(&v, &u, 4);
-    return __half22float2(v);
-}
-
 /* Fragments (m16n8k16, g = lane / 4, c = lane % 4): A (16 x 16, row-major)
  * a0 = row g, columns 2c, 2c+1; a1 = row g+8; a2, a3 = the same at columns
  * 8 + 2c; B (16 x 8) b0 = rows 2c, 2c+1 of column g, b1 = rows 8 + 2c;
@@ -230,7 +213,7 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
             for (int i = tid; i < BK * D / 4; i += NTH) {
                 const int j = i / (D / 4), c = (i % (D / 4)) * 4;
                 const float4 v = *(const float4 *)(stage + (size_t)i * 16);
-                *(uint2 *)(dst + j * LDH + c) = make_uint2(fa_pack(v.x, v.y), fa_pack(v.z, v.w));
+                *(uint2 *)(dst + j * LDH + c) = make_uint2(mr_h2_pack(v.x, v.y), mr_h2_pack(v.z, v.w));
             }
         } else if constexpr (DT == MR_KV_BF16) {
 #pragma unroll 1
@@ -241,7 +224,7 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
                 uint32_t y[4];
 #pragma unroll
                 for (int e = 0; e < 4; e++)
-                    y[e] = fa_pack(__uint_as_float(x[e] << 16), __uint_as_float(x[e] & 0xffff0000u));
+                    y[e] = mr_h2_pack(__uint_as_float(x[e] << 16), __uint_as_float(x[e] & 0xffff0000u));
                 *(uint4 *)(dst + j * LDH + c) = make_uint4(y[0], y[1], y[2], y[3]);
             }
         }
@@ -322,9 +305,9 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
         float lsa = 0.0f, lsb = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            const uint32_t ua = fa_pack(exp2f(s[nt][0] - xa), exp2f(s[nt][1] - xa));
-            const uint32_t ub = fa_pack(exp2f(s[nt][2] - xb), exp2f(s[nt][3] - xb));
-            const float2 fa = fa_unpack(ua), fb = fa_unpack(ub); /* the sum of what is multiplied */
+            const uint32_t ua = mr_h2_pack(exp2f(s[nt][0] - xa), exp2f(s[nt][1] - xa));
+            const uint32_t ub = mr_h2_pack(exp2f(s[nt][2] - xb), exp2f(s[nt][3] - xb));
+            const float2 fa = mr_h2_unpack(ua), fb = mr_h2_unpack(ub); /* the sum of what is multiplied */
             lsa += fa.x;
             lsa += fa.y;
             lsb += fb.x;
@@ -661,7 +644,10 @@ k_attn_prefill_wmma(const void *K, const void *V, const int32_t *table, const fl
  * MEMRA_CUDA_ATTN_TC_FROM=N: queries at position N or later on the tensor
  * cores, earlier ones float32, whatever the model asks.
  * MEMRA_CUDA_FATTN=wmma: the tensor-core rows on the previous kernel (the
- * 5.7-6.8x above was measured on it).  The kernels need
+ * 5.7-6.8x above was measured on it).  MEMRA_CUDA_ATTN_DEC_TC=N: decode
+ * rows at position N or later on the tensor cores too (cu_attn.cu
+ * ag_split_tc; float16 caches; unset: none); with N 0 and
+ * MEMRA_CUDA_ATTN_DEC_TC_G8=1 a block takes 8 query heads of a K/V head.  The kernels need
  * more than the default 48 KiB of dynamic shared memory; the limit is raised
  * here once, outside any graph capture, and only when they may run. */
 void mr_cu_attn_init(mr_cu_ctx *c)
@@ -670,12 +656,21 @@ void mr_cu_attn_init(mr_cu_ctx *c)
     const char *g = getenv("MEMRA_CUDA_GEMM");
     const char *q = getenv("MEMRA_CUDA_ATTN_GQA");
     c->attn_gqa = !(q && !strcmp(q, "0")); /* decode kernel (cu_attn.cu) */
+    c->attn_dec_tc = INT_MAX;
     long long lp = 2, ch = 0; /* ch 0: cu_attn.cu ag_cut's rule */
     if (mr_cu_env_int(c, "MEMRA_CUDA_ATTN_LOOP", 0, INT_MAX, "a token count", &lp) < 0 ||
         mr_cu_env_int(c, "MEMRA_CUDA_ATTN_CHUNK", 1, 65536, "a position count of 1 to 65536", &ch) < 0)
         return;
     c->attn_loop = (int)lp;
     c->attn_chunk = (int)ch;
+    long long dt = -1;
+    const int dtc = mr_cu_env_int(c, "MEMRA_CUDA_ATTN_DEC_TC", 0, INT_MAX - 1, "a position", &dt);
+    if (dtc < 0)
+        return;
+    c->attn_dec_tc = dtc ? (int)dt : INT_MAX;
+    const char *g8 = getenv("MEMRA_CUDA_ATTN_DEC_TC_G8");
+    c->attn_dec_tc_g8 = g8 && !strcmp(g8, "1");
+    mr_cu_attn_dec_init(c);
     const char *ps = getenv("MEMRA_CUDA_PF_SPLIT");
     c->pf_split = !(ps && !strcmp(ps, "0")); /* float32 prompt kernel (cu_attn.cu) */
     long long f = -1;

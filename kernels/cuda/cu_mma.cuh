@@ -2,11 +2,15 @@
  * prompt attention, the 22-bit tiles and expert products): 16-byte
  * cp.async with a zero fill, ldmatrix of four 8 x 8 matrices (plain and
  * transposed), the m16n8k16 float16 MMA with float32 accumulation
- * (fragment layouts: cu_fattn.cu) and the int8 MMAs. */
+ * (fragment layouts: cu_fattn.cu), float16 pairs packed as its operands,
+ * movmatrix (a packed 8 x 8 fragment transposed in registers) and the int8
+ * MMAs. */
 #ifndef MR_CU_MMA_CUH
 #define MR_CU_MMA_CUH
 
+#include <cuda_fp16.h>
 #include <stdint.h>
+#include <string.h>
 
 /* 16 bytes from src to shared address dst; ok false: 16 zero bytes (src is
  * not read but must be a valid address). */
@@ -28,6 +32,33 @@ __device__ __forceinline__ void mr_ldsm4t(uint32_t addr, uint32_t &r0, uint32_t 
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                  : "r"(addr));
+}
+
+/* lo, hi rounded to float16 as one register (lo in the low half: the
+ * lower column of a fragment), and back. */
+__device__ __forceinline__ uint32_t mr_h2_pack(float lo, float hi)
+{
+    const __half2 v = __floats2half2_rn(lo, hi);
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return u;
+}
+
+__device__ __forceinline__ float2 mr_h2_unpack(uint32_t u)
+{
+    __half2 v;
+    memcpy(&v, &u, 4);
+    return __half22float2(v);
+}
+
+/* The 8 x 8 matrix of 16-bit values whose row g, columns 2c and 2c + 1 lane
+ * 4g + c holds (a C fragment's layout, packed) transposed in the same
+ * layout: lane 4g + c gets the old rows 2c and 2c + 1 of column g. */
+__device__ __forceinline__ uint32_t mr_movt(uint32_t x)
+{
+    uint32_t y;
+    asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+    return y;
 }
 
 /* Integer MMAs, d += a b exactly in int32 (A row-major, B column-major;
