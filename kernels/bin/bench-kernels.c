@@ -587,15 +587,16 @@ static int bench_attn(int iters)
 }
 
 /* Decode attention: one query row, or a few of one sequence, at depth; the
- * grouped float kernel (the default) against the same launches with every
- * row of a float16 cache on the tensor cores (MEMRA_CUDA_ATTN_DEC_TC=0;
- * other caches take the float kernel in both columns).  The per-head
+ * grouped float kernel (MEMRA_CUDA_ATTN_DEC_TC=off) against the same
+ * launches with every row of a float16 cache on the tensor cores (other
+ * caches take the float kernel in both columns).  The per-head
  * kernel of run 59 (MEMRA_CUDA_ATTN_GQA=0) is left out.  GB/s: the K/V
  * bytes the rows see over the time. */
 static int bench_attn_decode(int iters)
 {
     mr_err err;
     mr_backend *be[2];
+    setenv("MEMRA_CUDA_ATTN_DEC_TC", "off", 1);
     be[0] = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_ATTN_DEC_TC", "0", 1);
     be[1] = be[0] ? mr_backend_cuda_create(0, &err) : NULL;

@@ -99,9 +99,11 @@ static mr_backend *gpu_x3; /* MEMRA_CUDA_GEMM=f16x3: float32-grade prompt produc
 static mr_backend *gpu_sg; /* small dense prompt products in float32 at any row count (cu_sgemm.cu; the
                               others: none) */
 static mr_backend *gpu_attn_tc; /* MEMRA_CUDA_ATTN=tc: prompt attention on the tensor cores */
-static mr_backend *gpu_attn_mix; /* be->prefer_float32 (the hybrids): float32 prompt attention for a
-                                    sequence's first MIX_FROM positions, the tensor cores after */
-#define MIX_FROM 4096            /* ATTN_TC_FROM_PRECISE, kernels/cuda/cu_common.cuh */
+static mr_backend *gpu_attn_mix; /* MEMRA_CUDA_ATTN_TC_FROM=MIX_FROM: float32 prompt attention for a
+                                    sequence's first MIX_FROM positions, the tensor cores after (the
+                                    hybrids' default until run 211) */
+#define MIX_FROM 4096
+#define MIX_FROM_S "4096"
 /* matmul paths compared: the default GPU kernels, the fast kernels with 4
  * and 2 rows per block forced, the generic GPU kernels, the CPU backend,
  * and for expert weights (n_mats > 1) the -r4/-r2 backends again with
@@ -2101,8 +2103,10 @@ static void attn_decode_run(mr_backend *be, int heads, int kvh, int hd, int P, i
 
 /* The decode attention of n tokens on two backends, bit for bit (op: the
  * line's name). */
-static void check_attn_pair(const char *op, mr_backend *be0, mr_backend *be1, int heads, int kvh, int hd, int P,
-                            int n, mr_kv_dtype dt)
+/* The outputs of be0 and be1 on the same decode rows: how many values
+ * differ (bits), with be0's NaNs in *nan. */
+static size_t attn_pair_diff(mr_backend *be0, mr_backend *be1, int heads, int kvh, int hd, int P, int n,
+                             mr_kv_dtype dt, int *nan)
 {
     const int nblk = (P + 15) / 16 + 2, kvdim = kvh * hd;
     int32_t *table = shuffled_table(nblk);
@@ -2113,13 +2117,34 @@ static void check_attn_pair(const char *op, mr_backend *be0, mr_backend *be1, in
     mr_backend *be[2] = {be0, be1};
     for (int b = 0; b < 2; b++) attn_decode_run(be[b], heads, kvh, hd, P, n, dt, K, V, q, table, nblk, o[b]);
     const size_t diff = floats_differ(o[0], o[1], qn);
-    int nan = 0;
-    for (size_t i = 0; i < qn; i++) nan += isnan(o[0][i]);
+    *nan = 0;
+    for (size_t i = 0; i < qn; i++) *nan += isnan(o[0][i]);
+    free(table); free(K); free(V); free(q); free(o[0]); free(o[1]);
+    return diff;
+}
+
+static void check_attn_pair(const char *op, mr_backend *be0, mr_backend *be1, int heads, int kvh, int hd, int P,
+                            int n, mr_kv_dtype dt)
+{
+    int nan;
+    const size_t diff = attn_pair_diff(be0, be1, heads, kvh, hd, P, n, dt, &nan);
     char shape[64];
     snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d n=%d", dt == MR_KV_F32 ? "f32" : dt == MR_KV_F16 ? "f16" : "bf16",
              heads, kvh, hd, P, n);
     report(op, shape, (double)diff, nan, 0.0);
-    free(table); free(K); free(V); free(q); free(o[0]); free(o[1]);
+}
+
+/* That be1 takes another kernel than be0 on these rows: some value must
+ * differ (a check of the check's wiring: a switch the backend ignores
+ * would pass every bit-for-bit line above it). */
+static void check_attn_engaged(const char *op, mr_backend *be0, mr_backend *be1, int heads, int kvh, int hd, int P,
+                               int n, mr_kv_dtype dt)
+{
+    int nan;
+    const size_t diff = attn_pair_diff(be0, be1, heads, kvh, hd, P, n, dt, &nan);
+    char shape[64];
+    snprintf(shape, sizeof shape, "f16 h=%d/%d d=%d P=%d n=%d: %zu differ", heads, kvh, hd, P, n, diff);
+    report(op, shape, diff ? 0.0 : 1.0, nan, 0.0);
 }
 
 /* The decode batches' one wave of blocks over the splits that hold
@@ -2211,6 +2236,11 @@ static void check_attn_alone(const char *op, mr_backend *be, int heads, int kvh,
  *    of 4 untouched by it. */
 static void check_attn_dec_tc(void)
 {
+    /* kernel-check's backends are made with MEMRA_CUDA_ATTN=f32, which
+     * keeps decode rows off the tensor cores too (dec_tc_from): this part's
+     * are made without it (runs 210-211 ran its lines with it set, so on
+     * the float kernel; the engaged lines below now fail in that case) */
+    unsetenv("MEMRA_CUDA_ATTN");
     mr_backend *tc = backend_with("MEMRA_CUDA_ATTN_DEC_TC", "0");
     mr_backend *grid = backend_with2("MEMRA_CUDA_ATTN_DEC_TC", "0", "MEMRA_CUDA_ATTN_LOOP", "0");
     static const struct { int heads, kvh, hd, P, n; } cs[] = {
@@ -2271,8 +2301,14 @@ static void check_attn_dec_tc(void)
     check_attn_pair("dec-tc-f32-mode-off", ref, ref0, 32, 4, 128, 1000, 3, MR_KV_F16);
     ref->destroy(ref);
     ref0->destroy(ref0);
+    /* the switch reaches the kernel: the tensor-core rows differ from the
+     * float kernel's (gpu) at each head size */
+    check_attn_engaged("dec-tc-engaged", gpu, tc, 32, 4, 128, 300, 2, MR_KV_F16);
+    check_attn_engaged("dec-tc-engaged", gpu, tc, 16, 2, 256, 300, 1, MR_KV_F16);
+    check_attn_engaged("dec-tc-engaged", gpu, tc, 6, 3, 64, 100, 3, MR_KV_F16);
     grid->destroy(grid);
     tc->destroy(tc);
+    setenv("MEMRA_CUDA_ATTN", "f32", 1);
 }
 
 static void check_attention(int heads, int kvh, int hd, int P, int n, mr_kv_dtype dt)
@@ -4453,9 +4489,10 @@ static void check_sample_all(void)
     sample_host_v = 0;
 }
 
-/* The hybrids' prompt attention takes a row's kernel by its position: rows
- * before MIX_FROM carry the float32 kernel's bits, later rows the
- * tensor-core kernel's, bit for bit, in one call that straddles MIX_FROM. */
+/* Prompt attention with a threshold (MEMRA_CUDA_ATTN_TC_FROM) takes a row's
+ * kernel by its position: rows before MIX_FROM carry the float32 kernel's
+ * bits, later rows the tensor-core kernel's, bit for bit, in one call that
+ * straddles MIX_FROM. */
 static void check_attention_mix_rows(int heads, int kvh, int hd, int P, mr_kv_dtype dt)
 {
     const int kvdim = kvh * hd;
@@ -4537,9 +4574,10 @@ static void check_attention_prompts(void)
     check_attention_tc(8, 2, 64, 2100, 600, MR_KV_BF16);
     check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 4, 2, 256, 2600, MR_KV_F16);
     check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 2, 1, 128, 9000, MR_KV_F32);
-    /* the hybrids' mix: float32 before MIX_FROM, tensor cores after; calls
-     * that straddle it (rows 3,900..4,199), against float64, bit for bit
-     * per row with the kernel its position names, and cut into calls */
+    /* a threshold's mix (the hybrids' default until run 211): float32
+     * before MIX_FROM, tensor cores after; calls that straddle it (rows
+     * 3,900..4,199), against float64, bit for bit per row with the kernel
+     * its position names, and cut into calls */
     check_attention_on(gpu_attn_mix, "attention-mix", 2e-3, 4, 2, 256, 4200, 300, MR_KV_F32, true);
     check_attention_on(gpu_attn_mix, "attention-mix", 2e-3, 2, 1, 128, 5000, 1100, MR_KV_F16, true);
     check_attention_on(gpu_attn_mix, "attention-mix", 1e-5, 4, 2, 256, 3000, 200, MR_KV_BF16, true);
@@ -4741,11 +4779,9 @@ int main(int argc, char **argv)
     gpu_attn_tc = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_ATTN", "f32", 1);
     if (!gpu_attn_tc) die("cuda (tensor-core attention)");
-    unsetenv("MEMRA_CUDA_ATTN"); /* the default, then what the hybrids ask for */
-    gpu_attn_mix = mr_backend_cuda_create(0, &err);
+    unsetenv("MEMRA_CUDA_ATTN");
+    gpu_attn_mix = backend_with("MEMRA_CUDA_ATTN_TC_FROM", MIX_FROM_S);
     setenv("MEMRA_CUDA_ATTN", "f32", 1);
-    if (!gpu_attn_mix) die("cuda (the hybrids' prompt attention)");
-    gpu_attn_mix->prefer_float32(gpu_attn_mix);
     setenv("MEMRA_CUDA_GEMM", "f32", 1);
     setenv("MEMRA_CUDA_GENERIC", "1", 1);
     gpu_generic = mr_backend_cuda_create(0, &err);

@@ -1361,10 +1361,9 @@ int mr_cu_attn_f32_rows(const mr_cu_ctx *c, int D, int pos_first, int n)
 
 /* The first position whose decode rows take the tensor-core split
  * (ag_split_tc): c->attn_dec_tc (MEMRA_CUDA_ATTN_DEC_TC), and not before
- * the prompt rows do (c->attn_tc_from: the hybrids' first
- * ATTN_TC_FROM_PRECISE positions stay float32, the float32 reference mode
- * none); INT_MAX: none (a cache other than float16, a head size the
- * kernel has no tiles for). */
+ * the prompt rows do (c->attn_tc_from: MEMRA_CUDA_ATTN_TC_FROM, the float32
+ * reference mode none); INT_MAX: none (a cache other than float16, a head
+ * size the kernel has no tiles for). */
 static int dec_tc_from(const mr_cu_ctx *c, const mr_kv_cache *kv)
 {
     if (c->attn_dec_tc == INT_MAX || c->attn_tc_from == INT_MAX || kv->dtype != MR_KV_F16 ||

@@ -121,8 +121,8 @@ struct mr_cu_ctx {
                                that hold positions (k_attn_gqa_loop; the same bits; 2 by default,
                                MEMRA_CUDA_ATTN_LOOP=0: never) */
     int attn_dec_tc;        /* decode rows at this position or later on the tensor cores (cu_attn.cu
-                               ag_split_tc; float16 caches, and not before attn_tc_from); INT_MAX
-                               none (the default until measured; MEMRA_CUDA_ATTN_DEC_TC=N) */
+                               ag_split_tc; float16 caches, and not before attn_tc_from):
+                               MEMRA_CUDA_ATTN_DEC_TC=N; INT_MAX none (unset, =off) */
     bool attn_dec_tc_g8;    /* where every decode row takes it (attn_dec_tc 0, attn_tc_from 0) and a K/V
                                head serves a multiple of 8 query heads, a block takes 8 of them
                                (MEMRA_CUDA_ATTN_DEC_TC_G8=1; other splits, so other sums) */
@@ -163,9 +163,7 @@ struct mr_cu_ctx {
     int attn_tc_from;       /* prompt queries at this position or later take the tensor-core
                                kernel (cu_fattn.cu), earlier ones the float32 one: 0 (the
                                default) all, INT_MAX none (MEMRA_CUDA_ATTN=f32, the float32
-                               reference mode); be->prefer_float32 makes it ATTN_TC_FROM_PRECISE */
-    bool attn_tc_forced;    /* MEMRA_CUDA_ATTN or MEMRA_CUDA_ATTN_TC_FROM set: models may not
-                               change attn_tc_from */
+                               reference mode); MEMRA_CUDA_ATTN_TC_FROM=N: N */
     bool attn_wmma;         /* the tensor-core rows on the WMMA kernel (cu_fattn.cu
                                k_attn_prefill_wmma; MEMRA_CUDA_FATTN=wmma, for A/B timing) */
     mr_cu_auto *ag;         /* recorded ops and cached graphs, or NULL */
@@ -426,12 +424,7 @@ bool mr_cu_q8_matvec(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y,
 bool mr_cu_q8_matvec_id(mr_cu_ctx *c, const mr_weight *w, const float *x, int x_slots,
                         const int32_t *ids, int k, float *y, int n);
 /* Prompt attention on the tensor cores (cu_fattn.cu), for head sizes where
- * mr_cu_attn_tc_fits.  Models that ask for float32 products (the hybrids)
- * keep the float32 kernel for the first ATTN_TC_FROM_PRECISE positions of a
- * sequence and take this one after them: past that depth the float32
- * kernel's cost grows with the square of the context (a 262,144-token
- * prompt: ~20 minutes against ~2.5, docs/PERFORMANCE.md run 82). */
-#define ATTN_TC_FROM_PRECISE 4096
+ * mr_cu_attn_tc_fits, from position c->attn_tc_from on. */
 void mr_cu_attn_init(mr_cu_ctx *c);
 /* The tensor-core decode split's shared memory opt-in (cu_attn.cu), at
  * backend creation; false (said on stderr, attn_dec_tc then INT_MAX) where

@@ -53,8 +53,7 @@
  *    (hundreds at most in practice).  A float16 KV cache already holds K/V
  *    in float16.  The hybrids' gated attention normalises q and k the same
  *    way; they ask for float32 products (be->prefer_float32) for accuracy,
- *    and keep the float32 kernel for the first ATTN_TC_FROM_PRECISE
- *    positions of a sequence only (cu_common.cuh says why).
+ *    not float32 attention (cu_gemm.cu mr_cu_prefer_float32 says why).
  *    MEMRA_CUDA_GEMM=f32 (the float32 reference mode) turns this kernel off
  *    unless MEMRA_CUDA_ATTN=tc.
  *
@@ -645,9 +644,11 @@ k_attn_prefill_wmma(const void *K, const void *V, const int32_t *table, const fl
  * cores, earlier ones float32, whatever the model asks.
  * MEMRA_CUDA_FATTN=wmma: the tensor-core rows on the previous kernel (the
  * 5.7-6.8x above was measured on it).  MEMRA_CUDA_ATTN_DEC_TC=N: decode
- * rows at position N or later on the tensor cores too (cu_attn.cu
- * ag_split_tc; float16 caches; unset: none); with N 0 and
- * MEMRA_CUDA_ATTN_DEC_TC_G8=1 a block takes 8 query heads of a K/V head.  The kernels need
+ * rows of a float16 cache at position N or later take the tensor cores too
+ * (cu_attn.cu ag_split_tc); unset or =off: the float kernel;
+ * where every row takes them, MEMRA_CUDA_ATTN_DEC_TC_G8=1 gives a block 8
+ * query heads of a K/V head (faster deep in a context, slower near its
+ * start: docs/PERFORMANCE.md runs 210-211).  The kernels need
  * more than the default 48 KiB of dynamic shared memory; the limit is raised
  * here once, outside any graph capture, and only when they may run. */
 void mr_cu_attn_init(mr_cu_ctx *c)
@@ -663,11 +664,14 @@ void mr_cu_attn_init(mr_cu_ctx *c)
         return;
     c->attn_loop = (int)lp;
     c->attn_chunk = (int)ch;
-    long long dt = -1;
-    const int dtc = mr_cu_env_int(c, "MEMRA_CUDA_ATTN_DEC_TC", 0, INT_MAX - 1, "a position", &dt);
-    if (dtc < 0)
+    /* off by default: faster at every depth measured (runs 210-211), but
+     * kernel-check's float64 lines for it ran on the float kernel there */
+    long long dt = INT_MAX; /* unset or "off" */
+    const char *dts = getenv("MEMRA_CUDA_ATTN_DEC_TC");
+    if (!(dts && !strcmp(dts, "off")) &&
+        mr_cu_env_int(c, "MEMRA_CUDA_ATTN_DEC_TC", 0, INT_MAX - 1, "a position or off", &dt) < 0)
         return;
-    c->attn_dec_tc = dtc ? (int)dt : INT_MAX;
+    c->attn_dec_tc = (int)dt;
     const char *g8 = getenv("MEMRA_CUDA_ATTN_DEC_TC_G8");
     c->attn_dec_tc_g8 = g8 && !strcmp(g8, "1");
     mr_cu_attn_dec_init(c);
@@ -678,7 +682,6 @@ void mr_cu_attn_init(mr_cu_ctx *c)
     if (from < 0)
         return;
     const bool tc = m && !strcmp(m, "tc"), f32 = m && !strcmp(m, "f32");
-    c->attn_tc_forced = tc || f32 || from;
     c->attn_tc_from = from ? (int)f : tc ? 0 : f32 || (g && !strcmp(g, "f32")) ? INT_MAX : 0;
     const char *fa = getenv("MEMRA_CUDA_FATTN");
     c->attn_wmma = fa && !strcmp(fa, "wmma");

@@ -607,9 +607,14 @@ void mr_cu_gemm_init(mr_cu_ctx *c)
 }
 
 /* be->prefer_float32: float32-grade GEMMs (f16x3; MEMRA_CUDA_GEMM=f32 keeps
- * the SGEMM reference) and the float32 prompt attention for a sequence's
- * first ATTN_TC_FROM_PRECISE positions, unless MEMRA_CUDA_GEMM /
- * MEMRA_CUDA_ATTN / MEMRA_CUDA_ATTN_TC_FROM chose otherwise.
+ * the SGEMM reference), unless MEMRA_CUDA_GEMM chose otherwise.  Attention
+ * stays on the tensor cores from position 0: until run 211 the hybrids kept
+ * float32 prompt attention for a sequence's first 4,096 positions, for one
+ * qwen35moe row of run 82 over the bound; run 211's router dumps showed that
+ * row to be a routing near-tie (a CPU gap of 2.3e-5 under a 4.0e-5 router
+ * difference, on the float32 mode's line), and every hybrid fixture passes
+ * with the tensor cores on every row, while the 35B-A3B's 512-token prompt
+ * goes 6,838 -> 7,665 tok/s (docs/PERFORMANCE.md).
  *   The fused expert GEMMs stay float16 (MEMRA_CUDA_MOE_X3=1: f16x3).  The
  * hybrids asked for float32 because their recurrent layers carry the
  * rounding of every prompt token: with every product float16 the fixtures'
@@ -625,8 +630,6 @@ void mr_cu_prefer_float32(mr_backend *be)
     mr_cu_flush(be); /* products already recorded keep the precision they were asked in */
     if (!c->gemm_mode_forced)
         c->gemm_mode = GEMM_F16X3;
-    if (!c->attn_tc_forced && c->attn_tc_from < ATTN_TC_FROM_PRECISE)
-        c->attn_tc_from = ATTN_TC_FROM_PRECISE;
 }
 
 template <typename O>
