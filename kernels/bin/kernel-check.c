@@ -99,6 +99,7 @@ static mr_backend *gpu_x3; /* MEMRA_CUDA_GEMM=f16x3: float32-grade prompt produc
 static mr_backend *gpu_sg; /* small dense prompt products in float32 at any row count (cu_sgemm.cu; the
                               others: none) */
 static mr_backend *gpu_attn_tc; /* MEMRA_CUDA_ATTN=tc: prompt attention on the tensor cores */
+static mr_backend *gpu_attn_tc2; /* and MEMRA_CUDA_FA_RING=0: its float16-cache form with one K and one V tile */
 static mr_backend *gpu_attn_mix; /* be->prefer_float32 (the hybrids): float32 prompt attention for a
                                     sequence's first MIX_FROM positions, the tensor cores after */
 #define MIX_FROM 4096            /* ATTN_TC_FROM_PRECISE, kernels/cuda/cu_common.cuh */
@@ -1701,6 +1702,34 @@ static float *prompt_attention_out(mr_backend *be, int heads, int kvh, int hd, i
     be->kv_destroy(be, &kv);
     free(table); free(pos);
     return out;
+}
+
+/* The tensor-core prompt kernel's ring form (float16 cache, D <= 128: K
+ * and V two tiles deep, the next tile's loads in flight during this one's
+ * products; where an SM holds three such blocks, sm_90) against its
+ * two-tile form (MEMRA_CUDA_FA_RING=0), bit for bit: the same products in
+ * the same order, only the loads moved.  P queries from position 0 in
+ * calls of chunk.  Where the card has no room for the ring both backends
+ * take the two-tile form and the line holds trivially. */
+static void check_attention_ring(int heads, int kvh, int hd, int P, int chunk)
+{
+    const int kvdim = kvh * hd;
+    const size_t qn = (size_t)P * heads * hd;
+    float *K = malloc((size_t)P * kvdim * 4), *V = malloc((size_t)P * kvdim * 4), *q = malloc(qn * 4);
+    for (size_t i = 0; i < (size_t)P * kvdim; i++) { K[i] = fgauss(); V[i] = fgauss(); }
+    for (size_t i = 0; i < qn; i++) q[i] = fgauss() * 0.5f;
+    float *ring = prompt_attention_out(gpu_attn_tc, heads, kvh, hd, P, MR_KV_F16, K, V, q, chunk);
+    float *two = prompt_attention_out(gpu_attn_tc2, heads, kvh, hd, P, MR_KV_F16, K, V, q, chunk);
+    size_t diff = 0;
+    int nan = 0;
+    for (size_t e = 0; e < qn; e++) {
+        diff += memcmp(&ring[e], &two[e], 4) != 0;
+        nan += isnan(ring[e]);
+    }
+    char shape[96];
+    snprintf(shape, sizeof shape, "f16 h=%d/%d d=%d P=%d calls of %d, ring vs two tiles", heads, kvh, hd, P, chunk);
+    report("attention-tc-ring", shape, (double)diff, nan, 0.0);
+    free(ring); free(two); free(K); free(V); free(q);
 }
 
 /* Prompt attention of P queries (positions 0..P-1) in one attention_prompt
@@ -4420,7 +4449,7 @@ static void check_attention_prompts(void)
      * and the same prompt cut into calls (1 .. 65 queries) bit for bit */
     check_attention(4, 2, 256, 5000, 100, MR_KV_F32);
     check_attention(2, 1, 128, 9500, 64, MR_KV_F16);
-    check_attention(8, 2, 64, 2100, 600, MR_KV_BF16); /* a call of 600: two launches of PF_ROWS or fewer */
+    check_attention(8, 2, 64, 2100, 600, MR_KV_BF16); /* a call of 600: one launch of 3 workers a tile */
     check_attention_prompt_chunks(gpu, "attention-prompt-inv", 4, 2, 256, 2600, MR_KV_F32);
     check_attention_prompt_chunks(gpu, "attention-prompt-inv", 2, 1, 128, 9000, MR_KV_F16);
     /* the same on the tensor-core kernel (its bound, its base-2 records) */
@@ -4429,6 +4458,23 @@ static void check_attention_prompts(void)
     check_attention_tc(8, 2, 64, 2100, 600, MR_KV_BF16);
     check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 4, 2, 256, 2600, MR_KV_F16);
     check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 2, 1, 128, 9000, MR_KV_F32);
+    /* whole prompts from 0 past PF_SLICE in one call: the launch holds only
+     * the workers its rows see (2 at 2,100 positions, 5 at 4,200), rows
+     * before PF_SLICE written by worker 0 without records, the merge over
+     * the rest; 4,200 in one call is six launches of 819 rows, the second
+     * straddling position 1,024 */
+    check_attention_on(gpu_attn_tc, "attention-tc", 2e-3, 2, 1, 128, 2100, 2100, MR_KV_F16, true);
+    check_attention_on(gpu, "attention", 1e-5, 2, 1, 64, 2100, 2100, MR_KV_BF16, true);
+    check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 4, 1, 128, 4200, MR_KV_F16);
+    check_attention_prompt_chunks(gpu, "attention-prompt-inv", 2, 1, 64, 4200, MR_KV_F16);
+    /* the ring form against the two-tile form, bit for bit: one call past
+     * PF_SLICE, calls of 64 and 7, head_dim 64, and 5,000 positions in
+     * seven launches of 5 workers */
+    check_attention_ring(32, 4, 128, 2100, 2100);
+    check_attention_ring(8, 2, 128, 700, 64);
+    check_attention_ring(8, 2, 128, 300, 7);
+    check_attention_ring(16, 2, 64, 1500, 1500);
+    check_attention_ring(4, 1, 128, 5000, 5000);
     /* the hybrids' mix: float32 before MIX_FROM, tensor cores after; calls
      * that straddle it (rows 3,900..4,199), against float64, bit for bit
      * per row with the kernel its position names, and cut into calls */
@@ -4633,6 +4679,8 @@ int main(int argc, char **argv)
     gpu_attn_tc = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_ATTN", "f32", 1);
     if (!gpu_attn_tc) die("cuda (tensor-core attention)");
+    gpu_attn_tc2 = backend_with2("MEMRA_CUDA_ATTN", "tc", "MEMRA_CUDA_FA_RING", "0");
+    setenv("MEMRA_CUDA_ATTN", "f32", 1);
     unsetenv("MEMRA_CUDA_ATTN"); /* the default, then what the hybrids ask for */
     gpu_attn_mix = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_ATTN", "f32", 1);
@@ -4717,6 +4765,7 @@ int main(int argc, char **argv)
     if (cpu) cpu->destroy(cpu);
     for (int i = 0; i < N_Q8; i++) q8_be[i]->destroy(q8_be[i]);
     gpu_attn_tc->destroy(gpu_attn_tc);
+    gpu_attn_tc2->destroy(gpu_attn_tc2);
     gpu_attn_mix->destroy(gpu_attn_mix);
     gpu_x24->destroy(gpu_x24);
     gpu_gdn1->destroy(gpu_gdn1);
