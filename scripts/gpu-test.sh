@@ -8,7 +8,11 @@
 #   Quantized files: GPU against the CPU backend on the same file (prompt 2),
 #     in the default precision (float16 prompt GEMMs and K/V cache: bound
 #     5e-3) and in float32 (MEMRA_CUDA_GEMM=f32 --kv-dtype f32: median 1e-3,
-#     worst 1e-2), and both against the reference for information.
+#     worst 1e-2), and both against the reference for information.  On the
+#     mixture models a row over the bound is listed with the layers whose
+#     routing differs between the two (run-gen --router-out), and excused
+#     when the CPU's k-th and (k+1)-th router logits there differ by less
+#     than the two backends' router logits do (a near-tie).
 #   Models: qwen3, qwen3moe and the hybrids qwen35, qwen35moe.
 #   Speculation (hybrids): run-spec --backend cuda for K = 1..8 prints the
 #     ids that run-gen --backend cuda prints (greedy with MTP drafts equals
@@ -65,8 +69,9 @@ BOUND = 5e-3
 KV = ["--kv-dtype", os.environ["GPU_TEST_KV"]] if os.environ.get("GPU_TEST_KV") else []
 tmp = tempfile.mkdtemp()
 
-def run(model, toks, backend, out=None, n=None, extra=(), gemm=None):
+def run(model, toks, backend, out=None, n=None, extra=(), gemm=None, routers=None):
     cmd = [os.path.join(BIN, "run-gen"), model, "--tokens", ",".join(map(str, toks)), "--backend", backend]
+    if routers: cmd += ["--router-out", routers]
     # the float32 lines run the float32 pipeline: GEMMs and K/V cache
     if backend == "cuda": cmd += ["--kv-dtype", "f32"] if gemm == "f32" else KV
     cmd += list(extra)
@@ -94,6 +99,31 @@ def rel(a, b):
 def argmax(r): return max(range(len(r)), key=lambda i: (r[i], -i))
 def top2gap(r):
     s = sorted(r, reverse=True); return s[0] - s[1]
+# router dumps: [layers][rows][experts]; the experts a row's top k picks
+def load_routers(path, rows, experts):
+    v = load(path, experts)
+    return [v[l * rows:(l + 1) * rows] for l in range(len(v) // rows)]
+def topk(r, k): return set(sorted(range(len(r)), key=lambda i: (-r[i], i))[:k])
+
+# Rows of e over wb: those whose routing differs from the CPU's at some layer
+# where the CPU's k-th and (k+1)-th logits differ by less than the two
+# backends' largest router logit difference (near-ties: excused), and the rest.
+def near_ties(e, wb, rg, rc, k):
+    excused, notes = set(), []
+    for t, x in enumerate(e):
+        if x <= wb: continue
+        why = []
+        for l in range(len(rc)):
+            a, b = rg[l][t], rc[l][t]
+            if topk(a, k) == topk(b, k): continue
+            s = sorted(b, reverse=True)
+            gap, d = s[k - 1] - s[k], max(abs(p - q) for p, q in zip(a, b))
+            why.append("layer %d: routing differs, CPU gap %.3g, router difference %.3g" % (l, gap, d))
+            if gap < d: excused.add(t)
+        notes.append("    row %d: rel L2 %.2e%s%s" % (t, x, " (near-tie, excused)" if t in excused else "",
+                     "".join("\n      " + w for w in why) if why else "; routing the same at every layer"))
+    return excused, notes
+
 def med(v):
     v = sorted(v); n = len(v); return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
@@ -133,17 +163,28 @@ for name in MODELS:
     # worst 1e-2)
     pr = prompts[2]
     want = load(os.path.join(d, "ref-logits-2.f32"), vocab)
+    cfg = ref["config"]
+    experts, kx = cfg.get("num_experts", cfg.get("num_local_experts", 0)), cfg.get("num_experts_per_tok", 0)
     for q in ("Q8_0", "Q4_K_M", "IQ4_XS", "Q4_0"):
         f = os.path.join(d, "model-%s.gguf" % q)
         if not os.path.exists(f): continue
         og, oc, of = os.path.join(tmp, "g.f32"), os.path.join(tmp, "c.f32"), os.path.join(tmp, "f.f32")
-        run(f, pr, "cuda", og); run(f, pr, "cpu", oc); run(f, pr, "cuda", of, gemm="f32")
+        rt = {b: os.path.join(tmp, "r%s.f32" % b) if experts else None for b in ("g", "c", "f")}
+        run(f, pr, "cuda", og, routers=rt["g"]); run(f, pr, "cpu", oc, routers=rt["c"])
+        run(f, pr, "cuda", of, gemm="f32", routers=rt["f"])
         g, c = load(og, vocab), load(oc, vocab)
-        for label, gg, mb, wb in (("cpu", g, BOUND, BOUND), ("cpu f32", load(of, vocab), 1e-3, 1e-2)):
+        for label, gg, mb, wb, rk in (("cpu", g, BOUND, BOUND, "g"), ("cpu f32", load(of, vocab), 1e-3, 1e-2, "f")):
             e = [rel(a, b) for a, b in zip(gg, c)]
             ag = sum(argmax(a) == argmax(b) for a, b in zip(gg, c)) / len(gg)
-            res = med(e) <= mb and max(e) <= wb
-            print("%-9s %-8s %-10s %10.2e %10.2e %8.3f  %s" % (name, q, label, med(e), max(e), ag, "ok" if res else "FAIL"))
+            excused, notes = set(), []
+            if experts and max(e) > wb:
+                excused, notes = near_ties(e, wb, load_routers(rt[rk], len(c), experts),
+                                           load_routers(rt["c"], len(c), experts), kx)
+            rest = [x for t, x in enumerate(e) if t not in excused]
+            res = med(e) <= mb and (not rest or max(rest) <= wb)
+            print("%-9s %-8s %-10s %10.2e %10.2e %8.3f  %s" % (name, q, label, med(e), max(e), ag,
+                  ("ok" if res else "FAIL") + (" (%d near-tie rows excused)" % len(excused) if excused else "")))
+            for n_ in notes: print(n_)
             ok &= res
         er = [rel(a, b) for a, b in zip(g, want)]
         ec = [rel(a, b) for a, b in zip(c, want)]

@@ -404,10 +404,52 @@ static void free_scratch(mr_model *m)
     memset(&m->sc, 0, sizeof m->sc);
 }
 
+int mr_model_router_dump(mr_model *m, FILE *f, mr_err *err)
+{
+    const bool failed = m->router_failed;
+    if (failed && err)
+        *err = m->router_err;
+    m->router_failed = false;
+    m->router_dump = f;
+    if (!f) {
+        free(m->router_host);
+        m->router_host = NULL;
+        m->router_host_cap = 0;
+    }
+    return failed ? -1 : 0;
+}
+
+void mr_fwd_router_dump(mr_model *m, int n)
+{
+    if (!m->router_dump || m->router_failed || m->hp.n_expert <= 0 || n <= 0)
+        return;
+    const size_t count = (size_t)n * (size_t)m->hp.n_expert;
+    if (count > m->router_host_cap) {
+        float *p = realloc(m->router_host, count * sizeof(float));
+        if (!p) {
+            mr_errf(&m->router_err, "router dump: out of memory for %zu logits", count);
+            m->router_failed = true;
+            return;
+        }
+        m->router_host = p;
+        m->router_host_cap = count;
+    }
+    if (m->be->download(m->be, m->router_host, m->sc.router, count * sizeof(float), &m->router_err)) {
+        mr_err_wrap(&m->router_err, "router dump");
+        m->router_failed = true;
+        return;
+    }
+    if (fwrite(m->router_host, sizeof(float), count, m->router_dump) != count) {
+        mr_errf(&m->router_err, "router dump: write of %zu logits failed", count);
+        m->router_failed = true;
+    }
+}
+
 void mr_model_free(mr_model *m)
 {
     if (!m)
         return;
+    free(m->router_host);
     mr_backend *be = m->be;
     free_scratch(m);
     if (m->samp_dev)

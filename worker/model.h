@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common/err.h"
 #include "kernels/ops.h"
@@ -136,6 +137,15 @@ void mr_seq_state_copy_in(mr_seq *s, const void *state);
  * mr_seq_attach_state attaches cached blocks to an empty sequence together
  * with the state after their tokens. */
 void mr_model_set_checkpoints(mr_model *m, bool on);
+
+/* Router logits, for parity diagnosis (run-gen --router-out): while f is
+ * set, each forward call appends to it, for every mixture layer in order,
+ * that layer's router logits of the call's rows (float32, [rows][n_expert];
+ * dense models write nothing).  Each is downloaded as the layer runs, so
+ * this is slow and for checks only.  f NULL stops.  Returns -1 with the
+ * first download or write error since the previous call (a failed dump
+ * stops dumping; it never fails a forward call), else 0. */
+int mr_model_router_dump(mr_model *m, FILE *f, mr_err *err);
 int mr_seq_mark_len(const mr_seq *s);
 void *mr_model_state_alloc(mr_model *m);
 void mr_model_state_free(mr_model *m, void *state);

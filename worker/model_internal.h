@@ -76,6 +76,12 @@ struct mr_model {
     struct mr_q35 *q35;  /* hybrid-model weights and buffers (worker/arch/qwen35.c), or NULL */
     size_t rstate_bytes; /* recurrent state per sequence (0: none) */
     bool checkpoints;    /* new sequences keep their state at their last block boundary */
+    /* mr_model_router_dump: the stream, a host row buffer, the first error */
+    FILE *router_dump;
+    float *router_host;
+    size_t router_host_cap;
+    bool router_failed;
+    mr_err router_err;
 };
 
 struct mr_seq {
@@ -117,6 +123,9 @@ static inline bool mr_fwd_seg_multi(const mr_fwd_seg *g) { return g->gen && g->n
  * distinction gets one product).  mr_fwd_matmul_out: the output head over
  * the call's n output rows, every one on the decode products. */
 void mr_fwd_matmul(mr_model *m, const mr_weight *w, const float *x, float *y, int n);
+/* The router logits of the call's n rows (sc.router) to the router dump,
+ * if one is set (mr_model_router_dump). */
+void mr_fwd_router_dump(mr_model *m, int n);
 void mr_fwd_matmul_out(mr_model *m, const mr_weight *w, const float *x, float *y, int n);
 void mr_fwd_matmul_id(mr_model *m, const mr_weight *w, const float *x, int x_slots, const int32_t *ids,
                       int k, float *y, int n);

@@ -49,8 +49,8 @@
  * kernels); "xmd" the decode batches of dense Q4_K products on the int8
  * tensor cores (the default; every other part runs with MEMRA_CUDA_XMD=0,
  * the float kernels; "pdl" also runs whole steps with them); "xmh" the
- * prompt expert products of Q4_K on the float16 tensor cores with weights
- * decoded in registers (the default; every other part runs with
+ * prompt expert products of Q4_K, Q6_K and IQ4_XS on the float16 tensor
+ * cores with weights decoded in registers (the default; every other part runs with
  * MEMRA_CUDA_XMH=0, the float16 kernel of cu_gemm.cu);
  * "mm", "ops" and "q8" one third of
  * the whole each (run the three at once: their union is what no argument
@@ -1531,15 +1531,13 @@ static void check_xmp_all(void)
  * the float16 kernel; NaN rows of bad ids included). */
 /* A backend with MEMRA_CUDA_XMH=xmh (IQ4_XS included, whatever the
  * caller's MEMRA_CUDA_XMH_IQ4); the environment keeps main's
- * MEMRA_CUDA_XMH=0 after (the other parts check the float16 kernel). */
+ * MEMRA_CUDA_XMH=0 after (the other parts check the float16 kernel), as
+ * xmp_backend does for its switch. */
 static mr_backend *xmh_backend(const char *xmh)
 {
     setenv("MEMRA_CUDA_XMH", xmh, 1);
-    setenv("MEMRA_CUDA_XMH_IQ4", "1", 1);
-    mr_backend *be = mr_backend_cuda_create(0, &err);
+    mr_backend *be = backend_with("MEMRA_CUDA_XMH_IQ4", "1");
     setenv("MEMRA_CUDA_XMH", "0", 1);
-    unsetenv("MEMRA_CUDA_XMH_IQ4");
-    if (!be) die("cuda (xmh)");
     return be;
 }
 

@@ -20,6 +20,39 @@ for m in qwen3 qwen3moe; do
     check_logits_prompt1 "$m"
 done
 
+# --router-out: the prompt call's router logits, float32 [layers][tokens][experts]
+# (2 layers, 4 experts in the qwen3moe fixture), all finite; a token's rows
+# depend on the tokens up to it only, so prompt 1 and prompt 1 with its last
+# token changed agree on every row but the last one's, and differ there
+if ref_model qwen3moe; then
+    p1=$(json_prompt "$ref" 1)
+    n1=$(echo "$p1" | tr ',' ' ' | wc -w)
+    p1b="${p1%,*},$(((${p1##*,} + 1) % 1024))"
+    for v in a b; do
+        pp=$p1; [ $v = b ] && pp=$p1b
+        "$RUN" "$model" --tokens "$pp" --logits-out "$tmp/l.f32" --router-out "$tmp/r$v.f32" --backend cpu >/dev/null ||
+            fail "qwen3moe: --router-out failed"
+    done
+    row=$((4 * 4)) size=$(stat -c %s "$tmp/ra.f32" 2>/dev/null || echo 0)
+    [ "$size" -eq $((2 * n1 * row)) ] || fail "qwen3moe router dump: $size bytes, want $((2 * n1 * row))"
+    od -An -v -f "$tmp/ra.f32" | tr -s ' ' '\n' | grep -qiE 'nan|inf' && fail "qwen3moe router dump: not finite"
+    for l in 0 1; do
+        off=$((l * n1 * row)) keep=$(((n1 - 1) * row))
+        cmp -s <(tail -c +$((off + 1)) "$tmp/ra.f32" | head -c $keep) <(tail -c +$((off + 1)) "$tmp/rb.f32" | head -c $keep) ||
+            fail "qwen3moe router dump: layer $l rows before the changed token differ"
+        cmp -s <(tail -c +$((off + keep + 1)) "$tmp/ra.f32" | head -c $row) \
+            <(tail -c +$((off + keep + 1)) "$tmp/rb.f32" | head -c $row) &&
+            fail "qwen3moe router dump: layer $l row of the changed token unchanged"
+    done
+    [ "$fails" -eq 0 ] && echo "ok qwen3moe router dump: 2 layers x $n1 tokens x 4 experts, causal rows"
+fi
+"$RUN" "$FIX/models/qwen3/model-BF16.gguf" --tokens 1,2,3 --logits-out "$tmp/l.f32" --router-out "$tmp/rd.f32" \
+    --backend cpu >/dev/null || fail "qwen3: --router-out failed"
+[ -f "$tmp/rd.f32" ] && [ ! -s "$tmp/rd.f32" ] && echo "ok qwen3 router dump: empty (dense)" ||
+    fail "qwen3 router dump: not an empty file"
+expect_error "unwritable router file" "$RUN" "$FIX/models/qwen3moe/model-BF16.gguf" --tokens 1 --router-out \
+    "$tmp/no/such/dir/r.f32" --backend cpu
+
 model="$FIX/models/qwen3/model-BF16.gguf"
 expect_error "missing file" "$RUN" "$tmp/nope.gguf" --tokens 1,2,3 -n 2 --backend cpu
 head -c 100 "$model" >"$tmp/trunc-header.gguf"

@@ -85,6 +85,8 @@ void mr_qwen3_dense_ffn(mr_model *m, const mr_layer *L, int n)
 void mr_qwen3_moe_router(mr_model *m, const mr_layer *L, int n)
 {
     mr_fwd_matmul(m, &L->ffn_gate_inp, m->sc.xn, m->sc.router, n);
+    if (m->router_dump)
+        mr_fwd_router_dump(m, n);
 }
 
 void mr_qwen3_moe_experts(mr_model *m, const mr_layer *L, int n)

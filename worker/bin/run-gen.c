@@ -1,6 +1,8 @@
 /* run-gen: one generation or a logits dump from the command line.
  *
  *   run-gen MODEL.gguf --tokens 1,2,3 --logits-out FILE   float32 LE [n_tokens][vocab]
+ *   --router-out FILE: the prompt call's router logits, float32 LE
+ *                      [moe_layers][n_tokens][n_expert] (mixture models)
  *   run-gen MODEL.gguf --tokens 1,2,3 -n 24               greedy ids on one line
  *   run-gen MODEL.gguf --prompt "text" -n 24              text and ids
  *   run-gen MODEL.gguf --chat "message" [--system "..."]  the same, as a chat turn
@@ -28,7 +30,8 @@ static void usage(void)
 {
     printf("usage: run-gen MODEL.gguf (--tokens ID,ID,... | --prompt TEXT |\n"
            "               --chat MESSAGE [--system TEXT]) [-n N]\n"
-           "               [--logits-out FILE] [--backend cpu|cuda|auto] [--kv-dtype auto|f32|f16|bf16]\n"
+           "               [--logits-out FILE] [--router-out FILE] [--backend cpu|cuda|auto]\n"
+           "               [--kv-dtype auto|f32|f16|bf16]\n"
            "               [--print-text | --no-print-text] [--ignore-eos]\n"
            "  --tokens      prompt token ids, as given (no BOS added)\n"
            "  --prompt      prompt text, tokenized with the model's tokenizer: BOS as the\n"
@@ -40,7 +43,9 @@ static void usage(void)
            "                where the template writes it)\n"
            "  -n N          generate at most N ids (default 24)\n"
            "  --print-text  also print the generated text (default with --prompt, --chat)\n"
-           "  --ignore-eos  do not stop at end-of-generation ids\n");
+           "  --ignore-eos  do not stop at end-of-generation ids\n"
+           "  --router-out  write the prompt call's router logits of every mixture layer,\n"
+           "                float32 [layers][tokens][experts] (nothing for dense models)\n");
 }
 
 static int write_logits(const char *path, const float *logits, size_t count, mr_err *err)
@@ -151,7 +156,7 @@ static int put_text(mr_bytes *b, bool *ends_nl, mr_err *err)
 
 int main(int argc, char **argv)
 {
-    const char *model_path = NULL, *tokens_arg = NULL, *logits_out = NULL, *backend = "auto";
+    const char *model_path = NULL, *tokens_arg = NULL, *logits_out = NULL, *router_out = NULL, *backend = "auto";
     mr_kv_dtype kv_dtype = MR_KV_AUTO;
     const char *prompt_text = NULL, *chat_text = NULL, *system_text = NULL;
     int n_gen = -1, print_text = -1; /* -1: the default of the prompt kind */
@@ -172,6 +177,8 @@ int main(int argc, char **argv)
             system_text = argv[++i];
         } else if (!strcmp(a, "--logits-out") && has_val) {
             logits_out = argv[++i];
+        } else if (!strcmp(a, "--router-out") && has_val) {
+            router_out = argv[++i];
         } else if (!strcmp(a, "--backend") && has_val) {
             backend = argv[++i];
         } else if (!strcmp(a, "--kv-dtype") && has_val) {
@@ -237,6 +244,7 @@ int main(int argc, char **argv)
     mr_seq *s = NULL;
     float *logits = NULL;
     int32_t *gen = NULL;
+    FILE *rf = NULL; /* --router-out */
     if (!tokens_arg || print_text) {
         if (open_tokenizer(model_path, &g, &tok, &err))
             goto fail;
@@ -271,8 +279,25 @@ int main(int argc, char **argv)
         mr_errf(&err, "out of memory");
         goto fail;
     }
+    if (router_out && !(rf = fopen(router_out, "wb"))) {
+        mr_errf(&err, "%s: cannot open for writing: %s", router_out, strerror(errno));
+        goto fail;
+    }
+    if (rf)
+        mr_model_router_dump(m, rf, NULL);
     if (mr_model_forward(m, s, prompt, n_prompt, logits_out ? MR_LOGITS_ALL : MR_LOGITS_LAST, logits, &err))
         goto fail;
+    if (rf) {
+        const int dumped = mr_model_router_dump(m, NULL, &err);
+        const int closed = fclose(rf);
+        rf = NULL;
+        if (dumped)
+            goto fail;
+        if (closed) {
+            mr_errf(&err, "%s: write failed: %s", router_out, strerror(errno));
+            goto fail;
+        }
+    }
     if (logits_out &&
         write_logits(logits_out, logits, (size_t)n_prompt * (size_t)hp->n_vocab, &err))
         goto fail;
@@ -308,6 +333,8 @@ int main(int argc, char **argv)
 fail:
     if (status)
         fprintf(stderr, "run-gen: %s\n", err.msg);
+    if (rf)
+        fclose(rf);
     free(gen);
     free(logits);
     mr_seq_free(s);
