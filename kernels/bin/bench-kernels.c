@@ -557,7 +557,7 @@ static void bench_attn_shape(mr_backend *be[2], const char *const label[2], int 
  * the last 256 tokens of a 4,860-token one; the 35B hybrid's attention
  * layers (16 over 2, D 256): 512 tokens from 0 and after 64 Ki; the deep
  * shapes again on a float16 cache (the tensor-core kernel copies its rows
- * without converting them).  MEMRA_CUDA_FATTN=wmma in the environment
+ * without converting them), and whole prompts from 0 on it.  MEMRA_CUDA_FATTN=wmma in the environment
  * times the previous tensor-core kernel on the "tc" lines. */
 static int bench_attn(int iters)
 {
@@ -581,6 +581,11 @@ static int bench_attn(int iters)
     bench_attn_shape(be, lab, 16, 2, 256, 65536, 512, MR_KV_F32, 2);
     bench_attn_shape(be, lab, 32, 4, 128, 4604, 256, MR_KV_F16, it);
     bench_attn_shape(be, lab, 16, 2, 256, 65536, 512, MR_KV_F16, 2);
+    /* whole prompts from position 0 on the float16 cache (the serving
+     * default): one call of 512, 2,048 and 8,192 queries */
+    bench_attn_shape(be, lab, 32, 4, 128, 0, 512, MR_KV_F16, it);
+    bench_attn_shape(be, lab, 32, 4, 128, 0, 2048, MR_KV_F16, it);
+    bench_attn_shape(be, lab, 32, 4, 128, 0, 8192, MR_KV_F16, 2);
     be[1]->destroy(be[1]);
     be[0]->destroy(be[0]);
     return 0;

@@ -99,6 +99,8 @@ static mr_backend *gpu_x3; /* MEMRA_CUDA_GEMM=f16x3: float32-grade prompt produc
 static mr_backend *gpu_sg; /* small dense prompt products in float32 at any row count (cu_sgemm.cu; the
                               others: none) */
 static mr_backend *gpu_attn_tc; /* MEMRA_CUDA_ATTN=tc: prompt attention on the tensor cores */
+static mr_backend *gpu_attn_ring; /* and MEMRA_CUDA_FA_RING=1: its float16-cache form with K and V in a ring
+                                     (sm_90; measured slower in run 209, off by default) */
 static mr_backend *gpu_attn_mix; /* MEMRA_CUDA_ATTN_TC_FROM=MIX_FROM: float32 prompt attention for a
                                     sequence's first MIX_FROM positions, the tensor cores after (the
                                     hybrids' default until run 211) */
@@ -226,6 +228,13 @@ static size_t floats_differ(const float *a, const float *b, size_t n)
     size_t d = 0;
     for (size_t i = 0; i < n; i++) d += memcmp(&a[i], &b[i], 4) != 0;
     return d;
+}
+
+static int floats_nan(const float *a, size_t n)
+{
+    int k = 0;
+    for (size_t i = 0; i < n; i++) k += isnan(a[i]);
+    return k;
 }
 
 /* 0 .. n - 1 in a random order (a KV cache's block table). */
@@ -1703,31 +1712,54 @@ static float *prompt_attention_out(mr_backend *be, int heads, int kvh, int hd, i
     return out;
 }
 
+/* Random K and V of P positions (kvdim values each) and qn query values,
+ * the scale of the attention checks' inputs. */
+static void attn_random_inputs(int P, int kvdim, size_t qn, float **K, float **V, float **q)
+{
+    *K = malloc((size_t)P * kvdim * 4);
+    *V = malloc((size_t)P * kvdim * 4);
+    *q = malloc(qn * 4);
+    for (size_t i = 0; i < (size_t)P * kvdim; i++) { (*K)[i] = fgauss(); (*V)[i] = fgauss(); }
+    for (size_t i = 0; i < qn; i++) (*q)[i] = fgauss() * 0.5f;
+}
+
+/* The tensor-core prompt kernel's ring form (MEMRA_CUDA_FA_RING=1; float16
+ * cache, D <= 128: K and V two tiles deep, the next tile's loads in flight
+ * during this one's products; where an SM holds three such blocks, sm_90;
+ * slower in run 209, so off by default) against its two-tile form, bit for bit: the same products in
+ * the same order, only the loads moved.  P queries from position 0 in
+ * calls of chunk.  Where the card has no room for the ring both backends
+ * take the two-tile form and the line holds trivially. */
+static void check_attention_ring(int heads, int kvh, int hd, int P, int chunk)
+{
+    const size_t qn = (size_t)P * heads * hd;
+    float *K, *V, *q;
+    attn_random_inputs(P, kvh * hd, qn, &K, &V, &q);
+    float *ring = prompt_attention_out(gpu_attn_ring, heads, kvh, hd, P, MR_KV_F16, K, V, q, chunk);
+    float *two = prompt_attention_out(gpu_attn_tc, heads, kvh, hd, P, MR_KV_F16, K, V, q, chunk);
+    char shape[96];
+    snprintf(shape, sizeof shape, "f16 h=%d/%d d=%d P=%d calls of %d, ring vs two tiles", heads, kvh, hd, P, chunk);
+    report("attention-tc-ring", shape, (double)floats_differ(ring, two, qn), floats_nan(ring, qn), 0.0);
+    free(ring); free(two); free(K); free(V); free(q);
+}
+
 /* Prompt attention of P queries (positions 0..P-1) in one attention_prompt
  * call against the same prompt in calls of c queries, bit for bit: a query's
  * result may depend on its position and the keys only. */
 static void check_attention_prompt_chunks(mr_backend *be, const char *op, int heads, int kvh, int hd, int P,
                                           mr_kv_dtype dt)
 {
-    const int kvdim = kvh * hd;
     const size_t qn = (size_t)P * heads * hd;
-    float *K = malloc((size_t)P * kvdim * 4), *V = malloc((size_t)P * kvdim * 4), *q = malloc(qn * 4);
-    for (size_t i = 0; i < (size_t)P * kvdim; i++) { K[i] = fgauss(); V[i] = fgauss(); }
-    for (size_t i = 0; i < qn; i++) q[i] = fgauss() * 0.5f;
+    float *K, *V, *q;
+    attn_random_inputs(P, kvh * hd, qn, &K, &V, &q);
     float *one = prompt_attention_out(be, heads, kvh, hd, P, dt, K, V, q, P);
     const int cs[] = {1, 7, 16, 64, 65};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         float *cut = prompt_attention_out(be, heads, kvh, hd, P, dt, K, V, q, cs[i]);
-        size_t diff = 0;
-        int nan = 0;
-        for (size_t e = 0; e < qn; e++) {
-            diff += memcmp(&cut[e], &one[e], 4) != 0;
-            nan += isnan(cut[e]);
-        }
         char shape[96];
         snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d calls of %d vs one",
                  dt == MR_KV_F32 ? "f32" : dt == MR_KV_F16 ? "f16" : "bf16", heads, kvh, hd, P, cs[i]);
-        report(op, shape, (double)diff, nan, 0.0);
+        report(op, shape, (double)floats_differ(cut, one, qn), floats_nan(cut, qn), 0.0);
         free(cut);
     }
     free(K); free(V); free(q); free(one);
@@ -2117,8 +2149,7 @@ static size_t attn_pair_diff(mr_backend *be0, mr_backend *be1, int heads, int kv
     mr_backend *be[2] = {be0, be1};
     for (int b = 0; b < 2; b++) attn_decode_run(be[b], heads, kvh, hd, P, n, dt, K, V, q, table, nblk, o[b]);
     const size_t diff = floats_differ(o[0], o[1], qn);
-    *nan = 0;
-    for (size_t i = 0; i < qn; i++) *nan += isnan(o[0][i]);
+    *nan = floats_nan(o[0], qn);
     free(table); free(K); free(V); free(q); free(o[0]); free(o[1]);
     return diff;
 }
@@ -4565,7 +4596,7 @@ static void check_attention_prompts(void)
      * and the same prompt cut into calls (1 .. 65 queries) bit for bit */
     check_attention(4, 2, 256, 5000, 100, MR_KV_F32);
     check_attention(2, 1, 128, 9500, 64, MR_KV_F16);
-    check_attention(8, 2, 64, 2100, 600, MR_KV_BF16); /* a call of 600: two launches of PF_ROWS or fewer */
+    check_attention(8, 2, 64, 2100, 600, MR_KV_BF16); /* a call of 600: one launch of 3 workers a tile */
     check_attention_prompt_chunks(gpu, "attention-prompt-inv", 4, 2, 256, 2600, MR_KV_F32);
     check_attention_prompt_chunks(gpu, "attention-prompt-inv", 2, 1, 128, 9000, MR_KV_F16);
     /* the same on the tensor-core kernel (its bound, its base-2 records) */
@@ -4574,6 +4605,23 @@ static void check_attention_prompts(void)
     check_attention_tc(8, 2, 64, 2100, 600, MR_KV_BF16);
     check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 4, 2, 256, 2600, MR_KV_F16);
     check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 2, 1, 128, 9000, MR_KV_F32);
+    /* whole prompts from 0 past PF_SLICE in one call: the launch holds only
+     * the workers its rows see (2 at 2,100 positions, 5 at 4,200), rows
+     * before PF_SLICE written by worker 0 without records, the merge over
+     * the rest; 4,200 in one call is six launches of 819 rows, the second
+     * straddling position 1,024 */
+    check_attention_on(gpu_attn_tc, "attention-tc", 2e-3, 2, 1, 128, 2100, 2100, MR_KV_F16, true);
+    check_attention_on(gpu, "attention", 1e-5, 2, 1, 64, 2100, 2100, MR_KV_BF16, true);
+    check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 4, 1, 128, 4200, MR_KV_F16);
+    check_attention_prompt_chunks(gpu, "attention-prompt-inv", 2, 1, 64, 4200, MR_KV_F16);
+    /* the ring form against the two-tile form, bit for bit: one call past
+     * PF_SLICE, calls of 64 and 7, head_dim 64, and 5,000 positions in
+     * seven launches of 5 workers */
+    check_attention_ring(32, 4, 128, 2100, 2100);
+    check_attention_ring(8, 2, 128, 700, 64);
+    check_attention_ring(8, 2, 128, 300, 7);
+    check_attention_ring(16, 2, 64, 1500, 1500);
+    check_attention_ring(4, 1, 128, 5000, 5000);
     /* a threshold's mix (the hybrids' default until run 211): float32
      * before MIX_FROM, tensor cores after; calls that straddle it (rows
      * 3,900..4,199), against float64, bit for bit per row with the kernel
@@ -4779,6 +4827,7 @@ int main(int argc, char **argv)
     gpu_attn_tc = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_ATTN", "f32", 1);
     if (!gpu_attn_tc) die("cuda (tensor-core attention)");
+    gpu_attn_ring = backend_with2("MEMRA_CUDA_ATTN", "tc", "MEMRA_CUDA_FA_RING", "1");
     unsetenv("MEMRA_CUDA_ATTN");
     gpu_attn_mix = backend_with("MEMRA_CUDA_ATTN_TC_FROM", MIX_FROM_S);
     setenv("MEMRA_CUDA_ATTN", "f32", 1);
@@ -4861,6 +4910,7 @@ int main(int argc, char **argv)
     if (cpu) cpu->destroy(cpu);
     for (int i = 0; i < N_Q8; i++) q8_be[i]->destroy(q8_be[i]);
     gpu_attn_tc->destroy(gpu_attn_tc);
+    gpu_attn_ring->destroy(gpu_attn_ring);
     gpu_attn_mix->destroy(gpu_attn_mix);
     gpu_x24->destroy(gpu_x24);
     gpu_gdn1->destroy(gpu_gdn1);

@@ -1151,12 +1151,15 @@ static void merge_launch(mr_cu_ctx *c, const float *part, const int32_t *const *
  * A query's sums depend on its position and the keys only (the slices and
  * the workers are constants), so a prompt cut into calls anywhere still
  * meets the same sums; a query before position PF_SLICE has one record and
- * gets the bits of the one-block walk (the merge divides it as that did).
+ * gets the bits of the one-block walk: worker 0 writes its out directly,
+ * dividing as that walk did, and the merge leaves it alone.
  * MEMRA_CUDA_PF_SPLIT=0: one block walks all keys (the old launch).  The
- * tensor-core kernel (cu_fattn.cu) cuts its keys the same way.  At most
- * PF_ROWS (512) queries a launch: the records of 512 queries x 16 heads x 8
- * workers x 258 floats are 68 MB.  PF_SLICE, PF_WORKERS, PF_ROWS:
- * cu_common.cuh. */
+ * tensor-core kernel (cu_fattn.cu) cuts its keys the same way.  A launch has
+ * gridDim.z = RW workers, the ones that can see keys of its rows (the
+ * records a row has room for; a worker past them would find none), and at
+ * most PF_ROWS x PF_WORKERS / RW queries: the records of 512 queries x 16
+ * heads x 8 workers x 258 floats are 68 MB.  PF_SLICE, PF_WORKERS, PF_ROWS,
+ * the launch loop: cu_common.cuh. */
 
 /* Lane `sub` of a query's 4 holds dims sub, sub+4, sub+8, ...: the 4 lanes
  * read 4 adjacent words of a shared K/V row (distinct banks) and the 8
@@ -1197,12 +1200,12 @@ k_attn_prefill(const void *K, const void *V, const int32_t *table, const float *
     __syncthreads();
     const int P = pmax + 1;
     /* part NULL: one block (gridDim.z 1) walks every key and writes out;
-     * else worker z walks slices z, z + W, ... (tiles never straddle a
-     * slice: PF_SLICE is a multiple of KT) */
-    const int z = (int)blockIdx.z, W = (int)gridDim.z, SL = part ? PF_SLICE : P;
+     * else worker z walks slices z, z + PF_WORKERS, ... (tiles never
+     * straddle a slice: PF_SLICE is a multiple of KT) */
+    const int z = (int)blockIdx.z, RW = (int)gridDim.z, SL = part ? PF_SLICE : P;
     if (part && z * SL >= P)
         return; /* no key of this worker is visible to the block's queries: no record is read */
-    for (int p0 = z * SL; p0 < P; p0 += (p0 + KT) % SL ? KT : (W - 1) * SL + KT) {
+    for (int p0 = z * SL; p0 < P; p0 += (p0 + KT) % SL ? KT : (PF_WORKERS - 1) * SL + KT) {
         for (int i = tid; i < KT * D; i += PF_Q * 4) {
             const int j = i / D, d = i % D, p = p0 + j;
             int blk = p < P ? table[p / bt] : 0;
@@ -1249,15 +1252,22 @@ k_attn_prefill(const void *K, const void *V, const int32_t *table, const float *
         }
         __syncthreads();
     }
-    if (t < n && part) { /* the record: max, sum (NaN for a bad block id), acc */
-        float *r = part + (((int64_t)t * n_heads + h) * W + z) * (D + 2);
+    /* a row before PF_SLICE has worker 0's record only: worker 0 writes its
+     * out as the merge of that record would, the others nothing */
+    if (t < n && part && pt < PF_SLICE) {
+        if (z > 0)
+            return;
+    } else if (t < n && part) { /* the record: max, sum (NaN for a bad block id), acc */
+        float *r = part + (((int64_t)t * n_heads + h) * RW + z) * (D + 2);
         if (sub == 0) {
             r[0] = m;
             r[1] = bad ? __int_as_float(0x7fc00000) : l;
         }
 #pragma unroll
         for (int e = 0; e < DL; e++) r[2 + e * 4 + sub] = acc[e];
-    } else if (t < n) {
+        return;
+    }
+    if (t < n) {
         float *o = out + ((int64_t)t * n_heads + h) * D;
         /* no visible position (or a bad block id) gives NaN, never a silent zero */
         const bool none = bad || l == 0.0f;
@@ -1266,32 +1276,27 @@ k_attn_prefill(const void *K, const void *V, const int32_t *table, const float *
     }
 }
 
-/* Query t, head blockIdx.y: its records of the workers that saw its keys
- * (worker z saw some iff z * PF_SLICE <= pos[t]) joined in worker order
- * into out.  One record: the one-block walk's normalisation (BASE2, the
- * tensor-core kernel's: maxima in log2 units, out = acc * (1 / sum); else
- * out = acc / sum). */
+/* Query t, head blockIdx.y, at or past PF_SLICE: its records of the
+ * workers that saw its keys (worker z saw some iff z * PF_SLICE <= pos[t];
+ * RW records a row) joined in worker order into out (BASE2: the tensor-core
+ * kernel's records, maxima in log2 units, out = acc * (1 / sum); else out =
+ * acc / sum).  A row before PF_SLICE is left alone: the prompt kernel wrote
+ * it. */
 template <bool BASE2>
-__global__ void k_attn_prefill_merge(const float *part, const int32_t *pos, int n, int n_heads, int W, int D,
+__global__ void k_attn_prefill_merge(const float *part, const int32_t *pos, int n, int n_heads, int RW, int D,
                                      float *out)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     const int t = (int)blockIdx.x, h = (int)blockIdx.y;
-    if (t >= n)
+    if (t >= n || pos[t] < PF_SLICE)
         return;
-    const int p = pos[t], used = p < 0 ? 0 : p / PF_SLICE + 1 < W ? p / PF_SLICE + 1 : W;
-    const float *r = part + ((int64_t)t * n_heads + h) * W * (D + 2);
+    const int p = pos[t], used = p / PF_SLICE + 1 < RW ? p / PF_SLICE + 1 : RW;
+    const float *r = part + ((int64_t)t * n_heads + h) * RW * (D + 2);
     float *o = out + ((int64_t)t * n_heads + h) * D;
     const float nan = __int_as_float(0x7fc00000);
     auto ex = [](float x) { return BASE2 ? exp2f(x) : expf(x); };
     auto norm = [](float a, float l) { return BASE2 ? a * (1.0f / l) : a / l; };
-    if (used <= 1) {
-        const float l = used ? r[1] : 0.0f;
-        const bool none = isnan(l) || l == 0.0f;
-        for (int d = threadIdx.x; d < D; d += blockDim.x) o[d] = none ? nan : norm(r[2 + d], l);
-        return;
-    }
     float M = -INFINITY;
     for (int z = 0; z < used; z++) M = fmaxf(M, r[z * (D + 2)]);
     float L = 0.0f;
@@ -1304,20 +1309,20 @@ __global__ void k_attn_prefill_merge(const float *part, const int32_t *pos, int 
     }
 }
 
-float *mr_cu_pf_records(mr_cu_ctx *c, int rows, int n_heads, int D)
+float *mr_cu_pf_records(mr_cu_ctx *c, int rows, int rw, int n_heads, int D)
 {
-    if (!mr_cu_reserve(c, &c->scratch_pfa, (size_t)rows * n_heads * PF_WORKERS * (D + 2) * sizeof(float),
+    if (!mr_cu_reserve(c, &c->scratch_pfa, (size_t)rows * n_heads * rw * (D + 2) * sizeof(float),
                        "prompt attention records"))
         return NULL;
     return (float *)c->scratch_pfa.p;
 }
 
-void mr_cu_pf_merge(mr_cu_ctx *c, const float *part, const int32_t *pos, int n, int n_heads, int D, bool base2,
-                    float *out)
+void mr_cu_pf_merge(mr_cu_ctx *c, const float *part, const int32_t *pos, int n, int rw, int n_heads, int D,
+                    bool base2, float *out)
 {
     const dim3 grid((unsigned)n, n_heads);
-    if (base2) mr_cu_launch(c, k_attn_prefill_merge<true>, grid, 128, 0, part, pos, n, n_heads, PF_WORKERS, D, out);
-    else mr_cu_launch(c, k_attn_prefill_merge<false>, grid, 128, 0, part, pos, n, n_heads, PF_WORKERS, D, out);
+    if (base2) mr_cu_launch(c, k_attn_prefill_merge<true>, grid, 128, 0, part, pos, n, n_heads, rw, D, out);
+    else mr_cu_launch(c, k_attn_prefill_merge<false>, grid, 128, 0, part, pos, n, n_heads, rw, D, out);
     MR_CU_LAUNCHED(c, "attention prefill merge");
 }
 
@@ -1327,9 +1332,9 @@ static void attn_prefill_f32(mr_cu_ctx *c, const mr_kv_cache *kv, int layer, con
                              int pos_max)
 {
     const int D = kv->head_dim;
-    mr_cu_pf_launches(c, pos, n, n_heads, D, false, out, pos_max, [&](int r0, int nr, int W, float *part) {
+    mr_cu_pf_launches(c, pos, n, n_heads, D, false, out, pos_max, [&](int r0, int nr, int RW, float *part) {
         const size_t qo = (size_t)r0 * n_heads * D;
-        const dim3 grid((unsigned)((nr + PF_Q - 1) / PF_Q), n_heads, W);
+        const dim3 grid((unsigned)((nr + PF_Q - 1) / PF_Q), n_heads, RW);
 #define L(DT, DD) mr_cu_launch(c, k_attn_prefill<DT, DD>, grid, PF_Q * 4, 0, kv->k[layer], kv->v[layer], block_table, q + qo, pos + r0, nr, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, scale, out + qo, part)
 #define BY_D(DT)                                           \
     switch (D) {                                           \

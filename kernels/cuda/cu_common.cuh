@@ -166,6 +166,10 @@ struct mr_cu_ctx {
                                reference mode); MEMRA_CUDA_ATTN_TC_FROM=N: N */
     bool attn_wmma;         /* the tensor-core rows on the WMMA kernel (cu_fattn.cu
                                k_attn_prefill_wmma; MEMRA_CUDA_FATTN=wmma, for A/B timing) */
+    bool attn_ring;         /* the tensor-core kernel's float16-cache form with K and V in a
+                               ring of two (cu_fattn.cu fa2_shape RING; where an SM holds 3
+                               such blocks; MEMRA_CUDA_FA_RING=1, off by default: slower in
+                               run 209) */
     mr_cu_auto *ag;         /* recorded ops and cached graphs, or NULL */
     bool pdl;               /* kernels launched with programmatic dependent launch (cu_pdl.cuh;
                                compute capability 9+, MEMRA_CUDA_PDL=0: off) */
@@ -442,43 +446,61 @@ void mr_cu_attn_prefill_tc(mr_cu_ctx *c, const mr_kv_cache *kv, int layer,
 int mr_cu_attn_f32_rows(const mr_cu_ctx *c, int D, int pos_first, int n);
 /* Prompt attention's keys in slices over several blocks (cu_attn.cu, where
  * the why is written): slices of PF_SLICE positions at fixed places, worker
- * z of PF_WORKERS blocks a (query tile, head) walking slices z, z +
- * PF_WORKERS, ..., at most PF_ROWS queries a launch. */
+ * z of PF_WORKERS a (query tile, head) walking slices z, z + PF_WORKERS,
+ * ...  A launch holds only the workers that can see keys of its rows (RW of
+ * them, the records a row has room for) and as many rows as PF_ROWS x
+ * PF_WORKERS records fill. */
 #define PF_SLICE 1024
 #define PF_WORKERS 8
 #define PF_ROWS 512
 /* The records of both prompt kernels (c->scratch_pfa, sized for rows
- * queries) or NULL (recorded failure). */
-float *mr_cu_pf_records(mr_cu_ctx *c, int rows, int n_heads, int D);
-/* Joins the records of n queries (positions pos) into out, in worker order;
- * base2: the tensor-core kernel's (its maxima are in log2 units, its
- * normalisation a multiplication by 1 / sum), else the float32 kernel's. */
-void mr_cu_pf_merge(mr_cu_ctx *c, const float *part, const int32_t *pos, int n, int n_heads, int D, bool base2,
-                    float *out);
-/* Both prompt kernels' launch loop: at most PF_ROWS queries a launch, the
- * keys over PF_WORKERS blocks (grid.z) and each launch's records merged
- * (one block a tile and no records with MEMRA_CUDA_PF_SPLIT=0, or where the
- * host knows that every row's position, at most pos_max, is before
- * PF_SLICE: such a row has one record, and the merge of one record gives
- * the bits of the one-block walk, so the launch writes out directly, all n
- * rows at once, with no merge; run 199: the merge was 22.5 us a 512-row
- * launch of the 30B-A3B, 48 a 512-token prompt).
- * launch(r0, nr, W, part) launches the kernel over rows r0 .. r0 + nr - 1
- * with W blocks a tile writing records to part (NULL: out directly). */
+ * queries of rw records) or NULL (recorded failure). */
+float *mr_cu_pf_records(mr_cu_ctx *c, int rows, int rw, int n_heads, int D);
+/* Joins the records (rw a row) of n queries (positions pos) into out, in
+ * worker order; rows before PF_SLICE are left alone (the prompt kernels
+ * write those rows' out themselves: one record, whose merge was the
+ * one-block walk's division).  base2: the tensor-core kernel's records
+ * (maxima in log2 units, normalisation a multiplication by 1 / sum), else
+ * the float32 kernel's. */
+void mr_cu_pf_merge(mr_cu_ctx *c, const float *part, const int32_t *pos, int n, int rw, int n_heads, int D,
+                    bool base2, float *out);
+/* Both prompt kernels' launch loop.  pos_max: where the host knows the
+ * rows' positions (a prompt call: consecutive, the last pos_max), else -1.
+ *   - One block a tile, no records (RW 1, part NULL, all n rows in one
+ *     launch) with MEMRA_CUDA_PF_SPLIT=0 or when every row sits before
+ *     PF_SLICE: such a row has one record, whose merge gives the one-block
+ *     walk's bits (run 199: the merge was 22.5 us a 512-row launch of the
+ *     30B-A3B, 48 a 512-token prompt).
+ *   - Else RW workers: PF_WORKERS where the positions are unknown, else the
+ *     slices the last row sees (a 2,048-token prompt from 0: 2; workers past
+ *     them would find no key and leave); PF_ROWS x PF_WORKERS / RW rows a
+ *     launch (the records' memory of PF_ROWS rows of PF_WORKERS); the merge
+ *     only over the rows at or past PF_SLICE.
+ * launch(r0, nr, RW, part) launches the kernel over rows r0 .. r0 + nr - 1
+ * with RW workers a tile writing records to part (NULL: out directly). */
 template <typename F>
 static inline void mr_cu_pf_launches(mr_cu_ctx *c, const int32_t *pos, int n, int n_heads, int D, bool base2,
                                      float *out, int pos_max, F launch)
 {
-    const bool one = !c->pf_split || (pos_max >= 0 && pos_max < PF_SLICE);
-    const int W = one ? 1 : PF_WORKERS, rows = W > 1 && n > PF_ROWS ? PF_ROWS : n;
+    const bool known = pos_max >= 0, one = !c->pf_split || (known && pos_max < PF_SLICE);
+    const int RW = one ? 1 : known && pos_max / PF_SLICE < PF_WORKERS ? pos_max / PF_SLICE + 1 : PF_WORKERS;
+    const int cap = PF_ROWS * PF_WORKERS / RW, rows = !one && n > cap ? cap : n;
     float *part = NULL;
-    if (W > 1 && !(part = mr_cu_pf_records(c, rows, n_heads, D)))
+    if (!one && !(part = mr_cu_pf_records(c, rows, RW, n_heads, D)))
         return; /* the recorded failure */
     for (int r0 = 0; r0 < n; r0 += rows) {
         const int nr = n - r0 < rows ? n - r0 : rows;
-        launch(r0, nr, W, part);
-        if (W > 1)
-            mr_cu_pf_merge(c, part, pos + r0, nr, n_heads, D, base2, out + (size_t)r0 * n_heads * D);
+        launch(r0, nr, RW, part);
+        if (one)
+            continue;
+        /* rows before PF_SLICE have their out already (known positions:
+         * pos_max - n + 1 + r for row r) */
+        const int skip = known ? PF_SLICE - (pos_max - n + 1 + r0) : 0;
+        if (skip >= nr)
+            continue;
+        const int m0 = skip > 0 ? skip : 0;
+        mr_cu_pf_merge(c, part + (size_t)m0 * n_heads * RW * (D + 2), pos + r0 + m0, nr - m0, RW, n_heads, D, base2,
+                       out + (size_t)(r0 + m0) * n_heads * D);
     }
 }
 /* Automatic graphs (cu_autograph.cu): launches what the ops recorded. */
