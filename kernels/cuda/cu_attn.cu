@@ -831,7 +831,6 @@ __device__ __forceinline__ void ag_split_tc(const void *K, const void *V, const 
     }
     __syncthreads();
     ag_records<D, GB>(R, sacc, t, h0, s, n_heads, n_split, part);
-    __syncthreads(); /* the tiles are the next split's (k_attn_gqa_loop) */
 }
 
 /* A split's records by ag_split, or (TC 1: a float16 cache, the instances
@@ -944,6 +943,11 @@ k_attn_gqa_loop(const void *K, const void *V, const int32_t *table, const int32_
         const int t = lo, r = j - first[t], s = r / HG, hg = r - s * HG;
         ag_split_at<DT, D, GB, TC>(K, V, tab[t], q, t, hg * GB, s, ctx[t], n_heads, n_kv_heads, bt, n_blocks,
                                    scale, n_split, cut, part, tc_from, ag_smem);
+        /* ag_split_tc's join read its outputs from the K/V tiles, which the
+         * next item's copies overwrite at once (the grid's blocks take one
+         * split each and need no barrier there) */
+        if constexpr (TC != 0)
+            __syncthreads();
     }
 }
 
