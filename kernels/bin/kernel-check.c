@@ -105,7 +105,6 @@ static mr_backend *gpu_attn_mix; /* MEMRA_CUDA_ATTN_TC_FROM=MIX_FROM: float32 pr
                                     sequence's first MIX_FROM positions, the tensor cores after (the
                                     hybrids' default until run 211) */
 #define MIX_FROM 4096
-#define MIX_FROM_S "4096"
 /* matmul paths compared: the default GPU kernels, the fast kernels with 4
  * and 2 rows per block forced, the generic GPU kernels, the CPU backend,
  * and for expert weights (n_mats > 1) the -r4/-r2 backends again with
@@ -1726,8 +1725,8 @@ static void attn_random_inputs(int P, int kvdim, size_t qn, float **K, float **V
 /* The tensor-core prompt kernel's ring form (MEMRA_CUDA_FA_RING=1; float16
  * cache, D <= 128: K and V two tiles deep, the next tile's loads in flight
  * during this one's products; where an SM holds three such blocks, sm_90;
- * slower in run 209, so off by default) against its two-tile form, bit for bit: the same products in
- * the same order, only the loads moved.  P queries from position 0 in
+ * slower in run 209, so off by default) against its two-tile form, bit for
+ * bit: the same products in the same order, only the loads moved.  P queries from position 0 in
  * calls of chunk.  Where the card has no room for the ring both backends
  * take the two-tile form and the line holds trivially. */
 static void check_attention_ring(int heads, int kvh, int hd, int P, int chunk)
@@ -2038,12 +2037,10 @@ static void check_attention_on(mr_backend *be, const char *op, double bound, int
     if (be->kv_create(be, &kv, &err)) die("kv_create");
     int32_t *table = shuffled_table(nblk);
     const int kvdim = kvh * hd;
-    float *K = malloc((size_t)P * kvdim * 4), *V = malloc((size_t)P * kvdim * 4);
-    for (size_t i = 0; i < (size_t)P * kvdim; i++) { K[i] = fgauss(); V[i] = fgauss(); }
+    float *K, *V, *q;
+    attn_random_inputs(P, kvdim, (size_t)n * heads * hd, &K, &V, &q);
     int32_t *pos = malloc(P * 4);
     for (int i = 0; i < P; i++) pos[i] = i;
-    float *q = malloc((size_t)n * heads * hd * 4);
-    for (size_t i = 0; i < (size_t)n * heads * hd; i++) q[i] = fgauss() * 0.5f;
     int32_t *dtab = dup_to(be, table, nblk * 4), *dpos = dup_to(be, pos, P * 4);
     float *dK = dup_to(be, K, (size_t)P * kvdim * 4), *dV = dup_to(be, V, (size_t)P * kvdim * 4);
     float *dq = dup_to(be, q, (size_t)n * heads * hd * 4), *dout = dalloc(be, (size_t)n * heads * hd * 4);
@@ -2133,8 +2130,6 @@ static void attn_decode_run(mr_backend *be, int heads, int kvh, int hd, int P, i
     free(pos);
 }
 
-/* The decode attention of n tokens on two backends, bit for bit (op: the
- * line's name). */
 /* The outputs of be0 and be1 on the same decode rows: how many values
  * differ (bits), with be0's NaNs in *nan. */
 static size_t attn_pair_diff(mr_backend *be0, mr_backend *be1, int heads, int kvh, int hd, int P, int n,
@@ -2142,10 +2137,9 @@ static size_t attn_pair_diff(mr_backend *be0, mr_backend *be1, int heads, int kv
 {
     const int nblk = (P + 15) / 16 + 2, kvdim = kvh * hd;
     int32_t *table = shuffled_table(nblk);
-    const size_t kn = (size_t)P * kvdim, qn = (size_t)n * heads * hd;
-    float *K = malloc(kn * 4), *V = malloc(kn * 4), *q = malloc(qn * 4), *o[2] = {malloc(qn * 4), malloc(qn * 4)};
-    for (size_t i = 0; i < kn; i++) { K[i] = fgauss(); V[i] = fgauss(); }
-    for (size_t i = 0; i < qn; i++) q[i] = fgauss() * 0.5f;
+    const size_t qn = (size_t)n * heads * hd;
+    float *K, *V, *q, *o[2] = {malloc(qn * 4), malloc(qn * 4)};
+    attn_random_inputs(P, kvdim, qn, &K, &V, &q);
     mr_backend *be[2] = {be0, be1};
     for (int b = 0; b < 2; b++) attn_decode_run(be[b], heads, kvh, hd, P, n, dt, K, V, q, table, nblk, o[b]);
     const size_t diff = floats_differ(o[0], o[1], qn);
@@ -2154,6 +2148,8 @@ static size_t attn_pair_diff(mr_backend *be0, mr_backend *be1, int heads, int kv
     return diff;
 }
 
+/* The decode attention of n tokens on two backends, bit for bit (op: the
+ * line's name). */
 static void check_attn_pair(const char *op, mr_backend *be0, mr_backend *be1, int heads, int kvh, int hd, int P,
                             int n, mr_kv_dtype dt)
 {
@@ -2232,10 +2228,9 @@ static void check_attn_alone(const char *op, mr_backend *be, int heads, int kvh,
 {
     const int nblk = (P + 15) / 16 + 2, kvdim = kvh * hd, qd = heads * hd;
     int32_t *table = shuffled_table(nblk);
-    const size_t kn = (size_t)P * kvdim, qn = (size_t)n * qd;
-    float *K = malloc(kn * 4), *V = malloc(kn * 4), *q = malloc(qn * 4), *o = malloc(qn * 4), *o1 = malloc(qn * 4);
-    for (size_t i = 0; i < kn; i++) { K[i] = fgauss(); V[i] = fgauss(); }
-    for (size_t i = 0; i < qn; i++) q[i] = fgauss() * 0.5f;
+    const size_t qn = (size_t)n * qd;
+    float *K, *V, *q, *o = malloc(qn * 4), *o1 = malloc(qn * 4);
+    attn_random_inputs(P, kvdim, qn, &K, &V, &q);
     attn_decode_run(be, heads, kvh, hd, P, n, dt, K, V, q, table, nblk, o);
     for (int t = 0; t < n; t++)
         attn_decode_run(be, heads, kvh, hd, P - n + t + 1, 1, dt, K, V, q + (size_t)t * qd, table, nblk,
@@ -2380,9 +2375,8 @@ static void check_attention_bad(mr_backend *be, const char *op, int hd, mr_kv_dt
     for (int i = 0; i < P; i++) pos[i] = i;
     const int kvdim = kvh * hd;
     size_t qn = (size_t)n * heads * hd;
-    float *K = malloc((size_t)P * kvdim * 4), *V = malloc((size_t)P * kvdim * 4), *q = malloc(qn * 4);
-    for (size_t i = 0; i < (size_t)P * kvdim; i++) { K[i] = fgauss(); V[i] = fgauss(); }
-    for (size_t i = 0; i < qn; i++) q[i] = fgauss() * 0.5f;
+    float *K, *V, *q;
+    attn_random_inputs(P, kvdim, qn, &K, &V, &q);
     int32_t *dtab = dup_to(be, table, sizeof table), *dpos = dup_to(be, pos, sizeof pos);
     float *dK = dup_to(be, K, (size_t)P * kvdim * 4), *dV = dup_to(be, V, (size_t)P * kvdim * 4);
     float *dq = dup_to(be, q, qn * 4), *dout = dalloc(be, qn * 4);
@@ -4526,11 +4520,9 @@ static void check_sample_all(void)
  * straddles MIX_FROM. */
 static void check_attention_mix_rows(int heads, int kvh, int hd, int P, mr_kv_dtype dt)
 {
-    const int kvdim = kvh * hd;
     const size_t qn = (size_t)P * heads * hd, row = (size_t)heads * hd;
-    float *K = malloc((size_t)P * kvdim * 4), *V = malloc((size_t)P * kvdim * 4), *q = malloc(qn * 4);
-    for (size_t i = 0; i < (size_t)P * kvdim; i++) { K[i] = fgauss(); V[i] = fgauss(); }
-    for (size_t i = 0; i < qn; i++) q[i] = fgauss() * 0.5f;
+    float *K, *V, *q;
+    attn_random_inputs(P, kvh * hd, qn, &K, &V, &q);
     float *mix = prompt_attention_out(gpu_attn_mix, heads, kvh, hd, P, dt, K, V, q, P);
     float *f32 = prompt_attention_out(gpu, heads, kvh, hd, P, dt, K, V, q, P);
     float *tc = prompt_attention_out(gpu_attn_tc, heads, kvh, hd, P, dt, K, V, q, P);
@@ -4829,7 +4821,9 @@ int main(int argc, char **argv)
     if (!gpu_attn_tc) die("cuda (tensor-core attention)");
     gpu_attn_ring = backend_with2("MEMRA_CUDA_ATTN", "tc", "MEMRA_CUDA_FA_RING", "1");
     unsetenv("MEMRA_CUDA_ATTN");
-    gpu_attn_mix = backend_with("MEMRA_CUDA_ATTN_TC_FROM", MIX_FROM_S);
+    char mix_from[16];
+    snprintf(mix_from, sizeof mix_from, "%d", MIX_FROM);
+    gpu_attn_mix = backend_with("MEMRA_CUDA_ATTN_TC_FROM", mix_from);
     setenv("MEMRA_CUDA_ATTN", "f32", 1);
     setenv("MEMRA_CUDA_GEMM", "f32", 1);
     setenv("MEMRA_CUDA_GENERIC", "1", 1);
