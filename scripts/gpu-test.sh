@@ -101,8 +101,9 @@ def rel(a, b):
     return math.sqrt(num / den) if den else math.sqrt(num)
 
 def argmax(r): return max(range(len(r)), key=lambda i: (r[i], -i))
-def top2gap(r):
-    s = sorted(r, reverse=True); return s[0] - s[1]
+# the gap between a row's k-th and (k+1)-th largest values
+def kgap(r, k):
+    s = sorted(r, reverse=True); return s[k - 1] - s[k]
 # router dumps: [layers][rows][experts]; the experts a row's top k picks
 def load_routers(path, rows, experts):
     v = load(path, experts)
@@ -120,8 +121,7 @@ def near_ties(e, wb, rg, rc, k):
         for l in range(len(rc)):
             a, b = rg[l][t], rc[l][t]
             if topk(a, k) == topk(b, k): continue
-            s = sorted(b, reverse=True)
-            gap, d = s[k - 1] - s[k], max(abs(p - q) for p, q in zip(a, b))
+            gap, d = kgap(b, k), max(abs(p - q) for p, q in zip(a, b))
             why.append("layer %d: routing differs, CPU gap %.3g, router difference %.3g" % (l, gap, d))
             if gap < d: excused.add(t)
         notes.append("    row %d: rel L2 %.2e%s%s" % (t, x, " (near-tie, excused)" if t in excused else "",
@@ -148,7 +148,7 @@ for name in MODELS:
         for t, (g, w) in enumerate(zip(got, want)):
             e = rel(g, w); errs.append(e); rows += 1
             agree += argmax(g) == argmax(w)
-            if e > BOUND: flagged.append((i, t, e, top2gap(w)))
+            if e > BOUND: flagged.append((i, t, e, kgap(w, 1)))
     m, worst = med(errs), max(errs)
     res = m <= BOUND and worst <= BOUND
     print("%-9s %-8s %-10s %10.2e %10.2e %8.3f  %s" % (name, "BF16", "reference", m, worst, agree / rows, "ok" if res else "FAIL"))
