@@ -137,7 +137,6 @@ void mr_seq_state_copy_in(mr_seq *s, const void *state);
  * mr_seq_attach_state attaches cached blocks to an empty sequence together
  * with the state after their tokens. */
 void mr_model_set_checkpoints(mr_model *m, bool on);
-
 int mr_seq_mark_len(const mr_seq *s);
 void *mr_model_state_alloc(mr_model *m);
 void mr_model_state_free(mr_model *m, void *state);

@@ -557,8 +557,9 @@ static void bench_attn_shape(mr_backend *be[2], const char *const label[2], int 
  * the last 256 tokens of a 4,860-token one; the 35B hybrid's attention
  * layers (16 over 2, D 256): 512 tokens from 0 and after 64 Ki; the deep
  * shapes again on a float16 cache (the tensor-core kernel copies its rows
- * without converting them), and whole prompts from 0 on it.  MEMRA_CUDA_FATTN=wmma in the environment
- * times the previous tensor-core kernel on the "tc" lines. */
+ * without converting them), and whole prompts from 0 on it.
+ * MEMRA_CUDA_FATTN=wmma in the environment times the previous tensor-core
+ * kernel on the "tc" lines. */
 static int bench_attn(int iters)
 {
     mr_err err;
