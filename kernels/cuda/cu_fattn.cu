@@ -697,7 +697,7 @@ k_attn_prefill_wmma(const void *K, const void *V, const int32_t *table, const fl
  * MEMRA_CUDA_FATTN=wmma: the tensor-core rows on the previous kernel (the
  * 5.7-6.8x above was measured on it).  MEMRA_CUDA_ATTN_DEC_TC=N: decode
  * rows of a float16 cache at position N or later take the tensor cores too
- * (cu_attn.cu ag_split_tc); unset or =off: the float kernel;
+ * (cu_attn.cu ag_split_tc); unset: N = 0, every row; =off: the float kernel;
  * where every row takes them, MEMRA_CUDA_ATTN_DEC_TC_G8=1 gives a block 8
  * query heads of a K/V head (faster deep in a context, slower near its
  * start: docs/PERFORMANCE.md runs 210-211).  MEMRA_CUDA_FA_RING=1: the
@@ -721,12 +721,13 @@ void mr_cu_attn_init(mr_cu_ctx *c)
         return;
     c->attn_loop = (int)lp;
     c->attn_chunk = (int)ch;
-    /* off by default: faster at every depth measured (runs 210-211), but
-     * kernel-check's float64 lines for it ran on the float kernel there */
-    long long dt = INT_MAX; /* unset or "off" */
+    /* every float16 decode row by default: faster at every depth measured
+     * (runs 210-211); kernel-check part dectc's float64 lines on it, run 212 */
+    long long dt = 0;
     const char *dts = getenv("MEMRA_CUDA_ATTN_DEC_TC");
-    if (!(dts && !strcmp(dts, "off")) &&
-        mr_cu_env_int(c, "MEMRA_CUDA_ATTN_DEC_TC", 0, INT_MAX - 1, "a position or off", &dt) < 0)
+    if (dts && !strcmp(dts, "off"))
+        dt = INT_MAX;
+    else if (mr_cu_env_int(c, "MEMRA_CUDA_ATTN_DEC_TC", 0, INT_MAX - 1, "a position or off", &dt) < 0)
         return;
     c->attn_dec_tc = (int)dt;
     const char *g8 = getenv("MEMRA_CUDA_ATTN_DEC_TC_G8");
