@@ -99,8 +99,6 @@ static mr_backend *gpu_x3; /* MEMRA_CUDA_GEMM=f16x3: float32-grade prompt produc
 static mr_backend *gpu_sg; /* small dense prompt products in float32 at any row count (cu_sgemm.cu; the
                               others: none) */
 static mr_backend *gpu_attn_tc; /* MEMRA_CUDA_ATTN=tc: prompt attention on the tensor cores */
-static mr_backend *gpu_attn_ring; /* and MEMRA_CUDA_FA_RING=1: its float16-cache form with K and V in a ring
-                                     (sm_90; measured slower in run 209, off by default) */
 static mr_backend *gpu_attn_mix; /* MEMRA_CUDA_ATTN_TC_FROM=MIX_FROM: float32 prompt attention for a
                                     sequence's first MIX_FROM positions, the tensor cores after (the
                                     hybrids' default until run 211) */
@@ -1720,26 +1718,6 @@ static void attn_random_inputs(int P, int kvdim, size_t qn, float **K, float **V
     *q = malloc(qn * 4);
     for (size_t i = 0; i < (size_t)P * kvdim; i++) { (*K)[i] = fgauss(); (*V)[i] = fgauss(); }
     for (size_t i = 0; i < qn; i++) (*q)[i] = fgauss() * 0.5f;
-}
-
-/* The tensor-core prompt kernel's ring form (MEMRA_CUDA_FA_RING=1; float16
- * cache, D <= 128: K and V two tiles deep, the next tile's loads in flight
- * during this one's products; where an SM holds three such blocks, sm_90;
- * slower in run 209, so off by default) against its two-tile form, bit for
- * bit: the same products in the same order, only the loads moved.  P queries from position 0 in
- * calls of chunk.  Where the card has no room for the ring both backends
- * take the two-tile form and the line holds trivially. */
-static void check_attention_ring(int heads, int kvh, int hd, int P, int chunk)
-{
-    const size_t qn = (size_t)P * heads * hd;
-    float *K, *V, *q;
-    attn_random_inputs(P, kvh * hd, qn, &K, &V, &q);
-    float *ring = prompt_attention_out(gpu_attn_ring, heads, kvh, hd, P, MR_KV_F16, K, V, q, chunk);
-    float *two = prompt_attention_out(gpu_attn_tc, heads, kvh, hd, P, MR_KV_F16, K, V, q, chunk);
-    char shape[96];
-    snprintf(shape, sizeof shape, "f16 h=%d/%d d=%d P=%d calls of %d, ring vs two tiles", heads, kvh, hd, P, chunk);
-    report("attention-tc-ring", shape, (double)floats_differ(ring, two, qn), floats_nan(ring, qn), 0.0);
-    free(ring); free(two); free(K); free(V); free(q);
 }
 
 /* Prompt attention of P queries (positions 0..P-1) in one attention_prompt
@@ -4606,14 +4584,6 @@ static void check_attention_prompts(void)
     check_attention_on(gpu, "attention", 1e-5, 2, 1, 64, 2100, 2100, MR_KV_BF16, true);
     check_attention_prompt_chunks(gpu_attn_tc, "attention-prompt-inv-tc", 4, 1, 128, 4200, MR_KV_F16);
     check_attention_prompt_chunks(gpu, "attention-prompt-inv", 2, 1, 64, 4200, MR_KV_F16);
-    /* the ring form against the two-tile form, bit for bit: one call past
-     * PF_SLICE, calls of 64 and 7, head_dim 64, and 5,000 positions in
-     * seven launches of 5 workers */
-    check_attention_ring(32, 4, 128, 2100, 2100);
-    check_attention_ring(8, 2, 128, 700, 64);
-    check_attention_ring(8, 2, 128, 300, 7);
-    check_attention_ring(16, 2, 64, 1500, 1500);
-    check_attention_ring(4, 1, 128, 5000, 5000);
     /* a threshold's mix (the hybrids' default until run 211): float32
      * before MIX_FROM, tensor cores after; calls that straddle it (rows
      * 3,900..4,199), against float64, bit for bit per row with the kernel
@@ -4819,7 +4789,6 @@ int main(int argc, char **argv)
     gpu_attn_tc = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_ATTN", "f32", 1);
     if (!gpu_attn_tc) die("cuda (tensor-core attention)");
-    gpu_attn_ring = backend_with2("MEMRA_CUDA_ATTN", "tc", "MEMRA_CUDA_FA_RING", "1");
     unsetenv("MEMRA_CUDA_ATTN");
     char mix_from[16];
     snprintf(mix_from, sizeof mix_from, "%d", MIX_FROM);
@@ -4904,7 +4873,6 @@ int main(int argc, char **argv)
     if (cpu) cpu->destroy(cpu);
     for (int i = 0; i < N_Q8; i++) q8_be[i]->destroy(q8_be[i]);
     gpu_attn_tc->destroy(gpu_attn_tc);
-    gpu_attn_ring->destroy(gpu_attn_ring);
     gpu_attn_mix->destroy(gpu_attn_mix);
     gpu_x24->destroy(gpu_x24);
     gpu_gdn1->destroy(gpu_gdn1);

@@ -166,10 +166,6 @@ struct mr_cu_ctx {
                                reference mode); MEMRA_CUDA_ATTN_TC_FROM=N: N */
     bool attn_wmma;         /* the tensor-core rows on the WMMA kernel (cu_fattn.cu
                                k_attn_prefill_wmma; MEMRA_CUDA_FATTN=wmma, for A/B timing) */
-    bool attn_ring;         /* the tensor-core kernel's float16-cache form with K and V in a
-                               ring of two (cu_fattn.cu fa2_shape RING; where an SM holds 3
-                               such blocks; MEMRA_CUDA_FA_RING=1, off by default: slower in
-                               run 209) */
     mr_cu_auto *ag;         /* recorded ops and cached graphs, or NULL */
     bool pdl;               /* kernels launched with programmatic dependent launch (cu_pdl.cuh;
                                compute capability 9+, MEMRA_CUDA_PDL=0: off) */

@@ -87,22 +87,18 @@ using namespace nvcuda;
  * 180-190 for these forms, two blocks an SM) */
 #define FA_BLOCKS_SM 3
 
-/* k_attn_prefill_tc's shared memory: the float16 K and V tiles (two of
- * each in a ring: RG, a float16 cache at D <= 128), Q (D = 256), the raw
- * staging tile (float32 and bfloat16 caches), the key offsets and bad flags
- * of the tiles in flight (3 in the ring: this tile's, the next one's being
- * loaded, the one after's being looked up). */
-template <int DT, int D, bool RG = false> struct fa2_shape {
+/* k_attn_prefill_tc's shared memory: the float16 K and V tiles, Q (D =
+ * 256), the raw staging tile (float32 and bfloat16 caches), the key
+ * offsets and bad flags of this tile and the next. */
+template <int DT, int D> struct fa2_shape {
     static constexpr int BK = D >= 256 ? 32 : 64; /* key positions a tile */
     static constexpr int LDH = D + 8;             /* float16 row stride of Q, K, V */
     static constexpr bool QREG = D <= 128;        /* Q fragments in registers */
     static constexpr int ESZ = DT == MR_KV_F32 ? 4 : 2;
-    static constexpr bool RING = RG && DT == MR_KV_F16 && QREG;
     static constexpr int TILE = BK * LDH * 2;     /* bytes of a float16 K or V tile */
-    static constexpr int TILES = RING ? 4 : 2, OB = RING ? 3 : 2;
     static constexpr int QB = QREG ? 0 : FA_Q * LDH * 2;
     static constexpr int STAGE = DT == MR_KV_F16 ? 0 : BK * D * ESZ;
-    static constexpr size_t bytes = (size_t)TILES * TILE + QB + STAGE + OB * BK * 8 + OB * BK * 4 + 16;
+    static constexpr size_t bytes = (size_t)2 * TILE + QB + STAGE + 2 * BK * 8 + 2 * BK * 4 + 16;
     static_assert(!QREG || BK >= FA_Q, "Q is staged in the V tile");
     static_assert(bytes <= 99 * 1024, "sm_89 and sm_120 give a block 99 KiB");
 };
@@ -133,7 +129,7 @@ __device__ __forceinline__ void fa_key_slot(const int32_t *table, int p, int P, 
  * 8 + 2c; B (16 x 8) b0 = rows 2c, 2c+1 of column g, b1 = rows 8 + 2c;
  * C (16 x 8) c0, c1 = row g, columns 2c, 2c+1; c2, c3 = row g+8.  A lane
  * owns query rows g and g+8 of its warp's 16 (the "a" and "b" rows). */
-template <int DT, int D, bool RG>
+template <int DT, int D>
 __global__ void __launch_bounds__(FA_WARPS * 32, D >= 256 ? 1 : FA_BLOCKS_SM)
 k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const float *q,
                   const int32_t *pos, int n, int n_heads, int n_kv_heads, int bt, int n_blocks,
@@ -141,7 +137,7 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
-    typedef fa2_shape<DT, D, RG> S;
+    typedef fa2_shape<DT, D> S;
     constexpr int BK = S::BK, LDH = S::LDH, ESZ = S::ESZ, NT = BK / 8, KS = D / 16;
     constexpr int CPR = D * ESZ / 16; /* 16-byte chunks a stored K/V row */
     constexpr bool F16 = DT == MR_KV_F16;
@@ -151,14 +147,13 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
     constexpr int LUL = D >= 256 ? 1 : 2, KSU = D >= 256 ? 8 : KS;
     extern __shared__ __align__(128) unsigned char fa_smem[];
     const uint32_t sK = (uint32_t)__cvta_generic_to_shared(fa_smem), sV = sK + S::TILE;
-    /* the ring's second K and V tiles follow the first two */
-    const uint32_t sQ = S::QREG ? sV : sV + S::TILE, sStage = sK + S::TILES * S::TILE + S::QB;
+    const uint32_t sQ = S::QREG ? sV : sV + S::TILE, sStage = sV + S::TILE + S::QB;
     __half *Kh = (__half *)fa_smem, *Vh = (__half *)(fa_smem + S::TILE);
     __half *Qs = (__half *)(fa_smem + (sQ - sK));
     const unsigned char *stage = fa_smem + (sStage - sK);
-    long long *kofs = (long long *)(fa_smem + S::TILES * S::TILE + S::QB + S::STAGE); /* [OB][BK]; -1: none */
-    int *kbad = (int *)(kofs + S::OB * BK);                                          /* [OB][BK] */
-    int &pmax = kbad[S::OB * BK]; /* the block's last visible position */
+    long long *kofs = (long long *)(fa_smem + 2 * S::TILE + S::QB + S::STAGE); /* [2][BK]; -1: none */
+    int *kbad = (int *)(kofs + 2 * BK);                                       /* [2][BK] */
+    int &pmax = kbad[2 * BK];                                                 /* the block's last visible position */
 
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, qd = lane & 3;
     /* grid (head, worker, tile from the last): blocks start in that order,
@@ -253,45 +248,24 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
     /* the tile after the one at p (this worker's next slice past a slice's end) */
     auto next = [&](int p) { return p + ((p + BK) % SL ? BK : (PF_WORKERS - 1) * SL + BK); };
     int p0 = z * SL;
-    /* RING (a float16 cache, D <= 128): tile i's K and V in buffers i % 2,
-     * its offsets in i % 3; at the top of tile i the loads of tile i + 1
-     * go out and the offsets of tile i + 2 are looked up, so a load has a
-     * whole tile's products to land, and one barrier a tile.  Else K and V
-     * take one buffer each: V of a tile loads during its S, K of the next
-     * during its P V. */
-    int oc = 0, on = 1, onn = 2; /* offset buffers of tiles i, i + 1, i + 2 (RING) */
+    /* K and V take one buffer each: V of a tile loads during its S, K of
+     * the next during its P V */
     if (p0 < P) {
         offsets(0, p0);
         __syncthreads();
-        if constexpr (S::RING) {
-            load(sK, Kb, 0);
-            load(sV, Vb, 0);
-            if (next(p0) < P) offsets(1, next(p0));
-        } else {
-            load(F16 ? sK : sStage, Kb, 0);
-        }
+        load(F16 ? sK : sStage, Kb, 0);
     }
     for (int it = 0; p0 < P; it++) {
         const int b = it & 1;
         const int pn = next(p0);
         asm volatile("cp.async.wait_group 0;" ::: "memory");
-        __syncthreads(); /* K (RING: and V) landed; the previous tile's P V is done with its V (and Q's staging copy) */
-        /* this tile's K and V: the ring's second pair 2 tiles on */
-        const uint32_t boff = S::RING ? b * 2 * S::TILE : 0;
-        if constexpr (S::RING) {
-            if (pn < P) {
-                load(sK + (b ^ 1) * 2 * S::TILE, Kb, on);
-                load(sV + (b ^ 1) * 2 * S::TILE, Vb, on);
-                if (next(pn) < P) offsets(onn, next(pn));
-            }
-        } else {
-            if constexpr (!F16) {
-                convert(Kh);
-                __syncthreads();
-            }
-            load(F16 ? sV : sStage, Vb, b);
-            if (pn < P) offsets(b ^ 1, pn);
+        __syncthreads(); /* K landed; the previous P V is done with V (and Q's staging copy) */
+        if constexpr (!F16) {
+            convert(Kh);
+            __syncthreads();
         }
+        load(F16 ? sV : sStage, Vb, b);
+        if (pn < P) offsets(b ^ 1, pn);
 
         /* S = Q K^T, this warp's 16 rows x BK keys */
         float s[NT][4];
@@ -308,14 +282,14 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
 #pragma unroll
             for (int np = 0; np < NT / 2; np++) {
                 uint32_t b0, b1, b2, b3;
-                mr_ldsm4(boff + kaddr + (np * 16 * LDH + ks * 16) * 2, b0, b1, b2, b3);
+                mr_ldsm4(kaddr + (np * 16 * LDH + ks * 16) * 2, b0, b1, b2, b3);
                 mr_mma16816(s[2 * np], a, b0, b1);
                 mr_mma16816(s[2 * np + 1], a, b2, b3);
             }
         }
 
         /* online softmax: s[nt][e] is key nt * 8 + 2 qd + (e & 1) of row a (e < 2) or b */
-        const int *kb = kbad + (S::RING ? oc : b) * BK;
+        const int *kb = kbad + b * BK;
         float mta = -INFINITY, mtb = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
@@ -361,15 +335,13 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
         la = la * ca + lsa;
         lb = lb * cb + lsb;
 
-        if constexpr (!S::RING) {
-            asm volatile("cp.async.wait_group 0;" ::: "memory");
-            __syncthreads(); /* V landed; every warp is done with K; the next offsets are written */
-            if constexpr (!F16) {
-                convert(Vh);
-                __syncthreads();
-            }
-            if (pn < P) load(F16 ? sK : sStage, Kb, b ^ 1);
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        __syncthreads(); /* V landed; every warp is done with K; the next offsets are written */
+        if constexpr (!F16) {
+            convert(Vh);
+            __syncthreads();
         }
+        if (pn < P) load(F16 ? sK : sStage, Kb, b ^ 1);
 
         /* O = O * corr + P V */
 #pragma unroll
@@ -384,15 +356,11 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t b0, b1, b2, b3;
-                mr_ldsm4t(boff + vaddr + (kk * 16 * LDH + dp * 16) * 2, b0, b1, b2, b3);
+                mr_ldsm4t(vaddr + (kk * 16 * LDH + dp * 16) * 2, b0, b1, b2, b3);
                 mr_mma16816(o[2 * dp], pf[kk], b0, b1);
                 mr_mma16816(o[2 * dp + 1], pf[kk], b2, b3);
             }
         p0 = pn;
-        const int o3 = oc; /* the offset ring turns */
-        oc = on;
-        on = onn;
-        onn = o3;
     }
 
     /* no visible position (or a bad block id) gives NaN, never a silent zero;
@@ -686,8 +654,6 @@ k_attn_prefill_wmma(const void *K, const void *V, const int32_t *table, const fl
     X(MR_KV_F32, 64) X(MR_KV_F32, 128) X(MR_KV_F32, 256)                         \
     X(MR_KV_F16, 64) X(MR_KV_F16, 128) X(MR_KV_F16, 256)                         \
     X(MR_KV_BF16, 64) X(MR_KV_BF16, 128) X(MR_KV_BF16, 256)
-/* the ring forms (fa2_shape RING) */
-#define FA_EACH_RING(X) X(MR_KV_F16, 64) X(MR_KV_F16, 128)
 
 /* At backend creation: MEMRA_CUDA_ATTN "tc" (the default, measured 5.7-6.8x
  * the float32 kernel on an H200, docs/PERFORMANCE.md) or "f32"; unset, the
@@ -700,12 +666,7 @@ k_attn_prefill_wmma(const void *K, const void *V, const int32_t *table, const fl
  * (cu_attn.cu ag_split_tc); unset: N = 0, every row; =off: the float kernel;
  * where every row takes them, MEMRA_CUDA_ATTN_DEC_TC_G8=1 gives a block 8
  * query heads of a K/V head (faster deep in a context, slower near its
- * start: docs/PERFORMANCE.md runs 210-211).  MEMRA_CUDA_FA_RING=1: the
- * float16 cache's ring form (fa2_shape RING, 70 KiB a block) where an SM
- * holds FA_BLOCKS_SM of them (sm_90's 228 KiB; sm_89 and sm_120 have 100
- * KiB and keep the two-tile form); run 209 measured it slower than the
- * two-tile form (a 2,048-token prompt 22,590 against 23,080 tok/s; 16 bytes
- * spilled), so off by default.  The kernels need more than the default 48
+ * start: docs/PERFORMANCE.md runs 210-211).  The kernels need more than the default 48
  * KiB of dynamic shared memory; the limit is raised here once, outside any
  * graph capture, and only when they may run. */
 void mr_cu_attn_init(mr_cu_ctx *c)
@@ -745,29 +706,16 @@ void mr_cu_attn_init(mr_cu_ctx *c)
     c->attn_wmma = fa && !strcmp(fa, "wmma");
     if (c->attn_tc_from == INT_MAX)
         return;
-    const char *rg = getenv("MEMRA_CUDA_FA_RING");
-    int smem_sm = 0;
-    MR_CU_TRY(c, cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, c->device));
-    /* the driver keeps 1 KiB of an SM's shared memory a block */
-    c->attn_ring = rg && !strcmp(rg, "1") && !c->attn_wmma &&
-                   smem_sm >= FA_BLOCKS_SM * ((int)fa2_shape<MR_KV_F16, 128, true>::bytes + 1024);
 #define X(DT, DD)                                                                                   \
     if (c->attn_wmma)                                                                               \
         MR_CU_TRY(c, cudaFuncSetAttribute(k_attn_prefill_wmma<DT, DD>,                              \
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,              \
                                           (int)fa_wshape<DD>::bytes));                              \
     else                                                                                            \
-        MR_CU_TRY(c, cudaFuncSetAttribute(k_attn_prefill_tc<DT, DD, false>,                         \
+        MR_CU_TRY(c, cudaFuncSetAttribute(k_attn_prefill_tc<DT, DD>,                                \
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,              \
                                           (int)fa2_shape<DT, DD>::bytes));
     FA_EACH(X)
-#undef X
-#define X(DT, DD)                                                                                   \
-    if (c->attn_ring)                                                                               \
-        MR_CU_TRY(c, cudaFuncSetAttribute(k_attn_prefill_tc<DT, DD, true>,                          \
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,              \
-                                          (int)fa2_shape<DT, DD, true>::bytes));
-    FA_EACH_RING(X)
 #undef X
 }
 
@@ -788,23 +736,10 @@ void mr_cu_attn_prefill_tc(mr_cu_ctx *c, const mr_kv_cache *kv, int layer,
                      kv->k[layer], kv->v[layer], block_table, q + qo, pos + r0, nr, n_heads,          \
                      kv->n_kv_heads, kv->block_tokens, kv->n_blocks, qscale, out + qo, part);         \
     else if (kv->dtype == DT && D == DD)                                                            \
-        mr_cu_launch(c, k_attn_prefill_tc<DT, DD, false>, grid, FA_WARPS * 32, fa2_shape<DT, DD>::bytes, \
+        mr_cu_launch(c, k_attn_prefill_tc<DT, DD>, grid, FA_WARPS * 32, fa2_shape<DT, DD>::bytes,     \
                      kv->k[layer], kv->v[layer], block_table, q + qo, pos + r0, nr, n_heads,          \
                      kv->n_kv_heads, kv->block_tokens, kv->n_blocks, qscale, out + qo, part);
-        bool ring = false;
-#define XR(DT, DD)                                                                                  \
-    if (kv->dtype == DT && D == DD && c->attn_ring) {                                               \
-        mr_cu_launch(c, k_attn_prefill_tc<DT, DD, true>, grid, FA_WARPS * 32,                       \
-                     fa2_shape<DT, DD, true>::bytes, kv->k[layer], kv->v[layer], block_table, q + qo, \
-                     pos + r0, nr, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks, qscale,   \
-                     out + qo, part);                                                               \
-        ring = true;                                                                                \
-    }
-        FA_EACH_RING(XR)
-        if (!ring) {
-            FA_EACH(X)
-        }
-#undef XR
+        FA_EACH(X)
 #undef X
         MR_CU_LAUNCHED(c, "attention prefill (tensor cores)");
     });
