@@ -673,18 +673,14 @@ __device__ __forceinline__ void ag_split_tc(const void *K, const void *V, const 
     }
     bool bad = false;
     /* lane r < BK: the cache row of position p0 + r (-1: past the run, or a
-     * block id out of range, which *bd flags) */
+     * block id out of range, which bad flags) */
     auto rows = [&](int p0) {
-        int row = -1;
-        const int p = p0 + lane;
-        if (lane < BK && p < w1) {
-            const int blk = table[p / bt];
-            if (blk >= 0 && blk < n_blocks)
-                row = blk * bt + p % bt;
-            else
-                bad = true;
-        }
-        return row;
+        long long row = -1;
+        int b = 0;
+        if (lane < BK)
+            mr_kv_slot(table, p0 + lane, w1, bt, n_blocks, 0, 1, &row, &b);
+        bad |= b != 0;
+        return (int)row;
     };
     /* a tile's K or V rows (lane r's row for tile row r) into dst; zeros
      * where there is none */

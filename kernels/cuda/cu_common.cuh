@@ -304,6 +304,27 @@ __device__ __forceinline__ void mr_kv_put(void *base, int64_t o, float v)
     else ((__nv_bfloat16 *)base)[o] = __float2bfloat16_rn(v);
 }
 
+/* Where position p of a sequence lies in a paged K/V cache (block table
+ * table, bt positions a block): *ofs the element offset of its row's head
+ * (kv_off, that head's offset inside a row of kvdim; kvdim 1 and kv_off 0
+ * give the row), -1 when p is at or past P (not to be read) or its block
+ * id is out of range, which *bad flags (the rows that see it become NaN). */
+__device__ __forceinline__ void mr_kv_slot(const int32_t *table, int p, int P, int bt, int n_blocks,
+                                           long long kv_off, int kvdim, long long *ofs, int *bad)
+{
+    long long o = -1;
+    int b = 0;
+    if (p < P) {
+        const int blk = table[p / bt];
+        if (blk >= 0 && blk < n_blocks)
+            o = ((long long)blk * bt + p % bt) * kvdim + kv_off;
+        else
+            b = 1;
+    }
+    *ofs = o;
+    *bad = b;
+}
+
 /* Kernel entry points shared between files (host side launchers). */
 void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, int n);
 void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_slots,

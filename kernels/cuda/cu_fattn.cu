@@ -103,27 +103,6 @@ template <int DT, int D> struct fa2_shape {
     static_assert(bytes <= 99 * 1024, "sm_89 and sm_120 give a block 99 KiB");
 };
 
-/* Where key position p of the tile lies in the cache: *ofs the element
- * offset of its row's head (kv_off, that head's offset inside a row of
- * kvdim), -1 when p is past the block's last visible position P (not
- * loaded) or its block id is out of range, which *bad flags (the rows that
- * see it become NaN). */
-__device__ __forceinline__ void fa_key_slot(const int32_t *table, int p, int P, int bt, int n_blocks,
-                                            long long kv_off, int kvdim, long long *ofs, int *bad)
-{
-    long long o = -1;
-    int b = 0;
-    if (p < P) {
-        const int blk = table[p / bt];
-        if (blk >= 0 && blk < n_blocks)
-            o = ((long long)blk * bt + p % bt) * kvdim + kv_off;
-        else
-            b = 1;
-    }
-    *ofs = o;
-    *bad = b;
-}
-
 /* Fragments (m16n8k16, g = lane / 4, c = lane % 4): A (16 x 16, row-major)
  * a0 = row g, columns 2c, 2c+1; a1 = row g+8; a2, a3 = the same at columns
  * 8 + 2c; B (16 x 8) b0 = rows 2c, 2c+1 of column g, b1 = rows 8 + 2c;
@@ -199,7 +178,7 @@ k_attn_prefill_tc(const void *K, const void *V, const int32_t *table, const floa
     /* offsets and bad flags of the tile at p0 into buffer bf */
     auto offsets = [&](int bf, int p0) {
         if (tid < BK)
-            fa_key_slot(table, p0 + tid, P, bt, n_blocks, (long long)kvh * D, kvdim, &kofs[bf * BK + tid],
+            mr_kv_slot(table, p0 + tid, P, bt, n_blocks, (long long)kvh * D, kvdim, &kofs[bf * BK + tid],
                         &kbad[bf * BK + tid]);
     };
     /* the rows of K or V (base) of buffer bf's tile: a float16 cache into its
@@ -520,7 +499,7 @@ k_attn_prefill_wmma(const void *K, const void *V, const int32_t *table, const fl
         return; /* no key of this worker is visible to the block's queries: no record is read */
     for (int p0 = z * SL; p0 < P; p0 += (p0 + BK) % SL ? BK : (PF_WORKERS - 1) * SL + BK) {
         if (tid < BK)
-            fa_key_slot(table, p0 + tid, P, bt, n_blocks, (long long)kvh * D, kvdim, &kofs[tid], &kbad[tid]);
+            mr_kv_slot(table, p0 + tid, P, bt, n_blocks, (long long)kvh * D, kvdim, &kofs[tid], &kbad[tid]);
         __syncthreads();
         for (int i = tid; i < BK * (D / EPC); i += FA_WARPS * 32) {
             const int j = i / (D / EPC), c = (i % (D / EPC)) * EPC;
