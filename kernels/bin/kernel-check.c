@@ -234,6 +234,12 @@ static int floats_nan(const float *a, size_t n)
     return k;
 }
 
+/* A cache type as the lines name it. */
+static const char *kv_dt_name(mr_kv_dtype dt)
+{
+    return dt == MR_KV_F32 ? "f32" : dt == MR_KV_F16 ? "f16" : "bf16";
+}
+
 /* 0 .. n - 1 in a random order (a KV cache's block table). */
 static int32_t *shuffled_table(int n)
 {
@@ -1735,7 +1741,7 @@ static void check_attention_prompt_chunks(mr_backend *be, const char *op, int he
         float *cut = prompt_attention_out(be, heads, kvh, hd, P, dt, K, V, q, cs[i]);
         char shape[96];
         snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d calls of %d vs one",
-                 dt == MR_KV_F32 ? "f32" : dt == MR_KV_F16 ? "f16" : "bf16", heads, kvh, hd, P, cs[i]);
+                 kv_dt_name(dt), heads, kvh, hd, P, cs[i]);
         report(op, shape, (double)floats_differ(cut, one, qn), floats_nan(cut, qn), 0.0);
         free(cut);
     }
@@ -2056,7 +2062,7 @@ static void check_attention_on(mr_backend *be, const char *op, double bound, int
         }
     }
     char shape[64];
-    snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d n=%d", dt == MR_KV_F32 ? "f32" : dt == MR_KV_F16 ? "f16" : "bf16",
+    snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d n=%d", kv_dt_name(dt),
              heads, kvh, hd, P, n);
     report_rel(op, shape, out, ref, on, bound);
     if (cpu && dt == MR_KV_F32 && be == gpu) {
@@ -2134,7 +2140,7 @@ static void check_attn_pair(const char *op, mr_backend *be0, mr_backend *be1, in
     int nan;
     const size_t diff = attn_pair_diff(be0, be1, heads, kvh, hd, P, n, dt, &nan);
     char shape[64];
-    snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d n=%d", dt == MR_KV_F32 ? "f32" : dt == MR_KV_F16 ? "f16" : "bf16",
+    snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d n=%d", kv_dt_name(dt),
              heads, kvh, hd, P, n);
     report(op, shape, (double)diff, nan, 0.0);
 }
@@ -2214,10 +2220,9 @@ static void check_attn_alone(const char *op, mr_backend *be, int heads, int kvh,
         attn_decode_run(be, heads, kvh, hd, P - n + t + 1, 1, dt, K, V, q + (size_t)t * qd, table, nblk,
                         o1 + (size_t)t * qd);
     const size_t diff = floats_differ(o, o1, qn);
-    int nan = 0;
-    for (size_t i = 0; i < qn; i++) nan += isnan(o[i]);
+    const int nan = floats_nan(o, qn);
     char shape[64];
-    snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d n=%d", dt == MR_KV_F32 ? "f32" : dt == MR_KV_F16 ? "f16" : "bf16",
+    snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d n=%d", kv_dt_name(dt),
              heads, kvh, hd, P, n);
     report(op, shape, (double)diff, nan, 0.0);
     free(table); free(K); free(V); free(q); free(o); free(o1);
@@ -2375,7 +2380,7 @@ static void check_attention_bad(mr_backend *be, const char *op, int hd, mr_kv_dt
             wrong += sees ? nan != hd : nan != 0;
         }
     char shape[64];
-    snprintf(shape, sizeof shape, "bad block id, %s h=%d/%d d=%d P=%d n=%d", dt == MR_KV_F32 ? "f32" : "f16", heads,
+    snprintf(shape, sizeof shape, "bad block id, %s h=%d/%d d=%d P=%d n=%d", kv_dt_name(dt), heads,
              kvh, hd, P, n);
     report(op, shape, (double)wrong, 0, 0.0);
     be->free(be, dtab); be->free(be, dpos); be->free(be, dK); be->free(be, dV);
@@ -2455,7 +2460,7 @@ static void check_attention_multi(int heads, int kvh, int hd, mr_kv_dtype dt)
     memmove(out + qd, out + 2 * qd, (size_t)(nq - 2) * qd * 4);
     memmove(ref + qd, ref + 2 * qd, (size_t)(nq - 2) * qd * 4);
     char shape[64];
-    snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=37,130,5", dt == MR_KV_F32 ? "f32" : dt == MR_KV_F16 ? "f16" : "bf16",
+    snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=37,130,5", kv_dt_name(dt),
              heads, kvh, hd);
     report_f("attention_multi", shape, out, ref, (size_t)(nq - 1) * qd, 1e-5);
     report("attention_multi", "skipped row left as it was", untouched ? 0.0 : 1.0, 0, 0.0);
@@ -4513,7 +4518,7 @@ static void check_attention_mix_rows(int heads, int kvh, int hd, int P, mr_kv_dt
         nan += isnan(mix[e]);
     }
     char shape[96];
-    const char *dn = dt == MR_KV_F32 ? "f32" : dt == MR_KV_F16 ? "f16" : "bf16";
+    const char *dn = kv_dt_name(dt);
     snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d rows < %d vs float32", dn, heads, kvh, hd, P, MIX_FROM);
     report("attention-mix-rows", shape, (double)d_lo, nan, 0.0);
     snprintf(shape, sizeof shape, "%s h=%d/%d d=%d P=%d rows >= %d vs tensor cores", dn, heads, kvh, hd, P, MIX_FROM);
