@@ -553,6 +553,97 @@ static void bench_attn_shape(mr_backend *be[2], const char *const label[2], int 
     free(h); free(h16); free(tab); free(pos);
 }
 
+/* Decode steps of several streams (attention_multi, one row a stream),
+ * as the scheduler's batches are: stream i has shared + own + i positions,
+ * its first shared positions in blocks every stream's table names (the
+ * prefix cache's blocks), the rest in blocks of its own.  The shared-prefix
+ * serving shape is 16 streams of 4,096 + ~800; shared 0 is a batch of
+ * unrelated prompts. */
+typedef struct {
+    mr_backend *be;
+    mr_kv_cache *kv;
+    int32_t **tables, *pos;
+    float *q, *out;
+    int n, heads;
+    float scale;
+} att_multi_arg;
+
+static void run_att_multi(void *p)
+{
+    att_multi_arg *a = p;
+    a->be->attention_multi(a->be, a->kv, 0, (const int32_t *const *)a->tables, a->q, a->pos, a->n, a->heads,
+                           a->scale, a->out);
+}
+
+static void bench_attn_streams(mr_backend *be[2], const char *const label[2], int heads, int kvh, int D,
+                               int shared, int own, int ns, int iters)
+{
+    mr_err err;
+    const int bt = 16, sb = shared / bt; /* shared is a whole number of blocks */
+    const int per = (shared + own + ns + bt - 1) / bt; /* a stream's table */
+    const int nblk = sb + ns * (per - sb), kvdim = kvh * D;
+    const size_t kvn = (size_t)nblk * bt * kvdim, qn = (size_t)ns * heads * D;
+    float *h = malloc(qn * 4);
+    uint16_t *h16 = malloc(kvn * 2);
+    int32_t *tab = malloc((size_t)ns * per * 4), *pos = malloc((size_t)ns * 4);
+    if (!h || !h16 || !tab || !pos) {
+        fprintf(stderr, "bench attention: host memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < kvn; i++) h16[i] = mr_f32_to_f16((float)((int)(rnd() % 2001) - 1000) / 1000.0f);
+    for (size_t i = 0; i < qn; i++) h[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
+    double kv_bytes = 0; /* what the rows see, shared blocks counted once */
+    for (int t = 0; t < ns; t++) {
+        pos[t] = shared + own + t;
+        for (int b = 0; b < per; b++) tab[t * per + b] = b < sb ? b : sb + t * (per - sb) + (b - sb);
+        kv_bytes += 2.0 * 2 * (double)(pos[t] + 1 - shared) * kvdim;
+    }
+    kv_bytes += 2.0 * 2 * (double)shared * kvdim;
+    double t2[2] = {0, 0};
+    for (int b = 0; b < 2; b++) {
+        mr_kv_cache kv = {.n_layers = 1, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh,
+                          .head_dim = D, .dtype = MR_KV_F16};
+        if (be[b]->kv_create(be[b], &kv, &err)) {
+            printf("attn     skipped streams=%d h=%d/%d D=%d: %s\n", ns, heads, kvh, D, err.msg);
+            break;
+        }
+        int32_t *dt = be[b]->alloc(be[b], (size_t)ns * per * 4), *dp = be[b]->alloc(be[b], (size_t)ns * 4);
+        int32_t **dtabs = be[b]->alloc(be[b], (size_t)ns * sizeof(int32_t *));
+        int32_t **htabs = malloc((size_t)ns * sizeof(int32_t *));
+        float *dq = be[b]->alloc(be[b], qn * 4), *dout = be[b]->alloc(be[b], qn * 4);
+        if (!htabs || !dt || !dp || !dtabs || !dq || !dout) {
+            fprintf(stderr, "bench attention: device memory\n");
+            exit(1);
+        }
+        for (int t = 0; t < ns; t++) htabs[t] = dt + (size_t)t * per;
+        if (be[b]->upload(be[b], kv.k[0], h16, kvn * 2, &err) || be[b]->upload(be[b], kv.v[0], h16, kvn * 2, &err) ||
+            be[b]->upload(be[b], dt, tab, (size_t)ns * per * 4, &err) ||
+            be[b]->upload(be[b], dtabs, htabs, (size_t)ns * sizeof(int32_t *), &err) ||
+            be[b]->upload(be[b], dp, pos, (size_t)ns * 4, &err) || be[b]->upload(be[b], dq, h, qn * 4, &err)) {
+            fprintf(stderr, "bench attention: upload: %s\n", err.msg);
+            exit(1);
+        }
+        att_multi_arg a = {be[b], &kv, dtabs, dp, dq, dout, ns, heads, 1.0f / sqrtf((float)D)};
+        double r[3];
+        for (int i = 0; i < 3; i++) r[i] = mr_cuda_time(be[b], run_att_multi, &a, 1, iters);
+        if (be[b]->sync(be[b], &err)) {
+            fprintf(stderr, "bench attention: %s\n", err.msg);
+            exit(1);
+        }
+        t2[b] = median3(r);
+        printf("attn-%-4s streams=%d h=%d/%d D=%d f16 shared=%-5d own=%-5d %10.1f us %7.1f GB/s of K/V\n", label[b],
+               ns, heads, kvh, D, shared, own, t2[b] * 1e6, kv_bytes / t2[b] / 1e9);
+        be[b]->free(be[b], dt); be[b]->free(be[b], dp); be[b]->free(be[b], dtabs); be[b]->free(be[b], dq);
+        be[b]->free(be[b], dout);
+        be[b]->kv_destroy(be[b], &kv);
+        free(htabs);
+    }
+    if (t2[0] > 0 && t2[1] > 0)
+        printf("attn     streams=%d h=%d/%d D=%d shared=%d own=%d: %s %.2fx %s\n", ns, heads, kvh, D, shared, own,
+               label[1], t2[0] / t2[1], label[0]);
+    free(h); free(h16); free(tab); free(pos);
+}
+
 /* Qwen3-30B-A3B (32 heads over 4 KV heads, D 128): a 512-token prompt and
  * the last 256 tokens of a 4,860-token one; the 35B hybrid's attention
  * layers (16 over 2, D 256): 512 tokens from 0 and after 64 Ki; the deep
@@ -626,6 +717,11 @@ static int bench_attn_decode(int iters)
     };
     for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
         bench_attn_shape(be, lab, sh[i].heads, sh[i].kvh, sh[i].D, sh[i].start, sh[i].n, sh[i].dt, iters);
+    /* 16 streams: the shared-prefix serving shape (4,096 shared + ~770 of
+     * their own) and C = 16 with 512-token prompts (~530, nothing shared) */
+    bench_attn_streams(be, lab, 32, 4, 128, 4096, 768, 16, iters);
+    bench_attn_streams(be, lab, 32, 4, 128, 0, 533, 16, iters);
+    bench_attn_streams(be, lab, 32, 8, 128, 4096, 768, 16, iters);
     be[1]->destroy(be[1]);
     be[0]->destroy(be[0]);
     return 0;

@@ -2228,6 +2228,63 @@ static void check_attn_alone(const char *op, mr_backend *be, int heads, int kvh,
     free(table); free(K); free(V); free(q); free(o); free(o1);
 }
 
+/* The decode rows of ns streams in one attention_multi call on be0 and
+ * be1, bit for bit (op: the line's name): np prefixes of `shared`
+ * positions (whole blocks), prefix i % np named by the table of stream i,
+ * then own + 5 i positions of the stream's own (other slice counts, and
+ * with slices of whole multiples of 64 the same cuts for most), stream
+ * ns / 2 skipped (a NULL table); the float16 K/V rows written straight into
+ * the cache, the blocks in a shuffled order. */
+static void check_attn_streams(const char *op, mr_backend *be0, mr_backend *be1, int heads, int kvh, int hd,
+                               int shared, int own, int ns, int np)
+{
+    const int bt = 16, sb = shared / bt, kvdim = kvh * hd, qd = heads * hd, skip = ns / 2;
+    const int per = (shared + own + 5 * (ns - 1) + bt - 1) / bt; /* blocks a stream's table */
+    const int nblk = np * sb + ns * (per - sb);
+    const size_t kvn = (size_t)nblk * bt * kvdim, qn = (size_t)ns * qd;
+    int32_t *perm = shuffled_table(nblk), *tab = malloc((size_t)ns * per * 4), *pos = malloc((size_t)ns * 4);
+    uint16_t *h16 = malloc(kvn * 2);
+    float *q = malloc(qn * 4), *o[2] = {malloc(qn * 4), malloc(qn * 4)};
+    for (size_t i = 0; i < kvn; i++) h16[i] = mr_f32_to_f16(fgauss());
+    for (size_t i = 0; i < qn; i++) q[i] = fgauss() * 0.5f;
+    for (int t = 0; t < ns; t++) {
+        pos[t] = shared + own + 5 * t - 1;
+        for (int b = 0; b < per; b++)
+            tab[t * per + b] = perm[b < sb ? (t % np) * sb + b : np * sb + t * (per - sb) + (b - sb)];
+    }
+    mr_backend *be[2] = {be0, be1};
+    for (int k = 0; k < 2; k++) {
+        mr_kv_cache kv = {.n_layers = 1, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh,
+                          .head_dim = hd, .dtype = MR_KV_F16};
+        if (be[k]->kv_create(be[k], &kv, &err)) die("kv_create");
+        if (be[k]->upload(be[k], kv.k[0], h16, kvn * 2, &err) || be[k]->upload(be[k], kv.v[0], h16, kvn * 2, &err))
+            die("upload");
+        int32_t *dtab = dup_to(be[k], tab, (size_t)ns * per * 4), *dpos = dup_to(be[k], pos, (size_t)ns * 4);
+        const int32_t **htabs = malloc((size_t)ns * sizeof *htabs);
+        for (int t = 0; t < ns; t++) htabs[t] = t == skip ? NULL : dtab + (size_t)t * per;
+        const int32_t **dtabs = dup_to(be[k], htabs, (size_t)ns * sizeof *htabs);
+        float *dq = dup_to(be[k], q, qn * 4), *dout = dalloc(be[k], qn * 4);
+        poison(be[k], dout, qn * 4);
+        be[k]->attention_multi(be[k], &kv, 0, (const int32_t *const *)dtabs, dq, dpos, ns, heads,
+                               1.0f / sqrtf((float)hd), dout);
+        fetch(be[k], o[k], dout, qn * 4);
+        be[k]->free(be[k], dtab); be[k]->free(be[k], dpos); be[k]->free(be[k], (void *)dtabs);
+        be[k]->free(be[k], dq); be[k]->free(be[k], dout);
+        be[k]->kv_destroy(be[k], &kv);
+        free(htabs);
+    }
+    /* the skipped stream's rows are left as they were (poison, NaN) on both */
+    int untouched = 1;
+    for (int e = 0; e < qd; e++) untouched &= o[0][(size_t)skip * qd + e] != o[0][(size_t)skip * qd + e] &&
+                                              o[1][(size_t)skip * qd + e] != o[1][(size_t)skip * qd + e];
+    for (int e = 0; e < qd; e++) o[0][(size_t)skip * qd + e] = o[1][(size_t)skip * qd + e] = 0.0f;
+    const size_t diff = floats_differ(o[0], o[1], qn);
+    char shape[64];
+    snprintf(shape, sizeof shape, "f16 h=%d/%d d=%d %dx(%d/%d+%d)", heads, kvh, hd, ns, shared, np, own);
+    report(op, shape, (double)diff + (untouched ? 0.0 : 1.0), floats_nan(o[0], qn), 0.0);
+    free(perm); free(tab); free(pos); free(h16); free(q); free(o[0]); free(o[1]);
+}
+
 /* Decode attention on the tensor cores (MEMRA_CUDA_ATTN_DEC_TC: cu_attn.cu
  * ag_split_tc), float16 caches:
  *  - against float64 host math at the models' head shapes, contexts of one
@@ -2242,7 +2299,12 @@ static void check_attn_alone(const char *op, mr_backend *be, int heads, int kvh,
  *  - a bfloat16 cache and the float32 reference mode keep the float kernel
  *    (the same bits as without the switch);
  *  - the same for blocks of a whole group of 8 heads (..._G8), and a group
- *    of 4 untouched by it. */
+ *    of 4 untouched by it;
+ *  - decode rows of streams sharing prefixes (check_attn_streams), the
+ *    wave against the grid;
+ *  - the cut before the slices of whole multiples of 64 positions
+ *    (MEMRA_CUDA_ATTN_GRAN=0) the same ways, and that the switch reaches
+ *    the cut. */
 static void check_attn_dec_tc(void)
 {
     /* kernel-check's backends are made with MEMRA_CUDA_ATTN=f32, which
@@ -2302,8 +2364,45 @@ static void check_attn_dec_tc(void)
         check_attn_pair("dec-tc-g8-loop", g8, g8grid, 32, 4, 128, ls[i].P, ls[i].n, MR_KV_F16);
     check_attention_bad(g8, "attention-dec-tc-g8", 128, MR_KV_F16, 60, 1);
     check_attn_pair("dec-tc-g8-group4", g8, tc, 32, 8, 128, 1000, 3, MR_KV_F16); /* a group of 4: no change */
+    /* streams sharing one to three prefixes in one call (the slices of
+     * whole multiples of 64 cut most of them in the same places), none,
+     * 100 and 130 streams, a deep one; the wave against the grid */
+    mr_backend *off = backend_with2("MEMRA_CUDA_ATTN_DEC_TC", "0", "MEMRA_CUDA_ATTN_GRAN", "0");
+    setenv("MEMRA_CUDA_ATTN_GRAN", "0", 1);
+    mr_backend *offgrid = backend_with2("MEMRA_CUDA_ATTN_DEC_TC", "0", "MEMRA_CUDA_ATTN_LOOP", "0");
+    unsetenv("MEMRA_CUDA_ATTN_GRAN");
+    static const struct { int heads, kvh, hd, shared, own, ns, np; } ss[] = {
+        {32, 4, 128, 4096, 768, 16, 1}, {32, 4, 128, 4096, 768, 16, 2}, {32, 4, 128, 0, 533, 16, 1},
+        {32, 8, 128, 2048, 64, 16, 3},  {16, 2, 256, 4096, 300, 8, 2},  {6, 3, 64, 1024, 100, 12, 3},
+        {32, 4, 128, 1024, 50, 100, 2}, {32, 4, 128, 1024, 50, 130, 2}, {32, 4, 128, 8192, 1000, 16, 1},
+    };
+    for (size_t i = 0; i < sizeof ss / sizeof ss[0]; i++) {
+        const int h = ss[i].heads, k = ss[i].kvh, d = ss[i].hd, sh = ss[i].shared, ow = ss[i].own;
+        check_attn_streams("dec-tc-streams", tc, grid, h, k, d, sh, ow, ss[i].ns, ss[i].np);
+        check_attn_streams("dec-tc-streams-gran0", off, offgrid, h, k, d, sh, ow, ss[i].ns, ss[i].np);
+    }
+    check_attn_streams("dec-tc-g8-streams", g8, g8grid, 32, 4, 128, 4096, 768, 16, 2);
+    check_attn_streams("dec-tc-g8-streams", g8, g8grid, 16, 2, 256, 4096, 300, 8, 1);
     g8grid->destroy(g8grid);
     g8->destroy(g8);
+    /* the cut before (MEMRA_CUDA_ATTN_GRAN=0): float64 host math, alone,
+     * the wave against the grid, a bad block id */
+    static const struct { int heads, kvh, hd, P, n; } os[] = {
+        {32, 4, 128, 100, 5}, {32, 4, 128, 4900, 16}, {32, 4, 128, 20000, 1}, {32, 8, 128, 4000, 1},
+        {16, 2, 256, 5000, 4}, {6, 3, 64, 700, 3},
+    };
+    for (size_t i = 0; i < sizeof os / sizeof os[0]; i++)
+        check_attention_on(off, "attention-dec-tc-gran0", 2e-3, os[i].heads, os[i].kvh, os[i].hd, os[i].P, os[i].n,
+                           MR_KV_F16, false);
+    check_attn_alone("dec-tc-gran0-alone", off, 32, 4, 128, 4900, 16, MR_KV_F16);
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
+        check_attn_pair("dec-tc-gran0-loop", off, offgrid, 32, 4, 128, ls[i].P, ls[i].n, MR_KV_F16);
+    check_attention_bad(off, "attention-dec-tc-gran0", 128, MR_KV_F16, 60, 2);
+    /* the switch reaches the cut: at 4,900 positions over 49 slices (132
+     * SMs) 100 positions a slice become 128 */
+    check_attn_engaged("dec-tc-gran-engaged", off, tc, 32, 4, 128, 4900, 16, MR_KV_F16);
+    offgrid->destroy(offgrid);
+    off->destroy(off);
     check_attn_pair("dec-tc-bf16-off", tc, gpu, 32, 4, 128, 1000, 3, MR_KV_BF16);
     mr_backend *ref = backend_with2("MEMRA_CUDA_ATTN_DEC_TC", "0", "MEMRA_CUDA_GEMM", "f32");
     mr_backend *ref0 = backend_with("MEMRA_CUDA_GEMM", "f32");

@@ -117,12 +117,14 @@ static void cu_kv_store_multi(mr_backend *be, mr_kv_cache *kv, int layer,
 #define AG_SLICES 8      /* slices a context keeps before they grow past cut.lo */
 struct attn_cut {
     int lo, hi; /* lo <= hi (the launchers') */
+    int gran;   /* > 1: slices of a whole number of gran positions (attention_launch) */
 };
 __device__ __forceinline__ int attn_chunk(int P, int n_split, attn_cut cut)
 {
     const int c = (P + n_split - 1) / n_split;
     const int m = min(max((P + AG_SLICES - 1) / AG_SLICES, cut.lo), cut.hi);
-    return c > m ? c : m;
+    const int k = c > m ? c : m;
+    return cut.gran > 1 ? (k + cut.gran - 1) / cut.gran * cut.gran : k;
 }
 __device__ __forceinline__ int attn_used(int P, int n_split, attn_cut cut)
 {
@@ -163,7 +165,7 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
     const int kvh = h / (n_heads / n_kv_heads);
     const int kvdim = n_kv_heads * D;
     int w0, w1; /* this warp's run */
-    if (!attn_warp_run(pos[t] + 1, s, n_split, attn_cut{ATT_MIN_CHUNK, ATT_MIN_CHUNK}, ATT_WARPS, w, &w0, &w1))
+    if (!attn_warp_run(pos[t] + 1, s, n_split, attn_cut{ATT_MIN_CHUNK, ATT_MIN_CHUNK, 0}, ATT_WARPS, w, &w0, &w1))
         return;
 
     float qv[EPL], acc[EPL];
@@ -292,9 +294,9 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
 static attn_cut ag_cut(const mr_cu_ctx *c, int D, mr_kv_dtype dt)
 {
     if (c->attn_chunk > 0)
-        return attn_cut{c->attn_chunk, c->attn_chunk};
+        return attn_cut{c->attn_chunk, c->attn_chunk, 0};
     const int ppw = 32 / (D / 8), u = dt == MR_KV_F32 ? AG_U : 2 * AG_U, lo = AG_WARPS * ppw * u;
-    return attn_cut{lo, lo > AG_WIDE_CHUNK ? lo : AG_WIDE_CHUNK};
+    return attn_cut{lo, lo > AG_WIDE_CHUNK ? lo : AG_WIDE_CHUNK, 0};
 }
 
 /* The 8 elements kv_load8 reads, into L2 (no registers, no wait). */
@@ -1482,7 +1484,18 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
         return;
     float *part = (float *)c->scratch_attn.p;
     if (gb) {
-        const attn_cut mc = ag_cut(c, D, kv->dtype);
+        attn_cut mc = ag_cut(c, D, kv->dtype);
+        /* every row on the tensor cores: slices of whole multiples of a
+         * round of the block's warps' tiles (64 positions).  A warp walks
+         * the tiles it would anyway (ceil(ceil(chunk / 4) / 16)), so a
+         * slice costs the same while there are fewer of them: fewer items,
+         * records and merges, and tokens of one prefix whose contexts
+         * differ by less than ~64 x the slice count cut theirs in the same
+         * places.  Still a function of the context alone; other sums than
+         * the rule before (MEMRA_CUDA_ATTN_GRAN=0; an explicit
+         * MEMRA_CUDA_ATTN_CHUNK is taken as it is). */
+        if (c->attn_gran && c->attn_chunk == 0 && tcf == 0 && D >= 64)
+            mc.gran = AG_WARPS * AGT_BK;
         /* a decode batch of attn_loop tokens or more: one wave of blocks
          * taking the splits that hold positions (k_attn_gqa_loop) */
         const bool loop = c->attn_loop > 0 && n >= c->attn_loop && n <= AGL_MAX_TOK;
@@ -1548,7 +1561,7 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
 #undef BY_EPL
 #undef L
     MR_CU_LAUNCHED(c, "attention");
-    merge_launch(c, part, tables, pos, n_heads, n, n_split, attn_cut{ATT_MIN_CHUNK, ATT_MIN_CHUNK}, D, out);
+    merge_launch(c, part, tables, pos, n_heads, n, n_split, attn_cut{ATT_MIN_CHUNK, ATT_MIN_CHUNK, 0}, D, out);
 }
 
 static void cu_attention(mr_backend *be, const mr_kv_cache *kv, int layer,

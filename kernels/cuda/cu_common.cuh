@@ -120,6 +120,9 @@ struct mr_cu_ctx {
     int attn_loop;          /* and from this many tokens a call one wave of blocks taking the splits
                                that hold positions (k_attn_gqa_loop; the same bits; 2 by default,
                                MEMRA_CUDA_ATTN_LOOP=0: never) */
+    bool attn_gran;         /* where every decode row takes the tensor cores, slices of whole multiples
+                               of 64 positions (cu_attn.cu attention_launch; MEMRA_CUDA_ATTN_GRAN=0:
+                               the cut before, other sums) */
     int attn_dec_tc;        /* decode rows at this position or later on the tensor cores (cu_attn.cu
                                ag_split_tc; float16 caches, and not before attn_tc_from):
                                MEMRA_CUDA_ATTN_DEC_TC=N, 0 when unset; INT_MAX none (=off) */
