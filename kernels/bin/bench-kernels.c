@@ -183,19 +183,25 @@ static double median3(const double t[3])
     return a0 > a1 ? (a1 > a2 ? a1 : (a0 > a2 ? a2 : a0)) : (a0 > a2 ? a0 : (a1 > a2 ? a2 : a1));
 }
 
-/* Seconds a call of be's matmul on the set takes: the median of 3 timed
- * batches of iters calls, each after `warm` untimed ones; exits on an error. */
-static double mv_median(mv_set *m, mr_backend *be, const char *label, int warm, int iters)
+/* Seconds a call of fn(arg) on be takes: the median of 3 timed batches of
+ * iters calls, each after `warm` untimed ones; exits on an error. */
+static double call_median(mr_backend *be, void (*fn)(void *), void *arg, const char *label, int warm, int iters)
 {
     mr_err err;
-    mv_arg a = {be, m->w, m->nw, 0, m->n, m->x, m->y};
     double t[3];
-    for (int r = 0; r < 3; r++) t[r] = mr_cuda_time(be, run_mv, &a, warm, iters);
+    for (int r = 0; r < 3; r++) t[r] = mr_cuda_time(be, fn, arg, warm, iters);
     if (be->sync(be, &err)) {
         fprintf(stderr, "bench %s: %s\n", label, err.msg);
         exit(1);
     }
     return median3(t);
+}
+
+/* The same for be's matmul on the set. */
+static double mv_median(mv_set *m, mr_backend *be, const char *label, int warm, int iters)
+{
+    mv_arg a = {be, m->w, m->nw, 0, m->n, m->x, m->y};
+    return call_median(be, run_mv, &a, label, warm, iters);
 }
 
 /* Times be's matvec on the set's weights; prints one line. */
@@ -535,13 +541,7 @@ static void bench_attn_shape(mr_backend *be[2], const char *const label[2], int 
             exit(1);
         }
         att_arg a = {be[b], &kv, dt, dp, dq, dout, n, heads, 1.0f / sqrtf((float)D)};
-        double r[3];
-        for (int i = 0; i < 3; i++) r[i] = mr_cuda_time(be[b], run_att, &a, 1, iters);
-        if (be[b]->sync(be[b], &err)) {
-            fprintf(stderr, "bench attention: %s\n", err.msg);
-            exit(1);
-        }
-        t[b] = median3(r);
+        t[b] = call_median(be[b], run_att, &a, "attention", 1, iters);
         printf("attn-%-4s h=%d/%d D=%d %s start=%-6d n=%-4d %10.1f us %7.1f TFLOP/s %7.1f GB/s of K/V\n", label[b],
                heads, kvh, D, esz == 4 ? "f32" : dtype == MR_KV_F16 ? "f16" : "bf16", start, n, t[b] * 1e6,
                flop / t[b] / 1e12, 2.0 * (double)esz * ctx * kvdim / t[b] / 1e9);
@@ -624,13 +624,7 @@ static void bench_attn_streams(mr_backend *be[2], const char *const label[2], in
             exit(1);
         }
         att_multi_arg a = {be[b], &kv, dtabs, dp, dq, dout, ns, heads, 1.0f / sqrtf((float)D)};
-        double r[3];
-        for (int i = 0; i < 3; i++) r[i] = mr_cuda_time(be[b], run_att_multi, &a, 1, iters);
-        if (be[b]->sync(be[b], &err)) {
-            fprintf(stderr, "bench attention: %s\n", err.msg);
-            exit(1);
-        }
-        t2[b] = median3(r);
+        t2[b] = call_median(be[b], run_att_multi, &a, "attention", 1, iters);
         printf("attn-%-4s streams=%d h=%d/%d D=%d f16 shared=%-5d own=%-5d %10.1f us %7.1f GB/s of K/V\n", label[b],
                ns, heads, kvh, D, shared, own, t2[b] * 1e6, kv_bytes / t2[b] / 1e9);
         be[b]->free(be[b], dt); be[b]->free(be[b], dp); be[b]->free(be[b], dtabs); be[b]->free(be[b], dq);

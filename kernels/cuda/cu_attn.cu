@@ -117,14 +117,14 @@ static void cu_kv_store_multi(mr_backend *be, mr_kv_cache *kv, int layer,
 #define AG_SLICES 8      /* slices a context keeps before they grow past cut.lo */
 struct attn_cut {
     int lo, hi; /* lo <= hi (the launchers') */
-    int gran;   /* > 1: slices of a whole number of gran positions (attention_launch) */
+    int gran;   /* slices a whole number of gran positions, a power of two (1: any; attention_launch) */
 };
 __device__ __forceinline__ int attn_chunk(int P, int n_split, attn_cut cut)
 {
     const int c = (P + n_split - 1) / n_split;
     const int m = min(max((P + AG_SLICES - 1) / AG_SLICES, cut.lo), cut.hi);
     const int k = c > m ? c : m;
-    return cut.gran > 1 ? (k + cut.gran - 1) / cut.gran * cut.gran : k;
+    return (k + cut.gran - 1) & -cut.gran;
 }
 __device__ __forceinline__ int attn_used(int P, int n_split, attn_cut cut)
 {
@@ -165,7 +165,7 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
     const int kvh = h / (n_heads / n_kv_heads);
     const int kvdim = n_kv_heads * D;
     int w0, w1; /* this warp's run */
-    if (!attn_warp_run(pos[t] + 1, s, n_split, attn_cut{ATT_MIN_CHUNK, ATT_MIN_CHUNK, 0}, ATT_WARPS, w, &w0, &w1))
+    if (!attn_warp_run(pos[t] + 1, s, n_split, attn_cut{ATT_MIN_CHUNK, ATT_MIN_CHUNK, 1}, ATT_WARPS, w, &w0, &w1))
         return;
 
     float qv[EPL], acc[EPL];
@@ -294,9 +294,9 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
 static attn_cut ag_cut(const mr_cu_ctx *c, int D, mr_kv_dtype dt)
 {
     if (c->attn_chunk > 0)
-        return attn_cut{c->attn_chunk, c->attn_chunk, 0};
+        return attn_cut{c->attn_chunk, c->attn_chunk, 1};
     const int ppw = 32 / (D / 8), u = dt == MR_KV_F32 ? AG_U : 2 * AG_U, lo = AG_WARPS * ppw * u;
-    return attn_cut{lo, lo > AG_WIDE_CHUNK ? lo : AG_WIDE_CHUNK, 0};
+    return attn_cut{lo, lo > AG_WIDE_CHUNK ? lo : AG_WIDE_CHUNK, 1};
 }
 
 /* The 8 elements kv_load8 reads, into L2 (no registers, no wait). */
@@ -1494,6 +1494,7 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
          * places.  Still a function of the context alone; other sums than
          * the rule before (MEMRA_CUDA_ATTN_GRAN=0; an explicit
          * MEMRA_CUDA_ATTN_CHUNK is taken as it is). */
+        static_assert(((AG_WARPS * AGT_BK) & (AG_WARPS * AGT_BK - 1)) == 0, "attn_chunk rounds by a mask");
         if (c->attn_gran && c->attn_chunk == 0 && tcf == 0 && D >= 64)
             mc.gran = AG_WARPS * AGT_BK;
         /* a decode batch of attn_loop tokens or more: one wave of blocks
@@ -1561,7 +1562,7 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
 #undef BY_EPL
 #undef L
     MR_CU_LAUNCHED(c, "attention");
-    merge_launch(c, part, tables, pos, n_heads, n, n_split, attn_cut{ATT_MIN_CHUNK, ATT_MIN_CHUNK, 0}, D, out);
+    merge_launch(c, part, tables, pos, n_heads, n, n_split, attn_cut{ATT_MIN_CHUNK, ATT_MIN_CHUNK, 1}, D, out);
 }
 
 static void cu_attention(mr_backend *be, const mr_kv_cache *kv, int layer,
