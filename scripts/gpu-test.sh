@@ -45,6 +45,10 @@ if [ "${GPU_TEST_KERNELS:-1}" != 0 ]; then
     echo "== kernel-check xmm"
     "$BIN/kernel-check" "$(date +%s)" xmm > "$BUILD/kernel-check-xmm.log" 2>&1 || fail=1
     grep -v " ok$" "$BUILD/kernel-check-xmm.log" | tail -20
+    # and with several row tiles a warp (MEMRA_CUDA_XMM_TPW)
+    echo "== kernel-check xmmt"
+    "$BIN/kernel-check" "$(date +%s)" xmmt > "$BUILD/kernel-check-xmmt.log" 2>&1 || fail=1
+    grep -v " ok$" "$BUILD/kernel-check-xmmt.log" | tail -20
     # the prompt products of IQ4_XS on the int8 tensor cores (the default)
     echo "== kernel-check xmp"
     "$BIN/kernel-check" "$(date +%s)" xmp > "$BUILD/kernel-check-xmp.log" 2>&1 || fail=1

@@ -43,7 +43,8 @@
  * ranks against the warp kernel (part of "ops"), "tiles" only the
  * tensor-core tiles of decode batches against one token (part of "mm"),
  * "xmm" the Q4_K and Q6_K expert products on the tensor cores (the default; every
- * other part runs with MEMRA_CUDA_XMM=0, the 22-bit dp4a kernel), "xmp"
+ * other part runs with MEMRA_CUDA_XMM=0, the 22-bit dp4a kernel), "xmmt"
+ * those with several row tiles a warp (MEMRA_CUDA_XMM_TPW), "xmp"
  * the prompt products of IQ4_XS on the int8 tensor cores (the default;
  * every other part runs with MEMRA_CUDA_XMP=0, the float16 and f16x3
  * kernels); "xmd" the decode batches of dense Q4_K products on the int8
@@ -1297,6 +1298,43 @@ static void check_expert_rows(mr_backend *be, const char *label, const tdesc *td
 static void check_xmm_rows(mr_backend *be, const tdesc *td, int64_t cols, int64_t rows, int mats, int k, int n)
 {
     check_expert_rows(be, "xmm-rows", td, cols, rows, mats, k, n, ROUTE_RANDOM, 2e-5);
+}
+
+/* Several row tiles a warp (MEMRA_CUDA_XMM_TPW): each chain's batch
+ * against its tokens alone (one token keeps one tile a warp) bit for bit,
+ * and against float64.  3 leaves the last blocks' warps fewer tiles than
+ * the rest (and some none); 256 columns (the 1,024 x 256 down) are one
+ * step a tile, so the ring's first copies reach into the next tiles; auto
+ * takes several at 64 tokens of these shapes.  Rows that are not whole
+ * tiles keep one a warp.  Each setting must have launched the kernel. */
+static void check_xmm_tiles(void)
+{
+    const tdesc *t4 = td_of(MR_TYPE_Q4_K), *t6 = td_of(MR_TYPE_Q6_K), *ti = td_of(MR_TYPE_IQ4_XS);
+    static const char *const tpw[] = {"2", "3", "auto"};
+    for (int i = 0; i < 3; i++) {
+        mr_backend *mt = backend_with2("MEMRA_CUDA_XMM", "2", "MEMRA_CUDA_XMM_TPW", tpw[i]);
+        if (i < 2) {
+            for (int v = 0; v < 3; v++) { /* Q4_K; Q6_K down; Q6_K gate/up */
+                const tdesc *tg = v < 2 ? t4 : t6, *tdn = v ? t6 : t4;
+                check_xmm_chain(mt, tg, tdn, 2048, 768, 32, 8, 16, ROUTE_RANDOM);
+                check_xmm_chain(mt, tg, tdn, 2048, 768, 16, 8, 16, ROUTE_MIX);
+                check_xmm_chain(mt, tg, tdn, 1024, 256, 8, 2, 5, ROUTE_BAD);
+            }
+            check_xmm_rows(mt, t4, 1024, 264, 8, 2, 5);
+        }
+        check_xmm_chain(mt, t4, t6, 2048, 768, 32, 8, 64, ROUTE_RANDOM);
+        char sh[64];
+        snprintf(sh, sizeof sh, "MEMRA_CUDA_XMM_TPW=%s", tpw[i]);
+        report("xmm-tiles-ran", sh, mr_cu_xmm_tiles_launches(mt) > 0 ? 0.0 : 1.0, 0, 0.0);
+        mt->destroy(mt);
+    }
+    mr_backend *mi = backend_with2("MEMRA_CUDA_XMM", "iq4", "MEMRA_CUDA_XMM_TPW", "3");
+    check_xmm_chain(mi, ti, ti, 2048, 512, 32, 8, 16, ROUTE_RANDOM);
+    check_xmm_chain(mi, ti, ti, 2048, 512, 32, 8, 64, ROUTE_RANDOM);
+    check_xmm_chain(mi, ti, ti, 1024, 256, 8, 2, 5, ROUTE_BAD);
+    report("xmm-tiles-ran", "IQ4_XS MEMRA_CUDA_XMM_TPW=3", mr_cu_xmm_tiles_launches(mi) > 0 ? 0.0 : 1.0, 0, 0.0);
+    mi->destroy(mi);
+    setenv("MEMRA_CUDA_XMM", "0", 1); /* main's setting */
 }
 
 static void check_xmm_all(void)
@@ -4962,7 +5000,7 @@ int main(int argc, char **argv)
         {"pdl", check_pdl},              {"attn", check_attention_prompts}, {"wide", check_wide_rows},
         {"early", check_early_weights},  {"loop", check_wide_loop},  {"tail", check_moe_tail_all},  {"xmq", check_xm_quant_all}, {"merge", check_attn_merge},
         {"route", check_route_rank_all}, {"hybrid", check_part_hybrid}, {"tiles", check_x24_tiles},
-        {"xmm", check_xmm_all},          {"xmp", check_xmp_all}, {"xmd", check_xmd_all},
+        {"xmm", check_xmm_all},          {"xmmt", check_xmm_tiles}, {"xmp", check_xmp_all}, {"xmd", check_xmd_all},
         {"xmh", check_xmh_all},          {"dectc", check_attn_dec_tc},
     };
     size_t pi = 0;

@@ -448,6 +448,12 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
                                     : 3; /* iq4d, or a value it does not know: the default */
     const char *xi = getenv("MEMRA_CUDA_XMM_ITEMS");
     c->xmm_items = !(xi && !strcmp(xi, "0"));
+    /* row tiles a warp for those batches: auto (0) unless a count is set */
+    long long tpw = 0;
+    const char *xt = getenv("MEMRA_CUDA_XMM_TPW");
+    if (!(xt && !strcmp(xt, "auto")) &&
+        mr_cu_env_int(c, "MEMRA_CUDA_XMM_TPW", 1, 8, "auto or a tile count of 1 to 8", &tpw) >= 0)
+        c->xmm_tpw = (int)tpw;
     const char *xh = getenv("MEMRA_CUDA_XM_HALF");
     c->xm_half = !(xh && !strcmp(xh, "0"));
     const char *ew = getenv("MEMRA_CUDA_EARLY");

@@ -74,3 +74,8 @@ extern "C" int mr_cuda_pdl_mode(struct mr_backend *be)
     const mr_cu_ctx *c = mr_cu(be);
     return c->pdl ? 1 : 0;
 }
+
+extern "C" long mr_cu_xmm_tiles_launches(struct mr_backend *be)
+{
+    return mr_cu(be)->xmm_mt_launches;
+}

@@ -41,6 +41,10 @@ void mr_cu_profile_reset(struct mr_backend *be);
  * programmatic dependent launch (the default on sm_90+; every kernel waits
  * first). */
 int mr_cuda_pdl_mode(struct mr_backend *be);
+/* Launches so far of the decode batches' expert products with several row
+ * tiles a warp (cu_moemma.cu, MEMRA_CUDA_XMM_TPW): that a check reached
+ * them. */
+long mr_cu_xmm_tiles_launches(struct mr_backend *be);
 /* One op of a decode step as a phase of a persistent kernel against a
  * launch of a PDL chain (cu_persist.cu): per phase of `bytes` of weights,
  * bps blocks an SM, best of iters runs of `phases` phases, microseconds:

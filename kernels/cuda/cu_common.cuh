@@ -94,6 +94,9 @@ struct mr_cu_ctx {
     bool xmm_items;         /* its decode batches a block a chunk of two pairs, not a block an expert
                                (default; MEMRA_CUDA_XMM_ITEMS=0: a block an expert; the same bits;
                                run 171: 16-token gate/up -15%, 30B-A3B decode only C = 16 +2.6%) */
+    int xmm_tpw;            /* and their row tiles a warp: 0 auto from the launch's waves (default;
+                               cu_moemma.cu xmm_tpw), else MEMRA_CUDA_XMM_TPW=1..8 (the same bits) */
+    long xmm_mt_launches;   /* launches with several tiles a warp so far (kernel-check) */
     int xm_quarter;         /* and those of rows of at most 512 columns a row a quarter warp
                                (cu_moex24.cu xm_row_q; the same bits; MEMRA_CUDA_XM_QUARTER=0: whole
                                warps, 2: every row under 1,024 columns) */

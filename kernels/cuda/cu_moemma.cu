@@ -127,6 +127,7 @@ struct xmm_args {
     float *y0, *y1, *yo;
     size_t row_bytes, mat_bytes;
     int rows, cols, n_mats, k, x_slots;
+    int tpw; /* row tiles a warp (the MT kernel's; xmm_tpw) */
     const int32_t *ids;
     const int4 *items; /* a batch's chunks (the default): grid y their index; NULL: the slot */
 };
@@ -211,15 +212,17 @@ __device__ __forceinline__ void xmm_read(const uint8_t *slot, int ra, int rb, co
 __device__ __forceinline__ void xmm_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void xmm_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-/* A lane's share of copying step b of its warp's tile into the ring's slot
- * (16 rows of 144 bytes, 9 chunks of 16 a row: chunk lane + 32 u); src[u]
- * the chunk's row at step 0, dst[u] its place in a slot. */
-__device__ __forceinline__ void xmm_fetch(const uint8_t *const *src, const uint32_t *dst, uint32_t slot, int b)
+/* A lane's share of copying a step of its warp's tiles into the ring's
+ * slot (16 rows of 144 bytes, 9 chunks of 16 a row: chunk lane + 32 u);
+ * src[u] the chunk's row at the first tile's step 0, dst[u] its place in a
+ * slot, off the step's bytes past src (step b of tile t: t tile bytes +
+ * 144 b). */
+__device__ __forceinline__ void xmm_fetch(const uint8_t *const *src, const uint32_t *dst, uint32_t slot, size_t off)
 {
 #pragma unroll
     for (int u = 0; u < 5; u++)
         if (src[u])
-            mr_cp16(slot + dst[u], src[u] + (size_t)b * 144, true);
+            mr_cp16(slot + dst[u], src[u] + off, true);
 }
 
 /* One 256-column step of a tile against a lane's two pairs: f[v] += dx
@@ -361,22 +364,54 @@ __device__ __forceinline__ void xmm_iq4_step(const xs_iq4w &wa, const xs_iq4w &w
     }
 }
 
-/* grid: x the tiles over XMM_WARPS, y the chunk of at most two pairs of
- * one expert (a.items, the default: a decode batch's experts with 3+ pairs
- * take several blocks, not one block walking its chunks while the grid's
- * other blocks end; run 171: 16-token gate/up -15%; blocks past the last
- * chunk exit) or the slot (grp without items: used experts first, blocks
- * of unused slots exit; NULL: one token, y is the pair); the input rows at
- * a.x.  PAIR: tiles of 8 gate and 8 up rows (W1, y1; yo
- * where not NULL).  Shared memory: xmm_smem(T, cols).  Per chunk of two
- * pairs the block quantizes their rows into shared memory once.  Q4_K: each
- * warp streams its tile's weights through its ring, XMM_STAGES - 1 steps
- * ahead (cp.async), so that a warp has ~7 KB in flight instead of the one
- * step a register prefetch holds (runs 152-153, 768 x 2,048: one token
- * 10.6 -> 7.7 us with the planes' launch in both; 16 tokens unchanged).
- * Q6_K (the padded copy, 212-byte blocks: only 4-byte aligned, no 16-byte
- * copies): registers, the next half step's words loaded during this one. */
-template <int T, bool PAIR>
+/* A tile's end: the planes of each (row, pair) joined across the lanes of
+ * a quad and written (rows ra, rb of pair cp; lane c + 1's first column is
+ * the lo plane of lane c's pair, c even).  A whole warp. */
+template <bool PAIR>
+__device__ __forceinline__ void xmm_store(const xmm_args &a, const float (&f)[4], int c, int cp, int64_t ra,
+                                          int64_t rb)
+{
+    const float loa = __shfl_down_sync(0xffffffffu, f[0], 1), lob = __shfl_down_sync(0xffffffffu, f[2], 1);
+    if ((c & 1) || cp < 0)
+        return;
+    const float ya = xmm_join(f[0], f[1], loa), yb = xmm_join(f[2], f[3], lob);
+    const int64_t base = (int64_t)cp * a.rows;
+    if (PAIR) {
+        if (ra < a.rows) {
+            a.y1[base + ra] = yb;
+            if (a.yo != a.y0) a.y0[base + ra] = ya;
+            if (a.yo) a.yo[base + ra] = mr_silu_mul(ya, yb);
+        }
+    } else {
+        if (ra < a.rows) a.y0[base + ra] = ya;
+        if (rb < a.rows) a.y0[base + rb] = yb;
+    }
+}
+
+/* grid: x the tiles over XMM_WARPS (MT: over XMM_WARPS a.tpw), y the chunk
+ * of at most two pairs of one expert (a.items, the default: a decode
+ * batch's experts with 3+ pairs take several blocks, not one block walking
+ * its chunks while the grid's other blocks end; run 171: 16-token gate/up
+ * -15%; blocks past the last chunk exit) or the slot (grp without items:
+ * used experts first, blocks of unused slots exit; NULL: one token, y is
+ * the pair); the input rows at a.x.  PAIR: tiles of 8 gate and 8 up rows
+ * (W1, y1; yo where not NULL).  Shared memory: xmm_smem(T, cols).  Per
+ * chunk of two pairs the block quantizes their rows into shared memory
+ * once.  Q4_K: each warp streams its tile's weights through its ring,
+ * XMM_STAGES - 1 steps ahead (cp.async), so that a warp has ~7 KB in flight
+ * instead of the one step a register prefetch holds (runs 152-153, 768 x
+ * 2,048: one token 10.6 -> 7.7 us with the planes' launch in both; 16
+ * tokens unchanged).  Q6_K (the padded copy, 212-byte blocks: only 4-byte
+ * aligned, no 16-byte copies): registers, the next half step's words loaded
+ * during this one.
+ *
+ * MT: a warp walks a.tpw tiles of consecutive rows (decode batches whose
+ * rows are whole tiles: xmm_tpw) as one sequence of steps, the Q4_K ring's
+ * copies and the Q6_K / IQ4_XS register loads running on into the next
+ * tile instead of draining at each tile's end, and the block's quantization
+ * of a chunk serves a.tpw times the rows.  A row's sum is the same steps in
+ * the same order: the same bits as one tile a warp. */
+template <int T, bool PAIR, bool MT>
 __global__ void __launch_bounds__(XMM_WARPS * 32, 4)
 k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
 {
@@ -385,9 +420,12 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
     extern __shared__ __align__(16) uint8_t xmm_sh[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     constexpr int RT = PAIR ? 8 : 16; /* rows of each matrix a tile */
-    const int64_t r0 = ((int64_t)blockIdx.x * XMM_WARPS + warp) * RT;
-    if ((int64_t)blockIdx.x * XMM_WARPS * RT >= a.rows) /* the whole block: barriers below */
+    const int tpw = MT ? a.tpw : 1;
+    const int64_t r0 = ((int64_t)blockIdx.x * XMM_WARPS + warp) * tpw * RT;
+    if ((int64_t)blockIdx.x * XMM_WARPS * tpw * RT >= a.rows) /* the whole block: barriers below */
         return;
+    /* the warp's tiles: MT's rows are whole tiles */
+    const int ntl = MT ? (int)min((int64_t)tpw, r0 < a.rows ? (a.rows - r0) / RT : 0) : (r0 < a.rows);
     const int slot = (int)blockIdx.y;
     const int cols = a.cols, nsb = cols / 256;
     /* one token: the input row is the pair's whatever its expert, so the
@@ -411,7 +449,7 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
             return;
     } else if ((e = a.ids[slot]) < 0 || e >= a.n_mats) { /* one token's bad id: NaN rows */
         const float nan = __int_as_float(0x7fc00000);
-        for (int i = lane; i < RT; i += 32) {
+        for (int i = lane; i < RT * tpw; i += 32) {
             const int64_t r = r0 + i;
             if (r >= a.rows)
                 break;
@@ -427,9 +465,10 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
         return;
     }
     const int32_t *list = grp && !a.items ? grp + 2 + 2 * S + first : NULL;
-    const bool live = r0 < a.rows; /* the warp has a tile */
+    const bool live = ntl > 0; /* the warp has a tile */
     const int64_t ra = r0 + g, rb = PAIR ? ra : ra + 8; /* this lane's output rows (A rows g, g + 8) */
     const size_t bs = xmm_bstride(cols);
+    const size_t tile_bytes = (size_t)RT * a.row_bytes; /* from a tile's rows to the next's */
     /* the chunks this lane copies of each step: row t = ch / 9 of the tile
      * (clamped to the last row), 16 bytes at 16 (ch % 9) */
     const uint8_t *src[5];
@@ -454,6 +493,7 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
     uint8_t *ring = xmm_sh + xmm_ring_off(cols) + (size_t)warp * XMM_STAGES * XMM_STEPB;
     const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
     const float *dxs = (const float *)(xmm_sh + xmm_dx_off(cols));
+    const int steps = MT ? ntl * nsb : nsb; /* the warp's 256-column steps (Q4_K, IQ4_XS) */
     for (int q = 0; q < np; q += 2) {
         const int p0 = list ? list[q] : c0, p1 = list ? (q + 1 < np ? list[q + 1] : -1) : c1;
         __syncthreads(); /* the previous chunk's planes are read */
@@ -467,8 +507,9 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
         if constexpr (T == MR_TYPE_Q4_K) {
 #pragma unroll
             for (int b = 0; b < XMM_STAGES - 1; b++) {
-                if (b < nsb)
-                    xmm_fetch(src, dst, ring_s + b * XMM_STEPB, b);
+                if (b < steps)
+                    xmm_fetch(src, dst, ring_s + b * XMM_STEPB,
+                              MT ? (size_t)(b / nsb) * tile_bytes + (size_t)(b % nsb) * 144 : (size_t)b * 144);
                 xmm_commit();
             }
         }
@@ -500,17 +541,27 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
         const uint8_t *xp = (g & 3) < 3 && bp >= 0 ? xmm_sh + (3 * (g >> 2) + (g & 3)) * bs : NULL;
         const uint8_t *xsum = xmm_sh + xmm_sum_off(cols) + 16 * (3 * (g >> 2) + (g & 3)) * (size_t)nsb;
         float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        int t = 0, tb = 0; /* MT: the tile and its step (Q4_K, IQ4_XS) or half step (Q6_K) */
         if (T == MR_TYPE_Q6_K && live) {
             xmm_q6h ca = q6a, cb = q6b, na, nb;
             int M[4] = {0, 0, 0, 0};
+            const uint8_t *La = Wa, *Lb = Wb; /* MT: the tile of the next half step's loads */
+            int nh = 1;                        /* and that half step in it */
 #pragma unroll 1
-            for (int hs = 0; hs < 2 * nsb; hs++) {
-                const int b = hs >> 1, n = hs & 1;
-                if (hs + 1 < 2 * nsb) {
-                    const size_t o = (size_t)((hs + 1) >> 1) * 212;
-                    xmm_q6k_load(Wa + o, (hs + 1) & 1, c, na);
-                    xmm_q6k_load(Wb + o, (hs + 1) & 1, c, nb);
+            for (int hs = 0; hs < 2 * steps; hs++) {
+                const int h = MT ? tb : hs, b = h >> 1, n = h & 1;
+                if (MT && nh == 2 * nsb) {
+                    nh = 0;
+                    La += tile_bytes;
+                    Lb += tile_bytes;
                 }
+                if (hs + 1 < 2 * steps) {
+                    const int lh = MT ? nh : hs + 1;
+                    const size_t o = (size_t)(lh >> 1) * 212;
+                    xmm_q6k_load(La + o, lh & 1, c, na);
+                    xmm_q6k_load(Lb + o, lh & 1, c, nb);
+                }
+                nh++;
                 xmm_q6k_half(ca, cb, xp ? xp + 256 * b + 128 * n + 4 * c : NULL, M);
                 if (n) { /* the block's end */
                     xmm_scale(f, dxs[(c >> 1) * nsb + b], q8_h2f(ca.d), q8_h2f(cb.d), M);
@@ -518,63 +569,116 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
                 }
                 ca = na;
                 cb = nb;
+                if (MT && ++tb == 2 * nsb) { /* the tile's end */
+                    xmm_store<PAIR>(a, f, c, cp, ra + (int64_t)t * RT, rb + (int64_t)t * RT);
+                    f[0] = f[1] = f[2] = f[3] = 0.0f;
+                    tb = 0;
+                    t++;
+                }
             }
         }
         if (T == MR_TYPE_IQ4_XS && live) {
             xs_iq4w ca = i4a, cb = i4b, na, nb;
+            const uint8_t *La = Wa, *Lb = Wb; /* MT: the tile of the next step's loads */
+            int nl = 1;                        /* and that step in it */
 #pragma unroll 1
-            for (int b = 0; b < nsb; b++) {
-                if (b + 1 < nsb) {
-                    xs_iq4w_load(Wa + (size_t)(b + 1) * 136, c, na);
-                    xs_iq4w_load(Wb + (size_t)(b + 1) * 136, c, nb);
+            for (int s = 0; s < steps; s++) {
+                const int b = MT ? tb : s;
+                if (MT && nl == nsb) {
+                    nl = 0;
+                    La += tile_bytes;
+                    Lb += tile_bytes;
                 }
+                if (s + 1 < steps) {
+                    const int ls = MT ? nl : s + 1;
+                    xs_iq4w_load(La + (size_t)ls * 136, c, na);
+                    xs_iq4w_load(Lb + (size_t)ls * 136, c, nb);
+                }
+                nl++;
                 int M[4] = {0, 0, 0, 0};
                 xmm_iq4_step(ca, cb, xp ? xp + 256 * b + 4 * c : NULL, M);
                 xmm_scale(f, dxs[(c >> 1) * nsb + b], q8_h2f(ca.hd.x), q8_h2f(cb.hd.x), M);
                 ca = na;
                 cb = nb;
+                if (MT && ++tb == nsb) {
+                    xmm_store<PAIR>(a, f, c, cp, ra + (int64_t)t * RT, rb + (int64_t)t * RT);
+                    f[0] = f[1] = f[2] = f[3] = 0.0f;
+                    tb = 0;
+                    t++;
+                }
             }
         }
         if (T == MR_TYPE_Q4_K && live) {
+            /* the step XMM_STAGES - 1 ahead: its tile's bytes and its step in it */
+            size_t ft = MT ? (size_t)((XMM_STAGES - 1) / nsb) * tile_bytes : 0;
+            int fb = MT ? (XMM_STAGES - 1) % nsb : XMM_STAGES - 1;
 #pragma unroll 1
-            for (int b = 0; b < nsb; b++) {
-                const int nb = b + XMM_STAGES - 1;
-                if (nb < nsb)
-                    xmm_fetch(src, dst, ring_s + (nb % XMM_STAGES) * XMM_STEPB, nb);
+            for (int s = 0; s < steps; s++) {
+                const int b = MT ? tb : s;
+                if (s + XMM_STAGES - 1 < steps)
+                    xmm_fetch(src, dst, ring_s + ((s + XMM_STAGES - 1) % XMM_STAGES) * XMM_STEPB,
+                              ft + (size_t)fb * 144);
+                if (++fb == nsb && MT) {
+                    fb = 0;
+                    ft += tile_bytes;
+                }
                 xmm_commit();
                 xmm_wait<XMM_STAGES - 1>();
                 __syncwarp();
                 xmm_step cur;
-                xmm_read(ring + (b % XMM_STAGES) * XMM_STEPB, g, g + 8, xp ? xp + 256 * b + 8 * c : NULL,
+                xmm_read(ring + (s % XMM_STAGES) * XMM_STEPB, g, g + 8, xp ? xp + 256 * b + 8 * c : NULL,
                          xsum + 16 * b, c, cur);
                 xmm_q4k_step(cur, c, dxs[(c >> 1) * nsb + b], f);
                 __syncwarp(); /* the slot is read before a later step's copy lands in it */
+                if (MT && ++tb == nsb) {
+                    xmm_store<PAIR>(a, f, c, cp, ra + (int64_t)t * RT, rb + (int64_t)t * RT);
+                    f[0] = f[1] = f[2] = f[3] = 0.0f;
+                    tb = 0;
+                    t++;
+                }
             }
         }
         if constexpr (T == MR_TYPE_Q4_K)
             xmm_wait<0>();
-        if (!live)
-            continue;
-        /* lane c + 1's first column is the lo plane of lane c's pair (c even) */
-        const float loa = __shfl_down_sync(0xffffffffu, f[0], 1), lob = __shfl_down_sync(0xffffffffu, f[2], 1);
-        if ((c & 1) || cp < 0)
-            continue;
-        const float ya = xmm_join(f[0], f[1], loa), yb = xmm_join(f[2], f[3], lob);
-        const int64_t base = (int64_t)cp * a.rows;
-        if (PAIR) {
-            if (ra < a.rows) {
-                a.y1[base + ra] = yb;
-                if (a.yo != a.y0) a.y0[base + ra] = ya;
-                if (a.yo) a.yo[base + ra] = mr_silu_mul(ya, yb);
-            }
-        } else {
-            if (ra < a.rows) a.y0[base + ra] = ya;
-            if (rb < a.rows) a.y0[base + rb] = yb;
-        }
+        if (!MT && live)
+            xmm_store<PAIR>(a, f, c, cp, ra, rb);
     }
 }
 
 /* ---- dispatch ---- */
+
+/* Row tiles a warp for a decode batch's launch of tiles x Y blocks' worth
+ * of tiles (Y the chunks, at most): c->xmm_tpw where set; else (auto) the
+ * most of 4 and 2 that still leave 3 waves of blocks (4 an SM), 1 where
+ * none does.  Run 227 (H200): several tiles a warp win where one a warp
+ * would be many waves (the 30B-A3B's down 2,048 x 768 at 16 tokens 41.0 ->
+ * 36.9 us at 2, at 64 tokens 110.3 -> 78.9 at 4) and lose where the fewer
+ * blocks are under ~3 waves (its gate/up at 16 tokens 35.0 -> 35.7 at 2;
+ * IQ4_XS 512 x 2,048 38.2 -> 43.6). */
+static int xmm_tpw(const mr_cu_ctx *c, int64_t tiles, int Y)
+{
+    if (c->xmm_tpw > 0)
+        return c->xmm_tpw;
+    const int64_t wave = 4 * (int64_t)c->n_sm;
+    for (int t = 4; t >= 2; t /= 2)
+        if ((tiles + XMM_WARPS * t - 1) / (XMM_WARPS * t) * Y >= 3 * wave)
+            return t;
+    return 1;
+}
+
+template <int T>
+static void xmm_launch(mr_cu_ctx *c, bool pair, bool mt, dim3 grid, size_t smem, const xmm_args &a,
+                       const int32_t *grp, int S)
+{
+    if (pair && mt)
+        mr_cu_launch(c, k_xmm<T, true, true>, grid, XMM_WARPS * 32, smem, a, grp, S);
+    else if (pair)
+        mr_cu_launch(c, k_xmm<T, true, false>, grid, XMM_WARPS * 32, smem, a, grp, S);
+    else if (mt)
+        mr_cu_launch(c, k_xmm<T, false, true>, grid, XMM_WARPS * 32, smem, a, grp, S);
+    else
+        mr_cu_launch(c, k_xmm<T, false, false>, grid, XMM_WARPS * 32, smem, a, grp, S);
+}
 
 /* Whether the kernel takes these expert matrices: on for their type (Q4_K
  * from the GGUF blocks; Q6_K from the padded copy), whole 256-column
@@ -648,21 +752,19 @@ bool mr_cu_xmm_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
         a.ids = ids;
         a.x = x;
         a.items = items ? (const int4 *)(grp + mr_cu_grp_items_at(S, P)) : NULL;
-        const int64_t tiles = (a.rows + (pair ? 8 : 16) - 1) / (pair ? 8 : 16);
-        const dim3 grid((unsigned)((tiles + XMM_WARPS - 1) / XMM_WARPS), (unsigned)Y, 1);
+        const int RT = pair ? 8 : 16;
+        const int64_t tiles = (a.rows + RT - 1) / RT;
+        a.tpw = n > 1 && a.rows % RT == 0 ? xmm_tpw(c, tiles, Y) : 1;
+        const dim3 grid((unsigned)((tiles + XMM_WARPS * a.tpw - 1) / (XMM_WARPS * a.tpw)), (unsigned)Y, 1);
         const size_t smem = xmm_smem(T, cols);
-        if (T == MR_TYPE_IQ4_XS && pair)
-            mr_cu_launch(c, k_xmm<MR_TYPE_IQ4_XS, true>, grid, XMM_WARPS * 32, smem, a, grp, S);
-        else if (T == MR_TYPE_IQ4_XS)
-            mr_cu_launch(c, k_xmm<MR_TYPE_IQ4_XS, false>, grid, XMM_WARPS * 32, smem, a, grp, S);
-        else if (q6 && pair)
-            mr_cu_launch(c, k_xmm<MR_TYPE_Q6_K, true>, grid, XMM_WARPS * 32, smem, a, grp, S);
+        const bool mt = a.tpw > 1;
+        c->xmm_mt_launches += mt;
+        if (T == MR_TYPE_IQ4_XS)
+            xmm_launch<MR_TYPE_IQ4_XS>(c, pair, mt, grid, smem, a, grp, S);
         else if (q6)
-            mr_cu_launch(c, k_xmm<MR_TYPE_Q6_K, false>, grid, XMM_WARPS * 32, smem, a, grp, S);
-        else if (pair)
-            mr_cu_launch(c, k_xmm<MR_TYPE_Q4_K, true>, grid, XMM_WARPS * 32, smem, a, grp, S);
+            xmm_launch<MR_TYPE_Q6_K>(c, pair, mt, grid, smem, a, grp, S);
         else
-            mr_cu_launch(c, k_xmm<MR_TYPE_Q4_K, false>, grid, XMM_WARPS * 32, smem, a, grp, S);
+            xmm_launch<MR_TYPE_Q4_K>(c, pair, mt, grid, smem, a, grp, S);
         MR_CU_LAUNCHED(c, "xmm expert matvec");
     }
     return true;
@@ -672,9 +774,13 @@ bool mr_cu_xmm_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
  * (xmm_smem: ~53 KB for Q4_K at 2,048 columns). */
 bool mr_cu_xmm_optin(int bytes)
 {
-    const void *k[] = {(const void *)k_xmm<MR_TYPE_Q4_K, true>, (const void *)k_xmm<MR_TYPE_Q4_K, false>,
-                       (const void *)k_xmm<MR_TYPE_Q6_K, true>, (const void *)k_xmm<MR_TYPE_Q6_K, false>,
-                       (const void *)k_xmm<MR_TYPE_IQ4_XS, true>, (const void *)k_xmm<MR_TYPE_IQ4_XS, false>};
+    const void *k[] = {
+        (const void *)k_xmm<MR_TYPE_Q4_K, true, false>,   (const void *)k_xmm<MR_TYPE_Q4_K, false, false>,
+        (const void *)k_xmm<MR_TYPE_Q6_K, true, false>,   (const void *)k_xmm<MR_TYPE_Q6_K, false, false>,
+        (const void *)k_xmm<MR_TYPE_IQ4_XS, true, false>, (const void *)k_xmm<MR_TYPE_IQ4_XS, false, false>,
+        (const void *)k_xmm<MR_TYPE_Q4_K, true, true>,    (const void *)k_xmm<MR_TYPE_Q4_K, false, true>,
+        (const void *)k_xmm<MR_TYPE_Q6_K, true, true>,    (const void *)k_xmm<MR_TYPE_Q6_K, false, true>,
+        (const void *)k_xmm<MR_TYPE_IQ4_XS, true, true>,  (const void *)k_xmm<MR_TYPE_IQ4_XS, false, true>};
     for (const void *f : k)
         if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess)
             return false;
