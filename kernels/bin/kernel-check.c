@@ -2367,11 +2367,15 @@ static void check_attn_dec_tc(void)
     check_attn_alone("dec-tc-alone", tc, 16, 2, 256, 5000, 9, MR_KV_F16);
     check_attn_alone("dec-tc-alone", tc, 6, 3, 64, 100, 5, MR_KV_F16);
     /* every row from position 1 on: the instances that also hold the
-     * float path (N > 0) give the tensor-core-only ones' bits (N = 0) */
+     * float path (N > 0) give the tensor-core-only ones' bits (N = 0) at
+     * the same cut; the 64-position slices are for calls whose rows are all
+     * on the tensor cores, so the pair is the cut before (GRAN=0) */
     mr_backend *from1 = backend_with("MEMRA_CUDA_ATTN_DEC_TC", "1");
-    check_attn_pair("dec-tc-both-vs-only", from1, tc, 32, 4, 128, 300, 16, MR_KV_F16);
-    check_attn_pair("dec-tc-both-vs-only", from1, tc, 16, 2, 256, 5000, 3, MR_KV_F16);
+    mr_backend *only = backend_with2("MEMRA_CUDA_ATTN_DEC_TC", "0", "MEMRA_CUDA_ATTN_GRAN", "0");
+    check_attn_pair("dec-tc-both-vs-only", from1, only, 32, 4, 128, 300, 16, MR_KV_F16);
+    check_attn_pair("dec-tc-both-vs-only", from1, only, 16, 2, 256, 5000, 3, MR_KV_F16);
     from1->destroy(from1);
+    only->destroy(only);
     /* positions 292 and later on the tensor cores: the last 8 of the 16 rows */
     mr_backend *mid = backend_with("MEMRA_CUDA_ATTN_DEC_TC", "292");
     check_attn_alone("dec-tc-alone-mixed", mid, 32, 4, 128, 300, 16, MR_KV_F16);
