@@ -647,14 +647,14 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
 
 /* ---- dispatch ---- */
 
-/* Row tiles a warp for a decode batch's launch of tiles x Y blocks' worth
- * of tiles (Y the chunks, at most): c->xmm_tpw where set; else (auto) the
- * most of 4 and 2 that still leave 3 waves of blocks (4 an SM), 1 where
- * none does.  Run 227 (H200): several tiles a warp win where one a warp
- * would be many waves (the 30B-A3B's down 2,048 x 768 at 16 tokens 41.0 ->
- * 36.9 us at 2, at 64 tokens 110.3 -> 78.9 at 4) and lose where the fewer
- * blocks are under ~3 waves (its gate/up at 16 tokens 35.0 -> 35.7 at 2;
- * IQ4_XS 512 x 2,048 38.2 -> 43.6). */
+/* Row tiles a warp for a decode batch's launch of `tiles` row tiles by Y
+ * chunks (at most): c->xmm_tpw where set; else (auto) the most of 4 and 2
+ * that still leave 3 waves of blocks (4 an SM), 1 where none does.  Run 227
+ * (H200): several tiles a warp lose where the fewer blocks are under ~3
+ * waves (the 30B-A3B's gate/up at 16 tokens 35.0 -> 35.7 us at 2; IQ4_XS
+ * 512 x 2,048 38.2 -> 43.6); run 228 with this rule: its downs at 16
+ * tokens -5..-13%, every shape at 64 tokens -10..-30%, 1-8 tokens within
+ * 1%; run 229: decode only C = 16 +2.8%, C = 64 +12%. */
 static int xmm_tpw(const mr_cu_ctx *c, int64_t tiles, int Y)
 {
     if (c->xmm_tpw > 0)
