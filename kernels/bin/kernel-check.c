@@ -1674,16 +1674,34 @@ static void check_xmd_all(void)
     check_xmd_prec(be, t4, 1280, 80, 5); /* five blocks: slices of 2, 1, 1, 1 */
     check_xmd_prec(be, t4, 12288, 64, 1); /* the 8B's down: 80 KB of quantized input a block */
     check_xmd_prec(be, t4, 12288, 64, 2);
+    check_xmd_prec(be, t4, 10240, 32, 1); /* five steps a warp: two steps a pass and the odd one */
     const int ns[] = {2, 3, 5, 8, 9, 16, 17, 21, 40, 64};
     const int nn = (int)(sizeof ns / sizeof ns[0]);
     check_batch_invariance_ns(be, "xmd-batch-inv", t4, 2048, 5120, 1, 1, ns, nn); /* the 30B-A3B's q/k/v rows */
     check_batch_invariance_ns(be, "xmd-batch-inv", t4, 4096, 2048, 1, 1, ns, nn); /* its o */
     check_batch_invariance_ns(be, "xmd-batch-inv", t4, 1280, 208, 1, 1, ns, nn);
     check_batch_invariance_ns(be, "xmd-batch-inv", t4, 12288, 64, 1, 1, ns, nn);
+    check_batch_invariance_ns(be, "xmd-batch-inv", t4, 10240, 32, 1, 1, ns, nn);
     const int mn[] = {1, 5, 16, 21};
     for (size_t i = 0; i < sizeof mn / sizeof mn[0]; i++)
         check_multi_vs_one(be, "xmd", t4, 4096, 512, 512, 2048, mn[i], 2);
     check_multi_vs_one(be, "xmd", t4, 48, 16, 32, 768, 3, 2);
+    be->destroy(be);
+    /* MEMRA_CUDA_XMD_ONE=1: one token on its own instance (k_xmd1), against
+     * float64 and, as each token alone, against batches of 2 (k_xmd2) and
+     * more (k_xmd) bit for bit: 2 and 6 steps a warp, 5 (two passes and the
+     * odd step), 1 and idle slices */
+    be = backend_with2("MEMRA_CUDA_XMD", "1", "MEMRA_CUDA_XMD_ONE", "1");
+    setenv("MEMRA_CUDA_XMD", "0", 1); /* main's setting */
+    check_xmd_prec(be, t4, 4096, 96, 1);
+    check_xmd_prec(be, t4, 12288, 64, 1);
+    check_xmd_prec(be, t4, 10240, 32, 1);
+    check_xmd_prec(be, t4, 1280, 80, 1);
+    check_xmd_prec(be, t4, 256, 48, 1);
+    check_batch_invariance_ns(be, "xmd-one-inv", t4, 2048, 5120, 1, 1, ns, nn);
+    check_batch_invariance_ns(be, "xmd-one-inv", t4, 12288, 64, 1, 1, ns, nn);
+    check_batch_invariance_ns(be, "xmd-one-inv", t4, 10240, 32, 1, 1, ns, nn);
+    check_batch_invariance_ns(be, "xmd-one-inv", t4, 1280, 208, 1, 1, ns, nn);
     be->destroy(be);
     /* MEMRA_CUDA_XMD_NG=2: 9+ tokens in chunks of 16, the same bits */
     setenv("MEMRA_CUDA_XMD", "1", 1);

@@ -59,11 +59,12 @@ struct xmd_args {
 };
 
 #define XMD_QIN 2 /* tokens a call at most for k_xmd2, which quantizes its own input */
-/* k_xmd2's shared memory: slice s's blocks b = s, s + S, .. of each token */
+/* k_xmd2's shared memory: slice s's blocks b = s, s + S, .. of each of
+ * its q tokens */
 __host__ __device__ constexpr int xmd_qin_blocks(int nsb) { return (nsb + xmd_slices(nsb) - 1) / xmd_slices(nsb); }
-__host__ __device__ constexpr size_t xmd_qin_smem(int nsb)
+__host__ __device__ constexpr size_t xmd_qin_smem(int nsb, int q)
 {
-    return (size_t)xmd_slices(nsb) * xmd_qin_blocks(nsb) * XMD_QIN * xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
+    return (size_t)xmd_slices(nsb) * xmd_qin_blocks(nsb) * q * xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
 }
 
 /* A warp's share of a block: its matrix (unrolled selects: the
@@ -238,6 +239,67 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
     }
 }
 
+/* Step i of a warp (its slice's block b = slice + S i) against rows a, b
+ * (wa, wb): f[h] += row h's term of token tc (lanes c even); Q: the tokens
+ * of the block's shared input.  k_xmd2's loop body, for k_xmd1; k_xmd2
+ * keeps its own copy until k_xmd1 is measured (through this function its
+ * registers went 92 -> 123), and one of the two goes then. */
+template <int Q>
+__device__ __forceinline__ void xmd2_step(const xmd_args &a, const uint8_t *own, int i, const xmp_q4k &wa,
+                                          const xmp_q4k &wb, int c, int tt, int pp, bool col, int tc, float (&f)[2])
+{
+    constexpr int BLK = xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
+    const uint8_t *xb = own + ((size_t)i * Q + (col ? tt : 0)) * BLK;
+    int M[4] = {0, 0, 0, 0};
+    uint32_t sc[2][2], mn[2][2];
+    xmp_q4k_scales(wa, wb, sc, mn);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        uint32_t A[4];
+        int sa, sb;
+        xmp_frag(wa, wb, j, A, sa, sb, sc[0][j >> 2], sc[1][j >> 2]);
+        const uint2 bw = col ? *(const uint2 *)(xb + (XMD_PL * j + pp) * 32 + 8 * c) : make_uint2(0u, 0u);
+        int C[4] = {0, 0, 0, 0};
+        mr_imma32_us(C, A, bw.x, bw.y);
+        M[0] += sa * C[0];
+        M[1] += sa * C[1];
+        M[2] += sb * C[2];
+        M[3] += sb * C[3];
+    }
+    const uint32_t Am[4] = {c == 0 ? mn[0][0] : c == 1 ? mn[0][1] : 0u, c == 0 ? mn[1][0] : c == 1 ? mn[1][1] : 0u,
+                            0u, 0u};
+    const uint2 xs = col ? *(const uint2 *)(xb + 256 * XMD_PL + 16 + 16 * pp + 8 * (c & 1)) : make_uint2(0u, 0u);
+    int Nl[4] = {0, 0, 0, 0}, Nh[4] = {0, 0, 0, 0};
+    mr_imma32_us(Nl, Am, xs.x, 0u);
+    mr_imma32_us(Nh, Am, xs.y, 0u);
+    int N[4];
+#pragma unroll
+    for (int v = 0; v < 4; v++) N[v] = 256 * Nh[v] + Nl[v];
+    /* the lo plane of rows a, b from the odd lane */
+    const int mla = __shfl_xor_sync(0xffffffffu, M[0], 1), mlb = __shfl_xor_sync(0xffffffffu, M[2], 1);
+    const int nla = __shfl_xor_sync(0xffffffffu, N[0], 1), nlb = __shfl_xor_sync(0xffffffffu, N[2], 1);
+    if (!(c & 1) && tc < (Q == 1 ? 1 : a.n)) {
+        const float dx = *(const float *)(own + ((size_t)i * Q + tc) * BLK + 256 * XMD_PL);
+        const float da = q8_h2f(wa.h.x), dma = q8_h2f(wa.h.x >> 16);
+        const float db = q8_h2f(wb.h.x), dmb = q8_h2f(wb.h.x >> 16);
+        const int Ma[XMD_PL] = {M[0], M[1], mla}, Mb[XMD_PL] = {M[2], M[3], mlb};
+        const int Na[XMD_PL] = {N[0], N[1], nla}, Nb[XMD_PL] = {N[2], N[3], nlb};
+        f[0] = xmp_q4k_acc<XMD_PL>(f[0], dx, da, dma, Ma, Na);
+        f[1] = xmp_q4k_acc<XMD_PL>(f[1], dx, db, dmb, Mb, Nb);
+    }
+}
+
+/* After step i's weights (wa, wb) are used: block b + 2S (the step two
+ * ahead) into them, so that two steps a row stay in flight. */
+__device__ __forceinline__ void xmd2_refill(const xmd_warp &w, int b, int S, int nsb, int c, xmp_q4k &wa,
+                                            xmp_q4k &wb)
+{
+    if (b + 2 * S < nsb) {
+        xmp_load(w.Wa + (size_t)(b + 2 * S) * 144, c, wa);
+        xmp_load(w.Wb + (size_t)(b + 2 * S) * 144, c, wb);
+    }
+}
+
 /* Calls of at most XMD_QIN tokens: the planes of a token on the MMA's
  * columns (column g: token g / 4, plane g % 4, 3 and 7 zero, cu_moemma.cu's
  * pairs), so a sub-block is one MMA and 4 IMADs instead of three and 12;
@@ -331,6 +393,69 @@ __global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd2(const xmd_args a)
     }
 }
 
+/* One token (MEMRA_CUDA_XMD_ONE=1, off until measured): k_xmd2's sums for
+ * a.n = 1 with half its shared memory (40 KB at 12,288 columns, under the
+ * 48 KB that needs no opt-in), no loop over tokens, and a walk of two
+ * steps a pass on two sets of registers instead of copying the next
+ * step's weights into the current set each step (PTX of a step ~404 ->
+ * ~325 instructions, 136 -> ~62 moves; registers 92 -> 94).  The same
+ * integers joined by the same float steps in the same order: the same
+ * bits as k_xmd2 (kernel-check xmd: one token against two-token batches
+ * bit for bit). */
+__global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd1(const xmd_args a)
+{
+    constexpr int BLK = xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
+    constexpr int Q = 1;
+    __shared__ float red[XMD_WARPS][2][32];
+    extern __shared__ __align__(16) uint8_t xmd_sh[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int S = a.slices, slice = warp % S, tile = warp / S;
+    const int nsb = a.cols / 256, nloc = xmd_qin_blocks(nsb);
+    const int n = 1;
+    xmp_q4k ca, cb, na, nb;
+    const xmd_warp w = xmd_start(a, S, slice, tile, g, c, ca, cb, na, nb);
+    const bool live = w.live;
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    /* slice s's block b = s + S i of token t at ((s nloc + i) Q + t) BLK */
+    uint8_t *own = xmd_sh + (size_t)slice * nloc * Q * BLK;
+    for (int i = tile; i < nloc && slice + S * i < nsb; i += a.tl) {
+        const int bb = slice + S * i;
+        for (int t = 0; t < n; t++) {
+            const float4 *xr = (const float4 *)(a.x + (size_t)t * a.cols + 256 * bb + 8 * lane);
+            const float4 u0 = xr[0], u1 = xr[1];
+            const float v[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+            xmp_quant_block<MR_TYPE_Q4_K, XMD_PL>(v, own + ((size_t)i * Q + t) * BLK, lane);
+        }
+    }
+    __syncthreads();
+    const int tt = g >> 2, pp = g & 3; /* this lane's B column: token tt, plane pp */
+    const bool col = pp < XMD_PL && tt < n;
+    const int tc = c >> 1; /* the token of this lane's C values (c even: hi, mid; odd: lo) */
+    float f[2] = {0.0f, 0.0f}; /* rows ra, ra + 8 of token tc (lanes c even) */
+    /* two steps a pass, each on its own registers */
+    int b = slice, i = 0;
+    for (; live && b + S < nsb; b += 2 * S, i += 2) {
+        xmd2_step<Q>(a, own, i, ca, cb, c, tt, pp, col, tc, f);
+        xmd2_refill(w, b, S, nsb, c, ca, cb);
+        xmd2_step<Q>(a, own, i + 1, na, nb, c, tt, pp, col, tc, f);
+        xmd2_refill(w, b + S, S, nsb, c, na, nb);
+    }
+    if (live && b < nsb)
+        xmd2_step<Q>(a, own, i, ca, cb, c, tt, pp, col, tc, f);
+    red[warp][0][lane] = f[0];
+    red[warp][1][lane] = f[1];
+    __syncthreads();
+    if (slice || !live || (c & 1) || tc >= n)
+        return;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float acc = red[warp][h][lane];
+        for (int u = 1; u < S; u++) acc = __fadd_rn(acc, red[warp + u][h][lane]);
+        w.y[(size_t)tc * w.rows + w.ra + 8 * h] = acc;
+    }
+}
+
 /* ---- host side ---- */
 
 /* The most shared memory a QIN block may ask for (set at init; 48 KB
@@ -344,7 +469,10 @@ void mr_cu_xmd_init(mr_cu_ctx *c)
     const char *g = getenv("MEMRA_CUDA_XMD_NG");
     c->xmd_ng2 = g && !strcmp(g, "2");
     const size_t want = 160 * 1024;
+    const char *o = getenv("MEMRA_CUDA_XMD_ONE");
+    c->xmd_one = o && !strcmp(o, "1");
     if (c->xmd && xmd_qin_max < want &&
+        cudaFuncSetAttribute(k_xmd1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess &&
         cudaFuncSetAttribute(k_xmd2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess)
         xmd_qin_max = want;
     cudaGetLastError(); /* a refused opt-in leaves the 48 KB */
@@ -391,8 +519,10 @@ static void xmd_launch(mr_cu_ctx *c, const mr_weight *const *w, float *const *y,
         a.rows[s] = (int)w[s]->rows;
         a.blk0[s + 1] = a.blk0[s] + (a.rows[s] / 16 + a.tl - 1) / a.tl;
     }
-    if (!Xq)
-        mr_cu_launch(c, k_xmd2, dim3((unsigned)a.blk0[m], 1), XMD_WARPS * 32, xmd_qin_smem(cols / 256), a);
+    if (!Xq && n == 1 && c->xmd_one)
+        mr_cu_launch(c, k_xmd1, dim3((unsigned)a.blk0[m], 1), XMD_WARPS * 32, xmd_qin_smem(cols / 256, 1), a);
+    else if (!Xq)
+        mr_cu_launch(c, k_xmd2, dim3((unsigned)a.blk0[m], 1), XMD_WARPS * 32, xmd_qin_smem(cols / 256, 2), a);
     else if (n <= 8 || !c->xmd_ng2)
         mr_cu_launch(c, k_xmd<1>, dim3((unsigned)a.blk0[m], (unsigned)((n + 7) / 8)), XMD_WARPS * 32, 0, a);
     else
@@ -406,7 +536,7 @@ bool mr_cu_xmd_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
         return false;
     const int cols = (int)w[0]->cols;
     const uint8_t *Xq = NULL;
-    if (n > XMD_QIN || xmd_qin_smem(cols / 256) > xmd_qin_max) {
+    if (n > XMD_QIN || xmd_qin_smem(cols / 256, n == 1 && c->xmd_one ? 1 : XMD_QIN) > xmd_qin_max) {
         Xq = mr_cu_xmp_operand_q4k3(c, &c->scratch_xmd, x, n, cols);
         if (!Xq)
             return true; /* the context has failed: nothing else runs */
