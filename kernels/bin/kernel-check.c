@@ -1691,18 +1691,22 @@ static void check_xmd_all(void)
      * float64 and, as each token alone, against batches of 2 (k_xmd2) and
      * more (k_xmd) bit for bit: 2 and 6 steps a warp, 5 (two passes and the
      * odd step), 1 and idle slices */
-    be = backend_with2("MEMRA_CUDA_XMD", "1", "MEMRA_CUDA_XMD_ONE", "1");
-    setenv("MEMRA_CUDA_XMD", "0", 1); /* main's setting */
-    check_xmd_prec(be, t4, 4096, 96, 1);
-    check_xmd_prec(be, t4, 12288, 64, 1);
-    check_xmd_prec(be, t4, 10240, 32, 1);
-    check_xmd_prec(be, t4, 1280, 80, 1);
-    check_xmd_prec(be, t4, 256, 48, 1);
-    check_batch_invariance_ns(be, "xmd-one-inv", t4, 2048, 5120, 1, 1, ns, nn);
-    check_batch_invariance_ns(be, "xmd-one-inv", t4, 12288, 64, 1, 1, ns, nn);
-    check_batch_invariance_ns(be, "xmd-one-inv", t4, 10240, 32, 1, 1, ns, nn);
-    check_batch_invariance_ns(be, "xmd-one-inv", t4, 1280, 208, 1, 1, ns, nn);
-    be->destroy(be);
+    static const char *const one[] = {"1", "3"}; /* 2 and 3 blocks an SM */
+    for (int v = 0; v < 2; v++) {
+        be = backend_with2("MEMRA_CUDA_XMD", "1", "MEMRA_CUDA_XMD_ONE", one[v]);
+        setenv("MEMRA_CUDA_XMD", "0", 1); /* main's setting */
+        check_xmd_prec(be, t4, 4096, 96, 1);
+        check_xmd_prec(be, t4, 12288, 64, 1);
+        check_xmd_prec(be, t4, 10240, 32, 1);
+        check_xmd_prec(be, t4, 1280, 80, 1);
+        check_xmd_prec(be, t4, 256, 48, 1);
+        check_batch_invariance_ns(be, "xmd-one-inv", t4, 2048, 5120, 1, 1, ns, nn);
+        check_batch_invariance_ns(be, "xmd-one-inv", t4, 4096, 6144, 1, 1, ns, nn); /* the 8B's q/k/v rows */
+        check_batch_invariance_ns(be, "xmd-one-inv", t4, 12288, 64, 1, 1, ns, nn);
+        check_batch_invariance_ns(be, "xmd-one-inv", t4, 10240, 32, 1, 1, ns, nn);
+        check_batch_invariance_ns(be, "xmd-one-inv", t4, 1280, 208, 1, 1, ns, nn);
+        be->destroy(be);
+    }
     /* MEMRA_CUDA_XMD_NG=2: 9+ tokens in chunks of 16, the same bits */
     setenv("MEMRA_CUDA_XMD", "1", 1);
     be = backend_with("MEMRA_CUDA_XMD_NG", "2");

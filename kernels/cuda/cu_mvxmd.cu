@@ -393,16 +393,20 @@ __global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd2(const xmd_args a)
     }
 }
 
-/* One token (MEMRA_CUDA_XMD_ONE=1, off until measured): k_xmd2's sums for
- * a.n = 1 with half its shared memory (40 KB at 12,288 columns, under the
- * 48 KB that needs no opt-in), no loop over tokens, and a walk of two
- * steps a pass on two sets of registers instead of copying the next
- * step's weights into the current set each step (PTX of a step ~404 ->
- * ~325 instructions, 136 -> ~62 moves; registers 92 -> 94).  The same
- * integers joined by the same float steps in the same order: the same
- * bits as k_xmd2 (kernel-check xmd: one token against two-token batches
- * bit for bit). */
-__global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd1(const xmd_args a)
+/* One token (MEMRA_CUDA_XMD_ONE=1 or 3, off until measured): k_xmd2's
+ * sums for a.n = 1 with half its shared memory (40 KB at 12,288 columns,
+ * under the 48 KB that needs no opt-in), no loop over tokens, and a walk
+ * of two steps a pass on two sets of registers instead of copying the
+ * next step's weights into the current set each step (PTX of a step ~404
+ * -> ~325 instructions, 136 -> ~62 moves).  The same integers joined by
+ * the same float steps in the same order: the same bits as k_xmd2
+ * (kernel-check xmd: one token against batches bit for bit).  BPS: blocks
+ * an SM, 2 as k_xmd2 (no bound given, as there; 121 registers against its
+ * 92), or 3 (=3: 80 registers and 32 bytes of spill), which puts the 8B's
+ * q/k/v (384 blocks, 1.45 waves at 2 an SM) and q/k (320, 1.21) in one
+ * wave. */
+template <int BPS>
+__global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 1) k_xmd1(const xmd_args a)
 {
     constexpr int BLK = xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
     constexpr int Q = 1;
@@ -470,9 +474,10 @@ void mr_cu_xmd_init(mr_cu_ctx *c)
     c->xmd_ng2 = g && !strcmp(g, "2");
     const size_t want = 160 * 1024;
     const char *o = getenv("MEMRA_CUDA_XMD_ONE");
-    c->xmd_one = o && !strcmp(o, "1");
+    c->xmd_one = o && !strcmp(o, "1") ? 2 : o && !strcmp(o, "3") ? 3 : 0;
     if (c->xmd && xmd_qin_max < want &&
-        cudaFuncSetAttribute(k_xmd1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess &&
+        cudaFuncSetAttribute(k_xmd1<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess &&
+        cudaFuncSetAttribute(k_xmd1<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess &&
         cudaFuncSetAttribute(k_xmd2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess)
         xmd_qin_max = want;
     cudaGetLastError(); /* a refused opt-in leaves the 48 KB */
@@ -519,8 +524,10 @@ static void xmd_launch(mr_cu_ctx *c, const mr_weight *const *w, float *const *y,
         a.rows[s] = (int)w[s]->rows;
         a.blk0[s + 1] = a.blk0[s] + (a.rows[s] / 16 + a.tl - 1) / a.tl;
     }
-    if (!Xq && n == 1 && c->xmd_one)
-        mr_cu_launch(c, k_xmd1, dim3((unsigned)a.blk0[m], 1), XMD_WARPS * 32, xmd_qin_smem(cols / 256, 1), a);
+    if (!Xq && n == 1 && c->xmd_one == 3)
+        mr_cu_launch(c, k_xmd1<3>, dim3((unsigned)a.blk0[m], 1), XMD_WARPS * 32, xmd_qin_smem(cols / 256, 1), a);
+    else if (!Xq && n == 1 && c->xmd_one)
+        mr_cu_launch(c, k_xmd1<2>, dim3((unsigned)a.blk0[m], 1), XMD_WARPS * 32, xmd_qin_smem(cols / 256, 1), a);
     else if (!Xq)
         mr_cu_launch(c, k_xmd2, dim3((unsigned)a.blk0[m], 1), XMD_WARPS * 32, xmd_qin_smem(cols / 256, 2), a);
     else if (n <= 8 || !c->xmd_ng2)
