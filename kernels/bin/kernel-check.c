@@ -1328,6 +1328,13 @@ static void check_xmm_tiles(void)
         report("xmm-tiles-ran", sh, mr_cu_xmm_tiles_launches(mt) > 0 ? 0.0 : 1.0, 0, 0.0);
         mt->destroy(mt);
     }
+    /* a block an expert walking its chunks (MEMRA_CUDA_XMM_ITEMS=0) with 2 tiles a warp */
+    setenv("MEMRA_CUDA_XMM", "2", 1);
+    mr_backend *ms = backend_with2("MEMRA_CUDA_XMM_ITEMS", "0", "MEMRA_CUDA_XMM_TPW", "2");
+    check_xmm_chain(ms, t4, t6, 2048, 768, 16, 8, 16, ROUTE_MIX);
+    check_xmm_chain(ms, t4, t4, 2048, 768, 32, 8, 16, ROUTE_ONE);
+    report("xmm-tiles-ran", "MEMRA_CUDA_XMM_ITEMS=0 TPW=2", mr_cu_xmm_tiles_launches(ms) > 0 ? 0.0 : 1.0, 0, 0.0);
+    ms->destroy(ms);
     mr_backend *mi = backend_with2("MEMRA_CUDA_XMM", "iq4", "MEMRA_CUDA_XMM_TPW", "3");
     check_xmm_chain(mi, ti, ti, 2048, 512, 32, 8, 16, ROUTE_RANDOM);
     check_xmm_chain(mi, ti, ti, 2048, 512, 32, 8, 64, ROUTE_RANDOM);
