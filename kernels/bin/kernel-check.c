@@ -1694,8 +1694,8 @@ static void check_xmd_all(void)
         check_multi_vs_one(be, "xmd", t4, 4096, 512, 512, 2048, mn[i], 2);
     check_multi_vs_one(be, "xmd", t4, 48, 16, 32, 768, 3, 2);
     be->destroy(be);
-    /* MEMRA_CUDA_XMD_ONE=1: one token on its own instance (k_xmd1), against
-     * float64 and, as each token alone, against batches of 2 (k_xmd2) and
+    /* MEMRA_CUDA_XMD_ONE=1: one token on its own instance (k_xmd2<1, _>),
+     * against float64 and, as each token alone, against batches of 2 (k_xmd2) and
      * more (k_xmd) bit for bit: 2 and 6 steps a warp, 5 (two passes and the
      * odd step), 1 and idle slices */
     static const char *const one[] = {"1", "3"}; /* 2 and 3 blocks an SM */

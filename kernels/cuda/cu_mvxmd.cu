@@ -239,58 +239,9 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
     }
 }
 
-/* Step i of a warp (its slice's block b = slice + S i) against rows a, b
- * (wa, wb): f[h] += row h's term of token tc (lanes c even); Q: the tokens
- * of the block's shared input.  k_xmd2's loop body, for k_xmd1; k_xmd2
- * keeps its own copy until k_xmd1 is measured (through this function its
- * registers went 92 -> 123), and one of the two goes then. */
-template <int Q>
-__device__ __forceinline__ void xmd2_step(const xmd_args &a, const uint8_t *own, int i, const xmp_q4k &wa,
-                                          const xmp_q4k &wb, int c, int tt, int pp, bool col, int tc, float (&f)[2])
-{
-    constexpr int BLK = xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
-    const uint8_t *xb = own + ((size_t)i * Q + (col ? tt : 0)) * BLK;
-    int M[4] = {0, 0, 0, 0};
-    uint32_t sc[2][2], mn[2][2];
-    xmp_q4k_scales(wa, wb, sc, mn);
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        uint32_t A[4];
-        int sa, sb;
-        xmp_frag(wa, wb, j, A, sa, sb, sc[0][j >> 2], sc[1][j >> 2]);
-        const uint2 bw = col ? *(const uint2 *)(xb + (XMD_PL * j + pp) * 32 + 8 * c) : make_uint2(0u, 0u);
-        int C[4] = {0, 0, 0, 0};
-        mr_imma32_us(C, A, bw.x, bw.y);
-        M[0] += sa * C[0];
-        M[1] += sa * C[1];
-        M[2] += sb * C[2];
-        M[3] += sb * C[3];
-    }
-    const uint32_t Am[4] = {c == 0 ? mn[0][0] : c == 1 ? mn[0][1] : 0u, c == 0 ? mn[1][0] : c == 1 ? mn[1][1] : 0u,
-                            0u, 0u};
-    const uint2 xs = col ? *(const uint2 *)(xb + 256 * XMD_PL + 16 + 16 * pp + 8 * (c & 1)) : make_uint2(0u, 0u);
-    int Nl[4] = {0, 0, 0, 0}, Nh[4] = {0, 0, 0, 0};
-    mr_imma32_us(Nl, Am, xs.x, 0u);
-    mr_imma32_us(Nh, Am, xs.y, 0u);
-    int N[4];
-#pragma unroll
-    for (int v = 0; v < 4; v++) N[v] = 256 * Nh[v] + Nl[v];
-    /* the lo plane of rows a, b from the odd lane */
-    const int mla = __shfl_xor_sync(0xffffffffu, M[0], 1), mlb = __shfl_xor_sync(0xffffffffu, M[2], 1);
-    const int nla = __shfl_xor_sync(0xffffffffu, N[0], 1), nlb = __shfl_xor_sync(0xffffffffu, N[2], 1);
-    if (!(c & 1) && tc < (Q == 1 ? 1 : a.n)) {
-        const float dx = *(const float *)(own + ((size_t)i * Q + tc) * BLK + 256 * XMD_PL);
-        const float da = q8_h2f(wa.h.x), dma = q8_h2f(wa.h.x >> 16);
-        const float db = q8_h2f(wb.h.x), dmb = q8_h2f(wb.h.x >> 16);
-        const int Ma[XMD_PL] = {M[0], M[1], mla}, Mb[XMD_PL] = {M[2], M[3], mlb};
-        const int Na[XMD_PL] = {N[0], N[1], nla}, Nb[XMD_PL] = {N[2], N[3], nlb};
-        f[0] = xmp_q4k_acc<XMD_PL>(f[0], dx, da, dma, Ma, Na);
-        f[1] = xmp_q4k_acc<XMD_PL>(f[1], dx, db, dmb, Mb, Nb);
-    }
-}
-
-/* After step i's weights (wa, wb) are used: block b + 2S (the step two
- * ahead) into them, so that two steps a row stay in flight. */
+/* k_xmd2's walk of two register sets: after the step on block b, block b +
+ * 2S (the step two ahead) into its set, so that two steps a row stay in
+ * flight as with xmd_next. */
 __device__ __forceinline__ void xmd2_refill(const xmd_warp &w, int b, int S, int nsb, int c, xmp_q4k &wa,
                                             xmp_q4k &wb)
 {
@@ -308,8 +259,21 @@ __device__ __forceinline__ void xmd2_refill(const xmd_warp &w, int b, int S, int
  * 2c + 1: c even the hi and mid planes of token c / 2, c odd its lo (one
  * shuffle joins them).  The block's row tiles share their input: the warps
  * of a slice quantize its blocks between them into shared memory
- * (xmp_quant_block), then one barrier. */
-__global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd2(const xmd_args a)
+ * (xmp_quant_block), then one barrier.
+ *
+ * Q: the tokens the block's shared input holds, XMD_QIN (the default) or 1
+ * (MEMRA_CUDA_XMD_ONE, off until measured: one-token calls with half the
+ * shared memory, 40 KB at 12,288 columns, and the walk two steps a pass on
+ * two register sets refilled in place instead of copying the next step's
+ * weights into the current set each step; PTX of a step ~404 -> ~325
+ * instructions).  Columns of tokens past n are zero and the steps are the
+ * same in the same order, so Q changes no bit (kernel-check xmd-one-inv).
+ * BPS: blocks an SM, 2 (no bound given; 93 registers at Q = 2, 94 at Q =
+ * 1) or 3 (=3: 80 registers and 48 bytes of spill), which puts the 8B's
+ * q/k/v (384 blocks, 1.45 waves at 2 an SM) and q/k (320, 1.21) in one
+ * wave. */
+template <int Q, int BPS>
+__global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 0) k_xmd2(const xmd_args a)
 {
     constexpr int BLK = xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
     __shared__ float red[XMD_WARPS][2][32];
@@ -317,38 +281,40 @@ __global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd2(const xmd_args a)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int S = a.slices, slice = warp % S, tile = warp / S;
     const int nsb = a.cols / 256, nloc = xmd_qin_blocks(nsb);
+    const int n = Q == 1 ? 1 : a.n;
     xmp_q4k ca, cb, na, nb;
     const xmd_warp w = xmd_start(a, S, slice, tile, g, c, ca, cb, na, nb);
     const bool live = w.live;
     int b = slice;
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
-    /* slice s's block b = s + S i of token t at ((s nloc + i) 2 + t) BLK */
-    uint8_t *own = xmd_sh + (size_t)slice * nloc * XMD_QIN * BLK;
+    /* slice s's block b = s + S i of token t at ((s nloc + i) Q + t) BLK */
+    uint8_t *own = xmd_sh + (size_t)slice * nloc * Q * BLK;
     for (int i = tile; i < nloc && slice + S * i < nsb; i += a.tl) {
         const int bb = slice + S * i;
-        for (int t = 0; t < a.n; t++) {
+        for (int t = 0; t < n; t++) {
             const float4 *xr = (const float4 *)(a.x + (size_t)t * a.cols + 256 * bb + 8 * lane);
             const float4 u0 = xr[0], u1 = xr[1];
             const float v[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-            xmp_quant_block<MR_TYPE_Q4_K, XMD_PL>(v, own + ((size_t)i * XMD_QIN + t) * BLK, lane);
+            xmp_quant_block<MR_TYPE_Q4_K, XMD_PL>(v, own + ((size_t)i * Q + t) * BLK, lane);
         }
     }
     __syncthreads();
     const int tt = g >> 2, pp = g & 3; /* this lane's B column: token tt, plane pp */
-    const bool col = pp < XMD_PL && tt < a.n;
+    const bool col = pp < XMD_PL && tt < n;
     const int tc = c >> 1; /* the token of this lane's C values (c even: hi, mid; odd: lo) */
     float f[2] = {0.0f, 0.0f}; /* rows ra, ra + 8 of token tc (lanes c even) */
-    for (int i = 0; live && b < nsb; b += S, i++) {
-        const uint8_t *xb = own + ((size_t)i * XMD_QIN + (col ? tt : 0)) * BLK;
+    /* step i of the warp (its slice's block slice + S i) on the weights of rows a, b */
+    auto step = [&](int i, const xmp_q4k &wa, const xmp_q4k &wb) {
+        const uint8_t *xb = own + ((size_t)i * Q + (col ? tt : 0)) * BLK;
         int M[4] = {0, 0, 0, 0};
         uint32_t sc[2][2], mn[2][2];
-        xmp_q4k_scales(ca, cb, sc, mn);
+        xmp_q4k_scales(wa, wb, sc, mn);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             uint32_t A[4];
             int sa, sb;
-            xmp_frag(ca, cb, j, A, sa, sb, sc[0][j >> 2], sc[1][j >> 2]);
+            xmp_frag(wa, wb, j, A, sa, sb, sc[0][j >> 2], sc[1][j >> 2]);
             const uint2 bw = col ? *(const uint2 *)(xb + (XMD_PL * j + pp) * 32 + 8 * c) : make_uint2(0u, 0u);
             int C[4] = {0, 0, 0, 0};
             mr_imma32_us(C, A, bw.x, bw.y);
@@ -369,84 +335,34 @@ __global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd2(const xmd_args a)
         /* the lo plane of rows a, b from the odd lane */
         const int mla = __shfl_xor_sync(0xffffffffu, M[0], 1), mlb = __shfl_xor_sync(0xffffffffu, M[2], 1);
         const int nla = __shfl_xor_sync(0xffffffffu, N[0], 1), nlb = __shfl_xor_sync(0xffffffffu, N[2], 1);
-        if (!(c & 1) && tc < a.n) {
-            const float dx = *(const float *)(own + ((size_t)i * XMD_QIN + tc) * BLK + 256 * XMD_PL);
-            const float da = q8_h2f(ca.h.x), dma = q8_h2f(ca.h.x >> 16);
-            const float db = q8_h2f(cb.h.x), dmb = q8_h2f(cb.h.x >> 16);
+        if (!(c & 1) && tc < n) {
+            const float dx = *(const float *)(own + ((size_t)i * Q + tc) * BLK + 256 * XMD_PL);
+            const float da = q8_h2f(wa.h.x), dma = q8_h2f(wa.h.x >> 16);
+            const float db = q8_h2f(wb.h.x), dmb = q8_h2f(wb.h.x >> 16);
             const int Ma[XMD_PL] = {M[0], M[1], mla}, Mb[XMD_PL] = {M[2], M[3], mlb};
             const int Na[XMD_PL] = {N[0], N[1], nla}, Nb[XMD_PL] = {N[2], N[3], nlb};
             f[0] = xmp_q4k_acc<XMD_PL>(f[0], dx, da, dma, Ma, Na);
             f[1] = xmp_q4k_acc<XMD_PL>(f[1], dx, db, dmb, Mb, Nb);
         }
-        xmd_next(w, b, S, nsb, c, ca, cb, na, nb);
-    }
-    red[warp][0][lane] = f[0];
-    red[warp][1][lane] = f[1];
-    __syncthreads();
-    if (slice || !live || (c & 1) || tc >= a.n)
-        return;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        float acc = red[warp][h][lane];
-        for (int u = 1; u < S; u++) acc = __fadd_rn(acc, red[warp + u][h][lane]);
-        w.y[(size_t)tc * w.rows + w.ra + 8 * h] = acc;
-    }
-}
-
-/* One token (MEMRA_CUDA_XMD_ONE=1 or 3, off until measured): k_xmd2's
- * sums for a.n = 1 with half its shared memory (40 KB at 12,288 columns,
- * under the 48 KB that needs no opt-in), no loop over tokens, and a walk
- * of two steps a pass on two sets of registers instead of copying the
- * next step's weights into the current set each step (PTX of a step ~404
- * -> ~325 instructions, 136 -> ~62 moves).  The same integers joined by
- * the same float steps in the same order: the same bits as k_xmd2
- * (kernel-check xmd: one token against batches bit for bit).  BPS: blocks
- * an SM, 2 as k_xmd2 (no bound given, as there; 121 registers against its
- * 92), or 3 (=3: 80 registers and 32 bytes of spill), which puts the 8B's
- * q/k/v (384 blocks, 1.45 waves at 2 an SM) and q/k (320, 1.21) in one
- * wave. */
-template <int BPS>
-__global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 1) k_xmd1(const xmd_args a)
-{
-    constexpr int BLK = xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
-    constexpr int Q = 1;
-    __shared__ float red[XMD_WARPS][2][32];
-    extern __shared__ __align__(16) uint8_t xmd_sh[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-    const int S = a.slices, slice = warp % S, tile = warp / S;
-    const int nsb = a.cols / 256, nloc = xmd_qin_blocks(nsb);
-    const int n = 1;
-    xmp_q4k ca, cb, na, nb;
-    const xmd_warp w = xmd_start(a, S, slice, tile, g, c, ca, cb, na, nb);
-    const bool live = w.live;
-    mr_pdl_wait(); /* cu_pdl.cuh */
-    mr_pdl_trigger();
-    /* slice s's block b = s + S i of token t at ((s nloc + i) Q + t) BLK */
-    uint8_t *own = xmd_sh + (size_t)slice * nloc * Q * BLK;
-    for (int i = tile; i < nloc && slice + S * i < nsb; i += a.tl) {
-        const int bb = slice + S * i;
-        for (int t = 0; t < n; t++) {
-            const float4 *xr = (const float4 *)(a.x + (size_t)t * a.cols + 256 * bb + 8 * lane);
-            const float4 u0 = xr[0], u1 = xr[1];
-            const float v[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-            xmp_quant_block<MR_TYPE_Q4_K, XMD_PL>(v, own + ((size_t)i * Q + t) * BLK, lane);
+    };
+    if constexpr (Q == 1) {
+        /* two steps a pass, each on its own set of registers, refilled in
+         * place: no copy of the next step's weights into the current set */
+        int i = 0;
+        for (; live && b + S < nsb; b += 2 * S, i += 2) {
+            step(i, ca, cb);
+            xmd2_refill(w, b, S, nsb, c, ca, cb);
+            step(i + 1, na, nb);
+            xmd2_refill(w, b + S, S, nsb, c, na, nb);
+        }
+        if (live && b < nsb)
+            step(i, ca, cb);
+    } else {
+        for (int i = 0; live && b < nsb; b += S, i++) {
+            step(i, ca, cb);
+            xmd_next(w, b, S, nsb, c, ca, cb, na, nb);
         }
     }
-    __syncthreads();
-    const int tt = g >> 2, pp = g & 3; /* this lane's B column: token tt, plane pp */
-    const bool col = pp < XMD_PL && tt < n;
-    const int tc = c >> 1; /* the token of this lane's C values (c even: hi, mid; odd: lo) */
-    float f[2] = {0.0f, 0.0f}; /* rows ra, ra + 8 of token tc (lanes c even) */
-    /* two steps a pass, each on its own registers */
-    int b = slice, i = 0;
-    for (; live && b + S < nsb; b += 2 * S, i += 2) {
-        xmd2_step<Q>(a, own, i, ca, cb, c, tt, pp, col, tc, f);
-        xmd2_refill(w, b, S, nsb, c, ca, cb);
-        xmd2_step<Q>(a, own, i + 1, na, nb, c, tt, pp, col, tc, f);
-        xmd2_refill(w, b + S, S, nsb, c, na, nb);
-    }
-    if (live && b < nsb)
-        xmd2_step<Q>(a, own, i, ca, cb, c, tt, pp, col, tc, f);
     red[warp][0][lane] = f[0];
     red[warp][1][lane] = f[1];
     __syncthreads();
@@ -476,9 +392,10 @@ void mr_cu_xmd_init(mr_cu_ctx *c)
     const char *o = getenv("MEMRA_CUDA_XMD_ONE");
     c->xmd_one = o && !strcmp(o, "1") ? 2 : o && !strcmp(o, "3") ? 3 : 0;
     if (c->xmd && xmd_qin_max < want &&
-        cudaFuncSetAttribute(k_xmd1<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess &&
-        cudaFuncSetAttribute(k_xmd1<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess &&
-        cudaFuncSetAttribute(k_xmd2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess)
+        cudaFuncSetAttribute(k_xmd2<XMD_QIN, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) ==
+            cudaSuccess &&
+        cudaFuncSetAttribute(k_xmd2<1, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess &&
+        cudaFuncSetAttribute(k_xmd2<1, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess)
         xmd_qin_max = want;
     cudaGetLastError(); /* a refused opt-in leaves the 48 KB */
 }
@@ -524,12 +441,13 @@ static void xmd_launch(mr_cu_ctx *c, const mr_weight *const *w, float *const *y,
         a.rows[s] = (int)w[s]->rows;
         a.blk0[s + 1] = a.blk0[s] + (a.rows[s] / 16 + a.tl - 1) / a.tl;
     }
+    const dim3 g1((unsigned)a.blk0[m], 1);
     if (!Xq && n == 1 && c->xmd_one == 3)
-        mr_cu_launch(c, k_xmd1<3>, dim3((unsigned)a.blk0[m], 1), XMD_WARPS * 32, xmd_qin_smem(cols / 256, 1), a);
+        mr_cu_launch(c, k_xmd2<1, 3>, g1, XMD_WARPS * 32, xmd_qin_smem(cols / 256, 1), a);
     else if (!Xq && n == 1 && c->xmd_one)
-        mr_cu_launch(c, k_xmd1<2>, dim3((unsigned)a.blk0[m], 1), XMD_WARPS * 32, xmd_qin_smem(cols / 256, 1), a);
+        mr_cu_launch(c, k_xmd2<1, 2>, g1, XMD_WARPS * 32, xmd_qin_smem(cols / 256, 1), a);
     else if (!Xq)
-        mr_cu_launch(c, k_xmd2, dim3((unsigned)a.blk0[m], 1), XMD_WARPS * 32, xmd_qin_smem(cols / 256, 2), a);
+        mr_cu_launch(c, k_xmd2<XMD_QIN, 2>, g1, XMD_WARPS * 32, xmd_qin_smem(cols / 256, XMD_QIN), a);
     else if (n <= 8 || !c->xmd_ng2)
         mr_cu_launch(c, k_xmd<1>, dim3((unsigned)a.blk0[m], (unsigned)((n + 7) / 8)), XMD_WARPS * 32, 0, a);
     else
