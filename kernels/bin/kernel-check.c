@@ -1694,12 +1694,13 @@ static void check_xmd_all(void)
         check_multi_vs_one(be, "xmd", t4, 4096, 512, 512, 2048, mn[i], 2);
     check_multi_vs_one(be, "xmd", t4, 48, 16, 32, 768, 3, 2);
     be->destroy(be);
-    /* MEMRA_CUDA_XMD_ONE=1: one token on its own instance (k_xmd2<1, _>),
-     * against float64 and, as each token alone, against batches of 2 (k_xmd2) and
+    /* MEMRA_CUDA_XMD_ONE: one token on each of its kernels whatever the
+     * launch (the default picks by the launch: xmd_pick_one), against
+     * float64 and, as each token alone, against batches of 2 (k_xmd2) and
      * more (k_xmd) bit for bit: 2 and 6 steps a warp, 5 (two passes and the
      * odd step), 1 and idle slices */
-    static const char *const one[] = {"1", "3"}; /* 2 and 3 blocks an SM */
-    for (int v = 0; v < 2; v++) {
+    static const char *const one[] = {"0", "1", "3"}; /* k_xmd2, k_xmd1 at 2 and 3 blocks an SM */
+    for (int v = 0; v < 3; v++) {
         be = backend_with2("MEMRA_CUDA_XMD", "1", "MEMRA_CUDA_XMD_ONE", one[v]);
         setenv("MEMRA_CUDA_XMD", "0", 1); /* main's setting */
         check_xmd_prec(be, t4, 4096, 96, 1);

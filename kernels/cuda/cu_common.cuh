@@ -151,9 +151,9 @@ struct mr_cu_ctx {
     bool xmd;               /* decode batches of dense Q4_K products on the int8 tensor cores
                                (cu_mvxmd.cu; default; MEMRA_CUDA_XMD=0: the float kernels) */
     mr_cu_buf scratch_xmd;  /* their input planes (k_xmp_quant's operand) */
-    int xmd_one;            /* their one-token calls on k_xmd2<1, _> (shared memory for one token,
-                               two steps a pass; the same bits): 2 (MEMRA_CUDA_XMD_ONE=1) or 3 (=3)
-                               blocks an SM; 0 k_xmd2<XMD_QIN, 2>, the default (off until measured) */
+    int xmd_one;            /* their one-token calls' kernel (the same bits): -1 by the launch
+                               (MEMRA_CUDA_XMD_ONE=auto, the default: xmd_pick_one), 2 or 3 k_xmd1
+                               at 2 (=1) or 3 (=3) blocks an SM, 0 k_xmd2 (=0) */
     bool xmd_ng2;           /* MEMRA_CUDA_XMD_NG=2: calls of 9+ tokens in chunks of 16 (k_xmd<2>, 226
                                registers) instead of 8 (k_xmd<1>, 128; run 184: C = 16 +2.4%); the
                                same bits */

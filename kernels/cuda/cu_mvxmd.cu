@@ -24,8 +24,8 @@
  *   w = d join(M) - dmin join(N) and f_s = fma(dx_b, w, f_s);
  *   slice s = b % S of the row's blocks in order (one warp each; S =
  *   xmd_slices, from the column count alone), then y = ((f_0 + f_1) + ..).
- * A block is 8 warps: 8 / S row tiles of 16 rows by S slices.  One and two
- * tokens (k_xmd2) quantize their input in the kernel; more are quantized
+ * A block is 8 warps: 8 / S row tiles of 16 rows by S slices.  One token
+ * (k_xmd1) and two (k_xmd2) quantize their input in the kernel; more are quantized
  * by k_xmp_quant first and go to k_xmd, 8 tokens a block (grid y: chunks
  * of 8; each weight is read once a chunk, the second from L2): at 128
  * registers two blocks an SM, where 16 a block (MEMRA_CUDA_XMD_NG=2, 226
@@ -239,15 +239,44 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
     }
 }
 
-/* k_xmd2's walk of two register sets: after the step on block b, block b +
- * 2S (the step two ahead) into its set, so that two steps a row stay in
- * flight as with xmd_next. */
-__device__ __forceinline__ void xmd2_refill(const xmd_warp &w, int b, int S, int nsb, int c, xmp_q4k &wa,
-                                            xmp_q4k &wb)
+/* k_xmd1's input (k_xmd2 writes the same inline): the warps of slice s quantize its
+ * blocks b = s + S i of each of n tokens (xmp_quant_block) into shared
+ * memory at ((s nloc + i) Q + t) BLK, Q the tokens a block holds; returns
+ * the slice's first block (the caller's barrier follows). */
+template <int Q>
+__device__ __forceinline__ uint8_t *xmd_quant_input(const xmd_args &a, uint8_t *sh, int S, int slice, int tile,
+                                                    int n, int lane)
 {
-    if (b + 2 * S < nsb) {
-        xmp_load(w.Wa + (size_t)(b + 2 * S) * 144, c, wa);
-        xmp_load(w.Wb + (size_t)(b + 2 * S) * 144, c, wb);
+    constexpr int BLK = xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
+    const int nsb = a.cols / 256, nloc = xmd_qin_blocks(nsb);
+    uint8_t *own = sh + (size_t)slice * nloc * Q * BLK;
+    for (int i = tile; i < nloc && slice + S * i < nsb; i += a.tl) {
+        const int bb = slice + S * i;
+        for (int t = 0; t < n; t++) {
+            const float4 *xr = (const float4 *)(a.x + (size_t)t * a.cols + 256 * bb + 8 * lane);
+            const float4 u0 = xr[0], u1 = xr[1];
+            const float v[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+            xmp_quant_block<MR_TYPE_Q4_K, XMD_PL>(v, own + ((size_t)i * Q + t) * BLK, lane);
+        }
+    }
+    return own;
+}
+
+/* k_xmd1's end (k_xmd2's, inline): the slices' sums of rows ra, ra + 8 of token tc joined in
+ * slice order by the slice-0 warp of each row tile */
+__device__ __forceinline__ void xmd_join_rows(float (*red)[2][32], const xmd_warp &w, const float (&f)[2], int S,
+                                              int slice, int warp, int lane, bool mine, int tc)
+{
+    red[warp][0][lane] = f[0];
+    red[warp][1][lane] = f[1];
+    __syncthreads();
+    if (slice || !w.live || !mine)
+        return;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float acc = red[warp][h][lane];
+        for (int u = 1; u < S; u++) acc = __fadd_rn(acc, red[warp + u][h][lane]);
+        w.y[(size_t)tc * w.rows + w.ra + 8 * h] = acc;
     }
 }
 
@@ -259,21 +288,8 @@ __device__ __forceinline__ void xmd2_refill(const xmd_warp &w, int b, int S, int
  * 2c + 1: c even the hi and mid planes of token c / 2, c odd its lo (one
  * shuffle joins them).  The block's row tiles share their input: the warps
  * of a slice quantize its blocks between them into shared memory
- * (xmp_quant_block), then one barrier.
- *
- * Q: the tokens the block's shared input holds, XMD_QIN (the default) or 1
- * (MEMRA_CUDA_XMD_ONE, off until measured: one-token calls with half the
- * shared memory, 40 KB at 12,288 columns, and the walk two steps a pass on
- * two register sets refilled in place instead of copying the next step's
- * weights into the current set each step; PTX of a step ~404 -> ~325
- * instructions).  Columns of tokens past n are zero and the steps are the
- * same in the same order, so Q changes no bit (kernel-check xmd-one-inv).
- * BPS: blocks an SM, 2 (no bound given; 93 registers at Q = 2, 94 at Q =
- * 1) or 3 (=3: 80 registers and 48 bytes of spill), which puts the 8B's
- * q/k/v (384 blocks, 1.45 waves at 2 an SM) and q/k (320, 1.21) in one
- * wave. */
-template <int Q, int BPS>
-__global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 0) k_xmd2(const xmd_args a)
+ * (xmd_quant_input), then one barrier. */
+__global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd2(const xmd_args a)
 {
     constexpr int BLK = xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
     __shared__ float red[XMD_WARPS][2][32];
@@ -281,40 +297,38 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 0) k_xmd2(const
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int S = a.slices, slice = warp % S, tile = warp / S;
     const int nsb = a.cols / 256, nloc = xmd_qin_blocks(nsb);
-    const int n = Q == 1 ? 1 : a.n;
     xmp_q4k ca, cb, na, nb;
     const xmd_warp w = xmd_start(a, S, slice, tile, g, c, ca, cb, na, nb);
     const bool live = w.live;
     int b = slice;
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
-    /* slice s's block b = s + S i of token t at ((s nloc + i) Q + t) BLK */
-    uint8_t *own = xmd_sh + (size_t)slice * nloc * Q * BLK;
+    /* slice s's block b = s + S i of token t at ((s nloc + i) 2 + t) BLK */
+    uint8_t *own = xmd_sh + (size_t)slice * nloc * XMD_QIN * BLK;
     for (int i = tile; i < nloc && slice + S * i < nsb; i += a.tl) {
         const int bb = slice + S * i;
-        for (int t = 0; t < n; t++) {
+        for (int t = 0; t < a.n; t++) {
             const float4 *xr = (const float4 *)(a.x + (size_t)t * a.cols + 256 * bb + 8 * lane);
             const float4 u0 = xr[0], u1 = xr[1];
             const float v[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-            xmp_quant_block<MR_TYPE_Q4_K, XMD_PL>(v, own + ((size_t)i * Q + t) * BLK, lane);
+            xmp_quant_block<MR_TYPE_Q4_K, XMD_PL>(v, own + ((size_t)i * XMD_QIN + t) * BLK, lane);
         }
     }
     __syncthreads();
     const int tt = g >> 2, pp = g & 3; /* this lane's B column: token tt, plane pp */
-    const bool col = pp < XMD_PL && tt < n;
+    const bool col = pp < XMD_PL && tt < a.n;
     const int tc = c >> 1; /* the token of this lane's C values (c even: hi, mid; odd: lo) */
     float f[2] = {0.0f, 0.0f}; /* rows ra, ra + 8 of token tc (lanes c even) */
-    /* step i of the warp (its slice's block slice + S i) on the weights of rows a, b */
-    auto step = [&](int i, const xmp_q4k &wa, const xmp_q4k &wb) {
-        const uint8_t *xb = own + ((size_t)i * Q + (col ? tt : 0)) * BLK;
+    for (int i = 0; live && b < nsb; b += S, i++) {
+        const uint8_t *xb = own + ((size_t)i * XMD_QIN + (col ? tt : 0)) * BLK;
         int M[4] = {0, 0, 0, 0};
         uint32_t sc[2][2], mn[2][2];
-        xmp_q4k_scales(wa, wb, sc, mn);
+        xmp_q4k_scales(ca, cb, sc, mn);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             uint32_t A[4];
             int sa, sb;
-            xmp_frag(wa, wb, j, A, sa, sb, sc[0][j >> 2], sc[1][j >> 2]);
+            xmp_frag(ca, cb, j, A, sa, sb, sc[0][j >> 2], sc[1][j >> 2]);
             const uint2 bw = col ? *(const uint2 *)(xb + (XMD_PL * j + pp) * 32 + 8 * c) : make_uint2(0u, 0u);
             int C[4] = {0, 0, 0, 0};
             mr_imma32_us(C, A, bw.x, bw.y);
@@ -335,8 +349,105 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 0) k_xmd2(const
         /* the lo plane of rows a, b from the odd lane */
         const int mla = __shfl_xor_sync(0xffffffffu, M[0], 1), mlb = __shfl_xor_sync(0xffffffffu, M[2], 1);
         const int nla = __shfl_xor_sync(0xffffffffu, N[0], 1), nlb = __shfl_xor_sync(0xffffffffu, N[2], 1);
-        if (!(c & 1) && tc < n) {
-            const float dx = *(const float *)(own + ((size_t)i * Q + tc) * BLK + 256 * XMD_PL);
+        if (!(c & 1) && tc < a.n) {
+            const float dx = *(const float *)(own + ((size_t)i * XMD_QIN + tc) * BLK + 256 * XMD_PL);
+            const float da = q8_h2f(ca.h.x), dma = q8_h2f(ca.h.x >> 16);
+            const float db = q8_h2f(cb.h.x), dmb = q8_h2f(cb.h.x >> 16);
+            const int Ma[XMD_PL] = {M[0], M[1], mla}, Mb[XMD_PL] = {M[2], M[3], mlb};
+            const int Na[XMD_PL] = {N[0], N[1], nla}, Nb[XMD_PL] = {N[2], N[3], nlb};
+            f[0] = xmp_q4k_acc<XMD_PL>(f[0], dx, da, dma, Ma, Na);
+            f[1] = xmp_q4k_acc<XMD_PL>(f[1], dx, db, dmb, Mb, Nb);
+        }
+        xmd_next(w, b, S, nsb, c, ca, cb, na, nb);
+    }
+    red[warp][0][lane] = f[0];
+    red[warp][1][lane] = f[1];
+    __syncthreads();
+    if (slice || !live || (c & 1) || tc >= a.n)
+        return;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float acc = red[warp][h][lane];
+        for (int u = 1; u < S; u++) acc = __fadd_rn(acc, red[warp + u][h][lane]);
+        w.y[(size_t)tc * w.rows + w.ra + 8 * h] = acc;
+    }
+}
+
+/* After k_xmd1's step on block b: block b + 2S (two steps ahead) into the
+ * same registers, so that two steps a row stay in flight as with xmd_next */
+__device__ __forceinline__ void xmd1_refill(const xmd_warp &w, int b, int S, int nsb, int c, xmp_q4k &wa,
+                                            xmp_q4k &wb)
+{
+    if (b + 2 * S < nsb) {
+        xmp_load(w.Wa + (size_t)(b + 2 * S) * 144, c, wa);
+        xmp_load(w.Wb + (size_t)(b + 2 * S) * 144, c, wb);
+    }
+}
+
+/* One-token calls (xmd_pick_one): k_xmd2's numerics with half its shared
+ * memory (one token's planes: 40 KB at 12,288 columns) and its walk two
+ * steps a pass on two register sets refilled in place, instead of copying
+ * the next step's weights into the current set each step (PTX of a step
+ * ~404 -> ~325 instructions).  The same steps in the same order: the same
+ * bits (kernel-check xmd-one-inv).  BPS: blocks an SM, 2 (96 registers; a
+ * bound of 2 would let it take 121) or 3 (80 registers, 16 bytes of stack).
+ * k_xmd2 keeps its own copy of the step, the input's quantization and the
+ * join: shared with this kernel (a lambda, or these helpers) they moved its
+ * code (92 -> 93, 122 or 123 registers), and the lambda form lost 2-5%
+ * (run 237); its PTX is now the measured kernel's again. */
+template <int BPS>
+__global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 0) k_xmd1(const xmd_args a)
+{
+    constexpr int BLK = xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
+    __shared__ float red[XMD_WARPS][2][32];
+    extern __shared__ __align__(16) uint8_t xmd_sh[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int S = a.slices, slice = warp % S, tile = warp / S;
+    const int nsb = a.cols / 256;
+    xmp_q4k ca, cb, na, nb;
+    const xmd_warp w = xmd_start(a, S, slice, tile, g, c, ca, cb, na, nb);
+    const bool live = w.live;
+    int b = slice;
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    const uint8_t *own = xmd_quant_input<1>(a, xmd_sh, S, slice, tile, 1, lane);
+    __syncthreads();
+    const bool col = g < XMD_PL; /* this lane's B column: plane g */
+    float f[2] = {0.0f, 0.0f};    /* rows ra, ra + 8 (lane c = 0) */
+    /* step i of the warp (its slice's block slice + S i) on the weights of
+     * rows a, b: k_xmd2's step for one token, whose C values are in lanes
+     * c = 0 (its hi and mid planes) and c = 1 (its lo) */
+    auto step = [&](int i, const xmp_q4k &wa, const xmp_q4k &wb) {
+        const uint8_t *xb = own + (size_t)i * BLK;
+        int M[4] = {0, 0, 0, 0};
+        uint32_t sc[2][2], mn[2][2];
+        xmp_q4k_scales(wa, wb, sc, mn);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            uint32_t A[4];
+            int sa, sb;
+            xmp_frag(wa, wb, j, A, sa, sb, sc[0][j >> 2], sc[1][j >> 2]);
+            const uint2 bw = col ? *(const uint2 *)(xb + (XMD_PL * j + g) * 32 + 8 * c) : make_uint2(0u, 0u);
+            int C[4] = {0, 0, 0, 0};
+            mr_imma32_us(C, A, bw.x, bw.y);
+            M[0] += sa * C[0];
+            M[1] += sa * C[1];
+            M[2] += sb * C[2];
+            M[3] += sb * C[3];
+        }
+        const uint32_t Am[4] = {c == 0 ? mn[0][0] : c == 1 ? mn[0][1] : 0u,
+                                c == 0 ? mn[1][0] : c == 1 ? mn[1][1] : 0u, 0u, 0u};
+        const uint2 xs = col ? *(const uint2 *)(xb + 256 * XMD_PL + 16 + 16 * g + 8 * (c & 1)) : make_uint2(0u, 0u);
+        int Nl[4] = {0, 0, 0, 0}, Nh[4] = {0, 0, 0, 0};
+        mr_imma32_us(Nl, Am, xs.x, 0u);
+        mr_imma32_us(Nh, Am, xs.y, 0u);
+        int N[4];
+#pragma unroll
+        for (int v = 0; v < 4; v++) N[v] = 256 * Nh[v] + Nl[v];
+        const int mla = __shfl_xor_sync(0xffffffffu, M[0], 1), mlb = __shfl_xor_sync(0xffffffffu, M[2], 1);
+        const int nla = __shfl_xor_sync(0xffffffffu, N[0], 1), nlb = __shfl_xor_sync(0xffffffffu, N[2], 1);
+        if (c == 0) {
+            const float dx = *(const float *)(xb + 256 * XMD_PL);
             const float da = q8_h2f(wa.h.x), dma = q8_h2f(wa.h.x >> 16);
             const float db = q8_h2f(wb.h.x), dmb = q8_h2f(wb.h.x >> 16);
             const int Ma[XMD_PL] = {M[0], M[1], mla}, Mb[XMD_PL] = {M[2], M[3], mlb};
@@ -345,35 +456,17 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 0) k_xmd2(const
             f[1] = xmp_q4k_acc<XMD_PL>(f[1], dx, db, dmb, Mb, Nb);
         }
     };
-    if constexpr (Q == 1) {
-        /* two steps a pass, each on its own set of registers, refilled in
-         * place: no copy of the next step's weights into the current set */
-        int i = 0;
-        for (; live && b + S < nsb; b += 2 * S, i += 2) {
-            step(i, ca, cb);
-            xmd2_refill(w, b, S, nsb, c, ca, cb);
-            step(i + 1, na, nb);
-            xmd2_refill(w, b + S, S, nsb, c, na, nb);
-        }
-        if (live && b < nsb)
-            step(i, ca, cb);
-    } else {
-        for (int i = 0; live && b < nsb; b += S, i++) {
-            step(i, ca, cb);
-            xmd_next(w, b, S, nsb, c, ca, cb, na, nb);
-        }
+    /* two steps a pass, each on its own set of registers, refilled in place */
+    int i = 0;
+    for (; live && b + S < nsb; b += 2 * S, i += 2) {
+        step(i, ca, cb);
+        xmd1_refill(w, b, S, nsb, c, ca, cb);
+        step(i + 1, na, nb);
+        xmd1_refill(w, b + S, S, nsb, c, na, nb);
     }
-    red[warp][0][lane] = f[0];
-    red[warp][1][lane] = f[1];
-    __syncthreads();
-    if (slice || !live || (c & 1) || tc >= n)
-        return;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        float acc = red[warp][h][lane];
-        for (int u = 1; u < S; u++) acc = __fadd_rn(acc, red[warp + u][h][lane]);
-        w.y[(size_t)tc * w.rows + w.ra + 8 * h] = acc;
-    }
+    if (live && b < nsb)
+        step(i, ca, cb);
+    xmd_join_rows(red, w, f, S, slice, warp, lane, c == 0, 0);
 }
 
 /* ---- host side ---- */
@@ -390,12 +483,11 @@ void mr_cu_xmd_init(mr_cu_ctx *c)
     c->xmd_ng2 = g && !strcmp(g, "2");
     const size_t want = 160 * 1024;
     const char *o = getenv("MEMRA_CUDA_XMD_ONE");
-    c->xmd_one = o && !strcmp(o, "1") ? 2 : o && !strcmp(o, "3") ? 3 : 0;
+    c->xmd_one = !o || !strcmp(o, "auto") ? -1 : !strcmp(o, "1") ? 2 : !strcmp(o, "3") ? 3 : 0;
     if (c->xmd && xmd_qin_max < want &&
-        cudaFuncSetAttribute(k_xmd2<XMD_QIN, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) ==
-            cudaSuccess &&
-        cudaFuncSetAttribute(k_xmd2<1, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess &&
-        cudaFuncSetAttribute(k_xmd2<1, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess)
+        cudaFuncSetAttribute(k_xmd2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess &&
+        cudaFuncSetAttribute(k_xmd1<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess &&
+        cudaFuncSetAttribute(k_xmd1<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess)
         xmd_qin_max = want;
     cudaGetLastError(); /* a refused opt-in leaves the 48 KB */
 }
@@ -419,10 +511,36 @@ bool mr_cu_xmd_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m)
     return true;
 }
 
+/* A one-token call's kernel: k_xmd1 at 3 (returns 3) or 2 blocks an SM, or
+ * k_xmd2 (0).  MEMRA_CUDA_XMD_ONE=0 / 1 / 3 fix it; auto, the default, goes
+ * by the launch, from run 238 (H100, bench-kernels mv Q4_K one token, us,
+ * k_xmd2 / k_xmd1<2> / k_xmd1<3>): 3 an SM at 4,096 columns (a warp walks 2
+ * steps) where the grid is more than a block an SM (4,096 x 4,096 7.30 /
+ * 7.17 / 6.88, 5,120 x 4,096 10.51 / 10.17 / 8.48, 6,144 x 4,096 10.98 /
+ * 10.83 / 9.65), else 2 (2,048 x 4,096, 128 blocks: 4.37 / 4.18 / 4.81;
+ * 4,096 x 12,288, whose 6 steps a warp pay for the spill: 16.84 / 16.25 /
+ * 19.00; 5,120 x 2,048 4.47 / 4.40-5.05 / 4.80). */
+static int xmd_pick_one(const mr_cu_ctx *c, int blocks, int nsb)
+{
+    if (c->xmd_one >= 0)
+        return c->xmd_one;
+    return nsb == 16 && blocks > c->n_sm ? 3 : 2;
+}
+
+/* The blocks of a launch over m matrices of nsb blocks a row (xmd_launch's
+ * grid) */
+static int xmd_blocks(const mr_weight *const *w, int m, int nsb)
+{
+    const int tl = XMD_WARPS / xmd_slices(nsb);
+    int blocks = 0;
+    for (int s = 0; s < m; s++) blocks += ((int)w[s]->rows / 16 + tl - 1) / tl;
+    return blocks;
+}
+
 /* One launch for the m matrices over the operand Xq (NULL: the kernel
- * quantizes x itself; n <= XMD_QIN). */
+ * quantizes x itself; n <= XMD_QIN; one: xmd_pick_one's kernel for n = 1). */
 static void xmd_launch(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
-                       const uint8_t *Xq, int n)
+                       const uint8_t *Xq, int n, int one)
 {
     const int cols = (int)w[0]->cols;
     xmd_args a = {};
@@ -442,12 +560,12 @@ static void xmd_launch(mr_cu_ctx *c, const mr_weight *const *w, float *const *y,
         a.blk0[s + 1] = a.blk0[s] + (a.rows[s] / 16 + a.tl - 1) / a.tl;
     }
     const dim3 g1((unsigned)a.blk0[m], 1);
-    if (!Xq && n == 1 && c->xmd_one == 3)
-        mr_cu_launch(c, k_xmd2<1, 3>, g1, XMD_WARPS * 32, xmd_qin_smem(cols / 256, 1), a);
-    else if (!Xq && n == 1 && c->xmd_one)
-        mr_cu_launch(c, k_xmd2<1, 2>, g1, XMD_WARPS * 32, xmd_qin_smem(cols / 256, 1), a);
+    if (one == 3)
+        mr_cu_launch(c, k_xmd1<3>, g1, XMD_WARPS * 32, xmd_qin_smem(cols / 256, 1), a);
+    else if (one)
+        mr_cu_launch(c, k_xmd1<2>, g1, XMD_WARPS * 32, xmd_qin_smem(cols / 256, 1), a);
     else if (!Xq)
-        mr_cu_launch(c, k_xmd2<XMD_QIN, 2>, g1, XMD_WARPS * 32, xmd_qin_smem(cols / 256, XMD_QIN), a);
+        mr_cu_launch(c, k_xmd2, g1, XMD_WARPS * 32, xmd_qin_smem(cols / 256, XMD_QIN), a);
     else if (n <= 8 || !c->xmd_ng2)
         mr_cu_launch(c, k_xmd<1>, dim3((unsigned)a.blk0[m], (unsigned)((n + 7) / 8)), XMD_WARPS * 32, 0, a);
     else
@@ -459,13 +577,14 @@ bool mr_cu_xmd_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
 {
     if (n < 1 || !mr_cu_xmd_takes(c, w, m))
         return false;
-    const int cols = (int)w[0]->cols;
+    const int cols = (int)w[0]->cols, nsb = cols / 256;
+    const int one = n == 1 ? xmd_pick_one(c, xmd_blocks(w, m, nsb), nsb) : 0;
     const uint8_t *Xq = NULL;
-    if (n > XMD_QIN || xmd_qin_smem(cols / 256, n == 1 && c->xmd_one ? 1 : XMD_QIN) > xmd_qin_max) {
+    if (n > XMD_QIN || xmd_qin_smem(nsb, one ? 1 : XMD_QIN) > xmd_qin_max) {
         Xq = mr_cu_xmp_operand_q4k3(c, &c->scratch_xmd, x, n, cols);
         if (!Xq)
             return true; /* the context has failed: nothing else runs */
     }
-    xmd_launch(c, w, y, m, x, Xq, n);
+    xmd_launch(c, w, y, m, x, Xq, n, Xq ? 0 : one);
     return true;
 }
