@@ -117,7 +117,8 @@ struct mr_cu_auto {
         int used;           /* ops in the launch, 0: any */
     };
     std::vector<twice_pat> twice;
-    long twice_done = 0;
+    long twice_done = 0;     /* launches made twice */
+    long twice_captured = 0; /* of them, into a graph capture: over captures, launches a step */
 };
 
 enum { OP_GET_ROWS = 1, OP_MATMUL, OP_MATMUL_ID, OP_RMSNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION,
@@ -565,6 +566,8 @@ static void run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
         if (!a->twice.empty() && twice_match(a, a->ops[i], used)) {
             launch_at(a, be, i);
             a->twice_done++;
+            if (mr_cu(be)->capturing)
+                a->twice_captured++;
         }
         if (timed)
             for (size_t j = i; j < i + used; j++) cudaEventRecord(ev[j + 1], st);
@@ -1104,7 +1107,8 @@ void mr_cu_autograph_free(mr_backend *be)
         return;
     mr_cu_autograph_forget(c);
     if (!c->ag->twice.empty())
-        fprintf(stderr, "MEMRA_CUDA_TWICE: %ld launches made twice\n", c->ag->twice_done);
+        fprintf(stderr, "MEMRA_CUDA_TWICE: %ld launches made twice, %ld of them in %ld graph captures\n",
+                c->ag->twice_done, c->ag->twice_captured, c->ag->captures);
     if (c->ag->prof) {
         double all = 0;
         for (auto &t : c->ag->totals) all += t.second.first;
