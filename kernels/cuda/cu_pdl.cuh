@@ -56,10 +56,24 @@
 #include <utility>
 
 /* Waits until the grid(s) this one depends on have completed and their
- * writes are visible.  Nothing before sm_90 (there PDL is never on). */
+ * writes are visible.  Nothing before sm_90 (there PDL is never on).
+ *
+ * A build with -DMR_PDL_EARLY_TRIGGER (an experiment, GPU-NOTES 105: `make
+ * NVCCFLAGS="-O3 -lineinfo -DMR_PDL_EARLY_TRIGGER"`) lets the next kernel
+ * launch before this wait instead of after it, so that a chain of small
+ * kernels has the next product's blocks resident, loading their weights,
+ * while an earlier kernel still runs.  Still safe by the rule below: a
+ * kernel touches nothing an earlier kernel writes before its own wait, and
+ * waiting on every path keeps completion transitive; and no deadlock: a
+ * grid launches only once every block of the one before it has started,
+ * so each grid's blocks are all resident before any later grid's take
+ * room.  mr_pdl_trigger then does nothing. */
 __device__ __forceinline__ void mr_pdl_wait(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#ifdef MR_PDL_EARLY_TRIGGER
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
@@ -69,7 +83,7 @@ __device__ __forceinline__ void mr_pdl_wait(void)
  * from moving accesses above it (above the wait, that is). */
 __device__ __forceinline__ void mr_pdl_trigger(void)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(MR_PDL_EARLY_TRIGGER)
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
