@@ -48,7 +48,10 @@
  *
  * MEMRA_CUDA_PDL (read at backend creation, cu_backend.cu): unset or 1:
  * on where the device and the code allow; 0: off (plain launches, as
- * before). */
+ * before); early: on, and a captured decode graph's programmatic edges
+ * moved to their upstream kernel's launch-completion port
+ * (cu_autograph.cu graph_edges_at_start: the same effect in the graphs as
+ * MR_PDL_EARLY_TRIGGER below, without a second build). */
 #ifndef MR_CU_PDL_CUH
 #define MR_CU_PDL_CUH
 
