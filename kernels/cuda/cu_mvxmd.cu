@@ -394,7 +394,10 @@ __device__ __forceinline__ void xmd1_refill(const xmd_warp &w, int b, int S, int
  * k_xmd2 keeps its own copy of the step, the input's quantization and the
  * join: shared with this kernel (a lambda, or these helpers) they moved its
  * code (92 -> 93, 122 or 123 registers), and the lambda form lost 2-5%
- * (run 237); its PTX is now the measured kernel's again. */
+ * (run 237); its PTX is now the measured kernel's again.  A step helper
+ * given the step's two input addresses keeps k_xmd2 at 92 registers but
+ * takes this kernel from 96 to 98 and gives the 3-an-SM one 52 bytes of
+ * spill loads: not without a GPU to time it. */
 template <int BPS>
 __global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 0) k_xmd1(const xmd_args a)
 {
@@ -527,30 +530,17 @@ static int xmd_pick_one(const mr_cu_ctx *c, int blocks, int nsb)
     return nsb == 16 && blocks > c->n_sm ? 3 : 2;
 }
 
-/* The blocks of a launch over m matrices of nsb blocks a row (xmd_launch's
- * grid) */
-static int xmd_blocks(const mr_weight *const *w, int m, int nsb)
+/* The arguments of a launch for the m matrices (grid x: a.blk0[m] blocks;
+ * a.Xq set by the caller where the operand is quantized first). */
+static xmd_args xmd_args_for(const mr_weight *const *w, float *const *y, int m, const float *x, int n)
 {
-    const int tl = XMD_WARPS / xmd_slices(nsb);
-    int blocks = 0;
-    for (int s = 0; s < m; s++) blocks += ((int)w[s]->rows / 16 + tl - 1) / tl;
-    return blocks;
-}
-
-/* One launch for the m matrices over the operand Xq (NULL: the kernel
- * quantizes x itself; n <= XMD_QIN; one: xmd_pick_one's kernel for n = 1). */
-static void xmd_launch(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
-                       const uint8_t *Xq, int n, int one)
-{
-    const int cols = (int)w[0]->cols;
     xmd_args a = {};
     a.m = m;
-    a.cols = cols;
+    a.cols = (int)w[0]->cols;
     a.n = n;
-    a.slices = xmd_slices(cols / 256);
+    a.slices = xmd_slices(a.cols / 256);
     a.tl = XMD_WARPS / a.slices;
     a.row_bytes = w[0]->row_bytes;
-    a.Xq = Xq;
     a.x = x;
     a.blk0[0] = 0;
     for (int s = 0; s < m; s++) {
@@ -559,6 +549,15 @@ static void xmd_launch(mr_cu_ctx *c, const mr_weight *const *w, float *const *y,
         a.rows[s] = (int)w[s]->rows;
         a.blk0[s + 1] = a.blk0[s] + (a.rows[s] / 16 + a.tl - 1) / a.tl;
     }
+    return a;
+}
+
+/* One launch over the operand a.Xq (NULL: the kernel quantizes x itself;
+ * n <= XMD_QIN; one: xmd_pick_one's kernel for n = 1). */
+static void xmd_launch(mr_cu_ctx *c, const xmd_args &a, int one)
+{
+    const int cols = a.cols, n = a.n, m = a.m;
+    const uint8_t *Xq = a.Xq;
     const dim3 g1((unsigned)a.blk0[m], 1);
     if (one == 3)
         mr_cu_launch(c, k_xmd1<3>, g1, XMD_WARPS * 32, xmd_qin_smem(cols / 256, 1), a);
@@ -577,14 +576,14 @@ bool mr_cu_xmd_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
 {
     if (n < 1 || !mr_cu_xmd_takes(c, w, m))
         return false;
-    const int cols = (int)w[0]->cols, nsb = cols / 256;
-    const int one = n == 1 ? xmd_pick_one(c, xmd_blocks(w, m, nsb), nsb) : 0;
-    const uint8_t *Xq = NULL;
+    xmd_args a = xmd_args_for(w, y, m, x, n);
+    const int nsb = a.cols / 256;
+    const int one = n == 1 ? xmd_pick_one(c, a.blk0[m], nsb) : 0;
     if (n > XMD_QIN || xmd_qin_smem(nsb, one ? 1 : XMD_QIN) > xmd_qin_max) {
-        Xq = mr_cu_xmp_operand_q4k3(c, &c->scratch_xmd, x, n, cols);
-        if (!Xq)
+        a.Xq = mr_cu_xmp_operand_q4k3(c, &c->scratch_xmd, x, n, a.cols);
+        if (!a.Xq)
             return true; /* the context has failed: nothing else runs */
     }
-    xmd_launch(c, w, y, m, x, Xq, n, Xq ? 0 : one);
+    xmd_launch(c, a, a.Xq ? 0 : one);
     return true;
 }
