@@ -48,10 +48,14 @@
  *
  * MEMRA_CUDA_PDL (read at backend creation, cu_backend.cu): unset or 1:
  * on where the device and the code allow; 0: off (plain launches, as
- * before); early: on, and a captured decode graph's programmatic edges
- * moved to their upstream kernel's launch-completion port
- * (cu_autograph.cu graph_edges_at_start: the same effect in the graphs as
- * MR_PDL_EARLY_TRIGGER below, without a second build). */
+ * before); early (an experiment, GPU-NOTES 105): on, and a captured decode
+ * graph's programmatic edges moved to their upstream kernel's
+ * launch-completion port (cu_autograph.cu graph_edges_at_start), so a
+ * kernel launches once every block of the one before has started instead
+ * of once each has passed its wait.  Still safe by the rule below: a kernel
+ * touches nothing an earlier kernel writes before its own wait, and waiting
+ * on every path keeps completion transitive; and no deadlock: each grid's
+ * blocks have all started before a later grid launches. */
 #ifndef MR_CU_PDL_CUH
 #define MR_CU_PDL_CUH
 
@@ -59,24 +63,10 @@
 #include <utility>
 
 /* Waits until the grid(s) this one depends on have completed and their
- * writes are visible.  Nothing before sm_90 (there PDL is never on).
- *
- * A build with -DMR_PDL_EARLY_TRIGGER (an experiment, GPU-NOTES 105: `make
- * NVCCFLAGS="-O3 -lineinfo -DMR_PDL_EARLY_TRIGGER"`) lets the next kernel
- * launch before this wait instead of after it, so that a chain of small
- * kernels has the next product's blocks resident, loading their weights,
- * while an earlier kernel still runs.  Still safe by the rule below: a
- * kernel touches nothing an earlier kernel writes before its own wait, and
- * waiting on every path keeps completion transitive; and no deadlock: a
- * grid launches only once every block of the one before it has started,
- * so each grid's blocks are all resident before any later grid's take
- * room.  mr_pdl_trigger then does nothing. */
+ * writes are visible.  Nothing before sm_90 (there PDL is never on). */
 __device__ __forceinline__ void mr_pdl_wait(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#ifdef MR_PDL_EARLY_TRIGGER
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
@@ -86,7 +76,7 @@ __device__ __forceinline__ void mr_pdl_wait(void)
  * from moving accesses above it (above the wait, that is). */
 __device__ __forceinline__ void mr_pdl_trigger(void)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(MR_PDL_EARLY_TRIGGER)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
