@@ -4150,14 +4150,12 @@ static int pdl_steps(const pdl_model *m, mr_backend *be, int n, const int32_t *i
 
 static void check_pdl(void)
 {
-    enum { NF = 4, NM = 3 };
+    enum { NF = 4, NM = 2 };
     /* xmd: the dense Q4_K products on the int8 tensor cores (cu_mvxmd.cu) */
     static const struct { const char *name, *matvec, *xmd; } fam[NF] = {
         {"f32", "f32", "0"}, {"q8", "q8", "0"}, {"x24", "x24all", "0"}, {"xmd", "f32", "1"}};
-    /* NULL: unset, the default; early: the graphs' edges at their
-     * upstream's launch completion (cu_autograph.cu graph_edges_at_start) */
-    static const char *mode[NM] = {"0", NULL, "early"};
-    static const char *mode_name[NM] = {"off", "on", "early"};
+    static const char *mode[NM] = {"0", NULL}; /* NULL: unset, the default */
+    static const char *mode_name[NM] = {"off", "on"};
     pdl_model m;
     pdl_model_make(&m);
     const size_t nl = (size_t)PDL_STEPS * PDL_NMAX * PDL_V;
@@ -4206,14 +4204,6 @@ static void check_pdl(void)
                 report("pdl", shape, (double)diff, nan, 0.0);
             }
         }
-#ifdef MR_HAVE_CUDA
-        if (pm) { /* that early mode moved the graphs' edges at all */
-            char shape[96];
-            const long moved = mr_cuda_pdl_early_edges(be[2]);
-            snprintf(shape, sizeof shape, "%s early: %ld graph edges moved", fam[f].name, moved);
-            report("pdl", shape, moved > 0 ? 0.0 : 1.0, 0, 0.0);
-        }
-#endif
         for (int i = NM - 1; i >= 0; i--) be[i]->destroy(be[i]);
     }
     for (int i = 0; i < NM; i++) {

@@ -599,47 +599,6 @@ static void label(mr_cu_auto *a, const char *fmt, ...)
     a->labels.push_back(buf);
 }
 
-/* MEMRA_CUDA_PDL=early: the graph's programmatic edges, captured with the
- * upstream kernel's programmatic port (it fires once every block of that
- * kernel has triggered, which ours do just after their wait), moved to its
- * launch-completion port (it fires once every block has started): the
- * downstream kernel then launches while the upstream still waits, and so
- * behind a one-block op the next product's blocks load their weights while
- * the product before still runs.  driver_types.h allows a programmatic edge
- * on either port; the downstream's griddepcontrol.wait still waits for the
- * upstream's completion and its memory, so cu_pdl.cuh's rule holds as it
- * stands.  Returns the edges moved, or -1 (the graph is then not used). */
-static long graph_edges_at_start(cudaGraph_t g)
-{
-    size_t n = 0;
-    if (cudaGraphGetEdges(g, NULL, NULL, NULL, &n) != cudaSuccess)
-        return -1;
-    if (n == 0)
-        return 0;
-    std::vector<cudaGraphNode_t> from(n), to(n);
-    std::vector<cudaGraphEdgeData> ed(n);
-    if (cudaGraphGetEdges(g, from.data(), to.data(), ed.data(), &n) != cudaSuccess)
-        return -1;
-    std::vector<cudaGraphNode_t> f, t;
-    std::vector<cudaGraphEdgeData> old_ed, new_ed;
-    for (size_t i = 0; i < n; i++)
-        if (ed[i].type == cudaGraphDependencyTypeProgrammatic &&
-            ed[i].from_port == cudaGraphKernelNodePortProgrammatic) {
-            f.push_back(from[i]);
-            t.push_back(to[i]);
-            old_ed.push_back(ed[i]);
-            cudaGraphEdgeData e = ed[i];
-            e.from_port = cudaGraphKernelNodePortLaunchCompletion;
-            new_ed.push_back(e);
-        }
-    if (f.empty())
-        return 0;
-    if (cudaGraphRemoveDependencies(g, f.data(), t.data(), old_ed.data(), f.size()) != cudaSuccess ||
-        cudaGraphAddDependencies(g, f.data(), t.data(), new_ed.data(), f.size()) != cudaSuccess)
-        return -1;
-    return (long)f.size();
-}
-
 void mr_cu_flush(mr_backend *be)
 {
     mr_cu_ctx *c = mr_cu(be);
@@ -665,19 +624,6 @@ void mr_cu_flush(mr_backend *be)
             run_direct(a, be, c->stream);
             c->capturing = false;
             err = cudaStreamEndCapture(c->stream, &g);
-            if (err == cudaSuccess && !c->failed && c->pdl_early) {
-                const long moved = graph_edges_at_start(g);
-                if (moved < 0) {
-                    /* this step runs the ops themselves (below); later
-                     * captures keep their edges as captured */
-                    fprintf(stderr, "MEMRA_CUDA_PDL=early: a graph's edges could not be moved (%s): off\n",
-                            cudaGetErrorString(cudaGetLastError()));
-                    c->pdl_early = false;
-                    err = cudaErrorInvalidValue;
-                } else {
-                    c->pdl_early_edges += moved;
-                }
-            }
             if (err == cudaSuccess && !c->failed)
                 err = cudaGraphInstantiate(&ex, g, 0);
             size_t nn = 0;
@@ -1160,9 +1106,6 @@ void mr_cu_autograph_free(mr_backend *be)
     if (!c->ag)
         return;
     mr_cu_autograph_forget(c);
-    if (c->pdl_early_edges)
-        fprintf(stderr, "MEMRA_CUDA_PDL=early: %ld graph edges at their upstream's launch completion\n",
-                c->pdl_early_edges);
     if (!c->ag->twice.empty())
         fprintf(stderr, "MEMRA_CUDA_TWICE: %ld launches made twice, %ld of them in %ld graph captures\n",
                 c->ag->twice_done, c->ag->twice_captured, c->ag->captures);

@@ -313,9 +313,7 @@ __global__ void k_pdl_probe(void) {}
 /* On where the device has it (compute capability 9+) and the code the
  * device runs was built for sm_90 or later (there mr_pdl_wait is a real
  * wait: code for an older architecture, run through the driver's JIT,
- * would have none), unless MEMRA_CUDA_PDL=0; `early` (an experiment,
- * GPU-NOTES 105): on, and the decode graphs' PDL edges moved to their
- * upstream kernel's launch completion. */
+ * would have none), unless MEMRA_CUDA_PDL=0. */
 static void pdl_init(mr_cu_ctx *c, const cudaDeviceProp *prop)
 {
     const char *e = getenv("MEMRA_CUDA_PDL");
@@ -326,7 +324,6 @@ static void pdl_init(mr_cu_ctx *c, const cudaDeviceProp *prop)
     else
         (void)cudaGetLastError();
     c->pdl = prop->major >= 9 && built && !(e && !strcmp(e, "0"));
-    c->pdl_early = c->pdl && e && !strcmp(e, "early");
 }
 
 /* ---- lifetime ---- */

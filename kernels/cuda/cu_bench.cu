@@ -75,11 +75,6 @@ extern "C" int mr_cuda_pdl_mode(struct mr_backend *be)
     return c->pdl ? 1 : 0;
 }
 
-extern "C" long mr_cuda_pdl_early_edges(struct mr_backend *be)
-{
-    return mr_cu(be)->pdl_early_edges;
-}
-
 extern "C" long mr_cu_xmm_tiles_launches(struct mr_backend *be)
 {
     return mr_cu(be)->xmm_mt_launches;

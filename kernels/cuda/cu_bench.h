@@ -41,9 +41,6 @@ void mr_cu_profile_reset(struct mr_backend *be);
  * programmatic dependent launch (the default on sm_90+; every kernel waits
  * first). */
 int mr_cuda_pdl_mode(struct mr_backend *be);
-/* MEMRA_CUDA_PDL=early: the graph edges moved to their upstream's launch
- * completion so far (cu_autograph.cu graph_edges_at_start) */
-long mr_cuda_pdl_early_edges(struct mr_backend *be);
 /* Launches so far of the decode batches' expert products with several row
  * tiles a warp (cu_moemma.cu, MEMRA_CUDA_XMM_TPW): that a check reached
  * them. */

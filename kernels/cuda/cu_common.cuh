@@ -178,10 +178,6 @@ struct mr_cu_ctx {
     mr_cu_auto *ag;         /* recorded ops and cached graphs, or NULL */
     bool pdl;               /* kernels launched with programmatic dependent launch (cu_pdl.cuh;
                                compute capability 9+, MEMRA_CUDA_PDL=0: off) */
-    bool pdl_early;         /* MEMRA_CUDA_PDL=early (an experiment): a captured graph's PDL edges
-                               fire when every block of the kernel before has started, not when
-                               each has passed its wait (cu_autograph.cu graph_edges_at_start) */
-    long pdl_early_edges;   /* edges so moved, over all captures */
     cudaError_t launch_err; /* the first error of an mr_cu_launch not yet taken by MR_CU_LAUNCHED */
     bool wide8;             /* Q4_K wide matvec: 8 tokens a launch (cu_fast.cu launch_fast_n;
                                MEMRA_CUDA_WIDE8=0: 4, same bits) */

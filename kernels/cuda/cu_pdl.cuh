@@ -48,14 +48,9 @@
  *
  * MEMRA_CUDA_PDL (read at backend creation, cu_backend.cu): unset or 1:
  * on where the device and the code allow; 0: off (plain launches, as
- * before); early (an experiment, GPU-NOTES 105): on, and a captured decode
- * graph's programmatic edges moved to their upstream kernel's
- * launch-completion port (cu_autograph.cu graph_edges_at_start), so a
- * kernel launches once every block of the one before has started instead
- * of once each has passed its wait.  Still safe by the rule below: a kernel
- * touches nothing an earlier kernel writes before its own wait, and waiting
- * on every path keeps completion transitive; and no deadlock: each grid's
- * blocks have all started before a later grid launches. */
+ * before).  Launching a kernel earlier still, once every block of the one
+ * before has started (the graph edge from its launch-completion port), was
+ * measured and lost: 8B tg128 -6%, 30B-A3B -20% (H200, GPU-NOTES 106). */
 #ifndef MR_CU_PDL_CUH
 #define MR_CU_PDL_CUH
 
