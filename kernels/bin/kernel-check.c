@@ -24,7 +24,7 @@
  *
  * Programmatic dependent launch (MEMRA_CUDA_PDL) is checked by running
  * whole decode steps of a small model with it off and on, bit for bit
- * (check_pdl).
+ * (check_pdl), and on with the weights' L2 prefetches of MEMRA_CUDA_L2PF.
  *
  * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|xmm|xmp|xmh|xmd|hybrid|tiles|mm|ops|q8]]   Prints
  * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
@@ -4150,12 +4150,16 @@ static int pdl_steps(const pdl_model *m, mr_backend *be, int n, const int32_t *i
 
 static void check_pdl(void)
 {
-    enum { NF = 4, NM = 2 };
+    enum { NF = 4, NM = 4 };
     /* xmd: the dense Q4_K products on the int8 tensor cores (cu_mvxmd.cu) */
     static const struct { const char *name, *matvec, *xmd; } fam[NF] = {
         {"f32", "f32", "0"}, {"q8", "q8", "0"}, {"x24", "x24all", "0"}, {"xmd", "f32", "1"}};
-    static const char *mode[NM] = {"0", NULL}; /* NULL: unset, the default */
-    static const char *mode_name[NM] = {"off", "on"};
+    /* MEMRA_CUDA_PDL (NULL: unset, the default), and MEMRA_CUDA_L2PF with
+     * it: the graphs with the next products' weights asked of L2 on a side
+     * stream beside or after the product before (cu_autograph.cu) */
+    static const char *mode[NM] = {"0", NULL, NULL, NULL};
+    static const char *l2pf[NM] = {NULL, NULL, "1", "2"};
+    static const char *mode_name[NM] = {"off", "on", "l2pf1", "l2pf2"};
     pdl_model m;
     pdl_model_make(&m);
     const size_t nl = (size_t)PDL_STEPS * PDL_NMAX * PDL_V;
@@ -4172,10 +4176,13 @@ static void check_pdl(void)
         for (int i = 0; i < NM; i++) {
             if (mode[i]) setenv("MEMRA_CUDA_PDL", mode[i], 1);
             else unsetenv("MEMRA_CUDA_PDL");
+            if (l2pf[i]) setenv("MEMRA_CUDA_L2PF", l2pf[i], 1);
+            else unsetenv("MEMRA_CUDA_L2PF");
             be[i] = mr_backend_cuda_create(0, &err);
             if (!be[i]) die("cuda (pdl)");
         }
         unsetenv("MEMRA_CUDA_PDL");
+        unsetenv("MEMRA_CUDA_L2PF");
         unsetenv("MEMRA_CUDA_MATVEC");
         setenv("MEMRA_CUDA_XMD", "0", 1);
         int pm = 0;
@@ -4204,6 +4211,14 @@ static void check_pdl(void)
                 report("pdl", shape, (double)diff, nan, 0.0);
             }
         }
+#ifdef MR_HAVE_CUDA
+        for (int i = 2; i < NM; i++) { /* that the graphs took prefetches at all */
+            char shape[96];
+            const long pf = mr_cu_l2pf_launches(be[i]);
+            snprintf(shape, sizeof shape, "%s %s: %ld prefetch launches captured", fam[f].name, mode_name[i], pf);
+            report("pdl", shape, pf > 0 ? 0.0 : 1.0, 0, 0.0);
+        }
+#endif
         for (int i = NM - 1; i >= 0; i--) be[i]->destroy(be[i]);
     }
     for (int i = 0; i < NM; i++) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kernels/cuda/cu_common.cuh"
+#include "kernels/cuda/cu_fast.cuh"
 
 /* One recorded op: its id and its arguments.  A plain record (no closure)
  * so that recording a step allocates nothing once the vectors have grown:
@@ -117,6 +118,20 @@ struct mr_cu_auto {
         int used;           /* ops in the launch, 0: any */
     };
     std::vector<twice_pat> twice;
+    /* MEMRA_CUDA_L2PF (an experiment not yet on a GPU, GPU-NOTES 107;
+     * captured graphs only): 0 off (the default); 1 a dense product's
+     * weights asked of L2 on a side stream (cu_l2pf.cu) once the product
+     * before it has completed, so during the small ops between the two; 2
+     * once the op before the product before it has completed, so beside
+     * that product too.  MEMRA_CUDA_L2PF_MB: at most this many MiB of a
+     * launch's weights (32); MEMRA_CUDA_L2PF_HINT=1: the lines kept over
+     * others (evict_last). */
+    int l2pf = 0;
+    size_t l2pf_cap = (size_t)32 << 20;
+    int l2pf_hint = 0;
+    cudaStream_t pf_stream = NULL;
+    cudaEvent_t pf_fork = NULL, pf_join = NULL;
+    long pf_launches = 0; /* prefetch kernels captured */
     long twice_done = 0;     /* launches made twice */
     long twice_captured = 0; /* of them, into a graph capture: over captures, launches a step */
 };
@@ -545,6 +560,36 @@ void mr_cu_note_launch(mr_cu_ctx *c, const void *kernel, dim3 grid, dim3 block, 
     a->noted += buf;
 }
 
+/* The weights of run r (consecutive dense products over one input, op
+ * indices runs[r] ..) asked of L2 on the side stream, after what st has
+ * been given so far: at most l2pf_cap bytes, the run's first weights
+ * first.  Returns whether it forked. */
+static bool l2pf_fork(mr_cu_auto *a, mr_backend *be, cudaStream_t st, const std::vector<size_t> &runs, size_t r)
+{
+    if (r >= runs.size())
+        return false;
+    mr_cu_ctx *c = mr_cu(be);
+    cudaEventRecord(a->pf_fork, st);
+    cudaStreamWaitEvent(a->pf_stream, a->pf_fork, 0);
+    size_t left = a->l2pf_cap;
+    const float *x = a->ops[runs[r]].u.matmul.x;
+    for (size_t i = runs[r]; i < a->ops.size() && left; i++) {
+        const rec_op &o = a->ops[i];
+        if (o.op != OP_MATMUL || o.u.matmul.x != x)
+            break;
+        const mr_weight *w = o.u.matmul.w;
+        /* the bytes the kernels read: the kernel layout where there is one */
+        const void *p = w->priv ? w->priv : w->data;
+        size_t bytes = (size_t)w->rows * (w->priv ? mr_cu_fast_row_bytes(w) : w->row_bytes);
+        if (bytes > left)
+            bytes = left;
+        mr_cu_l2_prefetch(c, a->pf_stream, p, bytes, a->l2pf_hint);
+        a->pf_launches++;
+        left -= bytes;
+    }
+    return true;
+}
+
 /* Runs the recorded ops on the stream (or into a capture); with the
  * profile on, times each with events (a shared launch is timed as its first
  * op, whose label says so, and its other ops as nothing). */
@@ -556,9 +601,26 @@ static void run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
     for (auto &e : ev) cudaEventCreate(&e);
     if (timed)
         cudaEventRecord(ev[0], st);
+    const bool pf = a->l2pf && a->pf_stream && mr_cu(be)->capturing;
+    std::vector<size_t> runs; /* where each run of dense products over one input starts */
+    if (pf)
+        for (size_t i = 0; i < n; i++)
+            if (a->ops[i].op == OP_MATMUL &&
+                (i == 0 || a->ops[i - 1].op != OP_MATMUL || a->ops[i - 1].u.matmul.x != a->ops[i].u.matmul.x))
+                runs.push_back(i);
+    size_t next_run = 0; /* the first of runs not yet reached */
+    bool forked = false;
     for (size_t i = 0; i < n;) {
         a->noted.clear();
+        /* op i starts run r: the run after it goes into L2 beside it (2),
+         * or after it (1) */
+        const bool at_run = pf && next_run < runs.size() && runs[next_run] == i;
+        if (at_run && a->l2pf == 2)
+            forked |= l2pf_fork(a, be, st, runs, next_run + 1);
         const size_t used = launch_at(a, be, i);
+        if (at_run && a->l2pf == 1)
+            forked |= l2pf_fork(a, be, st, runs, next_run + 1);
+        while (pf && next_run < runs.size() && runs[next_run] < i + used) next_run++;
         if (used > 1 && timed)
             a->labels[i] += " (+" + std::to_string(used - 1) + " in one launch)";
         if (timed)
@@ -572,6 +634,10 @@ static void run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
         if (timed)
             for (size_t j = i; j < i + used; j++) cudaEventRecord(ev[j + 1], st);
         i += used;
+    }
+    if (forked) { /* the side stream joins the capture again before it ends */
+        cudaEventRecord(a->pf_join, a->pf_stream);
+        cudaStreamWaitEvent(st, a->pf_join, 0);
     }
     if (!timed)
         return;
@@ -1072,6 +1138,17 @@ void mr_cu_autograph_install(mr_backend *be)
     const char *tw = getenv("MEMRA_CUDA_TWICE");
     if (tw && *tw)
         twice_parse(c->ag, tw);
+    long long v = 0;
+    if (mr_cu_env_int(c, "MEMRA_CUDA_L2PF", 0, 2, "0, 1 or 2", &v) > 0)
+        c->ag->l2pf = (int)v;
+    if (mr_cu_env_int(c, "MEMRA_CUDA_L2PF_MB", 1, 1 << 20, "MiB from 1", &v) > 0)
+        c->ag->l2pf_cap = (size_t)v << 20;
+    if (mr_cu_env_int(c, "MEMRA_CUDA_L2PF_HINT", 0, 1, "0 or 1", &v) > 0)
+        c->ag->l2pf_hint = (int)v;
+    if (c->ag->l2pf && (cudaStreamCreateWithFlags(&c->ag->pf_stream, cudaStreamNonBlocking) != cudaSuccess ||
+                        cudaEventCreateWithFlags(&c->ag->pf_fork, cudaEventDisableTiming) != cudaSuccess ||
+                        cudaEventCreateWithFlags(&c->ag->pf_join, cudaEventDisableTiming) != cudaSuccess))
+        mr_cu_fail(c, "MEMRA_CUDA_L2PF: side stream: %s", cudaGetErrorString(cudaGetLastError()));
     be->get_rows = w_get_rows;
     be->matmul = w_matmul;
     be->matmul_id = w_matmul_id;
@@ -1106,6 +1183,12 @@ void mr_cu_autograph_free(mr_backend *be)
     if (!c->ag)
         return;
     mr_cu_autograph_forget(c);
+    if (c->ag->pf_join) cudaEventDestroy(c->ag->pf_join);
+    if (c->ag->pf_fork) cudaEventDestroy(c->ag->pf_fork);
+    if (c->ag->pf_stream) cudaStreamDestroy(c->ag->pf_stream);
+    if (c->ag->l2pf)
+        fprintf(stderr, "MEMRA_CUDA_L2PF=%d: %ld prefetch launches in %ld graph captures (at most %zu MiB each, hint %d)\n",
+                c->ag->l2pf, c->ag->pf_launches, c->ag->captures, c->ag->l2pf_cap >> 20, c->ag->l2pf_hint);
     if (!c->ag->twice.empty())
         fprintf(stderr, "MEMRA_CUDA_TWICE: %ld launches made twice, %ld of them in %ld graph captures\n",
                 c->ag->twice_done, c->ag->twice_captured, c->ag->captures);
@@ -1163,6 +1246,12 @@ extern "C" long mr_cu_autograph_nodes(mr_backend *be)
 {
     mr_cu_ctx *c = mr_cu(be);
     return c->ag ? c->ag->nodes : 0;
+}
+
+extern "C" long mr_cu_l2pf_launches(mr_backend *be)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    return c->ag ? c->ag->pf_launches : 0;
 }
 
 extern "C" void mr_cu_profile_reset(mr_backend *be)

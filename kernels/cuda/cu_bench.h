@@ -34,6 +34,9 @@ typedef struct mr_cu_fusions {
 void mr_cu_autograph_fusions(struct mr_backend *be, mr_cu_fusions *f);
 /* Nodes (kernels, copies) of the last graph it captured; 0 before any. */
 long mr_cu_autograph_nodes(struct mr_backend *be);
+/* MEMRA_CUDA_L2PF: the prefetch kernels its graph captures took so far
+ * (cu_autograph.cu l2pf_fork): that a check reached them. */
+long mr_cu_l2pf_launches(struct mr_backend *be);
 /* MEMRA_CUDA_PROFILE: forgets the op times summed so far (e.g. a warm-up's
  * first calls, which load modules); no-op without a profile. */
 void mr_cu_profile_reset(struct mr_backend *be);
