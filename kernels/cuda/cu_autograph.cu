@@ -563,14 +563,18 @@ void mr_cu_note_launch(mr_cu_ctx *c, const void *kernel, dim3 grid, dim3 block, 
 /* The weights of run r (consecutive dense products over one input, op
  * indices runs[r] ..) asked of L2 on the side stream, after what st has
  * been given so far: at most l2pf_cap bytes, the run's first weights
- * first.  Returns whether it forked. */
+ * first.  Returns whether it forked.  Should the fork or a launch fail,
+ * the switch goes off for the rest of the backend's life and the context
+ * stays good: the capture then fails as a whole and mr_cu_flush runs the
+ * ops themselves, as for any capture it could not make. */
 static bool l2pf_fork(mr_cu_auto *a, mr_backend *be, cudaStream_t st, const std::vector<size_t> &runs, size_t r)
 {
-    if (r >= runs.size())
+    if (r >= runs.size() || !a->l2pf)
         return false;
-    mr_cu_ctx *c = mr_cu(be);
-    cudaEventRecord(a->pf_fork, st);
-    cudaStreamWaitEvent(a->pf_stream, a->pf_fork, 0);
+    const mr_cu_ctx *c = mr_cu(be);
+    cudaError_t e = cudaEventRecord(a->pf_fork, st);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(a->pf_stream, a->pf_fork, 0);
     size_t left = a->l2pf_cap;
     const float *x = a->ops[runs[r]].u.matmul.x;
     for (size_t i = runs[r]; i < a->ops.size() && left; i++) {
@@ -583,9 +587,15 @@ static bool l2pf_fork(mr_cu_auto *a, mr_backend *be, cudaStream_t st, const std:
         size_t bytes = (size_t)w->rows * (w->priv ? mr_cu_fast_row_bytes(w) : w->row_bytes);
         if (bytes > left)
             bytes = left;
-        mr_cu_l2_prefetch(c, a->pf_stream, p, bytes, a->l2pf_hint);
-        a->pf_launches++;
+        if (e == cudaSuccess)
+            e = mr_cu_l2_prefetch(c, a->pf_stream, p, bytes, a->l2pf_hint);
+        a->pf_launches += e == cudaSuccess;
         left -= bytes;
+    }
+    if (e != cudaSuccess) {
+        fprintf(stderr, "MEMRA_CUDA_L2PF: %s: off\n", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        a->l2pf = 0;
     }
     return true;
 }

@@ -378,8 +378,9 @@ void mr_cu_qk_norm_rope_kv(mr_backend *be, float *q, float *k, const float *qw, 
 int mr_cu_weight_prepare(mr_backend *be, mr_weight *w, mr_err *err);
 void mr_cu_weight_free_priv(mr_backend *be, mr_weight *w);
 /* Asks L2 for bytes at p on stream st (cu_l2pf.cu; hint 1: evict_last);
- * nothing is read into registers or written. */
-void mr_cu_l2_prefetch(mr_cu_ctx *c, cudaStream_t st, const void *p, size_t bytes, int hint);
+ * nothing is read into registers or written.  Returns the launch's error
+ * (the caller decides: a hint's failure need not fail the context). */
+cudaError_t mr_cu_l2_prefetch(const mr_cu_ctx *c, cudaStream_t st, const void *p, size_t bytes, int hint);
 void mr_cu_install_ops(mr_backend *be);
 void mr_cu_install_attn(mr_backend *be);
 void mr_cu_install_gdn(mr_backend *be); /* cu_gdn.cu: the hybrid-model ops */

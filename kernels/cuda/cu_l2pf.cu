@@ -42,15 +42,15 @@ __global__ void __launch_bounds__(L2PF_THREADS) k_l2_prefetch(const char *p, siz
     }
 }
 
-void mr_cu_l2_prefetch(mr_cu_ctx *c, cudaStream_t st, const void *p, size_t bytes, int hint)
+cudaError_t mr_cu_l2_prefetch(const mr_cu_ctx *c, cudaStream_t st, const void *p, size_t bytes, int hint)
 {
     /* whole 16-byte units inside [p, p + bytes) */
     const uintptr_t lo = ((uintptr_t)p + 15) & ~(uintptr_t)15, hi = ((uintptr_t)p + bytes) & ~(uintptr_t)15;
     if (!p || hi <= lo)
-        return;
+        return cudaSuccess;
     const size_t n = hi - lo, pieces = (n + L2PF_PIECE - 1) / L2PF_PIECE;
     const size_t want = (pieces + L2PF_THREADS - 1) / L2PF_THREADS;
     const unsigned blocks = (unsigned)(want < (size_t)c->n_sm ? want : (size_t)c->n_sm);
     k_l2_prefetch<<<blocks, L2PF_THREADS, 0, st>>>((const char *)lo, n, hint);
-    MR_CU_LAUNCHED(c, "l2 prefetch");
+    return cudaGetLastError();
 }
