@@ -262,8 +262,9 @@ __device__ __forceinline__ uint8_t *xmd_quant_input(const xmd_args &a, uint8_t *
     return own;
 }
 
-/* k_xmd1's end (k_xmd2's, inline): the slices' sums of rows ra, ra + 8 of token tc joined in
- * slice order by the slice-0 warp of each row tile */
+/* k_xmd1's and k_xmd2's end: the slices' sums of rows ra, ra + 8 of token
+ * tc joined in slice order by the slice-0 warp of each row tile (mine: this
+ * lane holds that token's sums) */
 __device__ __forceinline__ void xmd_join_rows(float (*red)[2][32], const xmd_warp &w, const float (&f)[2], int S,
                                               int slice, int warp, int lane, bool mine, int tc)
 {
@@ -360,17 +361,7 @@ __global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd2(const xmd_args a)
         }
         xmd_next(w, b, S, nsb, c, ca, cb, na, nb);
     }
-    red[warp][0][lane] = f[0];
-    red[warp][1][lane] = f[1];
-    __syncthreads();
-    if (slice || !live || (c & 1) || tc >= a.n)
-        return;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        float acc = red[warp][h][lane];
-        for (int u = 1; u < S; u++) acc = __fadd_rn(acc, red[warp + u][h][lane]);
-        w.y[(size_t)tc * w.rows + w.ra + 8 * h] = acc;
-    }
+    xmd_join_rows(red, w, f, S, slice, warp, lane, !(c & 1) && tc < a.n, tc);
 }
 
 /* After k_xmd1's step on block b: block b + 2S (two steps ahead) into the
@@ -391,10 +382,12 @@ __device__ __forceinline__ void xmd1_refill(const xmd_warp &w, int b, int S, int
  * ~404 -> ~325 instructions).  The same steps in the same order: the same
  * bits (kernel-check xmd-one-inv).  BPS: blocks an SM, 2 (96 registers; a
  * bound of 2 would let it take 121) or 3 (80 registers, 16 bytes of stack).
- * k_xmd2 keeps its own copy of the step, the input's quantization and the
- * join: shared with this kernel (a lambda, or these helpers) they moved its
+ * k_xmd2 keeps its own copy of the step and the input's quantization:
+ * shared with this kernel (a lambda, or xmd_quant_input) they moved its
  * code (92 -> 93, 122 or 123 registers), and the lambda form lost 2-5%
- * (run 237); its PTX is now the measured kernel's again.  A step helper
+ * (run 237).  The join is shared (92 registers still; its PTX differs from
+ * the measured kernel's only in where the join's predicate is computed,
+ * outside the walk).  A step helper
  * given the step's two input addresses keeps k_xmd2 at 92 registers but
  * takes this kernel from 96 to 98 and gives the 3-an-SM one 52 bytes of
  * spill loads: not without a GPU to time it. */
