@@ -25,7 +25,6 @@
 #include <vector>
 
 #include "kernels/cuda/cu_common.cuh"
-#include "kernels/cuda/cu_fast.cuh"
 
 /* One recorded op: its id and its arguments.  A plain record (no closure)
  * so that recording a step allocates nothing once the vectors have grown:
@@ -560,6 +559,15 @@ void mr_cu_note_launch(mr_cu_ctx *c, const void *kernel, dim3 grid, dim3 block, 
     a->noted += buf;
 }
 
+/* Whether op i is a dense product over the input of the product before it:
+ * the rest of a run whose launches the recorder may share (q/k/v,
+ * gate/up). */
+static bool l2pf_same_run(const mr_cu_auto *a, size_t i)
+{
+    return i > 0 && a->ops[i].op == OP_MATMUL && a->ops[i - 1].op == OP_MATMUL &&
+           a->ops[i - 1].u.matmul.x == a->ops[i].u.matmul.x;
+}
+
 /* The weights of run r (consecutive dense products over one input, op
  * indices runs[r] ..) asked of L2 on the side stream, after what st has
  * been given so far: at most l2pf_cap bytes, the run's first weights
@@ -576,15 +584,10 @@ static bool l2pf_fork(mr_cu_auto *a, mr_backend *be, cudaStream_t st, const std:
     if (e == cudaSuccess)
         e = cudaStreamWaitEvent(a->pf_stream, a->pf_fork, 0);
     size_t left = a->l2pf_cap;
-    const float *x = a->ops[runs[r]].u.matmul.x;
-    for (size_t i = runs[r]; i < a->ops.size() && left; i++) {
-        const rec_op &o = a->ops[i];
-        if (o.op != OP_MATMUL || o.u.matmul.x != x)
-            break;
-        const mr_weight *w = o.u.matmul.w;
-        /* the bytes the kernels read: the kernel layout where there is one */
-        const void *p = w->priv ? w->priv : w->data;
-        size_t bytes = (size_t)w->rows * (w->priv ? mr_cu_fast_row_bytes(w) : w->row_bytes);
+    for (size_t i = runs[r]; i < a->ops.size() && left && (i == runs[r] || l2pf_same_run(a, i)); i++) {
+        const auto &mm = a->ops[i].u.matmul;
+        size_t bytes = 0;
+        const void *p = mr_cu_matvec_source(c, mm.w, mm.x, &bytes);
         if (bytes > left)
             bytes = left;
         if (e == cudaSuccess)
@@ -615,8 +618,7 @@ static void run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
     std::vector<size_t> runs; /* where each run of dense products over one input starts */
     if (pf)
         for (size_t i = 0; i < n; i++)
-            if (a->ops[i].op == OP_MATMUL &&
-                (i == 0 || a->ops[i - 1].op != OP_MATMUL || a->ops[i - 1].u.matmul.x != a->ops[i].u.matmul.x))
+            if (a->ops[i].op == OP_MATMUL && !l2pf_same_run(a, i))
                 runs.push_back(i);
     size_t next_run = 0; /* the first of runs not yet reached */
     bool forked = false;

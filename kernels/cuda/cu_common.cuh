@@ -336,6 +336,7 @@ __device__ __forceinline__ void mr_kv_slot(const int32_t *table, int p, int P, i
 
 /* Kernel entry points shared between files (host side launchers). */
 void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, int n);
+const void *mr_cu_matvec_source(const mr_cu_ctx *c, const mr_weight *w, const float *x, size_t *bytes);
 void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
                      const int32_t *ids, int k, float *y, int n);
 /* Prompt rows: the GEMM path at any size (cu_matmul.cu). */

@@ -146,6 +146,10 @@ bool mr_cu_x24_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
  * they must not share a launch: each would not run what it runs alone).
  * Does not depend on the token count. */
 int mr_cu_x24_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x);
+/* The bytes that kernel reads of w (plain and expert products): the GGUF
+ * blocks or the padded copy (cu_x24.cuh xs_padded); *row_bytes their row
+ * stride. */
+const void *mr_cu_x24_source(const mr_weight *w, size_t *row_bytes);
 
 /* Expert products of decode through the 22-bit kernel (cu_moex24.cu): m
  * expert matrices (1..MR_CU_MV_SUBS, one type and width, chosen by the same

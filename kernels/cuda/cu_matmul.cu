@@ -220,6 +220,26 @@ void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, 
     matvec_dispatch(c, w->type, mr_cu_mvjob_plain((const uint8_t *)w->data, w->row_bytes, w, x, y), n, 1);
 }
 
+/* The bytes of w that a one-token mr_cu_matmul over x reads, in the layout
+ * of the kernel that takes it (the order above); *bytes how many.  For the
+ * weights' L2 prefetches of MEMRA_CUDA_L2PF (cu_autograph.cu); a change of
+ * the order above changes this too. */
+const void *mr_cu_matvec_source(const mr_cu_ctx *c, const mr_weight *w, const float *x, size_t *bytes)
+{
+    size_t rb = w->row_bytes;
+    const void *p = w->data; /* the int8 tensor cores and the generic kernels */
+    if (mr_cu_xmd_takes(c, &w, 1))
+        ;
+    else if (mr_cu_x24_takes(c, &w, 1, x) == 1)
+        p = mr_cu_x24_source(w, &rb);
+    else if (w->priv) { /* the fast kernels' copy (make_job in cu_fast.cu) */
+        p = w->priv;
+        rb = mr_cu_fast_row_bytes(w);
+    }
+    *bytes = rb * (size_t)w->rows;
+    return p;
+}
+
 /* Prompt rows (be->matmul_prompt): the GEMM path at any size, whose rows
  * do not depend on how many share the call (cu_hgemm.cu), so that a prompt
  * row meets the same sums in a chunk of 7 tokens as in a prompt of 512. */

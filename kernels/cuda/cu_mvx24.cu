@@ -237,6 +237,13 @@ static bool x24_one(const mr_cu_ctx *c, const mr_weight *w, int T)
     return w->cols <= 4096 && w->rows >= 12288;
 }
 
+const void *mr_cu_x24_source(const mr_weight *w, size_t *row_bytes)
+{
+    const bool pad = xs_padded(w->type);
+    *row_bytes = pad ? mr_cu_fast_row_bytes(w) : w->row_bytes;
+    return pad ? w->priv : w->data;
+}
+
 int mr_cu_x24_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x)
 {
     const int T = w[0]->type;

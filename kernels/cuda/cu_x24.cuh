@@ -306,13 +306,12 @@ static inline bool xs_has(int t)
 static inline mr_cu_mvjob xs_job(const mr_weight *const *w, float *const *y, int m, const float *x,
                                  int64_t *total, int64_t *rows_max)
 {
-    const bool pad = xs_padded(w[0]->type);
-    const size_t rb = pad ? mr_cu_fast_row_bytes(w[0]) : w[0]->row_bytes;
-    mr_cu_mvjob a = mr_cu_mvjob_plain((const uint8_t *)(pad ? w[0]->priv : w[0]->data), rb, w[0], x, y[0]);
+    size_t rb = 0;
+    mr_cu_mvjob a = mr_cu_mvjob_plain((const uint8_t *)mr_cu_x24_source(w[0], &rb), rb, w[0], x, y[0]);
     a.n_sub = m > 1 ? m : 0;
     *total = *rows_max = 0;
     for (int s = 0; s < m; s++) {
-        a.sub_W[s] = (const uint8_t *)(pad ? w[s]->priv : w[s]->data);
+        a.sub_W[s] = (const uint8_t *)mr_cu_x24_source(w[s], &rb);
         a.sub_y[s] = y[s];
         a.sub_rows[s] = w[s]->rows;
         *total += w[s]->rows;
