@@ -4150,16 +4150,19 @@ static int pdl_steps(const pdl_model *m, mr_backend *be, int n, const int32_t *i
 
 static void check_pdl(void)
 {
-    enum { NF = 4, NM = 4 };
+    enum { NF = 4, NM = 5 };
     /* xmd: the dense Q4_K products on the int8 tensor cores (cu_mvxmd.cu) */
     static const struct { const char *name, *matvec, *xmd; } fam[NF] = {
         {"f32", "f32", "0"}, {"q8", "q8", "0"}, {"x24", "x24all", "0"}, {"xmd", "f32", "1"}};
     /* MEMRA_CUDA_PDL (NULL: unset, the default), and MEMRA_CUDA_L2PF with
      * it: the graphs with the next products' weights asked of L2 on a side
-     * stream beside or after the product before (cu_autograph.cu) */
-    static const char *mode[NM] = {"0", NULL, NULL, NULL};
-    static const char *l2pf[NM] = {NULL, NULL, "1", "2"};
-    static const char *mode_name[NM] = {"off", "on", "l2pf1", "l2pf2"};
+     * stream beside or after the product before (cu_autograph.cu), and
+     * with MEMRA_CUDA_L2PF_ID the mixture layers' down experts beside
+     * their gate/up */
+    static const char *mode[NM] = {"0", NULL, NULL, NULL, NULL};
+    static const char *l2pf[NM] = {NULL, NULL, "1", "2", "2"};
+    static const char *l2pf_id[NM] = {NULL, NULL, NULL, NULL, "1"};
+    static const char *mode_name[NM] = {"off", "on", "l2pf1", "l2pf2", "l2pf2id"};
     pdl_model m;
     pdl_model_make(&m);
     const size_t nl = (size_t)PDL_STEPS * PDL_NMAX * PDL_V;
@@ -4178,11 +4181,14 @@ static void check_pdl(void)
             else unsetenv("MEMRA_CUDA_PDL");
             if (l2pf[i]) setenv("MEMRA_CUDA_L2PF", l2pf[i], 1);
             else unsetenv("MEMRA_CUDA_L2PF");
+            if (l2pf_id[i]) setenv("MEMRA_CUDA_L2PF_ID", l2pf_id[i], 1);
+            else unsetenv("MEMRA_CUDA_L2PF_ID");
             be[i] = mr_backend_cuda_create(0, &err);
             if (!be[i]) die("cuda (pdl)");
         }
         unsetenv("MEMRA_CUDA_PDL");
         unsetenv("MEMRA_CUDA_L2PF");
+        unsetenv("MEMRA_CUDA_L2PF_ID");
         unsetenv("MEMRA_CUDA_MATVEC");
         setenv("MEMRA_CUDA_XMD", "0", 1);
         int pm = 0;
@@ -4212,11 +4218,17 @@ static void check_pdl(void)
             }
         }
 #ifdef MR_HAVE_CUDA
+        long pf[NM] = {0};
         for (int i = 2; i < NM; i++) { /* that the graphs took prefetches at all */
             char shape[96];
-            const long pf = mr_cu_l2pf_launches(be[i]);
-            snprintf(shape, sizeof shape, "%s %s: %ld prefetch launches captured", fam[f].name, mode_name[i], pf);
-            report("pdl", shape, pf > 0 ? 0.0 : 1.0, 0, 0.0);
+            pf[i] = mr_cu_l2pf_launches(be[i]);
+            snprintf(shape, sizeof shape, "%s %s: %ld prefetch launches captured", fam[f].name, mode_name[i], pf[i]);
+            report("pdl", shape, pf[i] > 0 ? 0.0 : 1.0, 0, 0.0);
+        }
+        { /* the down experts' prefetches come on top of the dense ones */
+            char shape[96];
+            snprintf(shape, sizeof shape, "%s l2pf2id: %ld launches against l2pf2's %ld", fam[f].name, pf[4], pf[3]);
+            report("pdl", shape, pf[4] > pf[3] ? 0.0 : 1.0, 0, 0.0);
         }
 #endif
         for (int i = NM - 1; i >= 0; i--) be[i]->destroy(be[i]);

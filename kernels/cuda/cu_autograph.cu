@@ -122,12 +122,15 @@ struct mr_cu_auto {
      * weights asked of L2 on a side stream (cu_l2pf.cu) once the product
      * before it has completed, so during the small ops between the two; 2
      * once the op before the product before it has completed, so beside
-     * that product too.  MEMRA_CUDA_L2PF_MB: at most this many MiB of a
-     * launch's weights (32); MEMRA_CUDA_L2PF_HINT=1: the lines kept over
-     * others (evict_last). */
+     * that product too.  MEMRA_CUDA_L2PF_MB: runs of products whose
+     * weights are more than this many MiB are not asked for (32);
+     * MEMRA_CUDA_L2PF_HINT=1: the lines kept over others (evict_last). */
     int l2pf = 0;
     size_t l2pf_cap = (size_t)32 << 20;
     int l2pf_hint = 0;
+    /* MEMRA_CUDA_L2PF_ID=1 (with L2PF 1 or 2): a mixture layer's down
+     * experts too, beside its gate/up (l2pf_fork_ids) */
+    int l2pf_id = 0;
     cudaStream_t pf_stream = NULL;
     cudaEvent_t pf_fork = NULL, pf_join = NULL;
     long pf_launches = 0; /* prefetch kernels captured */
@@ -559,6 +562,17 @@ void mr_cu_note_launch(mr_cu_ctx *c, const void *kernel, dim3 grid, dim3 block, 
     a->noted += buf;
 }
 
+/* A fork or prefetch launch that failed turns the switch off (the context
+ * stays good; the capture fails as a whole). */
+static void l2pf_check(mr_cu_auto *a, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return;
+    fprintf(stderr, "%s: %s: off\n", what, cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    a->l2pf = 0;
+}
+
 /* Whether op i is a dense product over the input of the product before it:
  * the rest of a run whose launches the recorder may share (q/k/v,
  * gate/up). */
@@ -570,36 +584,77 @@ static bool l2pf_same_run(const mr_cu_auto *a, size_t i)
 
 /* The weights of run r (consecutive dense products over one input, op
  * indices runs[r] ..) asked of L2 on the side stream, after what st has
- * been given so far: at most l2pf_cap bytes, the run's first weights
- * first.  Returns whether it forked.  Should the fork or a launch fail,
- * the switch goes off for the rest of the backend's life and the context
- * stays good: the capture then fails as a whole and mr_cu_flush runs the
- * ops themselves, as for any capture it could not make. */
+ * been given so far, where they are at most l2pf_cap bytes (a product
+ * partly in L2 is no faster: run 250).  Returns whether it forked.  Should
+ * the fork or a launch fail, the switch goes off for the rest of the
+ * backend's life and the context stays good: the capture then fails as a
+ * whole and mr_cu_flush runs the ops themselves, as for any capture it
+ * could not make. */
 static bool l2pf_fork(mr_cu_auto *a, mr_backend *be, cudaStream_t st, const std::vector<size_t> &runs, size_t r)
 {
     if (r >= runs.size() || !a->l2pf)
         return false;
     const mr_cu_ctx *c = mr_cu(be);
-    cudaError_t e = cudaEventRecord(a->pf_fork, st);
-    if (e == cudaSuccess)
-        e = cudaStreamWaitEvent(a->pf_stream, a->pf_fork, 0);
-    size_t left = a->l2pf_cap;
-    for (size_t i = runs[r]; i < a->ops.size() && left && (i == runs[r] || l2pf_same_run(a, i)); i++) {
+    std::vector<std::pair<const void *, size_t>> ask;
+    size_t total = 0;
+    for (size_t i = runs[r]; i < a->ops.size() && (i == runs[r] || l2pf_same_run(a, i)); i++) {
         const auto &mm = a->ops[i].u.matmul;
         size_t bytes = 0;
         const void *p = mr_cu_matvec_source(c, mm.w, mm.x, &bytes);
-        if (bytes > left)
-            bytes = left;
+        ask.push_back({p, bytes});
+        total += bytes;
+    }
+    if (total > a->l2pf_cap)
+        return false;
+    cudaError_t e = cudaEventRecord(a->pf_fork, st);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(a->pf_stream, a->pf_fork, 0);
+    for (const auto &q : ask) {
         if (e == cudaSuccess)
-            e = mr_cu_l2_prefetch(c, a->pf_stream, p, bytes, a->l2pf_hint);
+            e = mr_cu_l2_prefetch(c, a->pf_stream, q.first, q.second, a->l2pf_hint);
         a->pf_launches += e == cudaSuccess;
-        left -= bytes;
     }
-    if (e != cudaSuccess) {
-        fprintf(stderr, "MEMRA_CUDA_L2PF: %s: off\n", cudaGetErrorString(e));
-        (void)cudaGetLastError();
-        a->l2pf = 0;
+    l2pf_check(a, e, "MEMRA_CUDA_L2PF");
+    return true;
+}
+
+/* Op i begins a run of expert products (a mixture layer's gate/up): the
+ * expert products after it over the same ids and another input (its down)
+ * are asked of L2 on the side stream beside it, once the op before it (the
+ * routing, which wrote the ids) has completed.  At most l2pf_cap bytes
+ * for the ids' matrices, else nothing.  Returns whether it forked; a
+ * failure turns the switch off, as l2pf_fork's. */
+static bool l2pf_fork_ids(mr_cu_auto *a, mr_backend *be, cudaStream_t st, size_t i)
+{
+    const auto &g = a->ops[i].u.matmul_id;
+    if (i > 0 && a->ops[i - 1].op == OP_MATMUL_ID && a->ops[i - 1].u.matmul_id.ids == g.ids)
+        return false; /* not the run's first */
+    const mr_cu_ctx *c = mr_cu(be);
+    std::vector<size_t> later;
+    size_t total = 0;
+    for (size_t j = i + 1; j < a->ops.size() && a->ops[j].op != OP_MOE_ROUTE; j++) {
+        const rec_op &o = a->ops[j];
+        if (o.op != OP_MATMUL_ID || o.u.matmul_id.ids != g.ids || o.u.matmul_id.x == g.x)
+            continue;
+        size_t mat = 0;
+        mr_cu_matvec_id_source(c, o.u.matmul_id.w, o.u.matmul_id.x, &mat);
+        total += mat * (size_t)o.u.matmul_id.n * (size_t)o.u.matmul_id.k;
+        later.push_back(j);
     }
+    if (later.empty() || total > a->l2pf_cap)
+        return false;
+    cudaError_t e = cudaEventRecord(a->pf_fork, st);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(a->pf_stream, a->pf_fork, 0);
+    for (size_t j : later) {
+        const auto &d = a->ops[j].u.matmul_id;
+        size_t mat = 0;
+        const void *p = mr_cu_matvec_id_source(c, d.w, d.x, &mat);
+        if (e == cudaSuccess)
+            e = mr_cu_l2_prefetch_ids(c, a->pf_stream, p, mat, d.ids, d.n * d.k, (int)d.w->n_mats, a->l2pf_hint);
+        a->pf_launches += e == cudaSuccess;
+    }
+    l2pf_check(a, e, "MEMRA_CUDA_L2PF_ID");
     return true;
 }
 
@@ -629,6 +684,8 @@ static void run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
         const bool at_run = pf && next_run < runs.size() && runs[next_run] == i;
         if (at_run && a->l2pf == 2)
             forked |= l2pf_fork(a, be, st, runs, next_run + 1);
+        if (pf && a->l2pf_id && a->ops[i].op == OP_MATMUL_ID)
+            forked |= l2pf_fork_ids(a, be, st, i);
         const size_t used = launch_at(a, be, i);
         if (at_run && a->l2pf == 1)
             forked |= l2pf_fork(a, be, st, runs, next_run + 1);
@@ -1157,6 +1214,8 @@ void mr_cu_autograph_install(mr_backend *be)
         c->ag->l2pf_cap = (size_t)v << 20;
     if (mr_cu_env_int(c, "MEMRA_CUDA_L2PF_HINT", 0, 1, "0 or 1", &v) > 0)
         c->ag->l2pf_hint = (int)v;
+    if (mr_cu_env_int(c, "MEMRA_CUDA_L2PF_ID", 0, 1, "0 or 1", &v) > 0)
+        c->ag->l2pf_id = (int)v;
     if (c->ag->l2pf && (cudaStreamCreateWithFlags(&c->ag->pf_stream, cudaStreamNonBlocking) != cudaSuccess ||
                         cudaEventCreateWithFlags(&c->ag->pf_fork, cudaEventDisableTiming) != cudaSuccess ||
                         cudaEventCreateWithFlags(&c->ag->pf_join, cudaEventDisableTiming) != cudaSuccess))

@@ -337,6 +337,7 @@ __device__ __forceinline__ void mr_kv_slot(const int32_t *table, int p, int P, i
 /* Kernel entry points shared between files (host side launchers). */
 void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, int n);
 const void *mr_cu_matvec_source(const mr_cu_ctx *c, const mr_weight *w, const float *x, size_t *bytes);
+const void *mr_cu_matvec_id_source(const mr_cu_ctx *c, const mr_weight *w, const float *x, size_t *mat_bytes);
 void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
                      const int32_t *ids, int k, float *y, int n);
 /* Prompt rows: the GEMM path at any size (cu_matmul.cu). */
@@ -382,6 +383,10 @@ void mr_cu_weight_free_priv(mr_backend *be, mr_weight *w);
  * nothing is read into registers or written.  Returns the launch's error
  * (the caller decides: a hint's failure need not fail the context). */
 cudaError_t mr_cu_l2_prefetch(const mr_cu_ctx *c, cudaStream_t st, const void *p, size_t bytes, int hint);
+/* The same for the matrices ids[0 .. pairs - 1] pick of a stack of n_mats
+ * at base, mat_bytes each (read on the device when the launch runs). */
+cudaError_t mr_cu_l2_prefetch_ids(const mr_cu_ctx *c, cudaStream_t st, const void *base, size_t mat_bytes,
+                                  const int32_t *ids, int pairs, int n_mats, int hint);
 void mr_cu_install_ops(mr_backend *be);
 void mr_cu_install_attn(mr_backend *be);
 void mr_cu_install_gdn(mr_backend *be); /* cu_gdn.cu: the hybrid-model ops */

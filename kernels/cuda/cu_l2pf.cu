@@ -15,10 +15,10 @@
 #define L2PF_THREADS 32
 
 /* Pieces of bytes from p (16-byte aligned; bytes a multiple of 16), a
- * thread a piece in turn.  hint 1: the lines are kept over others
- * (evict_last), so that a product streaming meanwhile does not push them
- * out before they are read. */
-__global__ void __launch_bounds__(L2PF_THREADS) k_l2_prefetch(const char *p, size_t bytes, int hint)
+ * thread of the grid's x a piece in turn.  hint 1: the lines are kept over
+ * others (evict_last), so that a product streaming meanwhile does not push
+ * them out before they are read. */
+static __device__ __forceinline__ void l2_ask(const char *p, size_t bytes, int hint)
 {
     const size_t pieces = (bytes + L2PF_PIECE - 1) / L2PF_PIECE;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < pieces; i += (size_t)gridDim.x * blockDim.x) {
@@ -42,6 +42,23 @@ __global__ void __launch_bounds__(L2PF_THREADS) k_l2_prefetch(const char *p, siz
     }
 }
 
+__global__ void __launch_bounds__(L2PF_THREADS) k_l2_prefetch(const char *p, size_t bytes, int hint)
+{
+    l2_ask(p, bytes, hint);
+}
+
+/* The matrices a list of expert ids picks (a mixture layer's down experts,
+ * asked for once the routing has written the ids): the grid's y is the
+ * pair, whose matrix is base + ids[y] * mat_bytes; an id outside [0,
+ * n_mats) asks for nothing (the product reports it). */
+__global__ void __launch_bounds__(L2PF_THREADS) k_l2_prefetch_ids(const char *base, size_t mat_bytes,
+                                                                  const int32_t *ids, int n_mats, int hint)
+{
+    const int id = ids[blockIdx.y];
+    if (id >= 0 && id < n_mats)
+        l2_ask(base + (size_t)id * mat_bytes, mat_bytes, hint);
+}
+
 cudaError_t mr_cu_l2_prefetch(const mr_cu_ctx *c, cudaStream_t st, const void *p, size_t bytes, int hint)
 {
     /* whole 16-byte units inside [p, p + bytes) */
@@ -52,5 +69,22 @@ cudaError_t mr_cu_l2_prefetch(const mr_cu_ctx *c, cudaStream_t st, const void *p
     const size_t want = (pieces + L2PF_THREADS - 1) / L2PF_THREADS;
     const unsigned blocks = (unsigned)(want < (size_t)c->n_sm ? want : (size_t)c->n_sm);
     k_l2_prefetch<<<blocks, L2PF_THREADS, 0, st>>>((const char *)lo, n, hint);
+    return cudaGetLastError();
+}
+
+cudaError_t mr_cu_l2_prefetch_ids(const mr_cu_ctx *c, cudaStream_t st, const void *base, size_t mat_bytes,
+                                  const int32_t *ids, int pairs, int n_mats, int hint)
+{
+    /* whole 16-byte units: the pieces' addresses stay aligned when the
+     * matrices' stride is a multiple of 16 (else nothing is asked for) */
+    if (!base || !ids || pairs < 1 || pairs > 65535 || n_mats < 1 || mat_bytes < 16 || ((uintptr_t)base & 15) ||
+        (mat_bytes & 15))
+        return cudaSuccess;
+    const size_t pieces = (mat_bytes + L2PF_PIECE - 1) / L2PF_PIECE;
+    const size_t want = (pieces + L2PF_THREADS - 1) / L2PF_THREADS;
+    const size_t cap = ((size_t)c->n_sm + (size_t)pairs - 1) / (size_t)pairs; /* about a block an SM in all */
+    const unsigned bx = (unsigned)(want < cap ? want : cap);
+    k_l2_prefetch_ids<<<dim3(bx ? bx : 1, (unsigned)pairs), L2PF_THREADS, 0, st>>>((const char *)base, mat_bytes, ids,
+                                                                                  n_mats, hint);
     return cudaGetLastError();
 }

@@ -240,6 +240,24 @@ const void *mr_cu_matvec_source(const mr_cu_ctx *c, const mr_weight *w, const fl
     return p;
 }
 
+/* The same for a decode mr_cu_matmul_id: the stack of matrices the kernel
+ * that takes it reads (the tensor-core and 22-bit expert kernels read the
+ * GGUF blocks, or the padded copy where the type has one; the fast
+ * kernels their copy), *mat_bytes apart. */
+const void *mr_cu_matvec_id_source(const mr_cu_ctx *c, const mr_weight *w, const float *x, size_t *mat_bytes)
+{
+    size_t rb = w->row_bytes;
+    const void *p = w->data;
+    if (mr_cu_xmm_takes_id(c, &w, 1, x) || mr_cu_x24_takes_id(c, &w, 1, x))
+        p = mr_cu_x24_source(w, &rb);
+    else if (w->priv) {
+        p = w->priv;
+        rb = mr_cu_fast_row_bytes(w);
+    }
+    *mat_bytes = rb * (size_t)w->rows;
+    return p;
+}
+
 /* Prompt rows (be->matmul_prompt): the GEMM path at any size, whose rows
  * do not depend on how many share the call (cu_hgemm.cu), so that a prompt
  * row meets the same sums in a chunk of 7 tokens as in a prompt of 512. */
