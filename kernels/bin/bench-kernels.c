@@ -19,12 +19,12 @@
  * that may overlap their ramps too; MEMRA_CUDA_PDL=0 in the environment
  * gives the plain launches for every line.
  *
- * Usage: bench-kernels [iters [moe|attn|attn-decode|gdn|gemm|sample|pdl]]
+ * Usage: bench-kernels [iters [moe|moe-sweep|attn|attn-decode|gdn|gemm|sample|pdl]]
  * (needs a CUDA device; "moe": only the expert products of decode batches,
  * "attn": only prompt attention, "attn-decode": only decode attention at
  * depth, "gdn": only the delta-rule scan, "gemm": only the prompt products, "sample": only
  * sampling, "pdl": only the PDL chains, "mv TYPE ROWS COLS [N]": one
- * matvec shape) */
+ * matvec shape, "moe-sweep": the expert kernel from 8 to 32 tokens) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -369,6 +369,27 @@ static int bench_moe(int iters, double cbw)
     bench_id(be, label, 3, MR_TYPE_IQ4_XS, 512, 2048, 256, 8, 1, ns, 5, iters, cbw, false);
     bench_id(be, label, 3, MR_TYPE_IQ4_XS, 2048, 512, 256, 8, 8, ns, 5, iters, cbw, false);
     for (int b = 3; b >= 0; b--) be[b]->destroy(be[b]);
+    return 0;
+}
+
+/* The tensor-core expert kernel (the default) at the 30B-A3B's gate and
+ * Q4_K down shapes for decode batches of 8 to 32 tokens, every second
+ * count: whether its time steps where its blocks pass whole waves of
+ * resident blocks, or grows with the bytes (GPU-NOTES 109). */
+static int bench_moe_sweep(int iters, double cbw)
+{
+    mr_err err;
+    mr_backend *be = mr_backend_cuda_create(0, &err);
+    if (!be) {
+        fprintf(stderr, "cuda: %s\n", err.msg);
+        return 1;
+    }
+    const char *label[1] = {"moe-xmm"};
+    int ns[13];
+    for (int i = 0; i < 13; i++) ns[i] = 8 + 2 * i;
+    bench_id(&be, label, 1, MR_TYPE_Q4_K, 768, 2048, 128, 8, 1, ns, 13, iters, cbw, false);
+    bench_id(&be, label, 1, MR_TYPE_Q4_K, 2048, 768, 128, 8, 8, ns, 13, iters, cbw, false);
+    be->destroy(be);
     return 0;
 }
 
@@ -1250,6 +1271,11 @@ int main(int argc, char **argv)
         printf("%-8s %-9s %-16s %3s %12s %11s %13s %7s\n", "kernel", "type", "rows x cols", "n", "bytes",
                "time", "bandwidth", "%copy");
         return bench_moe(iters, cbw);
+    }
+    if (argc > 2 && !strcmp(argv[2], "moe-sweep")) {
+        printf("%-8s %-9s %-16s %3s %12s %11s %13s %7s\n", "kernel", "type", "rows x cols", "n", "bytes",
+               "time", "bandwidth", "%copy");
+        return bench_moe_sweep(iters, cbw);
     }
     mr_err err;
     /* "fast": the float32-activation kernels, whatever the environment says */
