@@ -611,8 +611,7 @@ static bool l2pf_fork(mr_cu_auto *a, mr_backend *be, cudaStream_t st, const std:
         e = cudaStreamWaitEvent(a->pf_stream, a->pf_fork, 0);
     for (const auto &q : ask) {
         if (e == cudaSuccess)
-            e = mr_cu_l2_prefetch(c, a->pf_stream, q.first, q.second, a->l2pf_hint);
-        a->pf_launches += e == cudaSuccess;
+            e = mr_cu_l2_prefetch(c, a->pf_stream, q.first, q.second, a->l2pf_hint, &a->pf_launches);
     }
     l2pf_check(a, e, "MEMRA_CUDA_L2PF");
     return true;
@@ -651,8 +650,8 @@ static bool l2pf_fork_ids(mr_cu_auto *a, mr_backend *be, cudaStream_t st, size_t
         size_t mat = 0;
         const void *p = mr_cu_matvec_id_source(c, d.w, d.x, &mat);
         if (e == cudaSuccess)
-            e = mr_cu_l2_prefetch_ids(c, a->pf_stream, p, mat, d.ids, d.n * d.k, (int)d.w->n_mats, a->l2pf_hint);
-        a->pf_launches += e == cudaSuccess;
+            e = mr_cu_l2_prefetch_ids(c, a->pf_stream, p, mat, d.ids, d.n * d.k, (int)d.w->n_mats, a->l2pf_hint,
+                                      &a->pf_launches);
     }
     l2pf_check(a, e, "MEMRA_CUDA_L2PF_ID");
     return true;

@@ -381,12 +381,14 @@ int mr_cu_weight_prepare(mr_backend *be, mr_weight *w, mr_err *err);
 void mr_cu_weight_free_priv(mr_backend *be, mr_weight *w);
 /* Asks L2 for bytes at p on stream st (cu_l2pf.cu; hint 1: evict_last);
  * nothing is read into registers or written.  Returns the launch's error
- * (the caller decides: a hint's failure need not fail the context). */
-cudaError_t mr_cu_l2_prefetch(const mr_cu_ctx *c, cudaStream_t st, const void *p, size_t bytes, int hint);
+ * (the caller decides: a hint's failure need not fail the context) and
+ * counts a launch made in *launches (none where there is nothing to ask). */
+cudaError_t mr_cu_l2_prefetch(const mr_cu_ctx *c, cudaStream_t st, const void *p, size_t bytes, int hint,
+                              long *launches);
 /* The same for the matrices ids[0 .. pairs - 1] pick of a stack of n_mats
  * at base, mat_bytes each (read on the device when the launch runs). */
 cudaError_t mr_cu_l2_prefetch_ids(const mr_cu_ctx *c, cudaStream_t st, const void *base, size_t mat_bytes,
-                                  const int32_t *ids, int pairs, int n_mats, int hint);
+                                  const int32_t *ids, int pairs, int n_mats, int hint, long *launches);
 void mr_cu_install_ops(mr_backend *be);
 void mr_cu_install_attn(mr_backend *be);
 void mr_cu_install_gdn(mr_backend *be); /* cu_gdn.cu: the hybrid-model ops */

@@ -59,7 +59,8 @@ __global__ void __launch_bounds__(L2PF_THREADS) k_l2_prefetch_ids(const char *ba
         l2_ask(base + (size_t)id * mat_bytes, mat_bytes, hint);
 }
 
-cudaError_t mr_cu_l2_prefetch(const mr_cu_ctx *c, cudaStream_t st, const void *p, size_t bytes, int hint)
+cudaError_t mr_cu_l2_prefetch(const mr_cu_ctx *c, cudaStream_t st, const void *p, size_t bytes, int hint,
+                              long *launches)
 {
     /* whole 16-byte units inside [p, p + bytes) */
     const uintptr_t lo = ((uintptr_t)p + 15) & ~(uintptr_t)15, hi = ((uintptr_t)p + bytes) & ~(uintptr_t)15;
@@ -69,11 +70,13 @@ cudaError_t mr_cu_l2_prefetch(const mr_cu_ctx *c, cudaStream_t st, const void *p
     const size_t want = (pieces + L2PF_THREADS - 1) / L2PF_THREADS;
     const unsigned blocks = (unsigned)(want < (size_t)c->n_sm ? want : (size_t)c->n_sm);
     k_l2_prefetch<<<blocks, L2PF_THREADS, 0, st>>>((const char *)lo, n, hint);
-    return cudaGetLastError();
+    const cudaError_t e = cudaGetLastError();
+    *launches += e == cudaSuccess;
+    return e;
 }
 
 cudaError_t mr_cu_l2_prefetch_ids(const mr_cu_ctx *c, cudaStream_t st, const void *base, size_t mat_bytes,
-                                  const int32_t *ids, int pairs, int n_mats, int hint)
+                                  const int32_t *ids, int pairs, int n_mats, int hint, long *launches)
 {
     /* whole 16-byte units: the pieces' addresses stay aligned when the
      * matrices' stride is a multiple of 16 (else nothing is asked for) */
@@ -86,5 +89,7 @@ cudaError_t mr_cu_l2_prefetch_ids(const mr_cu_ctx *c, cudaStream_t st, const voi
     const unsigned bx = (unsigned)(want < cap ? want : cap);
     k_l2_prefetch_ids<<<dim3(bx ? bx : 1, (unsigned)pairs), L2PF_THREADS, 0, st>>>((const char *)base, mat_bytes, ids,
                                                                                   n_mats, hint);
-    return cudaGetLastError();
+    const cudaError_t e = cudaGetLastError();
+    *launches += e == cudaSuccess;
+    return e;
 }
