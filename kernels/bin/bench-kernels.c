@@ -1267,15 +1267,10 @@ int main(int argc, char **argv)
         return bench_one_mv(argc - 3, argv + 3, iters, cbw);
     if (argc > 2 && !strcmp(argv[2], "phase"))
         return bench_phase(argc - 3, argv + 3, iters);
-    if (argc > 2 && !strcmp(argv[2], "moe")) {
+    if (argc > 2 && (!strcmp(argv[2], "moe") || !strcmp(argv[2], "moe-sweep"))) {
         printf("%-8s %-9s %-16s %3s %12s %11s %13s %7s\n", "kernel", "type", "rows x cols", "n", "bytes",
                "time", "bandwidth", "%copy");
-        return bench_moe(iters, cbw);
-    }
-    if (argc > 2 && !strcmp(argv[2], "moe-sweep")) {
-        printf("%-8s %-9s %-16s %3s %12s %11s %13s %7s\n", "kernel", "type", "rows x cols", "n", "bytes",
-               "time", "bandwidth", "%copy");
-        return bench_moe_sweep(iters, cbw);
+        return strcmp(argv[2], "moe") ? bench_moe_sweep(iters, cbw) : bench_moe(iters, cbw);
     }
     mr_err err;
     /* "fast": the float32-activation kernels, whatever the environment says */

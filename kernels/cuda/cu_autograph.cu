@@ -117,7 +117,7 @@ struct mr_cu_auto {
         int used;           /* ops in the launch, 0: any */
     };
     std::vector<twice_pat> twice;
-    /* MEMRA_CUDA_L2PF (an experiment not yet on a GPU, GPU-NOTES 107;
+    /* MEMRA_CUDA_L2PF (an experiment, GPU-NOTES 107-108: +2% on the 30B-A3B, a loss on the 8B;
      * captured graphs only): 0 off (the default); 1 a dense product's
      * weights asked of L2 on a side stream (cu_l2pf.cu) once the product
      * before it has completed, so during the small ops between the two; 2
@@ -562,6 +562,14 @@ void mr_cu_note_launch(mr_cu_ctx *c, const void *kernel, dim3 grid, dim3 block, 
     a->noted += buf;
 }
 
+/* The side stream forked from st: it runs after what st has been given
+ * so far. */
+static cudaError_t l2pf_branch(mr_cu_auto *a, cudaStream_t st)
+{
+    const cudaError_t e = cudaEventRecord(a->pf_fork, st);
+    return e == cudaSuccess ? cudaStreamWaitEvent(a->pf_stream, a->pf_fork, 0) : e;
+}
+
 /* A fork or prefetch launch that failed turns the switch off (the context
  * stays good; the capture fails as a whole). */
 static void l2pf_check(mr_cu_auto *a, cudaError_t e, const char *what)
@@ -592,7 +600,7 @@ static bool l2pf_same_run(const mr_cu_auto *a, size_t i)
  * could not make. */
 static bool l2pf_fork(mr_cu_auto *a, mr_backend *be, cudaStream_t st, const std::vector<size_t> &runs, size_t r)
 {
-    if (r >= runs.size() || !a->l2pf)
+    if (r >= runs.size())
         return false;
     const mr_cu_ctx *c = mr_cu(be);
     std::vector<std::pair<const void *, size_t>> ask;
@@ -606,9 +614,7 @@ static bool l2pf_fork(mr_cu_auto *a, mr_backend *be, cudaStream_t st, const std:
     }
     if (total > a->l2pf_cap)
         return false;
-    cudaError_t e = cudaEventRecord(a->pf_fork, st);
-    if (e == cudaSuccess)
-        e = cudaStreamWaitEvent(a->pf_stream, a->pf_fork, 0);
+    cudaError_t e = l2pf_branch(a, st);
     for (const auto &q : ask) {
         if (e == cudaSuccess)
             e = mr_cu_l2_prefetch(c, a->pf_stream, q.first, q.second, a->l2pf_hint, &a->pf_launches);
@@ -629,28 +635,29 @@ static bool l2pf_fork_ids(mr_cu_auto *a, mr_backend *be, cudaStream_t st, size_t
     if (i > 0 && a->ops[i - 1].op == OP_MATMUL_ID && a->ops[i - 1].u.matmul_id.ids == g.ids)
         return false; /* not the run's first */
     const mr_cu_ctx *c = mr_cu(be);
-    std::vector<size_t> later;
+    struct ask_ids {
+        const void *p;
+        size_t mat;
+        size_t j;
+    };
+    std::vector<ask_ids> later;
     size_t total = 0;
     for (size_t j = i + 1; j < a->ops.size() && a->ops[j].op != OP_MOE_ROUTE; j++) {
         const rec_op &o = a->ops[j];
         if (o.op != OP_MATMUL_ID || o.u.matmul_id.ids != g.ids || o.u.matmul_id.x == g.x)
             continue;
         size_t mat = 0;
-        mr_cu_matvec_id_source(c, o.u.matmul_id.w, o.u.matmul_id.x, &mat);
+        const void *p = mr_cu_matvec_id_source(c, o.u.matmul_id.w, o.u.matmul_id.x, &mat);
         total += mat * (size_t)o.u.matmul_id.n * (size_t)o.u.matmul_id.k;
-        later.push_back(j);
+        later.push_back({p, mat, j});
     }
     if (later.empty() || total > a->l2pf_cap)
         return false;
-    cudaError_t e = cudaEventRecord(a->pf_fork, st);
-    if (e == cudaSuccess)
-        e = cudaStreamWaitEvent(a->pf_stream, a->pf_fork, 0);
-    for (size_t j : later) {
-        const auto &d = a->ops[j].u.matmul_id;
-        size_t mat = 0;
-        const void *p = mr_cu_matvec_id_source(c, d.w, d.x, &mat);
+    cudaError_t e = l2pf_branch(a, st);
+    for (const auto &q : later) {
+        const auto &d = a->ops[q.j].u.matmul_id;
         if (e == cudaSuccess)
-            e = mr_cu_l2_prefetch_ids(c, a->pf_stream, p, mat, d.ids, d.n * d.k, (int)d.w->n_mats, a->l2pf_hint,
+            e = mr_cu_l2_prefetch_ids(c, a->pf_stream, q.p, q.mat, d.ids, d.n * d.k, (int)d.w->n_mats, a->l2pf_hint,
                                       &a->pf_launches);
     }
     l2pf_check(a, e, "MEMRA_CUDA_L2PF_ID");
@@ -680,10 +687,11 @@ static void run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
         a->noted.clear();
         /* op i starts run r: the run after it goes into L2 beside it (2),
          * or after it (1) */
+        /* (a->l2pf itself: a failed fork turns it off for the rest) */
         const bool at_run = pf && next_run < runs.size() && runs[next_run] == i;
         if (at_run && a->l2pf == 2)
             forked |= l2pf_fork(a, be, st, runs, next_run + 1);
-        if (pf && a->l2pf_id && a->ops[i].op == OP_MATMUL_ID)
+        if (pf && a->l2pf && a->l2pf_id && a->ops[i].op == OP_MATMUL_ID)
             forked |= l2pf_fork_ids(a, be, st, i);
         const size_t used = launch_at(a, be, i);
         if (at_run && a->l2pf == 1)

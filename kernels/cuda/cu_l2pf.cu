@@ -59,6 +59,22 @@ __global__ void __launch_bounds__(L2PF_THREADS) k_l2_prefetch_ids(const char *ba
         l2_ask(base + (size_t)id * mat_bytes, mat_bytes, hint);
 }
 
+/* Blocks of L2PF_THREADS for bytes: a piece a thread, at most cap. */
+static unsigned l2pf_blocks(size_t bytes, size_t cap)
+{
+    const size_t pieces = (bytes + L2PF_PIECE - 1) / L2PF_PIECE;
+    const size_t want = (pieces + L2PF_THREADS - 1) / L2PF_THREADS;
+    return (unsigned)(want < cap ? want : cap > 0 ? cap : 1);
+}
+
+/* The launch's error, and a launch counted where it was made. */
+static cudaError_t l2pf_launched(long *launches)
+{
+    const cudaError_t e = cudaGetLastError();
+    *launches += e == cudaSuccess;
+    return e;
+}
+
 cudaError_t mr_cu_l2_prefetch(const mr_cu_ctx *c, cudaStream_t st, const void *p, size_t bytes, int hint,
                               long *launches)
 {
@@ -66,13 +82,8 @@ cudaError_t mr_cu_l2_prefetch(const mr_cu_ctx *c, cudaStream_t st, const void *p
     const uintptr_t lo = ((uintptr_t)p + 15) & ~(uintptr_t)15, hi = ((uintptr_t)p + bytes) & ~(uintptr_t)15;
     if (!p || hi <= lo)
         return cudaSuccess;
-    const size_t n = hi - lo, pieces = (n + L2PF_PIECE - 1) / L2PF_PIECE;
-    const size_t want = (pieces + L2PF_THREADS - 1) / L2PF_THREADS;
-    const unsigned blocks = (unsigned)(want < (size_t)c->n_sm ? want : (size_t)c->n_sm);
-    k_l2_prefetch<<<blocks, L2PF_THREADS, 0, st>>>((const char *)lo, n, hint);
-    const cudaError_t e = cudaGetLastError();
-    *launches += e == cudaSuccess;
-    return e;
+    k_l2_prefetch<<<l2pf_blocks(hi - lo, (size_t)c->n_sm), L2PF_THREADS, 0, st>>>((const char *)lo, hi - lo, hint);
+    return l2pf_launched(launches);
 }
 
 cudaError_t mr_cu_l2_prefetch_ids(const mr_cu_ctx *c, cudaStream_t st, const void *base, size_t mat_bytes,
@@ -83,13 +94,9 @@ cudaError_t mr_cu_l2_prefetch_ids(const mr_cu_ctx *c, cudaStream_t st, const voi
     if (!base || !ids || pairs < 1 || pairs > 65535 || n_mats < 1 || mat_bytes < 16 || ((uintptr_t)base & 15) ||
         (mat_bytes & 15))
         return cudaSuccess;
-    const size_t pieces = (mat_bytes + L2PF_PIECE - 1) / L2PF_PIECE;
-    const size_t want = (pieces + L2PF_THREADS - 1) / L2PF_THREADS;
-    const size_t cap = ((size_t)c->n_sm + (size_t)pairs - 1) / (size_t)pairs; /* about a block an SM in all */
-    const unsigned bx = (unsigned)(want < cap ? want : cap);
-    k_l2_prefetch_ids<<<dim3(bx ? bx : 1, (unsigned)pairs), L2PF_THREADS, 0, st>>>((const char *)base, mat_bytes, ids,
-                                                                                  n_mats, hint);
-    const cudaError_t e = cudaGetLastError();
-    *launches += e == cudaSuccess;
-    return e;
+    /* about a block an SM in all */
+    const unsigned bx = l2pf_blocks(mat_bytes, ((size_t)c->n_sm + (size_t)pairs - 1) / (size_t)pairs);
+    k_l2_prefetch_ids<<<dim3(bx, (unsigned)pairs), L2PF_THREADS, 0, st>>>((const char *)base, mat_bytes, ids, n_mats,
+                                                                         hint);
+    return l2pf_launched(launches);
 }

@@ -220,6 +220,22 @@ void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, 
     matvec_dispatch(c, w->type, mr_cu_mvjob_plain((const uint8_t *)w->data, w->row_bytes, w, x, y), n, 1);
 }
 
+/* The weights a fast-path decode kernel reads and their row stride: the
+ * 22-bit kernels' source (the GGUF blocks, or the padded copy where the
+ * type has one) where x24, else the fast kernels' copy where there is
+ * one (make_job in cu_fast.cu), else the GGUF blocks. */
+static const void *fast_source(const mr_weight *w, bool x24, size_t *rb)
+{
+    if (x24)
+        return mr_cu_x24_source(w, rb);
+    if (w->priv) {
+        *rb = mr_cu_fast_row_bytes(w);
+        return w->priv;
+    }
+    *rb = w->row_bytes;
+    return w->data;
+}
+
 /* The bytes of w that a one-token mr_cu_matmul over x reads, in the layout
  * of the kernel that takes it (the order above); *bytes how many.  For the
  * weights' L2 prefetches of MEMRA_CUDA_L2PF (cu_autograph.cu); a change of
@@ -227,33 +243,19 @@ void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, 
 const void *mr_cu_matvec_source(const mr_cu_ctx *c, const mr_weight *w, const float *x, size_t *bytes)
 {
     size_t rb = w->row_bytes;
-    const void *p = w->data; /* the int8 tensor cores and the generic kernels */
-    if (mr_cu_xmd_takes(c, &w, 1))
-        ;
-    else if (mr_cu_x24_takes(c, &w, 1, x) == 1)
-        p = mr_cu_x24_source(w, &rb);
-    else if (w->priv) { /* the fast kernels' copy (make_job in cu_fast.cu) */
-        p = w->priv;
-        rb = mr_cu_fast_row_bytes(w);
-    }
+    const void *p = mr_cu_xmd_takes(c, &w, 1) ? w->data /* the int8 tensor cores read the GGUF blocks */
+                                              : fast_source(w, mr_cu_x24_takes(c, &w, 1, x) == 1, &rb);
     *bytes = rb * (size_t)w->rows;
     return p;
 }
 
 /* The same for a decode mr_cu_matmul_id: the stack of matrices the kernel
  * that takes it reads (the tensor-core and 22-bit expert kernels read the
- * GGUF blocks, or the padded copy where the type has one; the fast
- * kernels their copy), *mat_bytes apart. */
+ * 22-bit source), *mat_bytes apart. */
 const void *mr_cu_matvec_id_source(const mr_cu_ctx *c, const mr_weight *w, const float *x, size_t *mat_bytes)
 {
-    size_t rb = w->row_bytes;
-    const void *p = w->data;
-    if (mr_cu_xmm_takes_id(c, &w, 1, x) || mr_cu_x24_takes_id(c, &w, 1, x))
-        p = mr_cu_x24_source(w, &rb);
-    else if (w->priv) {
-        p = w->priv;
-        rb = mr_cu_fast_row_bytes(w);
-    }
+    size_t rb = 0;
+    const void *p = fast_source(w, mr_cu_xmm_takes_id(c, &w, 1, x) || mr_cu_x24_takes_id(c, &w, 1, x), &rb);
     *mat_bytes = rb * (size_t)w->rows;
     return p;
 }
