@@ -19,12 +19,14 @@
  * that may overlap their ramps too; MEMRA_CUDA_PDL=0 in the environment
  * gives the plain launches for every line.
  *
- * Usage: bench-kernels [iters [moe|moe-sweep|attn|attn-decode|gdn|gemm|sample|pdl]]
+ * Usage: bench-kernels [iters [moe|moe-sweep|attn|attn-decode|attn-streams|gdn|gemm|sample|pdl]]
  * (needs a CUDA device; "moe": only the expert products of decode batches,
  * "attn": only prompt attention, "attn-decode": only decode attention at
  * depth, "gdn": only the delta-rule scan, "gemm": only the prompt products, "sample": only
  * sampling, "pdl": only the PDL chains, "mv TYPE ROWS COLS [N]": one
- * matvec shape, "moe-sweep": the expert kernel from 8 to 32 tokens) */
+ * matvec shape, "moe-sweep": the expert kernel from 8 to 32 tokens,
+ * "attn-streams": only decode attention's 16-stream lines, the shared
+ * prefix first, e.g. for a profiler) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -704,7 +706,7 @@ static int bench_attn(int iters)
  * caches take the float kernel in both columns).  The per-head
  * kernel of run 59 (MEMRA_CUDA_ATTN_GQA=0) is left out.  GB/s: the K/V
  * bytes the rows see over the time. */
-static int bench_attn_decode(int iters)
+static int bench_attn_decode(int iters, bool streams_only)
 {
     mr_err err;
     mr_backend *be[2];
@@ -730,7 +732,7 @@ static int bench_attn_decode(int iters)
         {16, 2, 256, 8191, 1, MR_KV_F16},  {16, 2, 256, 65535, 1, MR_KV_F16}, {16, 2, 256, 262143, 1, MR_KV_F16},
         {16, 2, 256, 262143, 1, MR_KV_BF16},
     };
-    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
+    for (size_t i = 0; i < sizeof sh / sizeof sh[0] && !streams_only; i++)
         bench_attn_shape(be, lab, sh[i].heads, sh[i].kvh, sh[i].D, sh[i].start, sh[i].n, sh[i].dt, iters);
     /* 16 streams: the shared-prefix serving shape (4,096 shared + ~770 of
      * their own) and C = 16 with 512-token prompts (~530, nothing shared) */
@@ -1253,8 +1255,8 @@ int main(int argc, char **argv)
     printf("device %s, %d SMs; D2D copy (2 GiB, read+write) median of 3: %.1f GB/s\n", name, sm, cbw);
     if (argc > 2 && !strcmp(argv[2], "attn"))
         return bench_attn(iters);
-    if (argc > 2 && !strcmp(argv[2], "attn-decode"))
-        return bench_attn_decode(iters);
+    if (argc > 2 && (!strcmp(argv[2], "attn-decode") || !strcmp(argv[2], "attn-streams")))
+        return bench_attn_decode(iters, !strcmp(argv[2], "attn-streams"));
     if (argc > 2 && !strcmp(argv[2], "gdn"))
         return bench_gdn(iters);
     if (argc > 2 && !strcmp(argv[2], "gemm"))
