@@ -732,8 +732,9 @@ static int bench_attn_decode(int iters, bool streams_only)
         {16, 2, 256, 8191, 1, MR_KV_F16},  {16, 2, 256, 65535, 1, MR_KV_F16}, {16, 2, 256, 262143, 1, MR_KV_F16},
         {16, 2, 256, 262143, 1, MR_KV_BF16},
     };
-    for (size_t i = 0; i < sizeof sh / sizeof sh[0] && !streams_only; i++)
-        bench_attn_shape(be, lab, sh[i].heads, sh[i].kvh, sh[i].D, sh[i].start, sh[i].n, sh[i].dt, iters);
+    if (!streams_only)
+        for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
+            bench_attn_shape(be, lab, sh[i].heads, sh[i].kvh, sh[i].D, sh[i].start, sh[i].n, sh[i].dt, iters);
     /* 16 streams: the shared-prefix serving shape (4,096 shared + ~770 of
      * their own) and C = 16 with 512-token prompts (~530, nothing shared) */
     bench_attn_streams(be, lab, 32, 4, 128, 4096, 768, 16, iters);

@@ -117,7 +117,8 @@ struct mr_cu_auto {
         int used;           /* ops in the launch, 0: any */
     };
     std::vector<twice_pat> twice;
-    /* MEMRA_CUDA_L2PF (an experiment, GPU-NOTES 107-108: +2% on the 30B-A3B, a loss on the 8B;
+    /* MEMRA_CUDA_L2PF (an experiment, GPU-NOTES 107-110: +2% on an H100's 30B-A3B, a loss on its 8B,
+     * within the rounds' spread on the H200;
      * captured graphs only): 0 off (the default); 1 a dense product's
      * weights asked of L2 on a side stream (cu_l2pf.cu) once the product
      * before it has completed, so during the small ops between the two; 2
@@ -686,8 +687,8 @@ static void run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
     for (size_t i = 0; i < n;) {
         a->noted.clear();
         /* op i starts run r: the run after it goes into L2 beside it (2),
-         * or after it (1) */
-        /* (a->l2pf itself: a failed fork turns it off for the rest) */
+         * or after it (1); a->l2pf is read again each time, since a failed
+         * fork turns it off for the rest */
         const bool at_run = pf && next_run < runs.size() && runs[next_run] == i;
         if (at_run && a->l2pf == 2)
             forked |= l2pf_fork(a, be, st, runs, next_run + 1);
