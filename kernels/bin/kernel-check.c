@@ -35,7 +35,8 @@
  * the one-token Q4_K kernel (part of "mm"), "early" only its weight loads
  * ahead of the PDL wait (part of "mm"), "loop" only its one-wave looping
  * grid (part of "mm"), "tail" only the fused end of a
- * mixture layer (part of "ops"), "xmq" only the expert products that
+ * mixture layer and a delta-net layer's gated norm in one launch (part of
+ * "ops"), "xmq" only the expert products that
  * quantize their inputs in each block (part of "moe"), "merge" only
  * the decode attention's two merges and its batches' two grids (part of
  * "ops"), "hybrid" only the Gated
@@ -2826,6 +2827,51 @@ static void check_moe_tail(mr_backend *on, mr_backend *off, int n, int k, int di
     free(y); free(cw); free(sh); free(g); free(xr); free(nw);
 }
 
+/* A delta-net layer's gated norm (rmsnorm(o, w, o) over rows of dim, then
+ * swiglu(z, o, o), as the forward pass calls them) on a backend whose
+ * recorder runs the two as one launch (mr_cu_rmsnorm_gate) against one
+ * with that rule off (MEMRA_CUDA_FUSE_GNORM=0): the output bit for bit,
+ * and whether the rule took them (not where a row is not whole float4s).
+ * inplace 0: out is another buffer than x (x must then be unchanged). */
+static void check_gnorm(mr_backend *on, mr_backend *off, int rows, int dim, bool inplace)
+{
+    const size_t n = (size_t)rows * dim;
+    float *x = malloc(n * 4), *z = malloc(n * 4), *w = malloc((size_t)dim * 4);
+    for (size_t i = 0; i < n; i++) { x[i] = fgauss() * 3; z[i] = fgauss() * 2; }
+    for (int i = 0; i < dim; i++) w[i] = 1.0f + 0.1f * fgauss();
+    mr_backend *be[2] = {on, off};
+    float *res[2][2];
+    long took = 0;
+    for (int b = 0; b < 2; b++) {
+        float *dx = dup_to(be[b], x, n * 4), *dz = dup_to(be[b], z, n * 4), *dw = dup_to(be[b], w, (size_t)dim * 4);
+        float *dout = inplace ? dx : dalloc(be[b], n * 4);
+        if (!inplace)
+            poison(be[b], dout, n * 4);
+        if (be[b]->sync(be[b], &err)) die("sync");
+        const long t0 = fused_ops(be[b]).gnorm;
+        be[b]->rmsnorm(be[b], dx, dw, dout, rows, dim, 1e-6f);
+        be[b]->swiglu(be[b], dz, dout, dout, n);
+        if (be[b]->sync(be[b], &err)) die("sync");
+        if (b == 0) took = fused_ops(be[b]).gnorm - t0;
+        res[b][0] = malloc(n * 4);
+        res[b][1] = malloc(n * 4);
+        fetch(be[b], res[b][0], dout, n * 4);
+        fetch(be[b], res[b][1], dx, n * 4);
+        be[b]->free(be[b], dx); be[b]->free(be[b], dz); be[b]->free(be[b], dw);
+        if (!inplace) be[b]->free(be[b], dout);
+    }
+    size_t diff = floats_differ(res[0][0], res[1][0], n) + floats_differ(res[0][1], res[1][1], n);
+    int nan = 0;
+    for (size_t i = 0; i < n; i++) nan += isnan(res[0][0][i]);
+    char shape[64];
+    snprintf(shape, sizeof shape, "rows=%d dim=%d%s", rows, dim, inplace ? " in place" : "");
+    report("gnorm-vs-ops", shape, (double)diff, nan, 0.0);
+    const long want = dim % 4 || dim > 16384 ? 0 : 1;
+    report("gnorm-ops-taken", shape, (double)labs(took - want), 0, 0.0);
+    for (int b = 0; b < 2; b++) { free(res[b][0]); free(res[b][1]); }
+    free(x); free(z); free(w);
+}
+
 static void check_moe_tail_all(void)
 {
     mr_backend *on = backend_with("MEMRA_CUDA_FUSE_TAIL", "2"), *off = backend_with("MEMRA_CUDA_FUSE_TAIL", "0");
@@ -2838,6 +2884,17 @@ static void check_moe_tail_all(void)
         check_moe_tail(on, off, 1, 10, 8192, sh); /* not taken: wider than a block's threads */
         check_moe_tail(on, off, 2, 12, 4096, sh); /* two rounds of loads a thread */
     }
+    on->destroy(on);
+    off->destroy(off);
+    on = backend_with("MEMRA_CUDA_FUSE_GNORM", "1");
+    off = backend_with("MEMRA_CUDA_FUSE_GNORM", "0");
+    check_gnorm(on, off, 32, 128, true);   /* the 35B-A3B's decode step: 32 value heads of 128 */
+    check_gnorm(on, off, 512, 128, true);  /* 16 tokens */
+    check_gnorm(on, off, 48, 128, false);
+    check_gnorm(on, off, 5, 4096, true);   /* four float4 a thread */
+    check_gnorm(on, off, 3, 8192, false);
+    check_gnorm(on, off, 4, 100, true);
+    check_gnorm(on, off, 4, 130, true);    /* not taken: not whole float4s */
     on->destroy(on);
     off->destroy(off);
 }
@@ -3919,7 +3976,8 @@ static void check_graph(mr_backend *g, const char *tag)
  * embedding rows (Q8_0), 4 layers (attention: q/k/v products, qk norm +
  * RoPE, KV store, split-K attention, o product; layer 2 a gated delta-net
  * block instead: qkv, convolution, scan, gate; FFN: dense SwiGLU on layers
- * 0 and 2, 2 of 8 experts on 1 and 3), final norm, output product, argmax.
+ * 0 and 2, 2 of 8 experts and a gated shared expert (IQ4_XS) on 1 and 3),
+ * final norm, output product, argmax.
  * The first step runs op by op, the second is captured, the others replay
  * the graph (automatic graphs), each step on new token ids and positions. */
 #define PDL_D 1024
@@ -3944,6 +4002,7 @@ static void check_graph(mr_backend *g, const char *tag)
 typedef struct {
     mr_weight emb, out, router, wq[PDL_L], wk[PDL_L], wv[PDL_L], wo[PDL_L], wg[PDL_L], wu[PDL_L], wd[PDL_L];
     mr_weight gqkv, ga, gb, gz, gout;
+    mr_weight shg[PDL_L], shu[PDL_L], shd[PDL_L], shgi; /* shared experts of the mixture layers */
     float *an[PDL_L], *fn[PDL_L], *onorm, *qn, *kn, *convw, *gA, *gdt; /* on gpu */
 } pdl_model;
 
@@ -3952,6 +4011,7 @@ typedef struct {
     mr_kv_cache kv;
     float *x, *h, *q, *k, *v, *att, *o, *g, *u, *s, *f, *rl, *rw, *logits;
     float *qkv, *qkvc, *al, *bt, *gy, *z, *cst, *gst;
+    float *sg, *su, *so, *sgl; /* shared expert: gate, up, output, gate logit */
     int32_t *ids, *pos, *tab, *eids, *out;
 } pdl_run;
 
@@ -3990,6 +4050,9 @@ static void pdl_model_make(pdl_model *m)
             m->wg[l] = pdl_weight(MR_TYPE_Q4_K, PDL_D, PDL_EF, PDL_E);
             m->wu[l] = pdl_weight(MR_TYPE_Q4_K, PDL_D, PDL_EF, PDL_E);
             m->wd[l] = pdl_weight(MR_TYPE_Q6_K, PDL_EF, PDL_D, PDL_E);
+            m->shg[l] = pdl_weight(MR_TYPE_IQ4_XS, PDL_D, PDL_EF, 1);
+            m->shu[l] = pdl_weight(MR_TYPE_IQ4_XS, PDL_D, PDL_EF, 1);
+            m->shd[l] = pdl_weight(MR_TYPE_IQ4_XS, PDL_EF, PDL_D, 1);
         } else {
             m->wg[l] = pdl_weight(MR_TYPE_Q4_K, PDL_D, PDL_FF, 1);
             m->wu[l] = pdl_weight(MR_TYPE_Q4_K, PDL_D, PDL_FF, 1);
@@ -4003,6 +4066,7 @@ static void pdl_model_make(pdl_model *m)
     m->gb = pdl_weight(MR_TYPE_F32, PDL_D, PDL_GNV, 1);
     m->gz = pdl_weight(MR_TYPE_Q8_0, PDL_D, PDL_GNV * PDL_GDV, 1);
     m->gout = pdl_weight(MR_TYPE_Q4_K, PDL_GNV * PDL_GDV, PDL_D, 1);
+    m->shgi = pdl_weight(MR_TYPE_F32, PDL_D, 1, 1);
     m->onorm = pdl_floats(PDL_D, 1.0f, 0.1f);
     m->qn = pdl_floats(PDL_HD, 1.0f, 0.1f);
     m->kn = pdl_floats(PDL_HD, 1.0f, 0.1f);
@@ -4015,13 +4079,17 @@ static void pdl_model_make(pdl_model *m)
 
 static void pdl_model_free(pdl_model *m)
 {
-    mr_weight *ws[] = {&m->emb, &m->out, &m->router, &m->gqkv, &m->ga, &m->gb, &m->gz, &m->gout};
+    mr_weight *ws[] = {&m->emb, &m->out, &m->router, &m->gqkv, &m->ga, &m->gb, &m->gz, &m->gout, &m->shgi};
     for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) gpu->weight_release(gpu, ws[i]);
     for (int l = 0; l < PDL_L; l++) {
         gpu->weight_release(gpu, &m->wq[l]); gpu->weight_release(gpu, &m->wk[l]);
         gpu->weight_release(gpu, &m->wv[l]); gpu->weight_release(gpu, &m->wo[l]);
         gpu->weight_release(gpu, &m->wg[l]); gpu->weight_release(gpu, &m->wu[l]);
         gpu->weight_release(gpu, &m->wd[l]);
+        if (l & 1) {
+            gpu->weight_release(gpu, &m->shg[l]); gpu->weight_release(gpu, &m->shu[l]);
+            gpu->weight_release(gpu, &m->shd[l]);
+        }
         gpu->free(gpu, m->an[l]); gpu->free(gpu, m->fn[l]);
     }
     float *fs[] = {m->onorm, m->qn, m->kn, m->convw, m->gA, m->gdt};
@@ -4036,7 +4104,7 @@ static void pdl_run_make(pdl_run *r, mr_backend *be)
     r->kv = (mr_kv_cache){.n_layers = PDL_L, .n_blocks = 8, .block_tokens = 16, .n_kv_heads = PDL_KVH,
                           .head_dim = PDL_HD, .dtype = MR_KV_F16};
     if (be->kv_create(be, &r->kv, &err)) die("kv_create");
-    float **fb[] = {&r->x, &r->h, &r->q, &r->att, &r->o, &r->f};
+    float **fb[] = {&r->x, &r->h, &r->q, &r->att, &r->o, &r->f, &r->so};
     for (size_t i = 0; i < sizeof fb / sizeof fb[0]; i++) *fb[i] = dalloc(be, N * PDL_D * 4);
     r->k = dalloc(be, N * PDL_KVH * PDL_HD * 4);
     r->v = dalloc(be, N * PDL_KVH * PDL_HD * 4);
@@ -4044,6 +4112,9 @@ static void pdl_run_make(pdl_run *r, mr_backend *be)
     r->u = dalloc(be, N * PDL_K * PDL_FF * 4);
     r->s = dalloc(be, N * PDL_K * PDL_FF * 4);
     r->rl = dalloc(be, N * PDL_E * 4);
+    r->sg = dalloc(be, N * PDL_EF * 4);
+    r->su = dalloc(be, N * PDL_EF * 4);
+    r->sgl = dalloc(be, N * 4);
     r->rw = dalloc(be, N * PDL_K * 4);
     r->logits = dalloc(be, N * PDL_V * 4);
     r->qkv = dalloc(be, N * PDL_GC * 4);
@@ -4069,7 +4140,8 @@ static void pdl_run_free(pdl_run *r)
 {
     mr_backend *be = r->be;
     void *ps[] = {r->x, r->h, r->q, r->k, r->v, r->att, r->o, r->g, r->u, r->s, r->f, r->rl, r->rw, r->logits,
-                  r->qkv, r->qkvc, r->al, r->bt, r->gy, r->z, r->cst, r->gst, r->ids, r->pos, r->tab, r->eids, r->out};
+                  r->qkv, r->qkvc, r->al, r->bt, r->gy, r->z, r->cst, r->gst, r->ids, r->pos, r->tab, r->eids, r->out,
+                  r->sg, r->su, r->so, r->sgl};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) be->free(be, ps[i]);
     be->kv_destroy(be, &r->kv);
 }
@@ -4105,14 +4177,21 @@ static int pdl_step(const pdl_model *m, pdl_run *r, int n)
         }
         be->add(be, r->x, r->o, (size_t)n * PDL_D), ops++;
         be->rmsnorm(be, r->x, m->fn[l], r->h, n, PDL_D, eps), ops++;
-        if (l & 1) {
+        if (l & 1) { /* in qwen35moe's order (worker/arch/qwen35.c moe_ffn): the shared expert first */
+            be->matmul(be, &m->shg[l], r->h, r->sg, n), ops++;
+            be->matmul(be, &m->shu[l], r->h, r->su, n), ops++;
+            be->swiglu(be, r->sg, r->su, r->sg, (size_t)n * PDL_EF), ops++;
+            be->matmul(be, &m->shd[l], r->sg, r->so, n), ops++;
             be->matmul(be, &m->router, r->h, r->rl, n), ops++;
+            be->matmul(be, &m->shgi, r->h, r->sgl, n), ops++;
             be->moe_route(be, r->rl, n, PDL_E, PDL_K, true, r->eids, r->rw), ops++;
             be->matmul_id(be, &m->wg[l], r->h, 1, r->eids, PDL_K, r->g, n), ops++;
             be->matmul_id(be, &m->wu[l], r->h, 1, r->eids, PDL_K, r->u, n), ops++;
             be->swiglu(be, r->g, r->u, r->s, (size_t)n * PDL_K * PDL_EF), ops++;
             be->matmul_id(be, &m->wd[l], r->s, PDL_K, r->eids, PDL_K, r->g, n), ops++;
             be->moe_combine(be, r->g, r->rw, n, PDL_K, PDL_D, r->f), ops++;
+            be->sigmoid_mul(be, r->so, r->sgl, n, PDL_D, 1, true), ops++;
+            be->add(be, r->f, r->so, (size_t)n * PDL_D), ops++;
         } else {
             be->matmul(be, &m->wg[l], r->h, r->g, n), ops++;
             be->matmul(be, &m->wu[l], r->h, r->u, n), ops++;
@@ -4150,7 +4229,7 @@ static int pdl_steps(const pdl_model *m, mr_backend *be, int n, const int32_t *i
 
 static void check_pdl(void)
 {
-    enum { NF = 4, NM = 5 };
+    enum { NF = 4, NM = 6 };
     /* xmd: the dense Q4_K products on the int8 tensor cores (cu_mvxmd.cu) */
     static const struct { const char *name, *matvec, *xmd; } fam[NF] = {
         {"f32", "f32", "0"}, {"q8", "q8", "0"}, {"x24", "x24all", "0"}, {"xmd", "f32", "1"}};
@@ -4158,11 +4237,13 @@ static void check_pdl(void)
      * it: the graphs with the next products' weights asked of L2 on a side
      * stream beside or after the product before (cu_autograph.cu), and
      * with MEMRA_CUDA_L2PF_ID the mixture layers' down experts beside
-     * their gate/up */
-    static const char *mode[NM] = {"0", NULL, NULL, NULL, NULL};
-    static const char *l2pf[NM] = {NULL, NULL, "1", "2", "2"};
-    static const char *l2pf_id[NM] = {NULL, NULL, NULL, NULL, "1"};
-    static const char *mode_name[NM] = {"off", "on", "l2pf1", "l2pf2", "l2pf2id"};
+     * their gate/up; and MEMRA_CUDA_BRANCH: the shared experts on a side
+     * stream of the graph beside the routed ones */
+    static const char *mode[NM] = {"0", NULL, NULL, NULL, NULL, NULL};
+    static const char *l2pf[NM] = {NULL, NULL, "1", "2", "2", NULL};
+    static const char *l2pf_id[NM] = {NULL, NULL, NULL, NULL, "1", NULL};
+    static const char *branch[NM] = {NULL, NULL, NULL, NULL, NULL, "1"};
+    static const char *mode_name[NM] = {"off", "on", "l2pf1", "l2pf2", "l2pf2id", "branch"};
     pdl_model m;
     pdl_model_make(&m);
     const size_t nl = (size_t)PDL_STEPS * PDL_NMAX * PDL_V;
@@ -4183,12 +4264,15 @@ static void check_pdl(void)
             else unsetenv("MEMRA_CUDA_L2PF");
             if (l2pf_id[i]) setenv("MEMRA_CUDA_L2PF_ID", l2pf_id[i], 1);
             else unsetenv("MEMRA_CUDA_L2PF_ID");
+            if (branch[i]) setenv("MEMRA_CUDA_BRANCH", branch[i], 1);
+            else unsetenv("MEMRA_CUDA_BRANCH");
             be[i] = mr_backend_cuda_create(0, &err);
             if (!be[i]) die("cuda (pdl)");
         }
         unsetenv("MEMRA_CUDA_PDL");
         unsetenv("MEMRA_CUDA_L2PF");
         unsetenv("MEMRA_CUDA_L2PF_ID");
+        unsetenv("MEMRA_CUDA_BRANCH");
         unsetenv("MEMRA_CUDA_MATVEC");
         setenv("MEMRA_CUDA_XMD", "0", 1);
         int pm = 0;
@@ -4219,7 +4303,7 @@ static void check_pdl(void)
         }
 #ifdef MR_HAVE_CUDA
         long pf[NM] = {0};
-        for (int i = 2; i < NM; i++) { /* that the graphs took prefetches at all */
+        for (int i = 2; i < 5; i++) { /* that the graphs took prefetches at all */
             char shape[96];
             pf[i] = mr_cu_l2pf_launches(be[i]);
             snprintf(shape, sizeof shape, "%s %s: %ld prefetch launches captured", fam[f].name, mode_name[i], pf[i]);
@@ -4229,6 +4313,17 @@ static void check_pdl(void)
             char shape[96];
             snprintf(shape, sizeof shape, "%s l2pf2id: %ld launches against l2pf2's %ld", fam[f].name, pf[4], pf[3]);
             report("pdl", shape, pf[4] > pf[3] ? 0.0 : 1.0, 0, 0.0);
+        }
+        { /* that the graphs took branches: two a step (layers 1 and 3) in every
+           * capture, where the shared experts' kernels use no scratch buffer
+           * (the float ones; the q8 and x24 families' do, and their captures
+           * then take none: the equality above is their check) */
+            const long br = mr_cu_branch_forks(be[5]);
+            const bool need = !strcmp(fam[f].name, "f32") || !strcmp(fam[f].name, "xmd");
+            char shape[96];
+            snprintf(shape, sizeof shape, "%s branch: %ld shared experts on the side stream%s", fam[f].name, br,
+                     need ? "" : " (none needed)");
+            report("pdl", shape, !need || br > 0 ? 0.0 : 1.0, 0, 0.0);
         }
 #endif
         for (int i = NM - 1; i >= 0; i--) be[i]->destroy(be[i]);

@@ -107,6 +107,11 @@ struct mr_cu_auto {
      * loses, run 113), 0 off (MEMRA_CUDA_FUSE_TAIL); ops saved so far */
     int fuse_tail = 1;
     long tail_fused = 0;
+    /* an RMSNorm and the swiglu gating its output by z after it (a delta-net
+     * layer's gated norm) in one launch, the same floats
+     * (MEMRA_CUDA_FUSE_GNORM=0 turns it off); launches saved so far */
+    bool fuse_gnorm = true;
+    long gnorm_fused = 0;
     /* MEMRA_CUDA_TWICE (timing only, the results are wrong): launches
      * whose first op matches are made twice, so a step's time with and
      * without says what that launch costs inside the graph, its overlap
@@ -135,6 +140,16 @@ struct mr_cu_auto {
     cudaStream_t pf_stream = NULL;
     cudaEvent_t pf_fork = NULL, pf_join = NULL;
     long pf_launches = 0; /* prefetch kernels captured */
+    /* MEMRA_CUDA_BRANCH=1 (captured graphs only): a shared expert's
+     * products (gate and up over the layer's normed rows, SwiGLU, down) on
+     * a side stream of the graph, forked where its input is ready and
+     * joined before the first op that uses what it writes, so that they
+     * run beside the router, the routing and the routed experts instead of
+     * ahead of them (side_mlp) */
+    int branch = 0;
+    cudaStream_t br_stream = NULL;
+    cudaEvent_t br_fork = NULL, br_join = NULL;
+    long br_forks = 0; /* branches launched into captures */
     long twice_done = 0;     /* launches made twice */
     long twice_captured = 0; /* of them, into a graph capture: over captures, launches a step */
 };
@@ -472,6 +487,25 @@ static size_t run_tail(mr_cu_auto *a, mr_backend *be, size_t i)
     return j - i + 1;
 }
 
+/* Ops i, i+1: rmsnorm(x, w, y) and swiglu(z, y, y) over its rows, a
+ * delta-net layer's gated norm: one launch (mr_cu_rmsnorm_gate).  Returns
+ * 2, or 0 when they are not that or the kernel does not take them. */
+static size_t run_gnorm(mr_cu_auto *a, mr_backend *be, size_t i)
+{
+    if (!a->fuse_gnorm || i + 1 >= a->ops.size() || a->ops[i].op != OP_RMSNORM || a->ops[i + 1].op != OP_SWIGLU)
+        return 0;
+    const auto &rn = a->ops[i].u.rmsnorm;
+    const auto &sw = a->ops[i + 1].u.swiglu;
+    const size_t n = (size_t)rn.n_rows * (size_t)rn.dim, nb = n * sizeof(float);
+    if (sw.u != rn.y || sw.o != rn.y || sw.n != n || overlap(sw.g, nb, rn.y, nb) || overlap(sw.g, nb, rn.x, nb) ||
+        (rn.x != rn.y && overlap(rn.x, nb, rn.y, nb)))
+        return 0;
+    if (!mr_cu_rmsnorm_gate(be, rn.x, rn.w, sw.g, rn.y, rn.n_rows, rn.dim, rn.eps))
+        return 0;
+    a->gnorm_fused++;
+    return 2;
+}
+
 /* Launches the ops from i on: a shared launch where a rule takes them, else
  * op i alone; returns how many ops it took. */
 static size_t launch_at(mr_cu_auto *a, mr_backend *be, size_t i)
@@ -481,6 +515,8 @@ static size_t launch_at(mr_cu_auto *a, mr_backend *be, size_t i)
         used = run_multi(a, be, i);
     if (!used)
         used = run_tail(a, be, i);
+    if (!used)
+        used = run_gnorm(a, be, i);
     if (!used) {
         run_op(a, be, a->ops[i]);
         used = 1;
@@ -665,10 +701,163 @@ static bool l2pf_fork_ids(mr_cu_auto *a, mr_backend *be, cudaStream_t st, size_t
     return true;
 }
 
+/* An activation range an op reads or writes. */
+struct span {
+    const void *p;
+    size_t bytes;
+    bool write;
+};
+
+/* The activation ranges op o reads and writes (its weights and K/V caches
+ * aside, which no branch writes), for the ops a mixture layer has between
+ * its shared expert and the end of the layer; false for any other op,
+ * which a branch then treats as touching everything. */
+static bool op_spans(const rec_op &o, std::vector<span> &v)
+{
+    const size_t F = sizeof(float), I = sizeof(int32_t);
+    v.clear();
+    switch (o.op) {
+    case OP_MATMUL: {
+        auto &p = o.u.matmul;
+        v.push_back({p.x, (size_t)p.n * (size_t)p.w->cols * F, false});
+        v.push_back({p.y, (size_t)p.n * (size_t)p.w->rows * F, true});
+        return true;
+    }
+    case OP_MATMUL_ID: {
+        auto &p = o.u.matmul_id;
+        v.push_back({p.x, (size_t)p.n * (size_t)p.x_slots * (size_t)p.w->cols * F, false});
+        v.push_back({p.ids, (size_t)p.n * (size_t)p.k * I, false});
+        v.push_back({p.y, (size_t)p.n * (size_t)p.k * (size_t)p.w->rows * F, true});
+        return true;
+    }
+    case OP_MOE_ROUTE: {
+        auto &p = o.u.moe_route;
+        v.push_back({p.l, (size_t)p.n * (size_t)p.ne * F, false});
+        v.push_back({p.ids, (size_t)p.n * (size_t)p.k * I, true});
+        v.push_back({p.w, (size_t)p.n * (size_t)p.k * F, true});
+        return true;
+    }
+    case OP_SWIGLU: {
+        auto &p = o.u.swiglu;
+        v.push_back({p.g, p.n * F, false});
+        v.push_back({p.u, p.n * F, false});
+        v.push_back({p.o, p.n * F, true});
+        return true;
+    }
+    case OP_MOE_COMBINE: {
+        auto &p = o.u.moe_combine;
+        v.push_back({p.y, (size_t)p.n * (size_t)p.k * (size_t)p.rows * F, false});
+        v.push_back({p.w, (size_t)p.n * (size_t)p.k * F, false});
+        v.push_back({p.out, (size_t)p.n * (size_t)p.rows * F, true});
+        return true;
+    }
+    default:
+        return false;
+    }
+}
+
+/* Ops i .. i+3 are a shared expert over the rows x: gate and up products
+ * of x, the SwiGLU of their outputs, the down product of that (qwen35moe's
+ * moe_ffn).  Returns 4 and, in *join, the first op after them that reads
+ * or writes what they write or writes x (the ops between may then run
+ * beside them); 0 when they are not that, or when no launch comes between
+ * (nothing to run beside). */
+static size_t side_mlp(const mr_cu_auto *a, size_t i, size_t *join)
+{
+    const size_t n_ops = a->ops.size();
+    if (i + 4 >= n_ops)
+        return 0;
+    const rec_op &g = a->ops[i], &u = a->ops[i + 1], &sw = a->ops[i + 2], &d = a->ops[i + 3];
+    if (g.op != OP_MATMUL || u.op != OP_MATMUL || sw.op != OP_SWIGLU || d.op != OP_MATMUL)
+        return 0;
+    const auto &pg = g.u.matmul, &pu = u.u.matmul, &pd = d.u.matmul;
+    const auto &ps = sw.u.swiglu;
+    if (pg.x != pu.x || pg.n != pu.n || pd.n != pg.n || ps.g != pg.y || ps.u != pu.y || pd.x != ps.o ||
+        ps.n != (size_t)pg.n * (size_t)pg.w->rows || pu.w->rows != pg.w->rows || pd.w->cols != pg.w->rows)
+        return 0;
+    const size_t F = sizeof(float), hb = ps.n * F;
+    const span out[4] = {{pg.y, hb, true}, {pu.y, hb, true}, {ps.o, hb, true},
+                         {pd.y, (size_t)pd.n * (size_t)pd.w->rows * F, true}};
+    const span in = {pg.x, (size_t)pg.n * (size_t)pg.w->cols * F, false};
+    /* the branch's own outputs may not land on its input */
+    for (const span &o : out)
+        if (overlap(o.p, o.bytes, in.p, in.bytes))
+            return 0;
+    std::vector<span> v;
+    size_t j = i + 4;
+    for (; j < n_ops; j++) {
+        if (!op_spans(a->ops[j], v))
+            break;
+        bool meets = false;
+        for (const span &s : v) {
+            for (const span &o : out) meets |= overlap(s.p, s.bytes, o.p, o.bytes);
+            meets |= s.write && overlap(s.p, s.bytes, in.p, in.bytes);
+        }
+        if (meets)
+            break;
+    }
+    if (j == i + 4)
+        return 0;
+    *join = j;
+    return 4;
+}
+
+/* The most ops a launch from op i can take (launch_at's rules: run_glu,
+ * run_multi, run_tail), so that a branch joins before the launch that
+ * takes its join op. */
+static size_t launch_span_max(const mr_cu_auto *a, size_t i)
+{
+    const rec_op &o = a->ops[i];
+    if (o.op == OP_MOE_COMBINE)
+        return 4;
+    if (o.op == OP_RMSNORM)
+        return 2;
+    if (o.op != OP_MATMUL && o.op != OP_MATMUL_ID)
+        return 1;
+    size_t m = 1;
+    while (i + m < a->ops.size() && a->ops[i + m].op == o.op) m++;
+    if (i + 2 < a->ops.size() && a->ops[i + 2].op == OP_SWIGLU && m < 3)
+        m = 3;
+    return m;
+}
+
+/* Launches ops i .. i+len on the side stream, forked from st after what
+ * st has been given so far.  They may use no scratch buffer of the
+ * context (the ops beside them might use the same one): one that does
+ * turns the branches off and returns false, and the capture is dropped
+ * (the ops then run in order; the next capture makes no branch). */
+static bool branch_launch(mr_cu_auto *a, mr_backend *be, cudaStream_t st, size_t i, size_t len)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    cudaError_t e = cudaEventRecord(a->br_fork, st);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(a->br_stream, a->br_fork, 0);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "MEMRA_CUDA_BRANCH: fork: %s: off\n", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        a->branch = 0;
+        return false;
+    }
+    const unsigned long asks = c->scratch_asks;
+    const cudaStream_t main_stream = c->stream;
+    c->stream = a->br_stream;
+    for (size_t j = i; j < i + len;) j += launch_at(a, be, j);
+    c->stream = main_stream;
+    if (c->scratch_asks != asks) {
+        fprintf(stderr, "MEMRA_CUDA_BRANCH: a shared expert's products use a scratch buffer: off\n");
+        a->branch = 0;
+        cudaEventRecord(a->br_join, a->br_stream); /* joined, so that the capture ends whole */
+        cudaStreamWaitEvent(st, a->br_join, 0);
+        return false;
+    }
+    a->br_forks++;
+    return true;
+}
+
 /* Runs the recorded ops on the stream (or into a capture); with the
  * profile on, times each with events (a shared launch is timed as its first
  * op, whose label says so, and its other ops as nothing). */
-static void run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
+static bool run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
 {
     const size_t n = a->ops.size();
     const bool timed = a->prof && a->labels.size() == n;
@@ -684,8 +873,31 @@ static void run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
                 runs.push_back(i);
     size_t next_run = 0; /* the first of runs not yet reached */
     bool forked = false;
+    /* a side branch (MEMRA_CUDA_BRANCH) in flight joins before the launch
+     * that could take op br_join; never in the timed profile, whose events
+     * time the ops in order */
+    const bool br = a->branch && a->br_stream && mr_cu(be)->capturing && !timed;
+    bool br_open = false, dropped = false;
+    size_t br_join = 0;
     for (size_t i = 0; i < n;) {
         a->noted.clear();
+        if (br_open && br_join < i + launch_span_max(a, i)) {
+            cudaEventRecord(a->br_join, a->br_stream);
+            cudaStreamWaitEvent(st, a->br_join, 0);
+            br_open = false;
+        }
+        size_t len = 0, join = 0;
+        if (br && a->branch && !br_open && (len = side_mlp(a, i, &join)) > 0) {
+            if (!branch_launch(a, be, st, i, len)) {
+                dropped = true;
+                break;
+            }
+            br_open = true;
+            br_join = join;
+            i += len;
+            while (pf && next_run < runs.size() && runs[next_run] < i) next_run++;
+            continue;
+        }
         /* op i starts run r: the run after it goes into L2 beside it (2),
          * or after it (1); a->l2pf is read again each time, since a failed
          * fork turns it off for the rest */
@@ -716,8 +928,14 @@ static void run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
         cudaEventRecord(a->pf_join, a->pf_stream);
         cudaStreamWaitEvent(st, a->pf_join, 0);
     }
+    if (br_open) {
+        cudaEventRecord(a->br_join, a->br_stream);
+        cudaStreamWaitEvent(st, a->br_join, 0);
+    }
+    if (dropped)
+        return false;
     if (!timed)
-        return;
+        return true;
     cudaEventSynchronize(ev[n]);
     for (size_t i = 0; i < n; i++) {
         float ms = 0;
@@ -727,6 +945,7 @@ static void run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
         t.second++;
     }
     for (auto &e : ev) cudaEventDestroy(e);
+    return true;
 }
 
 static void label(mr_cu_auto *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -764,10 +983,10 @@ void mr_cu_flush(mr_backend *be)
         cudaError_t err = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
         if (err == cudaSuccess) {
             c->capturing = true;
-            run_direct(a, be, c->stream);
+            const bool whole = run_direct(a, be, c->stream);
             c->capturing = false;
             err = cudaStreamEndCapture(c->stream, &g);
-            if (err == cudaSuccess && !c->failed)
+            if (err == cudaSuccess && whole && !c->failed) /* !whole: a branch it could not make */
                 err = cudaGraphInstantiate(&ex, g, 0);
             size_t nn = 0;
             if (g && cudaGraphGetNodes(g, NULL, &nn) == cudaSuccess)
@@ -1212,6 +1431,8 @@ void mr_cu_autograph_install(mr_backend *be)
     c->ag->fuse_glu = !(fg && !strcmp(fg, "0"));
     const char *ft = getenv("MEMRA_CUDA_FUSE_TAIL");
     c->ag->fuse_tail = ft && (!strcmp(ft, "0") || !strcmp(ft, "2")) ? atoi(ft) : 1;
+    const char *fn = getenv("MEMRA_CUDA_FUSE_GNORM");
+    c->ag->fuse_gnorm = !(fn && !strcmp(fn, "0"));
     const char *tw = getenv("MEMRA_CUDA_TWICE");
     if (tw && *tw)
         twice_parse(c->ag, tw);
@@ -1228,6 +1449,12 @@ void mr_cu_autograph_install(mr_backend *be)
                         cudaEventCreateWithFlags(&c->ag->pf_fork, cudaEventDisableTiming) != cudaSuccess ||
                         cudaEventCreateWithFlags(&c->ag->pf_join, cudaEventDisableTiming) != cudaSuccess))
         mr_cu_fail(c, "MEMRA_CUDA_L2PF: side stream: %s", cudaGetErrorString(cudaGetLastError()));
+    if (mr_cu_env_int(c, "MEMRA_CUDA_BRANCH", 0, 1, "0 or 1", &v) > 0)
+        c->ag->branch = (int)v;
+    if (c->ag->branch && (cudaStreamCreateWithFlags(&c->ag->br_stream, cudaStreamNonBlocking) != cudaSuccess ||
+                          cudaEventCreateWithFlags(&c->ag->br_fork, cudaEventDisableTiming) != cudaSuccess ||
+                          cudaEventCreateWithFlags(&c->ag->br_join, cudaEventDisableTiming) != cudaSuccess))
+        mr_cu_fail(c, "MEMRA_CUDA_BRANCH: side stream: %s", cudaGetErrorString(cudaGetLastError()));
     be->get_rows = w_get_rows;
     be->matmul = w_matmul;
     be->matmul_id = w_matmul_id;
@@ -1265,6 +1492,9 @@ void mr_cu_autograph_free(mr_backend *be)
     if (c->ag->pf_join) cudaEventDestroy(c->ag->pf_join);
     if (c->ag->pf_fork) cudaEventDestroy(c->ag->pf_fork);
     if (c->ag->pf_stream) cudaStreamDestroy(c->ag->pf_stream);
+    if (c->ag->br_join) cudaEventDestroy(c->ag->br_join);
+    if (c->ag->br_fork) cudaEventDestroy(c->ag->br_fork);
+    if (c->ag->br_stream) cudaStreamDestroy(c->ag->br_stream);
     if (c->ag->l2pf)
         fprintf(stderr, "MEMRA_CUDA_L2PF=%d: %ld prefetch launches in %ld graph captures (at most %zu MiB each, hint %d)\n",
                 c->ag->l2pf, c->ag->pf_launches, c->ag->captures, c->ag->l2pf_cap >> 20, c->ag->l2pf_hint);
@@ -1277,8 +1507,9 @@ void mr_cu_autograph_free(mr_backend *be)
         fprintf(stderr,
                 "cuda op profile (event-timed, no graphs): %.3f ms in all; %ld add+rmsnorm fused; "
                 "%ld matvec launches saved by sharing; %ld K/V stores in qk_norm_rope; %ld swiglus in their "
-                "products; %ld ops in mixture-layer tails\n",
-                all, c->ag->fused, c->ag->mv_fused, c->ag->kv_fused, c->ag->glu_fused, c->ag->tail_fused);
+                "products; %ld ops in mixture-layer tails; %ld gated norms in one launch\n",
+                all, c->ag->fused, c->ag->mv_fused, c->ag->kv_fused, c->ag->glu_fused, c->ag->tail_fused,
+                c->ag->gnorm_fused);
         std::vector<std::pair<double, std::string>> v;
         for (auto &t : c->ag->totals) v.push_back({t.second.first, t.first});
         std::sort(v.rbegin(), v.rend());
@@ -1319,6 +1550,7 @@ extern "C" void mr_cu_autograph_fusions(mr_backend *be, mr_cu_fusions *f)
     f->kv = c->ag->kv_fused;
     f->glu = c->ag->glu_fused;
     f->tail = c->ag->tail_fused;
+    f->gnorm = c->ag->gnorm_fused;
 }
 
 extern "C" long mr_cu_autograph_nodes(mr_backend *be)
@@ -1331,6 +1563,12 @@ extern "C" long mr_cu_l2pf_launches(mr_backend *be)
 {
     mr_cu_ctx *c = mr_cu(be);
     return c->ag ? c->ag->pf_launches : 0;
+}
+
+extern "C" long mr_cu_branch_forks(mr_backend *be)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    return c->ag ? c->ag->br_forks : 0;
 }
 
 extern "C" void mr_cu_profile_reset(mr_backend *be)

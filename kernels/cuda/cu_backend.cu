@@ -38,6 +38,7 @@ int mr_cu_env_int(mr_cu_ctx *c, const char *name, long long lo, long long hi, co
 
 bool mr_cu_reserve(mr_cu_ctx *c, mr_cu_buf *buf, size_t n, const char *what)
 {
+    c->scratch_asks++;
     if (buf->cap >= n)
         return true;
     if (c->capturing) {

@@ -27,9 +27,10 @@ void mr_cu_autograph_stats(struct mr_backend *be, long *captures, long *replays)
 /* Ops so far that ran inside another op's launch: matmuls sharing a launch
  * over one input (q/k/v, gate/up), K/V stores inside the qk_norm_rope
  * before them, swiglus inside their gate/up launch, a mixture layer's
- * last ops inside the add_rmsnorm after them (mr_cu_moe_tail). */
+ * last ops inside the add_rmsnorm after them (mr_cu_moe_tail), swiglus
+ * gating an RMSNorm's rows inside its launch (mr_cu_rmsnorm_gate). */
 typedef struct mr_cu_fusions {
-    long mv, kv, glu, tail;
+    long mv, kv, glu, tail, gnorm;
 } mr_cu_fusions;
 void mr_cu_autograph_fusions(struct mr_backend *be, mr_cu_fusions *f);
 /* Nodes (kernels, copies) of the last graph it captured; 0 before any. */
@@ -37,6 +38,9 @@ long mr_cu_autograph_nodes(struct mr_backend *be);
 /* MEMRA_CUDA_L2PF: the prefetch kernels its graph captures took so far
  * (cu_autograph.cu l2pf_fork): that a check reached them. */
 long mr_cu_l2pf_launches(struct mr_backend *be);
+/* MEMRA_CUDA_BRANCH: the shared-expert branches launched into its graph
+ * captures so far (cu_autograph.cu side_mlp). */
+long mr_cu_branch_forks(struct mr_backend *be);
 /* MEMRA_CUDA_PROFILE: forgets the op times summed so far (e.g. a warm-up's
  * first calls, which load modules); no-op without a profile. */
 void mr_cu_profile_reset(struct mr_backend *be);

@@ -192,6 +192,8 @@ struct mr_cu_ctx {
     mr_cu_buf scratch_pfa;  /* its records */
     mr_cu_buf scratch_split; /* partial sums of a float16 GEMM with k in chunks (cu_gemm.cu split_cols) */
     bool note_launches;     /* the op profile is on: mr_cu_launch notes each launch's shape for it */
+    unsigned long scratch_asks; /* calls of mr_cu_reserve: an op that made none used no scratch buffer
+                                   of the context (the recorder's side branches may not) */
     long long small_gemm;   /* prompt products of matrices of at most this many rows in float32
                                (cu_sgemm.cu; MEMRA_CUDA_SMALL_GEMM, -1: the mode's default) */
 };
@@ -362,6 +364,12 @@ bool mr_cu_moe_tail(mr_backend *be, const float *y, const float *cw, int n, int 
                     const float *g, int gs, float *xres, const float *w, float *out, float eps);
 bool mr_cu_matmul_id_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m,
                            const float *x, int x_slots, const int32_t *ids, int k, int n);
+/* rmsnorm(x, w, out) then swiglu(z, out, out) (a delta-net layer's gated
+ * norm) as one launch with the floats of the two (cu_ops.cu; the op
+ * recorder's rule); false, nothing launched, where the shapes or alignment
+ * do not allow it.  z may not overlap x or out; out may be x. */
+bool mr_cu_rmsnorm_gate(mr_backend *be, const float *x, const float *w, const float *z, float *out, int n_rows,
+                        int dim, float eps);
 /* matmul (or one token's matmul_id) of a gate and an up matrix over the same
  * input, then swiglu(y[0], y[1]) into o (o may be y[0]), as one launch with
  * the floats of the three ops (cu_matmul.cu; the op recorder fuses a

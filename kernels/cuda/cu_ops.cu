@@ -44,11 +44,14 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *w, float *out, 
 
 /* Rows whose length is a multiple of 4 and at most 4 x 4 x 1024: each
  * thread keeps up to 4 float4 of its row in registers (one read of the
- * row, 16-byte loads, enough threads that one row is not one slow SM). */
+ * row, 16-byte loads, enough threads that one row is not one slow SM).
+ * GATE (mr_cu_rmsnorm_gate, with FUSED false): each output is then
+ * mr_silu_mul(z, that output), what swiglu(z, out, out) would store after
+ * the norm: the same floats in one launch. */
 #define RN_K 4
-template <bool FUSED>
+template <bool FUSED, bool GATE>
 __global__ void __launch_bounds__(1024) k_rmsnorm4(float *y, const float *x, const float *w,
-                                                   float *out, int dim4, float eps)
+                                                   float *out, int dim4, float eps, const float *z)
 {
     const float4 *w4 = (const float4 *)w;
     float4 v[RN_K], g[RN_K];
@@ -84,12 +87,20 @@ __global__ void __launch_bounds__(1024) k_rmsnorm4(float *y, const float *x, con
     ss = block_sum(ss, sh);
     const float inv = 1.0f / sqrtf(ss / (float)(dim4 * 4) + eps);
     float4 *o = (float4 *)(out + row * dim4 * 4);
+    const float4 *zr = GATE ? (const float4 *)(z + row * dim4 * 4) : nullptr;
 #pragma unroll
     for (int k = 0; k < RN_K; k++) {
         const int i = threadIdx.x + k * blockDim.x;
-        if (i < dim4)
-            o[i] = make_float4(v[k].x * inv * g[k].x, v[k].y * inv * g[k].y, v[k].z * inv * g[k].z,
-                               v[k].w * inv * g[k].w);
+        if (i < dim4) {
+            float4 r = make_float4(v[k].x * inv * g[k].x, v[k].y * inv * g[k].y, v[k].z * inv * g[k].z,
+                                   v[k].w * inv * g[k].w);
+            if (GATE) {
+                const float4 q = zr[i];
+                r = make_float4(mr_silu_mul(q.x, r.x), mr_silu_mul(q.y, r.y), mr_silu_mul(q.z, r.z),
+                                mr_silu_mul(q.w, r.w));
+            }
+            o[i] = r;
+        }
     }
 }
 
@@ -117,10 +128,29 @@ static void cu_rmsnorm(mr_backend *be, const float *x, const float *w, float *y,
     /* in == out is fine: each thread reads its elements before writing them,
      * and the sum is complete before any write. */
     if (rn_vec_ok(dim, x, w, y, x))
-        mr_cu_launch(c, k_rmsnorm4<false>, n_rows, rn_threads(dim), 0, (float *)x, nullptr, w, y, dim / 4, eps);
+        mr_cu_launch(c, k_rmsnorm4<false, false>, n_rows, rn_threads(dim), 0, (float *)x, nullptr, w, y, dim / 4, eps,
+                     nullptr);
     else
         mr_cu_launch(c, k_rmsnorm<false>, n_rows, ROW_THREADS, 0, (float *)x, nullptr, w, y, dim, eps);
     MR_CU_LAUNCHED(c, "rmsnorm");
+}
+
+/* out = swiglu(z, rmsnorm(x) * w) of n_rows rows in one launch: the
+ * floats of rmsnorm(x, w, out) then swiglu(z, out, out) (the gated norm of
+ * a delta-net layer), where k_rmsnorm4 takes the rows; false, with nothing
+ * launched, where it does not (the two ops then run).  z may not overlap x
+ * or out (a thread reads its z after other rows' outputs may be written);
+ * out may be x. */
+bool mr_cu_rmsnorm_gate(mr_backend *be, const float *x, const float *w, const float *z, float *out, int n_rows,
+                        int dim, float eps)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n_rows <= 0 || dim <= 0 || !rn_vec_ok(dim, x, w, out, z))
+        return false;
+    mr_cu_launch(c, k_rmsnorm4<false, true>, n_rows, rn_threads(dim), 0, (float *)x, nullptr, w, out, dim / 4, eps,
+                 z);
+    MR_CU_LAUNCHED(c, "rmsnorm + gate");
+    return true;
 }
 
 static void cu_add_rmsnorm(mr_backend *be, float *y, const float *x, const float *w, float *out,
@@ -130,7 +160,7 @@ static void cu_add_rmsnorm(mr_backend *be, float *y, const float *x, const float
     if (n_rows <= 0 || dim <= 0)
         return;
     if (rn_vec_ok(dim, y, x, w, out))
-        mr_cu_launch(c, k_rmsnorm4<true>, n_rows, rn_threads(dim), 0, y, x, w, out, dim / 4, eps);
+        mr_cu_launch(c, k_rmsnorm4<true, false>, n_rows, rn_threads(dim), 0, y, x, w, out, dim / 4, eps, nullptr);
     else
         mr_cu_launch(c, k_rmsnorm<true>, n_rows, ROW_THREADS, 0, y, x, w, out, dim, eps);
     MR_CU_LAUNCHED(c, "add_rmsnorm");
