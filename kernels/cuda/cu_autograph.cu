@@ -149,7 +149,8 @@ struct mr_cu_auto {
     int branch = 0;
     cudaStream_t br_stream = NULL;
     cudaEvent_t br_fork = NULL, br_join = NULL;
-    long br_forks = 0; /* branches launched into captures */
+    long br_forks = 0; /* branches in the graphs captured so far */
+    long br_last = 0;  /* branches launched by the last run_direct */
     long twice_done = 0;     /* launches made twice */
     long twice_captured = 0; /* of them, into a graph capture: over captures, launches a step */
 };
@@ -775,6 +776,10 @@ static size_t side_mlp(const mr_cu_auto *a, size_t i, size_t *join)
     if (pg.x != pu.x || pg.n != pu.n || pd.n != pg.n || ps.g != pg.y || ps.u != pu.y || pd.x != ps.o ||
         ps.n != (size_t)pg.n * (size_t)pg.w->rows || pu.w->rows != pg.w->rows || pd.w->cols != pg.w->rows)
         return 0;
+    /* and a launch from op i + 3 takes no op past it: op i + 4 is no
+     * product over the down product's input (run_multi, run_glu) */
+    if (a->ops[i + 4].op == OP_MATMUL && a->ops[i + 4].u.matmul.x == pd.x)
+        return 0;
     const size_t F = sizeof(float), hb = ps.n * F;
     const span out[4] = {{pg.y, hb, true}, {pu.y, hb, true}, {ps.o, hb, true},
                          {pd.y, (size_t)pd.n * (size_t)pd.w->rows * F, true}};
@@ -850,7 +855,6 @@ static bool branch_launch(mr_cu_auto *a, mr_backend *be, cudaStream_t st, size_t
         cudaStreamWaitEvent(st, a->br_join, 0);
         return false;
     }
-    a->br_forks++;
     return true;
 }
 
@@ -879,6 +883,7 @@ static bool run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
     const bool br = a->branch && a->br_stream && mr_cu(be)->capturing && !timed;
     bool br_open = false, dropped = false;
     size_t br_join = 0;
+    a->br_last = 0;
     for (size_t i = 0; i < n;) {
         a->noted.clear();
         if (br_open && br_join < i + launch_span_max(a, i)) {
@@ -894,6 +899,7 @@ static bool run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
             }
             br_open = true;
             br_join = join;
+            a->br_last++;
             i += len;
             while (pf && next_run < runs.size() && runs[next_run] < i) next_run++;
             continue;
@@ -1004,6 +1010,7 @@ void mr_cu_flush(mr_backend *be)
             }
             a->cache.push_back({a->sig, ex});
             a->captures++;
+            a->br_forks += a->br_last;
             done = true;
         } else {
             (void)cudaGetLastError();
