@@ -24,7 +24,9 @@
  *
  * Programmatic dependent launch (MEMRA_CUDA_PDL) is checked by running
  * whole decode steps of a small model with it off and on, bit for bit
- * (check_pdl), and on with the weights' L2 prefetches of MEMRA_CUDA_L2PF.
+ * (check_pdl), and on with the weights' L2 prefetches of MEMRA_CUDA_L2PF
+ * and with the shared experts on a side stream of the graph
+ * (MEMRA_CUDA_BRANCH).
  *
  * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|xmm|xmp|xmh|xmd|hybrid|tiles|mm|ops|q8]]   Prints
  * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
@@ -4237,12 +4239,13 @@ static void check_pdl(void)
      * it: the graphs with the next products' weights asked of L2 on a side
      * stream beside or after the product before (cu_autograph.cu), and
      * with MEMRA_CUDA_L2PF_ID the mixture layers' down experts beside
-     * their gate/up; and MEMRA_CUDA_BRANCH: the shared experts on a side
-     * stream of the graph beside the routed ones */
+     * their gate/up; all of them with MEMRA_CUDA_BRANCH=0, and the last
+     * with the default, the shared experts on a side stream of the graph
+     * beside the routed ones */
     static const char *mode[NM] = {"0", NULL, NULL, NULL, NULL, NULL};
     static const char *l2pf[NM] = {NULL, NULL, "1", "2", "2", NULL};
     static const char *l2pf_id[NM] = {NULL, NULL, NULL, NULL, "1", NULL};
-    static const char *branch[NM] = {NULL, NULL, NULL, NULL, NULL, "1"};
+    static const char *branch[NM] = {"0", "0", "0", "0", "0", NULL};
     static const char *mode_name[NM] = {"off", "on", "l2pf1", "l2pf2", "l2pf2id", "branch"};
     pdl_model m;
     pdl_model_make(&m);

@@ -108,8 +108,9 @@ struct mr_cu_auto {
     int fuse_tail = 1;
     long tail_fused = 0;
     /* an RMSNorm and the swiglu gating its output by z after it (a delta-net
-     * layer's gated norm) in one launch, the same floats
-     * (MEMRA_CUDA_FUSE_GNORM=0 turns it off); launches saved so far */
+     * layer's gated norm) in one launch, the same floats (H100, GPU-NOTES
+     * 112: 35B-A3B tg128 +1.8 / +2.1% over the two launches;
+     * MEMRA_CUDA_FUSE_GNORM=0 turns it off); launches saved so far */
     bool fuse_gnorm = true;
     long gnorm_fused = 0;
     /* MEMRA_CUDA_TWICE (timing only, the results are wrong): launches
@@ -140,13 +141,14 @@ struct mr_cu_auto {
     cudaStream_t pf_stream = NULL;
     cudaEvent_t pf_fork = NULL, pf_join = NULL;
     long pf_launches = 0; /* prefetch kernels captured */
-    /* MEMRA_CUDA_BRANCH=1 (captured graphs only): a shared expert's
-     * products (gate and up over the layer's normed rows, SwiGLU, down) on
-     * a side stream of the graph, forked where its input is ready and
-     * joined before the first op that uses what it writes, so that they
-     * run beside the router, the routing and the routed experts instead of
-     * ahead of them (side_mlp) */
-    int branch = 0;
+    /* captured graphs only: a shared expert's products (gate and up over
+     * the layer's normed rows, SwiGLU, down) on a side stream of the graph,
+     * forked where its input is ready and joined before the first op that
+     * uses what it writes, so that they run beside the router, the routing
+     * and the routed experts instead of ahead of them (side_mlp).  On by
+     * default (H100, GPU-NOTES 112: 35B-A3B tg128 +1.6 / +3.3% in two
+     * calls, decode-only C = 16 +4.4%); MEMRA_CUDA_BRANCH=0 turns it off */
+    int branch = 1;
     cudaStream_t br_stream = NULL;
     cudaEvent_t br_fork = NULL, br_join = NULL;
     long br_forks = 0; /* branches in the graphs captured so far */
