@@ -722,12 +722,16 @@ static bool op_spans(const rec_op &o, std::vector<span> &v)
     switch (o.op) {
     case OP_MATMUL: {
         auto &p = o.u.matmul;
+        if (!p.w)
+            return false; /* its own call reports it */
         v.push_back({p.x, (size_t)p.n * (size_t)p.w->cols * F, false});
         v.push_back({p.y, (size_t)p.n * (size_t)p.w->rows * F, true});
         return true;
     }
     case OP_MATMUL_ID: {
         auto &p = o.u.matmul_id;
+        if (!p.w)
+            return false;
         v.push_back({p.x, (size_t)p.n * (size_t)p.x_slots * (size_t)p.w->cols * F, false});
         v.push_back({p.ids, (size_t)p.n * (size_t)p.k * I, false});
         v.push_back({p.y, (size_t)p.n * (size_t)p.k * (size_t)p.w->rows * F, true});
@@ -775,6 +779,8 @@ static size_t side_mlp(const mr_cu_auto *a, size_t i, size_t *join)
         return 0;
     const auto &pg = g.u.matmul, &pu = u.u.matmul, &pd = d.u.matmul;
     const auto &ps = sw.u.swiglu;
+    if (!pg.w || !pu.w || !pd.w)
+        return 0;
     if (pg.x != pu.x || pg.n != pu.n || pd.n != pg.n || ps.g != pg.y || ps.u != pu.y || pd.x != ps.o ||
         ps.n != (size_t)pg.n * (size_t)pg.w->rows || pu.w->rows != pg.w->rows || pd.w->cols != pg.w->rows)
         return 0;
