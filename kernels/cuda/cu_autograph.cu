@@ -57,6 +57,37 @@ struct rec_op {
     } u;
 };
 
+/* A stream of a captured graph beside the main one: work given to it after
+ * fork() runs once what the main stream had been given before it has
+ * completed, and the main stream's work after join() waits for it. */
+struct side_stream {
+    cudaStream_t s = NULL;
+    cudaEvent_t fork_ev = NULL, join_ev = NULL;
+
+    bool open()
+    {
+        return cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
+               cudaEventCreateWithFlags(&fork_ev, cudaEventDisableTiming) == cudaSuccess &&
+               cudaEventCreateWithFlags(&join_ev, cudaEventDisableTiming) == cudaSuccess;
+    }
+    cudaError_t fork(cudaStream_t main)
+    {
+        const cudaError_t e = cudaEventRecord(fork_ev, main);
+        return e == cudaSuccess ? cudaStreamWaitEvent(s, fork_ev, 0) : e;
+    }
+    void join(cudaStream_t main)
+    {
+        cudaEventRecord(join_ev, s);
+        cudaStreamWaitEvent(main, join_ev, 0);
+    }
+    void close()
+    {
+        if (join_ev) cudaEventDestroy(join_ev);
+        if (fork_ev) cudaEventDestroy(fork_ev);
+        if (s) cudaStreamDestroy(s);
+    }
+};
+
 struct mr_cu_auto {
     std::vector<rec_op> ops;
     std::vector<uint64_t> sig, last_sig;
@@ -138,8 +169,7 @@ struct mr_cu_auto {
     /* MEMRA_CUDA_L2PF_ID=1 (with L2PF 1 or 2): a mixture layer's down
      * experts too, beside its gate/up (l2pf_fork_ids) */
     int l2pf_id = 0;
-    cudaStream_t pf_stream = NULL;
-    cudaEvent_t pf_fork = NULL, pf_join = NULL;
+    side_stream pf;
     long pf_launches = 0; /* prefetch kernels captured */
     /* captured graphs only: a shared expert's products (gate and up over
      * the layer's normed rows, SwiGLU, down) on a side stream of the graph,
@@ -149,8 +179,7 @@ struct mr_cu_auto {
      * default (H100, GPU-NOTES 112: 35B-A3B tg128 +1.6 / +3.3% in two
      * calls, decode-only C = 16 +4.4%); MEMRA_CUDA_BRANCH=0 turns it off */
     int branch = 1;
-    cudaStream_t br_stream = NULL;
-    cudaEvent_t br_fork = NULL, br_join = NULL;
+    side_stream br;
     long br_forks = 0; /* branches in the graphs captured so far */
     long br_last = 0;  /* branches launched by the last run_direct */
     long twice_done = 0;     /* launches made twice */
@@ -602,14 +631,6 @@ void mr_cu_note_launch(mr_cu_ctx *c, const void *kernel, dim3 grid, dim3 block, 
     a->noted += buf;
 }
 
-/* The side stream forked from st: it runs after what st has been given
- * so far. */
-static cudaError_t l2pf_branch(mr_cu_auto *a, cudaStream_t st)
-{
-    const cudaError_t e = cudaEventRecord(a->pf_fork, st);
-    return e == cudaSuccess ? cudaStreamWaitEvent(a->pf_stream, a->pf_fork, 0) : e;
-}
-
 /* A fork or prefetch launch that failed turns the switch off (the context
  * stays good; the capture fails as a whole). */
 static void l2pf_check(mr_cu_auto *a, cudaError_t e, const char *what)
@@ -654,10 +675,10 @@ static bool l2pf_fork(mr_cu_auto *a, mr_backend *be, cudaStream_t st, const std:
     }
     if (total > a->l2pf_cap)
         return false;
-    cudaError_t e = l2pf_branch(a, st);
+    cudaError_t e = a->pf.fork(st);
     for (const auto &q : ask) {
         if (e == cudaSuccess)
-            e = mr_cu_l2_prefetch(c, a->pf_stream, q.first, q.second, a->l2pf_hint, &a->pf_launches);
+            e = mr_cu_l2_prefetch(c, a->pf.s, q.first, q.second, a->l2pf_hint, &a->pf_launches);
     }
     l2pf_check(a, e, "MEMRA_CUDA_L2PF");
     return true;
@@ -693,11 +714,11 @@ static bool l2pf_fork_ids(mr_cu_auto *a, mr_backend *be, cudaStream_t st, size_t
     }
     if (later.empty() || total > a->l2pf_cap)
         return false;
-    cudaError_t e = l2pf_branch(a, st);
+    cudaError_t e = a->pf.fork(st);
     for (const auto &q : later) {
         const auto &d = a->ops[q.j].u.matmul_id;
         if (e == cudaSuccess)
-            e = mr_cu_l2_prefetch_ids(c, a->pf_stream, q.p, q.mat, d.ids, d.n * d.k, (int)d.w->n_mats, a->l2pf_hint,
+            e = mr_cu_l2_prefetch_ids(c, a->pf.s, q.p, q.mat, d.ids, d.n * d.k, (int)d.w->n_mats, a->l2pf_hint,
                                       &a->pf_launches);
     }
     l2pf_check(a, e, "MEMRA_CUDA_L2PF_ID");
@@ -842,9 +863,7 @@ static size_t launch_span_max(const mr_cu_auto *a, size_t i)
 static bool branch_launch(mr_cu_auto *a, mr_backend *be, cudaStream_t st, size_t i, size_t len)
 {
     mr_cu_ctx *c = mr_cu(be);
-    cudaError_t e = cudaEventRecord(a->br_fork, st);
-    if (e == cudaSuccess)
-        e = cudaStreamWaitEvent(a->br_stream, a->br_fork, 0);
+    const cudaError_t e = a->br.fork(st);
     if (e != cudaSuccess) {
         fprintf(stderr, "MEMRA_CUDA_BRANCH: fork: %s: off\n", cudaGetErrorString(e));
         (void)cudaGetLastError();
@@ -853,14 +872,13 @@ static bool branch_launch(mr_cu_auto *a, mr_backend *be, cudaStream_t st, size_t
     }
     const unsigned long asks = c->scratch_asks;
     const cudaStream_t main_stream = c->stream;
-    c->stream = a->br_stream;
+    c->stream = a->br.s;
     for (size_t j = i; j < i + len;) j += launch_at(a, be, j);
     c->stream = main_stream;
     if (c->scratch_asks != asks) {
         fprintf(stderr, "MEMRA_CUDA_BRANCH: a shared expert's products use a scratch buffer: off\n");
         a->branch = 0;
-        cudaEventRecord(a->br_join, a->br_stream); /* joined, so that the capture ends whole */
-        cudaStreamWaitEvent(st, a->br_join, 0);
+        a->br.join(st); /* so that the capture ends whole */
         return false;
     }
     return true;
@@ -877,7 +895,7 @@ static bool run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
     for (auto &e : ev) cudaEventCreate(&e);
     if (timed)
         cudaEventRecord(ev[0], st);
-    const bool pf = a->l2pf && a->pf_stream && mr_cu(be)->capturing;
+    const bool pf = a->l2pf && a->pf.s && mr_cu(be)->capturing;
     std::vector<size_t> runs; /* where each run of dense products over one input starts */
     if (pf)
         for (size_t i = 0; i < n; i++)
@@ -888,19 +906,18 @@ static bool run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
     /* a side branch (MEMRA_CUDA_BRANCH) in flight joins before the launch
      * that could take op br_join; never in the timed profile, whose events
      * time the ops in order */
-    const bool br = a->branch && a->br_stream && mr_cu(be)->capturing && !timed;
+    const bool br = a->branch && a->br.s && mr_cu(be)->capturing && !timed;
     bool br_open = false, dropped = false;
     size_t br_join = 0;
     a->br_last = 0;
     for (size_t i = 0; i < n;) {
         a->noted.clear();
         if (br_open && br_join < i + launch_span_max(a, i)) {
-            cudaEventRecord(a->br_join, a->br_stream);
-            cudaStreamWaitEvent(st, a->br_join, 0);
+            a->br.join(st);
             br_open = false;
         }
         size_t len = 0, join = 0;
-        if (br && a->branch && !br_open && (len = side_mlp(a, i, &join)) > 0) {
+        if (br && !br_open && (len = side_mlp(a, i, &join)) > 0) {
             if (!branch_launch(a, be, st, i, len)) {
                 dropped = true;
                 break;
@@ -938,14 +955,10 @@ static bool run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
             for (size_t j = i; j < i + used; j++) cudaEventRecord(ev[j + 1], st);
         i += used;
     }
-    if (forked) { /* the side stream joins the capture again before it ends */
-        cudaEventRecord(a->pf_join, a->pf_stream);
-        cudaStreamWaitEvent(st, a->pf_join, 0);
-    }
-    if (br_open) {
-        cudaEventRecord(a->br_join, a->br_stream);
-        cudaStreamWaitEvent(st, a->br_join, 0);
-    }
+    if (forked) /* the side streams join the capture again before it ends */
+        a->pf.join(st);
+    if (br_open)
+        a->br.join(st);
     if (dropped)
         return false;
     if (!timed)
@@ -1460,15 +1473,11 @@ void mr_cu_autograph_install(mr_backend *be)
         c->ag->l2pf_hint = (int)v;
     if (mr_cu_env_int(c, "MEMRA_CUDA_L2PF_ID", 0, 1, "0 or 1", &v) > 0)
         c->ag->l2pf_id = (int)v;
-    if (c->ag->l2pf && (cudaStreamCreateWithFlags(&c->ag->pf_stream, cudaStreamNonBlocking) != cudaSuccess ||
-                        cudaEventCreateWithFlags(&c->ag->pf_fork, cudaEventDisableTiming) != cudaSuccess ||
-                        cudaEventCreateWithFlags(&c->ag->pf_join, cudaEventDisableTiming) != cudaSuccess))
+    if (c->ag->l2pf && !c->ag->pf.open())
         mr_cu_fail(c, "MEMRA_CUDA_L2PF: side stream: %s", cudaGetErrorString(cudaGetLastError()));
     if (mr_cu_env_int(c, "MEMRA_CUDA_BRANCH", 0, 1, "0 or 1", &v) > 0)
         c->ag->branch = (int)v;
-    if (c->ag->branch && (cudaStreamCreateWithFlags(&c->ag->br_stream, cudaStreamNonBlocking) != cudaSuccess ||
-                          cudaEventCreateWithFlags(&c->ag->br_fork, cudaEventDisableTiming) != cudaSuccess ||
-                          cudaEventCreateWithFlags(&c->ag->br_join, cudaEventDisableTiming) != cudaSuccess))
+    if (c->ag->branch && !c->ag->br.open())
         mr_cu_fail(c, "MEMRA_CUDA_BRANCH: side stream: %s", cudaGetErrorString(cudaGetLastError()));
     be->get_rows = w_get_rows;
     be->matmul = w_matmul;
@@ -1504,12 +1513,8 @@ void mr_cu_autograph_free(mr_backend *be)
     if (!c->ag)
         return;
     mr_cu_autograph_forget(c);
-    if (c->ag->pf_join) cudaEventDestroy(c->ag->pf_join);
-    if (c->ag->pf_fork) cudaEventDestroy(c->ag->pf_fork);
-    if (c->ag->pf_stream) cudaStreamDestroy(c->ag->pf_stream);
-    if (c->ag->br_join) cudaEventDestroy(c->ag->br_join);
-    if (c->ag->br_fork) cudaEventDestroy(c->ag->br_fork);
-    if (c->ag->br_stream) cudaStreamDestroy(c->ag->br_stream);
+    c->ag->pf.close();
+    c->ag->br.close();
     if (c->ag->l2pf)
         fprintf(stderr, "MEMRA_CUDA_L2PF=%d: %ld prefetch launches in %ld graph captures (at most %zu MiB each, hint %d)\n",
                 c->ag->l2pf, c->ag->pf_launches, c->ag->captures, c->ag->l2pf_cap >> 20, c->ag->l2pf_hint);
