@@ -37,8 +37,8 @@
  * the one-token Q4_K kernel (part of "mm"), "early" only its weight loads
  * ahead of the PDL wait (part of "mm"), "loop" only its one-wave looping
  * grid (part of "mm"), "tail" only the fused end of a
- * mixture layer and a delta-net layer's gated norm in one launch (part of
- * "ops"), "xmq" only the expert products that
+ * mixture layer, a delta-net layer's gated norm in one launch and its
+ * in-projection with the convolution (part of "ops"), "xmq" only the expert products that
  * quantize their inputs in each block (part of "moe"), "merge" only
  * the decode attention's two merges and its batches' two grids (part of
  * "ops"), "hybrid" only the Gated
@@ -2874,6 +2874,127 @@ static void check_gnorm(mr_backend *on, mr_backend *off, int rows, int dim, bool
     free(x); free(z); free(w);
 }
 
+/* A delta-net layer's in-projection of one token (m products over one
+ * input) and the causal convolution of the first product's outputs
+ * (conv1d_silu, k taps, over its rows as channels), recorded back to back
+ * (the recorder runs them as one launch where the 22-bit kernel takes the
+ * products: the conv count of fused_ops, `want`) and with syncs between
+ * them (apart).  Every product output, the convolution's outputs and the
+ * new state must be the same bits either way; the outputs must match a
+ * double reference of silu(conv(state, W0 x)), and the new state must be
+ * the old one moved on by one row, the product's outputs last.  n: tokens
+ * (the rule takes one). */
+static void check_inconv(mr_backend *be, int type, const int64_t *rows, int m, int64_t cols, int k, int n, long want)
+{
+    const tdesc *td = td_of(type);
+    const size_t rb = (size_t)(cols / td->be) * td->bb;
+    uint8_t *host[MULTI_MAX];
+    mr_weight w[MULTI_MAX];
+    for (int s = 0; s < m; s++) {
+        host[s] = malloc(rb * rows[s]);
+        rand_blocks(td, host[s], rb * rows[s] / td->bb);
+        load_weight(be, td, host[s], cols, rows[s], 1, &w[s]);
+    }
+    const int64_t ch = rows[0];
+    const int hist = k - 1;
+    const size_t xn = (size_t)n * cols, on = (size_t)n * ch, sn = (size_t)(hist > 0 ? hist : 1) * ch;
+    float *x = malloc(xn * 4), *cw = malloc((size_t)ch * k * 4), *st = malloc(sn * 4);
+    for (size_t i = 0; i < xn; i++) x[i] = fgauss();
+    for (size_t i = 0; i < (size_t)ch * k; i++) cw[i] = 0.5f * fgauss();
+    for (size_t i = 0; i < sn; i++) st[i] = fgauss();
+    float *dx = dup_to(be, x, xn * 4), *dcw = dup_to(be, cw, (size_t)ch * k * 4);
+    float *got[2][MULTI_MAX + 2];
+    long fused[2];
+    for (int apart = 0; apart < 2; apart++) {
+        float *dy[MULTI_MAX], *dout = dalloc(be, on * 4), *dst = dup_to(be, st, sn * 4);
+        poison(be, dout, on * 4);
+        for (int s = 0; s < m; s++) {
+            dy[s] = dalloc(be, (size_t)n * rows[s] * 4);
+            poison(be, dy[s], (size_t)n * rows[s] * 4);
+        }
+        if (be->sync(be, &err)) die("sync");
+        const long f0 = fused_ops(be).conv;
+        for (int s = 0; s < m; s++) {
+            be->matmul(be, &w[s], dx, dy[s], n);
+            if (apart && be->sync(be, &err)) die("sync");
+        }
+        be->conv1d_silu(be, dy[0], dcw, dst, n, (int)ch, k, dout);
+        if (be->sync(be, &err)) die("sync");
+        fused[apart] = fused_ops(be).conv - f0;
+        for (int s = 0; s < m; s++) {
+            got[apart][s] = malloc((size_t)n * rows[s] * 4);
+            fetch(be, got[apart][s], dy[s], (size_t)n * rows[s] * 4);
+            be->free(be, dy[s]);
+        }
+        got[apart][m] = malloc(on * 4);
+        got[apart][m + 1] = malloc(sn * 4);
+        fetch(be, got[apart][m], dout, on * 4);
+        fetch(be, got[apart][m + 1], dst, sn * 4);
+        be->free(be, dout);
+        be->free(be, dst);
+    }
+    size_t diff = 0;
+    for (int s = 0; s < m; s++) diff += floats_differ(got[0][s], got[1][s], (size_t)n * rows[s]);
+    diff += floats_differ(got[0][m], got[1][m], on) + (hist > 0 ? floats_differ(got[0][m + 1], got[1][m + 1], sn) : 0);
+    /* the reference: the convolution in double over the fused launch's own
+     * product outputs (their accuracy is the matmul checks' business) */
+    const float *qkv = got[0][0];
+    double *ref = malloc(on * 8);
+    size_t moved = 0;
+    for (int64_t c = 0; c < ch; c++) {
+        for (int t = 0; t < n; t++) {
+            double acc = 0;
+            for (int j = 0; j < k; j++) {
+                const int p = t - hist + j;
+                acc += (double)cw[c * k + j] * (p >= 0 ? qkv[(size_t)p * ch + c] : st[(size_t)(hist + p) * ch + c]);
+            }
+            ref[(size_t)t * ch + c] = acc / (1.0 + exp(-acc));
+        }
+        for (int i = 0; i < hist; i++) {
+            const int p = n - hist + i;
+            const float want_s = p >= 0 ? qkv[(size_t)p * ch + c] : st[(size_t)(hist + p) * ch + c];
+            moved += memcmp(&got[0][m + 1][(size_t)i * ch + c], &want_s, 4) != 0;
+        }
+    }
+    char shape[112];
+    int len = snprintf(shape, sizeof shape, "%s ", td->name);
+    for (int s = 0; s < m; s++) len += snprintf(shape + len, sizeof shape - len, "%s%lld", s ? "," : "", (long long)rows[s]);
+    snprintf(shape + len, sizeof shape - len, " x%lld k=%d n=%d", (long long)cols, k, n);
+    report_rel("inconv", shape, got[0][m], ref, on, 2e-6);
+    report("inconv-state", shape, (double)moved, 0, 0.0);   /* state entries not the old ones moved on */
+    report("inconv-vs-apart", shape, (double)diff, 0, 0.0); /* values that differ in any bit */
+    report("inconv-taken", shape, (double)labs(fused[0] - want) + (double)labs(fused[1]), 0, 0.0);
+    for (int a = 0; a < 2; a++)
+        for (int s = 0; s < m + 2; s++) free(got[a][s]);
+    for (int s = 0; s < m; s++) {
+        be->weight_release(be, &w[s]);
+        free(host[s]);
+    }
+    be->free(be, dx);
+    be->free(be, dcw);
+    free(x); free(cw); free(st); free(ref);
+}
+
+static void check_inconv_all(void)
+{
+    const int64_t gdn35[] = {8192, 4096, 32, 32}; /* the 35B-A3B: qkv, z, alpha, beta */
+    const int64_t one[] = {4096};
+    const int64_t split[] = {6144, 2048}; /* the 22-bit kernel takes the first only: no shared launch */
+    const int64_t q4k[] = {12288, 64};
+    const int64_t small[] = {512, 256};
+    check_inconv(gpu_x24, MR_TYPE_IQ4_XS, gdn35, 4, 2048, 4, 1, 1);
+    check_inconv(gpu_x24, MR_TYPE_IQ4_XS, one, 1, 2048, 4, 1, 1);
+    check_inconv(gpu_x24, MR_TYPE_IQ4_XS, gdn35, 4, 2048, 3, 1, 1);
+    check_inconv(gpu_x24, MR_TYPE_IQ4_XS, gdn35, 2, 1024, 1, 1, 1); /* one tap: no state */
+    check_inconv(gpu_x24, MR_TYPE_Q4_K, q4k, 1, 2048, 4, 1, 1);
+    check_inconv(gpu_x24, MR_TYPE_Q4_K, q4k, 2, 2048, 4, 1, 0);     /* 64 rows: not the 22-bit kernel's */
+    check_inconv(gpu_x24, MR_TYPE_Q8_0, q4k, 1, 1024, 2, 1, 1);
+    check_inconv(gpu_x24, MR_TYPE_IQ4_XS, gdn35, 4, 2048, 4, 2, 0); /* two tokens */
+    check_inconv(gpu_x24, MR_TYPE_IQ4_XS, gdn35, 4, 2048, 5, 1, 0); /* more taps than the kernel keeps */
+    check_inconv(gpu_x24, MR_TYPE_IQ4_XS, split, 2, 2048, 4, 1, 0);
+    check_inconv(gpu_x24, MR_TYPE_BF16, small, 2, 1024, 4, 1, 0);   /* the float kernels */
+}
+
 static void check_moe_tail_all(void)
 {
     mr_backend *on = backend_with("MEMRA_CUDA_FUSE_TAIL", "2"), *off = backend_with("MEMRA_CUDA_FUSE_TAIL", "0");
@@ -2899,6 +3020,7 @@ static void check_moe_tail_all(void)
     check_gnorm(on, off, 4, 130, true);    /* not taken: not whole float4s */
     on->destroy(on);
     off->destroy(off);
+    check_inconv_all();
 }
 
 static void check_route_rank_all(void)

@@ -144,6 +144,12 @@ struct mr_cu_auto {
      * MEMRA_CUDA_FUSE_GNORM=0 turns it off); launches saved so far */
     bool fuse_gnorm = true;
     long gnorm_fused = 0;
+    /* one token's in-projection products and the causal convolution of
+     * the first one's outputs after them (a delta-net layer) in one launch,
+     * the same floats (MEMRA_CUDA_FUSE_CONV=0 turns it off); launches saved
+     * so far */
+    bool fuse_conv = true;
+    long conv_fused = 0;
     /* MEMRA_CUDA_TWICE (timing only, the results are wrong): launches
      * whose first op matches are made twice, so a step's time with and
      * without says what that launch costs inside the graph, its overlap
@@ -349,22 +355,48 @@ static bool overlap(const void *p, size_t pn, const void *q, size_t qn)
     return a < b + qn && b < a + pn;
 }
 
+/* Whether op j, after m one-token matmuls over x (weights w, outputs y of
+ * yn floats), is a conv1d_silu of the first one's outputs that their launch
+ * can take (mr_cu_matmul_multi_conv): each of its channels is a row of
+ * w[0], and what it writes (its outputs, the state) is no place the
+ * products read or write. */
+static bool conv_after(const mr_cu_auto *a, size_t j, const mr_weight *const *w, float *const *y, const size_t *yn,
+                       size_t m, const float *x)
+{
+    if (!a->fuse_conv || j >= a->ops.size() || a->ops[j].op != OP_CONV1D_SILU)
+        return false;
+    const auto &cv = a->ops[j].u.conv1d_silu;
+    if (cv.n != 1 || cv.x != y[0] || cv.channels != w[0]->rows || cv.k < 1 || cv.k > MR_CU_CONV_TAPS || yn[0] != (size_t)cv.channels)
+        return false;
+    const size_t ch = (size_t)cv.channels, ob = ch * sizeof(float), sb = (size_t)(cv.k - 1) * ob;
+    bool clash = overlap(cv.y, ob, x, (size_t)w[0]->cols * sizeof(float)) || overlap(cv.y, ob, cv.state, sb) ||
+                 overlap(cv.state, sb, x, (size_t)w[0]->cols * sizeof(float)) ||
+                 overlap(cv.w, ob * (size_t)cv.k, cv.y, ob) || overlap(cv.w, ob * (size_t)cv.k, cv.state, sb);
+    for (size_t s = 0; s < m && !clash; s++)
+        clash = overlap(cv.y, ob, y[s], yn[s] * sizeof(float)) || overlap(cv.state, sb, y[s], yn[s] * sizeof(float));
+    return !clash;
+}
+
 /* Ops i, i+1, ... that are matmuls (or matmul_ids) over the same input,
  * with the same tokens (and ids), of one weight type and width, writing
  * places that no other of them reads or writes: up to MR_CU_MV_SUBS of
  * them run as one launch (q/k/v and gate/up of a decode step), with the
- * results of separate calls bit for bit.  Returns how many ops it ran (0:
- * none, op i runs alone). */
+ * results of separate calls bit for bit; one token's matmuls and a
+ * conv1d_silu of the first one's outputs right after them (a delta-net
+ * layer's in-projection and convolution), where conv_after allows, with
+ * the convolution too.  Returns how many ops it ran (0: none, op i runs
+ * alone). */
 static size_t run_multi(mr_cu_auto *a, mr_backend *be, size_t i)
 {
     const rec_op &o = a->ops[i];
-    if (!a->fuse_mv || (o.op != OP_MATMUL && o.op != OP_MATMUL_ID))
+    if ((!a->fuse_mv && !a->fuse_conv) || (o.op != OP_MATMUL && o.op != OP_MATMUL_ID))
         return 0;
     const mr_weight *w[MR_CU_MV_SUBS];
     float *y[MR_CU_MV_SUBS];
     size_t yn[MR_CU_MV_SUBS];
     size_t m = 0;
-    for (size_t j = i; j < a->ops.size() && m < (size_t)a->fuse_mv && a->ops[j].op == o.op; j++) {
+    const size_t cap = a->fuse_mv > 1 ? (size_t)a->fuse_mv : 1;
+    for (size_t j = i; j < a->ops.size() && m < cap && a->ops[j].op == o.op; j++) {
         const rec_op &p = a->ops[j];
         const mr_weight *pw;
         float *py;
@@ -400,7 +432,15 @@ static size_t run_multi(mr_cu_auto *a, mr_backend *be, size_t i)
         yn[m] = ny;
         m++;
     }
-    if (m < 2)
+    if (m >= 1 && o.op == OP_MATMUL && o.u.matmul.n == 1 && conv_after(a, i + m, w, y, yn, m, o.u.matmul.x)) {
+        const auto &cv = a->ops[i + m].u.conv1d_silu;
+        if (mr_cu_matmul_multi_conv(be, w, y, (int)m, o.u.matmul.x, cv.w, cv.state, cv.k, cv.y)) {
+            a->mv_fused += (long)m - 1;
+            a->conv_fused++;
+            return m + 1;
+        }
+    }
+    if (m < 2 || !a->fuse_mv)
         return 0;
     bool ran;
     if (o.op == OP_MATMUL) {
@@ -850,6 +890,8 @@ static size_t launch_span_max(const mr_cu_auto *a, size_t i)
         return 1;
     size_t m = 1;
     while (i + m < a->ops.size() && a->ops[i + m].op == o.op) m++;
+    if (i + m < a->ops.size() && a->ops[i + m].op == OP_CONV1D_SILU)
+        m++; /* run_multi's convolution */
     if (i + 2 < a->ops.size() && a->ops[i + 2].op == OP_SWIGLU && m < 3)
         m = 3;
     return m;
@@ -1461,6 +1503,8 @@ void mr_cu_autograph_install(mr_backend *be)
     c->ag->fuse_tail = ft && (!strcmp(ft, "0") || !strcmp(ft, "2")) ? atoi(ft) : 1;
     const char *fn = getenv("MEMRA_CUDA_FUSE_GNORM");
     c->ag->fuse_gnorm = !(fn && !strcmp(fn, "0"));
+    const char *fc = getenv("MEMRA_CUDA_FUSE_CONV");
+    c->ag->fuse_conv = !(fc && !strcmp(fc, "0"));
     const char *tw = getenv("MEMRA_CUDA_TWICE");
     if (tw && *tw)
         twice_parse(c->ag, tw);
@@ -1527,9 +1571,10 @@ void mr_cu_autograph_free(mr_backend *be)
         fprintf(stderr,
                 "cuda op profile (event-timed, no graphs): %.3f ms in all; %ld add+rmsnorm fused; "
                 "%ld matvec launches saved by sharing; %ld K/V stores in qk_norm_rope; %ld swiglus in their "
-                "products; %ld ops in mixture-layer tails; %ld gated norms in one launch\n",
+                "products; %ld ops in mixture-layer tails; %ld gated norms in one launch; %ld convolutions in "
+                "their products\n",
                 all, c->ag->fused, c->ag->mv_fused, c->ag->kv_fused, c->ag->glu_fused, c->ag->tail_fused,
-                c->ag->gnorm_fused);
+                c->ag->gnorm_fused, c->ag->conv_fused);
         std::vector<std::pair<double, std::string>> v;
         for (auto &t : c->ag->totals) v.push_back({t.second.first, t.first});
         std::sort(v.rbegin(), v.rend());
@@ -1571,6 +1616,7 @@ extern "C" void mr_cu_autograph_fusions(mr_backend *be, mr_cu_fusions *f)
     f->glu = c->ag->glu_fused;
     f->tail = c->ag->tail_fused;
     f->gnorm = c->ag->gnorm_fused;
+    f->conv = c->ag->conv_fused;
 }
 
 extern "C" long mr_cu_autograph_nodes(mr_backend *be)

@@ -33,6 +33,7 @@ __device__ __forceinline__ float mr_sigmoidf(float x) { return 1.0f / (1.0f + ex
 
 #define MR_CU_MV_SUBS 4 /* matrices one matvec launch may cover (mr_cu_matmul_multi: q/k/v; a gated
                            delta net layer's qkv, z, alpha and beta) */
+#define MR_CU_CONV_TAPS 4 /* taps a causal convolution that a product's launch takes may have (mr_cu_matmul_multi_conv) */
 
 /* Blocks an SM holds of one kernel at one block size and shared memory,
  * as the runtime answered (mr_cu_fit keeps the answers here). */
@@ -354,6 +355,14 @@ void mr_cu_swiglu(mr_backend *be, const float *gate, const float *up, float *out
  * cannot share one (cu_matmul.cu; the op recorder fuses q/k/v and gate/up). */
 bool mr_cu_matmul_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m,
                         const float *x, int n);
+/* One token's m (1..4) matmuls over x, then conv1d_silu(y[0], conv, state,
+ * 1, rows of w[0], k, out), in one launch where the kernel those products
+ * would run has that form (the 22-bit one, cu_fast.cuh
+ * mr_cu_x24_matvec_conv): bitwise what the calls write; false, nothing
+ * launched, otherwise (the op recorder's rule for a delta-net layer's
+ * in-projection and convolution). */
+bool mr_cu_matmul_multi_conv(mr_backend *be, const mr_weight *const *w, float *const *y, int m, const float *x,
+                             const float *conv, float *state, int k, float *out);
 /* The end of a mixture layer as one launch (cu_ops.cu; the op recorder's
  * rule): moe_combine(y, cw, n, k, dim) -> proj; with sh, sigmoid_mul(sh,
  * g, n, dim, gs, scalar) and add(proj, sh); then add_rmsnorm(xres, proj,

@@ -33,6 +33,16 @@ struct mr_cu_mvjob {
      * and silu(gate) * up here, laid out like the gate's output (which it
      * may be: the in-place swiglu of the forward pass). */
     float *glu_out;
+    /* Non-NULL conv_w (the 22-bit kernel, one token, mr_cu_x24_matvec_conv):
+     * the launch's first conv_ch rows are the channels of a causal
+     * convolution of conv_k taps (conv1d_silu, cu_gdn.cu) run on the
+     * product's outputs: silu of each channel's sum to conv_y, and
+     * conv_state ([conv_k - 1][conv_ch]) moved on by the token.  Unused
+     * otherwise. */
+    const float *conv_w;
+    float *conv_state, *conv_y;
+    int64_t conv_ch;
+    int conv_k;
 };
 
 /* A plain (one-job) matvec over w's rows stored row_bytes apart at W. */
@@ -53,6 +63,10 @@ static inline mr_cu_mvjob mr_cu_mvjob_plain(const uint8_t *W, size_t row_bytes, 
     a.x_slots = 1;
     a.n_sub = 0;
     a.glu_out = NULL;
+    a.conv_w = NULL;
+    a.conv_state = a.conv_y = NULL;
+    a.conv_ch = 0;
+    a.conv_k = 0;
     return a;
 }
 
@@ -165,6 +179,14 @@ bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
  * mr_cu_x24_matvec_id takes them (mr_cu_x24_takes_id); false, nothing
  * launched, otherwise. */
 bool mr_cu_x24_glu(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, float *o, const float *x, int n);
+/* One token's m matrices where mr_cu_x24_matvec takes them, with the
+ * conv1d_silu of matrix 0's outputs in the same launch (conv: the channels'
+ * taps [rows of w[0]][k], k at most MR_CU_CONV_TAPS; state [k - 1][rows];
+ * out: rows): the outputs, the new state and out are what the product and
+ * then conv1d_silu at one token write.  False, nothing launched, where that
+ * kernel does not take them. */
+bool mr_cu_x24_matvec_conv(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
+                           const float *conv, float *state, int k, float *out);
 bool mr_cu_x24_takes_id(const mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x);
 bool mr_cu_x24_glu_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, float *o, const float *x,
                       int x_slots, const int32_t *ids, int k, int n);

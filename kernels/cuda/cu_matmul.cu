@@ -359,6 +359,17 @@ bool mr_cu_matmul_multi(mr_backend *be, const mr_weight *const *w, float *const 
     return mr_cu_fast_matvec_multi(c, w, y, m, x, n);
 }
 
+bool mr_cu_matmul_multi_conv(mr_backend *be, const mr_weight *const *w, float *const *y, int m, const float *x,
+                             const float *conv, float *state, int k, float *out)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    /* the products go where mr_cu_matmul (m = 1) or mr_cu_matmul_multi
+     * would send them: the int8 tensor cores first, which have no such form */
+    if (m < 1 || m > MR_CU_MV_SUBS || !multi_ok(c, w, m, x) || mr_cu_xmd_takes(c, w, m))
+        return false;
+    return mr_cu_x24_matvec_conv(c, w, y, m, x, conv, state, k, out);
+}
+
 bool mr_cu_matmul_id_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m,
                            const float *x, int x_slots, const int32_t *ids, int k, int n)
 {

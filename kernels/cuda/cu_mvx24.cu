@@ -60,9 +60,30 @@
  * MEMRA_CUDA_X24_PRE=1 the planes k_x24_quant wrote once for the product
  * (same values, so the same sums; slower on the whole, docs/GPU-NOTES.md
  * 32). */
-template <int T, int R, int NT, bool GLU = false>
+/* A channel's causal convolution at one token, from the product's output
+ * v of that row: conv1d_silu's sum (cu_gdn.cu, the taps in order, the old
+ * state then v) and its silu, then the state moved on by one; cw and cs are
+ * the channel's taps and old state, loaded before the product. */
+__device__ __forceinline__ void xs_conv_store(const mr_cu_mvjob &a, int64_t ch, float v, const float *cw,
+                                              const float *cs)
+{
+    const int k = a.conv_k, hist = k - 1;
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < MR_CU_CONV_TAPS; j++)
+        if (j < k) s = fmaf(cw[j], j < hist ? cs[j] : v, s);
+    a.conv_y[ch] = s / (1.0f + expf(-s));
+#pragma unroll
+    for (int i = 0; i < MR_CU_CONV_TAPS - 1; i++)
+        if (i < hist) a.conv_state[(int64_t)i * a.conv_ch + ch] = i + 1 < hist ? cs[i + 1] : v;
+}
+
+/* CONV (one token, mr_cu_x24_matvec_conv): lane i of a warp's pass also
+ * runs the convolution of row i where it is one of the first conv_ch. */
+template <int T, int R, int NT, bool GLU = false, bool CONV = false>
 __global__ void __launch_bounds__(XS_WARPS * 32, 2) k_mvx24(mr_cu_mvjob a, int64_t total_rows, const uint8_t *xg)
 {
+    static_assert(!CONV || (NT == 1 && !GLU && R <= 32), "the convolution follows one token's plain product");
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     constexpr int S = xs_type<T>::STRIDE;
@@ -94,6 +115,19 @@ __global__ void __launch_bounds__(XS_WARPS * 32, 2) k_mvx24(mr_cu_mvjob a, int64
                 ys[i] = 0;
             } else {
                 xs_row(a, r0 + i < total_rows ? r0 + i : r0, &W[i], &y[i], &ys[i]);
+            }
+        }
+        /* the convolution's taps and old state of lane i's row, in flight
+         * with the weights (the state: written by an earlier step's launch) */
+        float cw[MR_CU_CONV_TAPS], cs[MR_CU_CONV_TAPS - 1];
+        if constexpr (CONV) {
+            const int64_t ch = r0 + lane;
+            if (lane < R && ch < a.conv_ch) {
+#pragma unroll
+                for (int j = 0; j < MR_CU_CONV_TAPS; j++) cw[j] = j < a.conv_k ? a.conv_w[ch * a.conv_k + j] : 0.0f;
+#pragma unroll
+                for (int j = 0; j < MR_CU_CONV_TAPS - 1; j++)
+                    cs[j] = j < a.conv_k - 1 ? a.conv_state[(int64_t)j * a.conv_ch + ch] : 0.0f;
             }
         }
         float acc[NT * R];
@@ -130,6 +164,8 @@ __global__ void __launch_bounds__(XS_WARPS * 32, 2) k_mvx24(mr_cu_mvjob a, int64
                 for (int i = 0; i < R; i++) {
                     const float v = mr_warp_sum(acc[t * R + i]);
                     if (lane == 0 && r0 + i < total_rows) y[i][t * ys[i]] = v;
+                    if constexpr (CONV)
+                        if (lane == i && r0 + i < a.conv_ch) xs_conv_store(a, r0 + i, v, cw, cs);
                 }
         }
     }
@@ -162,35 +198,35 @@ const uint8_t *mr_cu_x24_planes(mr_cu_ctx *c, const float *x, int rows, int64_t 
 /* Blocks of `warps` warps an SM holds for kernel T with NT tokens and smem
  * bytes of shared memory a block (mr_cu_fit: asked once, kept in the
  * context; a launch would otherwise query it up to three times); at least 1. */
-template <int T, int R, int NT, bool GLU = false>
+template <int T, int R, int NT, bool GLU = false, bool CONV = false>
 static int xs_fit(mr_cu_ctx *c, int warps, size_t smem)
 {
-    const int nb = mr_cu_fit(c, (const void *)k_mvx24<T, R, NT, GLU>, warps * 32, smem);
+    const int nb = mr_cu_fit(c, (const void *)k_mvx24<T, R, NT, GLU, CONV>, warps * 32, smem);
     return nb > 0 ? nb : 1;
 }
 
 /* Grid: as many blocks as the SMs hold, fewer when the rows run out;
  * blocks of 8 warps, halved (down to 2) while that leaves SMs without a
  * block. */
-template <int T, int R, int NT, bool GLU = false>
+template <int T, int R, int NT, bool GLU = false, bool CONV = false>
 static void xs_launch(mr_cu_ctx *c, const mr_cu_mvjob &a, int64_t total_rows, const uint8_t *xg)
 {
     constexpr int RO = GLU ? R / 2 : R; /* rows of output a warp's pass */
     const size_t smem = xg ? 0 : NT * xs_xbytes(a.cols);
-    int warps = XS_WARPS, bps = xs_fit<T, R, NT, GLU>(c, warps, smem);
+    int warps = XS_WARPS, bps = xs_fit<T, R, NT, GLU, CONV>(c, warps, smem);
     for (;;) {
         const int64_t blocks = (total_rows + warps * RO - 1) / (warps * RO);
         if (warps <= 2 || blocks >= c->n_sm * (int64_t)bps)
             break;
         warps /= 2;
-        bps = xs_fit<T, R, NT, GLU>(c, warps, smem);
+        bps = xs_fit<T, R, NT, GLU, CONV>(c, warps, smem);
     }
     int64_t gx = (int64_t)c->n_sm * bps;
     const int64_t need = (total_rows + warps * RO - 1) / (warps * RO);
     if (gx > need) gx = need;
     if (gx < 1) gx = 1;
-    mr_cu_launch(c, k_mvx24<T, R, NT, GLU>, dim3((unsigned)gx), warps * 32, smem, a, total_rows, xg);
-    MR_CU_LAUNCHED(c, GLU ? "x24 matvec + swiglu" : "x24 matvec");
+    mr_cu_launch(c, k_mvx24<T, R, NT, GLU, CONV>, dim3((unsigned)gx), warps * 32, smem, a, total_rows, xg);
+    MR_CU_LAUNCHED(c, GLU ? "x24 matvec + swiglu" : CONV ? "x24 matvec + conv1d_silu" : "x24 matvec");
 }
 
 /* R rows a warp: 4 for one token; with more tokens as many as the
@@ -331,6 +367,33 @@ bool mr_cu_x24_glu(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, flo
     return true;
 }
 
+bool mr_cu_x24_matvec_conv(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
+                           const float *conv, float *state, int k, float *out)
+{
+    if (c->x24_pre || k < 1 || k > MR_CU_CONV_TAPS || !conv || !state || !out ||
+        mr_cu_x24_takes(c, w, m, x) != 1)
+        return false;
+    const int T = w[0]->type;
+    if (c->x24_mma_min == 1 && mr_cu_x24_mma_ok(c, T, w[0]->cols))
+        return false; /* the product alone would run on the tensor cores */
+    int64_t total, rows_max;
+    mr_cu_mvjob a = xs_job(w, y, m, x, &total, &rows_max);
+    a.conv_w = conv;
+    a.conv_state = state;
+    a.conv_y = out;
+    a.conv_ch = w[0]->rows;
+    a.conv_k = k;
+    switch (T) {
+    case MR_TYPE_Q4_K: xs_launch<MR_TYPE_Q4_K, xs_type<MR_TYPE_Q4_K>::R1, 1, false, true>(c, a, total, NULL); break;
+    case MR_TYPE_Q6_K: xs_launch<MR_TYPE_Q6_K, xs_type<MR_TYPE_Q6_K>::R1, 1, false, true>(c, a, total, NULL); break;
+    case MR_TYPE_IQ4_XS:
+        xs_launch<MR_TYPE_IQ4_XS, xs_type<MR_TYPE_IQ4_XS>::R1, 1, false, true>(c, a, total, NULL);
+        break;
+    default: xs_launch<MR_TYPE_Q8_0, xs_type<MR_TYPE_Q8_0>::R1, 1, false, true>(c, a, total, NULL); break; /* xs_has */
+    }
+    return true;
+}
+
 /* Lets every instance of type T ask for optin bytes of shared memory. */
 template <int T>
 static bool xs_optin(int optin)
@@ -341,7 +404,8 @@ static bool xs_optin(int optin)
            cudaFuncSetAttribute(k_mvx24<T, X::R2, 2>, at, optin) == cudaSuccess &&
            cudaFuncSetAttribute(k_mvx24<T, X::R4, 4>, at, optin) == cudaSuccess &&
            cudaFuncSetAttribute(k_mvx24<T, X::R8, 8>, at, optin) == cudaSuccess &&
-           cudaFuncSetAttribute(k_mvx24<T, 4, 1, true>, at, optin) == cudaSuccess;
+           cudaFuncSetAttribute(k_mvx24<T, 4, 1, true>, at, optin) == cudaSuccess &&
+           cudaFuncSetAttribute(k_mvx24<T, X::R1, 1, false, true>, at, optin) == cudaSuccess;
 }
 
 /* At backend creation: the shared memory a launch may ask for (several
