@@ -3868,6 +3868,31 @@ static void check_early_weights(void)
             }
             be->destroy(be);
         }
+    /* one token's IQ4_XS rows on the float kernel with their weights loaded
+     * before the PDL wait (MEMRA_CUDA_EARLY_IQ4XS, k_fast EARLY: rows of
+     * more than 2,048 columns) against the same rows in batches (no early
+     * form), at every rows-a-block count; rows of 4,096 columns (as many
+     * steps a warp as it loads early) and 8,192 (more), and shorter ones
+     * that stay on the plain form */
+    const char *eis[] = {"1", "0"};
+    const char *frs[] = {"0", "1", "2", "4"};
+    for (size_t e = 0; e < 2; e++)
+        for (size_t i = 0; i < sizeof frs / sizeof frs[0]; i++) {
+            mr_backend *be = backend_with2("MEMRA_CUDA_EARLY_IQ4XS", eis[e], "MEMRA_CUDA_FAST_R", frs[i]);
+            char lab[48];
+            snprintf(lab, sizeof lab, "early-iq4xs%s-batch-inv-r%s", eis[e], frs[i]);
+            /* (columns, rows): the 35B-A3B's out-projection and shared down */
+            check_batch_invariance_one(be, lab, td_of(MR_TYPE_IQ4_XS), 4096, 2048, 1, 1);
+            check_batch_invariance_one(be, lab, td_of(MR_TYPE_IQ4_XS), 512, 2048, 1, 1);
+            check_batch_invariance_one(be, lab, td_of(MR_TYPE_IQ4_XS), 2048, 1001, 1, 1);
+            check_batch_invariance_one(be, lab, td_of(MR_TYPE_IQ4_XS), 8192, 512, 1, 1);
+            snprintf(lab, sizeof lab, "early-iq4xs%s-r%s", eis[e], frs[i]);
+            check_multi_vs_one(be, lab, td_of(MR_TYPE_IQ4_XS), 2048, 512, 512, 2048, 1, 2);
+            check_multi_vs_one(be, lab, td_of(MR_TYPE_IQ4_XS), 2048, 1024, 512, 4096, 1, 2);
+            be->destroy(be);
+        }
+    unsetenv("MEMRA_CUDA_EARLY_IQ4XS");
+    unsetenv("MEMRA_CUDA_FAST_R");
 }
 
 /* One token's plain Q4_K products in one wave of looping blocks (the

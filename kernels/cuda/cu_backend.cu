@@ -459,6 +459,8 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     c->xm_half = !(xh && !strcmp(xh, "0"));
     const char *ew = getenv("MEMRA_CUDA_EARLY");
     c->early_w = !(ew && !strcmp(ew, "0")); /* run 109: +3.3% tg128, 30B-A3B */
+    const char *ei = getenv("MEMRA_CUDA_EARLY_IQ4XS");
+    c->early_iq4 = !(ei && !strcmp(ei, "0"));
     const char *w8 = getenv("MEMRA_CUDA_WIDE8");
     c->wide8 = !(w8 && !strcmp(w8, "0"));
     /* four rows a block (2: two, 1: one; same bits).  Run 147, 16 tokens,

@@ -64,6 +64,10 @@ struct mr_cu_ctx {
     bool early_w;           /* one token's plain Q4_K products load their first weights before the
                                PDL wait (cu_fast.cu k_q4k_wide; MEMRA_CUDA_EARLY=0: after it; the
                                same bits) */
+    bool early_iq4;         /* one token's plain IQ4_XS products on the float kernel, rows of more
+                               than 2,048 columns, load a warp's first 4 steps of weights before the
+                               PDL wait (cu_fast.cu k_fast EARLY; MEMRA_CUDA_EARLY_IQ4XS=0: after it;
+                               the same bits) */
     int wide_loop;          /* and run in one wave of at most this many blocks an SM, each block
                                looping over blocks of rows (cu_fast.cu k_q4k_loop; MEMRA_CUDA_WIDE_LOOP,
                                0: never; default INT_MAX, the kernel's occupancy; the same bits) */

@@ -23,6 +23,7 @@
 #include "kernels/cuda/cu_quant.cuh"
 
 #define FW 4 /* warps per block */
+#define FAST_EARLY 4 /* steps a warp of k_fast's EARLY form loads before the PDL wait */
 
 /* Bytes per block in the kernel's layout (padded where needed). */
 __host__ __device__ constexpr int fast_stride(int t)
@@ -86,6 +87,40 @@ __device__ __forceinline__ float dot4(float4 x, float a, float b, float c, float
     return fmaf(x.x, a, fmaf(x.y, b, fmaf(x.z, c, x.w * d)));
 }
 
+/* An IQ4_XS step's words of one row that a lane reads (the block's header:
+ * d, scales_h, scales_l; the lane's 4 quant bytes), apart from the math
+ * (iq4_dot) so that k_fast's EARLY form can load them before the PDL
+ * wait; step_dot runs the two back to back, so both sum alike. */
+struct iq4_raw {
+    uint2 hd;
+    uint32_t q;
+};
+
+__device__ __forceinline__ iq4_raw iq4_load(const uint8_t *__restrict__ p, int lane)
+{
+    const int ib = lane >> 2, l = 4 * (lane & 3);
+    iq4_raw r;
+    r.hd = *(const uint2 *)p; /* the kernel layout's 136-byte blocks are 8-byte aligned */
+    r.q = *(const uint32_t *)(p + 8 + 16 * ib + l);
+    return r;
+}
+
+__device__ __forceinline__ float iq4_dot(const iq4_raw &r, int lane, float4 xa, float4 xb)
+{
+    const int ib = lane >> 2;
+    const float d = __half2float(__ushort_as_half((uint16_t)(r.hd.x & 0xffff)));
+    const uint32_t sh = r.hd.x >> 16;
+    const uint32_t sl = (r.hd.y >> (8 * (ib / 2))) & 0xff;
+    const int ls = ((sl >> (4 * (ib & 1))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
+    /* code book values biased to bytes 1..241, floats by the exponent trick */
+    const uint32_t lo = mr_iq4nl4(r.q & 0x0F0F0F0Fu) ^ 0x80808080u;
+    const uint32_t hi = mr_iq4nl4((r.q >> 4) & 0x0F0F0F0Fu) ^ 0x80808080u;
+    const float M = MAGIC + 128.0f;
+    return d * (float)(ls - 32) *
+           (dot4(xa, mag(lo, 0) - M, mag(lo, 1) - M, mag(lo, 2) - M, mag(lo, 3) - M) +
+            dot4(xb, mag(hi, 0) - M, mag(hi, 1) - M, mag(hi, 2) - M, mag(hi, 3) - M));
+}
+
 /* Partial dot of this lane's 8 weights of one step of one row with xa, xb.
  * p points at the step's first byte in this row (kernel layout). */
 template <int T>
@@ -127,18 +162,7 @@ __device__ __forceinline__ float step_dot(const uint8_t *__restrict__ p, int lan
         const float s1 = 256.0f * dot4(xb, hq(hi, 0), hq(hi, 1), hq(hi, 2), hq(hi, 3)) - 160.0f * xs1;
         return d * ((float)sc[is + 2 * qa] * s0 + (float)sc[is + 2 * qa + 4] * s1);
     } else if constexpr (T == MR_TYPE_IQ4_XS) {
-        const int ib = lane >> 2, l = 4 * (lane & 3);
-        const uint32_t q = *(const uint32_t *)(p + 8 + 16 * ib + l);
-        const float d = __half2float(*(const __half *)p);
-        const uint32_t sh = *(const uint16_t *)(p + 2);
-        const int ls = ((p[4 + ib / 2] >> (4 * (ib & 1))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
-        /* code book values biased to bytes 1..241, floats by the exponent trick */
-        const uint32_t lo = mr_iq4nl4(q & 0x0F0F0F0Fu) ^ 0x80808080u;
-        const uint32_t hi = mr_iq4nl4((q >> 4) & 0x0F0F0F0Fu) ^ 0x80808080u;
-        const float M = MAGIC + 128.0f;
-        return d * (float)(ls - 32) *
-               (dot4(xa, mag(lo, 0) - M, mag(lo, 1) - M, mag(lo, 2) - M, mag(lo, 3) - M) +
-                dot4(xb, mag(hi, 0) - M, mag(hi, 1) - M, mag(hi, 2) - M, mag(hi, 3) - M));
+        return iq4_dot(iq4_load(p, lane), lane, xa, xb);
     } else if constexpr (T == MR_TYPE_Q4_0) {
         const int ib = lane >> 2, l = 4 * (lane & 3);
         const uint8_t *b = p + 20 * ib;
@@ -277,29 +301,61 @@ __device__ __forceinline__ void mv_block_store(float (*part)[NT * R], const mr_c
  * meet in shared memory.  grid.x: row groups, grid.y: jobs (experts).
  * GLU: R/2 rows of the gate and the same of the up (mv_block_rows); each
  * row's sums are formed as without it. */
-template <int T, int R, int NT, bool GLU = false>
+template <int T, int R, int NT, bool GLU = false, bool EARLY = false>
 __global__ void __launch_bounds__(FW * 32) k_fast(mr_cu_mvjob job)
 {
+    constexpr int E = FAST_EARLY;
+    static_assert(!EARLY || (T == MR_TYPE_IQ4_XS && NT == 1 && !GLU), "early weights: one token's IQ4_XS rows");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    mr_pdl_wait(); /* cu_pdl.cuh */
-    mr_pdl_trigger();
+    constexpr int SB = fast_stride(T) * (256 / fast_belems(T)); /* bytes per 256-col step */
     mr_cu_mvjob a;
     mv_block b;
     const uint8_t *rp[R];
-    if (!mv_block_rows<R, GLU>(job, &a, &b, rp, 0))
+    /* EARLY (a plain product: no expert ids, so the rows are arithmetic on
+     * the job alone): the warp's first E steps of weights are
+     * loaded before griddepcontrol.wait, while the op before still runs
+     * (no kernel of a step writes weights: cu_pdl.cuh's rule allows it),
+     * then summed in the loop's order, so the bits are the same. */
+    iq4_raw pre[EARLY ? E : 1][EARLY ? R : 1];
+    int nsteps = 0;
+    if constexpr (EARLY) {
+        mv_block_rows<R, GLU>(job, &a, &b, rp, 0); /* cannot fail without ids */
+        nsteps = (int)(a.cols / 256);
+#pragma unroll
+        for (int e = 0; e < E; e++)
+            if (warp + FW * e < nsteps)
+#pragma unroll
+                for (int i = 0; i < R; i++) pre[e][i] = iq4_load(rp[i] + (size_t)(warp + FW * e) * SB, lane);
+    }
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    if (!EARLY && !mv_block_rows<R, GLU>(job, &a, &b, rp, 0))
         return;
     const float *x = b.x;
-    constexpr int SB = fast_stride(T) * (256 / fast_belems(T)); /* bytes per 256-col step */
     int o1, o2;
     x_offsets<T>(lane, &o1, &o2);
-    const int nsteps = (int)(a.cols / 256);
+    nsteps = (int)(a.cols / 256);
     float acc[NT][R];
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int i = 0; i < R; i++) acc[t][i] = 0.0f;
+    int s0 = warp;
+    if constexpr (EARLY) {
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            const int s = warp + FW * e;
+            if (s < nsteps) {
+                const float4 xa = __ldg((const float4 *)(x + 256 * s + o1));
+                const float4 xb = __ldg((const float4 *)(x + 256 * s + o2));
+#pragma unroll
+                for (int i = 0; i < R; i++) acc[0][i] += iq4_dot(pre[e][i], lane, xa, xb);
+            }
+        }
+        s0 = warp + FW * E;
+    }
 #pragma unroll 4
-    for (int s = warp; s < nsteps; s += FW) {
+    for (int s = s0; s < nsteps; s += FW) {
         float4 xa[NT], xb[NT];
 #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -975,10 +1031,30 @@ static unsigned job_blocks(mr_cu_mvjob *a, int R)
     return b;
 }
 
+/* Whether a one-token product of type T on k_fast takes the EARLY form:
+ * IQ4_XS (the type with a split load, iq4_load), no expert ids, more than
+ * two steps a warp (rows of more than 2,048 columns), not turned off
+ * (MEMRA_CUDA_EARLY_IQ4XS=0).  Run 263 (H100, bench-kernels mv, us, early
+ * / not, same rows a block): 2,048 x 4,096 (the 35B-A3B's out-projections)
+ * 5.10 / 5.93, but 512 x 2,048 4.15 / 2.82 and 2,048 x 512 4.10 / 3.54:
+ * where a warp's steps are few, what the early loads hide is less than
+ * what they cost. */
+template <int T> static bool fast_early(const mr_cu_ctx *c, const mr_cu_mvjob &a)
+{
+    return T == MR_TYPE_IQ4_XS && c->early_iq4 && !a.ids && a.cols / 256 > 2 * FW;
+}
+
 template <int T, int R, int NT>
 static void launch_fast_r(mr_cu_ctx *c, mr_cu_mvjob a, int jobs)
 {
     dim3 grid(job_blocks(&a, R), jobs);
+    if constexpr (T == MR_TYPE_IQ4_XS && NT == 1) {
+        if (fast_early<T>(c, a)) {
+            mr_cu_launch(c, k_fast<T, R, 1, false, true>, grid, FW * 32, 0, a);
+            MR_CU_LAUNCHED(c, "fast matvec (early weights)");
+            return;
+        }
+    }
     mr_cu_launch(c, k_fast<T, R, NT>, grid, FW * 32, 0, a);
     MR_CU_LAUNCHED(c, "fast matvec");
 }
@@ -1064,9 +1140,15 @@ static void launch_fast(mr_cu_ctx *c, mr_cu_mvjob a, int jobs)
         MR_CU_LAUNCHED(c, "q4_k wide matvec");
         return;
     }
+    /* rows a block: 4 where that leaves 8 blocks an SM, else 2, else 1; the
+     * early form 2 from 4 blocks an SM (its blocks' loads are all in flight
+     * before the wait only while they fit one wave: run 262, H100, IQ4_XS
+     * 2,048 x 4,096, us, rows a block 1 / 2: early 5.69 / 5.10, not early
+     * 6.32 / 5.94) */
+    const int64_t want2 = NT == 1 && fast_early<T>(c, a) ? want / 2 : want;
     if (NT == 1 && c->fast_r != 2 && c->fast_r != 1 && (c->fast_r == 4 || units / 4 >= want))
         launch_fast_r<T, 4, NT>(c, a, jobs);
-    else if (c->fast_r != 1 && (c->fast_r == 2 || units / 2 >= want))
+    else if (c->fast_r != 1 && (c->fast_r == 2 || units / 2 >= want2))
         launch_fast_r<T, 2, NT>(c, a, jobs);
     else
         launch_fast_r<T, 1, NT>(c, a, jobs);
