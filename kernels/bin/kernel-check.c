@@ -1668,6 +1668,59 @@ static void check_xmd_prec(mr_backend *be, const tdesc *td, int64_t cols, int64_
     free(host); free(x); free(y); free(xd); free(ref);
 }
 
+/* IQ4_XS on the int8 tensor cores (MEMRA_CUDA_XMD_IQ4XS, on with xmd; the 22-bit
+ * kernel's shapes: at most 2,048 columns, 4,096 rows or more, or fewer than
+ * 128): that the kernels take them ("xmd-iq4-taken": 0 when every shape that
+ * should go there does, and the others do not), the products against
+ * float64 at 1, 2 and 3+ tokens on each one-token kernel, a token alone
+ * against batches bit for bit, and the 35B-A3B's in-projection launch
+ * against its products one at a time. */
+static void check_xmd_iq4(void)
+{
+    const tdesc *ti = td_of(MR_TYPE_IQ4_XS);
+    const int ns[] = {2, 3, 5, 8, 9, 16, 17, 21, 40, 64};
+    const int nn = (int)(sizeof ns / sizeof ns[0]);
+    static const char *const one[] = {"auto", "0", "1", "3"};
+    for (int v = 0; v < 4; v++) {
+        setenv("MEMRA_CUDA_XMD", "1", 1);
+        setenv("MEMRA_CUDA_XMD_ONE", one[v], 1);
+        mr_backend *be = backend_with("MEMRA_CUDA_XMD_IQ4XS", "1");
+        unsetenv("MEMRA_CUDA_XMD_IQ4XS");
+        unsetenv("MEMRA_CUDA_XMD_ONE");
+        setenv("MEMRA_CUDA_XMD", "0", 1); /* main's setting */
+        if (v == 0) {
+            /* (columns, rows, whether the rule takes them) */
+            static const int64_t sh[][3] = {{2048, 8192, 1}, {2048, 4096, 1}, {2048, 32, 1}, {1024, 96, 1},
+                                            {2048, 2048, 0}, {4096, 4096, 0}, {2048, 512, 0}, {2048, 40, 0}};
+            long wrong = 0;
+            for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
+                tweight w;
+                tw_make(&w, ti, sh[i][0], sh[i][1], 1);
+                mr_weight wb = w.g;
+                wrong += (mr_cu_xmd_takes_one(be, &wb) != 0) != (sh[i][2] != 0);
+                tw_free(&w);
+            }
+            report("xmd-iq4-taken", "IQ4_XS by the shape rule", (double)wrong, 0, 0.0);
+            check_multi_vs_one(be, "xmd-iq4", ti, 8192, 4096, 32, 2048, 1, 2);
+            check_multi_vs_one(be, "xmd-iq4", ti, 8192, 4096, 32, 2048, 5, 2);
+            check_multi_vs_one(be, "xmd-iq4", ti, 4096, 32, 32, 2048, 16, 2);
+        }
+        char lab[40];
+        snprintf(lab, sizeof lab, "xmd-iq4-one%s-inv", one[v]);
+        const int pn[] = {1, 2, 3, 9};
+        for (size_t i = 0; i < sizeof pn / sizeof pn[0]; i++) {
+            check_xmd_prec(be, ti, 2048, 4096, pn[i]);
+            check_xmd_prec(be, ti, 1024, 96, pn[i]);
+        }
+        check_xmd_prec(be, ti, 256, 4096, 1); /* one block a row: slices idle */
+        check_xmd_prec(be, ti, 1280, 32, 1);  /* five blocks */
+        check_batch_invariance_ns(be, lab, ti, 2048, 8192, 1, 1, ns, nn);
+        check_batch_invariance_ns(be, lab, ti, 2048, 32, 1, 1, ns, nn);
+        check_batch_invariance_ns(be, lab, ti, 1280, 112, 1, 1, ns, nn);
+        be->destroy(be);
+    }
+}
+
 static void check_xmd_all(void)
 {
     const tdesc *t4 = td_of(MR_TYPE_Q4_K);
@@ -1725,6 +1778,7 @@ static void check_xmd_all(void)
     check_batch_invariance_ns(be, "xmd-ng2-inv", t4, 2048, 5120, 1, 1, ns, nn);
     check_batch_invariance_ns(be, "xmd-ng2-inv", t4, 4096, 2048, 1, 1, ns, nn);
     be->destroy(be);
+    check_xmd_iq4();
 }
 
 static void check_prompt_rows(void)
@@ -2993,6 +3047,19 @@ static void check_inconv_all(void)
     check_inconv(gpu_x24, MR_TYPE_IQ4_XS, gdn35, 4, 2048, 5, 1, 0); /* more taps than the kernel keeps */
     check_inconv(gpu_x24, MR_TYPE_IQ4_XS, split, 2, 2048, 4, 1, 0);
     check_inconv(gpu_x24, MR_TYPE_BF16, small, 2, 1024, 4, 1, 0);   /* the float kernels */
+    /* on the int8 tensor cores (k_xmd1's CONV form): IQ4_XS with
+     * MEMRA_CUDA_XMD_IQ4XS=1, and Q4_K */
+    setenv("MEMRA_CUDA_XMD", "1", 1);
+    mr_backend *xmd = backend_with("MEMRA_CUDA_XMD_IQ4XS", "1");
+    setenv("MEMRA_CUDA_XMD", "0", 1); /* main's setting */
+    const int64_t q4kx[] = {4096, 512, 512};
+    check_inconv(xmd, MR_TYPE_IQ4_XS, gdn35, 4, 2048, 4, 1, 1);
+    check_inconv(xmd, MR_TYPE_IQ4_XS, gdn35, 4, 2048, 3, 1, 1);
+    check_inconv(xmd, MR_TYPE_IQ4_XS, one, 1, 2048, 2, 1, 1);
+    check_inconv(xmd, MR_TYPE_IQ4_XS, gdn35, 4, 2048, 4, 2, 0); /* two tokens */
+    check_inconv(xmd, MR_TYPE_Q4_K, q4kx, 3, 2048, 4, 1, 1);
+    check_inconv(xmd, MR_TYPE_Q4_K, q4kx, 3, 4096, 4, 1, 0);    /* 16 blocks a row: k_xmd1 at 3 an SM, no form */
+    xmd->destroy(xmd);
 }
 
 static void check_moe_tail_all(void)

@@ -22,6 +22,10 @@ double mr_cuda_copy_bandwidth(size_t bytes, int iters);
  * timed with device events over iters calls after warm warm-up calls. */
 struct mr_backend;
 double mr_cuda_time(struct mr_backend *be, void (*fn)(void *), void *arg, int warm, int iters);
+/* Whether a one-token product of w goes to the int8 tensor-core decode
+ * kernels (cu_mvxmd.cu mr_cu_xmd_takes): that a check reaches them. */
+struct mr_weight;
+int mr_cu_xmd_takes_one(struct mr_backend *be, const struct mr_weight *w);
 /* Graphs captured and replayed by the automatic graph layer so far. */
 void mr_cu_autograph_stats(struct mr_backend *be, long *captures, long *replays);
 /* Ops so far that ran inside another op's launch: matmuls sharing a launch

@@ -156,6 +156,8 @@ struct mr_cu_ctx {
     bool xmd;               /* decode batches of dense Q4_K products on the int8 tensor cores
                                (cu_mvxmd.cu; default; MEMRA_CUDA_XMD=0: the float kernels) */
     mr_cu_buf scratch_xmd;  /* their input planes (k_xmp_quant's operand) */
+    bool xmd_iq4;           /* and IQ4_XS matrices of the 22-bit kernel's shapes (default;
+                               MEMRA_CUDA_XMD_IQ4XS=0: they stay on the 22-bit kernel) */
     int xmd_one;            /* their one-token calls' kernel (the same bits): -1 by the launch
                                (MEMRA_CUDA_XMD_ONE=auto, the default: xmd_pick_one), 2 or 3 k_xmd1
                                at 2 (=1) or 3 (=3) blocks an SM, 0 k_xmd2 (=0) */
@@ -445,6 +447,7 @@ void mr_cu_xmh_product(mr_cu_ctx *c, const mr_weight *w, const mr_weight *w2, co
 /* The operand of k_xmp and k_xmd for Q4_K at 3 planes (22 bits): n_rows
  * rows of x quantized into buf; NULL when the reserve fails. */
 const uint8_t *mr_cu_xmp_operand_q4k3(mr_cu_ctx *c, mr_cu_buf *buf, const float *x, int n_rows, int cols);
+const uint8_t *mr_cu_xmp_operand_iq4x3(mr_cu_ctx *c, mr_cu_buf *buf, const float *x, int n_rows, int cols);
 /* Decode batches of dense Q4_K products on the int8 tensor cores
  * (cu_mvxmd.cu): whether they take the m matrices w (one launch for all,
  * over one input); then y[s] = w[s] times the n rows of x, every token's
@@ -452,6 +455,11 @@ const uint8_t *mr_cu_xmp_operand_q4k3(mr_cu_ctx *c, mr_cu_buf *buf, const float 
 void mr_cu_xmd_init(mr_cu_ctx *c);
 bool mr_cu_xmd_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m);
 bool mr_cu_xmd_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x, int n);
+/* One token's m matrices where mr_cu_xmd_matvec takes them on k_xmd1 at 2
+ * blocks an SM, with conv1d_silu of matrix 0's outputs in the launch (as
+ * mr_cu_x24_matvec_conv); false, nothing launched, otherwise. */
+bool mr_cu_xmd_matvec_conv(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
+                           const float *conv, float *state, int k, float *out);
 /* Prompt products (cu_gemm.cu). */
 void mr_cu_gemm_init(mr_cu_ctx *c);
 void mr_cu_prefer_float32(mr_backend *be);

@@ -364,9 +364,11 @@ bool mr_cu_matmul_multi_conv(mr_backend *be, const mr_weight *const *w, float *c
 {
     mr_cu_ctx *c = mr_cu(be);
     /* the products go where mr_cu_matmul (m = 1) or mr_cu_matmul_multi
-     * would send them: the int8 tensor cores first, which have no such form */
-    if (m < 1 || m > MR_CU_MV_SUBS || !multi_ok(c, w, m, x) || mr_cu_xmd_takes(c, w, m))
+     * would send them: the int8 tensor cores first */
+    if (m < 1 || m > MR_CU_MV_SUBS || !multi_ok(c, w, m, x))
         return false;
+    if (mr_cu_xmd_takes(c, w, m))
+        return mr_cu_xmd_matvec_conv(c, w, y, m, x, conv, state, k, out);
     return mr_cu_x24_matvec_conv(c, w, y, m, x, conv, state, k, out);
 }
 

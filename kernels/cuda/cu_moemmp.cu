@@ -329,6 +329,11 @@ const uint8_t *mr_cu_xmp_operand_q4k3(mr_cu_ctx *c, mr_cu_buf *buf, const float 
     return xmp_operand<MR_TYPE_Q4_K, 3>(c, buf, x, nullptr, nullptr, n_rows, cols);
 }
 
+const uint8_t *mr_cu_xmp_operand_iq4x3(mr_cu_ctx *c, mr_cu_buf *buf, const float *x, int n_rows, int cols)
+{
+    return xmp_operand<MR_TYPE_IQ4_XS, 3>(c, buf, x, nullptr, nullptr, n_rows, cols);
+}
+
 /* Quantizes the operand rows into the activation scratch, then launches
  * the products (k_xmp_quant's and k_xmp's comments). */
 template <int T, int PL>

@@ -1,6 +1,10 @@
 /* Decode batches of dense Q4_K products on the int8 tensor cores, with the
  * same bits at every token count (the default for matrices of at most
- * XMD_MAX_ROWS rows; MEMRA_CUDA_XMD=0: the float kernels of cu_fast.cu).
+ * XMD_MAX_ROWS rows; MEMRA_CUDA_XMD=0: the float kernels of cu_fast.cu),
+ * and of IQ4_XS matrices of the 22-bit kernel's shapes (xmd_type_ok: the
+ * 35B-A3B's delta-net in-projection and full-attention q; the A fragments
+ * from the code book, cu_xmp.cuh, on signed MMAs; per block f + dx (d
+ * join(M)), no mins: xmd_iq4_acc).
  *
  * Why: a decode batch of 16 tokens costs the float kernels about sixteen
  * one-token launches (docs/GPU-NOTES.md 63: the 30B-A3B's q/k/v 5,120 x
@@ -35,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/cu_bench.h"
 #include "kernels/cuda/cu_mma.cuh" /* mr_imma32_us */
 #include "kernels/cuda/cu_xmp.cuh"
 
@@ -54,17 +59,57 @@ struct xmd_args {
     int m, cols, n;
     int slices, tl; /* warps along a row (xmd_slices: the sum's order), row tiles a block */
     size_t row_bytes;
-    const uint8_t *Xq; /* the operand: n rows of cols / 256 blocks (xmp_blk<Q4_K, 3>) */
+    const uint8_t *Xq; /* the operand: n rows of cols / 256 blocks (xmp_blk<type, 3>) */
     const float *x;    /* k_xmd2: the input rows themselves */
+    int type;          /* MR_TYPE_Q4_K or MR_TYPE_IQ4_XS (the launch's instance) */
+    /* k_xmd1's CONV form (mr_cu_xmd_matvec_conv): matrix 0's rows are the
+     * channels of a causal convolution of conv_k taps run on their sums
+     * (as k_mvx24's, cu_mvx24.cu xs_conv_store) */
+    const float *conv_w;
+    float *conv_state, *conv_y;
+    int conv_k;
 };
 
 #define XMD_QIN 2 /* tokens a call at most for k_xmd2, which quantizes its own input */
 /* k_xmd2's shared memory: slice s's blocks b = s, s + S, .. of each of
  * its q tokens */
 __host__ __device__ constexpr int xmd_qin_blocks(int nsb) { return (nsb + xmd_slices(nsb) - 1) / xmd_slices(nsb); }
-__host__ __device__ constexpr size_t xmd_qin_smem(int nsb, int q)
+template <int T> __host__ __device__ constexpr size_t xmd_qin_smem(int nsb, int q)
 {
-    return (size_t)xmd_slices(nsb) * xmd_qin_blocks(nsb) * q * xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
+    return (size_t)xmd_slices(nsb) * xmd_qin_blocks(nsb) * q * xmp_blk<T, XMD_PL>();
+}
+
+/* A (row, token)'s sum after one IQ4_XS block: f + dx (d join(M)), rounded
+ * step by step as written (M: the planes' sub-block sums scaled by ls - 32;
+ * no mins).  Every instance of every kernel here takes this one. */
+template <int PL>
+__device__ __forceinline__ float xmd_iq4_acc(float f, float dx, float d, const int (&M)[PL])
+{
+    return __fmaf_rn(dx, __fmul_rn(d, xmp_join<PL>(M)), f);
+}
+
+/* A sub-block's MMA: Q4_K's quants are unsigned, IQ4_XS's code book values
+ * signed; the input planes signed. */
+template <int T>
+__device__ __forceinline__ void xmd_mma(int (&C)[4], const uint32_t (&A)[4], uint32_t b0, uint32_t b1)
+{
+    if constexpr (T == MR_TYPE_Q4_K)
+        mr_imma32_us(C, A, b0, b1);
+    else
+        mr_imma32_ss(C, A, b0, b1);
+}
+
+/* Sub-block j's A fragment and scales of rows a, b, either type (Q4_K's
+ * scale bytes sc from xmp_q4k_scales; unused for IQ4_XS). */
+__device__ __forceinline__ void xmd_frag(const xmp_q4k &wa, const xmp_q4k &wb, int j, uint32_t (&A)[4], int &sa,
+                                         int &sb, const uint32_t (&sc)[2][2])
+{
+    xmp_frag(wa, wb, j, A, sa, sb, sc[0][j >> 2], sc[1][j >> 2]);
+}
+__device__ __forceinline__ void xmd_frag(const xs_iq4w &wa, const xs_iq4w &wb, int j, uint32_t (&A)[4], int &sa,
+                                         int &sb, const uint32_t (&)[2][2])
+{
+    xmp_frag(wa, wb, j, A, sa, sb);
 }
 
 /* A warp's share of a block: its matrix (unrolled selects: the
@@ -80,9 +125,11 @@ struct xmd_warp {
     bool live;
 };
 
-__device__ __forceinline__ xmd_warp xmd_start(const xmd_args &a, int S, int slice, int tile, int g, int c,
-                                              xmp_q4k &ca, xmp_q4k &cb, xmp_q4k &na, xmp_q4k &nb)
+template <int T, class Wd = typename xmp_type<T>::words>
+__device__ __forceinline__ xmd_warp xmd_start(const xmd_args &a, int S, int slice, int tile, int g, int c, Wd &ca,
+                                              Wd &cb, Wd &na, Wd &nb)
 {
+    constexpr size_t BB = xmp_type<T>::bytes;
     xmd_warp w;
     const uint8_t *W = a.W[0];
     w.y = a.y[0];
@@ -102,42 +149,55 @@ __device__ __forceinline__ xmd_warp xmd_start(const xmd_args &a, int S, int slic
     w.Wa = W + (size_t)(w.live ? w.ra : 0) * a.row_bytes;
     w.Wb = w.Wa + 8 * a.row_bytes;
     if (w.live && slice < nsb) {
-        xmp_load(w.Wa + (size_t)slice * 144, c, ca);
-        xmp_load(w.Wb + (size_t)slice * 144, c, cb);
+        xmp_load(w.Wa + (size_t)slice * BB, c, ca);
+        xmp_load(w.Wb + (size_t)slice * BB, c, cb);
     }
     if (w.live && slice + S < nsb) {
-        xmp_load(w.Wa + (size_t)(slice + S) * 144, c, na);
-        xmp_load(w.Wb + (size_t)(slice + S) * 144, c, nb);
+        xmp_load(w.Wa + (size_t)(slice + S) * BB, c, na);
+        xmp_load(w.Wb + (size_t)(slice + S) * BB, c, nb);
     }
     return w;
 }
 
 /* After block b: the next block's weights current, block b + 2S's loaded. */
-__device__ __forceinline__ void xmd_next(const xmd_warp &w, int b, int S, int nsb, int c, xmp_q4k &ca, xmp_q4k &cb,
-                                         xmp_q4k &na, xmp_q4k &nb)
+template <int T, class Wd = typename xmp_type<T>::words>
+__device__ __forceinline__ void xmd_next(const xmd_warp &w, int b, int S, int nsb, int c, Wd &ca, Wd &cb, Wd &na,
+                                         Wd &nb)
 {
+    constexpr size_t BB = xmp_type<T>::bytes;
     ca = na;
     cb = nb;
     if (b + 2 * S < nsb) {
-        xmp_load(w.Wa + (size_t)(b + 2 * S) * 144, c, na);
-        xmp_load(w.Wb + (size_t)(b + 2 * S) * 144, c, nb);
+        xmp_load(w.Wa + (size_t)(b + 2 * S) * BB, c, na);
+        xmp_load(w.Wb + (size_t)(b + 2 * S) * BB, c, nb);
     }
+}
+
+/* The input scales of tokens t, t + 1 (a lane's C columns) in block b of
+ * the operand (0 past the call's tokens). */
+template <int BLK>
+__device__ __forceinline__ void xmd_scales(const xmd_args &a, int t, int nsb, int b, float (&dx)[2])
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        dx[h] = t + h < a.n ? __ldg((const float *)(a.Xq + ((size_t)(t + h) * nsb + b) * BLK + 256 * XMD_PL)) : 0.0f;
 }
 
 /* Calls of 3+ tokens, after k_xmp_quant: NG groups of 8 tokens a block
  * (1: calls of at most 8 tokens; grid y: chunks of 8 NG tokens), the
  * operand's B words straight from global memory (the block's row tiles
  * read the same ones: L1). */
-template <int NG>
+template <int NG, int T = MR_TYPE_Q4_K>
 __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const xmd_args a)
 {
-    constexpr int BLK = xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
+    constexpr bool Q4K = T == MR_TYPE_Q4_K;
+    constexpr int BLK = xmp_blk<T, XMD_PL>();
     __shared__ float red[XMD_WARPS][NG * 4][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int S = a.slices, slice = warp % S, tile = warp / S;
     const int nsb = a.cols / 256, t0 = 8 * NG * (int)blockIdx.y;
-    xmp_q4k ca, cb, na, nb;
-    const xmd_warp w = xmd_start(a, S, slice, tile, g, c, ca, cb, na, nb);
+    typename xmp_type<T>::words ca, cb, na, nb;
+    const xmd_warp w = xmd_start<T>(a, S, slice, tile, g, c, ca, cb, na, nb);
     const bool live = w.live;
     int b = slice;
     mr_pdl_wait(); /* cu_pdl.cuh */
@@ -158,13 +218,15 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
         for (int q = 0; q < NG; q++)
 #pragma unroll
             for (int p = 0; p < XMD_PL; p++) M[q][p][0] = M[q][p][1] = M[q][p][2] = M[q][p][3] = 0;
-        uint32_t sc[2][2], mn[2][2]; /* rows a, b; sub-blocks 0..3, 4..7 */
-        xmp_q4k_scales(ca, cb, sc, mn);
+        uint32_t sc[2][2], mn[2][2]; /* rows a, b; sub-blocks 0..3, 4..7 (Q4_K) */
+        if constexpr (Q4K)
+            xmp_q4k_scales(ca, cb, sc, mn);
+        (void)mn;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             uint32_t A[4];
             int sa, sb;
-            xmp_frag(ca, cb, j, A, sa, sb, sc[0][j >> 2], sc[1][j >> 2]);
+            xmd_frag(ca, cb, j, A, sa, sb, sc);
 #pragma unroll
             for (int q = 0; q < NG; q++) {
 #pragma unroll
@@ -172,7 +234,7 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
                     const uint2 bw =
                         tg[q] ? __ldg((const uint2 *)(xg[q] + (XMD_PL * j + p) * 32 + 8 * c)) : make_uint2(0u, 0u);
                     int C[4] = {0, 0, 0, 0};
-                    mr_imma32_us(C, A, bw.x, bw.y);
+                    xmd_mma<T>(C, A, bw.x, bw.y);
                     M[q][p][0] += sa * C[0];
                     M[q][p][1] += sa * C[1];
                     M[q][p][2] += sb * C[2];
@@ -180,6 +242,23 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
                 }
             }
         }
+        if constexpr (!Q4K) { /* IQ4_XS: no mins */
+            const float da = q8_h2f(ca.hd.x), db = q8_h2f(cb.hd.x);
+#pragma unroll
+            for (int q = 0; q < NG; q++) {
+                float dx[2];
+                xmd_scales<BLK>(a, t0 + 8 * q + 2 * c, nsb, b, dx);
+#pragma unroll
+                for (int v = 0; v < 4; v++) {
+                    int Mv[XMD_PL];
+#pragma unroll
+                    for (int p = 0; p < XMD_PL; p++) Mv[p] = M[q][p][v];
+                    f[q][v] = xmd_iq4_acc<XMD_PL>(f[q][v], dx[v & 1], v < 2 ? da : db, Mv);
+                }
+            }
+            xmd_next<T>(w, b, S, nsb, c, ca, cb, na, nb);
+            continue;
+        } else {
         /* the mins: N = sum_j m_j S_j a plane, two MMAs (k_xmp's) */
         const uint32_t Am[4] = {c == 0 ? mn[0][0] : c == 1 ? mn[0][1] : 0u,
                                 c == 0 ? mn[1][0] : c == 1 ? mn[1][1] : 0u, 0u, 0u};
@@ -200,11 +279,7 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
             }
             /* the scales of tokens t0 + 8q + 2c, + 1 (C columns 2c, 2c + 1) */
             float dx[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int t = t0 + 8 * q + 2 * c + h;
-                dx[h] = t < a.n ? __ldg((const float *)(a.Xq + ((size_t)t * nsb + b) * BLK + 256 * XMD_PL)) : 0.0f;
-            }
+            xmd_scales<BLK>(a, t0 + 8 * q + 2 * c, nsb, b, dx);
 #pragma unroll
             for (int v = 0; v < 4; v++) {
                 int Mv[XMD_PL], Nv[XMD_PL];
@@ -216,7 +291,8 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
                 f[q][v] = xmp_q4k_acc<XMD_PL>(f[q][v], dx[v & 1], v < 2 ? da : db, v < 2 ? dma : dmb, Mv, Nv);
             }
         }
-        xmd_next(w, b, S, nsb, c, ca, cb, na, nb);
+        xmd_next<T>(w, b, S, nsb, c, ca, cb, na, nb);
+        }
     }
     /* the slices' sums in slice order */
 #pragma unroll
@@ -243,11 +319,11 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
  * blocks b = s + S i of each of n tokens (xmp_quant_block) into shared
  * memory at ((s nloc + i) Q + t) BLK, Q the tokens a block holds; returns
  * the slice's first block (the caller's barrier follows). */
-template <int Q>
+template <int Q, int T>
 __device__ __forceinline__ uint8_t *xmd_quant_input(const xmd_args &a, uint8_t *sh, int S, int slice, int tile,
                                                     int n, int lane)
 {
-    constexpr int BLK = xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
+    constexpr int BLK = xmp_blk<T, XMD_PL>();
     const int nsb = a.cols / 256, nloc = xmd_qin_blocks(nsb);
     uint8_t *own = sh + (size_t)slice * nloc * Q * BLK;
     for (int i = tile; i < nloc && slice + S * i < nsb; i += a.tl) {
@@ -256,7 +332,7 @@ __device__ __forceinline__ uint8_t *xmd_quant_input(const xmd_args &a, uint8_t *
             const float4 *xr = (const float4 *)(a.x + (size_t)t * a.cols + 256 * bb + 8 * lane);
             const float4 u0 = xr[0], u1 = xr[1];
             const float v[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-            xmp_quant_block<MR_TYPE_Q4_K, XMD_PL>(v, own + ((size_t)i * Q + t) * BLK, lane);
+            xmp_quant_block<T, XMD_PL>(v, own + ((size_t)i * Q + t) * BLK, lane);
         }
     }
     return own;
@@ -290,16 +366,18 @@ __device__ __forceinline__ void xmd_join_rows(float (*red)[2][32], const xmd_war
  * shuffle joins them).  The block's row tiles share their input: the warps
  * of a slice quantize its blocks between them into shared memory
  * (xmd_quant_input), then one barrier. */
+template <int T = MR_TYPE_Q4_K>
 __global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd2(const xmd_args a)
 {
-    constexpr int BLK = xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
+    constexpr bool Q4K = T == MR_TYPE_Q4_K;
+    constexpr int BLK = xmp_blk<T, XMD_PL>();
     __shared__ float red[XMD_WARPS][2][32];
     extern __shared__ __align__(16) uint8_t xmd_sh[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int S = a.slices, slice = warp % S, tile = warp / S;
     const int nsb = a.cols / 256, nloc = xmd_qin_blocks(nsb);
-    xmp_q4k ca, cb, na, nb;
-    const xmd_warp w = xmd_start(a, S, slice, tile, g, c, ca, cb, na, nb);
+    typename xmp_type<T>::words ca, cb, na, nb;
+    const xmd_warp w = xmd_start<T>(a, S, slice, tile, g, c, ca, cb, na, nb);
     const bool live = w.live;
     int b = slice;
     mr_pdl_wait(); /* cu_pdl.cuh */
@@ -312,7 +390,7 @@ __global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd2(const xmd_args a)
             const float4 *xr = (const float4 *)(a.x + (size_t)t * a.cols + 256 * bb + 8 * lane);
             const float4 u0 = xr[0], u1 = xr[1];
             const float v[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-            xmp_quant_block<MR_TYPE_Q4_K, XMD_PL>(v, own + ((size_t)i * XMD_QIN + t) * BLK, lane);
+            xmp_quant_block<T, XMD_PL>(v, own + ((size_t)i * XMD_QIN + t) * BLK, lane);
         }
     }
     __syncthreads();
@@ -324,20 +402,33 @@ __global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd2(const xmd_args a)
         const uint8_t *xb = own + ((size_t)i * XMD_QIN + (col ? tt : 0)) * BLK;
         int M[4] = {0, 0, 0, 0};
         uint32_t sc[2][2], mn[2][2];
-        xmp_q4k_scales(ca, cb, sc, mn);
+        if constexpr (Q4K)
+            xmp_q4k_scales(ca, cb, sc, mn);
+        (void)mn;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             uint32_t A[4];
             int sa, sb;
-            xmp_frag(ca, cb, j, A, sa, sb, sc[0][j >> 2], sc[1][j >> 2]);
+            xmd_frag(ca, cb, j, A, sa, sb, sc);
             const uint2 bw = col ? *(const uint2 *)(xb + (XMD_PL * j + pp) * 32 + 8 * c) : make_uint2(0u, 0u);
             int C[4] = {0, 0, 0, 0};
-            mr_imma32_us(C, A, bw.x, bw.y);
+            xmd_mma<T>(C, A, bw.x, bw.y);
             M[0] += sa * C[0];
             M[1] += sa * C[1];
             M[2] += sb * C[2];
             M[3] += sb * C[3];
         }
+        if constexpr (!Q4K) { /* IQ4_XS: no mins */
+            const int mla = __shfl_xor_sync(0xffffffffu, M[0], 1), mlb = __shfl_xor_sync(0xffffffffu, M[2], 1);
+            if (!(c & 1) && tc < a.n) {
+                const float dx = *(const float *)(own + ((size_t)i * XMD_QIN + tc) * BLK + 256 * XMD_PL);
+                const int Ma[XMD_PL] = {M[0], M[1], mla}, Mb[XMD_PL] = {M[2], M[3], mlb};
+                f[0] = xmd_iq4_acc<XMD_PL>(f[0], dx, q8_h2f(ca.hd.x), Ma);
+                f[1] = xmd_iq4_acc<XMD_PL>(f[1], dx, q8_h2f(cb.hd.x), Mb);
+            }
+            xmd_next<T>(w, b, S, nsb, c, ca, cb, na, nb);
+            continue;
+        } else {
         const uint32_t Am[4] = {c == 0 ? mn[0][0] : c == 1 ? mn[0][1] : 0u,
                                 c == 0 ? mn[1][0] : c == 1 ? mn[1][1] : 0u, 0u, 0u};
         const uint2 xs = col ? *(const uint2 *)(xb + 256 * XMD_PL + 16 + 16 * pp + 8 * (c & 1)) : make_uint2(0u, 0u);
@@ -359,19 +450,21 @@ __global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd2(const xmd_args a)
             f[0] = xmp_q4k_acc<XMD_PL>(f[0], dx, da, dma, Ma, Na);
             f[1] = xmp_q4k_acc<XMD_PL>(f[1], dx, db, dmb, Mb, Nb);
         }
-        xmd_next(w, b, S, nsb, c, ca, cb, na, nb);
+        xmd_next<T>(w, b, S, nsb, c, ca, cb, na, nb);
+        }
     }
     xmd_join_rows(red, w, f, S, slice, warp, lane, !(c & 1) && tc < a.n, tc);
 }
 
 /* After k_xmd1's step on block b: block b + 2S (two steps ahead) into the
  * same registers, so that two steps a row stay in flight as with xmd_next */
-__device__ __forceinline__ void xmd1_refill(const xmd_warp &w, int b, int S, int nsb, int c, xmp_q4k &wa,
-                                            xmp_q4k &wb)
+template <int T, class Wd = typename xmp_type<T>::words>
+__device__ __forceinline__ void xmd1_refill(const xmd_warp &w, int b, int S, int nsb, int c, Wd &wa, Wd &wb)
 {
+    constexpr size_t BB = xmp_type<T>::bytes;
     if (b + 2 * S < nsb) {
-        xmp_load(w.Wa + (size_t)(b + 2 * S) * 144, c, wa);
-        xmp_load(w.Wb + (size_t)(b + 2 * S) * 144, c, wb);
+        xmp_load(w.Wa + (size_t)(b + 2 * S) * BB, c, wa);
+        xmp_load(w.Wb + (size_t)(b + 2 * S) * BB, c, wb);
     }
 }
 
@@ -391,46 +484,79 @@ __device__ __forceinline__ void xmd1_refill(const xmd_warp &w, int b, int S, int
  * given the step's two input addresses keeps k_xmd2 at 92 registers but
  * takes this kernel from 96 to 98 and gives the 3-an-SM one 52 bytes of
  * spill loads: not without a GPU to time it. */
-template <int BPS>
+template <int BPS, int T = MR_TYPE_Q4_K, bool CONV = false>
 __global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 0) k_xmd1(const xmd_args a)
 {
-    constexpr int BLK = xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
+    constexpr bool Q4K = T == MR_TYPE_Q4_K;
+    using Wd = typename xmp_type<T>::words;
+    constexpr int BLK = xmp_blk<T, XMD_PL>();
     __shared__ float red[XMD_WARPS][2][32];
     extern __shared__ __align__(16) uint8_t xmd_sh[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int S = a.slices, slice = warp % S, tile = warp / S;
     const int nsb = a.cols / 256;
-    xmp_q4k ca, cb, na, nb;
-    const xmd_warp w = xmd_start(a, S, slice, tile, g, c, ca, cb, na, nb);
+    Wd ca, cb, na, nb;
+    const xmd_warp w = xmd_start<T>(a, S, slice, tile, g, c, ca, cb, na, nb);
     const bool live = w.live;
     int b = slice;
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
-    const uint8_t *own = xmd_quant_input<1>(a, xmd_sh, S, slice, tile, 1, lane);
+    /* CONV: the lanes that will hold rows ra and ra + 8 of matrix 0 load
+     * their channels' taps and old state now, in flight with the input's
+     * quantization and the products */
+    const bool conv = CONV && slice == 0 && c == 0 && live && w.y == a.y[0];
+    float cw[2][MR_CU_CONV_TAPS], cs[2][MR_CU_CONV_TAPS - 1];
+    if constexpr (CONV) {
+        if (conv) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int ch = w.ra + 8 * h; /* rows % 16 == 0: both exist */
+#pragma unroll
+                for (int j = 0; j < MR_CU_CONV_TAPS; j++)
+                    cw[h][j] = j < a.conv_k ? a.conv_w[(size_t)ch * a.conv_k + j] : 0.0f;
+#pragma unroll
+                for (int j = 0; j < MR_CU_CONV_TAPS - 1; j++)
+                    cs[h][j] = j < a.conv_k - 1 ? a.conv_state[(size_t)j * a.rows[0] + ch] : 0.0f;
+            }
+        }
+    }
+    const uint8_t *own = xmd_quant_input<1, T>(a, xmd_sh, S, slice, tile, 1, lane);
     __syncthreads();
     const bool col = g < XMD_PL; /* this lane's B column: plane g */
     float f[2] = {0.0f, 0.0f};    /* rows ra, ra + 8 (lane c = 0) */
     /* step i of the warp (its slice's block slice + S i) on the weights of
      * rows a, b: k_xmd2's step for one token, whose C values are in lanes
      * c = 0 (its hi and mid planes) and c = 1 (its lo) */
-    auto step = [&](int i, const xmp_q4k &wa, const xmp_q4k &wb) {
+    auto step = [&](int i, const Wd &wa, const Wd &wb) {
         const uint8_t *xb = own + (size_t)i * BLK;
         int M[4] = {0, 0, 0, 0};
         uint32_t sc[2][2], mn[2][2];
-        xmp_q4k_scales(wa, wb, sc, mn);
+        if constexpr (Q4K)
+            xmp_q4k_scales(wa, wb, sc, mn);
+        (void)mn;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             uint32_t A[4];
             int sa, sb;
-            xmp_frag(wa, wb, j, A, sa, sb, sc[0][j >> 2], sc[1][j >> 2]);
+            xmd_frag(wa, wb, j, A, sa, sb, sc);
             const uint2 bw = col ? *(const uint2 *)(xb + (XMD_PL * j + g) * 32 + 8 * c) : make_uint2(0u, 0u);
             int C[4] = {0, 0, 0, 0};
-            mr_imma32_us(C, A, bw.x, bw.y);
+            xmd_mma<T>(C, A, bw.x, bw.y);
             M[0] += sa * C[0];
             M[1] += sa * C[1];
             M[2] += sb * C[2];
             M[3] += sb * C[3];
         }
+        if constexpr (!Q4K) { /* IQ4_XS: no mins */
+            const int mla = __shfl_xor_sync(0xffffffffu, M[0], 1), mlb = __shfl_xor_sync(0xffffffffu, M[2], 1);
+            if (c == 0) {
+                const float dx = *(const float *)(xb + 256 * XMD_PL);
+                const int Ma[XMD_PL] = {M[0], M[1], mla}, Mb[XMD_PL] = {M[2], M[3], mlb};
+                f[0] = xmd_iq4_acc<XMD_PL>(f[0], dx, q8_h2f(wa.hd.x), Ma);
+                f[1] = xmd_iq4_acc<XMD_PL>(f[1], dx, q8_h2f(wb.hd.x), Mb);
+            }
+            return;
+        } else {
         const uint32_t Am[4] = {c == 0 ? mn[0][0] : c == 1 ? mn[0][1] : 0u,
                                 c == 0 ? mn[1][0] : c == 1 ? mn[1][1] : 0u, 0u, 0u};
         const uint2 xs = col ? *(const uint2 *)(xb + 256 * XMD_PL + 16 + 16 * g + 8 * (c & 1)) : make_uint2(0u, 0u);
@@ -451,18 +577,45 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 0) k_xmd1(const
             f[0] = xmp_q4k_acc<XMD_PL>(f[0], dx, da, dma, Ma, Na);
             f[1] = xmp_q4k_acc<XMD_PL>(f[1], dx, db, dmb, Mb, Nb);
         }
+        }
     };
     /* two steps a pass, each on its own set of registers, refilled in place */
     int i = 0;
     for (; live && b + S < nsb; b += 2 * S, i += 2) {
         step(i, ca, cb);
-        xmd1_refill(w, b, S, nsb, c, ca, cb);
+        xmd1_refill<T>(w, b, S, nsb, c, ca, cb);
         step(i + 1, na, nb);
-        xmd1_refill(w, b + S, S, nsb, c, na, nb);
+        xmd1_refill<T>(w, b + S, S, nsb, c, na, nb);
     }
     if (live && b < nsb)
         step(i, ca, cb);
-    xmd_join_rows(red, w, f, S, slice, warp, lane, c == 0, 0);
+    if constexpr (!CONV) {
+        xmd_join_rows(red, w, f, S, slice, warp, lane, c == 0, 0);
+    } else { /* xmd_join_rows, then each row's convolution */
+        red[warp][0][lane] = f[0];
+        red[warp][1][lane] = f[1];
+        __syncthreads();
+        if (slice || !live || c != 0)
+            return;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float acc = red[warp][h][lane];
+            for (int u = 1; u < S; u++) acc = __fadd_rn(acc, red[warp + u][h][lane]);
+            const int r = w.ra + 8 * h;
+            w.y[r] = acc;
+            if (conv) { /* k_conv1d_silu_seq's sum and silu at one token, then the state moved on */
+                const int k = a.conv_k, hist = k - 1;
+                float s = 0.0f;
+#pragma unroll
+                for (int j = 0; j < MR_CU_CONV_TAPS; j++)
+                    if (j < k) s = fmaf(cw[h][j], j < hist ? cs[h][j] : acc, s);
+                a.conv_y[r] = s / (1.0f + expf(-s));
+#pragma unroll
+                for (int j = 0; j < MR_CU_CONV_TAPS - 1; j++)
+                    if (j < hist) a.conv_state[(size_t)j * a.rows[0] + r] = j + 1 < hist ? cs[h][j + 1] : acc;
+            }
+        }
+    }
 }
 
 /* ---- host side ---- */
@@ -480,10 +633,21 @@ void mr_cu_xmd_init(mr_cu_ctx *c)
     const size_t want = 160 * 1024;
     const char *o = getenv("MEMRA_CUDA_XMD_ONE");
     c->xmd_one = !o || !strcmp(o, "auto") ? -1 : !strcmp(o, "1") ? 2 : !strcmp(o, "3") ? 3 : 0;
-    if (c->xmd && xmd_qin_max < want &&
-        cudaFuncSetAttribute(k_xmd2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess &&
-        cudaFuncSetAttribute(k_xmd1<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess &&
-        cudaFuncSetAttribute(k_xmd1<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want) == cudaSuccess)
+    /* IQ4_XS too (the 22-bit kernel's shapes), unless MEMRA_CUDA_XMD_IQ4XS=0.
+     * Runs 267-268 (H100, 35B-A3B): decode only C = 16 883 -> 1,052 and
+     * 1,087 output tok/s; tg128 265.9 -> 265.2 (with k_xmd1's CONV form;
+     * without it -3%); pp512 the same */
+    const char *iq = getenv("MEMRA_CUDA_XMD_IQ4XS");
+    c->xmd_iq4 = !(iq && !strcmp(iq, "0"));
+    const cudaFuncAttribute at = cudaFuncAttributeMaxDynamicSharedMemorySize;
+    if (c->xmd && xmd_qin_max < want && cudaFuncSetAttribute(k_xmd2<>, at, (int)want) == cudaSuccess &&
+        cudaFuncSetAttribute(k_xmd1<2>, at, (int)want) == cudaSuccess &&
+        cudaFuncSetAttribute(k_xmd1<3>, at, (int)want) == cudaSuccess &&
+        cudaFuncSetAttribute(k_xmd2<MR_TYPE_IQ4_XS>, at, (int)want) == cudaSuccess &&
+        cudaFuncSetAttribute(k_xmd1<2, MR_TYPE_IQ4_XS>, at, (int)want) == cudaSuccess &&
+        cudaFuncSetAttribute(k_xmd1<3, MR_TYPE_IQ4_XS>, at, (int)want) == cudaSuccess &&
+        cudaFuncSetAttribute(k_xmd1<2, MR_TYPE_Q4_K, true>, at, (int)want) == cudaSuccess &&
+        cudaFuncSetAttribute(k_xmd1<2, MR_TYPE_IQ4_XS, true>, at, (int)want) == cudaSuccess)
         xmd_qin_max = want;
     cudaGetLastError(); /* a refused opt-in leaves the 48 KB */
 }
@@ -494,17 +658,33 @@ void mr_cu_xmd_init(mr_cu_ctx *c)
  * 21.6 us against 32.9; at 16 tokens the same, 105 against 103). */
 #define XMD_MAX_ROWS 8192
 
+/* IQ4_XS (unless MEMRA_CUDA_XMD_IQ4XS=0): the matrices the 22-bit kernel's shape
+ * rule gives it (cu_mvx24.cu x24_one: at most 2,048 columns, 4,096 rows or
+ * more, or fewer than 128, which share the in-projection's launch), so that
+ * the other IQ4_XS products keep their kernels. */
+static bool xmd_type_ok(const mr_cu_ctx *c, const mr_weight *v)
+{
+    if (v->type == MR_TYPE_Q4_K)
+        return true;
+    return v->type == MR_TYPE_IQ4_XS && c->xmd_iq4 && v->cols <= 2048 && (v->rows >= 4096 || v->rows < 128);
+}
+
 bool mr_cu_xmd_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m)
 {
     if (!c->xmd || m < 1 || m > XMD_MATS || !w[0])
         return false;
     for (int s = 0; s < m; s++) {
         const mr_weight *v = w[s];
-        if (!v || !v->data || v->type != MR_TYPE_Q4_K || v->cols != w[0]->cols || v->cols % 256 ||
-            v->cols > (1 << 20) || v->rows % 16 || v->rows > XMD_MAX_ROWS || v->n_mats > 1)
+        if (!v || !v->data || v->type != w[0]->type || !xmd_type_ok(c, v) || v->cols != w[0]->cols ||
+            v->cols % 256 || v->cols > (1 << 20) || v->rows % 16 || v->rows > XMD_MAX_ROWS || v->n_mats > 1)
             return false;
     }
     return true;
+}
+
+extern "C" int mr_cu_xmd_takes_one(mr_backend *be, const mr_weight *w)
+{
+    return mr_cu_xmd_takes(mr_cu(be), &w, 1);
 }
 
 /* A one-token call's kernel: k_xmd1 at 3 (returns 3) or 2 blocks an SM, or
@@ -531,6 +711,7 @@ static xmd_args xmd_args_for(const mr_weight *const *w, float *const *y, int m, 
     a.m = m;
     a.cols = (int)w[0]->cols;
     a.n = n;
+    a.type = w[0]->type;
     a.slices = xmd_slices(a.cols / 256);
     a.tl = XMD_WARPS / a.slices;
     a.row_bytes = w[0]->row_bytes;
@@ -547,22 +728,57 @@ static xmd_args xmd_args_for(const mr_weight *const *w, float *const *y, int m, 
 
 /* One launch over the operand a.Xq (NULL: the kernel quantizes x itself;
  * n <= XMD_QIN; one: xmd_pick_one's kernel for n = 1). */
-static void xmd_launch(mr_cu_ctx *c, const xmd_args &a, int one)
+template <int T>
+static void xmd_launch_t(mr_cu_ctx *c, const xmd_args &a, int one)
 {
     const int cols = a.cols, n = a.n, m = a.m;
     const uint8_t *Xq = a.Xq;
     const dim3 g1((unsigned)a.blk0[m], 1);
     if (one == 3)
-        mr_cu_launch(c, k_xmd1<3>, g1, XMD_WARPS * 32, xmd_qin_smem(cols / 256, 1), a);
+        mr_cu_launch(c, k_xmd1<3, T>, g1, XMD_WARPS * 32, xmd_qin_smem<T>(cols / 256, 1), a);
     else if (one)
-        mr_cu_launch(c, k_xmd1<2>, g1, XMD_WARPS * 32, xmd_qin_smem(cols / 256, 1), a);
+        mr_cu_launch(c, k_xmd1<2, T>, g1, XMD_WARPS * 32, xmd_qin_smem<T>(cols / 256, 1), a);
     else if (!Xq)
-        mr_cu_launch(c, k_xmd2, g1, XMD_WARPS * 32, xmd_qin_smem(cols / 256, XMD_QIN), a);
+        mr_cu_launch(c, k_xmd2<T>, g1, XMD_WARPS * 32, xmd_qin_smem<T>(cols / 256, XMD_QIN), a);
     else if (n <= 8 || !c->xmd_ng2)
-        mr_cu_launch(c, k_xmd<1>, dim3((unsigned)a.blk0[m], (unsigned)((n + 7) / 8)), XMD_WARPS * 32, 0, a);
+        mr_cu_launch(c, k_xmd<1, T>, dim3((unsigned)a.blk0[m], (unsigned)((n + 7) / 8)), XMD_WARPS * 32, 0, a);
     else
-        mr_cu_launch(c, k_xmd<2>, dim3((unsigned)a.blk0[m], (unsigned)((n + 15) / 16)), XMD_WARPS * 32, 0, a);
+        mr_cu_launch(c, k_xmd<2, T>, dim3((unsigned)a.blk0[m], (unsigned)((n + 15) / 16)), XMD_WARPS * 32, 0, a);
     MR_CU_LAUNCHED(c, "xmd matvec");
+}
+
+static void xmd_launch(mr_cu_ctx *c, const xmd_args &a, int one)
+{
+    if (a.type == MR_TYPE_IQ4_XS)
+        xmd_launch_t<MR_TYPE_IQ4_XS>(c, a, one);
+    else
+        xmd_launch_t<MR_TYPE_Q4_K>(c, a, one);
+}
+
+bool mr_cu_xmd_matvec_conv(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
+                           const float *conv, float *state, int k, float *out)
+{
+    if (k < 1 || k > MR_CU_CONV_TAPS || !conv || !state || !out || !mr_cu_xmd_takes(c, w, m))
+        return false;
+    xmd_args a = xmd_args_for(w, y, m, x, 1);
+    const int nsb = a.cols / 256;
+    /* the form exists for k_xmd1 at 2 blocks an SM, with its input in
+     * shared memory: where the one-token call would run anything else, the
+     * two stay apart */
+    const size_t qin = a.type == MR_TYPE_IQ4_XS ? xmd_qin_smem<MR_TYPE_IQ4_XS>(nsb, 1) : xmd_qin_smem<MR_TYPE_Q4_K>(nsb, 1);
+    if (xmd_pick_one(c, a.blk0[m], nsb) != 2 || qin > xmd_qin_max)
+        return false;
+    a.conv_w = conv;
+    a.conv_state = state;
+    a.conv_y = out;
+    a.conv_k = k;
+    const dim3 g1((unsigned)a.blk0[m], 1);
+    if (a.type == MR_TYPE_IQ4_XS)
+        mr_cu_launch(c, k_xmd1<2, MR_TYPE_IQ4_XS, true>, g1, XMD_WARPS * 32, qin, a);
+    else
+        mr_cu_launch(c, k_xmd1<2, MR_TYPE_Q4_K, true>, g1, XMD_WARPS * 32, qin, a);
+    MR_CU_LAUNCHED(c, "xmd matvec + conv1d_silu");
+    return true;
 }
 
 bool mr_cu_xmd_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x, int n)
@@ -572,8 +788,11 @@ bool mr_cu_xmd_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
     xmd_args a = xmd_args_for(w, y, m, x, n);
     const int nsb = a.cols / 256;
     const int one = n == 1 ? xmd_pick_one(c, a.blk0[m], nsb) : 0;
-    if (n > XMD_QIN || xmd_qin_smem(nsb, one ? 1 : XMD_QIN) > xmd_qin_max) {
-        a.Xq = mr_cu_xmp_operand_q4k3(c, &c->scratch_xmd, x, n, a.cols);
+    const size_t qin = a.type == MR_TYPE_IQ4_XS ? xmd_qin_smem<MR_TYPE_IQ4_XS>(nsb, one ? 1 : XMD_QIN)
+                                                : xmd_qin_smem<MR_TYPE_Q4_K>(nsb, one ? 1 : XMD_QIN);
+    if (n > XMD_QIN || qin > xmd_qin_max) {
+        a.Xq = a.type == MR_TYPE_IQ4_XS ? mr_cu_xmp_operand_iq4x3(c, &c->scratch_xmd, x, n, a.cols)
+                                        : mr_cu_xmp_operand_q4k3(c, &c->scratch_xmd, x, n, a.cols);
         if (!a.Xq)
             return true; /* the context has failed: nothing else runs */
     }
