@@ -366,7 +366,8 @@ static bool conv_after(const mr_cu_auto *a, size_t j, const mr_weight *const *w,
     if (!a->fuse_conv || j >= a->ops.size() || a->ops[j].op != OP_CONV1D_SILU)
         return false;
     const auto &cv = a->ops[j].u.conv1d_silu;
-    if (cv.n != 1 || cv.x != y[0] || cv.channels != w[0]->rows || cv.k < 1 || cv.k > MR_CU_CONV_TAPS || yn[0] != (size_t)cv.channels)
+    if (cv.n != 1 || cv.x != y[0] || cv.channels != w[0]->rows || cv.k < 1 || cv.k > MR_CU_CONV_TAPS ||
+        yn[0] != (size_t)cv.channels)
         return false;
     const size_t ch = (size_t)cv.channels, ob = ch * sizeof(float), sb = (size_t)(cv.k - 1) * ob;
     bool clash = overlap(cv.y, ob, x, (size_t)w[0]->cols * sizeof(float)) || overlap(cv.y, ob, cv.state, sb) ||

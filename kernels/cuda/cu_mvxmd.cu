@@ -242,7 +242,40 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
                 }
             }
         }
-        if constexpr (!Q4K) { /* IQ4_XS: no mins */
+        if constexpr (Q4K) {
+            /* the mins: N = sum_j m_j S_j a plane, two MMAs (k_xmp's) */
+            const uint32_t Am[4] = {c == 0 ? mn[0][0] : c == 1 ? mn[0][1] : 0u,
+                                    c == 0 ? mn[1][0] : c == 1 ? mn[1][1] : 0u, 0u, 0u};
+            const float da = q8_h2f(ca.h.x), dma = q8_h2f(ca.h.x >> 16);
+            const float db = q8_h2f(cb.h.x), dmb = q8_h2f(cb.h.x >> 16);
+#pragma unroll
+            for (int q = 0; q < NG; q++) {
+                int N[XMD_PL][4];
+#pragma unroll
+                for (int p = 0; p < XMD_PL; p++) {
+                    const uint2 xs = tg[q] ? __ldg((const uint2 *)(xg[q] + 256 * XMD_PL + 16 + 16 * p + 8 * (c & 1)))
+                                           : make_uint2(0u, 0u);
+                    int Nl[4] = {0, 0, 0, 0}, Nh[4] = {0, 0, 0, 0};
+                    mr_imma32_us(Nl, Am, xs.x, 0u);
+                    mr_imma32_us(Nh, Am, xs.y, 0u);
+#pragma unroll
+                    for (int v = 0; v < 4; v++) N[p][v] = 256 * Nh[v] + Nl[v];
+                }
+                /* the scales of tokens t0 + 8q + 2c, + 1 (C columns 2c, 2c + 1) */
+                float dx[2];
+                xmd_scales<BLK>(a, t0 + 8 * q + 2 * c, nsb, b, dx);
+#pragma unroll
+                for (int v = 0; v < 4; v++) {
+                    int Mv[XMD_PL], Nv[XMD_PL];
+#pragma unroll
+                    for (int p = 0; p < XMD_PL; p++) {
+                        Mv[p] = M[q][p][v];
+                        Nv[p] = N[p][v];
+                    }
+                    f[q][v] = xmp_q4k_acc<XMD_PL>(f[q][v], dx[v & 1], v < 2 ? da : db, v < 2 ? dma : dmb, Mv, Nv);
+                }
+            }
+        } else { /* IQ4_XS: no mins */
             const float da = q8_h2f(ca.hd.x), db = q8_h2f(cb.hd.x);
 #pragma unroll
             for (int q = 0; q < NG; q++) {
@@ -256,43 +289,8 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
                     f[q][v] = xmd_iq4_acc<XMD_PL>(f[q][v], dx[v & 1], v < 2 ? da : db, Mv);
                 }
             }
-            xmd_next<T>(w, b, S, nsb, c, ca, cb, na, nb);
-            continue;
-        } else {
-        /* the mins: N = sum_j m_j S_j a plane, two MMAs (k_xmp's) */
-        const uint32_t Am[4] = {c == 0 ? mn[0][0] : c == 1 ? mn[0][1] : 0u,
-                                c == 0 ? mn[1][0] : c == 1 ? mn[1][1] : 0u, 0u, 0u};
-        const float da = q8_h2f(ca.h.x), dma = q8_h2f(ca.h.x >> 16);
-        const float db = q8_h2f(cb.h.x), dmb = q8_h2f(cb.h.x >> 16);
-#pragma unroll
-        for (int q = 0; q < NG; q++) {
-            int N[XMD_PL][4];
-#pragma unroll
-            for (int p = 0; p < XMD_PL; p++) {
-                const uint2 xs = tg[q] ? __ldg((const uint2 *)(xg[q] + 256 * XMD_PL + 16 + 16 * p + 8 * (c & 1)))
-                                       : make_uint2(0u, 0u);
-                int Nl[4] = {0, 0, 0, 0}, Nh[4] = {0, 0, 0, 0};
-                mr_imma32_us(Nl, Am, xs.x, 0u);
-                mr_imma32_us(Nh, Am, xs.y, 0u);
-#pragma unroll
-                for (int v = 0; v < 4; v++) N[p][v] = 256 * Nh[v] + Nl[v];
-            }
-            /* the scales of tokens t0 + 8q + 2c, + 1 (C columns 2c, 2c + 1) */
-            float dx[2];
-            xmd_scales<BLK>(a, t0 + 8 * q + 2 * c, nsb, b, dx);
-#pragma unroll
-            for (int v = 0; v < 4; v++) {
-                int Mv[XMD_PL], Nv[XMD_PL];
-#pragma unroll
-                for (int p = 0; p < XMD_PL; p++) {
-                    Mv[p] = M[q][p][v];
-                    Nv[p] = N[p][v];
-                }
-                f[q][v] = xmp_q4k_acc<XMD_PL>(f[q][v], dx[v & 1], v < 2 ? da : db, v < 2 ? dma : dmb, Mv, Nv);
-            }
         }
         xmd_next<T>(w, b, S, nsb, c, ca, cb, na, nb);
-        }
     }
     /* the slices' sums in slice order */
 #pragma unroll
@@ -418,7 +416,30 @@ __global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd2(const xmd_args a)
             M[2] += sb * C[2];
             M[3] += sb * C[3];
         }
-        if constexpr (!Q4K) { /* IQ4_XS: no mins */
+        if constexpr (Q4K) {
+            const uint32_t Am[4] = {c == 0 ? mn[0][0] : c == 1 ? mn[0][1] : 0u,
+                                    c == 0 ? mn[1][0] : c == 1 ? mn[1][1] : 0u, 0u, 0u};
+            const uint2 xs =
+                col ? *(const uint2 *)(xb + 256 * XMD_PL + 16 + 16 * pp + 8 * (c & 1)) : make_uint2(0u, 0u);
+            int Nl[4] = {0, 0, 0, 0}, Nh[4] = {0, 0, 0, 0};
+            mr_imma32_us(Nl, Am, xs.x, 0u);
+            mr_imma32_us(Nh, Am, xs.y, 0u);
+            int N[4];
+#pragma unroll
+            for (int v = 0; v < 4; v++) N[v] = 256 * Nh[v] + Nl[v];
+            /* the lo plane of rows a, b from the odd lane */
+            const int mla = __shfl_xor_sync(0xffffffffu, M[0], 1), mlb = __shfl_xor_sync(0xffffffffu, M[2], 1);
+            const int nla = __shfl_xor_sync(0xffffffffu, N[0], 1), nlb = __shfl_xor_sync(0xffffffffu, N[2], 1);
+            if (!(c & 1) && tc < a.n) {
+                const float dx = *(const float *)(own + ((size_t)i * XMD_QIN + tc) * BLK + 256 * XMD_PL);
+                const float da = q8_h2f(ca.h.x), dma = q8_h2f(ca.h.x >> 16);
+                const float db = q8_h2f(cb.h.x), dmb = q8_h2f(cb.h.x >> 16);
+                const int Ma[XMD_PL] = {M[0], M[1], mla}, Mb[XMD_PL] = {M[2], M[3], mlb};
+                const int Na[XMD_PL] = {N[0], N[1], nla}, Nb[XMD_PL] = {N[2], N[3], nlb};
+                f[0] = xmp_q4k_acc<XMD_PL>(f[0], dx, da, dma, Ma, Na);
+                f[1] = xmp_q4k_acc<XMD_PL>(f[1], dx, db, dmb, Mb, Nb);
+            }
+        } else { /* IQ4_XS: no mins */
             const int mla = __shfl_xor_sync(0xffffffffu, M[0], 1), mlb = __shfl_xor_sync(0xffffffffu, M[2], 1);
             if (!(c & 1) && tc < a.n) {
                 const float dx = *(const float *)(own + ((size_t)i * XMD_QIN + tc) * BLK + 256 * XMD_PL);
@@ -426,32 +447,8 @@ __global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd2(const xmd_args a)
                 f[0] = xmd_iq4_acc<XMD_PL>(f[0], dx, q8_h2f(ca.hd.x), Ma);
                 f[1] = xmd_iq4_acc<XMD_PL>(f[1], dx, q8_h2f(cb.hd.x), Mb);
             }
-            xmd_next<T>(w, b, S, nsb, c, ca, cb, na, nb);
-            continue;
-        } else {
-        const uint32_t Am[4] = {c == 0 ? mn[0][0] : c == 1 ? mn[0][1] : 0u,
-                                c == 0 ? mn[1][0] : c == 1 ? mn[1][1] : 0u, 0u, 0u};
-        const uint2 xs = col ? *(const uint2 *)(xb + 256 * XMD_PL + 16 + 16 * pp + 8 * (c & 1)) : make_uint2(0u, 0u);
-        int Nl[4] = {0, 0, 0, 0}, Nh[4] = {0, 0, 0, 0};
-        mr_imma32_us(Nl, Am, xs.x, 0u);
-        mr_imma32_us(Nh, Am, xs.y, 0u);
-        int N[4];
-#pragma unroll
-        for (int v = 0; v < 4; v++) N[v] = 256 * Nh[v] + Nl[v];
-        /* the lo plane of rows a, b from the odd lane */
-        const int mla = __shfl_xor_sync(0xffffffffu, M[0], 1), mlb = __shfl_xor_sync(0xffffffffu, M[2], 1);
-        const int nla = __shfl_xor_sync(0xffffffffu, N[0], 1), nlb = __shfl_xor_sync(0xffffffffu, N[2], 1);
-        if (!(c & 1) && tc < a.n) {
-            const float dx = *(const float *)(own + ((size_t)i * XMD_QIN + tc) * BLK + 256 * XMD_PL);
-            const float da = q8_h2f(ca.h.x), dma = q8_h2f(ca.h.x >> 16);
-            const float db = q8_h2f(cb.h.x), dmb = q8_h2f(cb.h.x >> 16);
-            const int Ma[XMD_PL] = {M[0], M[1], mla}, Mb[XMD_PL] = {M[2], M[3], mlb};
-            const int Na[XMD_PL] = {N[0], N[1], nla}, Nb[XMD_PL] = {N[2], N[3], nlb};
-            f[0] = xmp_q4k_acc<XMD_PL>(f[0], dx, da, dma, Ma, Na);
-            f[1] = xmp_q4k_acc<XMD_PL>(f[1], dx, db, dmb, Mb, Nb);
         }
         xmd_next<T>(w, b, S, nsb, c, ca, cb, na, nb);
-        }
     }
     xmd_join_rows(red, w, f, S, slice, warp, lane, !(c & 1) && tc < a.n, tc);
 }
@@ -547,7 +544,28 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 0) k_xmd1(const
             M[2] += sb * C[2];
             M[3] += sb * C[3];
         }
-        if constexpr (!Q4K) { /* IQ4_XS: no mins */
+        if constexpr (Q4K) {
+            const uint32_t Am[4] = {c == 0 ? mn[0][0] : c == 1 ? mn[0][1] : 0u,
+                                    c == 0 ? mn[1][0] : c == 1 ? mn[1][1] : 0u, 0u, 0u};
+            const uint2 xs = col ? *(const uint2 *)(xb + 256 * XMD_PL + 16 + 16 * g + 8 * (c & 1)) : make_uint2(0u, 0u);
+            int Nl[4] = {0, 0, 0, 0}, Nh[4] = {0, 0, 0, 0};
+            mr_imma32_us(Nl, Am, xs.x, 0u);
+            mr_imma32_us(Nh, Am, xs.y, 0u);
+            int N[4];
+#pragma unroll
+            for (int v = 0; v < 4; v++) N[v] = 256 * Nh[v] + Nl[v];
+            const int mla = __shfl_xor_sync(0xffffffffu, M[0], 1), mlb = __shfl_xor_sync(0xffffffffu, M[2], 1);
+            const int nla = __shfl_xor_sync(0xffffffffu, N[0], 1), nlb = __shfl_xor_sync(0xffffffffu, N[2], 1);
+            if (c == 0) {
+                const float dx = *(const float *)(xb + 256 * XMD_PL);
+                const float da = q8_h2f(wa.h.x), dma = q8_h2f(wa.h.x >> 16);
+                const float db = q8_h2f(wb.h.x), dmb = q8_h2f(wb.h.x >> 16);
+                const int Ma[XMD_PL] = {M[0], M[1], mla}, Mb[XMD_PL] = {M[2], M[3], mlb};
+                const int Na[XMD_PL] = {N[0], N[1], nla}, Nb[XMD_PL] = {N[2], N[3], nlb};
+                f[0] = xmp_q4k_acc<XMD_PL>(f[0], dx, da, dma, Ma, Na);
+                f[1] = xmp_q4k_acc<XMD_PL>(f[1], dx, db, dmb, Mb, Nb);
+            }
+        } else { /* IQ4_XS: no mins */
             const int mla = __shfl_xor_sync(0xffffffffu, M[0], 1), mlb = __shfl_xor_sync(0xffffffffu, M[2], 1);
             if (c == 0) {
                 const float dx = *(const float *)(xb + 256 * XMD_PL);
@@ -555,28 +573,6 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 0) k_xmd1(const
                 f[0] = xmd_iq4_acc<XMD_PL>(f[0], dx, q8_h2f(wa.hd.x), Ma);
                 f[1] = xmd_iq4_acc<XMD_PL>(f[1], dx, q8_h2f(wb.hd.x), Mb);
             }
-            return;
-        } else {
-        const uint32_t Am[4] = {c == 0 ? mn[0][0] : c == 1 ? mn[0][1] : 0u,
-                                c == 0 ? mn[1][0] : c == 1 ? mn[1][1] : 0u, 0u, 0u};
-        const uint2 xs = col ? *(const uint2 *)(xb + 256 * XMD_PL + 16 + 16 * g + 8 * (c & 1)) : make_uint2(0u, 0u);
-        int Nl[4] = {0, 0, 0, 0}, Nh[4] = {0, 0, 0, 0};
-        mr_imma32_us(Nl, Am, xs.x, 0u);
-        mr_imma32_us(Nh, Am, xs.y, 0u);
-        int N[4];
-#pragma unroll
-        for (int v = 0; v < 4; v++) N[v] = 256 * Nh[v] + Nl[v];
-        const int mla = __shfl_xor_sync(0xffffffffu, M[0], 1), mlb = __shfl_xor_sync(0xffffffffu, M[2], 1);
-        const int nla = __shfl_xor_sync(0xffffffffu, N[0], 1), nlb = __shfl_xor_sync(0xffffffffu, N[2], 1);
-        if (c == 0) {
-            const float dx = *(const float *)(xb + 256 * XMD_PL);
-            const float da = q8_h2f(wa.h.x), dma = q8_h2f(wa.h.x >> 16);
-            const float db = q8_h2f(wb.h.x), dmb = q8_h2f(wb.h.x >> 16);
-            const int Ma[XMD_PL] = {M[0], M[1], mla}, Mb[XMD_PL] = {M[2], M[3], mlb};
-            const int Na[XMD_PL] = {N[0], N[1], nla}, Nb[XMD_PL] = {N[2], N[3], nlb};
-            f[0] = xmp_q4k_acc<XMD_PL>(f[0], dx, da, dma, Ma, Na);
-            f[1] = xmp_q4k_acc<XMD_PL>(f[1], dx, db, dmb, Mb, Nb);
-        }
         }
     };
     /* two steps a pass, each on its own set of registers, refilled in place */
@@ -765,7 +761,8 @@ bool mr_cu_xmd_matvec_conv(mr_cu_ctx *c, const mr_weight *const *w, float *const
     /* the form exists for k_xmd1 at 2 blocks an SM, with its input in
      * shared memory: where the one-token call would run anything else, the
      * two stay apart */
-    const size_t qin = a.type == MR_TYPE_IQ4_XS ? xmd_qin_smem<MR_TYPE_IQ4_XS>(nsb, 1) : xmd_qin_smem<MR_TYPE_Q4_K>(nsb, 1);
+    const size_t qin =
+        a.type == MR_TYPE_IQ4_XS ? xmd_qin_smem<MR_TYPE_IQ4_XS>(nsb, 1) : xmd_qin_smem<MR_TYPE_Q4_K>(nsb, 1);
     if (xmd_pick_one(c, a.blk0[m], nsb) != 2 || qin > xmd_qin_max)
         return false;
     a.conv_w = conv;
