@@ -278,10 +278,48 @@ __device__ __forceinline__ void mr_warp_scan2(int *a, int *b)
     }
 }
 
+/* silu(x) = x / (1 + e^-x) as the convolutions write it (conv1d_silu and
+ * the products that run it, mr_conv1_token). */
+__device__ __forceinline__ float mr_siluf(float x) { return x / (1.0f + expf(-x)); }
+
 /* silu(g) * u: the swiglu op's expression, shared by every kernel that
  * writes it (k_swiglu and the gate/up products that fuse it), so all of
  * them give the same floats. */
-__device__ __forceinline__ float mr_silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+__device__ __forceinline__ float mr_silu_mul(float g, float u) { return mr_siluf(g) * u; }
+
+/* One token of channel ch of a causal convolution of k taps (at most
+ * MR_CU_CONV_TAPS) over `channels` channels, for a kernel that computes the
+ * channel's new input itself (a delta-net in-projection's product with the
+ * convolution in its launch): mr_conv1_fetch loads the channel's taps cw
+ * (w[ch][k]) and old state cs (state[k - 1][channels], oldest first), which
+ * no kernel of the step writes before the product, so they can be in flight
+ * with its weights; mr_conv1_token then writes silu of conv1d_silu's sum (the
+ * taps in order over the old state and v: k_conv1d_silu_seq's fmaf chain at
+ * one token, so the same float) to y[ch] and moves the state on by v. */
+__device__ __forceinline__ void mr_conv1_fetch(const float *w, const float *state, int64_t channels, int64_t ch,
+                                               int k, float (&cw)[MR_CU_CONV_TAPS],
+                                               float (&cs)[MR_CU_CONV_TAPS - 1])
+{
+#pragma unroll
+    for (int j = 0; j < MR_CU_CONV_TAPS; j++) cw[j] = j < k ? w[ch * k + j] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < MR_CU_CONV_TAPS - 1; j++) cs[j] = j < k - 1 ? state[(int64_t)j * channels + ch] : 0.0f;
+}
+
+__device__ __forceinline__ void mr_conv1_token(float v, const float (&cw)[MR_CU_CONV_TAPS],
+                                               const float (&cs)[MR_CU_CONV_TAPS - 1], int k, int64_t channels,
+                                               int64_t ch, float *state, float *y)
+{
+    const int hist = k - 1;
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < MR_CU_CONV_TAPS; j++)
+        if (j < k) s = fmaf(cw[j], j < hist ? cs[j] : v, s);
+    y[ch] = mr_siluf(s);
+#pragma unroll
+    for (int i = 0; i < MR_CU_CONV_TAPS - 1; i++)
+        if (i < hist) state[(int64_t)i * channels + ch] = i + 1 < hist ? cs[i + 1] : v;
+}
 
 __device__ __forceinline__ float mr_warp_sum(float v)
 {

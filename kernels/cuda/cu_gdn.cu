@@ -94,7 +94,7 @@ __global__ void k_conv1d_silu(const float *x, const float *w, const float *state
         const float in = p >= 0 ? x[(int64_t)p * channels + ch] : state[(int64_t)(hist + p) * channels + ch];
         s = fmaf(wc[j], in, s);
     }
-    y[idx] = s / (1.0f + expf(-s));
+    y[idx] = mr_siluf(s);
 }
 
 /* The new state (the last k-1 inputs), in place after k_conv1d_silu has
@@ -137,7 +137,7 @@ __global__ void k_conv1d_silu_seq(const float *x, const float *w, float *state, 
             const float in = p >= 0 ? x[(int64_t)p * channels + ch] : state[(int64_t)(hist + p) * channels + ch];
             s = fmaf(wc[j], in, s);
         }
-        y[(int64_t)t * channels + ch] = s / (1.0f + expf(-s));
+        y[(int64_t)t * channels + ch] = mr_siluf(s);
     }
     for (int i = 0; i < hist; i++) {
         const int p = n - hist + i;

@@ -60,26 +60,9 @@
  * MEMRA_CUDA_X24_PRE=1 the planes k_x24_quant wrote once for the product
  * (same values, so the same sums; slower on the whole, docs/GPU-NOTES.md
  * 32). */
-/* A channel's causal convolution at one token, from the product's output
- * v of that row: conv1d_silu's sum (cu_gdn.cu, the taps in order, the old
- * state then v) and its silu, then the state moved on by one; cw and cs are
- * the channel's taps and old state, loaded before the product. */
-__device__ __forceinline__ void xs_conv_store(const mr_cu_mvjob &a, int64_t ch, float v, const float *cw,
-                                              const float *cs)
-{
-    const int k = a.conv_k, hist = k - 1;
-    float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < MR_CU_CONV_TAPS; j++)
-        if (j < k) s = fmaf(cw[j], j < hist ? cs[j] : v, s);
-    a.conv_y[ch] = s / (1.0f + expf(-s));
-#pragma unroll
-    for (int i = 0; i < MR_CU_CONV_TAPS - 1; i++)
-        if (i < hist) a.conv_state[(int64_t)i * a.conv_ch + ch] = i + 1 < hist ? cs[i + 1] : v;
-}
-
 /* CONV (one token, mr_cu_x24_matvec_conv): lane i of a warp's pass also
- * runs the convolution of row i where it is one of the first conv_ch. */
+ * runs the convolution of row i where it is one of the first conv_ch
+ * (mr_conv1_fetch, mr_conv1_token). */
 template <int T, int R, int NT, bool GLU = false, bool CONV = false>
 __global__ void __launch_bounds__(XS_WARPS * 32, 2) k_mvx24(mr_cu_mvjob a, int64_t total_rows, const uint8_t *xg)
 {
@@ -120,16 +103,9 @@ __global__ void __launch_bounds__(XS_WARPS * 32, 2) k_mvx24(mr_cu_mvjob a, int64
         /* the convolution's taps and old state of lane i's row, in flight
          * with the weights (the state: written by an earlier step's launch) */
         float cw[MR_CU_CONV_TAPS], cs[MR_CU_CONV_TAPS - 1];
-        if constexpr (CONV) {
-            const int64_t ch = r0 + lane;
-            if (lane < R && ch < a.conv_ch) {
-#pragma unroll
-                for (int j = 0; j < MR_CU_CONV_TAPS; j++) cw[j] = j < a.conv_k ? a.conv_w[ch * a.conv_k + j] : 0.0f;
-#pragma unroll
-                for (int j = 0; j < MR_CU_CONV_TAPS - 1; j++)
-                    cs[j] = j < a.conv_k - 1 ? a.conv_state[(int64_t)j * a.conv_ch + ch] : 0.0f;
-            }
-        }
+        if constexpr (CONV)
+            if (lane < R && r0 + lane < a.conv_ch)
+                mr_conv1_fetch(a.conv_w, a.conv_state, a.conv_ch, r0 + lane, a.conv_k, cw, cs);
         float acc[NT * R];
 #pragma unroll
         for (int i = 0; i < NT * R; i++) acc[i] = 0.0f;
@@ -165,7 +141,8 @@ __global__ void __launch_bounds__(XS_WARPS * 32, 2) k_mvx24(mr_cu_mvjob a, int64
                     const float v = mr_warp_sum(acc[t * R + i]);
                     if (lane == 0 && r0 + i < total_rows) y[i][t * ys[i]] = v;
                     if constexpr (CONV)
-                        if (lane == i && r0 + i < a.conv_ch) xs_conv_store(a, r0 + i, v, cw, cs);
+                        if (lane == i && r0 + i < a.conv_ch)
+                            mr_conv1_token(v, cw, cs, a.conv_k, a.conv_ch, r0 + i, a.conv_state, a.conv_y);
                 }
         }
     }

@@ -99,6 +99,23 @@ __device__ __forceinline__ void xmd_mma(int (&C)[4], const uint32_t (&A)[4], uin
         mr_imma32_ss(C, A, b0, b1);
 }
 
+/* The end of one token's IQ4_XS step in k_xmd2 and k_xmd1, whose C values
+ * hold the token's planes on the MMA's columns: the lo plane of rows a, b
+ * from the odd lane (a shuffle every lane makes), then, in the lane that
+ * holds the token's sums (mine), f += dx (d join(M)) for both rows, dx the
+ * token's block scale in its input block blk. */
+__device__ __forceinline__ void xmd_iq4_rows(const int (&M)[4], bool mine, const uint8_t *blk, const xs_iq4w &wa,
+                                             const xs_iq4w &wb, float (&f)[2])
+{
+    const int mla = __shfl_xor_sync(0xffffffffu, M[0], 1), mlb = __shfl_xor_sync(0xffffffffu, M[2], 1);
+    if (mine) {
+        const float dx = *(const float *)(blk + 256 * XMD_PL);
+        const int Ma[XMD_PL] = {M[0], M[1], mla}, Mb[XMD_PL] = {M[2], M[3], mlb};
+        f[0] = xmd_iq4_acc<XMD_PL>(f[0], dx, q8_h2f(wa.hd.x), Ma);
+        f[1] = xmd_iq4_acc<XMD_PL>(f[1], dx, q8_h2f(wb.hd.x), Mb);
+    }
+}
+
 /* Sub-block j's A fragment and scales of rows a, b, either type (Q4_K's
  * scale bytes sc from xmp_q4k_scales; unused for IQ4_XS). */
 __device__ __forceinline__ void xmd_frag(const xmp_q4k &wa, const xmp_q4k &wb, int j, uint32_t (&A)[4], int &sa,
@@ -440,13 +457,7 @@ __global__ void __launch_bounds__(XMD_WARPS * 32) k_xmd2(const xmd_args a)
                 f[1] = xmp_q4k_acc<XMD_PL>(f[1], dx, db, dmb, Mb, Nb);
             }
         } else { /* IQ4_XS: no mins */
-            const int mla = __shfl_xor_sync(0xffffffffu, M[0], 1), mlb = __shfl_xor_sync(0xffffffffu, M[2], 1);
-            if (!(c & 1) && tc < a.n) {
-                const float dx = *(const float *)(own + ((size_t)i * XMD_QIN + tc) * BLK + 256 * XMD_PL);
-                const int Ma[XMD_PL] = {M[0], M[1], mla}, Mb[XMD_PL] = {M[2], M[3], mlb};
-                f[0] = xmd_iq4_acc<XMD_PL>(f[0], dx, q8_h2f(ca.hd.x), Ma);
-                f[1] = xmd_iq4_acc<XMD_PL>(f[1], dx, q8_h2f(cb.hd.x), Mb);
-            }
+            xmd_iq4_rows(M, !(c & 1) && tc < a.n, own + ((size_t)i * XMD_QIN + tc) * BLK, ca, cb, f);
         }
         xmd_next<T>(w, b, S, nsb, c, ca, cb, na, nb);
     }
@@ -506,15 +517,8 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 0) k_xmd1(const
     if constexpr (CONV) {
         if (conv) {
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int ch = w.ra + 8 * h; /* rows % 16 == 0: both exist */
-#pragma unroll
-                for (int j = 0; j < MR_CU_CONV_TAPS; j++)
-                    cw[h][j] = j < a.conv_k ? a.conv_w[(size_t)ch * a.conv_k + j] : 0.0f;
-#pragma unroll
-                for (int j = 0; j < MR_CU_CONV_TAPS - 1; j++)
-                    cs[h][j] = j < a.conv_k - 1 ? a.conv_state[(size_t)j * a.rows[0] + ch] : 0.0f;
-            }
+            for (int h = 0; h < 2; h++) /* rows % 16 == 0: both exist */
+                mr_conv1_fetch(a.conv_w, a.conv_state, a.rows[0], w.ra + 8 * h, a.conv_k, cw[h], cs[h]);
         }
     }
     const uint8_t *own = xmd_quant_input<1, T>(a, xmd_sh, S, slice, tile, 1, lane);
@@ -566,13 +570,7 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 0) k_xmd1(const
                 f[1] = xmp_q4k_acc<XMD_PL>(f[1], dx, db, dmb, Mb, Nb);
             }
         } else { /* IQ4_XS: no mins */
-            const int mla = __shfl_xor_sync(0xffffffffu, M[0], 1), mlb = __shfl_xor_sync(0xffffffffu, M[2], 1);
-            if (c == 0) {
-                const float dx = *(const float *)(xb + 256 * XMD_PL);
-                const int Ma[XMD_PL] = {M[0], M[1], mla}, Mb[XMD_PL] = {M[2], M[3], mlb};
-                f[0] = xmd_iq4_acc<XMD_PL>(f[0], dx, q8_h2f(wa.hd.x), Ma);
-                f[1] = xmd_iq4_acc<XMD_PL>(f[1], dx, q8_h2f(wb.hd.x), Mb);
-            }
+            xmd_iq4_rows(M, c == 0, xb, wa, wb, f);
         }
     };
     /* two steps a pass, each on its own set of registers, refilled in place */
@@ -599,17 +597,8 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 0) k_xmd1(const
             for (int u = 1; u < S; u++) acc = __fadd_rn(acc, red[warp + u][h][lane]);
             const int r = w.ra + 8 * h;
             w.y[r] = acc;
-            if (conv) { /* k_conv1d_silu_seq's sum and silu at one token, then the state moved on */
-                const int k = a.conv_k, hist = k - 1;
-                float s = 0.0f;
-#pragma unroll
-                for (int j = 0; j < MR_CU_CONV_TAPS; j++)
-                    if (j < k) s = fmaf(cw[h][j], j < hist ? cs[h][j] : acc, s);
-                a.conv_y[r] = s / (1.0f + expf(-s));
-#pragma unroll
-                for (int j = 0; j < MR_CU_CONV_TAPS - 1; j++)
-                    if (j < hist) a.conv_state[(size_t)j * a.rows[0] + r] = j + 1 < hist ? cs[h][j + 1] : acc;
-            }
+            if (conv)
+                mr_conv1_token(acc, cw[h], cs[h], a.conv_k, a.rows[0], r, a.conv_state, a.conv_y);
         }
     }
 }
@@ -751,19 +740,25 @@ static void xmd_launch(mr_cu_ctx *c, const xmd_args &a, int one)
         xmd_launch_t<MR_TYPE_Q4_K>(c, a, one);
 }
 
+/* The shared memory of a launch whose blocks quantize q tokens' input
+ * themselves (k_xmd1: 1, k_xmd2: XMD_QIN), by the launch's type. */
+static size_t xmd_qin_bytes(const xmd_args &a, int q)
+{
+    const int nsb = a.cols / 256;
+    return a.type == MR_TYPE_IQ4_XS ? xmd_qin_smem<MR_TYPE_IQ4_XS>(nsb, q) : xmd_qin_smem<MR_TYPE_Q4_K>(nsb, q);
+}
+
 bool mr_cu_xmd_matvec_conv(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x,
                            const float *conv, float *state, int k, float *out)
 {
     if (k < 1 || k > MR_CU_CONV_TAPS || !conv || !state || !out || !mr_cu_xmd_takes(c, w, m))
         return false;
     xmd_args a = xmd_args_for(w, y, m, x, 1);
-    const int nsb = a.cols / 256;
     /* the form exists for k_xmd1 at 2 blocks an SM, with its input in
      * shared memory: where the one-token call would run anything else, the
      * two stay apart */
-    const size_t qin =
-        a.type == MR_TYPE_IQ4_XS ? xmd_qin_smem<MR_TYPE_IQ4_XS>(nsb, 1) : xmd_qin_smem<MR_TYPE_Q4_K>(nsb, 1);
-    if (xmd_pick_one(c, a.blk0[m], nsb) != 2 || qin > xmd_qin_max)
+    const size_t qin = xmd_qin_bytes(a, 1);
+    if (xmd_pick_one(c, a.blk0[m], a.cols / 256) != 2 || qin > xmd_qin_max)
         return false;
     a.conv_w = conv;
     a.conv_state = state;
@@ -785,9 +780,7 @@ bool mr_cu_xmd_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
     xmd_args a = xmd_args_for(w, y, m, x, n);
     const int nsb = a.cols / 256;
     const int one = n == 1 ? xmd_pick_one(c, a.blk0[m], nsb) : 0;
-    const size_t qin = a.type == MR_TYPE_IQ4_XS ? xmd_qin_smem<MR_TYPE_IQ4_XS>(nsb, one ? 1 : XMD_QIN)
-                                                : xmd_qin_smem<MR_TYPE_Q4_K>(nsb, one ? 1 : XMD_QIN);
-    if (n > XMD_QIN || qin > xmd_qin_max) {
+    if (n > XMD_QIN || xmd_qin_bytes(a, one ? 1 : XMD_QIN) > xmd_qin_max) {
         a.Xq = a.type == MR_TYPE_IQ4_XS ? mr_cu_xmp_operand_iq4x3(c, &c->scratch_xmd, x, n, a.cols)
                                         : mr_cu_xmp_operand_q4k3(c, &c->scratch_xmd, x, n, a.cols);
         if (!a.Xq)
