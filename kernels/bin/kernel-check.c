@@ -38,11 +38,13 @@
  * ahead of the PDL wait (part of "mm"), "loop" only its one-wave looping
  * grid (part of "mm"), "tail" only the fused end of a
  * mixture layer, a delta-net layer's gated norm in one launch and its
- * in-projection with the convolution (part of "ops"), "xmq" only the expert products that
+ * in-projection with the convolution, then the scan with its state loaded
+ * before the wait (part of "ops"), "xmq" only the expert products that
  * quantize their inputs in each block (part of "moe"), "merge" only
  * the decode attention's two merges and its batches' two grids (part of
  * "ops"), "hybrid" only the Gated
- * DeltaNet ops against the CPU (part of "q8"), "route" only the routing by
+ * DeltaNet ops against the CPU, with a decode batch's convolutions and
+ * scans in shared launches (part of "q8"), "route" only the routing by
  * ranks against the warp kernel (part of "ops"), "tiles" only the
  * tensor-core tiles of decode batches against one token (part of "mm"),
  * "xmm" the Q4_K and Q6_K expert products on the tensor cores (the default; every
@@ -2957,8 +2959,19 @@ static void check_inconv(mr_backend *be, int type, const int64_t *rows, int m, i
     for (size_t i = 0; i < (size_t)ch * k; i++) cw[i] = 0.5f * fgauss();
     for (size_t i = 0; i < sn; i++) st[i] = fgauss();
     float *dx = dup_to(be, x, xn * 4), *dcw = dup_to(be, cw, (size_t)ch * k * 4);
-    float *got[2][MULTI_MAX + 2];
-    long fused[2];
+    /* the delta-rule scan of the convolution's outputs after them (heads of
+     * 128, as many value heads as the channels hold: the 35B-A3B's at 8,192),
+     * whose state the launch before it does not write, so one token's is
+     * loaded before the wait (mr_cu_gdn_scan_early) */
+    const int nv = ch % 512 == 0 ? (int)(ch / 256) : 0, nk = nv / 2;
+    const size_t gsn = (size_t)nv * 128 * 128, gon = (size_t)n * nv * 128;
+    float *gal = malloc((size_t)(n * nv + 1) * 4), *gbt = malloc((size_t)(n * nv + 1) * 4);
+    float *gA = malloc((size_t)(nv + 1) * 4), *gdt = malloc((size_t)(nv + 1) * 4), *gs0 = malloc((gsn + 1) * 4);
+    for (int i = 0; i < n * nv; i++) { gal[i] = 2 * fgauss(); gbt[i] = 2 * fgauss(); }
+    for (int h = 0; h < nv; h++) { gA[h] = -expf(0.5f * fgauss()); gdt[h] = fgauss(); }
+    for (size_t i = 0; i < gsn; i++) gs0[i] = 0.1f * fgauss();
+    float *got[2][MULTI_MAX + 4];
+    long fused[2], early[2];
     for (int apart = 0; apart < 2; apart++) {
         float *dy[MULTI_MAX], *dout = dalloc(be, on * 4), *dst = dup_to(be, st, sn * 4);
         poison(be, dout, on * 4);
@@ -2966,15 +2979,31 @@ static void check_inconv(mr_backend *be, int type, const int64_t *rows, int m, i
             dy[s] = dalloc(be, (size_t)n * rows[s] * 4);
             poison(be, dy[s], (size_t)n * rows[s] * 4);
         }
+        float *gda = nv ? dup_to(be, gal, (size_t)n * nv * 4) : NULL, *gdb = nv ? dup_to(be, gbt, (size_t)n * nv * 4) : NULL;
+        float *gdA = nv ? dup_to(be, gA, (size_t)nv * 4) : NULL, *gddt = nv ? dup_to(be, gdt, (size_t)nv * 4) : NULL;
+        float *gds = nv ? dup_to(be, gs0, gsn * 4) : NULL, *gdo = nv ? dalloc(be, gon * 4) : NULL;
+        if (nv) poison(be, gdo, gon * 4);
         if (be->sync(be, &err)) die("sync");
-        const long f0 = fused_ops(be).conv;
+        const long f0 = fused_ops(be).conv, e0 = fused_ops(be).scan_early;
         for (int s = 0; s < m; s++) {
             be->matmul(be, &w[s], dx, dy[s], n);
             if (apart && be->sync(be, &err)) die("sync");
         }
         be->conv1d_silu(be, dy[0], dcw, dst, n, (int)ch, k, dout);
+        if (apart && be->sync(be, &err)) die("sync");
+        if (nv)
+            be->gdn_scan(be, dout, (int)ch, gda, gdb, gdA, gddt, gds, n, nk, nv, 128, 128, 1e-6f, gdo);
         if (be->sync(be, &err)) die("sync");
         fused[apart] = fused_ops(be).conv - f0;
+        early[apart] = fused_ops(be).scan_early - e0;
+        got[apart][m + 2] = malloc((gon + 1) * 4);
+        got[apart][m + 3] = malloc((gsn + 1) * 4);
+        if (nv) {
+            fetch(be, got[apart][m + 2], gdo, gon * 4);
+            fetch(be, got[apart][m + 3], gds, gsn * 4);
+            be->free(be, gda); be->free(be, gdb); be->free(be, gdA); be->free(be, gddt); be->free(be, gds);
+            be->free(be, gdo);
+        }
         for (int s = 0; s < m; s++) {
             got[apart][s] = malloc((size_t)n * rows[s] * 4);
             fetch(be, got[apart][s], dy[s], (size_t)n * rows[s] * 4);
@@ -2990,6 +3019,7 @@ static void check_inconv(mr_backend *be, int type, const int64_t *rows, int m, i
     size_t diff = 0;
     for (int s = 0; s < m; s++) diff += floats_differ(got[0][s], got[1][s], (size_t)n * rows[s]);
     diff += floats_differ(got[0][m], got[1][m], on) + (hist > 0 ? floats_differ(got[0][m + 1], got[1][m + 1], sn) : 0);
+    const size_t sdiff = nv ? floats_differ(got[0][m + 2], got[1][m + 2], gon) + floats_differ(got[0][m + 3], got[1][m + 3], gsn) : 0;
     /* the reference: the convolution in double over the fused launch's own
      * product outputs (their accuracy is the matmul checks' business) */
     const float *qkv = got[0][0];
@@ -3018,8 +3048,14 @@ static void check_inconv(mr_backend *be, int type, const int64_t *rows, int m, i
     report("inconv-state", shape, (double)moved, 0, 0.0);   /* state entries not the old ones moved on */
     report("inconv-vs-apart", shape, (double)diff, 0, 0.0); /* values that differ in any bit */
     report("inconv-taken", shape, (double)labs(fused[0] - want) + (double)labs(fused[1]), 0, 0.0);
+    if (nv) {
+        report("inconv-scan-vs-apart", shape, (double)sdiff, 0, 0.0); /* the scan's outputs and state, any bit */
+        /* a scan follows each fused launch: its state loaded early there, not apart */
+        report("inconv-scan-early", shape, (double)labs(early[0] - (want && n == 1)) + (double)labs(early[1]), 0, 0.0);
+    }
+    free(gal); free(gbt); free(gA); free(gdt); free(gs0);
     for (int a = 0; a < 2; a++)
-        for (int s = 0; s < m + 2; s++) free(got[a][s]);
+        for (int s = 0; s < m + 4; s++) free(got[a][s]);
     for (int s = 0; s < m; s++) {
         be->weight_release(be, &w[s]);
         free(host[s]);
@@ -3350,6 +3386,111 @@ static void check_gdn_graph(void)
     gdn_free(&g);
 }
 
+/* A decode batch's delta-net layer: S sequences of one token each, every
+ * one with its own convolution and scan states (separate allocations, as
+ * each sequence's are), recorded as the forward pass records them (for
+ * each segment its conv1d_silu, then the gdn_scan of that output).  The
+ * recorder runs them as one launch of the convolutions and one of the scans
+ * (mr_cu_gdn_segs, `want` segments taken; fused_ops().segs); with the rule
+ * off (MEMRA_CUDA_FUSE_SEGS=0) each pair runs by itself.  Every output and
+ * state must be the same bits both ways, and within the bounds of the
+ * other hybrid lines of the CPU backend's ops.  share: segment 1 uses
+ * segment 0's scan state (two calls on one sequence: the rule may not put
+ * them in one launch). */
+static void check_gdn_segs(mr_backend *on, mr_backend *off, int S, int nk, int nv, int dk, int dv, int k, bool share,
+                           long want)
+{
+    const int C = 2 * nk * dk + nv * dv;
+    const size_t xn = (size_t)S * C, wn = (size_t)C * k, hn = (size_t)(k > 1 ? k - 1 : 1) * C;
+    const size_t sn = (size_t)nv * dk * dv, an = (size_t)S * nv, on_ = (size_t)S * nv * dv;
+    float *x = malloc(xn * 4), *w = malloc(wn * 4), *al = malloc(an * 4), *bt = malloc(an * 4);
+    float *A = malloc(nv * 4), *dt = malloc(nv * 4);
+    float **h0 = malloc(S * sizeof *h0), **s0 = malloc(S * sizeof *s0);
+    for (size_t i = 0; i < xn; i++) x[i] = fgauss();
+    for (size_t i = 0; i < wn; i++) w[i] = 0.5f * fgauss();
+    for (size_t i = 0; i < an; i++) { al[i] = 2 * fgauss(); bt[i] = 2 * fgauss(); }
+    for (int h = 0; h < nv; h++) { A[h] = -expf(0.5f * fgauss()); dt[h] = fgauss(); }
+    for (int s = 0; s < S; s++) {
+        h0[s] = malloc(hn * 4);
+        s0[s] = malloc(sn * 4);
+        for (size_t i = 0; i < hn; i++) h0[s][i] = fgauss();
+        for (size_t i = 0; i < sn; i++) s0[s][i] = 0.1f * fgauss();
+    }
+    /* per backend: conv outputs, scan outputs, then each segment's two states */
+    mr_backend *bes[3] = {on, off, cpu};
+    float *got[3][4];
+    long taken[3] = {0, 0, 0};
+    for (int b = 0; b < 3; b++) {
+        mr_backend *be = bes[b];
+        float *dx = dup_to(be, x, xn * 4), *dw = dup_to(be, w, wn * 4), *da = dup_to(be, al, an * 4);
+        float *db = dup_to(be, bt, an * 4), *dA = dup_to(be, A, nv * 4), *ddt = dup_to(be, dt, nv * 4);
+        float *dy = dalloc(be, xn * 4), *dout = dalloc(be, on_ * 4);
+        float **dh = malloc(S * sizeof *dh), **ds = malloc(S * sizeof *ds);
+        poison(be, dy, xn * 4);
+        poison(be, dout, on_ * 4);
+        for (int s = 0; s < S; s++) {
+            dh[s] = dup_to(be, h0[s], hn * 4);
+            ds[s] = share && s == 1 ? ds[0] : dup_to(be, s0[s], sn * 4);
+        }
+        if (be->sync(be, &err)) die("sync");
+        const long f0 = b < 2 ? fused_ops(be).segs : 0;
+        for (int s = 0; s < S; s++) {
+            be->conv1d_silu(be, dx + (size_t)s * C, dw, dh[s], 1, C, k, dy + (size_t)s * C);
+            be->gdn_scan(be, dy + (size_t)s * C, C, da + (size_t)s * nv, db + (size_t)s * nv, dA, ddt, ds[s], 1, nk, nv,
+                         dk, dv, 1e-6f, dout + (size_t)s * nv * dv);
+        }
+        if (be->sync(be, &err)) die("sync");
+        taken[b] = b < 2 ? fused_ops(be).segs - f0 : 0;
+        got[b][0] = malloc(xn * 4);
+        got[b][1] = malloc(on_ * 4);
+        got[b][2] = malloc((size_t)S * hn * 4);
+        got[b][3] = malloc((size_t)S * sn * 4);
+        fetch(be, got[b][0], dy, xn * 4);
+        fetch(be, got[b][1], dout, on_ * 4);
+        for (int s = 0; s < S; s++) {
+            fetch(be, got[b][2] + (size_t)s * hn, dh[s], hn * 4);
+            fetch(be, got[b][3] + (size_t)s * sn, ds[s], sn * 4);
+        }
+        for (int s = 0; s < S; s++) {
+            be->free(be, dh[s]);
+            if (!(share && s == 1)) be->free(be, ds[s]);
+        }
+        free(dh); free(ds);
+        be->free(be, dx); be->free(be, dw); be->free(be, da); be->free(be, db); be->free(be, dA);
+        be->free(be, ddt); be->free(be, dy); be->free(be, dout);
+    }
+    char shape[96];
+    snprintf(shape, sizeof shape, "S=%d h=%d/%d d=%d/%d k=%d%s", S, nk, nv, dk, dv, k, share ? " shared" : "");
+    const size_t hs = k > 1 ? (size_t)S * hn : 0; /* one tap: no state to compare */
+    size_t diff = floats_differ(got[0][0], got[1][0], xn) + floats_differ(got[0][1], got[1][1], on_) +
+                  floats_differ(got[0][2], got[1][2], hs) + floats_differ(got[0][3], got[1][3], (size_t)S * sn);
+    report("gdn_segs-vs-apart", shape, (double)diff, 0, 0.0); /* values that differ in any bit */
+    report_f("gdn_segs-conv-cpu", shape, got[0][0], got[2][0], xn, 1e-5);
+    report_f("gdn_segs-scan-cpu", shape, got[0][1], got[2][1], on_, 1e-5);
+    if (hs) report_f("gdn_segs-convstate-cpu", shape, got[0][2], got[2][2], hs, 0.0); /* copies */
+    report_f("gdn_segs-state-cpu", shape, got[0][3], got[2][3], (size_t)S * sn, 1e-5);
+    report("gdn_segs-taken", shape, (double)labs(taken[0] - want) + (double)labs(taken[1]), 0, 0.0);
+    for (int b = 0; b < 3; b++)
+        for (int q = 0; q < 4; q++) free(got[b][q]);
+    for (int s = 0; s < S; s++) { free(h0[s]); free(s0[s]); }
+    free(h0); free(s0); free(x); free(w); free(al); free(bt); free(A); free(dt);
+}
+
+static void check_gdn_segs_all(void)
+{
+    mr_backend *off = backend_with("MEMRA_CUDA_FUSE_SEGS", "0");
+    check_gdn_segs(gpu, off, 16, 16, 32, 128, 128, 4, false, 16); /* the 35B-A3B, a batch of 16 */
+    check_gdn_segs(gpu, off, 2, 16, 32, 128, 128, 4, false, 2);
+    check_gdn_segs(gpu, off, 70, 16, 32, 128, 128, 4, false, 70); /* two launches of each: 64 + 6 */
+    check_gdn_segs(gpu, off, 5, 2, 4, 64, 64, 4, false, 5);       /* the fixtures */
+    check_gdn_segs(gpu, off, 3, 2, 2, 256, 96, 3, false, 3);      /* 32 rows a thread, partial column tiles */
+    check_gdn_segs(gpu, off, 4, 2, 4, 16, 8, 1, false, 4);        /* one tap: no convolution state */
+    check_gdn_segs(gpu, off, 6, 2, 4, 64, 64, 4, true, 5);        /* 0 and 1 one state: 0 alone, then 1-5 */
+    check_gdn_segs(gpu, off, 3, 2, 4, 64, 64, 5, false, 0);       /* more taps than the kernel keeps */
+    check_gdn_segs(gpu, off, 1, 16, 32, 128, 128, 4, false, 0);   /* one sequence: its own launches */
+    off->destroy(off);
+}
+
 static void check_hybrid_ops(void)
 {
     if (!gpu->copy_2d || !gpu->sigmoid_mul || !gpu->conv1d_silu || !gpu->gdn_scan) {
@@ -3388,6 +3529,7 @@ static void check_hybrid_ops(void)
     check_gdn(2, 4, 16, 8, 3, 9, 0.0f);     /* tiny heads */
     check_gdn(2, 4, 64, 64, 0, 7, 25.0f);   /* softplus linear branch: state nearly cleared */
     check_gdn_graph();
+    check_gdn_segs_all();
 }
 
 /* ---- int8-activation matvec (MEMRA_CUDA_MATVEC=q8) ----

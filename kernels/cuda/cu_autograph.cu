@@ -150,6 +150,16 @@ struct mr_cu_auto {
      * so far */
     bool fuse_conv = true;
     long conv_fused = 0;
+    /* a decode batch's delta-net convolutions and scans, one pair a
+     * sequence, as one launch of each (mr_cu_gdn_segs), the same floats
+     * (MEMRA_CUDA_FUSE_SEGS=0 turns it off); sequences so taken so far */
+    bool fuse_segs = true;
+    long segs_fused = 0;
+    /* the one-token scan after an in-projection that ran the convolution
+     * loads its state before the PDL wait (mr_cu_gdn_scan_early; the same
+     * floats; MEMRA_CUDA_SCAN_EARLY=0 turns it off); scans so launched */
+    bool scan_early = true;
+    long scans_early = 0;
     /* MEMRA_CUDA_TWICE (timing only, the results are wrong): launches
      * whose first op matches are made twice, so a step's time with and
      * without says what that launch costs inside the graph, its overlap
@@ -378,6 +388,30 @@ static bool conv_after(const mr_cu_auto *a, size_t j, const mr_weight *const *w,
     return !clash;
 }
 
+/* Op j, after a launch of m one-token products (outputs y of yn floats)
+ * and the convolution of the first (outputs cy, its state cs of k - 1 rows
+ * of ch channels): a gdn_scan of cy whose state that launch does not write
+ * is launched with its state loaded before the PDL wait (returns 1), else
+ * nothing is (0). */
+static size_t scan_after_conv(mr_cu_auto *a, mr_backend *be, size_t j, float *const *y, const size_t *yn,
+                              size_t m, const float *cy, const float *cs, int ch, int k)
+{
+    if (!a->scan_early || j >= a->ops.size() || a->ops[j].op != OP_GDN_SCAN)
+        return 0;
+    const auto &g = a->ops[j].u.gdn_scan;
+    if (g.n != 1 || g.qkv != cy || g.stride != ch)
+        return 0;
+    const size_t sb = (size_t)g.nv * (size_t)g.dk * (size_t)g.dv * sizeof(float);
+    bool clash = overlap(g.state, sb, cy, (size_t)ch * sizeof(float)) ||
+                 overlap(g.state, sb, cs, (size_t)(k > 1 ? k - 1 : 0) * (size_t)ch * sizeof(float));
+    for (size_t s = 0; s < m && !clash; s++) clash = overlap(g.state, sb, y[s], yn[s] * sizeof(float));
+    if (clash || !mr_cu_gdn_scan_early(be, g.qkv, g.stride, g.alpha, g.beta, g.a, g.dt_bias, g.state, g.nk, g.nv,
+                                       g.dk, g.dv, g.eps, g.out))
+        return 0;
+    a->scans_early++;
+    return 1;
+}
+
 /* Ops i, i+1, ... that are matmuls (or matmul_ids) over the same input,
  * with the same tokens (and ids), of one weight type and width, writing
  * places that no other of them reads or writes: up to MR_CU_MV_SUBS of
@@ -438,7 +472,7 @@ static size_t run_multi(mr_cu_auto *a, mr_backend *be, size_t i)
         if (mr_cu_matmul_multi_conv(be, w, y, (int)m, o.u.matmul.x, cv.w, cv.state, cv.k, cv.y)) {
             a->mv_fused += (long)m - 1;
             a->conv_fused++;
-            return m + 1;
+            return m + 1 + scan_after_conv(a, be, i + m + 1, y, yn, m, cv.y, cv.state, cv.channels, cv.k);
         }
     }
     if (m < 2 || !a->fuse_mv)
@@ -579,6 +613,70 @@ static size_t run_gnorm(mr_cu_auto *a, mr_backend *be, size_t i)
     return 2;
 }
 
+/* Ops i, i+1, ...: pairs of conv1d_silu and the gdn_scan of its outputs, one
+ * token each, over consecutive rows (a decode batch's sequences, each with
+ * its own states: qwen35.c recurrent_rows a segment), as one launch of the
+ * convolutions and one of the scans (mr_cu_gdn_segs) for up to MR_CU_SEGS
+ * pairs.  That runs every convolution before the first scan, so pairs join
+ * only where nothing a scan writes (its outputs, its state) is read or
+ * written by a convolution or read by another scan, and no two pairs share
+ * a state.  Returns the ops it ran (0: none, op i runs alone). */
+static size_t run_segs(mr_cu_auto *a, mr_backend *be, size_t i)
+{
+    const size_t n_ops = a->ops.size();
+    if (!a->fuse_segs || i + 3 >= n_ops || a->ops[i].op != OP_CONV1D_SILU || a->ops[i + 1].op != OP_GDN_SCAN)
+        return 0;
+    const auto &c0 = a->ops[i].u.conv1d_silu;
+    const auto &g0 = a->ops[i + 1].u.gdn_scan;
+    const size_t ch = (size_t)c0.channels, nv = (size_t)g0.nv, on = nv * (size_t)g0.dv;
+    if (c0.n != 1 || g0.n != 1 || g0.qkv != c0.y || g0.stride != c0.channels || c0.k < 1 ||
+        c0.channels != 2 * g0.nk * g0.dk + g0.nv * g0.dv)
+        return 0;
+    const size_t fb = sizeof(float), csb = (size_t)(c0.k > 1 ? c0.k - 1 : 0) * ch * fb;
+    const size_t ssb = nv * (size_t)g0.dk * (size_t)g0.dv * fb;
+    float *cst[MR_CU_SEGS], *sst[MR_CU_SEGS];
+    size_t m = 0;
+    for (size_t j = i; j + 1 < n_ops && m < MR_CU_SEGS; j += 2, m++) {
+        if (a->ops[j].op != OP_CONV1D_SILU || a->ops[j + 1].op != OP_GDN_SCAN)
+            break;
+        const auto &cv = a->ops[j].u.conv1d_silu;
+        const auto &g = a->ops[j + 1].u.gdn_scan;
+        if (cv.n != 1 || cv.w != c0.w || cv.k != c0.k || cv.channels != c0.channels || cv.x != c0.x + m * ch ||
+            cv.y != c0.y + m * ch || g.n != 1 || g.qkv != cv.y || g.stride != g0.stride ||
+            g.alpha != g0.alpha + m * nv || g.beta != g0.beta + m * nv || g.a != g0.a || g.dt_bias != g0.dt_bias ||
+            g.nk != g0.nk || g.nv != g0.nv || g.dk != g0.dk || g.dv != g0.dv || g.eps != g0.eps ||
+            g.out != g0.out + m * on)
+            break;
+        bool clash = overlap(cv.state, csb, g.state, ssb);
+        for (size_t t = 0; t < m && !clash; t++)
+            clash = overlap(cv.state, csb, cst[t], csb) || overlap(g.state, ssb, sst[t], ssb) ||
+                    overlap(cv.state, csb, sst[t], ssb) || overlap(g.state, ssb, cst[t], csb);
+        if (clash)
+            break;
+        cst[m] = cv.state;
+        sst[m] = g.state;
+    }
+    if (m < 2)
+        return 0;
+    /* the regions of all m pairs: the convolutions' outputs are no input,
+     * and what the scans write is nothing else's */
+    const size_t xb = m * ch * fb, ob = m * on * fb, gb = m * nv * fb, wb = ch * (size_t)c0.k * fb, hb = nv * fb;
+    const void *r[] = {c0.x, c0.y, c0.w, g0.alpha, g0.beta, g0.a, g0.dt_bias};
+    const size_t rn[] = {xb, xb, wb, gb, gb, hb, hb};
+    bool clash = overlap(c0.y, xb, c0.x, xb) || overlap(c0.y, xb, c0.w, wb);
+    for (size_t q = 0; q < 7 && !clash; q++) {
+        clash = overlap(g0.out, ob, r[q], rn[q]);
+        for (size_t t = 0; t < m && !clash; t++)
+            clash = overlap(sst[t], ssb, r[q], rn[q]) || overlap(sst[t], ssb, g0.out, ob) ||
+                    overlap(cst[t], csb, g0.out, ob) || overlap(cst[t], csb, r[q], rn[q]);
+    }
+    if (clash || !mr_cu_gdn_segs(be, c0.x, c0.w, cst, c0.k, c0.y, g0.alpha, g0.beta, g0.a, g0.dt_bias, sst, (int)m,
+                                 g0.nk, g0.nv, g0.dk, g0.dv, g0.eps, g0.out))
+        return 0;
+    a->segs_fused += (long)m;
+    return 2 * m;
+}
+
 /* Launches the ops from i on: a shared launch where a rule takes them, else
  * op i alone; returns how many ops it took. */
 static size_t launch_at(mr_cu_auto *a, mr_backend *be, size_t i)
@@ -590,6 +688,8 @@ static size_t launch_at(mr_cu_auto *a, mr_backend *be, size_t i)
         used = run_tail(a, be, i);
     if (!used)
         used = run_gnorm(a, be, i);
+    if (!used)
+        used = run_segs(a, be, i);
     if (!used) {
         run_op(a, be, a->ops[i]);
         used = 1;
@@ -1506,6 +1606,10 @@ void mr_cu_autograph_install(mr_backend *be)
     c->ag->fuse_gnorm = !(fn && !strcmp(fn, "0"));
     const char *fc = getenv("MEMRA_CUDA_FUSE_CONV");
     c->ag->fuse_conv = !(fc && !strcmp(fc, "0"));
+    const char *fs = getenv("MEMRA_CUDA_FUSE_SEGS");
+    c->ag->fuse_segs = !(fs && !strcmp(fs, "0"));
+    const char *se = getenv("MEMRA_CUDA_SCAN_EARLY");
+    c->ag->scan_early = !(se && !strcmp(se, "0"));
     const char *tw = getenv("MEMRA_CUDA_TWICE");
     if (tw && *tw)
         twice_parse(c->ag, tw);
@@ -1573,9 +1677,10 @@ void mr_cu_autograph_free(mr_backend *be)
                 "cuda op profile (event-timed, no graphs): %.3f ms in all; %ld add+rmsnorm fused; "
                 "%ld matvec launches saved by sharing; %ld K/V stores in qk_norm_rope; %ld swiglus in their "
                 "products; %ld ops in mixture-layer tails; %ld gated norms in one launch; %ld convolutions in "
-                "their products\n",
+                "their products; %ld sequences' convolutions and scans in shared launches; %ld scans with "
+                "their state loaded early\n",
                 all, c->ag->fused, c->ag->mv_fused, c->ag->kv_fused, c->ag->glu_fused, c->ag->tail_fused,
-                c->ag->gnorm_fused, c->ag->conv_fused);
+                c->ag->gnorm_fused, c->ag->conv_fused, c->ag->segs_fused, c->ag->scans_early);
         std::vector<std::pair<double, std::string>> v;
         for (auto &t : c->ag->totals) v.push_back({t.second.first, t.first});
         std::sort(v.rbegin(), v.rend());
@@ -1618,6 +1723,8 @@ extern "C" void mr_cu_autograph_fusions(mr_backend *be, mr_cu_fusions *f)
     f->tail = c->ag->tail_fused;
     f->gnorm = c->ag->gnorm_fused;
     f->conv = c->ag->conv_fused;
+    f->segs = c->ag->segs_fused;
+    f->scan_early = c->ag->scans_early;
 }
 
 extern "C" long mr_cu_autograph_nodes(mr_backend *be)

@@ -34,7 +34,7 @@ void mr_cu_autograph_stats(struct mr_backend *be, long *captures, long *replays)
  * last ops inside the add_rmsnorm after them (mr_cu_moe_tail), swiglus
  * gating an RMSNorm's rows inside its launch (mr_cu_rmsnorm_gate). */
 typedef struct mr_cu_fusions {
-    long mv, kv, glu, tail, gnorm, conv;
+    long mv, kv, glu, tail, gnorm, conv, segs, scan_early;
 } mr_cu_fusions;
 void mr_cu_autograph_fusions(struct mr_backend *be, mr_cu_fusions *f);
 /* Nodes (kernels, copies) of the last graph it captured; 0 before any. */

@@ -33,6 +33,12 @@ __device__ __forceinline__ float mr_sigmoidf(float x) { return 1.0f / (1.0f + ex
 
 #define MR_CU_MV_SUBS 4 /* matrices one matvec launch may cover (mr_cu_matmul_multi: q/k/v; a gated
                            delta net layer's qkv, z, alpha and beta) */
+/* Sequences one launch of mr_cu_gdn_segs takes: their states' addresses
+ * travel as a kernel argument (512 bytes) */
+#define MR_CU_SEGS 64
+struct mr_cu_segs {
+    float *p[MR_CU_SEGS];
+};
 #define MR_CU_CONV_TAPS 4 /* taps a causal convolution that a product's launch takes may have (mr_cu_matmul_multi_conv) */
 
 /* Blocks an SM holds of one kernel at one block size and shared memory,
@@ -423,6 +429,27 @@ bool mr_cu_matmul_id_multi(mr_backend *be, const mr_weight *const *w, float *con
  * do not allow it.  z may not overlap x or out; out may be x. */
 bool mr_cu_rmsnorm_gate(mr_backend *be, const float *x, const float *w, const float *z, float *out, int n_rows,
                         int dim, float eps);
+/* A decode batch's delta-net layer, one token of each of nseg sequences:
+ * for each segment s in order, conv1d_silu(x + s C, cw, conv_states[s], 1,
+ * C, k, conv_y + s C) and gdn_scan(conv_y + s C, C, alpha + s nv, beta + s
+ * nv, a, dt_bias, states[s], 1, nk, nv, dk, dv, eps, out + s nv dv) with C =
+ * 2 nk dk + nv dv, as two launches (a segments' convolution, then their
+ * scan) a MR_CU_SEGS of segments, with the floats of those calls (cu_gdn.cu;
+ * the op recorder's rule, which checks that nothing one segment writes is
+ * read or written by another); false, nothing launched, where the shape is
+ * not taken (k above MR_CU_CONV_TAPS, a shape gdn_scan refuses). */
+bool mr_cu_gdn_segs(mr_backend *be, const float *x, const float *cw, float *const *conv_states, int k,
+                    float *conv_y, const float *alpha, const float *beta, const float *a, const float *dt_bias,
+                    float *const *states, int nseg, int n_k_heads, int n_v_heads, int dk, int dv, float eps,
+                    float *out);
+/* gdn_scan(qkv, stride, alpha, beta, a, dt_bias, state, 1, ...) with the
+ * state loaded before the PDL wait, for a caller that knows the launch
+ * before it does not write the state (the op recorder, after a delta-net
+ * in-projection whose launch ran the convolution): the same floats; false,
+ * nothing launched, where gdn_scan would refuse the shape. */
+bool mr_cu_gdn_scan_early(mr_backend *be, const float *qkv, int stride, const float *alpha, const float *beta,
+                          const float *a, const float *dt_bias, float *state, int n_k_heads, int n_v_heads, int dk,
+                          int dv, float eps, float *out);
 /* matmul (or one token's matmul_id) of a gate and an up matrix over the same
  * input, then swiglu(y[0], y[1]) into o (o may be y[0]), as one launch with
  * the floats of the three ops (cu_matmul.cu; the op recorder fuses a

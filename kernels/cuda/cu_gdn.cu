@@ -146,6 +146,24 @@ __global__ void k_conv1d_silu_seq(const float *x, const float *w, float *state, 
     }
 }
 
+/* One token of each of a decode batch's sequences (blockIdx.y: segment s,
+ * input row s of x, output row s of y, state st.p[s]): k_conv1d_silu_seq's
+ * floats at n = 1 for each (mr_conv1_token's chain), in one launch.  k at
+ * most MR_CU_CONV_TAPS. */
+__global__ void k_conv1d_silu_segs(const float *x, const float *w, const mr_cu_segs st, int channels, int k,
+                                   float *y)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= channels)
+        return;
+    const int64_t row = (int64_t)blockIdx.y * channels;
+    float cw[MR_CU_CONV_TAPS], cs[MR_CU_CONV_TAPS - 1];
+    mr_conv1_fetch(w, st.p[blockIdx.y], channels, ch, k, cw, cs);
+    mr_conv1_token(x[row + ch], cw, cs, k, channels, ch, st.p[blockIdx.y], y + row);
+}
+
 static void cu_conv1d_silu(mr_backend *be, const float *x, const float *w, float *state, int n,
                            int channels, int k, float *y)
 {
@@ -245,15 +263,27 @@ __device__ __forceinline__ void gdn_update(float (&s)[RPT], const float *kn, flo
 /* Block: W = blockDim.x / 32 warps; thread (w, lane) holds S[w*RPT + r][col]
  * for r < RPT, col = blockIdx.y * 32 + lane.  Rows >= dk and columns >= dv
  * are held as zeros and never stored. */
+/* The scan in two parts, so that a kernel can load the state before its
+ * PDL wait where it knows the kernel before does not write it
+ * (k_gdn_scan_segs) or after it (k_gdn_scan): gdn_scan_state loads this
+ * thread's rows of its column of head blockIdx.x's state and returns the
+ * head's state; gdn_scan_tokens runs the n tokens and stores it back. */
 template <int RPT>
-__global__ void __launch_bounds__(32 * GDN_MAX_WARPS) k_gdn_scan(const float *qkv, int stride, const float *alpha,
-                                                   const float *beta, const float *a,
-                                                   const float *dt_bias, float *state, int n,
-                                                   int n_k_heads, int n_v_heads, int dk, int dv,
-                                                   float eps, float *out)
+__device__ __forceinline__ float *gdn_scan_state(float *state, int dk, int dv, float (&s)[RPT])
 {
-    mr_pdl_wait(); /* cu_pdl.cuh */
-    mr_pdl_trigger();
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    const int col = blockIdx.y * GDN_COLS + lane;
+    float *S = state + (int64_t)blockIdx.x * dk * dv;
+    gdn_state_load<RPT>(S, s, wi * RPT, col, col < dv, dk, dv);
+    return S;
+}
+
+template <int RPT>
+__device__ __forceinline__ void gdn_scan_tokens(float (&s)[RPT], float *S, const float *qkv, int stride,
+                                                const float *alpha, const float *beta, const float *a,
+                                                const float *dt_bias, int n, int n_k_heads, int n_v_heads, int dk,
+                                                int dv, float eps, float *out)
+{
     extern __shared__ float sh[];
     const int W = blockDim.x >> 5;
     float *qn = sh;                       /* [dk] */
@@ -267,10 +297,6 @@ __global__ void __launch_bounds__(32 * GDN_MAX_WARPS) k_gdn_scan(const float *qk
     const int col = blockIdx.y * GDN_COLS + lane;
     const bool col_ok = col < dv;
     const int row0 = wi * RPT;
-    float *S = state + (int64_t)h * dk * dv;
-
-    float s[RPT];
-    gdn_state_load<RPT>(S, s, row0, col, col_ok, dk, dv);
 
     const float a_h = a[h], dtb = dt_bias[h];
     const float qscale = 1.0f / sqrtf((float)dk);
@@ -339,6 +365,42 @@ __global__ void __launch_bounds__(32 * GDN_MAX_WARPS) k_gdn_scan(const float *qk
     }
 
     gdn_state_store<RPT>(S, s, row0, col, col_ok, dk, dv);
+}
+
+template <int RPT>
+__global__ void __launch_bounds__(32 * GDN_MAX_WARPS) k_gdn_scan(const float *qkv, int stride, const float *alpha,
+                                                   const float *beta, const float *a,
+                                                   const float *dt_bias, float *state, int n,
+                                                   int n_k_heads, int n_v_heads, int dk, int dv,
+                                                   float eps, float *out)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    float s[RPT];
+    float *S = gdn_scan_state<RPT>(state, dk, dv, s);
+    gdn_scan_tokens<RPT>(s, S, qkv, stride, alpha, beta, a, dt_bias, n, n_k_heads, n_v_heads, dk, dv, eps, out);
+}
+
+/* One token of each of a decode batch's sequences (blockIdx.z: segment s,
+ * whose row is s of qkv, alpha, beta and out, and whose state is st.p[s]):
+ * k_gdn_scan's floats at n = 1 for each, in one launch instead of one a
+ * sequence.  The states are loaded before the PDL wait, while the kernel
+ * before still runs: that is the segments' convolution (mr_cu_gdn_segs) or,
+ * for one sequence, its in-projection with the convolution
+ * (mr_cu_gdn_scan_early), and neither writes them. */
+template <int RPT>
+__global__ void __launch_bounds__(32 * GDN_MAX_WARPS)
+k_gdn_scan_segs(const float *qkv, int stride, const float *alpha, const float *beta, const float *a,
+                const float *dt_bias, const mr_cu_segs st, int n_k_heads, int n_v_heads, int dk, int dv, float eps,
+                float *out)
+{
+    const int64_t g = blockIdx.z;
+    float s[RPT];
+    float *S = gdn_scan_state<RPT>(st.p[g], dk, dv, s);
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    gdn_scan_tokens<RPT>(s, S, qkv + g * stride, stride, alpha + g * n_v_heads, beta + g * n_v_heads, a, dt_bias, 1,
+                         n_k_heads, n_v_heads, dk, dv, eps, out + g * n_v_heads * dv);
 }
 
 /* The same scan, with the work that does not depend on the state taken out
@@ -505,26 +567,38 @@ k_gdn_scan_tiled(const float *qkv, int stride, const float *alpha, const float *
     gdn_state_store<RPT>(S, s, row0, col, col_ok, dk, dv);
 }
 
+/* Rows of S a thread holds: the smallest of 4, 8, 16, 32 that needs at most
+ * gdn_warps warps, else 32 (dk > 32 gdn_warps: more warps).  Every scan
+ * kernel takes the same count, so a token's sums are the same in each. */
+static int gdn_rpt(const mr_cu_ctx *c, int dk)
+{
+    int rpt = 4;
+    while (rpt < 32 && rpt * c->gdn_warps < dk)
+        rpt *= 2;
+    return rpt;
+}
+
+/* Whether gdn_scan takes this shape (else it fails the context). */
+static bool gdn_shape_ok(int stride, int n_k_heads, int n_v_heads, int dk, int dv)
+{
+    return n_k_heads >= 1 && n_v_heads >= 1 && n_v_heads % n_k_heads == 0 && dk >= 1 && dv >= 1 &&
+           stride >= 2 * n_k_heads * dk + n_v_heads * dv && dk <= 32 * GDN_MAX_WARPS &&
+           (dv + GDN_COLS - 1) / GDN_COLS <= 65535;
+}
+
 static void cu_gdn_scan(mr_backend *be, const float *qkv, int stride, const float *alpha,
                         const float *beta, const float *a, const float *dt_bias, float *state, int n,
                         int n_k_heads, int n_v_heads, int dk, int dv, float eps, float *out)
 {
     mr_cu_ctx *c = mr_cu(be);
-    if (n_k_heads < 1 || n_v_heads < 1 || n_v_heads % n_k_heads || dk < 1 || dv < 1 ||
-        stride < 2 * n_k_heads * dk + n_v_heads * dv || dk > 32 * GDN_MAX_WARPS ||
-        (dv + GDN_COLS - 1) / GDN_COLS > 65535) {
+    if (!gdn_shape_ok(stride, n_k_heads, n_v_heads, dk, dv)) {
         mr_cu_fail(c, "gdn_scan: bad shape (k heads %d, v heads %d, dk %d, dv %d, stride %d; dk at most %d)",
                    n_k_heads, n_v_heads, dk, dv, stride, 32 * GDN_MAX_WARPS);
         return;
     }
     if (n <= 0)
         return;
-    /* rows per thread: the smallest of 4, 8, 16, 32 that needs at most
-     * gdn_warps warps, else 32 (dk > 32 gdn_warps: more warps).  Both kernels
-     * take the same count, so a token's sums are the same in either */
-    int rpt = 4;
-    while (rpt < 32 && rpt * c->gdn_warps < dk)
-        rpt *= 2;
+    const int rpt = gdn_rpt(c, dk);
     const int W = (dk + rpt - 1) / rpt;
     const dim3 grid((unsigned)n_v_heads, (unsigned)((dv + GDN_COLS - 1) / GDN_COLS));
     const unsigned threads = (unsigned)(32 * W);
@@ -560,6 +634,67 @@ static void cu_gdn_scan(mr_backend *be, const float *qkv, int stride, const floa
 #undef GDN_LAUNCH
 #undef GDN_ARGS
     MR_CU_LAUNCHED(c, "gdn_scan");
+}
+
+/* k_gdn_scan_segs over ns segments of stride channels (ns at most
+ * MR_CU_SEGS; their states in ss). */
+static void gdn_scan_segs(mr_cu_ctx *c, const float *qkv, int channels, const float *alpha, const float *beta,
+                          const float *a, const float *dt_bias, const mr_cu_segs &ss, int ns, int n_k_heads,
+                          int n_v_heads, int dk, int dv, float eps, float *out)
+{
+    const int rpt = gdn_rpt(c, dk), W = (dk + rpt - 1) / rpt;
+    const unsigned threads = (unsigned)(32 * W);
+    const size_t shm = sizeof(float) * ((size_t)2 * dk + (size_t)2 * W * GDN_COLS + (size_t)3 * W);
+    const dim3 grid((unsigned)n_v_heads, (unsigned)((dv + GDN_COLS - 1) / GDN_COLS), (unsigned)ns);
+#define GDN_SEGS_ARGS qkv, channels, alpha, beta, a, dt_bias, ss, n_k_heads, n_v_heads, dk, dv, eps, out
+    switch (rpt) {
+    case 4: mr_cu_launch(c, k_gdn_scan_segs<4>, grid, threads, shm, GDN_SEGS_ARGS); break;
+    case 8: mr_cu_launch(c, k_gdn_scan_segs<8>, grid, threads, shm, GDN_SEGS_ARGS); break;
+    case 16: mr_cu_launch(c, k_gdn_scan_segs<16>, grid, threads, shm, GDN_SEGS_ARGS); break;
+    default: mr_cu_launch(c, k_gdn_scan_segs<32>, grid, threads, shm, GDN_SEGS_ARGS); break;
+    }
+#undef GDN_SEGS_ARGS
+}
+
+bool mr_cu_gdn_segs(mr_backend *be, const float *x, const float *cw, float *const *conv_states, int k,
+                    float *conv_y, const float *alpha, const float *beta, const float *a, const float *dt_bias,
+                    float *const *states, int nseg, int n_k_heads, int n_v_heads, int dk, int dv, float eps,
+                    float *out)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    const int channels = 2 * n_k_heads * dk + n_v_heads * dv;
+    if (nseg < 1 || k < 1 || k > MR_CU_CONV_TAPS || !gdn_shape_ok(channels, n_k_heads, n_v_heads, dk, dv))
+        return false;
+    for (int s0 = 0; s0 < nseg; s0 += MR_CU_SEGS) {
+        const int ns = nseg - s0 < MR_CU_SEGS ? nseg - s0 : MR_CU_SEGS;
+        const int64_t r0 = s0;
+        mr_cu_segs cs = {}, ss = {};
+        for (int s = 0; s < ns; s++) {
+            cs.p[s] = conv_states[s0 + s];
+            ss.p[s] = states[s0 + s];
+        }
+        mr_cu_launch(c, k_conv1d_silu_segs, dim3((unsigned)((channels + 127) / 128), (unsigned)ns), 128, 0,
+                     x + r0 * channels, cw, cs, channels, k, conv_y + r0 * channels);
+        MR_CU_LAUNCHED(c, "conv1d_silu segs");
+        gdn_scan_segs(c, conv_y + r0 * channels, channels, alpha + r0 * n_v_heads, beta + r0 * n_v_heads, a,
+                      dt_bias, ss, ns, n_k_heads, n_v_heads, dk, dv, eps, out + r0 * n_v_heads * dv);
+        MR_CU_LAUNCHED(c, "gdn_scan segs");
+    }
+    return true;
+}
+
+bool mr_cu_gdn_scan_early(mr_backend *be, const float *qkv, int stride, const float *alpha, const float *beta,
+                          const float *a, const float *dt_bias, float *state, int n_k_heads, int n_v_heads, int dk,
+                          int dv, float eps, float *out)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (!gdn_shape_ok(stride, n_k_heads, n_v_heads, dk, dv))
+        return false;
+    mr_cu_segs ss = {};
+    ss.p[0] = state;
+    gdn_scan_segs(c, qkv, stride, alpha, beta, a, dt_bias, ss, 1, n_k_heads, n_v_heads, dk, dv, eps, out);
+    MR_CU_LAUNCHED(c, "gdn_scan early");
+    return true;
 }
 
 void mr_cu_install_gdn(mr_backend *be)
