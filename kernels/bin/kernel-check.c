@@ -1670,13 +1670,28 @@ static void check_xmd_prec(mr_backend *be, const tdesc *td, int64_t cols, int64_
     free(host); free(x); free(y); free(xd); free(ref);
 }
 
-/* IQ4_XS on the int8 tensor cores (MEMRA_CUDA_XMD_IQ4XS, on with xmd; the 22-bit
- * kernel's shapes: at most 2,048 columns, 4,096 rows or more, or fewer than
- * 128): that the kernels take them ("xmd-iq4-taken": 0 when every shape that
- * should go there does, and the others do not), the products against
- * float64 at 1, 2 and 3+ tokens on each one-token kernel, a token alone
- * against batches bit for bit, and the 35B-A3B's in-projection launch
- * against its products one at a time. */
+/* How many of the shapes sh[i] = (columns, rows, whether the tensor-core
+ * rule should take them) mr_cu_xmd_takes_one gets wrong for type td. */
+static long xmd_rule_wrong(mr_backend *be, const tdesc *td, const int64_t (*sh)[3], size_t n)
+{
+    long wrong = 0;
+    for (size_t i = 0; i < n; i++) {
+        tweight w;
+        tw_make(&w, td, sh[i][0], sh[i][1], 1);
+        mr_weight wb = w.g;
+        wrong += (mr_cu_xmd_takes_one(be, &wb) != 0) != (sh[i][2] != 0);
+        tw_free(&w);
+    }
+    return wrong;
+}
+
+/* IQ4_XS on the int8 tensor cores (MEMRA_CUDA_XMD_IQ4XS, on with xmd): with
+ * =x24 the 22-bit kernel's shapes (at most 2,048 columns, 4,096 rows or
+ * more, or fewer than 128), by default all: that the kernels take them
+ * ("xmd-iq4-taken": 0 when every shape that should go there does, and the
+ * others do not), the products against float64 at 1, 2 and 3+ tokens on
+ * each one-token kernel, a token alone against batches bit for bit, and
+ * the 35B-A3B's in-projection launch against its products one at a time. */
 static void check_xmd_iq4(void)
 {
     const tdesc *ti = td_of(MR_TYPE_IQ4_XS);
@@ -1686,7 +1701,7 @@ static void check_xmd_iq4(void)
     for (int v = 0; v < 4; v++) {
         setenv("MEMRA_CUDA_XMD", "1", 1);
         setenv("MEMRA_CUDA_XMD_ONE", one[v], 1);
-        mr_backend *be = backend_with("MEMRA_CUDA_XMD_IQ4XS", "1");
+        mr_backend *be = backend_with("MEMRA_CUDA_XMD_IQ4XS", "x24");
         unsetenv("MEMRA_CUDA_XMD_IQ4XS");
         unsetenv("MEMRA_CUDA_XMD_ONE");
         setenv("MEMRA_CUDA_XMD", "0", 1); /* main's setting */
@@ -1694,15 +1709,8 @@ static void check_xmd_iq4(void)
             /* (columns, rows, whether the rule takes them) */
             static const int64_t sh[][3] = {{2048, 8192, 1}, {2048, 4096, 1}, {2048, 32, 1}, {1024, 96, 1},
                                             {2048, 2048, 0}, {4096, 4096, 0}, {2048, 512, 0}, {2048, 40, 0}};
-            long wrong = 0;
-            for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
-                tweight w;
-                tw_make(&w, ti, sh[i][0], sh[i][1], 1);
-                mr_weight wb = w.g;
-                wrong += (mr_cu_xmd_takes_one(be, &wb) != 0) != (sh[i][2] != 0);
-                tw_free(&w);
-            }
-            report("xmd-iq4-taken", "IQ4_XS by the shape rule", (double)wrong, 0, 0.0);
+            report("xmd-iq4-taken", "IQ4_XS by the shape rule",
+                   (double)xmd_rule_wrong(be, ti, sh, sizeof sh / sizeof sh[0]), 0, 0.0);
             check_multi_vs_one(be, "xmd-iq4", ti, 8192, 4096, 32, 2048, 1, 2);
             check_multi_vs_one(be, "xmd-iq4", ti, 8192, 4096, 32, 2048, 5, 2);
             check_multi_vs_one(be, "xmd-iq4", ti, 4096, 32, 32, 2048, 16, 2);
@@ -1721,6 +1729,26 @@ static void check_xmd_iq4(void)
         check_batch_invariance_ns(be, lab, ti, 1280, 112, 1, 1, ns, nn);
         be->destroy(be);
     }
+    /* MEMRA_CUDA_XMD_IQ4XS=all: every IQ4_XS shape the kernels take (the
+     * 35B-A3B's out-projections, 4,096 columns, and its shared expert) */
+    setenv("MEMRA_CUDA_XMD", "1", 1);
+    mr_backend *be = backend_with("MEMRA_CUDA_XMD_IQ4XS", "all");
+    setenv("MEMRA_CUDA_XMD", "0", 1); /* main's setting */
+    static const int64_t sh[][3] = {{4096, 2048, 1}, {2048, 512, 1}, {512, 2048, 1}, {2048, 2048, 1},
+                                    {4096, 4096, 1}, {2048, 8192, 1}, {2048, 40, 0}, {2048, 16384, 0}};
+    report("xmd-iq4-taken", "IQ4_XS, MEMRA_CUDA_XMD_IQ4XS=all",
+           (double)xmd_rule_wrong(be, ti, sh, sizeof sh / sizeof sh[0]), 0, 0.0);
+    const int pn[] = {1, 2, 3, 9, 16};
+    for (size_t i = 0; i < sizeof pn / sizeof pn[0]; i++) {
+        check_xmd_prec(be, ti, 4096, 2048, pn[i]);
+        check_xmd_prec(be, ti, 512, 2048, pn[i]);
+        check_xmd_prec(be, ti, 2048, 512, pn[i]);
+    }
+    check_batch_invariance_ns(be, "xmd-iq4-all-inv", ti, 4096, 2048, 1, 1, ns, nn);
+    check_batch_invariance_ns(be, "xmd-iq4-all-inv", ti, 512, 2048, 1, 1, ns, nn);
+    check_batch_invariance_ns(be, "xmd-iq4-all-inv", ti, 2048, 512, 1, 1, ns, nn);
+    check_multi_vs_one(be, "xmd-iq4-all", ti, 512, 512, 512, 2048, 16, 2);
+    be->destroy(be);
 }
 
 static void check_xmd_all(void)
@@ -3084,9 +3112,9 @@ static void check_inconv_all(void)
     check_inconv(gpu_x24, MR_TYPE_IQ4_XS, split, 2, 2048, 4, 1, 0);
     check_inconv(gpu_x24, MR_TYPE_BF16, small, 2, 1024, 4, 1, 0);   /* the float kernels */
     /* on the int8 tensor cores (k_xmd1's CONV form): IQ4_XS with
-     * MEMRA_CUDA_XMD_IQ4XS=1, and Q4_K */
+     * MEMRA_CUDA_XMD_IQ4XS=x24, and Q4_K */
     setenv("MEMRA_CUDA_XMD", "1", 1);
-    mr_backend *xmd = backend_with("MEMRA_CUDA_XMD_IQ4XS", "1");
+    mr_backend *xmd = backend_with("MEMRA_CUDA_XMD_IQ4XS", "x24");
     setenv("MEMRA_CUDA_XMD", "0", 1); /* main's setting */
     const int64_t q4kx[] = {4096, 512, 512};
     check_inconv(xmd, MR_TYPE_IQ4_XS, gdn35, 4, 2048, 4, 1, 1);

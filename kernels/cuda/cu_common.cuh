@@ -162,8 +162,9 @@ struct mr_cu_ctx {
     bool xmd;               /* decode batches of dense Q4_K products on the int8 tensor cores
                                (cu_mvxmd.cu; default; MEMRA_CUDA_XMD=0: the float kernels) */
     mr_cu_buf scratch_xmd;  /* their input planes (k_xmp_quant's operand) */
-    bool xmd_iq4;           /* and IQ4_XS matrices of the 22-bit kernel's shapes (default;
-                               MEMRA_CUDA_XMD_IQ4XS=0: they stay on the 22-bit kernel) */
+    int xmd_iq4;            /* and IQ4_XS matrices: 2 all of them (default), 1 those of the
+                               22-bit kernel's shapes (MEMRA_CUDA_XMD_IQ4XS=x24), 0 none (=0:
+                               they keep the 22-bit and float kernels) */
     int xmd_one;            /* their one-token calls' kernel (the same bits): -1 by the launch
                                (MEMRA_CUDA_XMD_ONE=auto, the default: xmd_pick_one), 2 or 3 k_xmd1
                                at 2 (=1) or 3 (=3) blocks an SM, 0 k_xmd2 (=0) */

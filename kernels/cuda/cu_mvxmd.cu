@@ -618,12 +618,14 @@ void mr_cu_xmd_init(mr_cu_ctx *c)
     const size_t want = 160 * 1024;
     const char *o = getenv("MEMRA_CUDA_XMD_ONE");
     c->xmd_one = !o || !strcmp(o, "auto") ? -1 : !strcmp(o, "1") ? 2 : !strcmp(o, "3") ? 3 : 0;
-    /* IQ4_XS too (the 22-bit kernel's shapes), unless MEMRA_CUDA_XMD_IQ4XS=0.
-     * Runs 267-268 (H100, 35B-A3B): decode only C = 16 883 -> 1,052 and
-     * 1,087 output tok/s; tg128 265.9 -> 265.2 (with k_xmd1's CONV form;
-     * without it -3%); pp512 the same */
+    /* IQ4_XS too: every matrix the kernels take (all, the default), those
+     * of the 22-bit kernel's shapes (x24) or none (0).  Runs 267-268 (H100,
+     * 35B-A3B), x24 against none: decode only C = 16 883 -> 1,052 and 1,087
+     * output tok/s; tg128 265.9 -> 265.2 (with k_xmd1's CONV form; without
+     * it -3%).  Run 272, all against x24: C = 16 1,330-1,338 -> 1,592-1,597,
+     * tg128 +1.0%; pp512 the same each time */
     const char *iq = getenv("MEMRA_CUDA_XMD_IQ4XS");
-    c->xmd_iq4 = !(iq && !strcmp(iq, "0"));
+    c->xmd_iq4 = iq && !strcmp(iq, "0") ? 0 : iq && !strcmp(iq, "x24") ? 1 : 2;
     const cudaFuncAttribute at = cudaFuncAttributeMaxDynamicSharedMemorySize;
     if (c->xmd && xmd_qin_max < want && cudaFuncSetAttribute(k_xmd2<>, at, (int)want) == cudaSuccess &&
         cudaFuncSetAttribute(k_xmd1<2>, at, (int)want) == cudaSuccess &&
@@ -643,15 +645,19 @@ void mr_cu_xmd_init(mr_cu_ctx *c)
  * 21.6 us against 32.9; at 16 tokens the same, 105 against 103). */
 #define XMD_MAX_ROWS 8192
 
-/* IQ4_XS (unless MEMRA_CUDA_XMD_IQ4XS=0): the matrices the 22-bit kernel's shape
- * rule gives it (cu_mvx24.cu x24_one: at most 2,048 columns, 4,096 rows or
- * more, or fewer than 128, which share the in-projection's launch), so that
- * the other IQ4_XS products keep their kernels. */
+/* IQ4_XS: every matrix the kernels take (the default; the 35B-A3B's
+ * out-projections, 2,048 x 4,096, were 54.7 us a 16-token call on the float
+ * kernel, run 271), or with MEMRA_CUDA_XMD_IQ4XS=x24 only those the 22-bit
+ * kernel's shape rule gives it (cu_mvx24.cu x24_one: at most 2,048 columns,
+ * 4,096 rows or more, or fewer than 128, which share the in-projection's
+ * launch), or none (=0). */
 static bool xmd_type_ok(const mr_cu_ctx *c, const mr_weight *v)
 {
     if (v->type == MR_TYPE_Q4_K)
         return true;
-    return v->type == MR_TYPE_IQ4_XS && c->xmd_iq4 && v->cols <= 2048 && (v->rows >= 4096 || v->rows < 128);
+    if (v->type != MR_TYPE_IQ4_XS || !c->xmd_iq4)
+        return false;
+    return c->xmd_iq4 == 2 || (v->cols <= 2048 && (v->rows >= 4096 || v->rows < 128));
 }
 
 bool mr_cu_xmd_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m)
