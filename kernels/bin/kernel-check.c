@@ -3414,23 +3414,31 @@ static void check_gdn_graph(void)
     gdn_free(&g);
 }
 
-/* A decode batch's delta-net layer: S sequences of one token each, every
- * one with its own convolution and scan states (separate allocations, as
- * each sequence's are), recorded as the forward pass records them (for
- * each segment its conv1d_silu, then the gdn_scan of that output).  The
- * recorder runs them as one launch of the convolutions and one of the scans
- * (mr_cu_gdn_segs, `want` segments taken; fused_ops().segs); with the rule
- * off (MEMRA_CUDA_FUSE_SEGS=0) each pair runs by itself.  Every output and
+/* A batch's delta-net layer: S sequences of lens[s] tokens (one each where
+ * lens is NULL: a decode batch), every one with its own convolution and
+ * scan states (separate allocations, as each sequence's are), recorded as
+ * the forward pass records them (for each segment its conv1d_silu, then the
+ * gdn_scan of that output).  The recorder runs them as one launch of the
+ * convolutions and one of the scans (mr_cu_gdn_segs) where every segment
+ * has one token, else each convolution and then the scans side by side in
+ * one launch (mr_cu_gdn_scan_segs); `want` segments taken
+ * (fused_ops().segs).  With the rule off (MEMRA_CUDA_FUSE_SEGS=0) each pair
+ * runs by itself.  Every output and
  * state must be the same bits both ways, and within the bounds of the
  * other hybrid lines of the CPU backend's ops.  share: segment 1 uses
  * segment 0's scan state (two calls on one sequence: the rule may not put
  * them in one launch). */
-static void check_gdn_segs(mr_backend *on, mr_backend *off, int S, int nk, int nv, int dk, int dv, int k, bool share,
-                           long want)
+static void check_gdn_segs(mr_backend *on, mr_backend *off, int S, const int *lens, int nk, int nv, int dk, int dv,
+                           int k, bool share, long want)
 {
     const int C = 2 * nk * dk + nv * dv;
-    const size_t xn = (size_t)S * C, wn = (size_t)C * k, hn = (size_t)(k > 1 ? k - 1 : 1) * C;
-    const size_t sn = (size_t)nv * dk * dv, an = (size_t)S * nv, on_ = (size_t)S * nv * dv;
+    int *t0 = malloc((size_t)S * sizeof *t0), T = 0;
+    for (int s = 0; s < S; s++) {
+        t0[s] = T;
+        T += lens ? lens[s] : 1;
+    }
+    const size_t xn = (size_t)T * C, wn = (size_t)C * k, hn = (size_t)(k > 1 ? k - 1 : 1) * C;
+    const size_t sn = (size_t)nv * dk * dv, an = (size_t)T * nv, on_ = (size_t)T * nv * dv;
     float *x = malloc(xn * 4), *w = malloc(wn * 4), *al = malloc(an * 4), *bt = malloc(an * 4);
     float *A = malloc(nv * 4), *dt = malloc(nv * 4);
     float **h0 = malloc(S * sizeof *h0), **s0 = malloc(S * sizeof *s0);
@@ -3463,9 +3471,11 @@ static void check_gdn_segs(mr_backend *on, mr_backend *off, int S, int nk, int n
         if (be->sync(be, &err)) die("sync");
         const long f0 = b < 2 ? fused_ops(be).segs : 0;
         for (int s = 0; s < S; s++) {
-            be->conv1d_silu(be, dx + (size_t)s * C, dw, dh[s], 1, C, k, dy + (size_t)s * C);
-            be->gdn_scan(be, dy + (size_t)s * C, C, da + (size_t)s * nv, db + (size_t)s * nv, dA, ddt, ds[s], 1, nk, nv,
-                         dk, dv, 1e-6f, dout + (size_t)s * nv * dv);
+            const size_t r = (size_t)t0[s];
+            const int n = lens ? lens[s] : 1;
+            be->conv1d_silu(be, dx + r * C, dw, dh[s], n, C, k, dy + r * C);
+            be->gdn_scan(be, dy + r * C, C, da + r * nv, db + r * nv, dA, ddt, ds[s], n, nk, nv, dk, dv, 1e-6f,
+                         dout + r * nv * dv);
         }
         if (be->sync(be, &err)) die("sync");
         taken[b] = b < 2 ? fused_ops(be).segs - f0 : 0;
@@ -3488,7 +3498,7 @@ static void check_gdn_segs(mr_backend *on, mr_backend *off, int S, int nk, int n
         be->free(be, ddt); be->free(be, dy); be->free(be, dout);
     }
     char shape[96];
-    snprintf(shape, sizeof shape, "S=%d h=%d/%d d=%d/%d k=%d%s", S, nk, nv, dk, dv, k, share ? " shared" : "");
+    snprintf(shape, sizeof shape, "S=%d T=%d h=%d/%d d=%d/%d k=%d%s", S, T, nk, nv, dk, dv, k, share ? " shared" : "");
     const size_t hs = k > 1 ? (size_t)S * hn : 0; /* one tap: no state to compare */
     size_t diff = floats_differ(got[0][0], got[1][0], xn) + floats_differ(got[0][1], got[1][1], on_) +
                   floats_differ(got[0][2], got[1][2], hs) + floats_differ(got[0][3], got[1][3], (size_t)S * sn);
@@ -3501,21 +3511,38 @@ static void check_gdn_segs(mr_backend *on, mr_backend *off, int S, int nk, int n
     for (int b = 0; b < 3; b++)
         for (int q = 0; q < 4; q++) free(got[b][q]);
     for (int s = 0; s < S; s++) { free(h0[s]); free(s0[s]); }
-    free(h0); free(s0); free(x); free(w); free(al); free(bt); free(A); free(dt);
+    free(h0); free(s0); free(x); free(w); free(al); free(bt); free(A); free(dt); free(t0);
 }
 
 static void check_gdn_segs_all(void)
 {
     mr_backend *off = backend_with("MEMRA_CUDA_FUSE_SEGS", "0");
-    check_gdn_segs(gpu, off, 16, 16, 32, 128, 128, 4, false, 16); /* the 35B-A3B, a batch of 16 */
-    check_gdn_segs(gpu, off, 2, 16, 32, 128, 128, 4, false, 2);
-    check_gdn_segs(gpu, off, 70, 16, 32, 128, 128, 4, false, 70); /* two launches of each: 64 + 6 */
-    check_gdn_segs(gpu, off, 5, 2, 4, 64, 64, 4, false, 5);       /* the fixtures */
-    check_gdn_segs(gpu, off, 3, 2, 2, 256, 96, 3, false, 3);      /* 32 rows a thread, partial column tiles */
-    check_gdn_segs(gpu, off, 4, 2, 4, 16, 8, 1, false, 4);        /* one tap: no convolution state */
-    check_gdn_segs(gpu, off, 6, 2, 4, 64, 64, 4, true, 5);        /* 0 and 1 one state: 0 alone, then 1-5 */
-    check_gdn_segs(gpu, off, 3, 2, 4, 64, 64, 5, false, 0);       /* more taps than the kernel keeps */
-    check_gdn_segs(gpu, off, 1, 16, 32, 128, 128, 4, false, 0);   /* one sequence: its own launches */
+    check_gdn_segs(gpu, off, 16, NULL, 16, 32, 128, 128, 4, false, 16); /* the 35B-A3B, a batch of 16 */
+    check_gdn_segs(gpu, off, 2, NULL, 16, 32, 128, 128, 4, false, 2);
+    check_gdn_segs(gpu, off, 70, NULL, 16, 32, 128, 128, 4, false, 70); /* two launches of each: 64 + 6 */
+    check_gdn_segs(gpu, off, 5, NULL, 2, 4, 64, 64, 4, false, 5);       /* the fixtures */
+    check_gdn_segs(gpu, off, 3, NULL, 2, 2, 256, 96, 3, false, 3);      /* 32 rows a thread, partial column tiles */
+    check_gdn_segs(gpu, off, 4, NULL, 2, 4, 16, 8, 1, false, 4);        /* one tap: no convolution state */
+    check_gdn_segs(gpu, off, 6, NULL, 2, 4, 64, 64, 4, true, 5);        /* 0 and 1 one state: 0 alone, then 1-5 */
+    check_gdn_segs(gpu, off, 3, NULL, 2, 4, 64, 64, 5, false, 0);       /* more taps than the kernel keeps */
+    check_gdn_segs(gpu, off, 1, NULL, 16, 32, 128, 128, 4, false, 0);   /* one sequence: its own launches */
+    /* prompt chunks of several sequences, and prompts beside decode tokens:
+     * the scans side by side on the tiled kernel (with the next tile's
+     * inputs fetched ahead, and without: MEMRA_CUDA_GDN_TILED=2) */
+    const int mixed[] = {512, 300, 1, 1, 200}, small[] = {7, 1, 33, 16, 17, 2};
+    check_gdn_segs(gpu, off, 5, mixed, 16, 32, 128, 128, 4, false, 5);
+    check_gdn_segs(gpu, off, 6, small, 2, 4, 64, 64, 4, false, 6);
+    check_gdn_segs(gpu, off, 6, small, 2, 4, 64, 64, 4, true, 5);
+    check_gdn_segs(gpu, off, 6, small, 2, 2, 256, 96, 3, false, 6);
+    int many[70];
+    for (int s = 0; s < 70; s++) many[s] = 1 + s % 5;
+    check_gdn_segs(gpu, off, 70, many, 2, 4, 64, 64, 4, false, 70);
+    mr_backend *on2 = backend_with("MEMRA_CUDA_GDN_TILED", "2");
+    mr_backend *off2 = backend_with2("MEMRA_CUDA_GDN_TILED", "2", "MEMRA_CUDA_FUSE_SEGS", "0");
+    check_gdn_segs(on2, off2, 5, mixed, 16, 32, 128, 128, 4, false, 5);
+    check_gdn_segs(on2, off2, 6, small, 2, 4, 64, 64, 4, false, 6);
+    on2->destroy(on2);
+    off2->destroy(off2);
     off->destroy(off);
 }
 

@@ -14,6 +14,7 @@
  * same sequence is the same computation on new inputs: replay needs no
  * cooperation from the forward pass.  Sequences with prompt products
  * (GEMMs, cuBLAS or host-read expert ids) are never captured.  MEMRA_CUDA_AUTOGRAPH=0 turns this off. */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,9 +151,11 @@ struct mr_cu_auto {
      * so far */
     bool fuse_conv = true;
     long conv_fused = 0;
-    /* a decode batch's delta-net convolutions and scans, one pair a
-     * sequence, as one launch of each (mr_cu_gdn_segs), the same floats
-     * (MEMRA_CUDA_FUSE_SEGS=0 turns it off); sequences so taken so far */
+    /* a batch's delta-net convolutions and scans, one pair a sequence, as
+     * one launch of each for a decode batch (mr_cu_gdn_segs), or the
+     * convolutions and then one launch of the scans side by side
+     * (mr_cu_gdn_scan_segs), the same floats (MEMRA_CUDA_FUSE_SEGS=0 turns
+     * it off); sequences so taken so far */
     bool fuse_segs = true;
     long segs_fused = 0;
     /* the one-token scan after an in-projection that ran the convolution
@@ -613,14 +616,17 @@ static size_t run_gnorm(mr_cu_auto *a, mr_backend *be, size_t i)
     return 2;
 }
 
-/* Ops i, i+1, ...: pairs of conv1d_silu and the gdn_scan of its outputs, one
- * token each, over consecutive rows (a decode batch's sequences, each with
- * its own states: qwen35.c recurrent_rows a segment), as one launch of the
- * convolutions and one of the scans (mr_cu_gdn_segs) for up to MR_CU_SEGS
- * pairs.  That runs every convolution before the first scan, so pairs join
- * only where nothing a scan writes (its outputs, its state) is read or
- * written by a convolution or read by another scan, and no two pairs share
- * a state.  Returns the ops it ran (0: none, op i runs alone). */
+/* Ops i, i+1, ...: pairs of conv1d_silu and the gdn_scan of its outputs over
+ * consecutive rows (the sequences of a batch, each with its own states:
+ * qwen35.c recurrent_rows a segment), up to MR_CU_SEGS pairs.  One token
+ * each (a decode batch): one launch of the convolutions and one of the
+ * scans (mr_cu_gdn_segs).  Otherwise (prompt chunks, or prompts beside
+ * decode tokens): each convolution as recorded, then one launch of all
+ * the scans side by side (mr_cu_gdn_scan_segs) instead of one after
+ * another.  Either way every convolution runs before the first scan, so
+ * pairs join only where nothing a scan writes (its outputs, its state) is
+ * read or written by a convolution or read by another scan, and no two
+ * pairs share a state.  Returns the ops it ran (0: none, op i runs alone). */
 static size_t run_segs(mr_cu_auto *a, mr_backend *be, size_t i)
 {
     const size_t n_ops = a->ops.size();
@@ -629,23 +635,24 @@ static size_t run_segs(mr_cu_auto *a, mr_backend *be, size_t i)
     const auto &c0 = a->ops[i].u.conv1d_silu;
     const auto &g0 = a->ops[i + 1].u.gdn_scan;
     const size_t ch = (size_t)c0.channels, nv = (size_t)g0.nv, on = nv * (size_t)g0.dv;
-    if (c0.n != 1 || g0.n != 1 || g0.qkv != c0.y || g0.stride != c0.channels || c0.k < 1 ||
-        c0.channels != 2 * g0.nk * g0.dk + g0.nv * g0.dv)
+    if (g0.qkv != c0.y || g0.stride != c0.channels || c0.k < 1 || c0.channels != 2 * g0.nk * g0.dk + g0.nv * g0.dv)
         return 0;
     const size_t fb = sizeof(float), csb = (size_t)(c0.k > 1 ? c0.k - 1 : 0) * ch * fb;
     const size_t ssb = nv * (size_t)g0.dk * (size_t)g0.dv * fb;
     float *cst[MR_CU_SEGS], *sst[MR_CU_SEGS];
-    size_t m = 0;
+    int t0[MR_CU_SEGS], nt[MR_CU_SEGS];
+    size_t m = 0, rows = 0; /* pairs, and their rows so far */
+    bool ones = true;
     for (size_t j = i; j + 1 < n_ops && m < MR_CU_SEGS; j += 2, m++) {
         if (a->ops[j].op != OP_CONV1D_SILU || a->ops[j + 1].op != OP_GDN_SCAN)
             break;
         const auto &cv = a->ops[j].u.conv1d_silu;
         const auto &g = a->ops[j + 1].u.gdn_scan;
-        if (cv.n != 1 || cv.w != c0.w || cv.k != c0.k || cv.channels != c0.channels || cv.x != c0.x + m * ch ||
-            cv.y != c0.y + m * ch || g.n != 1 || g.qkv != cv.y || g.stride != g0.stride ||
-            g.alpha != g0.alpha + m * nv || g.beta != g0.beta + m * nv || g.a != g0.a || g.dt_bias != g0.dt_bias ||
-            g.nk != g0.nk || g.nv != g0.nv || g.dk != g0.dk || g.dv != g0.dv || g.eps != g0.eps ||
-            g.out != g0.out + m * on)
+        if (cv.n < 1 || g.n != cv.n || rows + (size_t)cv.n > (size_t)INT_MAX || cv.w != c0.w || cv.k != c0.k ||
+            cv.channels != c0.channels || cv.x != c0.x + rows * ch || cv.y != c0.y + rows * ch || g.qkv != cv.y ||
+            g.stride != g0.stride || g.alpha != g0.alpha + rows * nv || g.beta != g0.beta + rows * nv ||
+            g.a != g0.a || g.dt_bias != g0.dt_bias || g.nk != g0.nk || g.nv != g0.nv || g.dk != g0.dk ||
+            g.dv != g0.dv || g.eps != g0.eps || g.out != g0.out + rows * on)
             break;
         bool clash = overlap(cv.state, csb, g.state, ssb);
         for (size_t t = 0; t < m && !clash; t++)
@@ -655,12 +662,17 @@ static size_t run_segs(mr_cu_auto *a, mr_backend *be, size_t i)
             break;
         cst[m] = cv.state;
         sst[m] = g.state;
+        t0[m] = (int)rows;
+        nt[m] = cv.n;
+        ones = ones && cv.n == 1;
+        rows += (size_t)cv.n;
     }
     if (m < 2)
         return 0;
     /* the regions of all m pairs: the convolutions' outputs are no input,
      * and what the scans write is nothing else's */
-    const size_t xb = m * ch * fb, ob = m * on * fb, gb = m * nv * fb, wb = ch * (size_t)c0.k * fb, hb = nv * fb;
+    const size_t xb = rows * ch * fb, ob = rows * on * fb, gb = rows * nv * fb, wb = ch * (size_t)c0.k * fb;
+    const size_t hb = nv * fb;
     const void *r[] = {c0.x, c0.y, c0.w, g0.alpha, g0.beta, g0.a, g0.dt_bias};
     const size_t rn[] = {xb, xb, wb, gb, gb, hb, hb};
     bool clash = overlap(c0.y, xb, c0.x, xb) || overlap(c0.y, xb, c0.w, wb);
@@ -670,9 +682,19 @@ static size_t run_segs(mr_cu_auto *a, mr_backend *be, size_t i)
             clash = overlap(sst[t], ssb, r[q], rn[q]) || overlap(sst[t], ssb, g0.out, ob) ||
                     overlap(cst[t], csb, g0.out, ob) || overlap(cst[t], csb, r[q], rn[q]);
     }
-    if (clash || !mr_cu_gdn_segs(be, c0.x, c0.w, cst, c0.k, c0.y, g0.alpha, g0.beta, g0.a, g0.dt_bias, sst, (int)m,
-                                 g0.nk, g0.nv, g0.dk, g0.dv, g0.eps, g0.out))
+    if (clash)
         return 0;
+    if (ones) {
+        if (!mr_cu_gdn_segs(be, c0.x, c0.w, cst, c0.k, c0.y, g0.alpha, g0.beta, g0.a, g0.dt_bias, sst, (int)m, g0.nk,
+                            g0.nv, g0.dk, g0.dv, g0.eps, g0.out))
+            return 0;
+    } else {
+        if (!mr_cu_gdn_scan_segs_ok(be, g0.nk, g0.nv, g0.dk, g0.dv, g0.stride))
+            return 0;
+        for (size_t t = 0; t < m; t++) run_op(a, be, a->ops[i + 2 * t]);
+        mr_cu_gdn_scan_segs(be, g0.qkv, g0.stride, g0.alpha, g0.beta, g0.a, g0.dt_bias, sst, t0, nt, (int)m, g0.nk,
+                            g0.nv, g0.dk, g0.dv, g0.eps, g0.out);
+    }
     a->segs_fused += (long)m;
     return 2 * m;
 }

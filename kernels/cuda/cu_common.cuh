@@ -39,6 +39,11 @@ __device__ __forceinline__ float mr_sigmoidf(float x) { return 1.0f / (1.0f + ex
 struct mr_cu_segs {
     float *p[MR_CU_SEGS];
 };
+/* The same with each sequence's first row and rows (mr_cu_gdn_scan_segs) */
+struct mr_cu_segs_n {
+    float *p[MR_CU_SEGS];
+    int t0[MR_CU_SEGS], n[MR_CU_SEGS];
+};
 #define MR_CU_CONV_TAPS 4 /* taps a causal convolution that a product's launch takes may have (mr_cu_matmul_multi_conv) */
 
 /* Blocks an SM holds of one kernel at one block size and shared memory,
@@ -443,6 +448,16 @@ bool mr_cu_gdn_segs(mr_backend *be, const float *x, const float *cw, float *cons
                     float *conv_y, const float *alpha, const float *beta, const float *a, const float *dt_bias,
                     float *const *states, int nseg, int n_k_heads, int n_v_heads, int dk, int dv, float eps,
                     float *out);
+/* A batch's scans side by side in one launch: for each segment s,
+ * gdn_scan(qkv + t0[s] stride, stride, alpha + t0[s] nv, beta + t0[s] nv,
+ * a, dt_bias, states[s], n[s], ...) -> out + t0[s] nv dv, on the tiled
+ * kernel, whose bits are those of every scan kernel (cu_gdn.cu; the op
+ * recorder's rule for prompt chunks of several sequences).  The caller
+ * asks mr_cu_gdn_scan_segs_ok first (the tiled kernel on and fitting). */
+bool mr_cu_gdn_scan_segs_ok(mr_backend *be, int n_k_heads, int n_v_heads, int dk, int dv, int stride);
+void mr_cu_gdn_scan_segs(mr_backend *be, const float *qkv, int stride, const float *alpha, const float *beta,
+                         const float *a, const float *dt_bias, float *const *states, const int *t0, const int *n,
+                         int nseg, int n_k_heads, int n_v_heads, int dk, int dv, float eps, float *out);
 /* gdn_scan(qkv, stride, alpha, beta, a, dt_bias, state, 1, ...) with the
  * state loaded before the PDL wait, for a caller that knows the launch
  * before it does not write the state (the op recorder, after a delta-net

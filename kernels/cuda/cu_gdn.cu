@@ -456,14 +456,14 @@ __device__ __forceinline__ void gdn_tile_fetch(const float *qkv, int stride, con
     __pipeline_commit();
 }
 
+/* The body of k_gdn_scan_tiled and k_gdn_scan_tiled_segs (after the PDL
+ * wait). */
 template <int RPT, bool PF>
-__global__ void __launch_bounds__(32 * GDN_MAX_WARPS)
-k_gdn_scan_tiled(const float *qkv, int stride, const float *alpha, const float *beta, const float *a,
-                 const float *dt_bias, float *state, int n, int n_k_heads, int n_v_heads, int dk, int dv, float eps,
-                 float *out)
+__device__ __forceinline__ void gdn_scan_tiled_run(const float *qkv, int stride, const float *alpha,
+                                                   const float *beta, const float *a, const float *dt_bias,
+                                                   float *state, int n, int n_k_heads, int n_v_heads, int dk, int dv,
+                                                   float eps, float *out)
 {
-    mr_pdl_wait(); /* cu_pdl.cuh */
-    mr_pdl_trigger();
     extern __shared__ float sh[];
     const int W = blockDim.x >> 5;
     float *tq = sh;                         /* [TT][dk]: q / |q| / sqrt(dk) */
@@ -567,6 +567,39 @@ k_gdn_scan_tiled(const float *qkv, int stride, const float *alpha, const float *
     gdn_state_store<RPT>(S, s, row0, col, col_ok, dk, dv);
 }
 
+template <int RPT, bool PF>
+__global__ void __launch_bounds__(32 * GDN_MAX_WARPS)
+k_gdn_scan_tiled(const float *qkv, int stride, const float *alpha, const float *beta, const float *a,
+                 const float *dt_bias, float *state, int n, int n_k_heads, int n_v_heads, int dk, int dv, float eps,
+                 float *out)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    gdn_scan_tiled_run<RPT, PF>(qkv, stride, alpha, beta, a, dt_bias, state, n, n_k_heads, n_v_heads, dk, dv, eps,
+                                out);
+}
+
+/* The sequences of a batch, any number of tokens each (blockIdx.z: segment
+ * g, its tokens st.t0[g] .. st.t0[g] + st.n[g] - 1 of the rows, its state
+ * st.p[g]): k_gdn_scan_tiled's floats for each, side by side in one launch
+ * instead of one launch a sequence one after another (a prompt chunk of
+ * several sequences, or prompts beside decode tokens).  A segment of one
+ * token gets k_gdn_scan's floats: the two kernels' bits are the same. */
+template <int RPT, bool PF>
+__global__ void __launch_bounds__(32 * GDN_MAX_WARPS)
+k_gdn_scan_tiled_segs(const float *qkv, int stride, const float *alpha, const float *beta, const float *a,
+                      const float *dt_bias, const mr_cu_segs_n st, int n_k_heads, int n_v_heads, int dk, int dv,
+                      float eps, float *out)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    const int g = blockIdx.z;
+    const int64_t t0 = st.t0[g];
+    gdn_scan_tiled_run<RPT, PF>(qkv + t0 * stride, stride, alpha + t0 * n_v_heads, beta + t0 * n_v_heads, a,
+                                dt_bias, st.p[g], st.n[g], n_k_heads, n_v_heads, dk, dv, eps,
+                                out + t0 * n_v_heads * dv);
+}
+
 /* Rows of S a thread holds: the smallest of 4, 8, 16, 32 that needs at most
  * gdn_warps warps, else 32 (dk > 32 gdn_warps: more warps).  Every scan
  * kernel takes the same count, so a token's sums are the same in each. */
@@ -586,6 +619,20 @@ static bool gdn_shape_ok(int stride, int n_k_heads, int n_v_heads, int dk, int d
            (dv + GDN_COLS - 1) / GDN_COLS <= 65535;
 }
 
+/* The tiled kernel's shared memory for dk: at most ~37 KB (dk 256); with the
+ * next tile's raw inputs (pf, unless MEMRA_CUDA_GDN_TILED=2) ~19 KB more at
+ * dk 128, which must fit the 48 KB a launch gets without asking (else the
+ * tiles go without). */
+static size_t gdn_tiled_shm(const mr_cu_ctx *c, int dk, bool *pf)
+{
+    const int rpt = gdn_rpt(c, dk), W = (dk + rpt - 1) / rpt;
+    const size_t shm_tiled = sizeof(float) * ((size_t)2 * GDN_TT * dk + (size_t)GDN_TT * (GDN_COLS + 4) +
+                                              (size_t)4 * W * GDN_COLS);
+    const size_t shm_pf = shm_tiled + sizeof(float) * ((size_t)2 * GDN_TT * dk + (size_t)GDN_TT * (GDN_COLS + 2));
+    *pf = c->gdn_tiled_pf && shm_pf <= 48 * 1024;
+    return *pf ? shm_pf : shm_tiled;
+}
+
 static void cu_gdn_scan(mr_backend *be, const float *qkv, int stride, const float *alpha,
                         const float *beta, const float *a, const float *dt_bias, float *state, int n,
                         int n_k_heads, int n_v_heads, int dk, int dv, float eps, float *out)
@@ -602,19 +649,13 @@ static void cu_gdn_scan(mr_backend *be, const float *qkv, int stride, const floa
     const int W = (dk + rpt - 1) / rpt;
     const dim3 grid((unsigned)n_v_heads, (unsigned)((dv + GDN_COLS - 1) / GDN_COLS));
     const unsigned threads = (unsigned)(32 * W);
-    /* the tiled kernel's shared memory: at most ~37 KB (dk 256); with the
-     * next tile's raw inputs (PF) ~19 KB more at dk 128, which must fit the
-     * 48 KB a launch gets without asking (else the tiles go without) */
-    const size_t shm_tiled = sizeof(float) * ((size_t)2 * GDN_TT * dk + (size_t)GDN_TT * (GDN_COLS + 4) +
-                                              (size_t)4 * W * GDN_COLS);
-    const size_t shm_pf = shm_tiled + sizeof(float) * ((size_t)2 * GDN_TT * dk + (size_t)GDN_TT * (GDN_COLS + 2));
-    const bool pf = c->gdn_tiled_pf && shm_pf <= 48 * 1024;
+    bool pf;
+    const size_t shm_t = gdn_tiled_shm(c, dk, &pf);
     /* one token (a decode step) stays on the token-by-token kernel: its
      * tile set-up does not pay for itself there (run 67: 4.7 against 6.0 us
      * on the 35B-A3B's heads; 16 tokens 1.37x and 512 1.41x faster tiled) */
-    const bool tiled = c->gdn_tiled && n > 1 && shm_tiled <= 48 * 1024;
-    const size_t shm = tiled ? (pf ? shm_pf : shm_tiled)
-                             : sizeof(float) * ((size_t)2 * dk + (size_t)2 * W * GDN_COLS + (size_t)3 * W);
+    const bool tiled = c->gdn_tiled && n > 1 && shm_t <= 48 * 1024;
+    const size_t shm = tiled ? shm_t : sizeof(float) * ((size_t)2 * dk + (size_t)2 * W * GDN_COLS + (size_t)3 * W);
 #define GDN_ARGS qkv, stride, alpha, beta, a, dt_bias, state, n, n_k_heads, n_v_heads, dk, dv, eps, out
 #define GDN_LAUNCH(R)                                                                   \
     do {                                                                                \
@@ -681,6 +722,51 @@ bool mr_cu_gdn_segs(mr_backend *be, const float *x, const float *cw, float *cons
         MR_CU_LAUNCHED(c, "gdn_scan segs");
     }
     return true;
+}
+
+bool mr_cu_gdn_scan_segs_ok(mr_backend *be, int n_k_heads, int n_v_heads, int dk, int dv, int stride)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    bool pf;
+    return c->gdn_tiled && gdn_shape_ok(stride, n_k_heads, n_v_heads, dk, dv) && gdn_tiled_shm(c, dk, &pf) <= 48 * 1024;
+}
+
+void mr_cu_gdn_scan_segs(mr_backend *be, const float *qkv, int stride, const float *alpha, const float *beta,
+                         const float *a, const float *dt_bias, float *const *states, const int *t0, const int *n,
+                         int nseg, int n_k_heads, int n_v_heads, int dk, int dv, float eps, float *out)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    bool pf;
+    const size_t shm = gdn_tiled_shm(c, dk, &pf);
+    const int rpt = gdn_rpt(c, dk), W = (dk + rpt - 1) / rpt;
+    const unsigned threads = (unsigned)(32 * W);
+    for (int s0 = 0; s0 < nseg; s0 += MR_CU_SEGS) {
+        const int ns = nseg - s0 < MR_CU_SEGS ? nseg - s0 : MR_CU_SEGS;
+        mr_cu_segs_n st = {};
+        for (int s = 0; s < ns; s++) {
+            st.p[s] = states[s0 + s];
+            st.t0[s] = t0[s0 + s];
+            st.n[s] = n[s0 + s];
+        }
+        const dim3 grid((unsigned)n_v_heads, (unsigned)((dv + GDN_COLS - 1) / GDN_COLS), (unsigned)ns);
+#define GDN_TS_ARGS qkv, stride, alpha, beta, a, dt_bias, st, n_k_heads, n_v_heads, dk, dv, eps, out
+#define GDN_TS(R)                                                                                  \
+    do {                                                                                           \
+        if (pf)                                                                                    \
+            mr_cu_launch(c, k_gdn_scan_tiled_segs<R, true>, grid, threads, shm, GDN_TS_ARGS);      \
+        else                                                                                       \
+            mr_cu_launch(c, k_gdn_scan_tiled_segs<R, false>, grid, threads, shm, GDN_TS_ARGS);     \
+    } while (0)
+        switch (rpt) {
+        case 4: GDN_TS(4); break;
+        case 8: GDN_TS(8); break;
+        case 16: GDN_TS(16); break;
+        default: GDN_TS(32); break;
+        }
+#undef GDN_TS
+#undef GDN_TS_ARGS
+        MR_CU_LAUNCHED(c, "gdn_scan segs tiled");
+    }
 }
 
 bool mr_cu_gdn_scan_early(mr_backend *be, const float *qkv, int stride, const float *alpha, const float *beta,
