@@ -139,18 +139,29 @@ void mr_qwen3_output_head(mr_model *m, const mr_fwd_seg *segs, int n_segs)
     mr_scratch *sc = &m->sc;
     /* only the rows whose logits are wanted go through the output head: each
      * segment's rows are normalised into consecutive rows of xn, then one
-     * matmul reads the output matrix once for all of them */
-    int rows = 0;
+     * matmul reads the output matrix once for all of them.  Segments whose
+     * rows follow on from the previous one's in both x and xn (a decode
+     * batch: one row each) share one rmsnorm call: a row's norm is its own */
+    int rows = 0, run_src = 0, run_dst = 0, run_n = 0;
     size_t e = (size_t)hp->n_embd;
-    for (int i = 0; i < n_segs; i++) {
-        const mr_fwd_seg *g = &segs[i];
-        int r = g->n - g->out_first;
-        if (r <= 0)
+    for (int i = 0; i <= n_segs; i++) {
+        const mr_fwd_seg *g = i < n_segs ? &segs[i] : NULL;
+        const int r = g ? g->n - g->out_first : 0;
+        if (g && r <= 0)
             continue;
-        be->rmsnorm(be, sc->x + (size_t)(g->start + g->out_first) * e, m->output_norm,
-                    sc->xn + (size_t)g->out_row * e, r, hp->n_embd, hp->rms_eps);
-        if (g->out_row + r > rows)
-            rows = g->out_row + r;
+        const int src = g ? g->start + g->out_first : 0, dst = g ? g->out_row : 0;
+        if (g && run_n > 0 && src == run_src + run_n && dst == run_dst + run_n) {
+            run_n += r;
+        } else {
+            if (run_n > 0)
+                be->rmsnorm(be, sc->x + (size_t)run_src * e, m->output_norm, sc->xn + (size_t)run_dst * e, run_n,
+                            hp->n_embd, hp->rms_eps);
+            run_src = src;
+            run_dst = dst;
+            run_n = r;
+        }
+        if (g && dst + r > rows)
+            rows = dst + r;
     }
     if (rows > 0)
         mr_fwd_matmul_out(m, &m->output, sc->xn, sc->logits, rows);
