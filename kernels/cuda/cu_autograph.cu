@@ -1000,22 +1000,34 @@ static size_t side_mlp(const mr_cu_auto *a, size_t i, size_t *join)
 }
 
 /* The most ops a launch from op i can take (launch_at's rules: run_glu,
- * run_multi, run_tail), so that a branch joins before the launch that
+ * run_multi with its convolution and the scan after it, run_tail,
+ * run_gnorm, run_segs), so that a branch joins before the launch that
  * takes its join op. */
 static size_t launch_span_max(const mr_cu_auto *a, size_t i)
 {
     const rec_op &o = a->ops[i];
+    const size_t n = a->ops.size();
     if (o.op == OP_MOE_COMBINE)
         return 4;
     if (o.op == OP_RMSNORM)
         return 2;
+    if (o.op == OP_CONV1D_SILU) { /* run_segs: pairs of convolution and scan */
+        size_t m = 0;
+        while (m < 2 * MR_CU_SEGS && i + m + 1 < n && a->ops[i + m].op == OP_CONV1D_SILU &&
+               a->ops[i + m + 1].op == OP_GDN_SCAN)
+            m += 2;
+        return m > 0 ? m : 1;
+    }
     if (o.op != OP_MATMUL && o.op != OP_MATMUL_ID)
         return 1;
     size_t m = 1;
-    while (i + m < a->ops.size() && a->ops[i + m].op == o.op) m++;
-    if (i + m < a->ops.size() && a->ops[i + m].op == OP_CONV1D_SILU)
+    while (i + m < n && a->ops[i + m].op == o.op) m++;
+    if (i + m < n && a->ops[i + m].op == OP_CONV1D_SILU) {
         m++; /* run_multi's convolution */
-    if (i + 2 < a->ops.size() && a->ops[i + 2].op == OP_SWIGLU && m < 3)
+        if (i + m < n && a->ops[i + m].op == OP_GDN_SCAN)
+            m++; /* and the scan after it (scan_after_conv) */
+    }
+    if (i + 2 < n && a->ops[i + 2].op == OP_SWIGLU && m < 3)
         m = 3;
     return m;
 }
