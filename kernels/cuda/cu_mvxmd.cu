@@ -355,9 +355,15 @@ __device__ __forceinline__ uint8_t *xmd_quant_input(const xmd_args &a, uint8_t *
 
 /* k_xmd1's and k_xmd2's end: the slices' sums of rows ra, ra + 8 of token
  * tc joined in slice order by the slice-0 warp of each row tile (mine: this
- * lane holds that token's sums) */
+ * lane holds that token's sums); then after(h, row, sum) for each (k_xmd1's
+ * convolution) */
+struct xmd_no_after {
+    __device__ void operator()(int, int, float) const {}
+};
+template <class After = xmd_no_after>
 __device__ __forceinline__ void xmd_join_rows(float (*red)[2][32], const xmd_warp &w, const float (&f)[2], int S,
-                                              int slice, int warp, int lane, bool mine, int tc)
+                                              int slice, int warp, int lane, bool mine, int tc,
+                                              After after = After())
 {
     red[warp][0][lane] = f[0];
     red[warp][1][lane] = f[1];
@@ -368,7 +374,9 @@ __device__ __forceinline__ void xmd_join_rows(float (*red)[2][32], const xmd_war
     for (int h = 0; h < 2; h++) {
         float acc = red[warp][h][lane];
         for (int u = 1; u < S; u++) acc = __fadd_rn(acc, red[warp + u][h][lane]);
-        w.y[(size_t)tc * w.rows + w.ra + 8 * h] = acc;
+        const int r = w.ra + 8 * h;
+        w.y[(size_t)tc * w.rows + r] = acc;
+        after(h, r, acc);
     }
 }
 
@@ -585,21 +593,11 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 0) k_xmd1(const
         step(i, ca, cb);
     if constexpr (!CONV) {
         xmd_join_rows(red, w, f, S, slice, warp, lane, c == 0, 0);
-    } else { /* xmd_join_rows, then each row's convolution */
-        red[warp][0][lane] = f[0];
-        red[warp][1][lane] = f[1];
-        __syncthreads();
-        if (slice || !live || c != 0)
-            return;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            float acc = red[warp][h][lane];
-            for (int u = 1; u < S; u++) acc = __fadd_rn(acc, red[warp + u][h][lane]);
-            const int r = w.ra + 8 * h;
-            w.y[r] = acc;
+    } else { /* each row's convolution after its join */
+        xmd_join_rows(red, w, f, S, slice, warp, lane, c == 0, 0, [&](int h, int r, float acc) {
             if (conv)
                 mr_conv1_token(acc, cw[h], cs[h], a.conv_k, a.rows[0], r, a.conv_state, a.conv_y);
-        }
+        });
     }
 }
 
