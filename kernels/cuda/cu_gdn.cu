@@ -17,6 +17,8 @@
 
 #include <cuda_pipeline_primitives.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/cu_common.cuh"
 
 /* ---- copy_2d ---- */
@@ -611,6 +613,20 @@ static int gdn_rpt(const mr_cu_ctx *c, int dk)
     return rpt;
 }
 
+/* Calls f with rpt (gdn_rpt's 4, 8, 16 or 32) as a compile-time constant,
+ * f(std::integral_constant<int, rpt>()), so that each launch site names its
+ * kernels once for every row count. */
+template <class F>
+static void gdn_with_rpt(int rpt, F f)
+{
+    switch (rpt) {
+    case 4: f(std::integral_constant<int, 4>()); break;
+    case 8: f(std::integral_constant<int, 8>()); break;
+    case 16: f(std::integral_constant<int, 16>()); break;
+    default: f(std::integral_constant<int, 32>()); break;
+    }
+}
+
 /* Whether gdn_scan takes this shape (else it fails the context). */
 static bool gdn_shape_ok(int stride, int n_k_heads, int n_v_heads, int dk, int dv)
 {
@@ -657,22 +673,15 @@ static void cu_gdn_scan(mr_backend *be, const float *qkv, int stride, const floa
     const bool tiled = c->gdn_tiled && n > 1 && shm_t <= 48 * 1024;
     const size_t shm = tiled ? shm_t : sizeof(float) * ((size_t)2 * dk + (size_t)2 * W * GDN_COLS + (size_t)3 * W);
 #define GDN_ARGS qkv, stride, alpha, beta, a, dt_bias, state, n, n_k_heads, n_v_heads, dk, dv, eps, out
-#define GDN_LAUNCH(R)                                                                   \
-    do {                                                                                \
-        if (tiled && pf)                                                                \
-            mr_cu_launch(c, k_gdn_scan_tiled<R, true>, grid, threads, shm, GDN_ARGS);   \
-        else if (tiled)                                                                 \
-            mr_cu_launch(c, k_gdn_scan_tiled<R, false>, grid, threads, shm, GDN_ARGS);  \
-        else                                                                            \
-            mr_cu_launch(c, k_gdn_scan<R>, grid, threads, shm, GDN_ARGS);               \
-    } while (0)
-    switch (rpt) {
-    case 4: GDN_LAUNCH(4); break;
-    case 8: GDN_LAUNCH(8); break;
-    case 16: GDN_LAUNCH(16); break;
-    default: GDN_LAUNCH(32); break;
-    }
-#undef GDN_LAUNCH
+    gdn_with_rpt(rpt, [&](auto r) {
+        constexpr int R = decltype(r)::value;
+        if (tiled && pf)
+            mr_cu_launch(c, k_gdn_scan_tiled<R, true>, grid, threads, shm, GDN_ARGS);
+        else if (tiled)
+            mr_cu_launch(c, k_gdn_scan_tiled<R, false>, grid, threads, shm, GDN_ARGS);
+        else
+            mr_cu_launch(c, k_gdn_scan<R>, grid, threads, shm, GDN_ARGS);
+    });
 #undef GDN_ARGS
     MR_CU_LAUNCHED(c, "gdn_scan");
 }
@@ -687,14 +696,10 @@ static void gdn_scan_segs(mr_cu_ctx *c, const float *qkv, int channels, const fl
     const unsigned threads = (unsigned)(32 * W);
     const size_t shm = sizeof(float) * ((size_t)2 * dk + (size_t)2 * W * GDN_COLS + (size_t)3 * W);
     const dim3 grid((unsigned)n_v_heads, (unsigned)((dv + GDN_COLS - 1) / GDN_COLS), (unsigned)ns);
-#define GDN_SEGS_ARGS qkv, channels, alpha, beta, a, dt_bias, ss, n_k_heads, n_v_heads, dk, dv, eps, out
-    switch (rpt) {
-    case 4: mr_cu_launch(c, k_gdn_scan_segs<4>, grid, threads, shm, GDN_SEGS_ARGS); break;
-    case 8: mr_cu_launch(c, k_gdn_scan_segs<8>, grid, threads, shm, GDN_SEGS_ARGS); break;
-    case 16: mr_cu_launch(c, k_gdn_scan_segs<16>, grid, threads, shm, GDN_SEGS_ARGS); break;
-    default: mr_cu_launch(c, k_gdn_scan_segs<32>, grid, threads, shm, GDN_SEGS_ARGS); break;
-    }
-#undef GDN_SEGS_ARGS
+    gdn_with_rpt(rpt, [&](auto r) {
+        mr_cu_launch(c, k_gdn_scan_segs<decltype(r)::value>, grid, threads, shm, qkv, channels, alpha, beta, a,
+                     dt_bias, ss, n_k_heads, n_v_heads, dk, dv, eps, out);
+    });
 }
 
 bool mr_cu_gdn_segs(mr_backend *be, const float *x, const float *cw, float *const *conv_states, int k,
@@ -750,20 +755,13 @@ void mr_cu_gdn_scan_segs(mr_backend *be, const float *qkv, int stride, const flo
         }
         const dim3 grid((unsigned)n_v_heads, (unsigned)((dv + GDN_COLS - 1) / GDN_COLS), (unsigned)ns);
 #define GDN_TS_ARGS qkv, stride, alpha, beta, a, dt_bias, st, n_k_heads, n_v_heads, dk, dv, eps, out
-#define GDN_TS(R)                                                                                  \
-    do {                                                                                           \
-        if (pf)                                                                                    \
-            mr_cu_launch(c, k_gdn_scan_tiled_segs<R, true>, grid, threads, shm, GDN_TS_ARGS);      \
-        else                                                                                       \
-            mr_cu_launch(c, k_gdn_scan_tiled_segs<R, false>, grid, threads, shm, GDN_TS_ARGS);     \
-    } while (0)
-        switch (rpt) {
-        case 4: GDN_TS(4); break;
-        case 8: GDN_TS(8); break;
-        case 16: GDN_TS(16); break;
-        default: GDN_TS(32); break;
-        }
-#undef GDN_TS
+        gdn_with_rpt(rpt, [&](auto r) {
+            constexpr int R = decltype(r)::value;
+            if (pf)
+                mr_cu_launch(c, k_gdn_scan_tiled_segs<R, true>, grid, threads, shm, GDN_TS_ARGS);
+            else
+                mr_cu_launch(c, k_gdn_scan_tiled_segs<R, false>, grid, threads, shm, GDN_TS_ARGS);
+        });
 #undef GDN_TS_ARGS
         MR_CU_LAUNCHED(c, "gdn_scan segs tiled");
     }
