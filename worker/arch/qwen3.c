@@ -132,10 +132,18 @@ int mr_qwen3_forward_segs(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n
     return 0;
 }
 
+/* rmsnorm of n rows of x from row src into xn from row dst (the output
+ * norm); nothing for n = 0 */
+static void output_norm_rows(mr_model *m, int src, int dst, int n)
+{
+    const size_t e = (size_t)m->hp.n_embd;
+    if (n > 0)
+        m->be->rmsnorm(m->be, m->sc.x + (size_t)src * e, m->output_norm, m->sc.xn + (size_t)dst * e, n,
+                       m->hp.n_embd, m->hp.rms_eps);
+}
+
 void mr_qwen3_output_head(mr_model *m, const mr_fwd_seg *segs, int n_segs)
 {
-    mr_backend *be = m->be;
-    const mr_hparams *hp = &m->hp;
     mr_scratch *sc = &m->sc;
     /* only the rows whose logits are wanted go through the output head: each
      * segment's rows are normalised into consecutive rows of xn, then one
@@ -143,26 +151,23 @@ void mr_qwen3_output_head(mr_model *m, const mr_fwd_seg *segs, int n_segs)
      * rows follow on from the previous one's in both x and xn (a decode
      * batch: one row each) share one rmsnorm call: a row's norm is its own */
     int rows = 0, run_src = 0, run_dst = 0, run_n = 0;
-    size_t e = (size_t)hp->n_embd;
-    for (int i = 0; i <= n_segs; i++) {
-        const mr_fwd_seg *g = i < n_segs ? &segs[i] : NULL;
-        const int r = g ? g->n - g->out_first : 0;
-        if (g && r <= 0)
+    for (int i = 0; i < n_segs; i++) {
+        const mr_fwd_seg *g = &segs[i];
+        const int r = g->n - g->out_first, src = g->start + g->out_first, dst = g->out_row;
+        if (r <= 0)
             continue;
-        const int src = g ? g->start + g->out_first : 0, dst = g ? g->out_row : 0;
-        if (g && run_n > 0 && src == run_src + run_n && dst == run_dst + run_n) {
+        if (run_n > 0 && src == run_src + run_n && dst == run_dst + run_n) {
             run_n += r;
         } else {
-            if (run_n > 0)
-                be->rmsnorm(be, sc->x + (size_t)run_src * e, m->output_norm, sc->xn + (size_t)run_dst * e, run_n,
-                            hp->n_embd, hp->rms_eps);
+            output_norm_rows(m, run_src, run_dst, run_n);
             run_src = src;
             run_dst = dst;
             run_n = r;
         }
-        if (g && dst + r > rows)
+        if (dst + r > rows)
             rows = dst + r;
     }
+    output_norm_rows(m, run_src, run_dst, run_n);
     if (rows > 0)
         mr_fwd_matmul_out(m, &m->output, sc->xn, sc->logits, rows);
 }
