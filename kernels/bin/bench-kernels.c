@@ -780,20 +780,25 @@ static float *gdn_buf(mr_backend *be, size_t n, float scale, float shift)
 static int bench_gdn(int iters)
 {
     mr_err err;
-    mr_backend *be[2];
+    mr_backend *be[3];
     setenv("MEMRA_CUDA_GDN_TILED", "0", 1);
     be[0] = mr_backend_cuda_create(0, &err);
     unsetenv("MEMRA_CUDA_GDN_TILED");
+    setenv("MEMRA_CUDA_GDN_LANES", "0", 1);
     be[1] = be[0] ? mr_backend_cuda_create(0, &err) : NULL;
-    if (!be[0] || !be[1]) {
+    unsetenv("MEMRA_CUDA_GDN_LANES");
+    be[2] = be[1] ? mr_backend_cuda_create(0, &err) : NULL;
+    if (!be[0] || !be[1] || !be[2]) {
         fprintf(stderr, "cuda: %s\n", err.msg);
         return 1;
     }
-    static const char *const lab[2] = {"token", "tiled"};
-    const int ns[3] = {1, 16, 512}, stride = 2 * 16 * 128 + 32 * 128;
-    for (int k = 0; k < 3; k++) {
-        double t[2];
-        for (int b = 0; b < 2; b++) {
+    /* token by token; tiles whose tokens take a barrier each
+     * (MEMRA_CUDA_GDN_LANES=0); tiles in lane groups (the default) */
+    static const char *const lab[3] = {"token", "tiled", "lanes"};
+    const int ns[5] = {1, 5, 16, 512, 2048}, stride = 2 * 16 * 128 + 32 * 128;
+    for (int k = 0; k < 5; k++) {
+        double t[3];
+        for (int b = 0; b < 3; b++) {
             const int n = ns[k];
             gdn_arg g = {be[b], gdn_buf(be[b], (size_t)n * stride, 2.0f, 0.0f), gdn_buf(be[b], (size_t)n * 32, 2.0f, 0.0f),
                          gdn_buf(be[b], (size_t)n * 32, 2.0f, 0.0f), gdn_buf(be[b], 32, 1.0f, -1.0f),
@@ -809,10 +814,9 @@ static int bench_gdn(int iters)
             be[b]->free(be[b], (void *)g.a); be[b]->free(be[b], (void *)g.dt); be[b]->free(be[b], g.st);
             be[b]->free(be[b], g.out);
         }
-        printf("gdn      n=%d: tiled %.2fx token\n", ns[k], t[0] / t[1]);
+        printf("gdn      n=%d: tiled %.2fx token, lanes %.2fx tiled\n", ns[k], t[0] / t[1], t[1] / t[2]);
     }
-    be[1]->destroy(be[1]);
-    be[0]->destroy(be[0]);
+    for (int b = 2; b >= 0; b--) be[b]->destroy(be[b]);
     return 0;
 }
 

@@ -3331,6 +3331,8 @@ static void gdn_run(mr_backend *be, const gdn_case *g, const int *lens, int n_ca
 static mr_backend *gpu_gdn1; /* MEMRA_CUDA_GDN_TILED=0: the scan token by token */
 static mr_backend *gpu_gdn2; /* MEMRA_CUDA_GDN_TILED=2: tiles without the next tile's inputs fetched ahead */
 static mr_backend *gpu_gdn4; /* MEMRA_CUDA_GDN_WARPS=4: blocks of at most 4 warps (other sums) */
+static mr_backend *gpu_gdn4t; /* and token by token */
+static mr_backend *gpu_gdnb; /* MEMRA_CUDA_GDN_LANES=0: the tiles' tokens with a barrier each */
 
 static void check_gdn(int nk, int nv, int dk, int dv, int pad, int n, float gate_shift)
 {
@@ -3358,9 +3360,20 @@ static void check_gdn(int nk, int nv, int dk, int dv, int pad, int n, float gate
     gdn_run(gpu_gdn2, &g, two, 2, go1, gs1);
     report_f("gdn_scan-nopf", shape, go, go1, on, 0.0);
     report_f("gdn_state-nopf", shape, gs, gs1, sn, 0.0);
+    /* a column's partials in one warp's lanes (the default where the rows
+     * a thread allow) or in the block's warps with a barrier a token: the
+     * same sums in the same order */
+    gdn_run(gpu_gdnb, &g, two, 2, go1, gs1);
+    report_f("gdn_scan-lanes", shape, go, go1, on, 0.0);
+    report_f("gdn_state-lanes", shape, gs, gs1, sn, 0.0);
     gdn_run(gpu_gdn4, &g, two, 2, go1, gs1);
     report_f("gdn_scan-w4-cpu", shape, go1, co, on, 1e-5);
     report_f("gdn_state-w4-cpu", shape, gs1, cs, sn, 1e-5);
+    float *go4 = malloc(on * 4), *gs4 = malloc(sn * 4);
+    gdn_run(gpu_gdn4t, &g, two, 2, go4, gs4);
+    report_f("gdn_scan-w4-tiled", shape, go1, go4, on, 0.0);
+    report_f("gdn_state-w4-tiled", shape, gs1, gs4, sn, 0.0);
+    free(go4); free(gs4);
     free(go); free(gs); free(co); free(cs); free(go1); free(gs1);
     gdn_free(&g);
 }
@@ -3541,6 +3554,11 @@ static void check_gdn_segs_all(void)
     mr_backend *off2 = backend_with2("MEMRA_CUDA_GDN_TILED", "2", "MEMRA_CUDA_FUSE_SEGS", "0");
     check_gdn_segs(on2, off2, 5, mixed, 16, 32, 128, 128, 4, false, 5);
     check_gdn_segs(on2, off2, 6, small, 2, 4, 64, 64, 4, false, 6);
+    /* the tiles' tokens with a barrier each, against the lane groups */
+    mr_backend *onb = backend_with("MEMRA_CUDA_GDN_LANES", "0");
+    check_gdn_segs(onb, off, 5, mixed, 16, 32, 128, 128, 4, false, 5);
+    check_gdn_segs(onb, off, 6, small, 2, 4, 64, 64, 4, false, 6);
+    onb->destroy(onb);
     on2->destroy(on2);
     off2->destroy(off2);
     off->destroy(off);
@@ -3582,6 +3600,8 @@ static void check_hybrid_ops(void)
     check_gdn(1, 3, 48, 40, 5, 7, 0.0f);    /* partial tiles, padded rows */
     check_gdn(2, 2, 256, 96, 0, 7, 0.0f);   /* more warps over the rows */
     check_gdn(2, 4, 16, 8, 3, 9, 0.0f);     /* tiny heads */
+    check_gdn(1, 2, 8, 40, 0, 9, 0.0f);     /* two warps over the rows */
+    check_gdn(1, 2, 4, 8, 1, 5, 0.0f);      /* one warp */
     check_gdn(2, 4, 64, 64, 0, 7, 25.0f);   /* softplus linear branch: state nearly cleared */
     check_gdn_graph();
     check_gdn_segs_all();
@@ -5497,6 +5517,8 @@ int main(int argc, char **argv)
     if (!gpu_gdn1) die("cuda (token-by-token scan)");
     gpu_gdn2 = backend_with("MEMRA_CUDA_GDN_TILED", "2"); /* tiles without fetching ahead */
     gpu_gdn4 = backend_with("MEMRA_CUDA_GDN_WARPS", "4");
+    gpu_gdn4t = backend_with2("MEMRA_CUDA_GDN_WARPS", "4", "MEMRA_CUDA_GDN_TILED", "0");
+    gpu_gdnb = backend_with("MEMRA_CUDA_GDN_LANES", "0");
     setenv("MEMRA_CUDA_ATTN", "tc", 1);
     gpu_attn_tc = mr_backend_cuda_create(0, &err);
     setenv("MEMRA_CUDA_ATTN", "f32", 1);
@@ -5590,6 +5612,8 @@ int main(int argc, char **argv)
     gpu_gdn1->destroy(gpu_gdn1);
     gpu_gdn2->destroy(gpu_gdn2);
     gpu_gdn4->destroy(gpu_gdn4);
+    gpu_gdn4t->destroy(gpu_gdn4t);
+    gpu_gdnb->destroy(gpu_gdnb);
     gpu_generic->destroy(gpu_generic);
     gpu_r2->destroy(gpu_r2);
     gpu_r4->destroy(gpu_r4);

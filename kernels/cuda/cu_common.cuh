@@ -131,6 +131,9 @@ struct mr_cu_ctx {
                                MEMRA_CUDA_GDN_TILED=0: the token-by-token kernel, same bits) */
     bool gdn_tiled_pf;      /* and each tile's inputs fetched during the tile before (k_gdn_scan_tiled
                                PF; MEMRA_CUDA_GDN_TILED=2: without; the same bits) */
+    bool gdn_lanes;         /* the tiled scan's tokens without a barrier each: a column's partials in
+                               neighbouring lanes (k_gdn_scan_tiled LG; MEMRA_CUDA_GDN_LANES=0:
+                               without; the same bits) */
     int gdn_warps;          /* the most warps a scan block may take before rows a thread double
                                (8; MEMRA_CUDA_GDN_WARPS=4: the rows of run 135 and before, other
                                sums; run 171: 512 tokens 631 -> 564 us at dk 128) */

@@ -231,35 +231,50 @@ __device__ __forceinline__ void gdn_gates(float al, float dtb, float a_h, float 
     *b = mr_sigmoidf(bt);
 }
 
-/* The state decayed, and this thread's shares of S^T kn and S^T qn. */
-template <int RPT>
-__device__ __forceinline__ void gdn_decay_dots(float (&s)[RPT], float decay, const float *kn, const float *qn,
-                                               int row0, int dk, float *pr, float *pp)
+/* The state decayed, and this thread's shares of S^T kn and S^T qn; kn(r)
+ * and qn(r) give the normalised k and q of the thread's row row0 + r (from
+ * the token's vectors in shared memory, or from registers). */
+template <int RPT, bool CHECK = true, class K, class Q>
+__device__ __forceinline__ void gdn_decay_dots_by(float (&s)[RPT], float decay, K kn, Q qn, int row0, int dk,
+                                                  float *pr, float *pp)
 {
     float r_ = 0.0f, p_ = 0.0f;
 #pragma unroll
     for (int r = 0; r < RPT; r++) {
         const int i = row0 + r;
         s[r] *= decay;
-        if (i < dk) {
-            r_ = fmaf(s[r], kn[i], r_);
-            p_ = fmaf(s[r], qn[i], p_);
+        if (!CHECK || i < dk) { /* CHECK false: every row of the thread exists */
+            r_ = fmaf(s[r], kn(r), r_);
+            p_ = fmaf(s[r], qn(r), p_);
         }
     }
     *pr = r_;
     *pp = p_;
 }
-
-/* The delta-rule update S += kn d^T of this thread's rows. */
 template <int RPT>
-__device__ __forceinline__ void gdn_update(float (&s)[RPT], const float *kn, float d, int row0, int dk)
+__device__ __forceinline__ void gdn_decay_dots(float (&s)[RPT], float decay, const float *kn, const float *qn,
+                                               int row0, int dk, float *pr, float *pp)
+{
+    gdn_decay_dots_by<RPT>(
+        s, decay, [&](int r) { return kn[row0 + r]; }, [&](int r) { return qn[row0 + r]; }, row0, dk, pr, pp);
+}
+
+/* The delta-rule update S += kn d^T of this thread's rows (kn(r) and CHECK
+ * as above). */
+template <int RPT, bool CHECK = true, class K>
+__device__ __forceinline__ void gdn_update_by(float (&s)[RPT], K kn, float d, int row0, int dk)
 {
 #pragma unroll
     for (int r = 0; r < RPT; r++) {
         const int i = row0 + r;
-        if (i < dk)
-            s[r] = fmaf(kn[i], d, s[r]);
+        if (!CHECK || i < dk)
+            s[r] = fmaf(kn(r), d, s[r]);
     }
+}
+template <int RPT>
+__device__ __forceinline__ void gdn_update(float (&s)[RPT], const float *kn, float d, int row0, int dk)
+{
+    gdn_update_by<RPT>(s, [&](int r) { return kn[row0 + r]; }, d, row0, dk);
 }
 
 /* Block: W = blockDim.x / 32 warps; thread (w, lane) holds S[w*RPT + r][col]
@@ -426,8 +441,36 @@ k_gdn_scan_segs(const float *qkv, int stride, const float *alpha, const float *b
  * beta) are copied into shared memory with asynchronous copies while B of
  * this tile runs, and A reads them there instead of making a global round
  * trip a token of each warp's, one after another (run 135: 714 -> 633 us
- * a 512-token layer of the 35B-A3B).  The same values, so the same bits. */
+ * a 512-token layer of the 35B-A3B).  The same values, so the same bits.
+ * LG (lane groups, the default where the block has GDN_MAX_WARPS warps of
+ * real rows: dk 32, 64, 128; MEMRA_CUDA_GDN_LANES=0: without): B without a
+ * barrier a token.  A column's W partials sit in W neighbouring lanes of one
+ * warp instead of in W warps: lane l of warp w holds rows (l % W) RPT .. of
+ * column w (32 / W) + l / W of the block's 32, the rows warp l % W would
+ * hold, so each lane's two dot chains are the same floats; the W partials
+ * are then read across the group with shuffles and added in order from 0,
+ * as the barrier's sum adds them from shared memory (gdn_tile_lanes).  A token costs its dot
+ * chain, the shuffles and the update, not a barrier of all the block's
+ * warps and two round trips through shared memory (run 277: 2,209 us a
+ * 2,048-token layer of the 35B-A3B, a third of its prompt).  The normalised
+ * q and k of a token sit in shared memory in groups of RPT rows padded by 4
+ * floats (gdn_lg_at), so that the W lanes of a group, each reading its own
+ * rows 16 bytes at a time, hit different banks. */
 #define GDN_TT 16 /* tokens a tile */
+
+/* Where row i of a token's normalised q or k sits in the tiled kernel's
+ * shared memory: i, or with lane groups (LG) RPT rows then 4 floats of
+ * padding; the floats a token takes there (gdn_lg_stride). */
+template <int RPT, bool LG>
+__host__ __device__ __forceinline__ int gdn_lg_at(int i)
+{
+    return LG ? i + (i / RPT) * 4 : i;
+}
+template <int RPT, bool LG>
+__host__ __device__ __forceinline__ int gdn_lg_stride(int dk)
+{
+    return LG ? (dk + RPT - 1) / RPT * (RPT + 4) : dk;
+}
 
 /* Asynchronous copies of tile t0's raw inputs (nt tokens) into rq [TT][dk],
  * rk [TT][dk], rv [TT][32] (zeros past dv), rab [TT][2]; committed as one
@@ -458,9 +501,57 @@ __device__ __forceinline__ void gdn_tile_fetch(const float *qkv, int stride, con
     __pipeline_commit();
 }
 
+/* B of a tile in lane groups (LG): GDN_MAX_WARPS lanes a column, each with
+ * RPT rows that all exist (gdn_tiled_plan), so the rows go unchecked; the
+ * lane's state s, the tile's normalised k and q (tk, tq: KS floats a token,
+ * gdn_lg_at's layout), v (tv) and per-token scalars (tsc) as
+ * gdn_scan_tiled_run keeps them; cb the lane's column in the block's 32;
+ * where store, token j's output goes to o + j ostride. */
+template <int RPT>
+__device__ __forceinline__ void gdn_tile_lanes(float (&s)[RPT], const float *tk, const float *tq, const float *tv,
+                                               const float *tsc, int KS, int nt, int row0, int cb, bool store,
+                                               float *o, int64_t ostride)
+{
+    static_assert(RPT <= 16, "lane groups hold at most 16 rows a lane (gdn_tiled_plan)");
+    constexpr int G = GDN_MAX_WARPS;
+    const float4 *k4 = (const float4 *)(tk + gdn_lg_at<RPT, true>(row0));
+    const float4 *q4 = (const float4 *)(tq + gdn_lg_at<RPT, true>(row0));
+    for (int j = 0; j < nt; j++, k4 += KS / 4, q4 += KS / 4, o += ostride) {
+        const float decay = tsc[j * 4 + 0], b = tsc[j * 4 + 1], qk = tsc[j * 4 + 2];
+        float kr[RPT], qr[RPT]; /* the lane's rows of kn and qn, 16 bytes at a time */
+#pragma unroll
+        for (int m = 0; m < RPT / 4; m++) {
+            const float4 kv = k4[m], qv = q4[m];
+            kr[4 * m] = kv.x, kr[4 * m + 1] = kv.y, kr[4 * m + 2] = kv.z, kr[4 * m + 3] = kv.w;
+            qr[4 * m] = qv.x, qr[4 * m + 1] = qv.y, qr[4 * m + 2] = qv.z, qr[4 * m + 3] = qv.w;
+        }
+        auto kn = [&](int r) { return kr[r]; };
+        float pr, pp;
+        gdn_decay_dots_by<RPT, false>(s, decay, kn, [&](int r) { return qr[r]; }, row0, 0, &pr, &pp);
+        /* the group's partials, then their sums in order from 0, as the
+         * barrier's sum adds them */
+        float vr[G], vp[G];
+#pragma unroll
+        for (int q = 0; q < G; q++) {
+            vr[q] = __shfl_sync(0xffffffffu, pr, q, G);
+            vp[q] = __shfl_sync(0xffffffffu, pp, q, G);
+        }
+        float R = 0.0f, P = 0.0f;
+#pragma unroll
+        for (int q = 0; q < G; q++) {
+            R += vr[q];
+            P += vp[q];
+        }
+        const float d = b * (tv[j * GDN_COLS + cb] - R);
+        gdn_update_by<RPT, false>(s, kn, d, row0, 0);
+        if (store)
+            *o = fmaf(d, qk, P);
+    }
+}
+
 /* The body of k_gdn_scan_tiled and k_gdn_scan_tiled_segs (after the PDL
  * wait). */
-template <int RPT, bool PF>
+template <int RPT, bool PF, bool LG>
 __device__ __forceinline__ void gdn_scan_tiled_run(const float *qkv, int stride, const float *alpha,
                                                    const float *beta, const float *a, const float *dt_bias,
                                                    float *state, int n, int n_k_heads, int n_v_heads, int dk, int dv,
@@ -468,9 +559,10 @@ __device__ __forceinline__ void gdn_scan_tiled_run(const float *qkv, int stride,
 {
     extern __shared__ float sh[];
     const int W = blockDim.x >> 5;
-    float *tq = sh;                         /* [TT][dk]: q / |q| / sqrt(dk) */
-    float *tk = tq + GDN_TT * dk;           /* [TT][dk]: k / |k| */
-    float *tv = tk + GDN_TT * dk;           /* [TT][32]: v of the block's columns */
+    const int KS = gdn_lg_stride<RPT, LG>(dk); /* floats a token's q (k) takes */
+    float *tq = sh;                         /* [TT][KS]: q / |q| / sqrt(dk) */
+    float *tk = tq + GDN_TT * KS;           /* [TT][KS]: k / |k| */
+    float *tv = tk + GDN_TT * KS;           /* [TT][32]: v of the block's columns */
     float *tsc = tv + GDN_TT * GDN_COLS;    /* [TT][4]: decay, beta gate, qn . kn */
     float *red = tsc + GDN_TT * 4;          /* [2][2][W][32]: partials of S^T kn, S^T qn */
     float *rq = red + 4 * W * GDN_COLS;     /* PF: the raw inputs of the tile being fetched */
@@ -478,9 +570,12 @@ __device__ __forceinline__ void gdn_scan_tiled_run(const float *qkv, int stride,
 
     const int h = blockIdx.x, kh = h % n_k_heads;
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
-    const int col = blockIdx.y * GDN_COLS + lane;
+    /* the thread's column of the block's 32 and its first row (LG: lane
+     * group lane / W of the warp, row part lane % W) */
+    const int cb = LG ? wi * (GDN_COLS / W) + lane / W : lane;
+    const int row0 = (LG ? lane % W : wi) * RPT;
+    const int col = blockIdx.y * GDN_COLS + cb;
     const bool col_ok = col < dv;
-    const int row0 = wi * RPT;
     float *S = state + (int64_t)h * dk * dv;
 
     float s[RPT];
@@ -502,7 +597,7 @@ __device__ __forceinline__ void gdn_scan_tiled_run(const float *qkv, int stride,
         /* A: the tile's inputs and everything that does not need the state */
         for (int j = wi; j < nt; j += W) {
             const float *row = qkv + (int64_t)(t0 + j) * stride;
-            float *qj = tq + j * dk, *kj = tk + j * dk;
+            float *qj = tq + j * KS, *kj = tk + j * KS;
             float sq = 0.0f, sk = 0.0f, sqk = 0.0f;
             for (int u = 0; u * 32 < dk; u++) { /* as k_gdn_scan's warps u */
                 const int i = u * 32 + lane;
@@ -510,8 +605,8 @@ __device__ __forceinline__ void gdn_scan_tiled_run(const float *qkv, int stride,
                 if (i < dk) {
                     qv = PF ? rq[j * dk + i] : row[(int64_t)kh * dk + i];
                     kv = PF ? rk[j * dk + i] : row[kdim + (int64_t)kh * dk + i];
-                    qj[i] = qv;
-                    kj[i] = kv;
+                    qj[gdn_lg_at<RPT, LG>(i)] = qv;
+                    kj[gdn_lg_at<RPT, LG>(i)] = kv;
                 }
                 sq += mr_warp_sum(qv * qv);
                 sk += mr_warp_sum(kv * kv);
@@ -519,8 +614,9 @@ __device__ __forceinline__ void gdn_scan_tiled_run(const float *qkv, int stride,
             }
             const float iq = 1.0f / sqrtf(sq + eps) * qscale, ik = 1.0f / sqrtf(sk + eps);
             for (int i = lane; i < dk; i += 32) {
-                qj[i] = qj[i] * iq;
-                kj[i] = kj[i] * ik;
+                const int at = gdn_lg_at<RPT, LG>(i);
+                qj[at] = qj[at] * iq;
+                kj[at] = kj[at] * ik;
             }
             if (lane == 0) {
                 const int64_t th = (int64_t)(t0 + j) * n_v_heads + h;
@@ -541,27 +637,32 @@ __device__ __forceinline__ void gdn_scan_tiled_run(const float *qkv, int stride,
                            kdim, rq, rk, rv, rab);
         }
         /* B: the tokens in order */
-        for (int j = 0; j < nt; j++) {
-            const float decay = tsc[j * 4 + 0], b = tsc[j * 4 + 1], qk = tsc[j * 4 + 2];
-            const float *kn = tk + j * dk, *qn = tq + j * dk;
-            float pr, pp;
-            gdn_decay_dots<RPT>(s, decay, kn, qn, row0, dk, &pr, &pp);
-            /* buffer of this token's parity: a warp that runs ahead to the
-             * next token writes the other one, and cannot get two tokens
-             * ahead of the barrier below */
-            float *rb = red + ((t0 + j) & 1) * 2 * W * GDN_COLS;
-            rb[wi * GDN_COLS + lane] = pr;
-            rb[(W + wi) * GDN_COLS + lane] = pp;
-            __syncthreads();
-            float R = 0.0f, P = 0.0f;
-            for (int q = 0; q < W; q++) {
-                R += rb[q * GDN_COLS + lane];
-                P += rb[(W + q) * GDN_COLS + lane];
+        if constexpr (LG) {
+            gdn_tile_lanes<RPT>(s, tk, tq, tv, tsc, KS, nt, row0, cb, row0 == 0 && col_ok,
+                                out + ((int64_t)t0 * n_v_heads + h) * dv + col, (int64_t)n_v_heads * dv);
+        } else {
+            for (int j = 0; j < nt; j++) {
+                const float decay = tsc[j * 4 + 0], b = tsc[j * 4 + 1], qk = tsc[j * 4 + 2];
+                const float *kn = tk + j * KS, *qn = tq + j * KS;
+                float pr, pp;
+                gdn_decay_dots<RPT>(s, decay, kn, qn, row0, dk, &pr, &pp);
+                /* buffer of this token's parity: a warp that runs ahead to
+                 * the next token writes the other one, and cannot get two
+                 * tokens ahead of the barrier below */
+                float *rb = red + ((t0 + j) & 1) * 2 * W * GDN_COLS;
+                rb[wi * GDN_COLS + lane] = pr;
+                rb[(W + wi) * GDN_COLS + lane] = pp;
+                __syncthreads();
+                float R = 0.0f, P = 0.0f;
+                for (int q = 0; q < W; q++) {
+                    R += rb[q * GDN_COLS + lane];
+                    P += rb[(W + q) * GDN_COLS + lane];
+                }
+                const float d = b * (tv[j * GDN_COLS + lane] - R);
+                gdn_update<RPT>(s, kn, d, row0, dk);
+                if (wi == 0 && col_ok)
+                    out[((int64_t)(t0 + j) * n_v_heads + h) * dv + col] = fmaf(d, qk, P);
             }
-            const float d = b * (tv[j * GDN_COLS + lane] - R);
-            gdn_update<RPT>(s, kn, d, row0, dk);
-            if (wi == 0 && col_ok)
-                out[((int64_t)(t0 + j) * n_v_heads + h) * dv + col] = fmaf(d, qk, P);
         }
         __syncthreads(); /* the tile's buffers are refilled next */
     }
@@ -569,15 +670,15 @@ __device__ __forceinline__ void gdn_scan_tiled_run(const float *qkv, int stride,
     gdn_state_store<RPT>(S, s, row0, col, col_ok, dk, dv);
 }
 
-template <int RPT, bool PF>
-__global__ void __launch_bounds__(32 * GDN_MAX_WARPS)
+template <int RPT, bool PF, bool LG>
+__global__ void __launch_bounds__(32 * GDN_MAX_WARPS, 1)
 k_gdn_scan_tiled(const float *qkv, int stride, const float *alpha, const float *beta, const float *a,
                  const float *dt_bias, float *state, int n, int n_k_heads, int n_v_heads, int dk, int dv, float eps,
                  float *out)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
-    gdn_scan_tiled_run<RPT, PF>(qkv, stride, alpha, beta, a, dt_bias, state, n, n_k_heads, n_v_heads, dk, dv, eps,
+    gdn_scan_tiled_run<RPT, PF, LG>(qkv, stride, alpha, beta, a, dt_bias, state, n, n_k_heads, n_v_heads, dk, dv, eps,
                                 out);
 }
 
@@ -587,8 +688,8 @@ k_gdn_scan_tiled(const float *qkv, int stride, const float *alpha, const float *
  * instead of one launch a sequence one after another (a prompt chunk of
  * several sequences, or prompts beside decode tokens).  A segment of one
  * token gets k_gdn_scan's floats: the two kernels' bits are the same. */
-template <int RPT, bool PF>
-__global__ void __launch_bounds__(32 * GDN_MAX_WARPS)
+template <int RPT, bool PF, bool LG>
+__global__ void __launch_bounds__(32 * GDN_MAX_WARPS, 1)
 k_gdn_scan_tiled_segs(const float *qkv, int stride, const float *alpha, const float *beta, const float *a,
                       const float *dt_bias, const mr_cu_segs_n st, int n_k_heads, int n_v_heads, int dk, int dv,
                       float eps, float *out)
@@ -597,7 +698,7 @@ k_gdn_scan_tiled_segs(const float *qkv, int stride, const float *alpha, const fl
     mr_pdl_trigger();
     const int g = blockIdx.z;
     const int64_t t0 = st.t0[g];
-    gdn_scan_tiled_run<RPT, PF>(qkv + t0 * stride, stride, alpha + t0 * n_v_heads, beta + t0 * n_v_heads, a,
+    gdn_scan_tiled_run<RPT, PF, LG>(qkv + t0 * stride, stride, alpha + t0 * n_v_heads, beta + t0 * n_v_heads, a,
                                 dt_bias, st.p[g], st.n[g], n_k_heads, n_v_heads, dk, dv, eps,
                                 out + t0 * n_v_heads * dv);
 }
@@ -635,18 +736,46 @@ static bool gdn_shape_ok(int stride, int n_k_heads, int n_v_heads, int dk, int d
            (dv + GDN_COLS - 1) / GDN_COLS <= 65535;
 }
 
-/* The tiled kernel's shared memory for dk: at most ~37 KB (dk 256); with the
- * next tile's raw inputs (pf, unless MEMRA_CUDA_GDN_TILED=2) ~19 KB more at
- * dk 128, which must fit the 48 KB a launch gets without asking (else the
- * tiles go without). */
-static size_t gdn_tiled_shm(const mr_cu_ctx *c, int dk, bool *pf)
+/* How the tiled kernel runs for dk: its shared memory (at most ~43 KB, dk
+ * 256 with lane groups), whether the next tile's raw inputs are fetched
+ * ahead (pf, unless MEMRA_CUDA_GDN_TILED=2: ~19 KB more at dk 128, which
+ * must fit the 48 KB a launch gets without asking, else the tiles go
+ * without) and whether B runs in lane groups (lg: GDN_MAX_WARPS warps whose
+ * rows are all real (dk 32, 64 or 128) and at most 16 rows a thread,
+ * unless MEMRA_CUDA_GDN_LANES=0; at 32, the dk 256 heads or
+ * MEMRA_CUDA_GDN_WARPS=4, a lane's rows of q and k would not fit beside its
+ * state in 128 registers). */
+struct gdn_tiling {
+    size_t shm;
+    bool pf, lg;
+};
+static gdn_tiling gdn_tiled_plan(const mr_cu_ctx *c, int dk)
 {
     const int rpt = gdn_rpt(c, dk), W = (dk + rpt - 1) / rpt;
-    const size_t shm_tiled = sizeof(float) * ((size_t)2 * GDN_TT * dk + (size_t)GDN_TT * (GDN_COLS + 4) +
+    gdn_tiling t;
+    t.lg = c->gdn_lanes && W == GDN_MAX_WARPS && rpt * W == dk && rpt <= 16;
+    const size_t ks = t.lg ? (size_t)W * (rpt + 4) : (size_t)dk; /* gdn_lg_stride */
+    const size_t shm_tiled = sizeof(float) * ((size_t)2 * GDN_TT * ks + (size_t)GDN_TT * (GDN_COLS + 4) +
                                               (size_t)4 * W * GDN_COLS);
     const size_t shm_pf = shm_tiled + sizeof(float) * ((size_t)2 * GDN_TT * dk + (size_t)GDN_TT * (GDN_COLS + 2));
-    *pf = c->gdn_tiled_pf && shm_pf <= 48 * 1024;
-    return *pf ? shm_pf : shm_tiled;
+    t.pf = c->gdn_tiled_pf && shm_pf <= 48 * 1024;
+    t.shm = t.pf ? shm_pf : shm_tiled;
+    return t;
+}
+
+/* Calls f(pf, lg) with the plan's two flags as std::true_type or
+ * std::false_type, so that a launch site names its tiled kernel once (lg
+ * only where R, the rows a thread, is at most 16: gdn_tiled_plan). */
+template <int R, class F>
+static void gdn_with_tiling(const gdn_tiling &t, F f)
+{
+    using Y = std::true_type;
+    using N = std::false_type;
+    using L = std::integral_constant<bool, (R <= 16)>;
+    if (t.pf && t.lg) f(Y(), L());
+    else if (t.pf) f(Y(), N());
+    else if (t.lg) f(N(), L());
+    else f(N(), N());
 }
 
 static void cu_gdn_scan(mr_backend *be, const float *qkv, int stride, const float *alpha,
@@ -665,20 +794,20 @@ static void cu_gdn_scan(mr_backend *be, const float *qkv, int stride, const floa
     const int W = (dk + rpt - 1) / rpt;
     const dim3 grid((unsigned)n_v_heads, (unsigned)((dv + GDN_COLS - 1) / GDN_COLS));
     const unsigned threads = (unsigned)(32 * W);
-    bool pf;
-    const size_t shm_t = gdn_tiled_shm(c, dk, &pf);
+    const gdn_tiling tp = gdn_tiled_plan(c, dk);
     /* one token (a decode step) stays on the token-by-token kernel: its
      * tile set-up does not pay for itself there (run 67: 4.7 against 6.0 us
      * on the 35B-A3B's heads; 16 tokens 1.37x and 512 1.41x faster tiled) */
-    const bool tiled = c->gdn_tiled && n > 1 && shm_t <= 48 * 1024;
-    const size_t shm = tiled ? shm_t : sizeof(float) * ((size_t)2 * dk + (size_t)2 * W * GDN_COLS + (size_t)3 * W);
+    const bool tiled = c->gdn_tiled && n > 1 && tp.shm <= 48 * 1024;
+    const size_t shm = tiled ? tp.shm : sizeof(float) * ((size_t)2 * dk + (size_t)2 * W * GDN_COLS + (size_t)3 * W);
 #define GDN_ARGS qkv, stride, alpha, beta, a, dt_bias, state, n, n_k_heads, n_v_heads, dk, dv, eps, out
     gdn_with_rpt(rpt, [&](auto r) {
         constexpr int R = decltype(r)::value;
-        if (tiled && pf)
-            mr_cu_launch(c, k_gdn_scan_tiled<R, true>, grid, threads, shm, GDN_ARGS);
-        else if (tiled)
-            mr_cu_launch(c, k_gdn_scan_tiled<R, false>, grid, threads, shm, GDN_ARGS);
+        if (tiled)
+            gdn_with_tiling<R>(tp, [&](auto pf, auto lg) {
+                mr_cu_launch(c, k_gdn_scan_tiled<R, decltype(pf)::value, decltype(lg)::value>, grid, threads, shm,
+                             GDN_ARGS);
+            });
         else
             mr_cu_launch(c, k_gdn_scan<R>, grid, threads, shm, GDN_ARGS);
     });
@@ -732,8 +861,8 @@ bool mr_cu_gdn_segs(mr_backend *be, const float *x, const float *cw, float *cons
 bool mr_cu_gdn_scan_segs_ok(mr_backend *be, int n_k_heads, int n_v_heads, int dk, int dv, int stride)
 {
     mr_cu_ctx *c = mr_cu(be);
-    bool pf;
-    return c->gdn_tiled && gdn_shape_ok(stride, n_k_heads, n_v_heads, dk, dv) && gdn_tiled_shm(c, dk, &pf) <= 48 * 1024;
+    return c->gdn_tiled && gdn_shape_ok(stride, n_k_heads, n_v_heads, dk, dv) &&
+           gdn_tiled_plan(c, dk).shm <= 48 * 1024;
 }
 
 void mr_cu_gdn_scan_segs(mr_backend *be, const float *qkv, int stride, const float *alpha, const float *beta,
@@ -741,8 +870,7 @@ void mr_cu_gdn_scan_segs(mr_backend *be, const float *qkv, int stride, const flo
                          int nseg, int n_k_heads, int n_v_heads, int dk, int dv, float eps, float *out)
 {
     mr_cu_ctx *c = mr_cu(be);
-    bool pf;
-    const size_t shm = gdn_tiled_shm(c, dk, &pf);
+    const gdn_tiling tp = gdn_tiled_plan(c, dk);
     const int rpt = gdn_rpt(c, dk), W = (dk + rpt - 1) / rpt;
     const unsigned threads = (unsigned)(32 * W);
     for (int s0 = 0; s0 < nseg; s0 += MR_CU_SEGS) {
@@ -757,10 +885,10 @@ void mr_cu_gdn_scan_segs(mr_backend *be, const float *qkv, int stride, const flo
 #define GDN_TS_ARGS qkv, stride, alpha, beta, a, dt_bias, st, n_k_heads, n_v_heads, dk, dv, eps, out
         gdn_with_rpt(rpt, [&](auto r) {
             constexpr int R = decltype(r)::value;
-            if (pf)
-                mr_cu_launch(c, k_gdn_scan_tiled_segs<R, true>, grid, threads, shm, GDN_TS_ARGS);
-            else
-                mr_cu_launch(c, k_gdn_scan_tiled_segs<R, false>, grid, threads, shm, GDN_TS_ARGS);
+            gdn_with_tiling<R>(tp, [&](auto pf, auto lg) {
+                mr_cu_launch(c, k_gdn_scan_tiled_segs<R, decltype(pf)::value, decltype(lg)::value>, grid, threads,
+                             tp.shm, GDN_TS_ARGS);
+            });
         });
 #undef GDN_TS_ARGS
         MR_CU_LAUNCHED(c, "gdn_scan segs tiled");
@@ -786,6 +914,8 @@ void mr_cu_install_gdn(mr_backend *be)
     const char *t = getenv("MEMRA_CUDA_GDN_TILED");
     mr_cu(be)->gdn_tiled = !(t && !strcmp(t, "0"));
     mr_cu(be)->gdn_tiled_pf = !(t && (!strcmp(t, "0") || !strcmp(t, "2")));
+    const char *l = getenv("MEMRA_CUDA_GDN_LANES");
+    mr_cu(be)->gdn_lanes = !(l && !strcmp(l, "0"));
     const char *w = getenv("MEMRA_CUDA_GDN_WARPS");
     mr_cu(be)->gdn_warps = w && !strcmp(w, "4") ? 4 : 8;
     be->copy_2d = cu_copy_2d;
