@@ -474,24 +474,44 @@ __host__ __device__ __forceinline__ int gdn_lg_stride(int dk)
 
 /* Asynchronous copies of tile t0's raw inputs (nt tokens) into rq [TT][dk],
  * rk [TT][dk], rv [TT][32] (zeros past dv), rab [TT][2]; committed as one
- * group. */
+ * group.  V4: q, k and v 16 bytes a copy (qkv 16-byte aligned, stride, dk
+ * and dv multiples of 4: gdn_tiled_plan), a quarter of the copies. */
+template <bool V4>
 __device__ __forceinline__ void gdn_tile_fetch(const float *qkv, int stride, const float *alpha, const float *beta,
                                                int t0, int nt, int kh, int h, int n_v_heads, int dk, int dv,
                                                int64_t kdim, float *rq, float *rk, float *rv, float *rab)
 {
-    for (int e = threadIdx.x; e < nt * dk; e += blockDim.x) {
-        const int j = e / dk, i = e % dk;
-        const float *row = qkv + (int64_t)(t0 + j) * stride;
-        __pipeline_memcpy_async(rq + e, row + (int64_t)kh * dk + i, sizeof(float));
-        __pipeline_memcpy_async(rk + e, row + kdim + (int64_t)kh * dk + i, sizeof(float));
-    }
-    for (int e = threadIdx.x; e < nt * GDN_COLS; e += blockDim.x) {
-        const int j = e / GDN_COLS, cc = blockIdx.y * GDN_COLS + e % GDN_COLS;
-        if (cc < dv)
-            __pipeline_memcpy_async(rv + e, qkv + (int64_t)(t0 + j) * stride + 2 * kdim + (int64_t)h * dv + cc,
-                                    sizeof(float));
-        else
-            rv[e] = 0.0f;
+    if constexpr (V4) {
+        const int d4 = dk / 4;
+        for (int e = threadIdx.x; e < nt * d4; e += blockDim.x) {
+            const int j = e / d4, i = 4 * (e - j * d4);
+            const float *row = qkv + (int64_t)(t0 + j) * stride + (int64_t)kh * dk + i;
+            __pipeline_memcpy_async(rq + 4 * e, row, 16);
+            __pipeline_memcpy_async(rk + 4 * e, row + kdim, 16);
+        }
+        for (int e = threadIdx.x; e < nt * GDN_COLS / 4; e += blockDim.x) {
+            const int j = e / (GDN_COLS / 4), cc = blockIdx.y * GDN_COLS + 4 * (e % (GDN_COLS / 4));
+            if (cc < dv) /* dv % 4 == 0: the 4 columns are all in or all out */
+                __pipeline_memcpy_async(rv + 4 * e, qkv + (int64_t)(t0 + j) * stride + 2 * kdim + (int64_t)h * dv + cc,
+                                        16);
+            else
+                *(float4 *)(rv + 4 * e) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    } else {
+        for (int e = threadIdx.x; e < nt * dk; e += blockDim.x) {
+            const int j = e / dk, i = e % dk;
+            const float *row = qkv + (int64_t)(t0 + j) * stride;
+            __pipeline_memcpy_async(rq + e, row + (int64_t)kh * dk + i, sizeof(float));
+            __pipeline_memcpy_async(rk + e, row + kdim + (int64_t)kh * dk + i, sizeof(float));
+        }
+        for (int e = threadIdx.x; e < nt * GDN_COLS; e += blockDim.x) {
+            const int j = e / GDN_COLS, cc = blockIdx.y * GDN_COLS + e % GDN_COLS;
+            if (cc < dv)
+                __pipeline_memcpy_async(rv + e, qkv + (int64_t)(t0 + j) * stride + 2 * kdim + (int64_t)h * dv + cc,
+                                        sizeof(float));
+            else
+                rv[e] = 0.0f;
+        }
     }
     for (int j = threadIdx.x; j < nt; j += blockDim.x) {
         const int64_t th = (int64_t)(t0 + j) * n_v_heads + h;
@@ -586,23 +606,30 @@ __device__ __forceinline__ void gdn_scan_tiled_run(const float *qkv, int stride,
     const int64_t kdim = (int64_t)n_k_heads * dk;
 
     if (PF)
-        gdn_tile_fetch(qkv, stride, alpha, beta, 0, n < GDN_TT ? n : GDN_TT, kh, h, n_v_heads, dk, dv, kdim, rq, rk,
-                       rv, rab);
+        gdn_tile_fetch<LG>(qkv, stride, alpha, beta, 0, n < GDN_TT ? n : GDN_TT, kh, h, n_v_heads, dk, dv, kdim, rq,
+                           rk, rv, rab);
     for (int t0 = 0; t0 < n; t0 += GDN_TT) {
         const int nt = n - t0 < GDN_TT ? n - t0 : GDN_TT;
         if (PF) {
             __pipeline_wait_prior(0);
             __syncthreads();
         }
-        /* A: the tile's inputs and everything that does not need the state */
+        /* A: the tile's inputs and everything that does not need the state
+         * (LG: dk = 8 RPT, so the runs of 32 are a constant count, unrolled:
+         * the 3 x DU warp sums of a token overlap) */
+        constexpr int DU = LG ? GDN_MAX_WARPS * RPT / 32 : 8;
+        const int du = LG ? DU : (dk + 31) / 32;
         for (int j = wi; j < nt; j += W) {
             const float *row = qkv + (int64_t)(t0 + j) * stride;
             float *qj = tq + j * KS, *kj = tk + j * KS;
             float sq = 0.0f, sk = 0.0f, sqk = 0.0f;
-            for (int u = 0; u * 32 < dk; u++) { /* as k_gdn_scan's warps u */
+#pragma unroll
+            for (int u = 0; u < DU; u++) { /* as k_gdn_scan's warps u */
+                if (!LG && u >= du)
+                    break;
                 const int i = u * 32 + lane;
                 float qv = 0.0f, kv = 0.0f;
-                if (i < dk) {
+                if (LG || i < dk) {
                     qv = PF ? rq[j * dk + i] : row[(int64_t)kh * dk + i];
                     kv = PF ? rk[j * dk + i] : row[kdim + (int64_t)kh * dk + i];
                     qj[gdn_lg_at<RPT, LG>(i)] = qv;
@@ -613,10 +640,16 @@ __device__ __forceinline__ void gdn_scan_tiled_run(const float *qkv, int stride,
                 sqk += mr_warp_sum(qv * kv);
             }
             const float iq = 1.0f / sqrtf(sq + eps) * qscale, ik = 1.0f / sqrtf(sk + eps);
-            for (int i = lane; i < dk; i += 32) {
-                const int at = gdn_lg_at<RPT, LG>(i);
-                qj[at] = qj[at] * iq;
-                kj[at] = kj[at] * ik;
+#pragma unroll
+            for (int u = 0; u < DU; u++) {
+                const int i = u * 32 + lane;
+                if (!LG && u >= du)
+                    break;
+                if (LG || i < dk) {
+                    const int at = gdn_lg_at<RPT, LG>(i);
+                    qj[at] = qj[at] * iq;
+                    kj[at] = kj[at] * ik;
+                }
             }
             if (lane == 0) {
                 const int64_t th = (int64_t)(t0 + j) * n_v_heads + h;
@@ -633,8 +666,8 @@ __device__ __forceinline__ void gdn_scan_tiled_run(const float *qkv, int stride,
         /* the raw buffers are read: the next tile's inputs come in during B */
         if (PF && t0 + GDN_TT < n) {
             const int t1 = t0 + GDN_TT;
-            gdn_tile_fetch(qkv, stride, alpha, beta, t1, n - t1 < GDN_TT ? n - t1 : GDN_TT, kh, h, n_v_heads, dk, dv,
-                           kdim, rq, rk, rv, rab);
+            gdn_tile_fetch<LG>(qkv, stride, alpha, beta, t1, n - t1 < GDN_TT ? n - t1 : GDN_TT, kh, h, n_v_heads, dk,
+                               dv, kdim, rq, rk, rv, rab);
         }
         /* B: the tokens in order */
         if constexpr (LG) {
@@ -744,16 +777,18 @@ static bool gdn_shape_ok(int stride, int n_k_heads, int n_v_heads, int dk, int d
  * rows are all real (dk 32, 64 or 128) and at most 16 rows a thread,
  * unless MEMRA_CUDA_GDN_LANES=0; at 32, the dk 256 heads or
  * MEMRA_CUDA_GDN_WARPS=4, a lane's rows of q and k would not fit beside its
- * state in 128 registers). */
+ * state in 128 registers), whose inputs come 16 bytes a copy (qkv 16-byte
+ * aligned, stride and dv multiples of 4; qkv NULL: sizing only). */
 struct gdn_tiling {
     size_t shm;
     bool pf, lg;
 };
-static gdn_tiling gdn_tiled_plan(const mr_cu_ctx *c, int dk)
+static gdn_tiling gdn_tiled_plan(const mr_cu_ctx *c, int dk, int dv, int stride, const float *qkv)
 {
     const int rpt = gdn_rpt(c, dk), W = (dk + rpt - 1) / rpt;
     gdn_tiling t;
-    t.lg = c->gdn_lanes && W == GDN_MAX_WARPS && rpt * W == dk && rpt <= 16;
+    t.lg = c->gdn_lanes && W == GDN_MAX_WARPS && rpt * W == dk && rpt <= 16 && dv % 4 == 0 && stride % 4 == 0 &&
+           ((uintptr_t)qkv & 15) == 0;
     const size_t ks = t.lg ? (size_t)W * (rpt + 4) : (size_t)dk; /* gdn_lg_stride */
     const size_t shm_tiled = sizeof(float) * ((size_t)2 * GDN_TT * ks + (size_t)GDN_TT * (GDN_COLS + 4) +
                                               (size_t)4 * W * GDN_COLS);
@@ -794,7 +829,7 @@ static void cu_gdn_scan(mr_backend *be, const float *qkv, int stride, const floa
     const int W = (dk + rpt - 1) / rpt;
     const dim3 grid((unsigned)n_v_heads, (unsigned)((dv + GDN_COLS - 1) / GDN_COLS));
     const unsigned threads = (unsigned)(32 * W);
-    const gdn_tiling tp = gdn_tiled_plan(c, dk);
+    const gdn_tiling tp = gdn_tiled_plan(c, dk, dv, stride, qkv);
     /* one token (a decode step) stays on the token-by-token kernel: its
      * tile set-up does not pay for itself there (run 67: 4.7 against 6.0 us
      * on the 35B-A3B's heads; 16 tokens 1.37x and 512 1.41x faster tiled) */
@@ -862,7 +897,7 @@ bool mr_cu_gdn_scan_segs_ok(mr_backend *be, int n_k_heads, int n_v_heads, int dk
 {
     mr_cu_ctx *c = mr_cu(be);
     return c->gdn_tiled && gdn_shape_ok(stride, n_k_heads, n_v_heads, dk, dv) &&
-           gdn_tiled_plan(c, dk).shm <= 48 * 1024;
+           gdn_tiled_plan(c, dk, dv, stride, NULL).shm <= 48 * 1024;
 }
 
 void mr_cu_gdn_scan_segs(mr_backend *be, const float *qkv, int stride, const float *alpha, const float *beta,
@@ -870,7 +905,7 @@ void mr_cu_gdn_scan_segs(mr_backend *be, const float *qkv, int stride, const flo
                          int nseg, int n_k_heads, int n_v_heads, int dk, int dv, float eps, float *out)
 {
     mr_cu_ctx *c = mr_cu(be);
-    const gdn_tiling tp = gdn_tiled_plan(c, dk);
+    const gdn_tiling tp = gdn_tiled_plan(c, dk, dv, stride, qkv);
     const int rpt = gdn_rpt(c, dk), W = (dk + rpt - 1) / rpt;
     const unsigned threads = (unsigned)(32 * W);
     for (int s0 = 0; s0 < nseg; s0 += MR_CU_SEGS) {
