@@ -449,10 +449,11 @@ k_gdn_scan_segs(const float *qkv, int stride, const float *alpha, const float *b
  * column w (32 / W) + l / W of the block's 32, the rows warp l % W would
  * hold, so each lane's two dot chains are the same floats; the W partials
  * are then read across the group with shuffles and added in order from 0,
- * as the barrier's sum adds them from shared memory (gdn_tile_lanes).  A token costs its dot
- * chain, the shuffles and the update, not a barrier of all the block's
- * warps and two round trips through shared memory (run 277: 2,209 us a
- * 2,048-token layer of the 35B-A3B, a third of its prompt).  The normalised
+ * as the barrier's sum adds them from shared memory (gdn_tile_lanes).  A
+ * token costs its dot chain, the shuffles and the update, not a barrier of
+ * all the block's warps and two round trips through shared memory (run
+ * 277: 2,209 us a 2,048-token layer of the 35B-A3B, a third of its prompt;
+ * run 281: 772 us).  The normalised
  * q and k of a token sit in shared memory in groups of RPT rows padded by 4
  * floats (gdn_lg_at), so that the W lanes of a group, each reading its own
  * rows 16 bytes at a time, hit different banks. */
