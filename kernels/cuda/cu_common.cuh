@@ -113,6 +113,10 @@ struct mr_cu_ctx {
     int xmm_tpw;            /* and their row tiles a warp: 0 auto from the launch's waves (default;
                                cu_moemma.cu xmm_tpw), else MEMRA_CUDA_XMM_TPW=1..8 (the same bits) */
     long xmm_mt_launches;   /* launches with several tiles a warp so far (kernel-check) */
+    bool xmm_qp;            /* its IQ4_XS rows of a multiple of 1,024 columns summed by quarters, a
+                               one-token tile a block of 4 warps, a quarter each (k_xmm QP;
+                               MEMRA_CUDA_XMM_QP=1; other bits; not yet measured) */
+    long xmm_qp_launches;   /* launches by quarters so far (kernel-check) */
     int xm_quarter;         /* and those of rows of at most 512 columns a row a quarter warp
                                (cu_moex24.cu xm_row_q; the same bits; MEMRA_CUDA_XM_QUARTER=0: whole
                                warps, 2: every row under 1,024 columns) */
