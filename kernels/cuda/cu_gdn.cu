@@ -467,10 +467,9 @@ __host__ __device__ __forceinline__ int gdn_lg_at(int i)
 {
     return LG ? i + (i / RPT) * 4 : i;
 }
-template <int RPT, bool LG>
-__host__ __device__ __forceinline__ int gdn_lg_stride(int dk)
+__host__ __device__ __forceinline__ int gdn_lg_stride(int dk, int rpt, bool lg)
 {
-    return LG ? (dk + RPT - 1) / RPT * (RPT + 4) : dk;
+    return lg ? (dk + rpt - 1) / rpt * (rpt + 4) : dk;
 }
 
 /* Asynchronous copies of tile t0's raw inputs (nt tokens) into rq [TT][dk],
@@ -580,7 +579,7 @@ __device__ __forceinline__ void gdn_scan_tiled_run(const float *qkv, int stride,
 {
     extern __shared__ float sh[];
     const int W = blockDim.x >> 5;
-    const int KS = gdn_lg_stride<RPT, LG>(dk); /* floats a token's q (k) takes */
+    const int KS = gdn_lg_stride(dk, RPT, LG); /* floats a token's q (k) takes */
     float *tq = sh;                         /* [TT][KS]: q / |q| / sqrt(dk) */
     float *tk = tq + GDN_TT * KS;           /* [TT][KS]: k / |k| */
     float *tv = tk + GDN_TT * KS;           /* [TT][32]: v of the block's columns */
@@ -790,7 +789,7 @@ static gdn_tiling gdn_tiled_plan(const mr_cu_ctx *c, int dk, int dv, int stride,
     gdn_tiling t;
     t.lg = c->gdn_lanes && W == GDN_MAX_WARPS && rpt * W == dk && rpt <= 16 && dv % 4 == 0 && stride % 4 == 0 &&
            ((uintptr_t)qkv & 15) == 0;
-    const size_t ks = t.lg ? (size_t)W * (rpt + 4) : (size_t)dk; /* gdn_lg_stride */
+    const size_t ks = (size_t)gdn_lg_stride(dk, rpt, t.lg);
     const size_t shm_tiled = sizeof(float) * ((size_t)2 * GDN_TT * ks + (size_t)GDN_TT * (GDN_COLS + 4) +
                                               (size_t)4 * W * GDN_COLS);
     const size_t shm_pf = shm_tiled + sizeof(float) * ((size_t)2 * GDN_TT * dk + (size_t)GDN_TT * (GDN_COLS + 2));
