@@ -296,7 +296,8 @@ static attn_cut ag_cut(const mr_cu_ctx *c, int D, mr_kv_dtype dt)
     if (c->attn_chunk > 0)
         return attn_cut{c->attn_chunk, c->attn_chunk, 1};
     const int ppw = 32 / (D / 8), u = dt == MR_KV_F32 ? AG_U : 2 * AG_U, lo = AG_WARPS * ppw * u;
-    return attn_cut{lo, lo > AG_WIDE_CHUNK ? lo : AG_WIDE_CHUNK, 1};
+    const int hi = c->attn_wide ? c->attn_wide : AG_WIDE_CHUNK;
+    return attn_cut{lo, lo > hi ? lo : hi, 1};
 }
 
 /* The 8 elements kv_load8 reads, into L2 (no registers, no wait). */
@@ -1500,7 +1501,7 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
         /* a decode batch of attn_loop tokens or more: one wave of blocks
          * taking the splits that hold positions (k_attn_gqa_loop) */
         const bool loop = c->attn_loop > 0 && n >= c->attn_loop && n <= AGL_MAX_TOK;
-        const int lblocks = AG_BLOCKS_PER_SM * c->n_sm;
+        const int lblocks = (c->attn_lblk ? c->attn_lblk : AG_BLOCKS_PER_SM) * c->n_sm;
         dim3 ggrid(n_heads / gb, n, n_split);
 #define L(DT, DD, GG, TC)                                                                                          \
     do {                                                                                                           \

@@ -26,6 +26,9 @@
 #include "worker/cli.h"
 #include "worker/sample.h"
 #include "worker/sched.h"
+#ifdef MR_HAVE_CUDA
+#include "kernels/cuda/cu_bench.h"
+#endif
 
 static double now_s(void)
 {
@@ -290,6 +293,15 @@ int main(int argc, char **argv)
            st.prefix.prompt_tokens ? 100.0 * (double)st.prefix.hit_tokens / (double)st.prefix.prompt_tokens : 0.0,
            st.prefix.n_blocks, (unsigned long long)st.prefix.evictions, st.kv_blocks, st.block_tokens, refused,
            b.errors);
+#ifdef MR_HAVE_CUDA
+    if (!strcmp(be->name, "cuda")) {
+        /* steps launched op by op instead of replayed cost ~2x a replay */
+        long caps, reps;
+        mr_cu_autograph_stats(be, &caps, &reps);
+        printf("automatic CUDA graphs: %ld captured, %ld replays of %llu steps\n", caps, reps,
+               (unsigned long long)st.steps);
+    }
+#endif
     if (spec_k > 0)
         printf("speculation (k %d): %llu steps, %llu of %llu drafts accepted (%.1f%%), %llu replays\n", spec_k,
                (unsigned long long)st.spec_steps, (unsigned long long)st.spec_accepted,
