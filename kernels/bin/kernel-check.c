@@ -2576,9 +2576,15 @@ static void check_attn_dec_tc(void)
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
         check_attn_pair("dec-tc-gran0-loop", off, offgrid, 32, 4, 128, ls[i].P, ls[i].n, MR_KV_F16);
     check_attention_bad(off, "attention-dec-tc-gran0", 128, MR_KV_F16, 60, 2);
-    /* the switch reaches the cut: at 4,900 positions over 49 slices (132
-     * SMs) 100 positions a slice become 128 */
-    check_attn_engaged("dec-tc-gran-engaged", off, tc, 32, 4, 128, 4900, 16, MR_KV_F16);
+    /* the switch reaches the cut: at 900 positions the slices of a context
+     * that keeps 8 (113 positions) become 128 */
+    check_attn_engaged("dec-tc-gran-engaged", off, tc, 32, 4, 128, 900, 16, MR_KV_F16);
+    /* slices that grow only to 64 positions (the rule before run 285): the
+     * same float64 bound, and other sums than the default's 256 at depth */
+    mr_backend *w64 = backend_with2("MEMRA_CUDA_ATTN_DEC_TC", "0", "MEMRA_CUDA_ATTN_WIDE", "64");
+    check_attention_on(w64, "attention-dec-tc-wide64", 2e-3, 32, 4, 128, 4900, 16, MR_KV_F16, false);
+    check_attn_engaged("dec-tc-wide-engaged", w64, tc, 32, 4, 128, 4900, 16, MR_KV_F16);
+    w64->destroy(w64);
     offgrid->destroy(offgrid);
     off->destroy(off);
     check_attn_pair("dec-tc-bf16-off", tc, gpu, 32, 4, 128, 1000, 3, MR_KV_BF16);

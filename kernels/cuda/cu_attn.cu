@@ -287,10 +287,16 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
  * loses nothing by that once it has that many slices (run 188: tg128 at
  * depth 512 287.5 against 287.4 with slices of at least 16), while a
  * decode batch takes fewer blocks and records (run 188, the 30B-A3B at
- * C = 16 and ~550 positions, float32 rows: 882 -> 960 output tok/s).  A
+ * C = 16 and ~550 positions, float32 rows: 882 -> 960 output tok/s).  Up
+ * to 256 rather than 64 since run 285: each item's set-up and join, not its
+ * copies, is what a decode batch's attention spends (an item is a slice and
+ * a head group), so fewer, longer items win at depth and in batches, and a
+ * context keeps its 8 slices for a lone token (H100: 16 streams at 4,900
+ * positions 100.0 -> 92.1 us, one token of the 35B-A3B's heads at 8,192
+ * 28.3 -> 23.5, at 1,024 unchanged; MEMRA_CUDA_ATTN_WIDE=N: up to N).  A
  * function of the context, the head size and the cache type alone
  * (MEMRA_CUDA_ATTN_CHUNK=N: at least N positions, 16 the rule before). */
-#define AG_WIDE_CHUNK 64
+#define AG_WIDE_CHUNK 256
 static attn_cut ag_cut(const mr_cu_ctx *c, int D, mr_kv_dtype dt)
 {
     if (c->attn_chunk > 0)

@@ -147,8 +147,8 @@ struct mr_cu_ctx {
                                that hold positions (k_attn_gqa_loop; the same bits; 2 by default,
                                MEMRA_CUDA_ATTN_LOOP=0: never) */
     int attn_wide;          /* decode slices grow up to this many positions while a context keeps
-                               AG_SLICES of them (MEMRA_CUDA_ATTN_WIDE=N; 0: AG_WIDE_CHUNK, cu_attn.cu
-                               ag_cut; other sums, a function of the context still) */
+                               AG_SLICES of them (MEMRA_CUDA_ATTN_WIDE=N; 0: AG_WIDE_CHUNK, 256,
+                               cu_attn.cu ag_cut; other sums, a function of the context still) */
     int attn_lblk;          /* blocks an SM of that wave (MEMRA_CUDA_ATTN_LBLK=N; 0: AG_BLOCKS_PER_SM,
                                cu_attn.cu; which block takes an item changes no bit) */
     bool attn_gran;         /* where every decode row takes the tensor cores, slices of whole multiples
