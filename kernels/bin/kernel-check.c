@@ -1349,20 +1349,6 @@ static void check_xmm_tiles(void)
     setenv("MEMRA_CUDA_XMM", "0", 1); /* main's setting */
 }
 
-/* The IQ4_XS chains on be: the 35B-A3B's experts, fewer of them, at 1-64
- * tokens, several pairs an expert, one expert for all, bad ids. */
-static void check_xmm_iq4_chains(mr_backend *be)
-{
-    const tdesc *ti = td_of(MR_TYPE_IQ4_XS);
-    check_xmm_chain(be, ti, ti, 2048, 512, 32, 8, 1, ROUTE_RANDOM);
-    check_xmm_chain(be, ti, ti, 2048, 512, 32, 8, 4, ROUTE_RANDOM);
-    check_xmm_chain(be, ti, ti, 2048, 512, 32, 8, 16, ROUTE_RANDOM);
-    check_xmm_chain(be, ti, ti, 2048, 512, 16, 8, 16, ROUTE_MIX);
-    check_xmm_chain(be, ti, ti, 2048, 512, 32, 8, 16, ROUTE_ONE);
-    check_xmm_chain(be, ti, ti, 2048, 512, 32, 8, 64, ROUTE_RANDOM);
-    check_xmm_chain(be, ti, ti, 1024, 256, 8, 2, 5, ROUTE_BAD);
-}
-
 static void check_xmm_all(void)
 {
     setenv("MEMRA_CUDA_XMM", "2", 1);
@@ -1387,21 +1373,16 @@ static void check_xmm_all(void)
     setenv("MEMRA_CUDA_XMM", "0", 1);
     if (!xiq) die("cuda (xmm iq4)");
     const tdesc *ti = td_of(MR_TYPE_IQ4_XS);
-    check_xmm_iq4_chains(xiq);
+    check_xmm_chain(xiq, ti, ti, 2048, 512, 32, 8, 1, ROUTE_RANDOM);
+    check_xmm_chain(xiq, ti, ti, 2048, 512, 32, 8, 4, ROUTE_RANDOM);
+    check_xmm_chain(xiq, ti, ti, 2048, 512, 32, 8, 16, ROUTE_RANDOM);
+    check_xmm_chain(xiq, ti, ti, 2048, 512, 16, 8, 16, ROUTE_MIX);
+    check_xmm_chain(xiq, ti, ti, 2048, 512, 32, 8, 16, ROUTE_ONE);
+    check_xmm_chain(xiq, ti, ti, 2048, 512, 32, 8, 64, ROUTE_RANDOM);
+    check_xmm_chain(xiq, ti, ti, 1024, 256, 8, 2, 5, ROUTE_BAD);
     check_batch_invariance_one(xiq, "batch-inv-xmm", ti, 512, 2048, 16, 8);
     check_xmm_rows(xiq, ti, 1024, 264, 8, 2, 5);
     xiq->destroy(xiq);
-    /* and summed by quarters (MEMRA_CUDA_XMM_QP=1): a token alone in a
-     * block of 4 warps, a quarter each, against the batches' warps walking
-     * all four, bit for bit, and against float64 (the 2,048-column gate/up
-     * takes quarters, the 512-column down does not) */
-    mr_backend *xqp = backend_with2("MEMRA_CUDA_XMM", "iq4", "MEMRA_CUDA_XMM_QP", "1");
-    check_xmm_iq4_chains(xqp);
-    check_xmm_chain(xqp, ti, ti, 4096, 1024, 8, 8, 3, ROUTE_RANDOM);
-    check_batch_invariance_one(xqp, "batch-inv-xmm-qp", ti, 2048, 512, 16, 8);
-    check_batch_invariance_one(xqp, "batch-inv-xmm-qp", ti, 1024, 264, 8, 2); /* rows not whole tiles */
-    report("xmm-qp-ran", "IQ4_XS MEMRA_CUDA_XMM_QP=1", mr_cu_xmm_qp_launches(xqp) > 0 ? 0.0 : 1.0, 0, 0.0);
-    xqp->destroy(xqp);
     for (int v = 0; v < 2; v++) {
         const tdesc *td = v ? t6 : t4;
         /* the matmul_id path alone: 2..5 tokens against each alone (one

@@ -283,7 +283,7 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
 /* The slices' sizes (attn_chunk): at least one round of the block's
  * warps, each lane group one row of each of its U slots (a shorter slice
  * leaves lanes idle in the one round it takes), growing with the context
- * up to AG_WIDE_CHUNK while it keeps AG_SLICES slices.  A token alone
+ * up to c->attn_wide while it keeps AG_SLICES slices.  A token alone
  * loses nothing by that once it has that many slices (run 188: tg128 at
  * depth 512 287.5 against 287.4 with slices of at least 16), while a
  * decode batch takes fewer blocks and records (run 188, the 30B-A3B at
@@ -296,14 +296,12 @@ k_attn_split(const void *K, const void *V, const int32_t *table, const int32_t *
  * 28.3 -> 23.5, at 1,024 unchanged; MEMRA_CUDA_ATTN_WIDE=N: up to N).  A
  * function of the context, the head size and the cache type alone
  * (MEMRA_CUDA_ATTN_CHUNK=N: at least N positions, 16 the rule before). */
-#define AG_WIDE_CHUNK 256
 static attn_cut ag_cut(const mr_cu_ctx *c, int D, mr_kv_dtype dt)
 {
     if (c->attn_chunk > 0)
         return attn_cut{c->attn_chunk, c->attn_chunk, 1};
     const int ppw = 32 / (D / 8), u = dt == MR_KV_F32 ? AG_U : 2 * AG_U, lo = AG_WARPS * ppw * u;
-    const int hi = c->attn_wide ? c->attn_wide : AG_WIDE_CHUNK;
-    return attn_cut{lo, lo > hi ? lo : hi, 1};
+    return attn_cut{lo, lo > c->attn_wide ? lo : c->attn_wide, 1};
 }
 
 /* The 8 elements kv_load8 reads, into L2 (no registers, no wait). */
@@ -1507,7 +1505,7 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
         /* a decode batch of attn_loop tokens or more: one wave of blocks
          * taking the splits that hold positions (k_attn_gqa_loop) */
         const bool loop = c->attn_loop > 0 && n >= c->attn_loop && n <= AGL_MAX_TOK;
-        const int lblocks = (c->attn_lblk ? c->attn_lblk : AG_BLOCKS_PER_SM) * c->n_sm;
+        const int lblocks = AG_BLOCKS_PER_SM * c->n_sm;
         dim3 ggrid(n_heads / gb, n, n_split);
 #define L(DT, DD, GG, TC)                                                                                          \
     do {                                                                                                           \

@@ -447,8 +447,6 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
              : !strcmp(xmm, "2")    ? 2
              : !strcmp(xmm, "iq4")  ? 4
                                     : 3; /* iq4d, or a value it does not know: the default */
-    const char *xqp = getenv("MEMRA_CUDA_XMM_QP");
-    c->xmm_qp = xqp && !strcmp(xqp, "1");
     const char *xi = getenv("MEMRA_CUDA_XMM_ITEMS");
     c->xmm_items = !(xi && !strcmp(xi, "0"));
     /* row tiles a warp for those batches: auto (0) unless a count is set */

@@ -79,8 +79,3 @@ extern "C" long mr_cu_xmm_tiles_launches(struct mr_backend *be)
 {
     return mr_cu(be)->xmm_mt_launches;
 }
-
-extern "C" long mr_cu_xmm_qp_launches(struct mr_backend *be)
-{
-    return mr_cu(be)->xmm_qp_launches;
-}

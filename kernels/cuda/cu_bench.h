@@ -56,8 +56,6 @@ int mr_cuda_pdl_mode(struct mr_backend *be);
  * tiles a warp (cu_moemma.cu, MEMRA_CUDA_XMM_TPW): that a check reached
  * them. */
 long mr_cu_xmm_tiles_launches(struct mr_backend *be);
-/* And those summed by quarters (cu_moemma.cu, MEMRA_CUDA_XMM_QP=1). */
-long mr_cu_xmm_qp_launches(struct mr_backend *be);
 /* One op of a decode step as a phase of a persistent kernel against a
  * launch of a PDL chain (cu_persist.cu): per phase of `bytes` of weights,
  * bps blocks an SM, best of iters runs of `phases` phases, microseconds:

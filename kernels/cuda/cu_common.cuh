@@ -113,10 +113,6 @@ struct mr_cu_ctx {
     int xmm_tpw;            /* and their row tiles a warp: 0 auto from the launch's waves (default;
                                cu_moemma.cu xmm_tpw), else MEMRA_CUDA_XMM_TPW=1..8 (the same bits) */
     long xmm_mt_launches;   /* launches with several tiles a warp so far (kernel-check) */
-    bool xmm_qp;            /* its IQ4_XS rows of a multiple of 1,024 columns summed by quarters, a
-                               one-token tile a block of 4 warps, a quarter each (k_xmm QP;
-                               MEMRA_CUDA_XMM_QP=1; other bits; not yet measured) */
-    long xmm_qp_launches;   /* launches by quarters so far (kernel-check) */
     int xm_quarter;         /* and those of rows of at most 512 columns a row a quarter warp
                                (cu_moex24.cu xm_row_q; the same bits; MEMRA_CUDA_XM_QUARTER=0: whole
                                warps, 2: every row under 1,024 columns) */
@@ -147,10 +143,8 @@ struct mr_cu_ctx {
                                that hold positions (k_attn_gqa_loop; the same bits; 2 by default,
                                MEMRA_CUDA_ATTN_LOOP=0: never) */
     int attn_wide;          /* decode slices grow up to this many positions while a context keeps
-                               AG_SLICES of them (MEMRA_CUDA_ATTN_WIDE=N; 0: AG_WIDE_CHUNK, 256,
-                               cu_attn.cu ag_cut; other sums, a function of the context still) */
-    int attn_lblk;          /* blocks an SM of that wave (MEMRA_CUDA_ATTN_LBLK=N; 0: AG_BLOCKS_PER_SM,
-                               cu_attn.cu; which block takes an item changes no bit) */
+                               AG_SLICES of them (cu_attn.cu ag_cut; 256, MEMRA_CUDA_ATTN_WIDE=N;
+                               other sums, a function of the context still) */
     bool attn_gran;         /* where every decode row takes the tensor cores, slices of whole multiples
                                of 64 positions (cu_attn.cu attention_launch; MEMRA_CUDA_ATTN_GRAN=0:
                                the cut before, other sums) */

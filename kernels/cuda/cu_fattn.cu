@@ -655,15 +655,14 @@ void mr_cu_attn_init(mr_cu_ctx *c)
     const char *q = getenv("MEMRA_CUDA_ATTN_GQA");
     c->attn_gqa = !(q && !strcmp(q, "0")); /* decode kernel (cu_attn.cu) */
     c->attn_dec_tc = INT_MAX;
-    long long lp = 2, ch = 0, gr = 1, lb = 0, wd = 0; /* ch 0: cu_attn.cu ag_cut's rule */
+    /* ch 0: cu_attn.cu ag_cut's rule; wd: how far its slices grow (run 285) */
+    long long lp = 2, ch = 0, gr = 1, wd = 256;
     if (mr_cu_env_int(c, "MEMRA_CUDA_ATTN_LOOP", 0, INT_MAX, "a token count", &lp) < 0 ||
-        mr_cu_env_int(c, "MEMRA_CUDA_ATTN_LBLK", 1, 16, "a block count of 1 to 16", &lb) < 0 ||
         mr_cu_env_int(c, "MEMRA_CUDA_ATTN_WIDE", 64, 4096, "a position count of 64 to 4096", &wd) < 0 ||
         mr_cu_env_int(c, "MEMRA_CUDA_ATTN_CHUNK", 1, 65536, "a position count of 1 to 65536", &ch) < 0 ||
         mr_cu_env_int(c, "MEMRA_CUDA_ATTN_GRAN", 0, 1, "0 or 1", &gr) < 0)
         return;
     c->attn_loop = (int)lp;
-    c->attn_lblk = (int)lb;
     c->attn_wide = (int)wd;
     c->attn_chunk = (int)ch;
     c->attn_gran = gr == 1;

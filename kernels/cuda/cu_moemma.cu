@@ -282,17 +282,6 @@ __device__ __forceinline__ void xmm_scale(float (&f)[4], float dx, float da, flo
     f[3] = __fmaf_rn(dx, __fmul_rn(db, (float)M[3]), f[3]);
 }
 
-/* QP (k_xmm): the quarter just ended (f) joins the ones before it (fq, or
- * becomes them where it is the first), and f starts the next from 0. */
-__device__ __forceinline__ void xmm_quarter(float (&fq)[4], float (&f)[4], bool first)
-{
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        fq[i] = first ? f[i] : __fadd_rn(fq[i], f[i]);
-        f[i] = 0.0f;
-    }
-}
-
 /* The planes of a row joined: 65536 hi + 256 mid + lo (the first two
  * products exact). */
 __device__ __forceinline__ float xmm_join(float hi, float mid, float lo)
@@ -421,33 +410,19 @@ __device__ __forceinline__ void xmm_store(const xmm_args &a, const float (&f)[4]
  * copies and the Q6_K / IQ4_XS register loads running on into the next
  * tile instead of draining at each tile's end, and the block's quantization
  * of a chunk serves a.tpw times the rows.  A row's sum is the same steps in
- * the same order: the same bits as one tile a warp.
- *
- * QP (IQ4_XS rows of a multiple of 4 x 256 columns, MEMRA_CUDA_XMM_QP=1;
- * other bits than without): a (row, pair)'s float sums run over the row's
- * four quarters of steps apart, each from 0, and are joined in order, ((f0
- * + f1) + f2) + f3, at every token count.  A decode batch's warp walks its
- * tiles' steps as before and joins a quarter as it ends (xmm_quarter); one
- * token's launch (split) gives a block one tile and each of its 4 warps one
- * quarter, and warp 0 joins the other warps' sums from shared memory: 4
- * times the warps of the one-tile-a-warp grid, whose one-token launch had 4
- * warps an SM walking 8 steps each (run 277: 8.21 us against the dp4a
- * kernel's 5.97 for IQ4_XS 512 x 2,048, k = 8). */
-template <int T, bool PAIR, bool MT, bool QP = false>
+ * the same order: the same bits as one tile a warp. */
+template <int T, bool PAIR, bool MT>
 __global__ void __launch_bounds__(XMM_WARPS * 32, 4)
 k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
 {
-    static_assert(!QP || (T == MR_TYPE_IQ4_XS && !MT), "quarters: IQ4_XS, one tile a warp");
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     extern __shared__ __align__(16) uint8_t xmm_sh[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     constexpr int RT = PAIR ? 8 : 16; /* rows of each matrix a tile */
     const int tpw = MT ? a.tpw : 1;
-    const bool split = QP && !grp; /* one token: the block's warps the quarters of one tile */
-    const int64_t r0 = split ? (int64_t)blockIdx.x * RT : ((int64_t)blockIdx.x * XMM_WARPS + warp) * tpw * RT;
-    if ((split ? (int64_t)blockIdx.x * RT : (int64_t)blockIdx.x * XMM_WARPS * tpw * RT) >= a.rows) /* the whole
-                                                                                  block: barriers below */
+    const int64_t r0 = ((int64_t)blockIdx.x * XMM_WARPS + warp) * tpw * RT;
+    if ((int64_t)blockIdx.x * XMM_WARPS * tpw * RT >= a.rows) /* the whole block: barriers below */
         return;
     /* the warp's tiles: MT's rows are whole tiles */
     const int ntl = MT ? (int)min((int64_t)tpw, r0 < a.rows ? (a.rows - r0) / RT : 0) : (r0 < a.rows);
@@ -549,11 +524,9 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
             xmm_q6k_load(Wa, 0, c, q6a);
             xmm_q6k_load(Wb, 0, c, q6b);
         }
-        const int spq = nsb / XMM_WARPS; /* QP: the steps of a quarter */
-        const int b0 = split ? warp * spq : 0; /* the warp's first step */
         if (T == MR_TYPE_IQ4_XS && live) {
-            xs_iq4w_load(Wa + (size_t)b0 * 136, c, i4a);
-            xs_iq4w_load(Wb + (size_t)b0 * 136, c, i4b);
+            xs_iq4w_load(Wa, c, i4a);
+            xs_iq4w_load(Wb, c, i4b);
         }
         for (int it0 = warp; it0 < 2 * nsb; it0 += XMM_WARPS * QU) {
             if (it0 != warp)
@@ -608,18 +581,16 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
             xs_iq4w ca = i4a, cb = i4b, na, nb;
             const uint8_t *La = Wa, *Lb = Wb; /* MT: the tile of the next step's loads */
             int nl = 1;                        /* and that step in it */
-            float fq[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* QP, a batch: the quarters so far, joined */
-            const int nst = split ? spq : steps;
 #pragma unroll 1
-            for (int s = 0; s < nst; s++) {
-                const int b = MT ? tb : b0 + s;
+            for (int s = 0; s < steps; s++) {
+                const int b = MT ? tb : s;
                 if (MT && nl == nsb) {
                     nl = 0;
                     La += tile_bytes;
                     Lb += tile_bytes;
                 }
-                if (s + 1 < nst) {
-                    const int ls = MT ? nl : b0 + s + 1;
+                if (s + 1 < steps) {
+                    const int ls = MT ? nl : s + 1;
                     xs_iq4w_load(La + (size_t)ls * 136, c, na);
                     xs_iq4w_load(Lb + (size_t)ls * 136, c, nb);
                 }
@@ -629,8 +600,6 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
                 xmm_scale(f, dxs[(c >> 1) * nsb + b], q8_h2f(ca.hd.x), q8_h2f(cb.hd.x), M);
                 ca = na;
                 cb = nb;
-                if (QP && !split && (b + 1) % spq == 0)
-                    xmm_quarter(fq, f, b + 1 == spq);
                 if (MT && ++tb == nsb) {
                     xmm_store<PAIR>(a, f, c, cp, ra + (int64_t)t * RT, rb + (int64_t)t * RT);
                     f[0] = f[1] = f[2] = f[3] = 0.0f;
@@ -638,8 +607,6 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
                     t++;
                 }
             }
-            if (QP && !split)
-                for (int i = 0; i < 4; i++) f[i] = fq[i];
         }
         if (T == MR_TYPE_Q4_K && live) {
             /* the step XMM_STAGES - 1 ahead: its tile's bytes and its step in it */
@@ -673,17 +640,7 @@ k_xmm(xmm_args a, const int32_t *__restrict__ grp, int S)
         }
         if constexpr (T == MR_TYPE_Q4_K)
             xmm_wait<0>();
-        if (split) { /* warp 0 joins the quarters in order: ((f0 + f1) + f2) + f3 */
-            __syncthreads(); /* every warp is done with the planes, whose room takes the sums */
-            float *qs = (float *)xmm_sh + 4 * lane;
-            if (warp > 0)
-                for (int i = 0; i < 4; i++) qs[128 * (warp - 1) + i] = f[i];
-            __syncthreads();
-            if (warp == 0)
-                for (int w = 0; w < XMM_WARPS - 1; w++)
-                    for (int i = 0; i < 4; i++) f[i] = __fadd_rn(f[i], qs[128 * w + i]);
-        }
-        if (!MT && live && (!split || warp == 0))
+        if (!MT && live)
             xmm_store<PAIR>(a, f, c, cp, ra, rb);
     }
 }
@@ -710,18 +667,9 @@ static int xmm_tpw(const mr_cu_ctx *c, int64_t tiles, int Y)
 }
 
 template <int T>
-static void xmm_launch(mr_cu_ctx *c, bool pair, bool mt, bool qp, dim3 grid, size_t smem, const xmm_args &a,
+static void xmm_launch(mr_cu_ctx *c, bool pair, bool mt, dim3 grid, size_t smem, const xmm_args &a,
                        const int32_t *grp, int S)
 {
-    if constexpr (T == MR_TYPE_IQ4_XS) {
-        if (qp) { /* one tile a warp (mr_cu_xmm_matvec_id) */
-            if (pair)
-                mr_cu_launch(c, k_xmm<T, true, false, true>, grid, XMM_WARPS * 32, smem, a, grp, S);
-            else
-                mr_cu_launch(c, k_xmm<T, false, false, true>, grid, XMM_WARPS * 32, smem, a, grp, S);
-            return;
-        }
-    }
     if (pair && mt)
         mr_cu_launch(c, k_xmm<T, true, true>, grid, XMM_WARPS * 32, smem, a, grp, S);
     else if (pair)
@@ -806,22 +754,17 @@ bool mr_cu_xmm_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
         a.items = items ? (const int4 *)(grp + mr_cu_grp_items_at(S, P)) : NULL;
         const int RT = pair ? 8 : 16;
         const int64_t tiles = (a.rows + RT - 1) / RT;
-        /* quarters (k_xmm QP): IQ4_XS rows of a multiple of 4 x 256
-         * columns, one tile a warp; one token a block a tile */
-        const bool qp = c->xmm_qp && T == MR_TYPE_IQ4_XS && cols % (256 * XMM_WARPS) == 0;
-        a.tpw = n > 1 && a.rows % RT == 0 && !qp ? xmm_tpw(c, tiles, Y) : 1;
-        const int64_t tpb = qp && n == 1 ? 1 : XMM_WARPS * a.tpw; /* tiles a block */
-        const dim3 grid((unsigned)((tiles + tpb - 1) / tpb), (unsigned)Y, 1);
+        a.tpw = n > 1 && a.rows % RT == 0 ? xmm_tpw(c, tiles, Y) : 1;
+        const dim3 grid((unsigned)((tiles + XMM_WARPS * a.tpw - 1) / (XMM_WARPS * a.tpw)), (unsigned)Y, 1);
         const size_t smem = xmm_smem(T, cols);
         const bool mt = a.tpw > 1;
         c->xmm_mt_launches += mt;
-        c->xmm_qp_launches += qp;
         if (T == MR_TYPE_IQ4_XS)
-            xmm_launch<MR_TYPE_IQ4_XS>(c, pair, mt, qp, grid, smem, a, grp, S);
+            xmm_launch<MR_TYPE_IQ4_XS>(c, pair, mt, grid, smem, a, grp, S);
         else if (q6)
-            xmm_launch<MR_TYPE_Q6_K>(c, pair, mt, false, grid, smem, a, grp, S);
+            xmm_launch<MR_TYPE_Q6_K>(c, pair, mt, grid, smem, a, grp, S);
         else
-            xmm_launch<MR_TYPE_Q4_K>(c, pair, mt, false, grid, smem, a, grp, S);
+            xmm_launch<MR_TYPE_Q4_K>(c, pair, mt, grid, smem, a, grp, S);
         MR_CU_LAUNCHED(c, "xmm expert matvec");
     }
     return true;
@@ -837,8 +780,7 @@ bool mr_cu_xmm_optin(int bytes)
         (const void *)k_xmm<MR_TYPE_IQ4_XS, true, false>, (const void *)k_xmm<MR_TYPE_IQ4_XS, false, false>,
         (const void *)k_xmm<MR_TYPE_Q4_K, true, true>,    (const void *)k_xmm<MR_TYPE_Q4_K, false, true>,
         (const void *)k_xmm<MR_TYPE_Q6_K, true, true>,    (const void *)k_xmm<MR_TYPE_Q6_K, false, true>,
-        (const void *)k_xmm<MR_TYPE_IQ4_XS, true, true>,  (const void *)k_xmm<MR_TYPE_IQ4_XS, false, true>,
-        (const void *)k_xmm<MR_TYPE_IQ4_XS, true, false, true>, (const void *)k_xmm<MR_TYPE_IQ4_XS, false, false, true>};
+        (const void *)k_xmm<MR_TYPE_IQ4_XS, true, true>,  (const void *)k_xmm<MR_TYPE_IQ4_XS, false, true>};
     for (const void *f : k)
         if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess)
             return false;

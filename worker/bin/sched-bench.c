@@ -295,7 +295,7 @@ int main(int argc, char **argv)
            b.errors);
 #ifdef MR_HAVE_CUDA
     if (!strcmp(be->name, "cuda")) {
-        /* steps launched op by op instead of replayed cost ~2x a replay */
+        /* a step not replayed from a graph is launched op by op */
         long caps, reps;
         mr_cu_autograph_stats(be, &caps, &reps);
         printf("automatic CUDA graphs: %ld captured, %ld replays of %llu steps\n", caps, reps,
