@@ -1147,8 +1147,8 @@ static void check_xm_quant_all(void)
 /* The Q4_K and Q6_K expert products on the tensor cores (MEMRA_CUDA_XMM=2,
  * cu_moemma.cu) in a mixture layer's chain: gate and up over x, the SwiGLU,
  * down over its k rows.  n tokens in one call against each token alone
- * (one token's gate/up and SwiGLU are one launch on the recorder; a
- * batch's are grouped by expert), bit for bit ("xmm-batch-inv"), then
+ * (gate/up and the SwiGLU are one launch on the recorder, one token's or
+ * a batch's, whose are grouped by expert), bit for bit ("xmm-batch-inv"), then
  * the batch's products against float64 math on the host-decoded weights
  * with x itself ("xmm-gate", "xmm-up"; "xmm-down" over the GPU's own
  * SwiGLU rows): the 22-bit input costs ~1e-7 of a product, the bound is
@@ -1227,8 +1227,9 @@ static void check_xmm_chain(mr_backend *be, const tdesc *tg, const tdesc *tdn, i
         for (int64_t r = 0; r < ff; r++) nan += isnan(out[0][0][p * ff + r]) != bad;
     }
     report("xmm-batch-inv", sh, (double)diff, nan, 0.0);
-    /* one token's gate/up must have been the recorder's one launch */
-    report("xmm-glu-fused", sh, glu >= n ? 0.0 : 1.0, 0, 0.0);
+    /* each token's gate/up alone and the batch's must each have been the
+     * recorder's one launch (the SwiGLU inside it) */
+    report("xmm-glu-fused", sh, glu == n + 1 ? 0.0 : 1.0, 0, 0.0);
     /* the batch's products against float64 host math, good pairs only */
     size_t ng = 0;
     for (size_t p = 0; p < P; p++) ng += ids[p] >= 0 && ids[p] < mats;
@@ -2865,7 +2866,7 @@ static void check_route_rank(mr_backend *warp, int n, int E, int k, bool norm, i
  * (MEMRA_CUDA_FUSE_TAIL=0): every buffer the ops write, bit for bit,
  * and the count of ops the rule took (0 where it must not: a width that
  * is not a multiple of 4 or above 4,096). */
-static void check_moe_tail(mr_backend *on, mr_backend *off, int n, int k, int dim, bool shared)
+static void check_moe_tail(mr_backend *on, mr_backend *off, int n, int k, int dim, bool shared, int rule)
 {
     const size_t yn = (size_t)n * k * dim, rn = (size_t)n * dim, wn = (size_t)n * k;
     float *y = malloc(yn * 4), *cw = malloc(wn * 4), *sh = malloc(rn * 4), *g = malloc((size_t)n * 3 * 4);
@@ -2910,9 +2911,12 @@ static void check_moe_tail(mr_backend *on, mr_backend *off, int n, int k, int di
         for (size_t i = 0; i < rn; i++) nan += isnan(res[0][q][i]);
     }
     char shape[64];
-    snprintf(shape, sizeof shape, "n=%d k=%d dim=%d%s", n, k, dim, shared ? " shared" : "");
+    snprintf(shape, sizeof shape, "n=%d k=%d dim=%d%s%s", n, k, dim, shared ? " shared" : "",
+             rule == 3 ? " default rule" : "");
     report("moe-tail-vs-ops", shape, (double)diff, nan, 0.0);
-    const long want = dim % 4 || dim > 4096 ? 0 : shared ? 3 : 1; /* a thread a float4: 1024 at most */
+    /* a thread a float4: 1024 at most; rule 3 (the default) takes a plain
+     * tail only for 2+ rows */
+    const long want = dim % 4 || dim > 4096 ? 0 : shared ? 3 : rule == 2 || n > 1 ? 1 : 0;
     report("moe-tail-ops-taken", shape, (double)labs(took - want), 0, 0.0);
     for (int b = 0; b < 2; b++)
         for (int q = 0; q < 4; q++) free(res[b][q]);
@@ -3136,13 +3140,22 @@ static void check_moe_tail_all(void)
 {
     mr_backend *on = backend_with("MEMRA_CUDA_FUSE_TAIL", "2"), *off = backend_with("MEMRA_CUDA_FUSE_TAIL", "0");
     for (int sh = 0; sh < 2; sh++) {
-        check_moe_tail(on, off, 1, 8, 2048, sh); /* the 30B-A3B / 35B-A3B decode step */
-        check_moe_tail(on, off, 3, 8, 4096, sh);
-        check_moe_tail(on, off, 16, 8, 2048, sh); /* a decode batch */
-        check_moe_tail(on, off, 2, 4, 1000, sh);
-        check_moe_tail(on, off, 2, 2, 1002, sh); /* not taken: not a multiple of 4 */
-        check_moe_tail(on, off, 1, 10, 8192, sh); /* not taken: wider than a block's threads */
-        check_moe_tail(on, off, 2, 12, 4096, sh); /* two rounds of loads a thread */
+        check_moe_tail(on, off, 1, 8, 2048, sh, 2); /* the 30B-A3B / 35B-A3B decode step */
+        check_moe_tail(on, off, 3, 8, 4096, sh, 2);
+        check_moe_tail(on, off, 16, 8, 2048, sh, 2); /* a decode batch */
+        check_moe_tail(on, off, 2, 4, 1000, sh, 2);
+        check_moe_tail(on, off, 2, 2, 1002, sh, 2); /* not taken: not a multiple of 4 */
+        check_moe_tail(on, off, 1, 10, 8192, sh, 2); /* not taken: wider than a block's threads */
+        check_moe_tail(on, off, 2, 12, 4096, sh, 2); /* two rounds of loads a thread */
+    }
+    on->destroy(on);
+    unsetenv("MEMRA_CUDA_FUSE_TAIL"); /* the default rule */
+    on = mr_backend_cuda_create(0, &err);
+    if (!on) die("cuda (the default tail rule)");
+    for (int sh = 0; sh < 2; sh++) {
+        check_moe_tail(on, off, 1, 8, 2048, sh, 3); /* one token: a plain tail apart */
+        check_moe_tail(on, off, 16, 8, 2048, sh, 3);
+        check_moe_tail(on, off, 2, 4, 1000, sh, 3);
     }
     on->destroy(on);
     off->destroy(off);

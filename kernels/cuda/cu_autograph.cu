@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <algorithm>
 #include <map>
@@ -129,15 +130,18 @@ struct mr_cu_auto {
     bool fuse_kv = true;
     long kv_fused = 0;
     /* gate and up products and the swiglu after them in one launch
-     * (MEMRA_CUDA_FUSE_GLU=0 turns it off) */
-    bool fuse_glu = true;
+     * (MEMRA_CUDA_FUSE_GLU=0 turns it off; =1: not for a decode batch's
+     * experts, the rule before run 287) */
+    int fuse_glu = 2;
     long glu_fused = 0;
     /* a mixture layer's combine, a shared expert's gate and add, and the
-     * add_rmsnorm after them in one launch: 1 (default) where a shared
-     * expert ends the layer (qwen35moe: three launches saved), 2 also the
-     * plain combine + add_rmsnorm (qwen3moe: one saved, which ties or
-     * loses, run 113), 0 off (MEMRA_CUDA_FUSE_TAIL); ops saved so far */
-    int fuse_tail = 1;
+     * add_rmsnorm after them in one launch (MEMRA_CUDA_FUSE_TAIL): 1 where
+     * a shared expert ends the layer (qwen35moe: three launches saved), 2
+     * also the plain combine + add_rmsnorm (qwen3moe: one saved, which
+     * ties or loses at one token, run 113, and wins +0.9-1.1% at 16, run
+     * 287), 3 (default) the first everywhere and the second for 2+ rows,
+     * 0 off; ops saved so far */
+    int fuse_tail = 3;
     long tail_fused = 0;
     /* an RMSNorm and the swiglu gating its output by z after it (a delta-net
      * layer's gated norm) in one launch, the same floats (H100, GPU-NOTES
@@ -163,6 +167,15 @@ struct mr_cu_auto {
      * floats; MEMRA_CUDA_SCAN_EARLY=0 turns it off); scans so launched */
     bool scan_early = true;
     long scans_early = 0;
+    /* MEMRA_CUDA_BUSY=1: each flush's work between two events, their
+     * times summed (mr_cu_busy): against a run's wall time, the share the
+     * device had work, so what the host's side of a step (recording,
+     * scheduling, copies, sampling) costs where nothing overlaps it */
+    bool busy = false;
+    std::vector<std::pair<cudaEvent_t, cudaEvent_t>> busy_wait, busy_spare;
+    double busy_ms = 0, record_ms = 0, flush_ms = 0;
+    double rec_t0 = 0; /* host clock at the first op recorded since the last flush */
+    long busy_flushes = 0;
     /* MEMRA_CUDA_TWICE (timing only, the results are wrong): launches
      * whose first op matches are made twice, so a step's time with and
      * without says what that launch costs inside the graph, its overlap
@@ -528,7 +541,8 @@ static size_t run_glu(mr_cu_auto *a, mr_backend *be, size_t i)
         ny = (size_t)n * (size_t)k * (size_t)p.w->rows;
         nx = (size_t)n * (size_t)xs * (size_t)p.w->cols;
     }
-    if (!w[0] || !w[1] || w[0]->rows != w[1]->rows || sw.g != y[0] || sw.u != y[1] || sw.n != ny)
+    if (!w[0] || !w[1] || w[0]->rows != w[1]->rows || sw.g != y[0] || sw.u != y[1] || sw.n != ny ||
+        (ids && n > 1 && a->fuse_glu < 2))
         return 0;
     const size_t yb = ny * sizeof(float), xb = nx * sizeof(float);
     bool clash = overlap(y[0], yb, y[1], yb) || overlap(y[0], yb, x, xb) || overlap(y[1], yb, x, xb);
@@ -545,13 +559,15 @@ static size_t run_glu(mr_cu_auto *a, mr_backend *be, size_t i)
 
 /* Ops i, i+1, ...: moe_combine into proj, sigmoid_mul of a shared
  * expert's output sh by its scalar gate and add(proj, sh) (without them
- * only in fuse_tail mode 2), then add_rmsnorm(x, proj) (the end of a
- * qwen35moe / qwen3moe layer and the next layer's first norm): one launch
- * that writes what they would (mr_cu_moe_tail).  Run 113 (H200, tg128,
- * three medians of 5 alternating with the rule off): 35B-A3B +0.7 / +2.0 /
- * +0.8% (three launches fewer a layer), 30B-A3B -0.9 / -0.1 / -1.4% (one
- * fewer): so by default only the first.  Returns how many ops it ran, or
- * 0. */
+ * only in fuse_tail mode 2, or mode 3 with 2+ rows), then add_rmsnorm(x,
+ * proj) (the end of a qwen35moe / qwen3moe layer and the next layer's
+ * first norm): one launch that writes what they would (mr_cu_moe_tail).
+ * Run 113 (H200, tg128, three medians of 5 alternating with the rule
+ * off): 35B-A3B +0.7 / +2.0 / +0.8% (three launches fewer a layer),
+ * 30B-A3B -0.9 / -0.1 / -1.4% (one fewer); run 287 (H100, 16 rows): the
+ * 30B-A3B's one fewer +1.1% decode only, +0.9% with 512-token prompts.  So
+ * by default the first always, the second for batches.  Returns how many
+ * ops it ran, or 0. */
 static size_t run_tail(mr_cu_auto *a, mr_backend *be, size_t i)
 {
     const size_t n_ops = a->ops.size();
@@ -573,7 +589,7 @@ static size_t run_tail(mr_cu_auto *a, mr_backend *be, size_t i)
         sh = sm.y, g = sm.g, gs = sm.gs;
         j += 2;
     }
-    if (!sh && a->fuse_tail < 2)
+    if (!sh && (a->fuse_tail == 1 || (a->fuse_tail == 3 && cb.n < 2)))
         return 0;
     if (a->ops[j].op != OP_ADD_RMSNORM)
         return 0;
@@ -1165,12 +1181,65 @@ static void label(mr_cu_auto *a, const char *fmt, ...)
     a->labels.push_back(buf);
 }
 
+static double host_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* Sums the flushes' times whose end has passed (all of them, waiting, if
+ * wait) and keeps their events for the next flushes. */
+static void busy_collect(mr_cu_auto *a, bool wait)
+{
+    size_t i = 0;
+    for (; i < a->busy_wait.size(); i++) {
+        auto &p = a->busy_wait[i];
+        if (wait ? cudaEventSynchronize(p.second) != cudaSuccess : cudaEventQuery(p.second) != cudaSuccess)
+            break;
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, p.first, p.second) == cudaSuccess) {
+            a->busy_ms += ms;
+            a->busy_flushes++;
+        }
+        a->busy_spare.push_back(p);
+    }
+    a->busy_wait.erase(a->busy_wait.begin(), a->busy_wait.begin() + (long)i);
+    (void)cudaGetLastError(); /* a query's "not ready" is no error of the backend's */
+}
+
+/* The events to put around a flush's work (false: none, busy is off or
+ * they could not be made). */
+static bool busy_begin(mr_cu_auto *a, cudaStream_t st, std::pair<cudaEvent_t, cudaEvent_t> *p)
+{
+    if (!a->busy || a->prof)
+        return false;
+    busy_collect(a, false);
+    if (!a->busy_spare.empty()) {
+        *p = a->busy_spare.back();
+        a->busy_spare.pop_back();
+    } else if (cudaEventCreate(&p->first) != cudaSuccess) {
+        return false;
+    } else if (cudaEventCreate(&p->second) != cudaSuccess) {
+        cudaEventDestroy(p->first);
+        return false;
+    }
+    cudaEventRecord(p->first, st);
+    return true;
+}
+
 void mr_cu_flush(mr_backend *be)
 {
     mr_cu_ctx *c = mr_cu(be);
     mr_cu_auto *a = c->ag;
     if (!a || a->ops.empty())
         return;
+    const double ft0 = a->busy ? host_ms() : 0;
+    if (a->busy && a->rec_t0 > 0)
+        a->record_ms += ft0 - a->rec_t0;
+    a->rec_t0 = 0;
+    std::pair<cudaEvent_t, cudaEvent_t> bev;
+    const bool timed_busy = busy_begin(a, c->stream, &bev);
     bool done = false;
     for (auto &e : a->cache)
         if (e.sig == a->sig) {
@@ -1222,6 +1291,12 @@ void mr_cu_flush(mr_backend *be)
     }
     if (!done)
         run_direct(a, be, c->stream);
+    if (timed_busy) {
+        cudaEventRecord(bev.second, c->stream);
+        a->busy_wait.push_back(bev);
+    }
+    if (a->busy)
+        a->flush_ms += host_ms() - ft0;
     a->last_sig.swap(a->sig);
     a->sig.clear();
     a->ops.clear();
@@ -1235,6 +1310,8 @@ void mr_cu_flush(mr_backend *be)
 static inline rec_op &rec(mr_backend *be, int op)
 {
     mr_cu_auto *a = mr_cu(be)->ag;
+    if (a->busy && a->ops.empty())
+        a->rec_t0 = host_ms();
     a->last_op = op;
     a->sig.push_back((uint64_t)op);
     a->ops.push_back(rec_op());
@@ -1633,15 +1710,17 @@ void mr_cu_autograph_install(mr_backend *be)
     const char *fk = getenv("MEMRA_CUDA_FUSE_KV");
     c->ag->fuse_kv = !(fk && !strcmp(fk, "0"));
     const char *fg = getenv("MEMRA_CUDA_FUSE_GLU");
-    c->ag->fuse_glu = !(fg && !strcmp(fg, "0"));
+    c->ag->fuse_glu = fg && (!strcmp(fg, "0") || !strcmp(fg, "1")) ? atoi(fg) : 2;
     const char *ft = getenv("MEMRA_CUDA_FUSE_TAIL");
-    c->ag->fuse_tail = ft && (!strcmp(ft, "0") || !strcmp(ft, "2")) ? atoi(ft) : 1;
+    c->ag->fuse_tail = ft && (!strcmp(ft, "0") || !strcmp(ft, "1") || !strcmp(ft, "2")) ? atoi(ft) : 3;
     const char *fn = getenv("MEMRA_CUDA_FUSE_GNORM");
     c->ag->fuse_gnorm = !(fn && !strcmp(fn, "0"));
     const char *fc = getenv("MEMRA_CUDA_FUSE_CONV");
     c->ag->fuse_conv = !(fc && !strcmp(fc, "0"));
     const char *fs = getenv("MEMRA_CUDA_FUSE_SEGS");
     c->ag->fuse_segs = !(fs && !strcmp(fs, "0"));
+    const char *bu = getenv("MEMRA_CUDA_BUSY");
+    c->ag->busy = bu && !strcmp(bu, "1");
     const char *se = getenv("MEMRA_CUDA_SCAN_EARLY");
     c->ag->scan_early = !(se && !strcmp(se, "0"));
     const char *tw = getenv("MEMRA_CUDA_TWICE");
@@ -1696,6 +1775,12 @@ void mr_cu_autograph_free(mr_backend *be)
     if (!c->ag)
         return;
     mr_cu_autograph_forget(c);
+    busy_collect(c->ag, true);
+    for (auto *v : {&c->ag->busy_wait, &c->ag->busy_spare})
+        for (auto &p : *v) {
+            cudaEventDestroy(p.first);
+            cudaEventDestroy(p.second);
+        }
     c->ag->pf.close();
     c->ag->br.close();
     if (c->ag->l2pf)
@@ -1743,6 +1828,21 @@ extern "C" void mr_cu_autograph_stats(mr_backend *be, long *captures, long *repl
     mr_cu_ctx *c = mr_cu(be);
     *captures = c->ag ? c->ag->captures : 0;
     *replays = c->ag ? c->ag->replays : 0;
+}
+
+extern "C" int mr_cu_busy(mr_backend *be, int reset, mr_cu_busy_stats *out)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    mr_cu_auto *a = c->ag;
+    if (!a || !a->busy)
+        return 0;
+    busy_collect(a, true);
+    *out = (mr_cu_busy_stats){a->busy_ms, a->record_ms, a->flush_ms, a->busy_flushes};
+    if (reset) {
+        a->busy_ms = a->record_ms = a->flush_ms = 0;
+        a->busy_flushes = 0;
+    }
+    return 1;
 }
 
 extern "C" void mr_cu_autograph_fusions(mr_backend *be, mr_cu_fusions *f)

@@ -28,6 +28,16 @@ struct mr_weight;
 int mr_cu_xmd_takes_one(struct mr_backend *be, const struct mr_weight *w);
 /* Graphs captured and replayed by the automatic graph layer so far. */
 void mr_cu_autograph_stats(struct mr_backend *be, long *captures, long *replays);
+/* MEMRA_CUDA_BUSY=1: the work the graph layer flushed so far: its device
+ * time (each flush between two events), the host's time recording it
+ * (from a flush's first op to the flush) and flushing it (signatures,
+ * graph launches), in ms, and the flushes; zeroed after if reset.  Waits
+ * for the flushed work.  0 when the layer does not time them. */
+typedef struct mr_cu_busy_stats {
+    double device_ms, record_ms, flush_ms;
+    long flushes;
+} mr_cu_busy_stats;
+int mr_cu_busy(struct mr_backend *be, int reset, mr_cu_busy_stats *out);
 /* Ops so far that ran inside another op's launch: matmuls sharing a launch
  * over one input (q/k/v, gate/up), K/V stores inside the qk_norm_rope
  * before them, swiglus inside their gate/up launch, a mixture layer's

@@ -707,7 +707,7 @@ static size_t grp_ints(int pairs, int64_t n_mats)
  * depends on it, since every pair is summed on its own. */
 __global__ void __launch_bounds__(GRP_THREADS)
 k_moe_group(const int32_t *__restrict__ ids, int P, int n_mats, int S, int64_t rows, float *y, float *y2,
-            int32_t *grp, int4 *items)
+            float *yo, int32_t *grp, int4 *items)
 {
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
@@ -728,8 +728,10 @@ k_moe_group(const int32_t *__restrict__ ids, int P, int n_mats, int S, int64_t r
         const int e = ids[p];
         if (e < 0 || e >= n_mats)
             for (int64_t r = lane; r < rows; r += 32) {
-                y[(int64_t)p * rows + r] = __int_as_float(0x7fc00000);
-                if (y2) y2[(int64_t)p * rows + r] = __int_as_float(0x7fc00000);
+                const float nan = __int_as_float(0x7fc00000);
+                y[(int64_t)p * rows + r] = nan;
+                if (y2) y2[(int64_t)p * rows + r] = nan;
+                if (yo) yo[(int64_t)p * rows + r] = mr_silu_mul(nan, nan); /* after y: yo may be y */
             }
     }
     __syncthreads();
@@ -1457,7 +1459,7 @@ bool mr_cu_moe_group_fits(int P, int64_t n_mats)
 }
 
 const int32_t *mr_cu_moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int k, int64_t n_mats, int64_t rows,
-                               float *y, float *y2, int *S, bool items)
+                               float *y, float *y2, float *yo, int *S, bool items)
 {
     if (!mr_cu_moe_group_fits(P, n_mats))
         return NULL;
@@ -1475,7 +1477,7 @@ const int32_t *mr_cu_moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int k, i
     int32_t *grp = (int32_t *)c->scratch_grp.p;
     int4 *it = items ? (int4 *)(grp + mr_cu_grp_items_at(*S, P)) : NULL;
     mr_cu_launch(c, k_moe_group, 1, GRP_THREADS, (size_t)2 * n_mats * sizeof(int), ids, P, (int)n_mats, *S, rows,
-                 y, y2, grp, it);
+                 y, y2, yo, grp, it);
     MR_CU_LAUNCHED(c, "expert grouping");
     return grp;
 }
@@ -1491,7 +1493,7 @@ static bool grouped_run(mr_cu_ctx *c, const mr_weight *w, const mr_cu_mvjob &a, 
     grp_plan pl;
     if (!grp_plan_make(c, a, P, S, &pl))
         return false;
-    const int32_t *grp = mr_cu_moe_group(c, a.ids, P, a.k, a.n_mats, a.rows, a.y, NULL, &S, false);
+    const int32_t *grp = mr_cu_moe_group(c, a.ids, P, a.k, a.n_mats, a.rows, a.y, NULL, NULL, &S, false);
     if (!grp)
         return c->failed; /* capture without scratch: the per-pair path; a failure: recorded */
     switch (w->type) {

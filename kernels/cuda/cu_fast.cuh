@@ -205,7 +205,9 @@ bool mr_cu_xmm_optin(int bytes);
  * list of used experts and each one's pairs, built on the device into
  * c->scratch_grp (layout there), NaN written to y's rows (rows a pair) of
  * pairs whose id is out of range, and to y2's where not NULL (a second
- * matrix of the same rows over the same ids); *S the slots (min(P, n_mats)).  NULL,
+ * matrix of the same rows over the same ids), and to yo's (the SwiGLU of
+ * the two, where not NULL) what the swiglu op makes of two NaNs; *S the
+ * slots (min(P, n_mats)).  NULL,
  * nothing launched, outside the limits (mr_cu_moe_group_fits), when the
  * scratch would grow inside a capture, or on a failure (recorded). */
 bool mr_cu_moe_group_fits(int P, int64_t n_mats);
@@ -228,7 +230,7 @@ __device__ __forceinline__ bool mr_cu_grp_slot(const int32_t *grp, int S, int sl
 /* items: also the chunks of at most two pairs of one expert, at
  * mr_cu_grp_items_at (the layout: cu_fast.cu) */
 const int32_t *mr_cu_moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int k, int64_t n_mats, int64_t rows,
-                               float *y, float *y2, int *S, bool items);
+                               float *y, float *y2, float *yo, int *S, bool items);
 /* Where a grouping of P pairs in S slots keeps its chunks (int32 index, a
  * multiple of 4: int4 records). */
 __host__ __device__ constexpr int mr_cu_grp_items_at(int S, int P) { return (2 + 2 * S + P + 3) / 4 * 4; }

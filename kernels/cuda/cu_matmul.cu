@@ -382,7 +382,8 @@ bool mr_cu_matmul_id_multi(mr_backend *be, const mr_weight *const *w, float *con
 }
 
 /* Gate and up products and the SwiGLU after them in one launch a chunk of
- * tokens (plain) or for one token's experts (ids), on the kernel the two
+ * tokens (plain) or for one token's experts (ids; a decode batch's too on
+ * the tensor-core expert kernel), on the kernel the two
  * products would each take (the 22-bit one where it takes them, else the
  * fast float ones), so with their sums; false where that kernel has no
  * such form (22-bit plain products of 2+ tokens) or the pair is not
@@ -394,10 +395,14 @@ bool mr_cu_matmul_glu(mr_backend *be, const mr_weight *const *w, float *const *y
     if (n < 1 || n >= MR_CU_GEMM_MIN_TOKENS || !multi_ok(c, w, 2, x))
         return false;
     if (ids) {
-        if (n != 1 || k < 1 || (x_slots != 1 && x_slots != k))
+        if (k < 1 || (x_slots != 1 && x_slots != k))
             return false;
+        /* the tensor-core expert kernel writes the SwiGLU at any batch size
+         * (its grouping the NaN rows of bad ids); the others at one token */
         if (mr_cu_xmm_takes_id(c, w, 2, x))
-            return mr_cu_xmm_matvec_id(c, w, y, o, 2, x, x_slots, ids, k, 1);
+            return mr_cu_xmm_matvec_id(c, w, y, o, 2, x, x_slots, ids, k, n);
+        if (n != 1)
+            return false;
         if (mr_cu_x24_takes_id(c, w, 2, x))
             return mr_cu_x24_glu_id(c, w, y, o, x, x_slots, ids, k, 1);
         return mr_cu_fast_glu(c, w, y, o, x, x_slots, ids, k, 1);

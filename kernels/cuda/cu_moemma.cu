@@ -726,7 +726,7 @@ bool mr_cu_xmm_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
     int S = P, Y = P; /* Y: the grid's y, the slots or the chunks */
     const bool items = n > 1 && c->xmm_items;
     if (n > 1) { /* NaN rows of bad ids written here, in both outputs of a pair */
-        grp = mr_cu_moe_group(c, ids, P, k, w[0]->n_mats, w[0]->rows, y[0], pair ? y[1] : NULL, &S, items);
+        grp = mr_cu_moe_group(c, ids, P, k, w[0]->n_mats, w[0]->rows, y[0], pair ? y[1] : NULL, o, &S, items);
         if (!grp)
             return c->failed;
         /* chunks: sum over used experts of ceil(pairs / 2) <= (P + used) / 2 */

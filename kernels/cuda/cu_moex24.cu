@@ -475,7 +475,7 @@ bool mr_cu_x24_matvec_id(mr_cu_ctx *c, const mr_weight *const *w, float *const *
     const int32_t *grp = NULL;
     int S = P;
     if (n > 1) {
-        grp = mr_cu_moe_group(c, ids, P, k, a.n_mats, a.rows, a.y, m == 2 ? y[1] : NULL, &S, false);
+        grp = mr_cu_moe_group(c, ids, P, k, a.n_mats, a.rows, a.y, m == 2 ? y[1] : NULL, NULL, &S, false);
         if (!grp)
             return c->failed;
     }

@@ -9,6 +9,9 @@
  * CONC requests are kept in flight (a refused one is retried after the next
  * step); prompts are random ids, the first N of them shared by all requests
  * (one tenant), so the prefix cache can serve them.  Prints one summary.
+ * On CUDA the timed run starts after the worker's start-up step
+ * (mr_sched_warmup), as a served run does.  MEMRA_CUDA_BUSY=1 adds the
+ * device's busy share of the wall time and the host's time a step.
  *
  * --check (greedy only): first generates every request alone with
  * mr_model_forward, then fails unless the scheduled run produced the same
@@ -228,6 +231,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "sched-bench: %s\n", b.r && b.itl && prompt ? err.msg : "out of memory");
         return 1;
     }
+    /* the worker's start-up step (server_model.c): the first use of each
+     * kernel and the step's buffers are not the run's */
+    double t_warm = now_s();
+    if (!strcmp(be->name, "cuda") && mr_sched_warmup(s, &err)) {
+        fprintf(stderr, "sched-bench: warm-up: %s\n", err.msg);
+        return 1;
+    }
+    t_warm = now_s() - t_warm;
     int32_t *want = NULL;
     if (check) {
         want = malloc(sizeof(int32_t) * (size_t)n_req * (size_t)n_gen);
@@ -246,6 +257,12 @@ int main(int argc, char **argv)
     }
 
     int next = 0, refused = 0, rc = 0;
+#ifdef MR_HAVE_CUDA
+    if (!strcmp(be->name, "cuda")) { /* the solo runs' and the load's flushes are not the run's */
+        mr_cu_busy_stats bs;
+        mr_cu_busy(be, 1, &bs);
+    }
+#endif
     double start = now_s();
     while (b.finished < n_req) {
         while (next < n_req) {
@@ -279,8 +296,8 @@ int main(int argc, char **argv)
     }
     mr_sched_stats st;
     mr_sched_get_stats(s, &st);
-    printf("backend %s, load %.2f s, %d requests, concurrency %d, prompt %d (shared %d), gen %d, chunk %d\n",
-           be->name, t_load, n_req, conc, n_prompt, shared, n_gen, chunk);
+    printf("backend %s, load %.2f s, warm-up %.2f s, %d requests, concurrency %d, prompt %d (shared %d), gen %d, "
+           "chunk %d\n", be->name, t_load, t_warm, n_req, conc, n_prompt, shared, n_gen, chunk);
     printf("wall %.3f s: %.1f output tok/s, %.2f req/s, %llu steps (%.1f tokens/step)\n", wall,
            (double)b.out_tokens / wall, (double)n_req / wall, (unsigned long long)st.steps,
            st.steps ? (double)st.step_tokens_total / (double)st.steps : 0.0);
@@ -300,6 +317,14 @@ int main(int argc, char **argv)
         mr_cu_autograph_stats(be, &caps, &reps);
         printf("automatic CUDA graphs: %ld captured, %ld replays of %llu steps\n", caps, reps,
                (unsigned long long)st.steps);
+        mr_cu_busy_stats bs;
+        if (mr_cu_busy(be, 0, &bs) && bs.flushes > 0) {
+            const double steps = st.steps ? (double)st.steps : 1.0;
+            printf("device busy (MEMRA_CUDA_BUSY): %.1f of %.1f ms of wall (%.1f%%) in %ld flushes; %.1f us of "
+                   "wall a step outside them; host a step: %.1f us recording ops, %.1f us flushing them\n",
+                   bs.device_ms, 1e3 * wall, 100.0 * bs.device_ms / (1e3 * wall), bs.flushes,
+                   (1e3 * wall - bs.device_ms) * 1e3 / steps, bs.record_ms * 1e3 / steps, bs.flush_ms * 1e3 / steps);
+        }
     }
 #endif
     if (spec_k > 0)
