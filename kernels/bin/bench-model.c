@@ -1,13 +1,16 @@
 /* bench-model: prompt and decode throughput of a GGUF model on a backend.
  *
  *   bench-model MODEL.gguf [--backend cuda|cpu|auto] [--runs N] [--pp 512] [--tg 128]
- *               [--depth D [--depth-fill prompt|skip]] [--spec-k LIST] [--accept LIST]
- *               [--kv-dtype auto|f32|f16|bf16]
+ *               [--tg-pick device|host] [--depth D [--depth-fill prompt|skip]] [--spec-k LIST]
+ *               [--accept LIST] [--kv-dtype auto|f32|f16|bf16]
  *
  * pp: one prompt of --pp random tokens into an empty sequence (logits of the
  * last token only).  tg: --tg tokens decoded one at a time from an empty
- * sequence, greedy on the host from the downloaded logits (as run-gen does);
- * with --depth D the sequence first takes a D-token prompt (512 tokens a
+ * sequence, greedy: by default picked by the backend in the step, one id
+ * downloaded (MR_LOGITS_ARGMAX, as the scheduler serves a greedy request);
+ * --tg-pick host downloads each token's row of logits and picks on the host
+ * (as run-gen does), which adds the row's copy and a scan of the vocabulary
+ * to every token; with --depth D the sequence first takes a D-token prompt (512 tokens a
  * call, not timed), so tg measures decode at that depth; --depth-fill skip
  * only grows the sequence to D positions instead (mr_seq_skip: their K/V
  * are the fresh cache's zeros), which times the same decode steps without
@@ -213,7 +216,7 @@ int main(int argc, char **argv)
     int runs = 3, pp = 512, tg = 128, depth = 0;
     const char *accept = "mtp,0,50,80,100", *spec_ks = NULL;
     mr_kv_dtype kv_dtype = MR_KV_AUTO;
-    bool skip_fill = false;
+    bool skip_fill = false, pick_host = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
@@ -223,13 +226,17 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--spec-k") && i + 1 < argc) spec_ks = argv[++i];
         else if (!strcmp(argv[i], "--accept") && i + 1 < argc) accept = argv[++i];
         else if (!strcmp(argv[i], "--kv-dtype") && i + 1 < argc && !mr_cli_parse_kv_dtype(argv[i + 1], &kv_dtype)) i++;
+        else if (!strcmp(argv[i], "--tg-pick") && i + 1 < argc &&
+                 (!strcmp(argv[i + 1], "device") || !strcmp(argv[i + 1], "host")))
+            pick_host = !strcmp(argv[++i], "host");
         else if (!strcmp(argv[i], "--depth-fill") && i + 1 < argc &&
                  (!strcmp(argv[i + 1], "prompt") || !strcmp(argv[i + 1], "skip")))
             skip_fill = !strcmp(argv[++i], "skip");
         else if (argv[i][0] != '-' && !path) path = argv[i];
         else {
-            fprintf(stderr, "usage: bench-model MODEL.gguf [--backend B] [--runs N] [--pp N] [--tg N] [--depth D] "
-                    "[--depth-fill prompt|skip] [--spec-k K] [--accept LIST] [--kv-dtype auto|f32|f16|bf16]\n");
+            fprintf(stderr, "usage: bench-model MODEL.gguf [--backend B] [--runs N] [--pp N] [--tg N] "
+                    "[--tg-pick device|host] [--depth D] [--depth-fill prompt|skip] [--spec-k K] [--accept LIST] "
+                    "[--kv-dtype auto|f32|f16|bf16]\n");
             return 2;
         }
     }
@@ -314,6 +321,13 @@ int main(int argc, char **argv)
             int32_t next = toks[0] % hp->n_vocab;
             double a = now();
             for (int i = 0; i < tg; i++) {
+                if (!pick_host) {
+                    int32_t id = next;
+                    mr_batch_item it = {.seq = s, .tokens = &id, .n = 1, .mode = MR_LOGITS_ARGMAX,
+                                        .argmax = &next, .gen = true};
+                    if (mr_model_forward_batch(m, &it, 1, &err)) { status = 1; break; }
+                    continue;
+                }
                 if (mr_model_forward_gen(m, s, &next, 1, MR_LOGITS_LAST, logits, &err)) { status = 1; break; }
                 int best = 0;
                 for (int v = 1; v < hp->n_vocab; v++) if (logits[v] > logits[best]) best = v;
@@ -322,9 +336,9 @@ int main(int argc, char **argv)
             tt[k] = now() - a;
             mr_seq_free(s);
         }
-        printf("run %d: pp%d %.1f tok/s, tg%d%s %.1f tok/s\n", k + 1, pp, pp ? pp / tp[k] : 0.0, tg,
+        printf("run %d: pp%d %.1f tok/s, tg%d%s%s %.1f tok/s\n", k + 1, pp, pp ? pp / tp[k] : 0.0, tg,
                !depth ? "" : skip_fill ? " (at depth, positions skipped, K/V not computed)" : " (at depth)",
-               tg ? tg / tt[k] : 0.0);
+               pick_host ? " (logits to the host)" : "", tg ? tg / tt[k] : 0.0);
         fflush(stdout);
     }
     if (status) {
