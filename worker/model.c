@@ -397,6 +397,17 @@ void mr_model_release_layer(mr_model *m, mr_layer *L)
         mr_model_release_weight(m, ws[i]);
 }
 
+static void spares_free(mr_model *m)
+{
+    while (m->n_spare_state > 0)
+        m->be->free(m->be, m->spare_state[--m->n_spare_state]);
+    while (m->n_spare_table > 0)
+        m->be->free(m->be, m->spare_table[--m->n_spare_table]);
+    if (m->rzero)
+        m->be->free(m->be, m->rzero);
+    m->rzero = NULL;
+}
+
 static void free_scratch(mr_model *m)
 {
     if (m->sc.block)
@@ -452,6 +463,7 @@ void mr_model_free(mr_model *m)
     free(m->router_host);
     mr_backend *be = m->be;
     free_scratch(m);
+    spares_free(m);
     if (m->samp_dev)
         m->be->free(m->be, m->samp_dev);
     free(m->samp_host);
@@ -484,6 +496,47 @@ int mr_model_block_tokens(const mr_model *m) { return m->kv.block_tokens; }
 
 /* ---- sequences ---- */
 
+/* A buffer of `bytes` from the spares of its kind (list, *n of them), or a
+ * new one; NULL when the backend has no memory left.  A buffer given back
+ * may still be read or written by work queued on the backend: whatever the
+ * next holder queues runs after that work (one queue, in order). */
+static void *spare_take(mr_model *m, void **list, int *n, size_t bytes)
+{
+    if (*n > 0)
+        return list[--*n];
+    return m->be->alloc(m->be, bytes);
+}
+
+static void spare_give(mr_model *m, void **list, int *n, void *p)
+{
+    if (!p)
+        return;
+    if (*n < MR_SPARE_MAX)
+        list[(*n)++] = p;
+    else
+        m->be->free(m->be, p);
+}
+
+static void state_copy(mr_model *m, void *dst, const void *src);
+
+/* m->rzero, once: the zero state every new sequence's starts as */
+static int zero_state_make(mr_model *m, mr_err *err)
+{
+    if (m->rzero)
+        return 0;
+    void *zeros = calloc(1, m->rstate_bytes), *dev = m->be->alloc(m->be, m->rstate_bytes);
+    int rc = zeros && dev ? m->be->upload(m->be, dev, zeros, m->rstate_bytes, err)
+                          : mr_errf(err, "out of memory for %zu bytes of recurrent state", m->rstate_bytes);
+    free(zeros);
+    if (rc) {
+        if (dev)
+            m->be->free(m->be, dev);
+        return -1;
+    }
+    m->rzero = dev;
+    return 0;
+}
+
 int mr_seq_new(mr_model *m, mr_seq **out, mr_err *err)
 {
     *out = NULL;
@@ -492,25 +545,23 @@ int mr_seq_new(mr_model *m, mr_seq **out, mr_err *err)
         return mr_errf(err, "out of memory");
     s->m = m;
     s->blocks = calloc((size_t)m->max_blocks, sizeof(int32_t));
-    s->blocks_dev = m->be->alloc(m->be, sizeof(int32_t) * (size_t)m->max_blocks);
+    s->blocks_dev = spare_take(m, m->spare_table, &m->n_spare_table, sizeof(int32_t) * (size_t)m->max_blocks);
     if (!s->blocks || !s->blocks_dev) {
         mr_seq_free(s);
         return mr_errf(err, "out of memory for a block table of %d blocks", m->max_blocks);
     }
     if (m->rstate_bytes) {
         /* a new sequence starts from a zero recurrent state */
-        void *zeros = calloc(1, m->rstate_bytes);
-        s->rstate = m->be->alloc(m->be, m->rstate_bytes);
-        int rc = zeros && s->rstate ? m->be->upload(m->be, s->rstate, zeros, m->rstate_bytes, err)
-                                    : mr_errf(err, "out of memory for %zu bytes of recurrent state",
-                                              m->rstate_bytes);
-        free(zeros);
-        if (!rc && m->checkpoints && !(s->rmark = m->be->alloc(m->be, m->rstate_bytes)))
+        int rc = zero_state_make(m, err);
+        if (!rc && !(s->rstate = spare_take(m, m->spare_state, &m->n_spare_state, m->rstate_bytes)))
+            rc = mr_errf(err, "out of memory for %zu bytes of recurrent state", m->rstate_bytes);
+        if (!rc && m->checkpoints && !(s->rmark = spare_take(m, m->spare_state, &m->n_spare_state, m->rstate_bytes)))
             rc = mr_errf(err, "out of memory for a %zu-byte state checkpoint", m->rstate_bytes);
         if (rc) {
             mr_seq_free(s);
             return -1;
         }
+        state_copy(m, s->rstate, m->rzero);
     }
     *out = s;
     return 0;
@@ -524,12 +575,9 @@ void mr_seq_free(mr_seq *s)
     for (int i = s->n_blocks - 1; i >= 0; i--)
         mr_kv_unref(m->pool, s->blocks[i]);
     mr_kv_unreserve(m->pool, s->reserved);
-    if (s->blocks_dev)
-        m->be->free(m->be, s->blocks_dev);
-    if (s->rstate)
-        m->be->free(m->be, s->rstate);
-    if (s->rmark)
-        m->be->free(m->be, s->rmark);
+    spare_give(m, m->spare_table, &m->n_spare_table, s->blocks_dev);
+    spare_give(m, m->spare_state, &m->n_spare_state, s->rstate);
+    spare_give(m, m->spare_state, &m->n_spare_state, s->rmark);
     free(s->blocks);
     free(s);
 }
@@ -564,13 +612,12 @@ void mr_model_set_checkpoints(mr_model *m, bool on) { m->checkpoints = on && m->
 
 int mr_seq_mark_len(const mr_seq *s) { return s->rmark ? s->rmark_len : 0; }
 
-void *mr_model_state_alloc(mr_model *m) { return m->rstate_bytes ? m->be->alloc(m->be, m->rstate_bytes) : NULL; }
-
-void mr_model_state_free(mr_model *m, void *state)
+void *mr_model_state_alloc(mr_model *m)
 {
-    if (state)
-        m->be->free(m->be, state);
+    return m->rstate_bytes ? spare_take(m, m->spare_state, &m->n_spare_state, m->rstate_bytes) : NULL;
 }
+
+void mr_model_state_free(mr_model *m, void *state) { spare_give(m, m->spare_state, &m->n_spare_state, state); }
 
 void mr_seq_mark_save(const mr_seq *s, void *state)
 {

@@ -38,6 +38,8 @@ typedef struct mr_scratch {
 
 typedef struct mr_fwd_seg mr_fwd_seg;
 
+#define MR_SPARE_MAX 64
+
 struct mr_model {
     mr_hparams hp;
     mr_backend *be;
@@ -76,6 +78,16 @@ struct mr_model {
     struct mr_q35 *q35;  /* hybrid-model weights and buffers (worker/arch/qwen35.c), or NULL */
     size_t rstate_bytes; /* recurrent state per sequence (0: none) */
     bool checkpoints;    /* new sequences keep their state at their last block boundary */
+    /* Backend buffers that sequences and the prefix cache gave back, for
+     * the next ones to take: recurrent states (rstate_bytes) and block
+     * tables (max_blocks ids), at most MR_SPARE_MAX of each kind.  A new
+     * buffer a request (an allocation of a state's tens of MB, and a free
+     * that waits for the device) held the whole batch up (run 288: ~12 ms
+     * a request on the 35B-A3B).  rzero: a zero state, copied on the
+     * device into each new sequence's. */
+    void *spare_state[MR_SPARE_MAX], *spare_table[MR_SPARE_MAX];
+    int n_spare_state, n_spare_table;
+    void *rzero;
     /* mr_model_router_dump: the stream, a host row buffer, the first error */
     FILE *router_dump;
     float *router_host;

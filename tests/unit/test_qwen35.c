@@ -278,6 +278,57 @@ START_TEST(state_snapshot_restores)
 }
 END_TEST
 
+/* A sequence's state buffer goes back to the model when it is freed and
+ * the next sequence takes it (worker/model.c spare_take): the next one must
+ * still start from a zero state, and its logits must be transformers' as
+ * from a fresh model.  The same for a checkpoint state a prefix cache gave
+ * back (mr_model_state_free) and a new sequence then takes. */
+START_TEST(reused_state_starts_at_zero)
+{
+    const char *name = MODELS[_i];
+    reference r;
+    ref_load(name, &r, 3);
+    open_model(name, "model-BF16.gguf", &OPTS);
+    const int V = mr_model_hparams(model)->n_vocab, n = r.prompt_len[0];
+    const size_t bytes = mr_seq_state_bytes(model);
+    unsigned char *got = malloc(bytes), *zeros = calloc(1, bytes);
+    mr_err err;
+    for (int round = 0; round < 2; round++) {
+        /* round 0: a sequence's buffers; round 1: a cache state's too */
+        mr_seq *s;
+        ck_assert_int_eq(mr_seq_new(model, &s, &err), 0);
+        ck_assert_int_eq(mr_model_forward(model, s, r.prompt[1], 20, MR_LOGITS_NONE, NULL, &err), 0);
+        ck_assert_int_eq(mr_seq_state_save(s, got, &err), 0);
+        ck_assert_msg(memcmp(got, zeros, bytes) != 0, "20 tokens left the state zero");
+        void *cached = NULL;
+        if (round == 1) {
+            cached = mr_model_state_alloc(model);
+            ck_assert_ptr_nonnull(cached);
+            mr_seq_state_copy_out(s, cached);
+        }
+        mr_seq_free(s);
+        mr_model_state_free(model, cached);
+        ck_assert_int_eq(mr_seq_new(model, &s, &err), 0);
+        ck_assert_int_eq(mr_seq_state_save(s, got, &err), 0);
+        ck_assert_msg(memcmp(got, zeros, bytes) == 0, "round %d: a new sequence's state is not zero", round);
+        float *logits = malloc(sizeof(float) * (size_t)n * (size_t)V);
+        float *ref = ref_read_f32(name, ref_logits_file(&r, 0), (size_t)n * (size_t)V);
+        ck_assert_int_eq(mr_model_forward(model, s, r.prompt[0], n, MR_LOGITS_ALL, logits, &err), 0);
+        for (int t = 0; t < n; t++) {
+            const double e = rel_l2(logits + (size_t)t * V, ref + (size_t)t * V, V);
+            ck_assert_msg(e < 1e-3, "%s round %d row %d: relative L2 error %g", name, round, t, e);
+        }
+        free(logits);
+        free(ref);
+        mr_seq_free(s);
+    }
+    free(got);
+    free(zeros);
+    close_model();
+    ref_free(&r);
+}
+END_TEST
+
 /* Every quantized file loads and gives finite logits; the bound only rules
  * out a broken path (random weights amplify quantization noise through the
  * recurrent layers: the fixtures README lists upstream's errors). */
@@ -442,6 +493,7 @@ int main(void)
     tcase_add_loop_test(tc, prefill_chunked_and_decode_agree, 0, N_MODELS);
     tcase_add_loop_test(tc, chunked_scan_prefill_matches_transformers, 0, N_MODELS);
     tcase_add_loop_test(tc, state_snapshot_restores, 0, N_MODELS);
+    tcase_add_loop_test(tc, reused_state_starts_at_zero, 0, N_MODELS);
     tcase_add_loop_test(tc, quantized_files_run, 0, N_MODELS * 4);
     tcase_add_test(tc, backend_without_gdn_ops_is_refused);
     tcase_add_test(tc, malformed_files_are_errors);
