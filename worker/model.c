@@ -321,10 +321,11 @@ static int create_kv(mr_model *m, const mr_model_opts *opts, mr_err *err)
         size_t budget = opts->kv_bytes > 0 ? opts->kv_bytes : opts->kv_budget(opts->kv_budget_ctx, m->be);
         /* a budget from free memory leaves room for the recurrent states:
          * each sequence's own, its block-boundary copy and one prefix-cache
-         * checkpoint (mr_model_set_checkpoints), at most half of it (many
+         * checkpoint (mr_model_set_checkpoints), and the zero state new
+         * ones are copied from (zero_state_make), at most half of it (many
          * slots on a small card: the K/V keeps half, and a sequence whose
          * state finds no memory later fails alone) */
-        size_t states = 3 * (size_t)n_seqs * m->rstate_bytes;
+        size_t states = (3 * (size_t)n_seqs + 1) * m->rstate_bytes;
         if (opts->kv_bytes <= 0 && m->rstate_bytes)
             budget -= states < budget / 2 ? states : budget / 2;
         size_t bb = mr_kv_block_bytes(kv_layers, bt, m->hp.n_kv_heads, m->hp.head_dim, dtype);

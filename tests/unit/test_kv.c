@@ -81,8 +81,8 @@ static size_t fixed_budget(void *ctx, mr_backend *b)
 
 /* A budget from free memory (the VRAM path) leaves room for three recurrent
  * states a sequence slot on a hybrid model (its own, its block-boundary
- * copy, a prefix-cache checkpoint), at most half of it; a byte budget the
- * caller fixed is taken as it is. */
+ * copy, a prefix-cache checkpoint) and the zero state new ones start from,
+ * at most half of it; a byte budget the caller fixed is taken as it is. */
 START_TEST(hybrid_budget_leaves_room_for_states)
 {
     mr_model_opts probe = {.n_ctx = 128, .block_tokens = 8};
@@ -92,9 +92,9 @@ START_TEST(hybrid_budget_leaves_room_for_states)
     size_t bb = mr_kv_block_bytes(hp->n_kv_layers, 8, hp->n_kv_heads, hp->head_dim, MR_KV_F32);
     close_model();
     ck_assert_uint_gt(st, 0);
-    /* 2 slots: 6 states, less than half of the budget */
-    int kb = (int)((6 * st + bb - 1) / bb) + 20;
-    size_t budget = 6 * st + (size_t)kb * bb + bb / 2;
+    /* 2 slots: 7 states, less than half of the budget */
+    int kb = (int)((7 * st + bb - 1) / bb) + 20;
+    size_t budget = 7 * st + (size_t)kb * bb + bb / 2;
     mr_model_opts o = {.n_ctx = 128, .n_seqs = 2, .block_tokens = 8, .kv_budget = fixed_budget, .kv_budget_ctx = &budget};
     open_model("qwen35", "model-BF16.gguf", &o);
     ck_assert_int_eq(mr_kv_pool_size(mr_model_kv_pool(model)), kb);
