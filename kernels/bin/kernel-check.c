@@ -28,7 +28,7 @@
  * and with the shared experts on a side stream of the graph
  * (MEMRA_CUDA_BRANCH).
  *
- * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|xmm|xmp|xmh|xmd|hybrid|tiles|mm|ops|q8]]   Prints
+ * Usage: kernel-check [seed [moe|prompt|sample|pdl|attn|merge|wide|early|loop|route|tail|xmq|xmm|xmp|xmh|xmd|hybrid|tiles|multi|glu|mm|ops|q8]]   Prints
  * a table, then ALL GREEN or FAILED; "moe" runs only the checks of the
  * grouped expert products, "prompt" only those of the prompt products (the
  * GEMM paths and their rows' bits across calls; part of "mm"), "sample"
@@ -47,6 +47,8 @@
  * scans in shared launches (part of "q8"), "route" only the routing by
  * ranks against the warp kernel (part of "ops"), "tiles" only the
  * tensor-core tiles of decode batches against one token (part of "mm"),
+ * "multi" only the products that share a launch and "glu" only the
+ * gate/up products with their SwiGLU (both part of "mm"),
  * "xmm" the Q4_K and Q6_K expert products on the tensor cores (the default; every
  * other part runs with MEMRA_CUDA_XMM=0, the 22-bit dp4a kernel), "xmmt"
  * those with several row tiles a warp (MEMRA_CUDA_XMM_TPW), "xmp"
@@ -746,6 +748,13 @@ static void check_matmul_multi_all(void)
         check_matmul_multi(four, u, rx, 4, 1024, 1, 1, 1, 3);
         check_matmul_multi(four, u, rx, 4, 1024, 1, 1, 5, 3);
         four->destroy(four);
+    }
+    { /* Q6_K q/k/v of at most 2,048 columns: a decode batch's 8-token chunks
+       * as the jobs of one launch, the three matrices sharing it */
+        const int t[3] = {q6, q6, q6};
+        const int64_t r[3] = {512, 128, 128};
+        check_matmul_multi(gpu, t, r, 3, 2048, 1, 1, 16, 2);
+        check_matmul_multi(gpu, t, r, 3, 2048, 1, 1, 21, 2);
     }
     { /* v of another type: q and k share a launch, v runs alone */
         const int t[3] = {q4, q4, q6};
@@ -4249,6 +4258,9 @@ static void check_batch_invariance(void)
     }
     check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q4_K), 12288, 4096, 1, 1);
     check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q6_K), 4096, 151936, 1, 1);
+    /* Q6_K rows of at most 2,048 columns 8 tokens a launch (the 30B-A3B's v) */
+    check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q6_K), 2048, 512, 1, 1);
+    check_batch_invariance_one(gpu, "batch-inv", td_of(MR_TYPE_Q6_K), 1024, 1001, 1, 1);
     /* the Q4_K float kernel's eight-token launches take four rows a block
      * by default (the lines above) and one with MEMRA_CUDA_WIDE8=1: the
      * 30B-A3B's q and o shapes and an odd row count on both */
@@ -5613,6 +5625,7 @@ int main(int argc, char **argv)
         {"route", check_route_rank_all}, {"hybrid", check_part_hybrid}, {"tiles", check_x24_tiles},
         {"xmm", check_xmm_all},          {"xmmt", check_xmm_tiles}, {"xmp", check_xmp_all}, {"xmd", check_xmd_all},
         {"xmh", check_xmh_all},          {"dectc", check_attn_dec_tc},
+        {"multi", check_matmul_multi_all}, {"glu", check_glu_all},
     };
     size_t pi = 0;
     while (pi < sizeof parts / sizeof parts[0] && strcmp(part, parts[pi].name)) pi++;

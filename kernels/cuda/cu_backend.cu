@@ -472,7 +472,7 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
      * Q4_K 5120 x 2048 40.1 / 51.7 / 32.6, 2048 x 4096 30.5 / 44.1 / 29.6 */
     c->wide16 = w16 && (!strcmp(w16, "0") || !strcmp(w16, "1")) ? atoi(w16) : 2;
     const char *f8 = getenv("MEMRA_CUDA_FAST8");
-    c->fast8 = !(f8 && !strcmp(f8, "0"));
+    c->fast8 = f8 && (!strcmp(f8, "0") || !strcmp(f8, "1")) ? atoi(f8) : 2;
     pdl_init(c, &prop);
     mr_cu_x24_init(c);
     mr_cu_fast_init(c);

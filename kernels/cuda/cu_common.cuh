@@ -210,8 +210,9 @@ struct mr_cu_ctx {
                                (4; MEMRA_CUDA_WIDE8=2: two, =1: one; same bits) */
     int wide16;             /* Q4_K wide matvec: 16 tokens a launch at this many rows a block (2;
                                MEMRA_CUDA_WIDE16=1: one, =0: 8 a launch; same bits) */
-    bool fast8;             /* float32 / bfloat16 decode batches 8 tokens a launch (MEMRA_CUDA_FAST8=0:
-                               4, same bits) */
+    int fast8;              /* float32 / bfloat16 decode batches 8 tokens a launch, and (2, the
+                               default) Q6_K ones of at most 2,048 columns (MEMRA_CUDA_FAST8=0: 4,
+                               =1: floats only; same bits) */
     bool pf_split;          /* float32 prompt attention: keys in slices over several blocks
                                (cu_attn.cu PF_SLICE; MEMRA_CUDA_PF_SPLIT=0: one block a tile) */
     mr_cu_buf scratch_pfa;  /* its records */
