@@ -749,8 +749,9 @@ static void check_matmul_multi_all(void)
         check_matmul_multi(four, u, rx, 4, 1024, 1, 1, 5, 3);
         four->destroy(four);
     }
-    { /* Q6_K q/k/v of at most 2,048 columns: a decode batch's 8-token chunks
-       * as the jobs of one launch, the three matrices sharing it */
+    { /* Q6_K q/k/v of at most 2,048 columns: a decode batch 8 tokens a
+       * launch (16: two launches, 21: 8 + 8 + 4 + 1), the three matrices
+       * sharing each */
         const int t[3] = {q6, q6, q6};
         const int64_t r[3] = {512, 128, 128};
         check_matmul_multi(gpu, t, r, 3, 2048, 1, 1, 16, 2);

@@ -1182,8 +1182,8 @@ static void launch_fast_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
      * 30B-A3B's v, 512 x 2,048: at 16 tokens four launches of half a wave,
      * 14.7 us event-timed in run 288; run 291, H100, bench-kernels mv: 9.6
      * us against 10.7-13.2 with MEMRA_CUDA_FAST8=1, floats only) */
-    constexpr bool f8 = T == MR_TYPE_F32 || T == MR_TYPE_BF16 || T == MR_TYPE_Q6_K;
-    const bool k8 = f8 && c->fast8 && (T != MR_TYPE_Q6_K || (c->fast8 == 2 && a.cols <= 2048 && !a.ids));
+    constexpr bool floats = T == MR_TYPE_F32 || T == MR_TYPE_BF16, f8 = floats || T == MR_TYPE_Q6_K;
+    const bool k8 = c->fast8 && (floats || (T == MR_TYPE_Q6_K && c->fast8 == 2 && a.cols <= 2048 && !a.ids));
     while (n > 0) {
         const int nt = n >= 16 && wide8 && wide16_takes(c, a.cols) ? 16
                        : n >= 8 && (wide8 || k8)                  ? 8
