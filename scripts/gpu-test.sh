@@ -14,6 +14,13 @@
 #     when the CPU's k-th and (k+1)-th router logits there differ by less
 #     than the two backends' router logits do (a near-tie).
 #   Models: qwen3, qwen3moe and the hybrids qwen35, qwen35moe.
+#   Full widths: the fixtures' matrices are too small for several decode
+#     kernels (the 22-bit one takes 12,288 rows and more: the output heads,
+#     the 8B's MLP; the int8 tensor-core ones the dense products), so
+#     synthetic files of the 30B-A3B, the 35B-A3B and the 8B at their full
+#     widths with only a few layers (memra-synth --layers) run on both
+#     backends: 4 prompt ids, then 12 ids fed as decode steps (run-gen
+#     --feed), the GPU's rows against the CPU's, the quantized files' bounds.
 #   Speculation (hybrids): run-spec --backend cuda for K = 1..8 prints the
 #     ids that run-gen --backend cuda prints (greedy with MTP drafts equals
 #     greedy without), on prompts 0 and 2 of the BF16 files and on a
@@ -23,7 +30,8 @@
 #   GPU_TEST_KV=f32 (or bf16) runs the CUDA side's default-precision lines
 #   with that K/V cache type instead of the backend's float16 (the CPU side
 #   keeps float32; the float32 lines keep float32);
-#   GPU_TEST_KERNELS=0 skips kernel-check (e.g. to compare MEMRA_CUDA_GEMM modes).
+#   GPU_TEST_KERNELS=0 skips kernel-check (e.g. to compare MEMRA_CUDA_GEMM modes);
+#   GPU_TEST_WIDE=0 skips the full-width files (they take ~5 GB of disk in TMPDIR).
 set -u
 BUILD=${1:-build}
 FIXTURES=${2:-../shared/fixtures}
@@ -77,8 +85,9 @@ BOUND = 5e-3
 KV = ["--kv-dtype", os.environ["GPU_TEST_KV"]] if os.environ.get("GPU_TEST_KV") else []
 tmp = tempfile.mkdtemp()
 
-def run(model, toks, backend, out=None, n=None, extra=(), gemm=None, routers=None):
+def run(model, toks, backend, out=None, n=None, extra=(), gemm=None, routers=None, feed=None):
     cmd = [os.path.join(BIN, "run-gen"), model, "--tokens", ",".join(map(str, toks)), "--backend", backend]
+    if feed: cmd += ["--feed", ",".join(map(str, feed))]
     if routers: cmd += ["--router-out", routers]
     # the float32 lines run the float32 pipeline: GEMMs and K/V cache
     if backend == "cuda": cmd += ["--kv-dtype", "f32"] if gemm == "f32" else KV
@@ -198,6 +207,30 @@ for name in MODELS:
         ec = [rel(a, b) for a, b in zip(c, want)]
         print("%-9s %-8s %-10s %10.2e %10.2e          (info; cpu: median %.2e worst %.2e)" % (
             name, q, "reference", med(er), max(er), med(ec), max(ec)))
+
+# Full widths: (preset, layers kept, vocabulary).  A hybrid keeps whole
+# groups of 3 delta-net layers and a full-attention one.
+WIDE = [("qwen3-30b-a3b-q4km", 4, 151936), ("qwen3.6-35b-a3b-iq4xs", 4, 248320), ("qwen3-8b-q4km", 2, 151936)]
+if os.environ.get("GPU_TEST_WIDE", "1") != "0":
+    P, F = [11, 22, 33, 44], [55, 66, 77, 88, 99, 111, 122, 133, 144, 155, 166, 177]
+    for preset, layers, vocab in WIDE:
+        f = os.path.join(tmp, preset + ".gguf")
+        p = subprocess.run([os.path.join(BIN, "memra-synth"), preset, f, "--layers", str(layers)],
+                           capture_output=True, text=True)
+        if p.returncode:
+            print("%-22s memra-synth: FAIL (%s)" % (preset, p.stderr.strip())); ok = False; continue
+        oc, og, of = (os.path.join(tmp, "w%s.f32" % b) for b in ("c", "g", "f"))
+        run(f, P, "cpu", oc, feed=F); run(f, P, "cuda", og, feed=F); run(f, P, "cuda", of, gemm="f32", feed=F)
+        c = load(oc, vocab)
+        for label, gg, mb, wb in (("cpu", load(og, vocab), BOUND, BOUND), ("cpu f32", load(of, vocab), 1e-3, 1e-2)):
+            for part, rows in (("prompt", range(len(P))), ("fed", range(len(P), len(P) + len(F)))):
+                e = [rel(gg[t], c[t]) for t in rows]
+                ag = sum(argmax(gg[t]) == argmax(c[t]) for t in rows) / len(e)
+                res = med(e) <= mb and max(e) <= wb
+                print("%-22s %-6s %-10s %10.2e %10.2e %8.3f  %s" % (preset, part, label, med(e), max(e), ag,
+                      "ok" if res else "FAIL"))
+                ok &= res
+        os.remove(f)
 
 # MTP speculation: token for token what plain greedy gives, every K
 def spec(model, toks, k, n):

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int mr_cli_parse_tokens(const char *s, int32_t **out, int *n_out, mr_err *err)
+int mr_cli_parse_tokens(const char *what, const char *s, int32_t **out, int *n_out, mr_err *err)
 {
     int cap = 16, n = 0;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
@@ -15,7 +15,7 @@ int mr_cli_parse_tokens(const char *s, int32_t **out, int *n_out, mr_err *err)
     for (;;) {
         if (*p < '0' || *p > '9') {
             free(ids);
-            return mr_errf(err, "--tokens: expected a decimal token id at offset %d of '%.40s'",
+            return mr_errf(err, "%s: expected a decimal token id at offset %d of '%.40s'", what,
                            (int)(p - s), s);
         }
         errno = 0;
@@ -23,7 +23,7 @@ int mr_cli_parse_tokens(const char *s, int32_t **out, int *n_out, mr_err *err)
         long v = strtol(p, &end, 10);
         if (errno || v > INT32_MAX) {
             free(ids);
-            return mr_errf(err, "--tokens: token id at offset %d is too large", (int)(p - s));
+            return mr_errf(err, "%s: token id at offset %d is too large", what, (int)(p - s));
         }
         if (n == cap) {
             cap *= 2;
@@ -40,7 +40,8 @@ int mr_cli_parse_tokens(const char *s, int32_t **out, int *n_out, mr_err *err)
             break;
         if (*p != ',') {
             free(ids);
-            return mr_errf(err, "--tokens: unexpected '%c' at offset %d (expected ',')", *p, (int)(p - s));
+            return mr_errf(err, "%s: unexpected '%c' at offset %d (expected ',')", what, *p,
+                           (int)(p - s));
         }
         p++;
     }

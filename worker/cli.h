@@ -9,8 +9,9 @@
 #include "kernels/ops.h"
 #include "worker/model.h"
 
-/* Parses "1,2,3" (decimal ids, no empty items) into a malloc'd array. */
-int mr_cli_parse_tokens(const char *s, int32_t **out, int *n_out, mr_err *err);
+/* Parses "1,2,3" (decimal ids, no empty items) into a malloc'd array;
+ * errors name the option `what` the ids came from. */
+int mr_cli_parse_tokens(const char *what, const char *s, int32_t **out, int *n_out, mr_err *err);
 
 /* A decimal integer in [lo, hi] that spans all of s; 0, or -1 (nothing
  * written) when s is anything else. */

@@ -18,6 +18,13 @@ for m in qwen3 qwen3moe; do
 
     # logits of prompt 1: size, then every row within relative L2 1e-3 of transformers
     check_logits_prompt1 "$m"
+    # the same rows with all but the first 3 ids run as decode steps (--feed)
+    check_logits_prompt1 "$m" 3
+    # and greedy after fed ids: prompt 0's first 2 ids, the rest fed, then
+    # the continuation transformers gave for the whole prompt
+    k0=$(echo "$p0" | cut -d, -f1-2) f0=$(echo "$p0" | cut -d, -f3-)
+    got=$("$RUN" "$model" --tokens "$k0" --feed "$f0" -n "$n_want" --backend cpu) || fail "$m: run-gen --feed -n failed"
+    [ "$got" = "$want" ] && echo "ok $m greedy after fed ids" || fail "$m greedy after fed ids: got '$got' want '$want'"
 done
 
 # --router-out: the prompt call's router logits, float32 [layers][tokens][experts]
@@ -68,6 +75,9 @@ expect_error "token out of range" "$RUN" "$model" --tokens 1,1024,3 -n 2 --backe
 expect_error "negative token" "$RUN" "$model" --tokens 1,-2 -n 2 --backend cpu
 for bad in "" "1,,2" "1,2," "a" "1;2" "99999999999"; do
     expect_error "malformed --tokens '$bad'" "$RUN" "$model" --tokens "$bad" -n 2 --backend cpu
+done
+for bad in "" "1,,2" "x" "1,1024"; do
+    expect_error "malformed --feed '$bad'" "$RUN" "$model" --tokens 1,2 --feed "$bad" -n 2 --backend cpu
 done
 expect_error "no --tokens" "$RUN" "$model" -n 2
 expect_error "bad -n" "$RUN" "$model" --tokens 1 -n x

@@ -25,6 +25,10 @@ grep -q 'qwen35moe.ssm.time_step_rank' "$tmp/h.gguf"
 grep -q 'blk.4.nextn.eh_proj.weight' "$tmp/h.gguf"
 out=$("$BIN/memra-synth" tiny-qwen35 "$tmp/d.gguf" --threads 1)
 [[ "$out" == *"71 tensors"* ]]
+# the first of its 2 layers (27 tensors less one layer's 12), which run-gen loads
+out=$("$BIN/memra-synth" tiny-qwen3moe "$tmp/m1.gguf" --layers 1)
+[[ "$out" == *"15 tensors"* ]]
+"$BIN/run-gen" "$tmp/m1.gguf" --tokens 1,2,3 -n 2 --backend cpu >/dev/null
 ls "$tmp" | grep -q tmp && { echo "temporary file left behind"; exit 1; }
 
 fails() {
@@ -41,5 +45,9 @@ fails tiny-qwen3 "$tmp/x.gguf" --vocab "$tmp/missing.gguf"
 fails tiny-qwen3 "$tmp/x.gguf" --vocab "$FIX/vocab/qwen3-vocab.gguf"
 fails tiny-qwen3 "$tmp/no/such/dir/x.gguf"
 fails tiny-qwen3
+fails tiny-qwen3 "$tmp/x.gguf" --layers 0
+fails tiny-qwen3 "$tmp/x.gguf" --layers 3
+fails tiny-qwen3 "$tmp/x.gguf" --layers
+fails tiny-qwen35 "$tmp/x.gguf" --layers 2
 [ ! -e "$tmp/x.gguf" ]
 echo "synth e2e ok"

@@ -1,6 +1,9 @@
-/* memra-synth PRESET OUT.gguf [--vocab VOCAB.gguf] [--seed N] [--threads N]
+/* memra-synth PRESET OUT.gguf [--vocab VOCAB.gguf] [--seed N] [--threads N] [--layers N]
  * Writes a synthetic model (real tensor names, shapes and quant types,
- * random weights); `memra-synth --list` lists the presets. */
+ * random weights); `memra-synth --list` lists the presets.  --layers keeps
+ * the preset's first N layers (and its MTP block): a small file whose
+ * products have the full model's widths, so that they take the kernels the
+ * full model's do (scripts/gpu-test.sh compares its backends on such files). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -11,7 +14,7 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: memra-synth PRESET OUT.gguf [--vocab VOCAB.gguf] [--seed N] [--threads N]\n"
+    fprintf(f, "usage: memra-synth PRESET OUT.gguf [--vocab VOCAB.gguf] [--seed N] [--threads N] [--layers N]\n"
                "       memra-synth --list\n");
 }
 
@@ -30,6 +33,7 @@ int main(int argc, char **argv)
 {
     const char *preset = NULL, *out = NULL;
     mr_synth_opts o = {.seed = 1};
+    uint64_t layers = 0; /* 0: the preset's */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--list") == 0) {
@@ -47,8 +51,8 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return 0;
-        } else if (strcmp(a, "--vocab") == 0 || strcmp(a, "--seed") == 0 ||
-                   strcmp(a, "--threads") == 0) {
+        } else if (strcmp(a, "--vocab") == 0 || strcmp(a, "--seed") == 0 || strcmp(a, "--threads") == 0 ||
+                   strcmp(a, "--layers") == 0) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "memra-synth: %s needs a value\n", a);
                 return 2;
@@ -57,11 +61,14 @@ int main(int argc, char **argv)
             uint64_t n;
             if (strcmp(a, "--vocab") == 0) {
                 o.vocab_path = v;
-            } else if (parse_u64(v, &n) || (strcmp(a, "--threads") == 0 && n > 1024)) {
+            } else if (parse_u64(v, &n) || (strcmp(a, "--threads") == 0 && n > 1024) ||
+                       (strcmp(a, "--layers") == 0 && n == 0)) {
                 fprintf(stderr, "memra-synth: bad value for %s: '%s'\n", a, v);
                 return 2;
             } else if (strcmp(a, "--seed") == 0) {
                 o.seed = n;
+            } else if (strcmp(a, "--layers") == 0) {
+                layers = n;
             } else {
                 o.n_threads = (unsigned)n;
             }
@@ -86,6 +93,23 @@ int main(int argc, char **argv)
     if (!m) {
         fprintf(stderr, "memra-synth: unknown preset '%s' (memra-synth --list)\n", preset);
         return 2;
+    }
+    mr_synth_model cut;
+    if (layers) {
+        if (layers > m->n_layer) {
+            fprintf(stderr, "memra-synth: --layers %" PRIu64 ": %s has %u layers\n", layers, m->name, m->n_layer);
+            return 2;
+        }
+        /* a hybrid's layers come in groups that end in full attention (the
+         * loader wants at least one) */
+        if (m->full_attn_interval && layers % m->full_attn_interval) {
+            fprintf(stderr, "memra-synth: --layers %" PRIu64 ": %s's layers come in groups of %u\n", layers,
+                    m->name, m->full_attn_interval);
+            return 2;
+        }
+        cut = *m;
+        cut.n_layer = (uint32_t)layers;
+        m = &cut;
     }
     mr_synth_stats st;
     mr_err err;

@@ -1,6 +1,9 @@
 /* run-gen: one generation or a logits dump from the command line.
  *
  *   run-gen MODEL.gguf --tokens 1,2,3 --logits-out FILE   float32 LE [n_tokens][vocab]
+ *   --feed 4,5,6: after the prompt, each id as a decode step of its own (the
+ *                 path a served request's generated tokens take), their rows
+ *                 after the prompt's in --logits-out; generation follows them
  *   --router-out FILE: the prompt call's router logits, float32 LE
  *                      [moe_layers][n_tokens][n_expert] (mixture models)
  *   run-gen MODEL.gguf --tokens 1,2,3 -n 24               greedy ids on one line
@@ -30,10 +33,14 @@ static void usage(void)
 {
     printf("usage: run-gen MODEL.gguf (--tokens ID,ID,... | --prompt TEXT |\n"
            "               --chat MESSAGE [--system TEXT]) [-n N]\n"
-           "               [--logits-out FILE] [--router-out FILE] [--backend cpu|cuda|auto]\n"
+           "               [--feed ID,ID,...] [--logits-out FILE] [--router-out FILE]\n"
+           "               [--backend cpu|cuda|auto]\n"
            "               [--kv-dtype auto|f32|f16|bf16]\n"
            "               [--print-text | --no-print-text] [--ignore-eos]\n"
            "  --tokens      prompt token ids, as given (no BOS added)\n"
+           "  --feed        ids run after the prompt one decode step each (the kernels of\n"
+           "                generation, not of prompts); --logits-out writes their rows\n"
+           "                after the prompt's\n"
            "  --prompt      prompt text, tokenized with the model's tokenizer: BOS as the\n"
            "                model's add_bos flag says; special tokens written in the text\n"
            "                (e.g. <|im_start|>) are recognised\n"
@@ -156,7 +163,8 @@ static int put_text(mr_bytes *b, bool *ends_nl, mr_err *err)
 
 int main(int argc, char **argv)
 {
-    const char *model_path = NULL, *tokens_arg = NULL, *logits_out = NULL, *router_out = NULL, *backend = "auto";
+    const char *model_path = NULL, *tokens_arg = NULL, *feed_arg = NULL, *logits_out = NULL, *router_out = NULL,
+               *backend = "auto";
     mr_kv_dtype kv_dtype = MR_KV_AUTO;
     const char *prompt_text = NULL, *chat_text = NULL, *system_text = NULL;
     int n_gen = -1, print_text = -1; /* -1: the default of the prompt kind */
@@ -169,6 +177,8 @@ int main(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--tokens") && has_val) {
             tokens_arg = argv[++i];
+        } else if (!strcmp(a, "--feed") && has_val) {
+            feed_arg = argv[++i];
         } else if (!strcmp(a, "--prompt") && has_val) {
             prompt_text = argv[++i];
         } else if (!strcmp(a, "--chat") && has_val) {
@@ -227,10 +237,15 @@ int main(int argc, char **argv)
         print_text = !tokens_arg;
 
     mr_err err = {{0}};
-    int32_t *prompt = NULL;
-    int n_prompt = 0;
-    if (tokens_arg && mr_cli_parse_tokens(tokens_arg, &prompt, &n_prompt, &err)) {
+    int32_t *prompt = NULL, *feed = NULL;
+    int n_prompt = 0, n_feed = 0;
+    if (tokens_arg && mr_cli_parse_tokens("--tokens", tokens_arg, &prompt, &n_prompt, &err)) {
         fprintf(stderr, "run-gen: %s\n", err.msg);
+        return 2;
+    }
+    if (feed_arg && mr_cli_parse_tokens("--feed", feed_arg, &feed, &n_feed, &err)) {
+        fprintf(stderr, "run-gen: %s\n", err.msg);
+        free(prompt);
         return 2;
     }
 
@@ -267,13 +282,15 @@ int main(int argc, char **argv)
         goto fail;
     }
 
-    mr_model_opts opts = {.n_ctx = n_prompt + (n_gen > 0 ? n_gen : 0), .n_seqs = 1, .kv_dtype = kv_dtype};
+    mr_model_opts opts = {.n_ctx = n_prompt + n_feed + (n_gen > 0 ? n_gen : 0), .n_seqs = 1, .kv_dtype = kv_dtype};
     if (mr_cli_load(model_path, backend, &opts, &be, &m, &err))
         goto fail;
     const mr_hparams *hp = mr_model_hparams(m);
     if (mr_seq_new(m, &s, &err))
         goto fail;
-    logits = malloc(sizeof(float) * (size_t)n_prompt * (size_t)hp->n_vocab);
+    /* rows: the prompt's (all of them for --logits-out), then one a fed id */
+    const size_t rows = (size_t)n_prompt + (size_t)n_feed;
+    logits = malloc(sizeof(float) * rows * (size_t)hp->n_vocab);
     gen = malloc(sizeof(int32_t) * (size_t)(n_gen > 0 ? n_gen : 1));
     if (!logits || !gen) {
         mr_errf(&err, "out of memory");
@@ -298,11 +315,17 @@ int main(int argc, char **argv)
             goto fail;
         }
     }
-    if (logits_out &&
-        write_logits(logits_out, logits, (size_t)n_prompt * (size_t)hp->n_vocab, &err))
+    /* the fed ids' rows follow the prompt's last row (row 0 without
+     * --logits-out, which keeps only the last) */
+    const size_t row0 = logits_out ? (size_t)n_prompt : 1;
+    for (int i = 0; i < n_feed; i++)
+        if (mr_model_forward_gen(m, s, &feed[i], 1, MR_LOGITS_LAST, logits + (row0 + i) * (size_t)hp->n_vocab,
+                                 &err))
+            goto fail;
+    if (logits_out && write_logits(logits_out, logits, rows * (size_t)hp->n_vocab, &err))
         goto fail;
     if (n_gen > 0) {
-        const float *last = logits_out ? logits + (size_t)(n_prompt - 1) * (size_t)hp->n_vocab : logits;
+        const float *last = logits + (row0 + n_feed - 1) * (size_t)hp->n_vocab;
         int32_t next = mr_sample_argmax(last, hp->n_vocab);
         int n_done = 0;
         bool ends_nl = true;
@@ -345,5 +368,6 @@ fail:
     mr_tok_free(tok);
     mr_gguf_close(g);
     free(prompt);
+    free(feed);
     return status;
 }

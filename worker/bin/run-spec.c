@@ -67,7 +67,7 @@ int main(int argc, char **argv)
     mr_err err = {{0}};
     int32_t *prompt = NULL;
     int n_prompt = 0;
-    if (mr_cli_parse_tokens(tokens_arg, &prompt, &n_prompt, &err)) {
+    if (mr_cli_parse_tokens("--tokens", tokens_arg, &prompt, &n_prompt, &err)) {
         fprintf(stderr, "run-spec: %s\n", err.msg);
         return 2;
     }

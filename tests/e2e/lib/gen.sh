@@ -31,22 +31,29 @@ ref_model() {
     [ -n "$p0" ] && [ "$n_want" -gt 0 ] || { fail "$1: cannot read reference.json"; return 1; }
 }
 
-# check_logits_prompt1 M: after ref_model M, run-gen's --logits-out of
+# check_logits_prompt1 M [K]: after ref_model M, run-gen's --logits-out of
 # prompt 1 has n x 1024 floats and every row is within relative L2 1e-3 of
-# transformers' (ref-logits-1.f32).
+# transformers' (ref-logits-1.f32).  With K, the prompt is the first K ids
+# and the rest go in by --feed, a decode step each (their rows follow).
 check_logits_prompt1() {
-    local m=$1 p1 n1 out size worst
+    local m=$1 k=${2:-} p1 n1 out size worst how=""
     p1=$(json_prompt "$ref" 1)
     n1=$(echo "$p1" | tr ',' ' ' | wc -w)
     out="$tmp/$m.f32"
-    "$BIN/run-gen" "$model" --tokens "$p1" --logits-out "$out" --backend cpu >/dev/null || fail "$m: --logits-out failed"
+    local args=(--tokens "$p1")
+    if [ -n "$k" ]; then
+        args=(--tokens "$(echo "$p1" | cut -d, -f1-"$k")" --feed "$(echo "$p1" | cut -d, -f$((k + 1))-)")
+        how=" ($k prompt ids, $((n1 - k)) fed)"
+    fi
+    "$BIN/run-gen" "$model" "${args[@]}" --logits-out "$out" --backend cpu >/dev/null ||
+        fail "$m: --logits-out$how failed"
     size=$(stat -c %s "$out" 2>/dev/null || echo 0)
     [ "$size" -eq $((n1 * 1024 * 4)) ] || fail "$m logits: $size bytes, want $((n1 * 1024 * 4))"
     worst=$(paste <(od -An -v -w4 -f "$out") <(od -An -v -w4 -f "$dir/ref-logits-1.f32") | awk -v V=1024 '
         { d += ($1 - $2) ^ 2; s += $2 ^ 2; if (NR % V == 0) { e = sqrt(d / s); if (e > w) w = e; d = 0; s = 0 } }
         END { printf "%.3g", w }')
-    awk -v w="$worst" 'BEGIN { exit !(w < 1e-3) }' && echo "ok $m logits: worst row error $worst" ||
-        fail "$m logits: worst row relative L2 error $worst"
+    awk -v w="$worst" 'BEGIN { exit !(w < 1e-3) }' && echo "ok $m logits$how: worst row error $worst" ||
+        fail "$m logits$how: worst row relative L2 error $worst"
 }
 
 # Bad input: a non-zero exit and exactly one line on stderr, nothing on stdout.
