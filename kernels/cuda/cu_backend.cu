@@ -478,6 +478,8 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     c->wide16 = w16 && (!strcmp(w16, "0") || !strcmp(w16, "1")) ? atoi(w16) : 2;
     const char *f8 = getenv("MEMRA_CUDA_FAST8");
     c->fast8 = f8 && (!strcmp(f8, "0") || !strcmp(f8, "1")) ? atoi(f8) : 2;
+    const char *f8j = getenv("MEMRA_CUDA_FAST8_JOBS");
+    c->fast8_jobs = f8j && !strcmp(f8j, "1");
     pdl_init(c, &prop);
     mr_cu_x24_init(c);
     mr_cu_fast_init(c);

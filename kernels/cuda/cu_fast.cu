@@ -1191,7 +1191,24 @@ static void launch_fast_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
                        : n >= 2                                   ? 2
                                                                   : 1;
         if (nt == 8 && k8) {
-            if constexpr (f8) launch_fast<T, 8>(c, a, jobs);
+            /* with MEMRA_CUDA_FAST8_JOBS=1 (off until measured), a plain
+             * product's chunks of 8 as the jobs of one launch: the
+             * router's 16 tokens in one wave of 256 blocks, not two
+             * launches of 128 */
+            int chunks = 1;
+            if (!a.ids && jobs == 1 && c->fast8_jobs) {
+                chunks = n / 8;
+                a.tok_chunk = 8;
+            }
+            if constexpr (f8) launch_fast<T, 8>(c, a, jobs * chunks);
+            a.tok_chunk = 0;
+            if (chunks > 1) {
+                const int more = 8 * (chunks - 1); /* tokens beyond the first chunk */
+                a.x += (int64_t)more * a.cols;
+                a.y += (int64_t)more * a.rows;
+                for (int s = 0; s < a.n_sub; s++) a.sub_y[s] += (int64_t)more * a.sub_rows[s];
+                n -= more;
+            }
         } else if (nt == 16) { /* a 16-token batch: the weights decoded once, not twice */
             if constexpr (T == MR_TYPE_Q4_K) {
                 if (c->wide16 == 1)

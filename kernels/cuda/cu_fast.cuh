@@ -18,6 +18,10 @@ struct mr_cu_mvjob {
     float *y;
     const int32_t *ids; /* NULL: plain matmul (one job) */
     int k, x_slots;
+    /* Plain products (ids NULL): tokens a job of grid.y, whose job j reads
+     * the inputs and writes the outputs of tokens j * tok_chunk ..; 0: one
+     * job.  A job's sums are those of a launch of its tokens alone. */
+    int tok_chunk;
     /* Several matrices of one type and width over the same inputs in one
      * launch (q/k/v or gate/up of a decode step): with n_sub > 1, grid.x is
      * cut into n_sub runs of blocks, run s (from block sub_blk[s]) computing
@@ -61,6 +65,7 @@ static inline mr_cu_mvjob mr_cu_mvjob_plain(const uint8_t *W, size_t row_bytes, 
     a.ids = NULL;
     a.k = 1;
     a.x_slots = 1;
+    a.tok_chunk = 0;
     a.n_sub = 0;
     a.glu_out = NULL;
     a.conv_w = NULL;
@@ -122,9 +127,10 @@ __device__ __forceinline__ bool mr_cu_mv_resolve(const mr_cu_mvjob &a, int job, 
                                                  const float **x, float **y)
 {
     if (!a.ids) {
+        const int64_t t0 = (int64_t)job * a.tok_chunk;
         *W = a.W;
-        *x = a.x;
-        *y = a.y;
+        *x = a.x + t0 * a.cols;
+        *y = a.y + t0 * a.rows;
         return true;
     }
     int t = job / a.k, j = job % a.k;
