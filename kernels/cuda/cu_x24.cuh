@@ -306,12 +306,17 @@ static inline bool xs_has(int t)
 static inline mr_cu_mvjob xs_job(const mr_weight *const *w, float *const *y, int m, const float *x,
                                  int64_t *total, int64_t *rows_max)
 {
+    /* the source first, then the job: the order in which a call's
+     * arguments are evaluated is unspecified, and the row stride passed by
+     * value could be read before the call that sets it */
     size_t rb = 0;
-    mr_cu_mvjob a = mr_cu_mvjob_plain((const uint8_t *)mr_cu_x24_source(w[0], &rb), rb, w[0], x, y[0]);
+    const uint8_t *W0 = (const uint8_t *)mr_cu_x24_source(w[0], &rb);
+    mr_cu_mvjob a = mr_cu_mvjob_plain(W0, rb, w[0], x, y[0]);
     a.n_sub = m > 1 ? m : 0;
     *total = *rows_max = 0;
     for (int s = 0; s < m; s++) {
-        a.sub_W[s] = (const uint8_t *)mr_cu_x24_source(w[s], &rb);
+        size_t rbs = 0;
+        a.sub_W[s] = (const uint8_t *)mr_cu_x24_source(w[s], &rbs);
         a.sub_y[s] = y[s];
         a.sub_rows[s] = w[s]->rows;
         *total += w[s]->rows;
