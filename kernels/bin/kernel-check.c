@@ -750,18 +750,17 @@ static void check_matmul_multi_all(void)
         four->destroy(four);
     }
     { /* Q6_K q/k/v of at most 2,048 columns: a decode batch 8 tokens a
-       * launch (16: two launches, 21: 8 + 8 + 4 + 1), the three matrices
-       * sharing each; with MEMRA_CUDA_FAST8_JOBS=1 the chunks of 8 the jobs
-       * of one launch (16: one launch of two jobs, 21: two jobs, then 4 and
-       * 1) */
+       * launch, the chunks of 8 the jobs of one launch (16: one launch of
+       * two jobs, 21: two jobs, then 4 and 1; MEMRA_CUDA_FAST8_JOBS=0: a
+       * launch each, 8 + 8 + 4 + 1), the three matrices sharing each */
         const int t[3] = {q6, q6, q6};
         const int64_t r[3] = {512, 128, 128};
         check_matmul_multi(gpu, t, r, 3, 2048, 1, 1, 16, 2);
         check_matmul_multi(gpu, t, r, 3, 2048, 1, 1, 21, 2);
-        mr_backend *jobs = backend_with("MEMRA_CUDA_FAST8_JOBS", "1");
-        check_matmul_multi(jobs, t, r, 3, 2048, 1, 1, 16, 2);
-        check_matmul_multi(jobs, t, r, 3, 2048, 1, 1, 21, 2);
-        jobs->destroy(jobs);
+        mr_backend *apart = backend_with("MEMRA_CUDA_FAST8_JOBS", "0");
+        check_matmul_multi(apart, t, r, 3, 2048, 1, 1, 16, 2);
+        check_matmul_multi(apart, t, r, 3, 2048, 1, 1, 21, 2);
+        apart->destroy(apart);
     }
     { /* v of another type: q and k share a launch, v runs alone */
         const int t[3] = {q4, q4, q6};
@@ -4133,16 +4132,17 @@ static void check_wide_rows(void)
      * default: four) */
     check_wide_env("MEMRA_CUDA_WIDE8", w8, sizeof w8 / sizeof w8[0], "batch-inv-w8r");
     /* the float32 and bfloat16 routers' decode batches, 8 tokens a launch,
-     * and with MEMRA_CUDA_FAST8_JOBS=1 their chunks of 8 as one launch's
-     * jobs (Q6_K rows of at most 2,048 columns too: the 30B-A3B's v) */
+     * their chunks of 8 one launch's jobs (Q6_K rows of at most 2,048
+     * columns too: the 30B-A3B's v), and with MEMRA_CUDA_FAST8_JOBS=0 a
+     * launch a chunk */
     check_batch_invariance_one(gpu, "batch-inv-f8", td_of(MR_TYPE_F32), 2048, 128, 1, 1);
     check_batch_invariance_one(gpu, "batch-inv-f8", td_of(MR_TYPE_BF16), 2048, 128, 1, 1);
-    mr_backend *jobs = backend_with("MEMRA_CUDA_FAST8_JOBS", "1");
-    check_batch_invariance_one(jobs, "batch-inv-f8j", td_of(MR_TYPE_F32), 2048, 128, 1, 1);
-    check_batch_invariance_one(jobs, "batch-inv-f8j", td_of(MR_TYPE_BF16), 2048, 128, 1, 1);
-    check_batch_invariance_one(jobs, "batch-inv-f8j", td_of(MR_TYPE_Q6_K), 2048, 512, 1, 1);
-    check_batch_invariance_one(jobs, "batch-inv-f8j", td_of(MR_TYPE_Q6_K), 1024, 1001, 1, 1);
-    jobs->destroy(jobs);
+    check_batch_invariance_one(gpu, "batch-inv-f8", td_of(MR_TYPE_Q6_K), 2048, 512, 1, 1);
+    check_batch_invariance_one(gpu, "batch-inv-f8", td_of(MR_TYPE_Q6_K), 1024, 1001, 1, 1);
+    mr_backend *apart = backend_with("MEMRA_CUDA_FAST8_JOBS", "0");
+    check_batch_invariance_one(apart, "batch-inv-f8a", td_of(MR_TYPE_F32), 2048, 128, 1, 1);
+    check_batch_invariance_one(apart, "batch-inv-f8a", td_of(MR_TYPE_Q6_K), 2048, 512, 1, 1);
+    apart->destroy(apart);
 }
 
 /* One token's plain Q4_K products load their first weights before the

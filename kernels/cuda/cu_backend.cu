@@ -479,7 +479,7 @@ extern "C" mr_backend *mr_backend_cuda_create(int device, mr_err *err)
     const char *f8 = getenv("MEMRA_CUDA_FAST8");
     c->fast8 = f8 && (!strcmp(f8, "0") || !strcmp(f8, "1")) ? atoi(f8) : 2;
     const char *f8j = getenv("MEMRA_CUDA_FAST8_JOBS");
-    c->fast8_jobs = f8j && !strcmp(f8j, "1");
+    c->fast8_jobs = !(f8j && !strcmp(f8j, "0"));
     pdl_init(c, &prop);
     mr_cu_x24_init(c);
     mr_cu_fast_init(c);

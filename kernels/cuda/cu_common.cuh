@@ -232,8 +232,7 @@ struct mr_cu_ctx {
                                default) Q6_K ones of at most 2,048 columns (MEMRA_CUDA_FAST8=0: 4,
                                =1: floats only; same bits) */
     bool fast8_jobs;        /* a plain product's 8-token chunks of those as the grid's jobs of one
-                               launch (MEMRA_CUDA_FAST8_JOBS=1; off until a GPU has measured it:
-                               a launch a chunk; same bits) */
+                               launch (MEMRA_CUDA_FAST8_JOBS=0: a launch a chunk; same bits) */
     bool pf_split;          /* float32 prompt attention: keys in slices over several blocks
                                (cu_attn.cu PF_SLICE; MEMRA_CUDA_PF_SPLIT=0: one block a tile) */
     mr_cu_buf scratch_pfa;  /* its records */
