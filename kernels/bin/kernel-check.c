@@ -4718,11 +4718,8 @@ static void check_pdl(void)
      * with MEMRA_CUDA_L2PF_ID the mixture layers' down experts beside
      * their gate/up; all of them with MEMRA_CUDA_BRANCH=0, and the last
      * with the default, the shared experts on a side stream of the graph
-     * beside the routed ones.  The first also groups each expert product's
-     * pairs anew (MEMRA_CUDA_GRP_REUSE unset, the default), where the
-     * others' down products take their gate/up's grouping (=1) */
+     * beside the routed ones */
     static const char *mode[NM] = {"0", NULL, NULL, NULL, NULL, NULL};
-    static const char *grp_reuse[NM] = {NULL, "1", "1", "1", "1", "1"};
     static const char *l2pf[NM] = {NULL, NULL, "1", "2", "2", NULL};
     static const char *l2pf_id[NM] = {NULL, NULL, NULL, NULL, "1", NULL};
     static const char *branch[NM] = {"0", "0", "0", "0", "0", NULL};
@@ -4749,8 +4746,6 @@ static void check_pdl(void)
             else unsetenv("MEMRA_CUDA_L2PF_ID");
             if (branch[i]) setenv("MEMRA_CUDA_BRANCH", branch[i], 1);
             else unsetenv("MEMRA_CUDA_BRANCH");
-            if (grp_reuse[i]) setenv("MEMRA_CUDA_GRP_REUSE", grp_reuse[i], 1);
-            else unsetenv("MEMRA_CUDA_GRP_REUSE");
             be[i] = mr_backend_cuda_create(0, &err);
             if (!be[i]) die("cuda (pdl)");
         }
@@ -4758,7 +4753,6 @@ static void check_pdl(void)
         unsetenv("MEMRA_CUDA_L2PF");
         unsetenv("MEMRA_CUDA_L2PF_ID");
         unsetenv("MEMRA_CUDA_BRANCH");
-        unsetenv("MEMRA_CUDA_GRP_REUSE");
         unsetenv("MEMRA_CUDA_MATVEC");
         setenv("MEMRA_CUDA_XMD", "0", 1);
         int pm = 0;
@@ -4810,17 +4804,6 @@ static void check_pdl(void)
             snprintf(shape, sizeof shape, "%s branch: %ld shared experts on the side stream%s", fam[f].name, br,
                      need ? "" : " (none needed)");
             report("pdl", shape, !need || br > 0 ? 0.0 : 1.0, 0, 0.0);
-        }
-        { /* that the down products took their gate/up's grouping (the 4-token
-           * steps' expert products group their pairs on every family but q8,
-           * whose kernels take a pair at a time), and that the first mode,
-           * whose bits the others matched, grouped each product itself */
-            const long got = mr_cu_grp_reused(be[1]), off = mr_cu_grp_reused(be[0]);
-            const bool need = strcmp(fam[f].name, "q8") != 0;
-            char shape[96];
-            snprintf(shape, sizeof shape, "%s grouping: %ld taken again (%ld with it off)%s", fam[f].name, got, off,
-                     need ? "" : " (none needed)");
-            report("pdl", shape, (!need || got > 0) && off == 0 ? 0.0 : 1.0, 0, 0.0);
         }
 #endif
         for (int i = NM - 1; i >= 0; i--) be[i]->destroy(be[i]);

@@ -1083,7 +1083,6 @@ static bool branch_launch(mr_cu_auto *a, mr_backend *be, cudaStream_t st, size_t
 static bool run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
 {
     const size_t n = a->ops.size();
-    mr_cu_grp_forget(mr_cu(be)); /* a grouping is kept only within the ops launched here */
     const bool timed = a->prof && a->labels.size() == n;
     std::vector<cudaEvent_t> ev(timed ? n + 1 : 0);
     for (auto &e : ev) cudaEventCreate(&e);
@@ -1292,7 +1291,6 @@ void mr_cu_flush(mr_backend *be)
     }
     if (!done)
         run_direct(a, be, c->stream);
-    mr_cu_grp_forget(c); /* a replay ran launches the host did not see */
     if (timed_busy) {
         cudaEventRecord(bev.second, c->stream);
         a->busy_wait.push_back(bev);

@@ -93,7 +93,6 @@ static void cu_free(mr_backend *be, void *p)
         return;
     mr_cu_ctx *c = mr_cu(be);
     mr_cu_flush(be); /* recorded ops may still use p */
-    mr_cu_grp_forget(c); /* the next allocation may get p */
     /* cudaFree synchronizes with the device, so queued work has finished. */
     MR_CU_TRY(c, cudaFree(p));
 }
@@ -105,7 +104,6 @@ static int cu_copy(mr_backend *be, void *dst, const void *src, size_t n, cudaMem
     if (n == 0)
         return 0;
     mr_cu_flush(be);
-    mr_cu_grp_forget(c);
     if (c->capturing)
         return mr_errf(err, "cuda: upload/download inside graph capture");
     cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, c->stream);
@@ -258,7 +256,6 @@ static int cu_graph_begin(mr_backend *be, mr_err *err)
     if (c->capturing)
         return mr_errf(err, "cuda: graph_begin: already capturing");
     mr_cu_flush(be);
-    mr_cu_grp_forget(c);
     cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess)
         return mr_errf(err, "cuda: graph_begin: %s", cudaGetErrorString(e));
@@ -275,7 +272,6 @@ static int cu_graph_end(mr_backend *be, void **graph, mr_err *err)
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(c->stream, &g);
     c->capturing = false;
-    mr_cu_grp_forget(c); /* what the capture kept was never run */
     if (e != cudaSuccess)
         return mr_errf(err, "cuda: graph_end: %s", cudaGetErrorString(e));
     if (c->failed) {
@@ -295,7 +291,6 @@ static int cu_graph_launch(mr_backend *be, void *graph, mr_err *err)
 {
     mr_cu_ctx *c = mr_cu(be);
     mr_cu_flush(be);
-    mr_cu_grp_forget(c);
     cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)graph, c->stream);
     if (e != cudaSuccess) {
         mr_cu_fail(c, "graph launch: %s", cudaGetErrorString(e));

@@ -79,8 +79,3 @@ extern "C" long mr_cu_xmm_tiles_launches(struct mr_backend *be)
 {
     return mr_cu(be)->xmm_mt_launches;
 }
-
-extern "C" long mr_cu_grp_reused(struct mr_backend *be)
-{
-    return mr_cu(be)->grp_reused;
-}

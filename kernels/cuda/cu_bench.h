@@ -66,10 +66,6 @@ int mr_cuda_pdl_mode(struct mr_backend *be);
  * tiles a warp (cu_moemma.cu, MEMRA_CUDA_XMM_TPW): that a check reached
  * them. */
 long mr_cu_xmm_tiles_launches(struct mr_backend *be);
-/* Decode batches' expert products that took the grouping of the product
- * before over the same routing (cu_fast.cu mr_cu_moe_group, a mixture
- * layer's down after its gate/up) instead of launching their own. */
-long mr_cu_grp_reused(struct mr_backend *be);
 /* One op of a decode step as a phase of a persistent kernel against a
  * launch of a PDL chain (cu_persist.cu): per phase of `bytes` of weights,
  * bps blocks an SM, best of iters runs of `phases` phases, microseconds:

@@ -162,24 +162,6 @@ struct mr_cu_ctx {
     mr_cu_buf scratch_act;  /* activation scratch (quantized x, GEMM operands) */
     mr_cu_buf scratch_moe;  /* expert GEMM: row map and padded outputs */
     mr_cu_buf scratch_grp;  /* decode expert products: pairs grouped by expert (cu_fast.cu) */
-    /* The grouping scratch_grp holds, for a later product over the same ids
-     * (a mixture layer's down after its gate/up: the same pairs, so the same
-     * grouping).  Kept only over ids the last moe_route wrote (always in
-     * range, so there are no NaN rows to write), and forgotten wherever the
-     * host stops seeing the launch order or device memory may change under
-     * it (mr_cu_grp_forget).  Off until a GPU has measured it
-     * (MEMRA_CUDA_GRP_REUSE=1: on); off, every product groups its pairs. */
-    bool grp_reuse;
-    const int32_t *route_ids; /* the last moe_route's ids, and its expert count */
-    int route_ne;
-    struct {
-        const int32_t *ids;   /* NULL: nothing kept */
-        const void *at;       /* scratch_grp.p when it was made */
-        int P;
-        int64_t n_mats;
-        bool items;
-    } grp_kept;
-    long grp_reused;        /* groupings a product took from the one before */
     bool matvec_q8;         /* int8-activation matvec (cu_mvq8.cu), MEMRA_CUDA_MATVEC=q8 */
     int matvec_x24;         /* 22-bit-activation matvec (cu_mvx24.cu): 0 off (MEMRA_CUDA_MATVEC=f32
                                or q8), 1 where it wins (default, =x24), 2 wherever it can (=x24all) */
@@ -287,15 +269,6 @@ int mr_cu_env_int(mr_cu_ctx *c, const char *name, long long lo, long long hi, co
 
 /* Makes buf at least n bytes; false (and a sticky error) when it cannot. */
 bool mr_cu_reserve(mr_cu_ctx *c, mr_cu_buf *buf, size_t n, const char *what);
-
-/* Forgets the kept expert grouping and the routing's ids (ctx grp_kept):
- * at copies, frees, graph replays and the start of each recorded
- * sequence's launches, and at every op that may write int32 ids. */
-static inline void mr_cu_grp_forget(mr_cu_ctx *c)
-{
-    c->route_ids = NULL;
-    c->grp_kept.ids = NULL;
-}
 
 static inline unsigned mr_cu_blocks(size_t n, unsigned threads)
 {

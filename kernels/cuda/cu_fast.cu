@@ -1408,8 +1408,6 @@ void mr_cu_fast_init(mr_cu_ctx *c)
     const char *g = getenv("MEMRA_CUDA_MOE_GROUPED");
     c->moe_grouped = !(g && !strcmp(g, "0"));
     c->moe_nt = g && (!strcmp(g, "2") || !strcmp(g, "4")) ? atoi(g) : 0;
-    const char *r = getenv("MEMRA_CUDA_GRP_REUSE");
-    c->grp_reuse = r && !strcmp(r, "1");
 }
 
 /* How a grouped launch splits the work. */
@@ -1494,27 +1492,13 @@ const int32_t *mr_cu_moe_group(mr_cu_ctx *c, const int32_t *ids, int P, int k, i
     const size_t need = grp_ints(pmax, n_mats) * sizeof(int32_t);
     if (c->scratch_grp.cap < need && c->capturing)
         return NULL;
-    const size_t cap0 = c->scratch_grp.cap;
     if (!mr_cu_reserve(c, &c->scratch_grp, need, "expert grouping"))
         return NULL;
-    if (c->scratch_grp.cap != cap0) /* a new buffer, perhaps at the old address */
-        c->grp_kept.ids = NULL;
     int32_t *grp = (int32_t *)c->scratch_grp.p;
-    /* the routing's ids, grouped by the product before (ctx grp_kept): in
-     * range, so no NaN rows to write, and a list the same ids always give */
-    const bool routed = c->grp_reuse && ids == c->route_ids && c->route_ne <= n_mats;
-    const auto &kp = c->grp_kept;
-    if (routed && kp.ids == ids && kp.at == (const void *)grp && kp.P == P && kp.n_mats == n_mats &&
-        (kp.items || !items)) {
-        c->grp_reused++;
-        return grp;
-    }
     int4 *it = items ? (int4 *)(grp + mr_cu_grp_items_at(*S, P)) : NULL;
     mr_cu_launch(c, k_moe_group, 1, GRP_THREADS, (size_t)2 * n_mats * sizeof(int), ids, P, (int)n_mats, *S, rows,
                  y, y2, yo, grp, it);
     MR_CU_LAUNCHED(c, "expert grouping");
-    if (routed) c->grp_kept = {ids, (const void *)grp, P, n_mats, items};
-    else c->grp_kept.ids = NULL;
     return grp;
 }
 

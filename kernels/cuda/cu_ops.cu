@@ -656,11 +656,6 @@ static void cu_moe_route(mr_backend *be, const float *logits, int n, int n_exper
     else if (pl == 8) route_launch<8>(c, logits, n, n_expert, k, norm_topk, ids, weights);
     else route_launch<ROUTE_MAX_PER_LANE>(c, logits, n, n_expert, k, norm_topk, ids, weights);
     MR_CU_LAUNCHED(c, c->route_rank ? "moe_route (ranks)" : "moe_route");
-    /* new ids, each in [0, n_expert): the next expert products may group
-     * them once for all (mr_cu_moe_group) */
-    mr_cu_grp_forget(c);
-    c->route_ids = ids;
-    c->route_ne = n_expert;
 }
 
 __global__ void k_moe_combine(const float *y, const float *w, int k, int rows, float *out)
@@ -896,7 +891,6 @@ static void cu_argmax(mr_backend *be, const float *x, int n, int dim, int32_t *i
         return;
     mr_cu_launch(c, k_argmax, n, AM_THREADS, 0, x, dim, ids);
     MR_CU_LAUNCHED(c, "argmax");
-    mr_cu_grp_forget(c); /* ids may be where the routing's were */
 }
 
 void mr_cu_install_ops(mr_backend *be)

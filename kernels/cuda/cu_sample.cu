@@ -811,7 +811,6 @@ static void cu_sample(mr_backend *be, float *logits, int n, int dim, const mr_sa
     }
     mr_cu_launch(c, k_sample, n, ST, 0, logits, dim, rows, add, ids);
     MR_CU_LAUNCHED(c, "sample");
-    mr_cu_grp_forget(c); /* ids may be where the routing's were */
 }
 
 /* MEMRA_CUDA_SAMPLE=0 leaves sampling to the host (to compare the two). */
