@@ -1190,25 +1190,17 @@ static void launch_fast_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
                        : n >= 4                                   ? 4
                        : n >= 2                                   ? 2
                                                                   : 1;
+        int step = nt; /* tokens this launch takes */
         if (nt == 8 && k8) {
             /* a plain product's chunks of 8 as the jobs of one launch
              * (MEMRA_CUDA_FAST8_JOBS=0: a launch each): the router's 16
              * tokens in one wave of 256 blocks, not two launches of 128
              * (run 293, H100: 7.9-8.6 -> 4.5-4.7 us; v 9.6 -> 7.2) */
-            int chunks = 1;
-            if (!a.ids && jobs == 1 && c->fast8_jobs) {
-                chunks = n / 8;
-                a.tok_chunk = 8;
-            }
+            const int chunks = !a.ids && jobs == 1 && c->fast8_jobs ? n / 8 : 1;
+            a.tok_chunk = chunks > 1 ? 8 : 0;
             if constexpr (f8) launch_fast<T, 8>(c, a, jobs * chunks);
             a.tok_chunk = 0;
-            if (chunks > 1) {
-                const int more = 8 * (chunks - 1); /* tokens beyond the first chunk */
-                a.x += (int64_t)more * a.cols;
-                a.y += (int64_t)more * a.rows;
-                for (int s = 0; s < a.n_sub; s++) a.sub_y[s] += (int64_t)more * a.sub_rows[s];
-                n -= more;
-            }
+            step = 8 * chunks;
         } else if (nt == 16) { /* a 16-token batch: the weights decoded once, not twice */
             if constexpr (T == MR_TYPE_Q4_K) {
                 if (c->wide16 == 1)
@@ -1230,10 +1222,10 @@ static void launch_fast_n(mr_cu_ctx *c, mr_cu_mvjob a, int n, int jobs)
         } else if (nt == 4) launch_fast<T, 4>(c, a, jobs);
         else if (nt == 2) launch_fast<T, 2>(c, a, jobs);
         else launch_fast<T, 1>(c, a, jobs);
-        a.x += (int64_t)nt * a.cols;
-        a.y += (int64_t)nt * a.rows;
-        for (int s = 0; s < a.n_sub; s++) a.sub_y[s] += (int64_t)nt * a.sub_rows[s];
-        n -= nt;
+        a.x += (int64_t)step * a.cols;
+        a.y += (int64_t)step * a.rows;
+        for (int s = 0; s < a.n_sub; s++) a.sub_y[s] += (int64_t)step * a.sub_rows[s];
+        n -= step;
     }
 }
 
