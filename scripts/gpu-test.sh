@@ -121,6 +121,15 @@ def kgap(r, k):
 def load_routers(path, rows, experts):
     v = load(path, experts)
     return [v[l * rows:(l + 1) * rows] for l in range(len(v) // rows)]
+# with --feed: the prompt's [layers][prompt rows][experts], then each fed
+# id's [layers][1][experts]; the same [layers][rows][experts] as above
+def load_routers_fed(path, n_prompt, n_feed, experts):
+    v = load(path, experts)
+    layers = len(v) // (n_prompt + n_feed)
+    out = [v[l * n_prompt:(l + 1) * n_prompt] for l in range(layers)]
+    for i in range(n_feed):
+        for l in range(layers): out[l].append(v[layers * (n_prompt + i) + l])
+    return out
 def topk(r, k): return set(sorted(range(len(r)), key=lambda i: (-r[i], i))[:k])
 
 # Rows of e over wb: those whose routing differs from the CPU's at some layer
@@ -208,28 +217,41 @@ for name in MODELS:
         print("%-9s %-8s %-10s %10.2e %10.2e          (info; cpu: median %.2e worst %.2e)" % (
             name, q, "reference", med(er), max(er), med(ec), max(ec)))
 
-# Full widths: (preset, layers kept).  A hybrid keeps whole groups of 3
-# delta-net layers and a full-attention one.
-WIDE = [("qwen3-30b-a3b-q4km", 4), ("qwen3.6-35b-a3b-iq4xs", 4), ("qwen3-8b-q4km", 2)]
+# Full widths: (preset, layers kept, experts, experts a token uses).  A
+# hybrid keeps whole groups of 3 delta-net layers and a full-attention one.
+# The mixtures' rows over the bound get the fixtures' near-tie rule.
+WIDE = [("qwen3-30b-a3b-q4km", 4, 128, 8), ("qwen3.6-35b-a3b-iq4xs", 4, 256, 8), ("qwen3-8b-q4km", 2, 0, 0)]
 if os.environ.get("GPU_TEST_WIDE", "1") != "0":
     P, F = [11, 22, 33, 44], [55, 66, 77, 88, 99, 111, 122, 133, 144, 155, 166, 177]
-    for preset, layers in WIDE:
+    for preset, layers, experts, kx in WIDE:
         f = os.path.join(tmp, preset + ".gguf")
         p = subprocess.run([os.path.join(BIN, "memra-synth"), preset, f, "--layers", str(layers)],
                            capture_output=True, text=True)
         if p.returncode:
             print("%-22s memra-synth: FAIL (%s)" % (preset, p.stderr.strip())); ok = False; continue
         oc, og, of = (os.path.join(tmp, "w%s.f32" % b) for b in ("c", "g", "f"))
-        run(f, P, "cpu", oc, feed=F); run(f, P, "cuda", og, feed=F); run(f, P, "cuda", of, gemm="f32", feed=F)
-        vocab = os.path.getsize(oc) // (4 * (len(P) + len(F)))  # the preset's, from its rows
+        rt = {b: os.path.join(tmp, "wr%s.f32" % b) if experts else None for b in ("c", "g", "f")}
+        run(f, P, "cpu", oc, feed=F, routers=rt["c"]); run(f, P, "cuda", og, feed=F, routers=rt["g"])
+        run(f, P, "cuda", of, gemm="f32", feed=F, routers=rt["f"])
+        n = len(P) + len(F)
+        vocab = os.path.getsize(oc) // (4 * n)  # the preset's, from its rows
         c = load(oc, vocab)
-        for label, gg, mb, wb in (("cpu", load(og, vocab), BOUND, BOUND), ("cpu f32", load(of, vocab), 1e-3, 1e-2)):
-            for part, rows in (("prompt", range(len(P))), ("fed", range(len(P), len(P) + len(F)))):
+        for label, gg, mb, wb, rk in (("cpu", load(og, vocab), BOUND, BOUND, "g"),
+                                      ("cpu f32", load(of, vocab), 1e-3, 1e-2, "f")):
+            for part, rows in (("prompt", range(len(P))), ("fed", range(len(P), n))):
                 e = [rel(gg[t], c[t]) for t in rows]
                 ag = sum(argmax(gg[t]) == argmax(c[t]) for t in rows) / len(e)
-                res = med(e) <= mb and max(e) <= wb
+                excused, notes = set(), []
+                if experts and max(e) > wb:
+                    # near_ties indexes the dumps by row; the part's rows are a slice
+                    rg = [l[rows.start:rows.stop] for l in load_routers_fed(rt[rk], len(P), len(F), experts)]
+                    rc = [l[rows.start:rows.stop] for l in load_routers_fed(rt["c"], len(P), len(F), experts)]
+                    excused, notes = near_ties(e, wb, rg, rc, kx)
+                rest = [x for t, x in enumerate(e) if t not in excused]
+                res = med(e) <= mb and (not rest or max(rest) <= wb)
                 print("%-22s %-6s %-10s %10.2e %10.2e %8.3f  %s" % (preset, part, label, med(e), max(e), ag,
-                      "ok" if res else "FAIL"))
+                      ("ok" if res else "FAIL") + (" (%d near-tie rows excused)" % len(excused) if excused else "")))
+                for n_ in notes: print(n_)
                 ok &= res
         os.remove(f)
 

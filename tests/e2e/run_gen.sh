@@ -53,6 +53,24 @@ if ref_model qwen3moe; then
             fail "qwen3moe router dump: layer $l row of the changed token unchanged"
     done
     [ "$fails" -eq "$fails0" ] && echo "ok qwen3moe router dump: 2 layers x $n1 tokens x 4 experts, causal rows"
+    # with --feed the dump goes on through the fed ids: the prompt's
+    # [layers][k][experts], then each fed id's [layers][1][experts]; the
+    # same rows as prompt 1 run whole, put in that order (relative L2 1e-4)
+    fails0=$fails k=$((n1 - 3))
+    "$RUN" "$model" --tokens "$(echo "$p1" | cut -d, -f1-$k)" --feed "$(echo "$p1" | cut -d, -f$((k + 1))-)" \
+        --router-out "$tmp/rf.f32" --backend cpu >/dev/null || fail "qwen3moe: --router-out with --feed failed"
+    : >"$tmp/rw.f32"
+    for l in 0 1; do tail -c +$((l * n1 * row + 1)) "$tmp/ra.f32" | head -c $((k * row)) >>"$tmp/rw.f32"; done
+    for t in $(seq $k $((n1 - 1))); do
+        for l in 0 1; do tail -c +$(((l * n1 + t) * row + 1)) "$tmp/ra.f32" | head -c $row >>"$tmp/rw.f32"; done
+    done
+    size=$(stat -c %s "$tmp/rf.f32" 2>/dev/null || echo 0)
+    [ "$size" -eq $((2 * n1 * row)) ] || fail "qwen3moe router dump with --feed: $size bytes, want $((2 * n1 * row))"
+    worst=$(paste <(od -An -v -w4 -f "$tmp/rf.f32") <(od -An -v -w4 -f "$tmp/rw.f32") | awk '
+        { d += ($1 - $2) ^ 2; s += $2 ^ 2; if (NR % 4 == 0) { e = sqrt(d / s); if (e > w) w = e; d = 0; s = 0 } }
+        END { printf "%.3g", w + 0 }')
+    awk -v w="$worst" 'BEGIN { exit !(w < 1e-4) }' || fail "qwen3moe router dump with --feed: worst row $worst"
+    [ "$fails" -eq "$fails0" ] && echo "ok qwen3moe router dump with 3 fed ids: prompt then fed rows, worst row $worst"
 fi
 "$RUN" "$FIX/models/qwen3/model-BF16.gguf" --tokens 1,2,3 --logits-out "$tmp/l.f32" --router-out "$tmp/rd.f32" \
     --backend cpu >/dev/null || fail "qwen3: --router-out failed"

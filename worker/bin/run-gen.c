@@ -4,8 +4,9 @@
  *   --feed 4,5,6: after the prompt, each id as a decode step of its own (the
  *                 path a served request's generated tokens take), their rows
  *                 after the prompt's in --logits-out; generation follows them
- *   --router-out FILE: the prompt call's router logits, float32 LE
- *                      [moe_layers][n_tokens][n_expert] (mixture models)
+ *   --router-out FILE: router logits, float32 LE: the prompt call's
+ *                      [moe_layers][n_tokens][n_expert], then each fed id's
+ *                      [moe_layers][1][n_expert] (mixture models)
  *   run-gen MODEL.gguf --tokens 1,2,3 -n 24               greedy ids on one line
  *   run-gen MODEL.gguf --prompt "text" -n 24              text and ids
  *   run-gen MODEL.gguf --chat "message" [--system "..."]  the same, as a chat turn
@@ -51,8 +52,9 @@ static void usage(void)
            "  -n N          generate at most N ids (default 24)\n"
            "  --print-text  also print the generated text (default with --prompt, --chat)\n"
            "  --ignore-eos  do not stop at end-of-generation ids\n"
-           "  --router-out  write the prompt call's router logits of every mixture layer,\n"
-           "                float32 [layers][tokens][experts] (nothing for dense models)\n");
+           "  --router-out  write the router logits of every mixture layer: the prompt's,\n"
+           "                float32 [layers][tokens][experts], then each fed id's\n"
+           "                [layers][1][experts] (nothing for dense models)\n");
 }
 
 static int write_logits(const char *path, const float *logits, size_t count, mr_err *err)
@@ -304,6 +306,14 @@ int main(int argc, char **argv)
         mr_model_router_dump(m, rf, NULL);
     if (mr_model_forward(m, s, prompt, n_prompt, logits_out ? MR_LOGITS_ALL : MR_LOGITS_LAST, logits, &err))
         goto fail;
+    /* the fed ids' rows follow the prompt's last row (row 0 without
+     * --logits-out, which keeps only the last); the router dump goes on
+     * through them (decode steps take other kernels than the prompt) */
+    const size_t row0 = logits_out ? (size_t)n_prompt : 1;
+    for (int i = 0; i < n_feed; i++)
+        if (mr_model_forward_gen(m, s, &feed[i], 1, MR_LOGITS_LAST, logits + (row0 + i) * (size_t)hp->n_vocab,
+                                 &err))
+            goto fail;
     if (rf) {
         const int dumped = mr_model_router_dump(m, NULL, &err);
         const int closed = fclose(rf);
@@ -315,13 +325,6 @@ int main(int argc, char **argv)
             goto fail;
         }
     }
-    /* the fed ids' rows follow the prompt's last row (row 0 without
-     * --logits-out, which keeps only the last) */
-    const size_t row0 = logits_out ? (size_t)n_prompt : 1;
-    for (int i = 0; i < n_feed; i++)
-        if (mr_model_forward_gen(m, s, &feed[i], 1, MR_LOGITS_LAST, logits + (row0 + i) * (size_t)hp->n_vocab,
-                                 &err))
-            goto fail;
     if (logits_out && write_logits(logits_out, logits, rows * (size_t)hp->n_vocab, &err))
         goto fail;
     if (n_gen > 0) {
