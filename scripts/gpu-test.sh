@@ -20,7 +20,9 @@
 #     synthetic files of the 30B-A3B, the 35B-A3B and the 8B at their full
 #     widths with only a few layers (memra-synth --layers) run on both
 #     backends: 4 prompt ids, then 12 ids fed as decode steps (run-gen
-#     --feed), the GPU's rows against the CPU's, the quantized files' bounds.
+#     --feed), the GPU's rows against the CPU's, the quantized files' bounds
+#     and, on the mixtures, their near-tie rule (routers of the prompt and
+#     the fed rows by run-gen --router-out).
 #   Speculation (hybrids): run-spec --backend cuda for K = 1..8 prints the
 #     ids that run-gen --backend cuda prints (greedy with MTP drafts equals
 #     greedy without), on prompts 0 and 2 of the BF16 files and on a
