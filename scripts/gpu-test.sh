@@ -119,18 +119,14 @@ def argmax(r): return max(range(len(r)), key=lambda i: (r[i], -i))
 # the gap between a row's k-th and (k+1)-th largest values
 def kgap(r, k):
     s = sorted(r, reverse=True); return s[k - 1] - s[k]
-# router dumps: [layers][rows][experts]; the experts a row's top k picks
-def load_routers(path, rows, experts):
+# router dumps as [layers][rows][experts]: run-gen writes the prompt's
+# [layers][rows][experts], then (--feed) each fed id's [layers][1][experts]
+def load_routers(path, rows, experts, fed=0):
     v = load(path, experts)
-    return [v[l * rows:(l + 1) * rows] for l in range(len(v) // rows)]
-# with --feed: the prompt's [layers][prompt rows][experts], then each fed
-# id's [layers][1][experts]; the same [layers][rows][experts] as above
-def load_routers_fed(path, n_prompt, n_feed, experts):
-    v = load(path, experts)
-    layers = len(v) // (n_prompt + n_feed)
-    out = [v[l * n_prompt:(l + 1) * n_prompt] for l in range(layers)]
-    for i in range(n_feed):
-        for l in range(layers): out[l].append(v[layers * (n_prompt + i) + l])
+    layers = len(v) // (rows + fed)
+    out = [v[l * rows:(l + 1) * rows] for l in range(layers)]
+    for i in range(fed):
+        for l in range(layers): out[l].append(v[layers * (rows + i) + l])
     return out
 def topk(r, k): return set(sorted(range(len(r)), key=lambda i: (-r[i], i))[:k])
 
@@ -238,17 +234,16 @@ if os.environ.get("GPU_TEST_WIDE", "1") != "0":
         n = len(P) + len(F)
         vocab = os.path.getsize(oc) // (4 * n)  # the preset's, from its rows
         c = load(oc, vocab)
+        R = {b: load_routers(rt[b], len(P), experts, len(F)) for b in rt} if experts else None
         for label, gg, mb, wb, rk in (("cpu", load(og, vocab), BOUND, BOUND, "g"),
                                       ("cpu f32", load(of, vocab), 1e-3, 1e-2, "f")):
             for part, rows in (("prompt", range(len(P))), ("fed", range(len(P), n))):
                 e = [rel(gg[t], c[t]) for t in rows]
                 ag = sum(argmax(gg[t]) == argmax(c[t]) for t in rows) / len(e)
                 excused, notes = set(), []
-                if experts and max(e) > wb:
-                    # near_ties indexes the dumps by row; the part's rows are a slice
-                    rg = [l[rows.start:rows.stop] for l in load_routers_fed(rt[rk], len(P), len(F), experts)]
-                    rc = [l[rows.start:rows.stop] for l in load_routers_fed(rt["c"], len(P), len(F), experts)]
-                    excused, notes = near_ties(e, wb, rg, rc, kx)
+                if experts and max(e) > wb: # near_ties numbers the part's rows from 0
+                    excused, notes = near_ties(e, wb, [l[rows.start:rows.stop] for l in R[rk]],
+                                               [l[rows.start:rows.stop] for l in R["c"]], kx)
                 rest = [x for t, x in enumerate(e) if t not in excused]
                 res = med(e) <= mb and (not rest or max(rest) <= wb)
                 print("%-22s %-6s %-10s %10.2e %10.2e %8.3f  %s" % (preset, part, label, med(e), max(e), ag,
