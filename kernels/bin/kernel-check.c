@@ -2472,7 +2472,8 @@ static void check_attn_streams(const char *op, mr_backend *be0, mr_backend *be1,
  *  - the same for blocks of a whole group of 8 heads (..._G8), and a group
  *    of 4 untouched by it;
  *  - decode rows of streams sharing prefixes (check_attn_streams), the
- *    wave against the grid;
+ *    wave against the grid, and with a batch's tokens of one prefix in
+ *    pairs against without (MEMRA_CUDA_ATTN_PAIR=0);
  *  - the cut before the slices of whole multiples of 64 positions
  *    (MEMRA_CUDA_ATTN_GRAN=0) the same ways, and that the switch reaches
  *    the cut. */
@@ -2556,6 +2557,16 @@ static void check_attn_dec_tc(void)
         check_attn_streams("dec-tc-streams", tc, grid, h, k, d, sh, ow, ss[i].ns, ss[i].np);
         check_attn_streams("dec-tc-streams-gran0", off, offgrid, h, k, d, sh, ow, ss[i].ns, ss[i].np);
     }
+    /* tokens 2i and 2i + 1 of one prefix share a block's K/V tiles
+     * (ag_split_tc's pairs, the default): the same bits as without
+     * (MEMRA_CUDA_ATTN_PAIR=0), at the 30B-A3B's and the 35B-A3B's heads,
+     * groups of 2 and 1, odd stream counts, neighbours of two prefixes */
+    mr_backend *nopair = backend_with2("MEMRA_CUDA_ATTN_DEC_TC", "0", "MEMRA_CUDA_ATTN_PAIR", "0");
+    check_attn_streams("dec-tc-pair-off", tc, nopair, 32, 4, 128, 4096, 768, 16, 1);
+    check_attn_streams("dec-tc-pair-off", tc, nopair, 16, 2, 256, 4096, 300, 9, 1);
+    check_attn_streams("dec-tc-pair-off", tc, nopair, 6, 3, 64, 1024, 100, 13, 2);
+    check_attn_streams("dec-tc-pair-off", tc, nopair, 8, 8, 64, 1024, 100, 6, 1);
+    nopair->destroy(nopair);
     check_attn_streams("dec-tc-g8-streams", g8, g8grid, 32, 4, 128, 4096, 768, 16, 2);
     check_attn_streams("dec-tc-g8-streams", g8, g8grid, 16, 2, 256, 4096, 300, 8, 1);
     g8grid->destroy(g8grid);

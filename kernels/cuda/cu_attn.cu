@@ -439,30 +439,33 @@ __device__ __forceinline__ float *ag_shared_acc()
     return acc;
 }
 
-/* The warps' states (acc: [AG_WARPS][GB][D]) joined in warp order into the
- * records of split s of token t, heads h0 .. h0 + GB - 1 (all threads,
- * after the barrier that follows the warps' writes). */
-template <int D, int GB>
-__device__ __forceinline__ void ag_records(const ag_state<GB> &R, const float *acc, int t, int h0, int s, int n_heads,
-                                           int n_split, float *part)
+/* The warps' states (acc: [AG_WARPS][W][D], W columns of R) joined in
+ * warp order into the records of split s of token t, heads h0 .. h0 + GB
+ * - 1, from columns c0 .. c0 + GB - 1 (all threads, after the barrier that
+ * follows the warps' writes).  A column's sums read that column alone, so
+ * a token's records do not depend on what the other columns hold. */
+template <int D, int W>
+__device__ __forceinline__ void ag_records(const ag_state<W> &R, const float *acc, int GB, int c0, int t, int h0,
+                                           int s, int n_heads, int n_split, float *part)
 {
     const float nan = __int_as_float(0x7fc00000);
     for (int g = 0; g < GB; g++) {
+        const int col = c0 + g;
         float M = -INFINITY;
 #pragma unroll
-        for (int i = 0; i < AG_WARPS; i++) M = fmaxf(M, R.sm[i][g]);
+        for (int i = 0; i < AG_WARPS; i++) M = fmaxf(M, R.sm[i][col]);
         float *out = part + (((int64_t)t * n_heads + h0 + g) * n_split + s) * (D + 2);
         if (threadIdx.x == 0) {
             float L = 0.0f;
             if (M != -INFINITY)
-                for (int i = 0; i < AG_WARPS; i++) L += R.sl[i][g] * expf(R.sm[i][g] - M);
+                for (int i = 0; i < AG_WARPS; i++) L += R.sl[i][col] * expf(R.sm[i][col] - M);
             out[0] = R.sbad ? nan : M;
             out[1] = L;
         }
         for (int d = threadIdx.x; d < D; d += blockDim.x) {
             float a = 0.0f;
             if (M != -INFINITY)
-                for (int i = 0; i < AG_WARPS; i++) a += acc[(i * GB + g) * D + d] * expf(R.sm[i][g] - M);
+                for (int i = 0; i < AG_WARPS; i++) a += acc[(i * W + col) * D + d] * expf(R.sm[i][col] - M);
             out[2 + d] = a;
         }
     }
@@ -608,7 +611,7 @@ __device__ __forceinline__ void ag_split(const void *K, const void *V, const int
         }
     }
     __syncthreads();
-    ag_records<D, GB>(R, sacc, t, h0, s, n_heads, n_split, part);
+    ag_records<D, GB>(R, sacc, GB, 0, t, h0, s, n_heads, n_split, part);
 }
 
 /* The same records on the tensor cores, for a float16 cache (decode rows
@@ -638,7 +641,14 @@ __device__ __forceinline__ void ag_split(const void *K, const void *V, const int
  * (cu_fattn.cu), with the exponentials in natural units as the merge reads
  * them.  D = 256 walks K and V through one tile (NB 1: a tile pair would
  * leave two blocks an SM); smaller heads keep V's copy in flight during
- * S. */
+ * S.
+ *
+ * A block of GB <= 4 heads leaves columns GB .. 7 of its MMAs zero.  With
+ * t2 >= 0 they take the same heads of token t2, whose split s covers the
+ * same positions in the same cache blocks (ag_pairable: the tokens of one
+ * prefix), so each K/V tile serves both tokens for the MMAs of one: the
+ * records of t2 come from columns GB .. 2 GB - 1, each column's sums the
+ * ones it has alone (the same bits, kernel-check dectc's streams lines). */
 #define AGT_BK 16
 template <int D> struct agt_shape {
     static constexpr int LDH = D + 8;           /* float16 row stride: ldmatrix rows in 8 bank groups */
@@ -651,7 +661,7 @@ template <int D, int GB>
 __device__ __forceinline__ void ag_split_tc(const void *K, const void *V, const int32_t *table, const float *q,
                                             int t, int h0, int s, int P, int n_heads, int n_kv_heads, int bt,
                                             int n_blocks, float scale, int n_split, attn_cut cut, float *part,
-                                            unsigned char *smem)
+                                            unsigned char *smem, int t2 = -1)
 {
     typedef agt_shape<D> S;
     constexpr int BK = AGT_BK, LDH = S::LDH, KS = D / 16, CPR = D / 8, NCH = BK * CPR / 32;
@@ -666,16 +676,20 @@ __device__ __forceinline__ void ag_split_tc(const void *K, const void *V, const 
     const uint32_t sV = S::NB == 2 ? sK + S::TILE : sK;
     const char *Kb = (const char *)K + (int64_t)kvh * D * 2, *Vb = (const char *)V + (int64_t)kvh * D * 2;
 
-    /* B fragments of Q^T: head g (zero past GB), dims 16 ks + 2c, + 1 and
+    /* columns in use: GB heads of token t, then (t2 >= 0) the same heads
+     * of token t2 */
+    const int NC = t2 >= 0 ? 2 * GB : GB;
+    /* B fragments of Q^T: column g (zero from NC), dims 16 ks + 2c, + 1 and
      * 16 ks + 8 + 2c, + 1 */
     uint32_t qb[KS][2];
     {
-        const float *qp = q + ((int64_t)t * n_heads + h0 + (g < GB ? g : 0)) * D + 2 * c;
+        const int tq = g < GB ? t : t2 >= 0 && g < NC ? t2 : t, hq = g < GB ? g : g < NC ? g - GB : 0;
+        const float *qp = q + ((int64_t)tq * n_heads + h0 + hq) * D + 2 * c;
 #pragma unroll
         for (int ks = 0; ks < KS; ks++) {
             const float2 x = *(const float2 *)(qp + 16 * ks), y = *(const float2 *)(qp + 16 * ks + 8);
-            qb[ks][0] = g < GB ? mr_h2_pack(x.x * scale, x.y * scale) : 0u;
-            qb[ks][1] = g < GB ? mr_h2_pack(y.x * scale, y.y * scale) : 0u;
+            qb[ks][0] = g < NC ? mr_h2_pack(x.x * scale, x.y * scale) : 0u;
+            qb[ks][1] = g < NC ? mr_h2_pack(y.x * scale, y.y * scale) : 0u;
         }
     }
     bool bad = false;
@@ -803,37 +817,40 @@ __device__ __forceinline__ void ag_split_tc(const void *K, const void *V, const 
     bad = __any_sync(0xffffffffu, bad);
 
     /* the outputs into the K/V tiles: every warp is past its walk after the
-     * barrier (agt_shape's bytes hold AG_WARPS x GB x D floats) */
-    ag_state<GB> &R = ag_shared<GB>();
+     * barrier (agt_shape's bytes hold AG_WARPS x W x D floats) */
+    constexpr int W = GB <= 4 ? 2 * GB : GB; /* the columns a block may hold */
+    ag_state<W> &R = ag_shared<W>();
     float *sacc = (float *)smem;
-    static_assert(AG_WARPS * GB * D * 4 <= S::bytes, "the join's outputs fit the tiles");
+    static_assert(AG_WARPS * W * D * 4 <= S::bytes, "the join's outputs fit the tiles");
     if (threadIdx.x == 0) R.sbad = 0;
     __syncthreads();
     if (bad) R.sbad = 1;
     const int j0 = 2 * c, j1 = 2 * c + 1;
     if (g == 0) {
-        if (j0 < GB) {
+        if (j0 < NC) {
             R.sm[w][j0] = m0;
             R.sl[w][j0] = l0;
         }
-        if (j1 < GB) {
+        if (j1 < NC) {
             R.sm[w][j1] = m1;
             R.sl[w][j1] = l1;
         }
     }
 #pragma unroll
     for (int mt = 0; mt < D / 16; mt++) {
-        if (j0 < GB) {
-            sacc[(w * GB + j0) * D + 16 * mt + g] = o[mt][0];
-            sacc[(w * GB + j0) * D + 16 * mt + g + 8] = o[mt][2];
+        if (j0 < NC) {
+            sacc[(w * W + j0) * D + 16 * mt + g] = o[mt][0];
+            sacc[(w * W + j0) * D + 16 * mt + g + 8] = o[mt][2];
         }
-        if (j1 < GB) {
-            sacc[(w * GB + j1) * D + 16 * mt + g] = o[mt][1];
-            sacc[(w * GB + j1) * D + 16 * mt + g + 8] = o[mt][3];
+        if (j1 < NC) {
+            sacc[(w * W + j1) * D + 16 * mt + g] = o[mt][1];
+            sacc[(w * W + j1) * D + 16 * mt + g + 8] = o[mt][3];
         }
     }
     __syncthreads();
-    ag_records<D, GB>(R, sacc, t, h0, s, n_heads, n_split, part);
+    ag_records<D, W>(R, sacc, GB, 0, t, h0, s, n_heads, n_split, part);
+    if (t2 >= 0)
+        ag_records<D, W>(R, sacc, GB, GB, t2, h0, s, n_heads, n_split, part);
 }
 
 /* A split's records by ag_split, or (TC 1: a float16 cache, the instances
@@ -898,11 +915,33 @@ k_attn_gqa(const void *K, const void *V, const int32_t *table, const int32_t *co
  * read once a block, with the numbering, not again for each of its
  * splits.  At most AGL_MAX_TOK tokens a call. */
 #define AGL_MAX_TOK 1024
+
+/* Whether split s of tokens a and b covers the same positions in the same
+ * cache blocks (ag_split_tc's pairs): both have tables, the same slice
+ * size and the same end of slice s (so the same warp runs), and equal
+ * block ids over it.  All threads of the block call it and get the same
+ * answer (a barrier: block-uniform calls only). */
+__device__ __forceinline__ bool ag_pairable(const int32_t *ta, const int32_t *tb, int Pa, int Pb, int s, int n_split,
+                                           attn_cut cut, int bt)
+{
+    if (!ta || !tb)
+        return false;
+    const int chunk = attn_chunk(Pa, n_split, cut);
+    if (chunk != attn_chunk(Pb, n_split, cut))
+        return false;
+    const int p0 = s * chunk, p1 = min(Pa, p0 + chunk);
+    if (p0 >= p1 || p1 != min(Pb, p0 + chunk))
+        return false;
+    int differ = 0;
+    for (int b = p0 / bt + (int)threadIdx.x; b <= (p1 - 1) / bt; b += blockDim.x) differ |= ta[b] != tb[b];
+    return !__syncthreads_or(differ);
+}
+
 template <int DT, int D, int GB, int TC>
 __global__ void __launch_bounds__(AG_WARPS * 32, AG_BLOCKS_PER_SM)
 k_attn_gqa_loop(const void *K, const void *V, const int32_t *table, const int32_t *const *tables,
                 const float *q, const int32_t *pos, int n, int n_heads, int n_kv_heads, int bt, int n_blocks,
-                float scale, int n_split, attn_cut cut, float *part, int tc_from)
+                float scale, int n_split, attn_cut cut, float *part, int tc_from, int pair)
 {
     extern __shared__ __align__(16) unsigned char ag_smem[];
     mr_pdl_wait(); /* cu_pdl.cuh */
@@ -944,6 +983,21 @@ k_attn_gqa_loop(const void *K, const void *V, const int32_t *table, const int32_
             else hi = mid - 1;
         }
         const int t = lo, r = j - first[t], s = r / HG, hg = r - s * HG;
+        if constexpr (TC == 2 && GB <= 4) {
+            /* tokens 2i and 2i + 1 whose split s is the same run of the
+             * same blocks: the item of 2i writes both records, that of
+             * 2i + 1 nothing */
+            if (pair) {
+                const int a = t & ~1, b = a + 1;
+                if (b < n && ag_pairable(tab[a], tab[b], ctx[a], ctx[b], s, n_split, cut, bt)) {
+                    if (t == a)
+                        ag_split_tc<D, GB>(K, V, tab[a], q, a, hg * GB, s, ctx[a], n_heads, n_kv_heads, bt,
+                                           n_blocks, scale, n_split, cut, part, ag_smem, b);
+                    __syncthreads();
+                    continue;
+                }
+            }
+        }
         ag_split_at<DT, D, GB, TC>(K, V, tab[t], q, t, hg * GB, s, ctx[t], n_heads, n_kv_heads, bt, n_blocks,
                                    scale, n_split, cut, part, tc_from, ag_smem);
         /* ag_split_tc's join read its outputs from the K/V tiles, which the
@@ -1513,7 +1567,7 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
         if (loop)                                                                                                  \
             mr_cu_launch(c, k_attn_gqa_loop<DT, DD, GG, TC>, lblocks, AG_WARPS * 32, sm, kv->k[layer],             \
                          kv->v[layer], block_table, tables, q, pos, n, n_heads, kv->n_kv_heads, kv->block_tokens,  \
-                         kv->n_blocks, scale, n_split, mc, part, tcf);                                             \
+                         kv->n_blocks, scale, n_split, mc, part, tcf, (int)c->attn_pair);                          \
         else                                                                                                       \
             mr_cu_launch(c, k_attn_gqa<DT, DD, GG, TC>, ggrid, AG_WARPS * 32, sm, kv->k[layer], kv->v[layer],      \
                          block_table, tables, q, pos, n_heads, kv->n_kv_heads, kv->block_tokens, kv->n_blocks,     \

@@ -151,6 +151,10 @@ struct mr_cu_ctx {
     int attn_dec_tc;        /* decode rows at this position or later on the tensor cores (cu_attn.cu
                                ag_split_tc; float16 caches, and not before attn_tc_from):
                                MEMRA_CUDA_ATTN_DEC_TC=N, 0 when unset; INT_MAX none (=off) */
+    bool attn_pair;         /* a decode batch's tokens 2i and 2i + 1 whose slice covers the same cache
+                               blocks share its block's K/V tiles, in MMA columns a group of 4 or
+                               fewer heads leaves zero (cu_attn.cu ag_split_tc; the same bits;
+                               MEMRA_CUDA_ATTN_PAIR=0 off) */
     bool attn_dec_tc_g8;    /* where every decode row takes it (attn_dec_tc 0, attn_tc_from 0) and a K/V
                                head serves a multiple of 8 query heads, a block takes 8 of them
                                (MEMRA_CUDA_ATTN_DEC_TC_G8=1; other splits, so other sums) */

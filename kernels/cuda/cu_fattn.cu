@@ -645,7 +645,9 @@ k_attn_prefill_wmma(const void *K, const void *V, const int32_t *table, const fl
  * (cu_attn.cu ag_split_tc); unset: N = 0, every row; =off: the float kernel;
  * where every row takes them, MEMRA_CUDA_ATTN_DEC_TC_G8=1 gives a block 8
  * query heads of a K/V head (faster deep in a context, slower near its
- * start: docs/PERFORMANCE.md runs 210-211).  The kernels need more than the default 48
+ * start: docs/PERFORMANCE.md runs 210-211).  MEMRA_CUDA_ATTN_PAIR=0: a
+ * decode batch's tokens of one prefix no longer share a block's K/V tiles
+ * (cu_attn.cu ag_split_tc; the same bits either way).  The kernels need more than the default 48
  * KiB of dynamic shared memory; the limit is raised here once, outside any
  * graph capture, and only when they may run. */
 void mr_cu_attn_init(mr_cu_ctx *c)
@@ -656,8 +658,9 @@ void mr_cu_attn_init(mr_cu_ctx *c)
     c->attn_gqa = !(q && !strcmp(q, "0")); /* decode kernel (cu_attn.cu) */
     c->attn_dec_tc = INT_MAX;
     /* ch 0: cu_attn.cu ag_cut's rule; wd: how far its slices grow (run 285) */
-    long long lp = 2, ch = 0, gr = 1, wd = 256;
+    long long lp = 2, ch = 0, gr = 1, wd = 256, pr = 1;
     if (mr_cu_env_int(c, "MEMRA_CUDA_ATTN_LOOP", 0, INT_MAX, "a token count", &lp) < 0 ||
+        mr_cu_env_int(c, "MEMRA_CUDA_ATTN_PAIR", 0, 1, "0 or 1", &pr) < 0 ||
         mr_cu_env_int(c, "MEMRA_CUDA_ATTN_WIDE", 64, 4096, "a position count of 64 to 4096", &wd) < 0 ||
         mr_cu_env_int(c, "MEMRA_CUDA_ATTN_CHUNK", 1, 65536, "a position count of 1 to 65536", &ch) < 0 ||
         mr_cu_env_int(c, "MEMRA_CUDA_ATTN_GRAN", 0, 1, "0 or 1", &gr) < 0)
@@ -666,6 +669,7 @@ void mr_cu_attn_init(mr_cu_ctx *c)
     c->attn_wide = (int)wd;
     c->attn_chunk = (int)ch;
     c->attn_gran = gr == 1;
+    c->attn_pair = pr == 1;
     /* every float16 decode row by default: faster at every depth measured
      * (runs 210-211); kernel-check part dectc's float64 lines on it, run 212 */
     long long dt = 0;
