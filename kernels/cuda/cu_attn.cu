@@ -932,6 +932,10 @@ __device__ __forceinline__ bool ag_pairable(const int32_t *ta, const int32_t *tb
     const int p0 = s * chunk, p1 = min(Pa, p0 + chunk);
     if (p0 >= p1 || p1 != min(Pb, p0 + chunk))
         return false;
+    /* streams of other prefixes part at the slice's first block mostly:
+     * every thread reads the same two ids, so no barrier is needed there */
+    if (ta[p0 / bt] != tb[p0 / bt])
+        return false;
     int differ = 0;
     for (int b = p0 / bt + (int)threadIdx.x; b <= (p1 - 1) / bt; b += blockDim.x) differ |= ta[b] != tb[b];
     return !__syncthreads_or(differ);
