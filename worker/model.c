@@ -979,24 +979,54 @@ static int stage_multi(mr_model *m, const mr_fwd_seg *segs, int n_segs, int n)
     return r1 - r0;
 }
 
-/* Generated rows [0, g) of an n-row product, then prompt rows [g, n).  A
- * backend that rounds every row the same whatever the call (no
- * batch_variant_rows, no matmul_prompt) gets one call. */
-static void products(mr_model *m, const mr_weight *w, const float *x, float *y, int n, int g)
+/* Whether the backend rounds every row the same whatever the call (no
+ * batch_variant_rows, no matmul_prompt): a product is then one call. */
+static bool products_whole(const mr_backend *be)
+{
+    return be->batch_variant_rows <= 1 && !be->matmul_prompt;
+}
+
+/* Generated rows [0, g) of an n-row product (g <= n), in calls below the
+ * backend's batch_variant_rows. */
+static void products_gen(mr_model *m, const mr_weight *w, const float *x, float *y, int g)
 {
     mr_backend *be = m->be;
-    const int v = be->batch_variant_rows;
-    if (v <= 1 && !be->matmul_prompt) {
-        be->matmul(be, w, x, y, n);
-        return;
-    }
-    g = g < n ? g : n;
-    const int step = v > 1 ? v - 1 : g;
+    const int v = be->batch_variant_rows, step = v > 1 ? v - 1 : g;
     const size_t xr = (size_t)w->cols, yr = (size_t)w->rows;
     for (int r = 0; r < g; r += step)
         be->matmul(be, w, x + (size_t)r * xr, y + (size_t)r * yr, g - r < step ? g - r : step);
+}
+
+/* Prompt rows [g, n) of an n-row product. */
+static void products_prompt(mr_model *m, const mr_weight *w, const float *x, float *y, int n, int g)
+{
+    mr_backend *be = m->be;
+    const size_t xr = (size_t)w->cols, yr = (size_t)w->rows;
     if (n > g)
         (be->matmul_prompt ? be->matmul_prompt : be->matmul)(be, w, x + (size_t)g * xr, y + (size_t)g * yr, n - g);
+}
+
+/* Generated rows [0, g) of an n-row product, then prompt rows [g, n). */
+static void products(mr_model *m, const mr_weight *w, const float *x, float *y, int n, int g)
+{
+    if (products_whole(m->be)) {
+        m->be->matmul(m->be, w, x, y, n);
+        return;
+    }
+    g = g < n ? g : n;
+    products_gen(m, w, x, y, g);
+    products_prompt(m, w, x, y, n, g);
+}
+
+void mr_fwd_matmuls(mr_model *m, const mr_weight *const *w, float *const *y, int count, const float *x, int n)
+{
+    if (products_whole(m->be)) {
+        for (int i = 0; i < count; i++) m->be->matmul(m->be, w[i], x, y[i], n);
+        return;
+    }
+    const int g = m->gen_rows < n ? m->gen_rows : n;
+    for (int i = 0; i < count; i++) products_gen(m, w[i], x, y[i], g);
+    for (int i = 0; i < count; i++) products_prompt(m, w[i], x, y[i], n, g);
 }
 
 void mr_fwd_matmul(mr_model *m, const mr_weight *w, const float *x, float *y, int n)

@@ -135,6 +135,12 @@ static inline bool mr_fwd_seg_multi(const mr_fwd_seg *g) { return g->gen && g->n
  * distinction gets one product).  mr_fwd_matmul_out: the output head over
  * the call's n output rows, every one on the decode products. */
 void mr_fwd_matmul(mr_model *m, const mr_weight *w, const float *x, float *y, int n);
+/* count products over one input, y[i] = x w[i]^T: what count mr_fwd_matmul
+ * calls write, with the generated rows of all of them asked for first and
+ * then the prompt rows of all, so that a backend that joins products over
+ * one input sees each kind's products back to back (in a step that mixes
+ * both as well). */
+void mr_fwd_matmuls(mr_model *m, const mr_weight *const *w, float *const *y, int count, const float *x, int n);
 /* The router logits of the call's n rows (sc.router) to the router dump;
  * the caller checks m->router_dump (mr_model_router_dump), so a forward
  * without one pays a pointer test a mixture layer. */

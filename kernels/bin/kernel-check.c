@@ -48,7 +48,8 @@
  * ranks against the warp kernel (part of "ops"), "tiles" only the
  * tensor-core tiles of decode batches against one token (part of "mm"),
  * "multi" only the products that share a launch and "glu" only the
- * gate/up products with their SwiGLU (both part of "mm"),
+ * gate/up products with their SwiGLU (both part of "mm"), "pmulti" only
+ * the prompt products joined into one GEMM (part of "mm" and "prompt"),
  * "xmm" the Q4_K and Q6_K expert products on the tensor cores (the default; every
  * other part runs with MEMRA_CUDA_XMM=0, the 22-bit dp4a kernel), "xmmt"
  * those with several row tiles a warp (MEMRA_CUDA_XMM_TPW), "xmp"
@@ -1851,6 +1852,136 @@ static void check_prompt_rows(void)
         check_prompt_rows_one(gpu_sg, "prompt-inv-small", 1e-5, td, 512, 300, 1, 1);
         check_prompt_rows_one(gpu_sg, "prompt-inv-small", 1e-5, td, 1280, 70, 1, 1);
     }
+}
+
+/* ---- prompt products over one input as one GEMM (mr_cu_matmul_prompt_multi) ----
+ * m matmul_prompt calls recorded back to back over one input (q/k/v,
+ * gate/up of a prompt chunk): the recorder joins them where the float16
+ * GEMM takes them all (`fused`: m - 1 products counted inside another's
+ * GEMM a group, else 0).  Each output against float64 sums (the GEMM
+ * bound); the same products in calls of 7 and 64 rows bit for bit against
+ * one call of 150 (a row's sum is a function of the joined shape); the
+ * first matrix (over 2,048 rows, so its own call never splits k) bit for
+ * bit against its call alone. */
+static void check_prompt_multi_one(mr_backend *be, const char *label, const int *types, const int64_t *rows, int m,
+                                   int64_t cols, bool fused)
+{
+    enum { NP = 150 };
+    mr_weight w[MULTI_MAX];
+    uint8_t *host[MULTI_MAX];
+    float *dy[MULTI_MAX], *y1[MULTI_MAX];
+    float *x = malloc(NP * (size_t)cols * 4);
+    for (size_t i = 0; i < NP * (size_t)cols; i++) x[i] = fgauss();
+    float *dx = dup_to(be, x, NP * (size_t)cols * 4);
+    char shape[96];
+    int len = snprintf(shape, sizeof shape, "%dx", m);
+    for (int s = 0; s < m; s++) {
+        const tdesc *td = td_of(types[s]);
+        const size_t rb = (size_t)(cols / td->be) * td->bb;
+        host[s] = malloc(rb * rows[s]);
+        rand_blocks(td, host[s], rb * rows[s] / td->bb);
+        load_weight(be, td, host[s], cols, rows[s], 1, &w[s]);
+        dy[s] = dalloc(be, NP * (size_t)rows[s] * 4);
+        y1[s] = malloc(NP * (size_t)rows[s] * 4);
+        len += snprintf(shape + len, sizeof shape - len, "%s%s %lld", s ? "," : "", td->name, (long long)rows[s]);
+    }
+    snprintf(shape + len, sizeof shape - len, " x%lld", (long long)cols);
+    /* calls of `step` rows, each call's m products back to back */
+    const int steps[] = {NP, 7, 64};
+    for (size_t q = 0; q < sizeof steps / sizeof steps[0]; q++) {
+        for (int s = 0; s < m; s++) poison(be, dy[s], NP * (size_t)rows[s] * 4);
+        const long f0 = fused_ops(be).prompt;
+        int calls = 0;
+        for (int r = 0; r < NP; r += steps[q], calls++) {
+            const int n = NP - r < steps[q] ? NP - r : steps[q];
+            for (int s = 0; s < m; s++)
+                be->matmul_prompt(be, &w[s], dx + (size_t)r * cols, dy[s] + (size_t)r * rows[s], n);
+            if (be->sync(be, &err)) die("sync");
+        }
+        const long got = fused_ops(be).prompt - f0;
+        char sh[160];
+        snprintf(sh, sizeof sh, "%s calls of %d", shape, steps[q]);
+        report("pmulti-joined", sh, (double)labs(got - (fused ? (long)calls * (m - 1) : 0)), 0, 0.0);
+        if (q == 0) {
+            double e_all = 0;
+            int nan_all = 0;
+            for (int s = 0; s < m; s++) {
+                const tdesc *td = td_of(types[s]);
+                const size_t rb = (size_t)(cols / td->be) * td->bb;
+                fetch(be, y1[s], dy[s], NP * (size_t)rows[s] * 4);
+                double *ref = calloc(NP * (size_t)rows[s], 8);
+                float *wr = malloc(cols * 4);
+                for (int64_t r = 0; r < rows[s]; r++) {
+                    deq_row(td, host[s] + (size_t)r * rb, cols, wr);
+                    for (int t = 0; t < NP; t++) {
+                        double acc = 0;
+                        for (int64_t c = 0; c < cols; c++) acc += (double)wr[c] * x[(size_t)t * cols + c];
+                        ref[(size_t)t * rows[s] + r] = acc;
+                    }
+                }
+                int nan;
+                const double e = rel_l2(y1[s], ref, NP * (size_t)rows[s], &nan);
+                nan_all += nan;
+                if (e > e_all) e_all = e;
+                free(ref);
+                free(wr);
+            }
+            report(label, shape, e_all, nan_all, mm_gemm_bound[0]);
+            continue;
+        }
+        size_t diff = 0;
+        int nan = 0;
+        for (int s = 0; s < m; s++) {
+            float *yc = malloc(NP * (size_t)rows[s] * 4);
+            fetch(be, yc, dy[s], NP * (size_t)rows[s] * 4);
+            for (size_t i = 0; i < NP * (size_t)rows[s]; i++) {
+                diff += memcmp(&yc[i], &y1[s][i], 4) != 0;
+                nan += isnan(yc[i]);
+            }
+            free(yc);
+        }
+        report("pmulti-inv", sh, (double)diff, nan, 0.0);
+    }
+    /* the first matrix in a call of its own */
+    poison(be, dy[0], NP * (size_t)rows[0] * 4);
+    be->matmul_prompt(be, &w[0], dx, dy[0], NP);
+    float *yc = malloc(NP * (size_t)rows[0] * 4);
+    fetch(be, yc, dy[0], NP * (size_t)rows[0] * 4);
+    size_t diff = 0;
+    for (size_t i = 0; i < NP * (size_t)rows[0]; i++) diff += memcmp(&yc[i], &y1[0][i], 4) != 0;
+    report("pmulti-vs-one", shape, (double)diff, 0, 0.0);
+    free(yc);
+    for (int s = 0; s < m; s++) {
+        be->free(be, dy[s]);
+        be->weight_release(be, &w[s]);
+        free(host[s]);
+        free(y1[s]);
+    }
+    be->free(be, dx);
+    free(x);
+}
+
+static void check_prompt_multi_all(void)
+{
+    const int q4 = MR_TYPE_Q4_K, q6 = MR_TYPE_Q6_K;
+    const int t30[3] = {q4, q4, q6}; /* the 30B-A3B's q/k/v where v is Q6_K */
+    const int64_t r30[3] = {4096, 512, 512};
+    check_prompt_multi_one(gpu, "pmulti", t30, r30, 3, 2048, true);
+    const int t8[3] = {q4, q4, q4}; /* the 8B's q/k/v */
+    const int64_t r8[3] = {4096, 1024, 1024};
+    check_prompt_multi_one(gpu, "pmulti", t8, r8, 3, 4096, true);
+    const int t2[2] = {q6, MR_TYPE_Q8_0}; /* two products (gate/up), other types */
+    const int64_t r2[2] = {2304, 768};
+    check_prompt_multi_one(gpu, "pmulti", t2, r2, 2, 1024, true);
+    /* not joined: a matrix the float32 small products take (the default
+     * rule, 128 rows; gpu sends every size to the GEMM), and f16x3 mode */
+    mr_backend *sg = backend_with("MEMRA_CUDA_SMALL_GEMM", "128");
+    setenv("MEMRA_CUDA_SMALL_GEMM", "0", 1); /* what main set for the backends made after */
+    const int64_t rs[3] = {4096, 512, 64};
+    check_prompt_multi_one(sg, "pmulti-small", t8, rs, 3, 2048, false);
+    check_prompt_multi_one(gpu, "pmulti", t8, rs, 3, 2048, true);
+    sg->destroy(sg);
+    check_prompt_multi_one(gpu_x3, "pmulti-f16x3", t30, r30, 3, 2048, false);
 }
 
 /* A prompt of P queries (positions 0..P-1) through attention_prompt on be
@@ -5429,6 +5560,7 @@ static void check_ops(int parts)
         check_gemm_prompt();
         check_moe_ffn();
         check_prompt_rows();
+        check_prompt_multi_all();
     }
     if (!(parts & PART_OPS))
         goto q8;
@@ -5525,6 +5657,7 @@ static void check_part_prompt(void)
     check_gemm_prompt();
     check_moe_ffn();
     check_prompt_rows();
+    check_prompt_multi_all();
 }
 
 int main(int argc, char **argv)
@@ -5651,7 +5784,7 @@ int main(int argc, char **argv)
         {"route", check_route_rank_all}, {"hybrid", check_part_hybrid}, {"tiles", check_x24_tiles},
         {"xmm", check_xmm_all},          {"xmmt", check_xmm_tiles}, {"xmp", check_xmp_all}, {"xmd", check_xmd_all},
         {"xmh", check_xmh_all},          {"dectc", check_attn_dec_tc},
-        {"multi", check_matmul_multi_all}, {"glu", check_glu_all},
+        {"multi", check_matmul_multi_all}, {"glu", check_glu_all}, {"pmulti", check_prompt_multi_all},
     };
     size_t pi = 0;
     while (pi < sizeof parts / sizeof parts[0] && strcmp(part, parts[pi].name)) pi++;

@@ -125,6 +125,11 @@ struct mr_cu_auto {
      * with MEMRA_CUDA_FUSE_MV; launches saved so far */
     int fuse_mv = 4;
     long mv_fused = 0;
+    /* consecutive prompt products over one input as one float16 GEMM
+     * (mr_cu_matmul_prompt_multi; MEMRA_CUDA_FUSE_PROMPT=0 turns it off);
+     * products that ran inside another's GEMM so far */
+    bool fuse_prompt = true;
+    long prompt_fused = 0;
     /* a K/V store of the keys qk_norm_rope just rotated joins its launch
      * (MEMRA_CUDA_FUSE_KV=0 turns it off) */
     bool fuse_kv = true;
@@ -440,19 +445,20 @@ static size_t scan_after_conv(mr_cu_auto *a, mr_backend *be, size_t j, float *co
 static size_t run_multi(mr_cu_auto *a, mr_backend *be, size_t i)
 {
     const rec_op &o = a->ops[i];
-    if ((!a->fuse_mv && !a->fuse_conv) || (o.op != OP_MATMUL && o.op != OP_MATMUL_ID))
+    const bool prompt = o.op == OP_MATMUL_PROMPT;
+    if (prompt ? !a->fuse_prompt : (!a->fuse_mv && !a->fuse_conv) || (o.op != OP_MATMUL && o.op != OP_MATMUL_ID))
         return 0;
     const mr_weight *w[MR_CU_MV_SUBS];
     float *y[MR_CU_MV_SUBS];
     size_t yn[MR_CU_MV_SUBS];
     size_t m = 0;
-    const size_t cap = a->fuse_mv > 1 ? (size_t)a->fuse_mv : 1;
+    const size_t cap = prompt ? MR_CU_MV_SUBS : a->fuse_mv > 1 ? (size_t)a->fuse_mv : 1;
     for (size_t j = i; j < a->ops.size() && m < cap && a->ops[j].op == o.op; j++) {
         const rec_op &p = a->ops[j];
         const mr_weight *pw;
         float *py;
         size_t ny, nx;
-        if (o.op == OP_MATMUL) {
+        if (o.op == OP_MATMUL || prompt) {
             auto &q = p.u.matmul, &f = o.u.matmul;
             if (q.x != f.x || q.n != f.n)
                 break;
@@ -469,7 +475,8 @@ static size_t run_multi(mr_cu_auto *a, mr_backend *be, size_t i)
             ny = (size_t)q.n * (size_t)q.k * (size_t)q.w->rows;
             nx = (size_t)q.n * (size_t)q.x_slots * (size_t)q.w->cols;
         }
-        if (!pw || (m && (pw->type != w[0]->type || pw->cols != w[0]->cols || pw->n_mats != w[0]->n_mats)))
+        /* a prompt GEMM dequantizes each matrix on its own: types may differ */
+        if (!pw || (m && ((!prompt && pw->type != w[0]->type) || pw->cols != w[0]->cols || pw->n_mats != w[0]->n_mats)))
             break;
         const void *x = o.op == OP_MATMUL ? (const void *)o.u.matmul.x : (const void *)o.u.matmul_id.x;
         bool clash = overlap(py, ny * sizeof(float), x, nx * sizeof(float));
@@ -490,6 +497,12 @@ static size_t run_multi(mr_cu_auto *a, mr_backend *be, size_t i)
             a->conv_fused++;
             return m + 1 + scan_after_conv(a, be, i + m + 1, y, yn, m, cv.y, cv.state, cv.channels, cv.k);
         }
+    }
+    if (prompt) {
+        if (m < 2 || !mr_cu_matmul_prompt_multi(be, w, y, (int)m, o.u.matmul.x, o.u.matmul.n))
+            return 0;
+        a->prompt_fused += (long)m - 1;
+        return m;
     }
     if (m < 2 || !a->fuse_mv)
         return 0;
@@ -1707,6 +1720,8 @@ void mr_cu_autograph_install(mr_backend *be)
     const char *fm = getenv("MEMRA_CUDA_FUSE_MV");
     c->ag->fuse_mv = fm && (!strcmp(fm, "0") || !strcmp(fm, "3")) ? atoi(fm) : 4;
     static_assert(MR_CU_MV_SUBS >= 4, "the kernels take the recorder's four products a launch");
+    const char *fp = getenv("MEMRA_CUDA_FUSE_PROMPT");
+    c->ag->fuse_prompt = !(fp && !strcmp(fp, "0"));
     const char *fk = getenv("MEMRA_CUDA_FUSE_KV");
     c->ag->fuse_kv = !(fk && !strcmp(fk, "0"));
     const char *fg = getenv("MEMRA_CUDA_FUSE_GLU");
@@ -1797,9 +1812,9 @@ void mr_cu_autograph_free(mr_backend *be)
                 "%ld matvec launches saved by sharing; %ld K/V stores in qk_norm_rope; %ld swiglus in their "
                 "products; %ld ops in mixture-layer tails; %ld gated norms in one launch; %ld convolutions in "
                 "their products; %ld sequences' convolutions and scans in shared launches; %ld scans with "
-                "their state loaded early\n",
+                "their state loaded early; %ld prompt products inside another's GEMM\n",
                 all, c->ag->fused, c->ag->mv_fused, c->ag->kv_fused, c->ag->glu_fused, c->ag->tail_fused,
-                c->ag->gnorm_fused, c->ag->conv_fused, c->ag->segs_fused, c->ag->scans_early);
+                c->ag->gnorm_fused, c->ag->conv_fused, c->ag->segs_fused, c->ag->scans_early, c->ag->prompt_fused);
         std::vector<std::pair<double, std::string>> v;
         for (auto &t : c->ag->totals) v.push_back({t.second.first, t.first});
         std::sort(v.rbegin(), v.rend());
@@ -1852,6 +1867,7 @@ extern "C" void mr_cu_autograph_fusions(mr_backend *be, mr_cu_fusions *f)
     if (!c->ag)
         return;
     f->mv = c->ag->mv_fused;
+    f->prompt = c->ag->prompt_fused;
     f->kv = c->ag->kv_fused;
     f->glu = c->ag->glu_fused;
     f->tail = c->ag->tail_fused;

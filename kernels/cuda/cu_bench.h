@@ -44,7 +44,7 @@ int mr_cu_busy(struct mr_backend *be, int reset, mr_cu_busy_stats *out);
  * last ops inside the add_rmsnorm after them (mr_cu_moe_tail), swiglus
  * gating an RMSNorm's rows inside its launch (mr_cu_rmsnorm_gate). */
 typedef struct mr_cu_fusions {
-    long mv, kv, glu, tail, gnorm, conv, segs, scan_early;
+    long mv, kv, glu, tail, gnorm, conv, segs, scan_early, prompt;
 } mr_cu_fusions;
 void mr_cu_autograph_fusions(struct mr_backend *be, mr_cu_fusions *f);
 /* Nodes (kernels, copies) of the last graph it captured; 0 before any. */

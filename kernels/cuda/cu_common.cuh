@@ -424,6 +424,12 @@ void mr_cu_swiglu(mr_backend *be, const float *gate, const float *up, float *out
  * cannot share one (cu_matmul.cu; the op recorder fuses q/k/v and gate/up). */
 bool mr_cu_matmul_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m,
                         const float *x, int n);
+/* The same for m prompt products (matmul_prompt calls, 2..MR_CU_MV_SUBS):
+ * one GEMM over the joined rows (mr_cu_matmul_gemm_multi); a row's result
+ * is a function of the joined shape, not of the tokens (the op recorder
+ * joins q/k/v and gate/up of a prompt chunk; MEMRA_CUDA_FUSE_PROMPT=0 off). */
+bool mr_cu_matmul_prompt_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m, const float *x,
+                               int n);
 /* One token's m (1..4) matmuls over x, then conv1d_silu(y[0], conv, state,
  * 1, rows of w[0], k, out), in one launch where the kernel those products
  * would run has that form (the 22-bit one, cu_fast.cuh
@@ -560,6 +566,10 @@ void mr_cu_prefer_float32(mr_backend *be);
 /* Drops the cached graphs (a scratch buffer they use was reallocated). */
 void mr_cu_autograph_forget(mr_cu_ctx *c);
 void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *y, int n);
+/* m (2..MR_CU_MV_SUBS) prompt products over one input as one float16 GEMM
+ * (cu_gemm.cu): false, nothing launched, where the shapes or the mode do not
+ * allow it (the caller then makes the m calls). */
+bool mr_cu_matmul_gemm_multi(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x, int n);
 /* Small prompt products in float32 (cu_sgemm.cu): whether mr_cu_matmul_gemm
  * sends w there (x3: in f16x3 mode). */
 void mr_cu_small_gemm_init(mr_cu_ctx *c);

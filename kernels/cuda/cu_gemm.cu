@@ -95,6 +95,7 @@
  * tensor-core kernels of cu_moemmp.cu instead, on the same grouping with
  * tiles of mr_cu_xmp_tile_tokens; so do IQ4_XS dense products in f16x3
  * mode (three input planes: float32-grade). */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -847,6 +848,112 @@ void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
         mr_cu_launch(c, k_scatter_rows, n, 256, 0, y, rows, nullptr, scale, y);
         MR_CU_LAUNCHED(c, "gemm scale");
     }
+}
+
+/* The outputs of a fused prompt product (mr_cu_matmul_gemm_multi): matrix
+ * s's rows are rows [off[s], off[s + 1]) of the joined result. */
+struct gm_split {
+    float *y[MR_CU_MV_SUBS];
+    int64_t off[MR_CU_MV_SUBS + 1];
+    int m;
+};
+
+/* Block (t, s): token t's rows of matrix s out of the joined result Y (R =
+ * off[m] floats a token) into y[s], times the token's row scale (a power of
+ * two: k_scatter_rows' product, so the same floats). */
+__global__ void k_split_rows(const float *Y, gm_split a, const float *scale)
+{
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    const int t = blockIdx.x, s = blockIdx.y;
+    float *y = a.y[0];
+    int64_t o0 = a.off[0], o1 = a.off[1];
+#pragma unroll
+    for (int u = 1; u < MR_CU_MV_SUBS; u++) /* unrolled selects: no local copy of the arrays */
+        if (u == s) y = a.y[u], o0 = a.off[u], o1 = a.off[u + 1];
+    const int64_t rows = o1 - o0;
+    const float sc = scale ? scale[t] : 1.0f;
+    const float *src = Y + (int64_t)t * a.off[a.m] + o0;
+    float *dst = y + (int64_t)t * rows;
+    for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) dst[r] = src[r] * sc;
+}
+
+/* Whether mr_cu_matmul_gemm_multi takes these m matrices: the float16 mode
+ * on k_hgemm, plain matrices of one width whose separate calls would each
+ * take the dequantize-and-GEMM path whole (not the float32 small products,
+ * not the int8 IQ4_XS path of f16x3, not cut into row chunks), their
+ * float16 copies together within the 128 MiB a call's scratch may hold.
+ * A rule on the shapes alone, so a prompt row meets the same kernel in
+ * every call. */
+static bool gemm_multi_ok(mr_cu_ctx *c, const mr_weight *const *w, int m, int64_t *total_rows)
+{
+    if (mode_of(c) != GEMM_F16 || c->hgemm_cublas || m < 2 || m > MR_CU_MV_SUBS)
+        return false;
+    const int64_t cols = w[0]->cols;
+    int64_t R = 0;
+    for (int s = 0; s < m; s++) {
+        const mr_weight *v = w[s];
+        if (!v || !v->data || v->cols != cols || v->n_mats > 1 || cols % 8 || mr_cu_small_gemm_takes(c, v, false))
+            return false;
+        R += v->rows;
+    }
+    *total_rows = R;
+    return R <= INT_MAX && R * cols * 2 <= ((int64_t)128 << 20);
+}
+
+/* m prompt products over one input as one float16 GEMM: x converted once,
+ * each matrix dequantized into its rows of one scratch block, one k_hgemm
+ * over the R joined rows (a 512-row k or v alone is 16 blocks of 128 x 128
+ * at 512 tokens, ~35 TFLOP/s: GPU-NOTES 127), then each matrix's rows out
+ * with the row scale.  A row's sum is k_hgemm's for that row of A and
+ * column of B, so q keeps the bits of its own call; matrices that called
+ * alone would have split their k (split_cols: 512-row k and v) are summed
+ * whole here, a rule of the joined shape.  False, nothing launched, where
+ * gemm_multi_ok refuses. */
+bool mr_cu_matmul_gemm_multi(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x, int n)
+{
+    int64_t R = 0;
+    if (n < 1 || !gemm_multi_ok(c, w, m, &R))
+        return false;
+    const gemm_mode md = GEMM_F16;
+    const int64_t cols = w[0]->cols;
+    float *scale;
+    const void *xg = prepare_x(c, md, x, cols, n, NULL, &scale);
+    if (!xg || !mr_cu_reserve(c, &c->scratch_w, (size_t)(R * cols) * 2, "matmul scratch"))
+        return true; /* the sticky error */
+    gm_split sp = {};
+    sp.m = m;
+    __half *A = (__half *)c->scratch_w.p;
+    for (int s = 0; s < m; s++) {
+        sp.y[s] = y[s];
+        sp.off[s + 1] = sp.off[s] + w[s]->rows;
+        dequant_mode(c, md, w[s]->type, (const uint8_t *)w[s]->data, 0, w[s]->row_bytes, cols, 0, w[s]->rows, 1,
+                     A + sp.off[s] * cols);
+    }
+    const int64_t kc = split_cols(md, R, cols);
+    const int nc = kc ? (int)(cols / kc) : 0;
+    const size_t joined = (size_t)n * (size_t)R;
+    if (!mr_cu_reserve(c, &c->scratch_split, (nc + 1) * joined * sizeof(float), "GEMM partial sums"))
+        return true;
+    float *Y = (float *)c->scratch_split.p + (size_t)nc * joined;
+    bool ok;
+    if (kc) {
+        float *part = (float *)c->scratch_split.p;
+        ok = mr_cu_hgemm(c, (int)R, n, (int)kc, 1.0f, A, (int)cols, kc, (const __half *)xg, (int)cols, kc, 0.0f, part,
+                         (int)R, (long long)joined, nc);
+        if (ok)
+            mr_cu_join_partials(c, part, nc, joined, Y);
+    } else {
+        ok = mr_cu_hgemm(c, (int)R, n, (int)cols, 1.0f, A, (int)cols, 0, (const __half *)xg, (int)cols, 0, 0.0f, Y,
+                         (int)R, 0, 1);
+    }
+    if (!ok) {
+        mr_cu_fail(c, "matmul: GEMM operands of %d joined products it cannot load", m);
+        return true;
+    }
+    mr_cu_launch(c, k_split_rows, dim3((unsigned)n, (unsigned)m), 256, 0, (const float *)Y, sp, (const float *)scale);
+    MR_CU_LAUNCHED(c, "gemm split");
+    return true;
 }
 
 template <int T>

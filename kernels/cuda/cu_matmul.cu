@@ -271,6 +271,19 @@ void mr_cu_matmul_prompt(mr_backend *be, const mr_weight *w, const float *x, flo
     mr_cu_matmul_gemm(c, w, x, y, n);
 }
 
+bool mr_cu_matmul_prompt_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m, const float *x,
+                               int n)
+{
+    mr_cu_ctx *c = mr_cu(be);
+    if (n <= 0 || m < 2 || m > MR_CU_MV_SUBS || c->failed)
+        return false;
+    for (int s = 0; s < m; s++)
+        if (!w[s] || !w[s]->data || !mr_cu_type_supported(w[s]->type) ||
+            (!mr_cu_plain_type(w[s]->type) && w[s]->cols % 32))
+            return false; /* quiet: the calls one by one report it */
+    return mr_cu_matmul_gemm_multi(c, w, y, m, x, n);
+}
+
 void mr_cu_matmul_id_prompt(mr_backend *be, const mr_weight *w, const float *x, int x_slots,
                             const int32_t *ids, int k, float *y, int n)
 {

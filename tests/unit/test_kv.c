@@ -432,20 +432,32 @@ END_TEST
  * at most 2 rows and to the decode attention, the prompt rows to the prompt
  * ops in one product (12 rows) and one attention call per segment; the
  * output head takes all 10 output rows (3 generated, 7 of the prompt) on
- * matmul in products of at most 2 rows; every row's logits equal its solo
- * run's, and a generated item after a prompt item is refused. */
+ * matmul in products of at most 2 rows; a layer's q/k/v over the generated
+ * rows all come before any of them over the prompt rows; every row's logits
+ * equal its solo run's, and a generated item after a prompt item is
+ * refused. */
 static mr_backend real_ops;
 static int mm_gen_max, mm_prompt_bad, mm_prompt_calls, att_gen_bad, att_prompt_calls, att_prompt_bad,
     att_prompt_deep, mm_head_rows, mm_ffn_calls, n_vocab_rows;
+/* the order of the product calls: layer 0's v over the generated rows and
+ * its q over the prompt rows (mr_fwd_matmuls asks for every generated part
+ * of q/k/v before any prompt part, so a backend sees each kind back to back) */
+static int mm_seq, mm_gen_v0_at, mm_prompt_q0_at;
+
+static bool named(const mr_weight *w, const char *name) { return w->name && !strcmp(w->name, name); }
 
 static void count_matmul(mr_backend *b, const mr_weight *w, const float *x, float *y, int n)
 {
+    mm_seq++;
+    if (named(w, "blk.0.attn_v.weight") && !mm_gen_v0_at) mm_gen_v0_at = mm_seq;
     mm_gen_max = n > mm_gen_max ? n : mm_gen_max;
     mm_head_rows += w->rows == n_vocab_rows ? n : 0; /* the output head: the only product as tall as the vocabulary */
     real_ops.matmul(b, w, x, y, n);
 }
 static void count_matmul_prompt(mr_backend *b, const mr_weight *w, const float *x, float *y, int n)
 {
+    mm_seq++;
+    if (named(w, "blk.0.attn_q.weight") && !mm_prompt_q0_at) mm_prompt_q0_at = mm_seq;
     mm_prompt_calls++;
     mm_prompt_bad += n != 12 || w->rows == n_vocab_rows;
     real_ops.matmul(b, w, x, y, n);
@@ -545,7 +557,10 @@ START_TEST(rows_routed_by_kind)
     it[4] = (mr_batch_item){.seq = sq[4], .tokens = p[4] + 2, .n = 5, .mode = MR_LOGITS_NONE};
     mm_gen_max = mm_prompt_bad = mm_prompt_calls = att_gen_bad = att_prompt_calls = att_prompt_bad = 0;
     att_prompt_deep = mm_head_rows = mm_ffn_calls = 0;
+    mm_seq = mm_gen_v0_at = mm_prompt_q0_at = 0;
     ck_assert_msg(mr_model_forward_batch(model, it, 5, &err) == 0, "%s", err.msg);
+    ck_assert_int_gt(mm_gen_v0_at, 0);
+    ck_assert_int_gt(mm_prompt_q0_at, mm_gen_v0_at);
     ck_assert_int_le(mm_gen_max, 2);
     ck_assert_int_eq(mm_head_rows, 10);
     ck_assert_int_gt(mm_prompt_calls, 0);

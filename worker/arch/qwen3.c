@@ -64,9 +64,9 @@ static void attention_block(mr_model *m, const mr_fwd_seg *segs, int n_segs, int
     mr_scratch *sc = &m->sc;
 
     be->rmsnorm(be, sc->x, L->attn_norm, sc->xn, n, hp->n_embd, hp->rms_eps);
-    mr_fwd_matmul(m, &L->wq, sc->xn, sc->q, n);
-    mr_fwd_matmul(m, &L->wk, sc->xn, sc->k, n);
-    mr_fwd_matmul(m, &L->wv, sc->xn, sc->v, n);
+    const mr_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    float *const qkv_out[3] = {sc->q, sc->k, sc->v};
+    mr_fwd_matmuls(m, qkv, qkv_out, 3, sc->xn, n);
     mr_qwen3_attend(m, L, &m->kv, il, segs, n_segs, n);
     mr_fwd_matmul(m, &L->wo, sc->att, sc->proj, n);
     be->add(be, sc->x, sc->proj, (size_t)n * (size_t)hp->n_embd);
@@ -76,8 +76,9 @@ void mr_qwen3_dense_ffn(mr_model *m, const mr_layer *L, int n)
 {
     mr_backend *be = m->be;
     mr_scratch *sc = &m->sc;
-    mr_fwd_matmul(m, &L->ffn_gate, sc->xn, sc->gate, n);
-    mr_fwd_matmul(m, &L->ffn_up, sc->xn, sc->up, n);
+    const mr_weight *gu[2] = {&L->ffn_gate, &L->ffn_up};
+    float *const gu_out[2] = {sc->gate, sc->up};
+    mr_fwd_matmuls(m, gu, gu_out, 2, sc->xn, n);
     be->swiglu(be, sc->gate, sc->up, sc->gate, (size_t)n * (size_t)m->hp.n_ff);
     mr_fwd_matmul(m, &L->ffn_down, sc->gate, sc->proj, n);
 }

@@ -368,9 +368,9 @@ static void full_attention(mr_model *m, const mr_layer *L, mr_kv_cache *kv, int 
 
     /* the three products back to back (one launch where the backend shares
      * them), then the query halves of the [q | gate] rows */
-    mr_fwd_matmul(m, &L->wq, sc->xn, q->qf, n);
-    mr_fwd_matmul(m, &L->wk, sc->xn, sc->k, n);
-    mr_fwd_matmul(m, &L->wv, sc->xn, sc->v, n);
+    const mr_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    float *const qkv_out[3] = {q->qf, sc->k, sc->v};
+    mr_fwd_matmuls(m, qkv, qkv_out, 3, sc->xn, n);
     be->copy_2d(be, sc->q, hd, q->qf, 2 * hd, rows, hd);
     mr_qwen3_attend(m, L, kv, kv_layer, segs, n_segs, n);
     /* output gate: the second half of each head's [q | gate] row */
@@ -445,8 +445,9 @@ static void moe_ffn(mr_model *m, const mr_layer *L, const mr_q35_layer *Q, int n
     struct mr_q35 *q = m->q35;
     mr_scratch *sc = &m->sc;
 
-    mr_fwd_matmul(m, &Q->sh_gate, sc->xn, q->sh_gate, n);
-    mr_fwd_matmul(m, &Q->sh_up, sc->xn, q->sh_up, n);
+    const mr_weight *gu[2] = {&Q->sh_gate, &Q->sh_up};
+    float *const gu_out[2] = {q->sh_gate, q->sh_up};
+    mr_fwd_matmuls(m, gu, gu_out, 2, sc->xn, n);
     be->swiglu(be, q->sh_gate, q->sh_up, q->sh_gate, (size_t)n * (size_t)hp->n_ff_shexp);
     mr_fwd_matmul(m, &Q->sh_down, q->sh_gate, q->sh_out, n);
     mr_qwen3_moe_router(m, L, n);
