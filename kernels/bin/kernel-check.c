@@ -2601,7 +2601,8 @@ static void check_attn_streams(const char *op, mr_backend *be0, mr_backend *be1,
  *  - a bfloat16 cache and the float32 reference mode keep the float kernel
  *    (the same bits as without the switch);
  *  - the same for blocks of a whole group of 8 heads (..._G8), and a group
- *    of 4 untouched by it;
+ *    of 4 untouched by it; G8 (every call, and =batch: calls of 2+ rows)
+ *    against blocks of 4 bit for bit (the same splits);
  *  - decode rows of streams sharing prefixes (check_attn_streams), the
  *    wave against the grid, and with a batch's tokens of one prefix in
  *    pairs against without (MEMRA_CUDA_ATTN_PAIR=0);
@@ -2700,6 +2701,26 @@ static void check_attn_dec_tc(void)
     nopair->destroy(nopair);
     check_attn_streams("dec-tc-g8-streams", g8, g8grid, 32, 4, 128, 4096, 768, 16, 2);
     check_attn_streams("dec-tc-g8-streams", g8, g8grid, 16, 2, 256, 4096, 300, 8, 1);
+    /* blocks of 8 heads keep the splits of blocks of 4, so a row's bits are
+     * gb 4's: G8 against the default (one token, batches, past the
+     * contexts where the split count decides the slices: 20,000 and 70,000
+     * positions), and =batch (G8 for calls of 2+ rows) the same ways */
+    static const struct { int heads, kvh, hd, P, n; } g4s[] = {
+        {32, 4, 128, 300, 1},  {32, 4, 128, 4900, 16}, {32, 4, 128, 20000, 1}, {32, 4, 128, 20000, 3},
+        {16, 2, 256, 5000, 4}, {16, 2, 256, 70000, 1}, {8, 1, 64, 700, 3},
+    };
+    mr_backend *g8b = backend_with2("MEMRA_CUDA_ATTN_DEC_TC", "0", "MEMRA_CUDA_ATTN_DEC_TC_G8", "batch");
+    for (size_t i = 0; i < sizeof g4s / sizeof g4s[0]; i++) {
+        check_attn_pair("dec-tc-g8-vs-g4", g8, tc, g4s[i].heads, g4s[i].kvh, g4s[i].hd, g4s[i].P, g4s[i].n,
+                        MR_KV_F16);
+        check_attn_pair("dec-tc-g8b-vs-g4", g8b, tc, g4s[i].heads, g4s[i].kvh, g4s[i].hd, g4s[i].P, g4s[i].n,
+                        MR_KV_F16);
+    }
+    check_attn_alone("dec-tc-g8b-alone", g8b, 32, 4, 128, 300, 16, MR_KV_F16);
+    check_attn_alone("dec-tc-g8b-alone", g8b, 16, 2, 256, 5000, 9, MR_KV_F16);
+    check_attn_streams("dec-tc-g8b-streams", g8b, tc, 32, 4, 128, 4096, 768, 16, 2);
+    check_attn_streams("dec-tc-g8b-streams", g8b, tc, 16, 2, 256, 4096, 300, 8, 1);
+    g8b->destroy(g8b);
     g8grid->destroy(g8grid);
     g8->destroy(g8);
     /* the cut before (MEMRA_CUDA_ATTN_GRAN=0): float64 host math, alone,

@@ -1522,15 +1522,6 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
     int gb = G % 4 == 0 ? 4 : G % 2 == 0 ? 2 : 1;
     if (!c->attn_gqa || (D != 32 && D != 64 && D != 128 && D != 256) || gb > D / 8)
         gb = 0;
-    /* every row on the tensor cores (ag_split_tc alone): with
-     * MEMRA_CUDA_ATTN_DEC_TC_G8 a block takes a whole group of 8 heads,
-     * all the columns of its MMAs, so each K/V tile serves 8 heads (other
-     * splits, so other sums than gb 4: a function of the model, the card and
-     * the switches still) */
-    const int tcf = gb ? dec_tc_from(c, kv) : INT_MAX;
-    const bool g8 = tcf == 0 && c->attn_dec_tc_g8 && G % 8 == 0;
-    if (g8)
-        gb = 8;
     /* Splits: per-head kernel, enough for one token's heads to cover the
      * SMs four times; grouped kernel, one wave of resident blocks for a
      * token (a second, partial wave would double a deep context's time).
@@ -1538,6 +1529,18 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
      * the count is not a function of n: see attn_chunk.  Capped so scratch
      * stays small. */
     int n_split = gb ? AG_BLOCKS_PER_SM * c->n_sm / (n_heads / gb) : (4 * c->n_sm + n_heads - 1) / n_heads;
+    /* every row on the tensor cores (ag_split_tc alone): with
+     * MEMRA_CUDA_ATTN_DEC_TC_G8 a block takes a whole group of 8 heads,
+     * all the columns of its MMAs, so each K/V tile serves 8 heads.  A
+     * column's sums read that column alone (as the pairs' do), and the
+     * splits stay gb 4's (n_split above), so a row gets the bits of gb 4:
+     * =batch takes it for calls of 2+ rows only (a lone token near the
+     * start of a context is faster in blocks of 4, a decode batch in blocks
+     * of 8: GPU-NOTES 142), without a row's result depending on its call. */
+    const int tcf = gb ? dec_tc_from(c, kv) : INT_MAX;
+    const bool g8 = tcf == 0 && G % 8 == 0 && (c->attn_dec_tc_g8 == 1 || (c->attn_dec_tc_g8 == 2 && n >= 2));
+    if (g8)
+        gb = 8;
     if (n_split < 1) n_split = 1;
     if (n_split > (gb ? 128 : 32)) n_split = gb ? 128 : 32;
     /* sized for at least 64 tokens, so that decode batches growing step by
