@@ -2659,6 +2659,7 @@ static void check_attn_dec_tc(void)
     setenv("MEMRA_CUDA_ATTN_LOOP", "0", 1);
     mr_backend *g8grid = backend_with2("MEMRA_CUDA_ATTN_DEC_TC", "0", "MEMRA_CUDA_ATTN_DEC_TC_G8", "1");
     unsetenv("MEMRA_CUDA_ATTN_LOOP");
+    setenv("MEMRA_CUDA_ATTN_DEC_TC_G8", "0", 1); /* main's setting, for the backends made after */
     static const struct { int heads, kvh, hd, P, n; } gs[] = {
         {32, 4, 128, 1, 1}, {32, 4, 128, 100, 5}, {32, 4, 128, 4900, 16}, {32, 4, 128, 20000, 1},
         {16, 2, 256, 17, 2}, {16, 2, 256, 5000, 4}, {8, 1, 64, 700, 3},
@@ -2707,9 +2708,13 @@ static void check_attn_dec_tc(void)
      * positions), and =batch (G8 for calls of 2+ rows) the same ways */
     static const struct { int heads, kvh, hd, P, n; } g4s[] = {
         {32, 4, 128, 300, 1},  {32, 4, 128, 4900, 16}, {32, 4, 128, 20000, 1}, {32, 4, 128, 20000, 3},
-        {16, 2, 256, 5000, 4}, {16, 2, 256, 70000, 1}, {8, 1, 64, 700, 3},
+        {16, 2, 256, 5000, 4}, {16, 2, 256, 40000, 1}, {16, 2, 256, 40000, 2}, {8, 1, 64, 700, 3},
     };
+    /* =batch, and the default (the variable unset): the same rule */
     mr_backend *g8b = backend_with2("MEMRA_CUDA_ATTN_DEC_TC", "0", "MEMRA_CUDA_ATTN_DEC_TC_G8", "batch");
+    unsetenv("MEMRA_CUDA_ATTN_DEC_TC_G8");
+    mr_backend *g8d = backend_with("MEMRA_CUDA_ATTN_DEC_TC", "0");
+    setenv("MEMRA_CUDA_ATTN_DEC_TC_G8", "0", 1);
     for (size_t i = 0; i < sizeof g4s / sizeof g4s[0]; i++) {
         check_attn_pair("dec-tc-g8-vs-g4", g8, tc, g4s[i].heads, g4s[i].kvh, g4s[i].hd, g4s[i].P, g4s[i].n,
                         MR_KV_F16);
@@ -2720,6 +2725,9 @@ static void check_attn_dec_tc(void)
     check_attn_alone("dec-tc-g8b-alone", g8b, 16, 2, 256, 5000, 9, MR_KV_F16);
     check_attn_streams("dec-tc-g8b-streams", g8b, tc, 32, 4, 128, 4096, 768, 16, 2);
     check_attn_streams("dec-tc-g8b-streams", g8b, tc, 16, 2, 256, 4096, 300, 8, 1);
+    check_attn_pair("dec-tc-g8-default", g8d, tc, 32, 4, 128, 4900, 16, MR_KV_F16);
+    check_attn_alone("dec-tc-g8-default-alone", g8d, 32, 4, 128, 300, 16, MR_KV_F16);
+    g8d->destroy(g8d);
     g8b->destroy(g8b);
     g8grid->destroy(g8grid);
     g8->destroy(g8);
@@ -5705,6 +5713,10 @@ int main(int argc, char **argv)
     /* and the float decode kernels for dense Q4_K products, whose int8
      * tensor-core kernels (the default) have the part "xmd" */
     setenv("MEMRA_CUDA_XMD", "0", 1);
+    /* and decode attention in blocks of at most 4 heads in every call: the
+     * default's blocks of 8 for batches (the same bits) are checked against
+     * them in the part "dectc", and the pairs' lines need blocks of 4 */
+    setenv("MEMRA_CUDA_ATTN_DEC_TC_G8", "0", 1);
     /* the float32 decode kernels, whatever the caller's environment; the
      * int8-activation backends are made below */
     setenv("MEMRA_CUDA_MATVEC", "f32", 1);

@@ -1534,9 +1534,10 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
      * all the columns of its MMAs, so each K/V tile serves 8 heads.  A
      * column's sums read that column alone (as the pairs' do), and the
      * splits stay gb 4's (n_split above), so a row gets the bits of gb 4:
-     * =batch takes it for calls of 2+ rows only (a lone token near the
-     * start of a context is faster in blocks of 4, a decode batch in blocks
-     * of 8: GPU-NOTES 142), without a row's result depending on its call. */
+     * by default (=batch) calls of 2+ rows only take it (a lone token near
+     * the start of a context is faster in blocks of 4, a decode batch in
+     * blocks of 8: GPU-NOTES 142), without a row's result depending on its
+     * call. */
     const int tcf = gb ? dec_tc_from(c, kv) : INT_MAX;
     const bool g8 = tcf == 0 && G % 8 == 0 && (c->attn_dec_tc_g8 == 1 || (c->attn_dec_tc_g8 == 2 && n >= 2));
     if (g8)

@@ -156,10 +156,11 @@ struct mr_cu_ctx {
                                fewer heads leaves zero (cu_attn.cu ag_split_tc; the same bits;
                                MEMRA_CUDA_ATTN_PAIR=0 off) */
     int attn_dec_tc_g8;     /* where every decode row takes it (attn_dec_tc 0, attn_tc_from 0) and a K/V
-                               head serves a multiple of 8 query heads, a block takes 8 of them: 1
-                               in every call, 2 in calls of 2+ rows (decode batches), 0 never
-                               (MEMRA_CUDA_ATTN_DEC_TC_G8=1 / batch / 0); the splits are gb 4's, so
-                               a row's sums are the same either way (cu_attn.cu attention_launch) */
+                               head serves a multiple of 8 query heads, a block takes 8 of them: 2
+                               in calls of 2+ rows (decode batches; the default, =batch), 1 in every
+                               call, 0 never (MEMRA_CUDA_ATTN_DEC_TC_G8=1 / 0); the splits are gb
+                               4's, so a row's sums are the same either way (cu_attn.cu
+                               attention_launch) */
     int attn_chunk;         /* the positions of that kernel's slices (0: from one round of its warps
                                up to 64 with the context, cu_attn.cu ag_cut; MEMRA_CUDA_ATTN_CHUNK=N:
                                at least N, the rule before run 187 at 16; other sums) */

@@ -643,10 +643,12 @@ k_attn_prefill_wmma(const void *K, const void *V, const int32_t *table, const fl
  * 5.7-6.8x above was measured on it).  MEMRA_CUDA_ATTN_DEC_TC=N: decode
  * rows of a float16 cache at position N or later take the tensor cores too
  * (cu_attn.cu ag_split_tc); unset: N = 0, every row; =off: the float kernel;
- * where every row takes them, MEMRA_CUDA_ATTN_DEC_TC_G8=1 gives a block 8
- * query heads of a K/V head in every call, =batch in calls of 2+ rows (the
- * same splits, so the same bits as blocks of 4: GPU-NOTES 142; a lone
- * token at the start of a context is faster in blocks of 4, run 302).  MEMRA_CUDA_ATTN_PAIR=0: a
+ * where every row takes them, a block takes 8 query heads of a K/V head in
+ * calls of 2+ rows (the default, =batch), in every call
+ * (MEMRA_CUDA_ATTN_DEC_TC_G8=1) or never (=0): the same splits, so the same
+ * bits as blocks of 4 (GPU-NOTES 142; run 303, H100: C = 16 with 512-token
+ * prompts +1.4%, the shared prefix +1.9%, decode only -0.3%; a lone token
+ * at the start of a context is faster in blocks of 4, run 302).  MEMRA_CUDA_ATTN_PAIR=0: a
  * decode batch's tokens of one prefix no longer share a block's K/V tiles
  * (cu_attn.cu ag_split_tc; the same bits either way; run 296, H100: 16
  * streams sharing 4,096 positions 91.1 -> 69.1 us, the shared-prefix
@@ -683,7 +685,7 @@ void mr_cu_attn_init(mr_cu_ctx *c)
         return;
     c->attn_dec_tc = (int)dt;
     const char *g8 = getenv("MEMRA_CUDA_ATTN_DEC_TC_G8");
-    c->attn_dec_tc_g8 = !g8 || !strcmp(g8, "0") ? 0 : !strcmp(g8, "batch") ? 2 : 1;
+    c->attn_dec_tc_g8 = g8 && !strcmp(g8, "0") ? 0 : g8 && !strcmp(g8, "1") ? 1 : 2;
     mr_cu_attn_dec_init(c);
     const char *ps = getenv("MEMRA_CUDA_PF_SPLIT");
     c->pf_split = !(ps && !strcmp(ps, "0")); /* float32 prompt kernel (cu_attn.cu) */
