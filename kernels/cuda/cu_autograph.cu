@@ -478,7 +478,7 @@ static size_t run_multi(mr_cu_auto *a, mr_backend *be, size_t i)
         /* a prompt GEMM dequantizes each matrix on its own: types may differ */
         if (!pw || (m && ((!prompt && pw->type != w[0]->type) || pw->cols != w[0]->cols || pw->n_mats != w[0]->n_mats)))
             break;
-        const void *x = o.op == OP_MATMUL ? (const void *)o.u.matmul.x : (const void *)o.u.matmul_id.x;
+        const void *x = o.op == OP_MATMUL || prompt ? (const void *)o.u.matmul.x : (const void *)o.u.matmul_id.x;
         bool clash = overlap(py, ny * sizeof(float), x, nx * sizeof(float));
         if (o.op == OP_MATMUL_ID)
             clash |= overlap(py, ny * sizeof(float), o.u.matmul_id.ids, sizeof(int32_t));
