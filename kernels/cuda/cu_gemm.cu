@@ -771,6 +771,10 @@ static void dequant_mode(mr_cu_ctx *c, gemm_mode md, int type, const uint8_t *W,
         dequant_launch(c, type, W, mat_bytes, row_bytes, cols, r0, nr, mats, (float *)out);
 }
 
+/* Bytes of dequantized weights a prompt product holds in scratch at once
+ * (a matrix past it runs in row chunks). */
+#define GEMM_SCRATCH_W ((int64_t)128 << 20)
+
 /* Columns a partial sum of a float16 GEMM for a matrix of this shape, or 0
  * (k in one accumulator).  k_hgemm walks all of k in sequence a block, and
  * a matrix of few rows makes few blocks for a prompt: the 30B-A3B's 512 x
@@ -785,6 +789,26 @@ static int64_t split_cols(gemm_mode md, int64_t rows, int64_t cols)
         return 0;
     const int64_t kc = rows <= 512 ? 512 : rows <= 2048 ? 1024 : 0;
     return kc && cols > kc && cols % kc == 0 ? kc : 0;
+}
+
+/* y (n x rows, column-major C: ldc rows) = the float16 product of A (rows
+ * x cols, the dequantized weights) and the tokens xg, k whole (kc 0) or in
+ * split_cols' chunks of kc columns whose partial sums (part: cols / kc x n x
+ * rows floats, the caller's scratch) are joined in chunk order.  False
+ * where k_hgemm cannot load the operands. */
+static bool hgemm_by_shape(mr_cu_ctx *c, const __half *A, int64_t rows, int64_t cols, const __half *xg, int n,
+                           int64_t kc, float *part, float *y)
+{
+    if (!kc)
+        return mr_cu_hgemm(c, (int)rows, n, (int)cols, 1.0f, A, (int)cols, 0, xg, (int)cols, 0, 0.0f, y, (int)rows, 0,
+                           1);
+    const int nc = (int)(cols / kc);
+    const size_t each = (size_t)n * (size_t)rows;
+    if (!mr_cu_hgemm(c, (int)rows, n, (int)kc, 1.0f, A, (int)cols, kc, xg, (int)cols, kc, 0.0f, part, (int)rows,
+                     (long long)each, nc))
+        return false;
+    mr_cu_join_partials(c, part, nc, each, y);
+    return true;
 }
 
 /* y[n][rows] = x[n][cols] * W^T for a plain matrix. */
@@ -813,7 +837,7 @@ void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
     const void *xg = prepare_x(c, md, x, cols, n, NULL, &scale);
     if (!xg)
         return;
-    int64_t chunk = ((int64_t)128 << 20) / (cols * (int64_t)eb); /* 128 MiB of weight tiles */
+    int64_t chunk = GEMM_SCRATCH_W / (cols * (int64_t)eb);
     if (chunk < 1) chunk = 1;
     if (chunk > rows) chunk = rows;
     if (!mr_cu_reserve(c, &c->scratch_w, (size_t)(chunk * cols) * eb, "matmul scratch"))
@@ -824,14 +848,12 @@ void mr_cu_matmul_gemm(mr_cu_ctx *c, const mr_weight *w, const float *x, float *
         const int nc = (int)(cols / kc);
         if (!mr_cu_reserve(c, &c->scratch_split, (size_t)nc * n * rows * sizeof(float), "GEMM partial sums"))
             return;
-        float *part = (float *)c->scratch_split.p;
         dequant_mode(c, md, w->type, W, 0, w->row_bytes, cols, 0, rows, 1, c->scratch_w.p);
-        if (!mr_cu_hgemm(c, (int)rows, n, (int)kc, 1.0f, (const __half *)c->scratch_w.p, (int)cols, kc,
-                         (const __half *)xg, (int)cols, kc, 0.0f, part, (int)rows, (long long)n * rows, nc)) {
+        if (!hgemm_by_shape(c, (const __half *)c->scratch_w.p, rows, cols, (const __half *)xg, n, kc,
+                            (float *)c->scratch_split.p, y)) {
             mr_cu_fail(c, "%s: GEMM operands the split cannot load", w->name ? w->name : "matmul");
             return;
         }
-        mr_cu_join_partials(c, part, nc, (size_t)n * rows, y);
     } else {
         /* each chunk's k_dequant rewrites the scratch the previous chunk's
          * GEMM read: launched with PDL it may start early, but its
@@ -882,7 +904,7 @@ __global__ void k_split_rows(const float *Y, gm_split a, const float *scale)
  * on k_hgemm, plain matrices of one width whose separate calls would each
  * take the dequantize-and-GEMM path whole (not the float32 small products,
  * not the int8 IQ4_XS path of f16x3, not cut into row chunks), their
- * float16 copies together within the 128 MiB a call's scratch may hold.
+ * float16 copies together within GEMM_SCRATCH_W.
  * A rule on the shapes alone, so a prompt row meets the same kernel in
  * every call. */
 static bool gemm_multi_ok(mr_cu_ctx *c, const mr_weight *const *w, int m, int64_t *total_rows)
@@ -898,7 +920,7 @@ static bool gemm_multi_ok(mr_cu_ctx *c, const mr_weight *const *w, int m, int64_
         R += v->rows;
     }
     *total_rows = R;
-    return R <= INT_MAX && R * cols * 2 <= ((int64_t)128 << 20);
+    return R <= INT_MAX && R * cols * 2 <= GEMM_SCRATCH_W;
 }
 
 /* m prompt products over one input as one float16 GEMM: x converted once,
@@ -935,19 +957,8 @@ bool mr_cu_matmul_gemm_multi(mr_cu_ctx *c, const mr_weight *const *w, float *con
     const size_t joined = (size_t)n * (size_t)R;
     if (!mr_cu_reserve(c, &c->scratch_split, (nc + 1) * joined * sizeof(float), "GEMM partial sums"))
         return true;
-    float *Y = (float *)c->scratch_split.p + (size_t)nc * joined;
-    bool ok;
-    if (kc) {
-        float *part = (float *)c->scratch_split.p;
-        ok = mr_cu_hgemm(c, (int)R, n, (int)kc, 1.0f, A, (int)cols, kc, (const __half *)xg, (int)cols, kc, 0.0f, part,
-                         (int)R, (long long)joined, nc);
-        if (ok)
-            mr_cu_join_partials(c, part, nc, joined, Y);
-    } else {
-        ok = mr_cu_hgemm(c, (int)R, n, (int)cols, 1.0f, A, (int)cols, 0, (const __half *)xg, (int)cols, 0, 0.0f, Y,
-                         (int)R, 0, 1);
-    }
-    if (!ok) {
+    float *part = (float *)c->scratch_split.p, *Y = part + (size_t)nc * joined;
+    if (!hgemm_by_shape(c, A, R, cols, (const __half *)xg, n, kc, part, Y)) {
         mr_cu_fail(c, "matmul: GEMM operands of %d joined products it cannot load", m);
         return true;
     }

@@ -189,6 +189,18 @@ static bool weight_ok(mr_cu_ctx *c, const mr_weight *w, const char *op)
     return true;
 }
 
+/* Whether the m weights are present, of types the backend takes, in whole
+ * blocks: weight_ok's rule, quiet (a caller that joins calls leaves a bad
+ * weight to the one-by-one call that reports it). */
+static bool weights_usable(const mr_weight *const *w, int m)
+{
+    for (int s = 0; s < m; s++)
+        if (!w[s] || !w[s]->data || !mr_cu_type_supported(w[s]->type) ||
+            (!mr_cu_plain_type(w[s]->type) && w[s]->cols % 32))
+            return false;
+    return true;
+}
+
 void mr_cu_matmul(mr_backend *be, const mr_weight *w, const float *x, float *y, int n)
 {
     mr_cu_ctx *c = mr_cu(be);
@@ -275,12 +287,8 @@ bool mr_cu_matmul_prompt_multi(mr_backend *be, const mr_weight *const *w, float 
                                int n)
 {
     mr_cu_ctx *c = mr_cu(be);
-    if (n <= 0 || m < 2 || m > MR_CU_MV_SUBS || c->failed)
+    if (n <= 0 || m < 2 || m > MR_CU_MV_SUBS || c->failed || !weights_usable(w, m))
         return false;
-    for (int s = 0; s < m; s++)
-        if (!w[s] || !w[s]->data || !mr_cu_type_supported(w[s]->type) ||
-            (!mr_cu_plain_type(w[s]->type) && w[s]->cols % 32))
-            return false; /* quiet: the calls one by one report it */
     return mr_cu_matmul_gemm_multi(c, w, y, m, x, n);
 }
 
@@ -348,11 +356,8 @@ void mr_cu_matmul_id(mr_backend *be, const mr_weight *w, const float *x, int x_s
  * one-by-one call that follows. */
 static bool multi_ok(mr_cu_ctx *c, const mr_weight *const *w, int m, const float *x)
 {
-    if (c->matvec_q8 || c->failed)
+    if (c->matvec_q8 || c->failed || !weights_usable(w, m))
         return false;
-    for (int s = 0; s < m; s++)
-        if (!w[s] || !w[s]->data || !mr_cu_type_supported(w[s]->type))
-            return false;
     return mr_cu_xmd_takes(c, w, m) || mr_cu_x24_takes(c, w, m, x) >= 0;
 }
 
