@@ -650,9 +650,12 @@ k_attn_prefill_wmma(const void *K, const void *V, const int32_t *table, const fl
  * prompts +1.4%, the shared prefix +1.9%, decode only -0.3%; a lone token
  * at the start of a context is faster in blocks of 4, run 302).  MEMRA_CUDA_ATTN_PAIR=0: a
  * decode batch's tokens of one prefix no longer share a block's K/V tiles
- * (cu_attn.cu ag_split_tc; the same bits either way; run 296, H100: 16
- * streams sharing 4,096 positions 91.1 -> 69.1 us, the shared-prefix
- * shape +4.4% req/s, decode without shared blocks the same).  The kernels need more than the default 48
+ * where a block holds 4 heads or fewer (the 8B's groups; the 30B-A3B's and
+ * 35B-A3B's batches take blocks of 8 by default, whose columns are full);
+ * cu_attn.cu ag_split_tc; the same bits either way; run 296, H100, blocks
+ * of 4 on the 30B-A3B: 16 streams sharing 4,096 positions 91.1 -> 69.1 us,
+ * the shared-prefix shape +4.4% req/s, decode without shared blocks the
+ * same.  The kernels need more than the default 48
  * KiB of dynamic shared memory; the limit is raised here once, outside any
  * graph capture, and only when they may run. */
 void mr_cu_attn_init(mr_cu_ctx *c)
