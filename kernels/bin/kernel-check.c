@@ -426,6 +426,23 @@ static void check_get_rows(const tdesc *td, int64_t cols, int64_t rows, int n)
     tw_free(&w);
 }
 
+/* ref[t][r] = row r of the host blocks (rb bytes a row) times x row t, in
+ * float64 on the host-decoded weights, for n rows of x. */
+static void ref_plain(const tdesc *td, const uint8_t *host, size_t rb, int64_t cols, int64_t rows, const float *x,
+                      int n, double *ref)
+{
+    float *wr = malloc(cols * 4);
+    for (int64_t r = 0; r < rows; r++) {
+        deq_row(td, host + (size_t)r * rb, cols, wr);
+        for (int t = 0; t < n; t++) {
+            double s = 0;
+            for (int64_t c = 0; c < cols; c++) s += (double)wr[c] * x[t * cols + c];
+            ref[t * rows + r] = s;
+        }
+    }
+    free(wr);
+}
+
 /* y = W x on the GPU (fast and generic kernels) and the CPU backend, each
  * against float64 math on the host-decoded weights. */
 static void check_matmul(const tdesc *td, int64_t cols, int64_t rows, int n)
@@ -436,15 +453,7 @@ static void check_matmul(const tdesc *td, int64_t cols, int64_t rows, int n)
     float *x = malloc(xn * 4);
     for (size_t i = 0; i < xn; i++) x[i] = fgauss();
     double *ref = calloc(yn, 8);
-    float *wr = malloc(cols * 4);
-    for (int64_t r = 0; r < rows; r++) {
-        deq_row(td, w.host + r * w.g.row_bytes, cols, wr);
-        for (int t = 0; t < n; t++) {
-            double s = 0;
-            for (int64_t c = 0; c < cols; c++) s += (double)wr[c] * x[t * cols + c];
-            ref[t * rows + r] = s;
-        }
-    }
+    ref_plain(td, w.host, w.g.row_bytes, cols, rows, x, n, ref);
     char shape[64];
     snprintf(shape, sizeof shape, "%s %lldx%lld n=%d", td->name, (long long)rows, (long long)cols, n);
     float *y = malloc(yn * 4);
@@ -480,7 +489,7 @@ static void check_matmul(const tdesc *td, int64_t cols, int64_t rows, int n)
         be->free(be, dx);
         be->free(be, dy);
     }
-    free(x); free(ref); free(wr); free(y);
+    free(x); free(ref); free(y);
     tw_free(&w);
 }
 
@@ -1910,21 +1919,12 @@ static void check_prompt_multi_one(mr_backend *be, const char *label, const int 
                 const size_t rb = (size_t)(cols / td->be) * td->bb;
                 fetch(be, y1[s], dy[s], NP * (size_t)rows[s] * 4);
                 double *ref = calloc(NP * (size_t)rows[s], 8);
-                float *wr = malloc(cols * 4);
-                for (int64_t r = 0; r < rows[s]; r++) {
-                    deq_row(td, host[s] + (size_t)r * rb, cols, wr);
-                    for (int t = 0; t < NP; t++) {
-                        double acc = 0;
-                        for (int64_t c = 0; c < cols; c++) acc += (double)wr[c] * x[(size_t)t * cols + c];
-                        ref[(size_t)t * rows[s] + r] = acc;
-                    }
-                }
+                ref_plain(td, host[s], rb, cols, rows[s], x, NP, ref);
                 int nan;
                 const double e = rel_l2(y1[s], ref, NP * (size_t)rows[s], &nan);
                 nan_all += nan;
                 if (e > e_all) e_all = e;
                 free(ref);
-                free(wr);
             }
             report(label, shape, e_all, nan_all, mm_gemm_bound[0]);
             continue;
