@@ -204,9 +204,10 @@ __device__ __forceinline__ void xmd_scales(const xmd_args &a, int t, int nsb, in
  * (1: calls of at most 8 tokens; grid y: chunks of 8 NG tokens), the
  * operand's B words straight from global memory (the block's row tiles
  * read the same ones: L1). */
-template <int NG, int T = MR_TYPE_Q4_K>
+template <int NG, int T = MR_TYPE_Q4_K, bool WAVE = false>
 __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const xmd_args a)
 {
+    static_assert(!WAVE || NG == 1, "one wave of loads a block: 8 tokens a block");
     constexpr bool Q4K = T == MR_TYPE_Q4_K;
     constexpr int BLK = xmp_blk<T, XMD_PL>();
     __shared__ float red[XMD_WARPS][NG * 4][32];
@@ -235,6 +236,20 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
         for (int q = 0; q < NG; q++)
 #pragma unroll
             for (int p = 0; p < XMD_PL; p++) M[q][p][0] = M[q][p][1] = M[q][p][2] = M[q][p][3] = 0;
+        /* WAVE: the block's 24 B words, its mins' sub-block sums and the
+         * input scales asked for at once, before the first MMA, so a block
+         * waits for one L2 round trip instead of the waves the compiler
+         * otherwise makes as registers free (docs/GPU-NOTES.md 143-144) */
+        uint2 bwv[WAVE ? 8 : 1][XMD_PL];
+        if constexpr (WAVE) {
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int p = 0; p < XMD_PL; p++)
+                    bwv[j][p] =
+                        tg[0] ? __ldg((const uint2 *)(xg[0] + (XMD_PL * j + p) * 32 + 8 * c)) : make_uint2(0u, 0u);
+        }
+        (void)bwv;
         uint32_t sc[2][2], mn[2][2]; /* rows a, b; sub-blocks 0..3, 4..7 (Q4_K) */
         if constexpr (Q4K)
             xmp_q4k_scales(ca, cb, sc, mn);
@@ -249,7 +264,8 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
 #pragma unroll
                 for (int p = 0; p < XMD_PL; p++) {
                     const uint2 bw =
-                        tg[q] ? __ldg((const uint2 *)(xg[q] + (XMD_PL * j + p) * 32 + 8 * c)) : make_uint2(0u, 0u);
+                        WAVE ? bwv[j][p]
+                             : tg[q] ? __ldg((const uint2 *)(xg[q] + (XMD_PL * j + p) * 32 + 8 * c)) : make_uint2(0u, 0u);
                     int C[4] = {0, 0, 0, 0};
                     xmd_mma<T>(C, A, bw.x, bw.y);
                     M[q][p][0] += sa * C[0];
@@ -606,6 +622,9 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 0) k_xmd1(const
 /* The most shared memory a QIN block may ask for (set at init; 48 KB
  * without the opt-in). */
 static size_t xmd_qin_max = 48 * 1024;
+/* MEMRA_CUDA_XMD_WAVE=1: calls of 3-8 tokens a chunk take k_xmd<1, T, true>
+ * (one wave of loads a block); process-wide, as the opt-in above */
+static bool xmd_wave;
 
 void mr_cu_xmd_init(mr_cu_ctx *c)
 {
@@ -613,6 +632,8 @@ void mr_cu_xmd_init(mr_cu_ctx *c)
     c->xmd = !(e && !strcmp(e, "0"));
     const char *g = getenv("MEMRA_CUDA_XMD_NG");
     c->xmd_ng2 = g && !strcmp(g, "2");
+    const char *wv = getenv("MEMRA_CUDA_XMD_WAVE");
+    xmd_wave = wv && !strcmp(wv, "1");
     const size_t want = 160 * 1024;
     const char *o = getenv("MEMRA_CUDA_XMD_ONE");
     c->xmd_one = !o || !strcmp(o, "auto") ? -1 : !strcmp(o, "1") ? 2 : !strcmp(o, "3") ? 3 : 0;
@@ -729,6 +750,9 @@ static void xmd_launch_t(mr_cu_ctx *c, const xmd_args &a, int one)
         mr_cu_launch(c, k_xmd1<2, T>, g1, XMD_WARPS * 32, xmd_qin_smem<T>(cols / 256, 1), a);
     else if (!Xq)
         mr_cu_launch(c, k_xmd2<T>, g1, XMD_WARPS * 32, xmd_qin_smem<T>(cols / 256, XMD_QIN), a);
+    else if ((n <= 8 || !c->xmd_ng2) && xmd_wave)
+        mr_cu_launch(c, k_xmd<1, T, true>, dim3((unsigned)a.blk0[m], (unsigned)((n + 7) / 8)), XMD_WARPS * 32, 0,
+                     a);
     else if (n <= 8 || !c->xmd_ng2)
         mr_cu_launch(c, k_xmd<1, T>, dim3((unsigned)a.blk0[m], (unsigned)((n + 7) / 8)), XMD_WARPS * 32, 0, a);
     else
