@@ -98,6 +98,24 @@ __device__ __forceinline__ void xt_run3(int (&d)[4], uint32_t a0, uint32_t a1, u
     mr_imma16_su(d, a0, a1, lo);
 }
 
+/* xt_run3 less off: 65536 hi + 256 mid + lo - off for the 4 C outputs,
+ * the subtraction folded into the last MMA's C (one IMAD an output where
+ * the multiply by 256 and a later IADD were two; every value is exact in
+ * int32, so the sums are those of xt_run3 followed by the subtraction). */
+__device__ __forceinline__ void xt_run3_less(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t hi, uint32_t mid,
+                                             uint32_t lo, const int (&off)[4])
+{
+#pragma unroll
+    for (int o = 0; o < 4; o++) d[o] = 0;
+    mr_imma16_ss(d, a0, a1, hi);
+#pragma unroll
+    for (int o = 0; o < 4; o++) d[o] *= 256;
+    mr_imma16_su(d, a0, a1, mid);
+#pragma unroll
+    for (int o = 0; o < 4; o++) d[o] = 256 * d[o] - off[o];
+    mr_imma16_su(d, a0, a1, lo);
+}
+
 /* The warp sum of mr_warp_sum (lane 0's result) over 32 partials p. */
 __device__ __forceinline__ float xt_tree(const float *p)
 {
@@ -612,13 +630,20 @@ __global__ void __launch_bounds__(2 * XT_CLS * 32, 2) k_mvx24_mma6(mr_cu_mvjob a
                     /* 32 sq[c / 8] of units 4n + 2kp + e and dq[c / 32] of
                      * tokens 2q + k (xt6_tokens) */
                     const int4 qv = *(const int4 *)(tq6 + 2 * (8 * (16 * b + 8 * hn + 2 * qq + kp) + 2 * q));
-                    const int qs[2][2] = {{qv.x, qv.z}, {qv.y, qv.w}};
+                    /* qs of C output 2e + k (unit 4n + 2kp + e, token 2q + k) */
+                    const int qs[4] = {qv.x, qv.z, qv.y, qv.w};
                     const float2 dv = *(const float2 *)(td6 + 8 * (8 * b + 4 * hn + qq) + 2 * q);
                     const float dx[2] = {dv.x, dv.y};
 #pragma unroll
                     for (int rr = 0; rr < 2; rr++) {
-                        int s[4]; /* (unit 4n + 2kp, tokens 2q, 2q + 1), (the next unit, the same) */
-                        xt_run3(s, w[rr][qq] & alo, w[rr][qq] & ~alo, x0, x1, x2);
+                        /* (unit 4n + 2kp, tokens 2q, 2q + 1), (the next unit, the
+                         * same): each sum of w q less its 32 sum q */
+                        int s[4];
+                        if constexpr (PS) {
+                            xt_run3_less(s, w[rr][qq] & alo, w[rr][qq] & ~alo, x0, x1, x2, qs);
+                        } else { /* without the planes in shared memory the fold spills (ptxas) */
+                            xt_run3(s, w[rr][qq] & alo, w[rr][qq] & ~alo, x0, x1, x2);
+                        }
                         const uint32_t v = sw[rr][qq >> 1];
                         const float sc = (float)(int8_t)((v >> (8 * kp + 16 * (qq & 1))) & 0xff);
 #pragma unroll
@@ -626,7 +651,8 @@ __global__ void __launch_bounds__(2 * XT_CLS * 32, 2) k_mvx24_mma6(mr_cu_mvjob a
                             if (2 * q + k < nt)
 #pragma unroll
                                 for (int e = 0; e < 2; e++)
-                                    r[rr][e][k] = xs_q6k_step(sc, dx[k], s[2 * e + k], qs[e][k], r[rr][e][k]);
+                                    r[rr][e][k] = xs_q6k_step(sc, dx[k], s[2 * e + k], PS ? 0 : qs[2 * e + k],
+                                                              r[rr][e][k]);
                     }
                 }
 #pragma unroll
