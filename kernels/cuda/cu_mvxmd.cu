@@ -62,6 +62,7 @@ struct xmd_args {
     const uint8_t *Xq; /* the operand: n rows of cols / 256 blocks (xmp_blk<type, 3>) */
     const float *x;    /* k_xmd2: the input rows themselves */
     int type;          /* MR_TYPE_Q4_K or MR_TYPE_IQ4_XS (the launch's instance) */
+    bool il;           /* Xq interleaved (xmd_tok) */
     /* k_xmd1's CONV form (mr_cu_xmd_matvec_conv): matrix 0's rows are the
      * channels of a causal convolution of conv_k taps run on their sums
      * (as k_mvx24's, cu_mvx24.cu xs_conv_store) */
@@ -190,26 +191,68 @@ __device__ __forceinline__ void xmd_next(const xmd_warp &w, int b, int S, int ns
     }
 }
 
+/* Token t's block b of the operand, whose byte o (o % 8 == 0) is at
+ * xmd_tok(..) + xmd_os<IL>() o.  Plain (IL false): k_xmp_quant's rows,
+ * one token's blocks after another.  Interleaved (MEMRA_CUDA_XMD_IL=1,
+ * k_xmd_quant_il): the 8 tokens of a chunk side by side a block, word by
+ * word (word w of token t at (8 w + t % 8) 8 bytes into the chunk's block),
+ * so that a warp's B words of 8 tokens (lanes g = token, c = word) are 256
+ * bytes in a row, 2 cache lines where the plain rows are 8. */
+template <bool IL> __host__ __device__ constexpr int xmd_os() { return IL ? 8 : 1; }
+template <int BLK, bool IL>
+__device__ __forceinline__ const uint8_t *xmd_tok(const uint8_t *Xq, int nsb, int t, int b)
+{
+    if constexpr (IL)
+        return Xq + ((size_t)(t >> 3) * nsb + b) * 8 * BLK + 8 * (t & 7);
+    return Xq + ((size_t)t * nsb + b) * BLK;
+}
+
 /* The input scales of tokens t, t + 1 (a lane's C columns) in block b of
  * the operand (0 past the call's tokens). */
-template <int BLK>
+template <int BLK, bool IL = false>
 __device__ __forceinline__ void xmd_scales(const xmd_args &a, int t, int nsb, int b, float (&dx)[2])
 {
 #pragma unroll
     for (int h = 0; h < 2; h++)
-        dx[h] = t + h < a.n ? __ldg((const float *)(a.Xq + ((size_t)(t + h) * nsb + b) * BLK + 256 * XMD_PL)) : 0.0f;
+        dx[h] = t + h < a.n ? __ldg((const float *)(xmd_tok<BLK, IL>(a.Xq, nsb, t + h, b) + xmd_os<IL>() * 256 * XMD_PL))
+                            : 0.0f;
+}
+
+/* The interleaved operand (xmd_tok) of n rows of x: a warp a 256-column
+ * block of one row, quantized by xmp_quant_block into shared memory (the
+ * plain layout, so the integers are k_xmp_quant's), then its 8-byte words
+ * out to their places in the token's chunk. */
+template <int T>
+__global__ void __launch_bounds__(256) k_xmd_quant_il(const float *__restrict__ x, int cols, int n, uint8_t *out)
+{
+    constexpr int BLK = xmp_blk<T, XMD_PL>();
+    static_assert(BLK % 8 == 0, "whole words a block");
+    __shared__ __align__(16) uint8_t blk[8][BLK];
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nsb = cols / 256;
+    const int gw = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
+    const int i = gw / nsb, b = gw % nsb;
+    if (i >= n)
+        return;
+    const float4 *xr = (const float4 *)(x + (size_t)i * cols + 256 * b + 8 * lane);
+    const float4 u = xr[0], w = xr[1];
+    const float v[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
+    xmp_quant_block<T, XMD_PL>(v, blk[warp], lane);
+    __syncwarp();
+    uint8_t *dst = (uint8_t *)xmd_tok<BLK, true>(out, nsb, i, b);
+    for (int k = lane; k < BLK / 8; k += 32) *(uint2 *)(dst + 64 * k) = *(const uint2 *)(blk[warp] + 8 * k);
 }
 
 /* Calls of 3+ tokens, after k_xmp_quant: NG groups of 8 tokens a block
  * (1: calls of at most 8 tokens; grid y: chunks of 8 NG tokens), the
  * operand's B words straight from global memory (the block's row tiles
  * read the same ones: L1). */
-template <int NG, int T = MR_TYPE_Q4_K, bool WAVE = false>
+template <int NG, int T = MR_TYPE_Q4_K, bool IL = false>
 __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const xmd_args a)
 {
-    static_assert(!WAVE || NG == 1, "one wave of loads a block: 8 tokens a block");
     constexpr bool Q4K = T == MR_TYPE_Q4_K;
-    constexpr int BLK = xmp_blk<T, XMD_PL>();
+    constexpr int BLK = xmp_blk<T, XMD_PL>(), OS = xmd_os<IL>();
     __shared__ float red[XMD_WARPS][NG * 4][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int S = a.slices, slice = warp % S, tile = warp / S;
@@ -230,26 +273,12 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
     for (; live && b < nsb; b += S) {
         const uint8_t *xg[NG];
 #pragma unroll
-        for (int q = 0; q < NG; q++) xg[q] = a.Xq + ((size_t)(tg[q] ? t0 + 8 * q + g : 0) * nsb + b) * BLK;
+        for (int q = 0; q < NG; q++) xg[q] = xmd_tok<BLK, IL>(a.Xq, nsb, tg[q] ? t0 + 8 * q + g : 0, b);
         int M[NG][XMD_PL][4];
 #pragma unroll
         for (int q = 0; q < NG; q++)
 #pragma unroll
             for (int p = 0; p < XMD_PL; p++) M[q][p][0] = M[q][p][1] = M[q][p][2] = M[q][p][3] = 0;
-        /* WAVE: the block's 24 B words, its mins' sub-block sums and the
-         * input scales asked for at once, before the first MMA, so a block
-         * waits for one L2 round trip instead of the waves the compiler
-         * otherwise makes as registers free (docs/GPU-NOTES.md 143-144) */
-        uint2 bwv[WAVE ? 8 : 1][XMD_PL];
-        if constexpr (WAVE) {
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-#pragma unroll
-                for (int p = 0; p < XMD_PL; p++)
-                    bwv[j][p] =
-                        tg[0] ? __ldg((const uint2 *)(xg[0] + (XMD_PL * j + p) * 32 + 8 * c)) : make_uint2(0u, 0u);
-        }
-        (void)bwv;
         uint32_t sc[2][2], mn[2][2]; /* rows a, b; sub-blocks 0..3, 4..7 (Q4_K) */
         if constexpr (Q4K)
             xmp_q4k_scales(ca, cb, sc, mn);
@@ -264,8 +293,7 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
 #pragma unroll
                 for (int p = 0; p < XMD_PL; p++) {
                     const uint2 bw =
-                        WAVE ? bwv[j][p]
-                             : tg[q] ? __ldg((const uint2 *)(xg[q] + (XMD_PL * j + p) * 32 + 8 * c)) : make_uint2(0u, 0u);
+                        tg[q] ? __ldg((const uint2 *)(xg[q] + OS * ((XMD_PL * j + p) * 32 + 8 * c))) : make_uint2(0u, 0u);
                     int C[4] = {0, 0, 0, 0};
                     xmd_mma<T>(C, A, bw.x, bw.y);
                     M[q][p][0] += sa * C[0];
@@ -286,7 +314,7 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
                 int N[XMD_PL][4];
 #pragma unroll
                 for (int p = 0; p < XMD_PL; p++) {
-                    const uint2 xs = tg[q] ? __ldg((const uint2 *)(xg[q] + 256 * XMD_PL + 16 + 16 * p + 8 * (c & 1)))
+                    const uint2 xs = tg[q] ? __ldg((const uint2 *)(xg[q] + OS * (256 * XMD_PL + 16 + 16 * p + 8 * (c & 1))))
                                            : make_uint2(0u, 0u);
                     int Nl[4] = {0, 0, 0, 0}, Nh[4] = {0, 0, 0, 0};
                     mr_imma32_us(Nl, Am, xs.x, 0u);
@@ -296,7 +324,7 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
                 }
                 /* the scales of tokens t0 + 8q + 2c, + 1 (C columns 2c, 2c + 1) */
                 float dx[2];
-                xmd_scales<BLK>(a, t0 + 8 * q + 2 * c, nsb, b, dx);
+                xmd_scales<BLK, IL>(a, t0 + 8 * q + 2 * c, nsb, b, dx);
 #pragma unroll
                 for (int v = 0; v < 4; v++) {
                     int Mv[XMD_PL], Nv[XMD_PL];
@@ -313,7 +341,7 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const x
 #pragma unroll
             for (int q = 0; q < NG; q++) {
                 float dx[2];
-                xmd_scales<BLK>(a, t0 + 8 * q + 2 * c, nsb, b, dx);
+                xmd_scales<BLK, IL>(a, t0 + 8 * q + 2 * c, nsb, b, dx);
 #pragma unroll
                 for (int v = 0; v < 4; v++) {
                     int Mv[XMD_PL];
@@ -622,9 +650,9 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 0) k_xmd1(const
 /* The most shared memory a QIN block may ask for (set at init; 48 KB
  * without the opt-in). */
 static size_t xmd_qin_max = 48 * 1024;
-/* MEMRA_CUDA_XMD_WAVE=1: calls of 3-8 tokens a chunk take k_xmd<1, T, true>
- * (one wave of loads a block); process-wide, as the opt-in above */
-static bool xmd_wave;
+/* MEMRA_CUDA_XMD_IL=1: calls of 3+ tokens (8 a chunk) read the interleaved
+ * operand (xmd_tok); process-wide, as the opt-in above */
+static bool xmd_il;
 
 void mr_cu_xmd_init(mr_cu_ctx *c)
 {
@@ -632,8 +660,8 @@ void mr_cu_xmd_init(mr_cu_ctx *c)
     c->xmd = !(e && !strcmp(e, "0"));
     const char *g = getenv("MEMRA_CUDA_XMD_NG");
     c->xmd_ng2 = g && !strcmp(g, "2");
-    const char *wv = getenv("MEMRA_CUDA_XMD_WAVE");
-    xmd_wave = wv && !strcmp(wv, "1");
+    const char *il = getenv("MEMRA_CUDA_XMD_IL");
+    xmd_il = il && !strcmp(il, "1");
     const size_t want = 160 * 1024;
     const char *o = getenv("MEMRA_CUDA_XMD_ONE");
     c->xmd_one = !o || !strcmp(o, "auto") ? -1 : !strcmp(o, "1") ? 2 : !strcmp(o, "3") ? 3 : 0;
@@ -750,9 +778,8 @@ static void xmd_launch_t(mr_cu_ctx *c, const xmd_args &a, int one)
         mr_cu_launch(c, k_xmd1<2, T>, g1, XMD_WARPS * 32, xmd_qin_smem<T>(cols / 256, 1), a);
     else if (!Xq)
         mr_cu_launch(c, k_xmd2<T>, g1, XMD_WARPS * 32, xmd_qin_smem<T>(cols / 256, XMD_QIN), a);
-    else if ((n <= 8 || !c->xmd_ng2) && xmd_wave)
-        mr_cu_launch(c, k_xmd<1, T, true>, dim3((unsigned)a.blk0[m], (unsigned)((n + 7) / 8)), XMD_WARPS * 32, 0,
-                     a);
+    else if (a.il)
+        mr_cu_launch(c, k_xmd<1, T, true>, dim3((unsigned)a.blk0[m], (unsigned)((n + 7) / 8)), XMD_WARPS * 32, 0, a);
     else if (n <= 8 || !c->xmd_ng2)
         mr_cu_launch(c, k_xmd<1, T>, dim3((unsigned)a.blk0[m], (unsigned)((n + 7) / 8)), XMD_WARPS * 32, 0, a);
     else
@@ -801,6 +828,26 @@ bool mr_cu_xmd_matvec_conv(mr_cu_ctx *c, const mr_weight *const *w, float *const
     return true;
 }
 
+/* The interleaved operand of n rows (k_xmd_quant_il) in the context's
+ * scratch, whole chunks of 8 tokens; NULL when the reservation fails (the
+ * context has failed). */
+static const uint8_t *xmd_operand_il(mr_cu_ctx *c, const float *x, int n, int cols, int type)
+{
+    const bool iq = type == MR_TYPE_IQ4_XS;
+    const size_t blk = iq ? xmp_blk<MR_TYPE_IQ4_XS, XMD_PL>() : xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
+    const size_t blocks = (size_t)n * (size_t)(cols / 256);
+    if (!mr_cu_reserve(c, &c->scratch_xmd, (size_t)(n + 7) / 8 * 8 * (size_t)(cols / 256) * blk, "xmd operand"))
+        return NULL;
+    uint8_t *out = (uint8_t *)c->scratch_xmd.p;
+    const unsigned grid = (unsigned)((blocks + 7) / 8);
+    if (iq)
+        mr_cu_launch(c, k_xmd_quant_il<MR_TYPE_IQ4_XS>, grid, 256, 0, x, cols, n, out);
+    else
+        mr_cu_launch(c, k_xmd_quant_il<MR_TYPE_Q4_K>, grid, 256, 0, x, cols, n, out);
+    MR_CU_LAUNCHED(c, "xmd input (interleaved)");
+    return out;
+}
+
 bool mr_cu_xmd_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x, int n)
 {
     if (n < 1 || !mr_cu_xmd_takes(c, w, m))
@@ -809,8 +856,10 @@ bool mr_cu_xmd_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
     const int nsb = a.cols / 256;
     const int one = n == 1 ? xmd_pick_one(c, a.blk0[m], nsb) : 0;
     if (n > XMD_QIN || xmd_qin_bytes(a, one ? 1 : XMD_QIN) > xmd_qin_max) {
-        a.Xq = a.type == MR_TYPE_IQ4_XS ? mr_cu_xmp_operand_iq4x3(c, &c->scratch_xmd, x, n, a.cols)
-                                        : mr_cu_xmp_operand_q4k3(c, &c->scratch_xmd, x, n, a.cols);
+        a.il = xmd_il;
+        a.Xq = a.il                        ? xmd_operand_il(c, x, n, a.cols, a.type)
+               : a.type == MR_TYPE_IQ4_XS ? mr_cu_xmp_operand_iq4x3(c, &c->scratch_xmd, x, n, a.cols)
+                                           : mr_cu_xmp_operand_q4k3(c, &c->scratch_xmd, x, n, a.cols);
         if (!a.Xq)
             return true; /* the context has failed: nothing else runs */
     }
