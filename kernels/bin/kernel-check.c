@@ -1834,25 +1834,26 @@ static void check_xmd_all(void)
     check_batch_invariance_ns(be, "xmd-ng2-inv", t4, 2048, 5120, 1, 1, ns, nn);
     check_batch_invariance_ns(be, "xmd-ng2-inv", t4, 4096, 2048, 1, 1, ns, nn);
     be->destroy(be);
-    /* MEMRA_CUDA_XMD_IL=1: the interleaved operand, the same bits, both
+    /* MEMRA_CUDA_XMD_IL=0: k_xmp_quant's rows instead of the interleaved
+     * operand (the default, in every line above), the same bits, both
      * types (the 30B-A3B's q/k/v and o, a partial last chunk, the 8B's
      * down, the 35B-A3B's IQ4_XS shapes) */
     setenv("MEMRA_CUDA_XMD", "1", 1);
-    be = backend_with("MEMRA_CUDA_XMD_IL", "1");
+    be = backend_with("MEMRA_CUDA_XMD_IL", "0");
     setenv("MEMRA_CUDA_XMD", "0", 1);
     for (size_t i = 0; i < sizeof pn / sizeof pn[0]; i++)
         check_xmd_prec(be, t4, 2048, 512, pn[i]);
     check_xmd_prec(be, t4, 1280, 80, 5);
     check_xmd_prec(be, t4, 12288, 64, 3);
     check_xmd_prec(be, td_of(MR_TYPE_IQ4_XS), 4096, 2048, 16);
-    check_batch_invariance_ns(be, "xmd-il-inv", t4, 2048, 5120, 1, 1, ns, nn);
-    check_batch_invariance_ns(be, "xmd-il-inv", t4, 4096, 2048, 1, 1, ns, nn);
-    check_batch_invariance_ns(be, "xmd-il-inv", t4, 1280, 208, 1, 1, ns, nn);
-    check_batch_invariance_ns(be, "xmd-il-inv", t4, 12288, 64, 1, 1, ns, nn);
-    check_batch_invariance_ns(be, "xmd-il-inv", td_of(MR_TYPE_IQ4_XS), 2048, 8192, 1, 1, ns, nn);
-    check_batch_invariance_ns(be, "xmd-il-inv", td_of(MR_TYPE_IQ4_XS), 4096, 2048, 1, 1, ns, nn);
+    check_batch_invariance_ns(be, "xmd-plain-inv", t4, 2048, 5120, 1, 1, ns, nn);
+    check_batch_invariance_ns(be, "xmd-plain-inv", t4, 4096, 2048, 1, 1, ns, nn);
+    check_batch_invariance_ns(be, "xmd-plain-inv", t4, 1280, 208, 1, 1, ns, nn);
+    check_batch_invariance_ns(be, "xmd-plain-inv", t4, 12288, 64, 1, 1, ns, nn);
+    check_batch_invariance_ns(be, "xmd-plain-inv", td_of(MR_TYPE_IQ4_XS), 2048, 8192, 1, 1, ns, nn);
+    check_batch_invariance_ns(be, "xmd-plain-inv", td_of(MR_TYPE_IQ4_XS), 4096, 2048, 1, 1, ns, nn);
     for (size_t i = 0; i < sizeof mn / sizeof mn[0]; i++)
-        check_multi_vs_one(be, "xmd-il", t4, 4096, 512, 512, 2048, mn[i], 2);
+        check_multi_vs_one(be, "xmd-plain", t4, 4096, 512, 512, 2048, mn[i], 2);
     be->destroy(be);
     check_xmd_iq4();
 }

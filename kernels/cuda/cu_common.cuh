@@ -189,6 +189,9 @@ struct mr_cu_ctx {
     bool xmd_ng2;           /* MEMRA_CUDA_XMD_NG=2: calls of 9+ tokens in chunks of 16 (k_xmd<2>, 226
                                registers) instead of 8 (k_xmd<1>, 128; run 184: C = 16 +2.4%); the
                                same bits */
+    bool xmd_il;            /* calls of 3+ tokens in chunks of 8 read their input interleaved by
+                               token (cu_mvxmd.cu xmd_tok; MEMRA_CUDA_XMD_IL=0: k_xmp_quant's
+                               rows; run 307: C = 16 decode only +4.5%); the same bits */
     int x24_nt_max;         /* tokens an x24 launch at most (2; MEMRA_CUDA_X24_NT) */
     int xm_bps;             /* x24 expert products: blocks an SM the rows a block aim at, were
                                every slot used (64; MEMRA_CUDA_XM_BPS, for timing: same bits) */

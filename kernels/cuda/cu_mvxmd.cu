@@ -30,7 +30,8 @@
  *   xmd_slices, from the column count alone), then y = ((f_0 + f_1) + ..).
  * A block is 8 warps: 8 / S row tiles of 16 rows by S slices.  One token
  * (k_xmd1) and two (k_xmd2) quantize their input in the kernel; more are quantized
- * by k_xmp_quant first and go to k_xmd, 8 tokens a block (grid y: chunks
+ * first (k_xmd_quant_il: the tokens of a chunk interleaved, xmd_tok) and go
+ * to k_xmd, 8 tokens a block (grid y: chunks
  * of 8; each weight is read once a chunk, the second from L2): at 128
  * registers two blocks an SM, where 16 a block (MEMRA_CUDA_XMD_NG=2, 226
  * registers) holds one (run 184: q/k/v at 16 tokens 18.2 -> 14.7 us).  Up to XMD_MATS
@@ -192,12 +193,14 @@ __device__ __forceinline__ void xmd_next(const xmd_warp &w, int b, int S, int ns
 }
 
 /* Token t's block b of the operand, whose byte o (o % 8 == 0) is at
- * xmd_tok(..) + xmd_os<IL>() o.  Plain (IL false): k_xmp_quant's rows,
- * one token's blocks after another.  Interleaved (MEMRA_CUDA_XMD_IL=1,
- * k_xmd_quant_il): the 8 tokens of a chunk side by side a block, word by
- * word (word w of token t at (8 w + t % 8) 8 bytes into the chunk's block),
- * so that a warp's B words of 8 tokens (lanes g = token, c = word) are 256
- * bytes in a row, 2 cache lines where the plain rows are 8. */
+ * xmd_tok(..) + xmd_os<IL>() o.  Interleaved (the default, k_xmd_quant_il):
+ * the 8 tokens of a chunk side by side a block, word by word (word w of
+ * token t at (8 w + t % 8) 8 bytes into the chunk's block), so that a
+ * warp's B words of 8 tokens (lanes g = token, c = word) are 256 bytes in
+ * a row, 2 cache lines where the plain rows are 8: run 306's ncu had k_xmd
+ * bound by L1 wavefronts (66% busy at 18% issue slots).  Plain
+ * (MEMRA_CUDA_XMD_IL=0, and the chunks of 16 of MEMRA_CUDA_XMD_NG=2):
+ * k_xmp_quant's rows, one token's blocks after another. */
 template <bool IL> __host__ __device__ constexpr int xmd_os() { return IL ? 8 : 1; }
 template <int BLK, bool IL>
 __device__ __forceinline__ const uint8_t *xmd_tok(const uint8_t *Xq, int nsb, int t, int b)
@@ -650,9 +653,6 @@ __global__ void __launch_bounds__(XMD_WARPS * 32, BPS == 3 ? 3 : 0) k_xmd1(const
 /* The most shared memory a QIN block may ask for (set at init; 48 KB
  * without the opt-in). */
 static size_t xmd_qin_max = 48 * 1024;
-/* MEMRA_CUDA_XMD_IL=1: calls of 3+ tokens (8 a chunk) read the interleaved
- * operand (xmd_tok); process-wide, as the opt-in above */
-static bool xmd_il;
 
 void mr_cu_xmd_init(mr_cu_ctx *c)
 {
@@ -660,8 +660,12 @@ void mr_cu_xmd_init(mr_cu_ctx *c)
     c->xmd = !(e && !strcmp(e, "0"));
     const char *g = getenv("MEMRA_CUDA_XMD_NG");
     c->xmd_ng2 = g && !strcmp(g, "2");
+    /* the interleaved operand (xmd_tok), the default; run 307 (H100,
+     * 30B-A3B), against k_xmp_quant's rows: q/k/v at 16 tokens 16.6 ->
+     * 13.1 us, o 14.5 -> 11.7, decode only C = 16 +4.5%, 512-token prompts
+     * +3.0%; the 35B-A3B's decode only +2.0% */
     const char *il = getenv("MEMRA_CUDA_XMD_IL");
-    xmd_il = il && !strcmp(il, "1");
+    c->xmd_il = !(il && !strcmp(il, "0"));
     const size_t want = 160 * 1024;
     const char *o = getenv("MEMRA_CUDA_XMD_ONE");
     c->xmd_one = !o || !strcmp(o, "auto") ? -1 : !strcmp(o, "1") ? 2 : !strcmp(o, "3") ? 3 : 0;
@@ -856,7 +860,7 @@ bool mr_cu_xmd_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
     const int nsb = a.cols / 256;
     const int one = n == 1 ? xmd_pick_one(c, a.blk0[m], nsb) : 0;
     if (n > XMD_QIN || xmd_qin_bytes(a, one ? 1 : XMD_QIN) > xmd_qin_max) {
-        a.il = xmd_il;
+        a.il = c->xmd_il && (n <= 8 || !c->xmd_ng2); /* the chunks of 8 alone */
         a.Xq = a.il                        ? xmd_operand_il(c, x, n, a.cols, a.type)
                : a.type == MR_TYPE_IQ4_XS ? mr_cu_xmp_operand_iq4x3(c, &c->scratch_xmd, x, n, a.cols)
                                            : mr_cu_xmp_operand_q4k3(c, &c->scratch_xmd, x, n, a.cols);
