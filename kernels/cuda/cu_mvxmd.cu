@@ -247,10 +247,11 @@ __global__ void __launch_bounds__(256) k_xmd_quant_il(const float *__restrict__ 
     for (int k = lane; k < BLK / 8; k += 32) *(uint2 *)(dst + 64 * k) = *(const uint2 *)(blk[warp] + 8 * k);
 }
 
-/* Calls of 3+ tokens, after k_xmp_quant: NG groups of 8 tokens a block
- * (1: calls of at most 8 tokens; grid y: chunks of 8 NG tokens), the
- * operand's B words straight from global memory (the block's row tiles
- * read the same ones: L1). */
+/* Calls of 3+ tokens, after the operand's quantization (k_xmd_quant_il,
+ * IL; else k_xmp_quant's rows): NG groups of 8 tokens a block (1: calls of
+ * at most 8 tokens; grid y: chunks of 8 NG tokens), the operand's B words
+ * straight from global memory (the block's row tiles read the same ones:
+ * L1). */
 template <int NG, int T = MR_TYPE_Q4_K, bool IL = false>
 __global__ void __launch_bounds__(XMD_WARPS * 32, NG == 1 ? 2 : 1) k_xmd(const xmd_args a)
 {
