@@ -79,13 +79,16 @@
 #define XT_PSTR 33 /* floats between two outputs' partials (33: banks) */
 #define XT_PART_BYTES (XT_ROWS * XT_TOK * XT_PSTR * 4)
 
-/* 65536 hi + 256 mid + lo of one run for the 4 C outputs: the three planes'
- * MMAs chained through C (each partial sum times 256 before the next); a
- * signed (weights), b signed (the high plane, or the signed columns of
- * xt_run<1>: mr_imma16_ss) or unsigned (the middle and low planes:
- * mr_imma16_su, cu_mma.cuh). */
-__device__ __forceinline__ void xt_run3(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t hi, uint32_t mid,
-                                        uint32_t lo)
+/* 65536 hi + 256 mid + lo of one run for the 4 C outputs, less off[o]
+ * where LESS: the three planes' MMAs chained through C (each partial sum
+ * times 256 before the next; the subtraction folded into the last MMA's C,
+ * one IMAD an output where a multiply and a later IADD were two; every
+ * value is exact in int32); a signed (weights), b signed (the high plane,
+ * or the signed columns of xt_run<1>: mr_imma16_ss) or unsigned (the
+ * middle and low planes: mr_imma16_su, cu_mma.cuh). */
+template <bool LESS>
+__device__ __forceinline__ void xt_chain3(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t hi, uint32_t mid,
+                                          uint32_t lo, const int *off)
 {
 #pragma unroll
     for (int o = 0; o < 4; o++) d[o] = 0;
@@ -94,26 +97,25 @@ __device__ __forceinline__ void xt_run3(int (&d)[4], uint32_t a0, uint32_t a1, u
     for (int o = 0; o < 4; o++) d[o] *= 256;
     mr_imma16_su(d, a0, a1, mid);
 #pragma unroll
-    for (int o = 0; o < 4; o++) d[o] *= 256;
+    for (int o = 0; o < 4; o++) {
+        if constexpr (LESS)
+            d[o] = 256 * d[o] - off[o];
+        else
+            d[o] *= 256;
+    }
     mr_imma16_su(d, a0, a1, lo);
 }
 
-/* xt_run3 less off: 65536 hi + 256 mid + lo - off for the 4 C outputs,
- * the subtraction folded into the last MMA's C (one IMAD an output where
- * the multiply by 256 and a later IADD were two; every value is exact in
- * int32, so the sums are those of xt_run3 followed by the subtraction). */
+__device__ __forceinline__ void xt_run3(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t hi, uint32_t mid,
+                                        uint32_t lo)
+{
+    xt_chain3<false>(d, a0, a1, hi, mid, lo, nullptr);
+}
+
 __device__ __forceinline__ void xt_run3_less(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t hi, uint32_t mid,
                                              uint32_t lo, const int (&off)[4])
 {
-#pragma unroll
-    for (int o = 0; o < 4; o++) d[o] = 0;
-    mr_imma16_ss(d, a0, a1, hi);
-#pragma unroll
-    for (int o = 0; o < 4; o++) d[o] *= 256;
-    mr_imma16_su(d, a0, a1, mid);
-#pragma unroll
-    for (int o = 0; o < 4; o++) d[o] = 256 * d[o] - off[o];
-    mr_imma16_su(d, a0, a1, lo);
+    xt_chain3<true>(d, a0, a1, hi, mid, lo, off);
 }
 
 /* The warp sum of mr_warp_sum (lane 0's result) over 32 partials p. */
