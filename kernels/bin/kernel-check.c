@@ -2725,7 +2725,7 @@ static void check_attn_dec_tc(void)
     check_attn_streams("dec-tc-g8-streams", g8, g8grid, 16, 2, 256, 4096, 300, 8, 1);
     /* blocks of 8 heads keep the splits of blocks of 4, so a row's bits are
      * gb 4's: G8 against the default (one token, batches, past the
-     * contexts where the split count decides the slices: 20,000 and 70,000
+     * contexts where the split count decides the slices: 20,000 and 40,000
      * positions), and =batch (G8 for calls of 2+ rows) the same ways */
     static const struct { int heads, kvh, hd, P, n; } g4s[] = {
         {32, 4, 128, 300, 1},  {32, 4, 128, 4900, 16}, {32, 4, 128, 20000, 1}, {32, 4, 128, 20000, 3},

@@ -212,7 +212,7 @@ __device__ __forceinline__ const uint8_t *xmd_tok(const uint8_t *Xq, int nsb, in
 
 /* The input scales of tokens t, t + 1 (a lane's C columns) in block b of
  * the operand (0 past the call's tokens). */
-template <int BLK, bool IL = false>
+template <int BLK, bool IL>
 __device__ __forceinline__ void xmd_scales(const xmd_args &a, int t, int nsb, int b, float (&dx)[2])
 {
 #pragma unroll
