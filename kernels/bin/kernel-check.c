@@ -3072,8 +3072,13 @@ static void check_route_rank(mr_backend *warp, int n, int E, int k, bool norm, i
  * shared expert), against a backend with that rule off
  * (MEMRA_CUDA_FUSE_TAIL=0): every buffer the ops write, bit for bit,
  * and the count of ops the rule took (0 where it must not: a width that
- * is not a multiple of 4 or above 4,096). */
-static void check_moe_tail(mr_backend *on, mr_backend *off, int n, int k, int dim, bool shared, int rule)
+ * is not a multiple of 4 or above 4,096).  pt (a weight type; 0: none): a
+ * product of 512 x dim of that type over the normed rows follows, as q/k/v
+ * follow a layer's end; its output bit for bit, and whether it took the
+ * interleaved operand the tail wrote (MEMRA_CUDA_FUSE_XQ, the default: the
+ * fusions' xq count; where the rule took the tail, the call is 3+ tokens
+ * and whole 256-column blocks, once; else never). */
+static void check_moe_tail(mr_backend *on, mr_backend *off, int n, int k, int dim, bool shared, int rule, int pt)
 {
     const size_t yn = (size_t)n * k * dim, rn = (size_t)n * dim, wn = (size_t)n * k;
     float *y = malloc(yn * 4), *cw = malloc(wn * 4), *sh = malloc(rn * 4), *g = malloc((size_t)n * 3 * 4);
@@ -3084,16 +3089,29 @@ static void check_moe_tail(mr_backend *on, mr_backend *off, int n, int k, int di
     for (int i = 0; i < n * 3; i++) g[i] = fgauss();
     for (int i = 0; i < dim; i++) nw[i] = 1.0f + 0.1f * fgauss();
     mr_backend *be[2] = {on, off};
-    float *res[2][4];
-    long took = 0;
+    float *res[2][5];
+    long took = 0, xq[2] = {0, 0};
+    const int pr = 512; /* the product's rows */
+    const tdesc *ptd = pt ? td_of(pt) : NULL;
+    const size_t pbytes = pt ? (size_t)(dim / ptd->be) * ptd->bb * pr : 0, pn = (size_t)n * pr;
+    uint8_t *ph = pt ? malloc(pbytes) : NULL;
+    if (pt)
+        rand_blocks(ptd, ph, pbytes / ptd->bb);
     for (int b = 0; b < 2; b++) {
+        mr_weight pw;
+        float *dpy = NULL;
+        if (pt) {
+            load_weight(be[b], ptd, ph, dim, pr, 1, &pw);
+            dpy = dalloc(be[b], pn * 4);
+            poison(be[b], dpy, pn * 4);
+        }
         float *dy = dup_to(be[b], y, yn * 4), *dcw = dup_to(be[b], cw, wn * 4), *dsh = dup_to(be[b], sh, rn * 4);
         float *dg = dup_to(be[b], g, (size_t)n * 3 * 4), *dx = dup_to(be[b], xr, rn * 4);
         float *dw = dup_to(be[b], nw, (size_t)dim * 4), *dp = dalloc(be[b], rn * 4), *dout = dalloc(be[b], rn * 4);
         poison(be[b], dp, rn * 4);
         poison(be[b], dout, rn * 4);
         if (be[b]->sync(be[b], &err)) die("sync");
-        const long t0 = fused_ops(be[b]).tail;
+        const long t0 = fused_ops(be[b]).tail, x0 = fused_ops(be[b]).xq;
         be[b]->moe_combine(be[b], dy, dcw, n, k, dim, dp);
         if (shared) {
             be[b]->sigmoid_mul(be[b], dsh, dg, n, dim, 3, true);
@@ -3101,12 +3119,22 @@ static void check_moe_tail(mr_backend *on, mr_backend *off, int n, int k, int di
         }
         be[b]->add(be[b], dx, dp, rn);
         be[b]->rmsnorm(be[b], dx, dw, dout, n, dim, 1e-6f);
+        if (pt)
+            be[b]->matmul(be[b], &pw, dout, dpy, n);
         if (be[b]->sync(be[b], &err)) die("sync");
         if (b == 0) took = fused_ops(be[b]).tail - t0;
+        xq[b] = fused_ops(be[b]).xq - x0;
         float *d[4] = {dp, dsh, dx, dout};
         for (int q = 0; q < 4; q++) {
             res[b][q] = malloc(rn * 4);
             fetch(be[b], res[b][q], d[q], rn * 4);
+        }
+        res[b][4] = NULL;
+        if (pt) {
+            res[b][4] = malloc(pn * 4);
+            fetch(be[b], res[b][4], dpy, pn * 4);
+            be[b]->free(be[b], dpy);
+            be[b]->weight_release(be[b], &pw);
         }
         be[b]->free(be[b], dy); be[b]->free(be[b], dcw); be[b]->free(be[b], dsh); be[b]->free(be[b], dg);
         be[b]->free(be[b], dx); be[b]->free(be[b], dw); be[b]->free(be[b], dp); be[b]->free(be[b], dout);
@@ -3117,17 +3145,24 @@ static void check_moe_tail(mr_backend *on, mr_backend *off, int n, int k, int di
         diff += floats_differ(res[0][q], res[1][q], rn);
         for (size_t i = 0; i < rn; i++) nan += isnan(res[0][q][i]);
     }
-    char shape[64];
-    snprintf(shape, sizeof shape, "n=%d k=%d dim=%d%s%s", n, k, dim, shared ? " shared" : "",
-             rule == 3 ? " default rule" : "");
+    char shape[80];
+    snprintf(shape, sizeof shape, "n=%d k=%d dim=%d%s%s%s%s", n, k, dim, shared ? " shared" : "",
+             rule == 3 ? " default rule" : "", pt ? " then " : "", pt ? ptd->name : "");
     report("moe-tail-vs-ops", shape, (double)diff, nan, 0.0);
     /* a thread a float4: 1024 at most; rule 3 (the default) takes a plain
      * tail only for 2+ rows */
     const long want = dim % 4 || dim > 4096 ? 0 : shared ? 3 : rule == 2 || n > 1 ? 1 : 0;
     report("moe-tail-ops-taken", shape, (double)labs(took - want), 0, 0.0);
+    if (pt) {
+        int pnan = 0;
+        for (size_t i = 0; i < pn; i++) pnan += isnan(res[0][4][i]);
+        report("moe-tail-then-product", shape, (double)floats_differ(res[0][4], res[1][4], pn), pnan, 0.0);
+        const long wxq = want && n >= 3 && dim % 256 == 0 ? 1 : 0;
+        report("moe-tail-xq-taken", shape, (double)(labs(xq[0] - wxq) + labs(xq[1])), 0, 0.0);
+    }
     for (int b = 0; b < 2; b++)
-        for (int q = 0; q < 4; q++) free(res[b][q]);
-    free(y); free(cw); free(sh); free(g); free(xr); free(nw);
+        for (int q = 0; q < 5; q++) free(res[b][q]);
+    free(y); free(cw); free(sh); free(g); free(xr); free(nw); free(ph);
 }
 
 /* A delta-net layer's gated norm (rmsnorm(o, w, o) over rows of dim, then
@@ -3345,27 +3380,41 @@ static void check_inconv_all(void)
 
 static void check_moe_tail_all(void)
 {
+    /* the products after the tail on the int8 tensor-core kernels, which
+     * read the operand (kernel-check's own setting is the float kernels) */
+    setenv("MEMRA_CUDA_XMD", "1", 1);
     mr_backend *on = backend_with("MEMRA_CUDA_FUSE_TAIL", "2"), *off = backend_with("MEMRA_CUDA_FUSE_TAIL", "0");
     for (int sh = 0; sh < 2; sh++) {
-        check_moe_tail(on, off, 1, 8, 2048, sh, 2); /* the 30B-A3B / 35B-A3B decode step */
-        check_moe_tail(on, off, 3, 8, 4096, sh, 2);
-        check_moe_tail(on, off, 16, 8, 2048, sh, 2); /* a decode batch */
-        check_moe_tail(on, off, 2, 4, 1000, sh, 2);
-        check_moe_tail(on, off, 2, 2, 1002, sh, 2); /* not taken: not a multiple of 4 */
-        check_moe_tail(on, off, 1, 10, 8192, sh, 2); /* not taken: wider than a block's threads */
-        check_moe_tail(on, off, 2, 12, 4096, sh, 2); /* two rounds of loads a thread */
+        check_moe_tail(on, off, 1, 8, 2048, sh, 2, 0); /* the 30B-A3B / 35B-A3B decode step */
+        check_moe_tail(on, off, 3, 8, 4096, sh, 2, 0);
+        check_moe_tail(on, off, 16, 8, 2048, sh, 2, 0); /* a decode batch */
+        check_moe_tail(on, off, 2, 4, 1000, sh, 2, 0);
+        check_moe_tail(on, off, 2, 2, 1002, sh, 2, 0); /* not taken: not a multiple of 4 */
+        check_moe_tail(on, off, 1, 10, 8192, sh, 2, 0); /* not taken: wider than a block's threads */
+        check_moe_tail(on, off, 2, 12, 4096, sh, 2, 0); /* two rounds of loads a thread */
+        /* then the next layer's first product: its operand from the tail
+         * at 3+ tokens (a decode batch; 9 and 21: chunks of 8 not full) */
+        check_moe_tail(on, off, 16, 8, 2048, sh, 2, MR_TYPE_Q4_K);
+        check_moe_tail(on, off, 9, 8, 2048, sh, 2, MR_TYPE_IQ4_XS);
+        check_moe_tail(on, off, 21, 8, 4096, sh, 2, MR_TYPE_Q4_K);
+        check_moe_tail(on, off, 3, 8, 4096, sh, 2, MR_TYPE_IQ4_XS);
+        check_moe_tail(on, off, 2, 8, 2048, sh, 2, MR_TYPE_Q4_K); /* 2 tokens: their own quantization */
+        check_moe_tail(on, off, 1, 10, 8192, sh, 2, MR_TYPE_Q4_K); /* no tail launch: nothing written */
     }
     on->destroy(on);
     unsetenv("MEMRA_CUDA_FUSE_TAIL"); /* the default rule */
     on = mr_backend_cuda_create(0, &err);
     if (!on) die("cuda (the default tail rule)");
     for (int sh = 0; sh < 2; sh++) {
-        check_moe_tail(on, off, 1, 8, 2048, sh, 3); /* one token: a plain tail apart */
-        check_moe_tail(on, off, 16, 8, 2048, sh, 3);
-        check_moe_tail(on, off, 2, 4, 1000, sh, 3);
+        check_moe_tail(on, off, 1, 8, 2048, sh, 3, 0); /* one token: a plain tail apart */
+        check_moe_tail(on, off, 16, 8, 2048, sh, 3, 0);
+        check_moe_tail(on, off, 2, 4, 1000, sh, 3, 0);
+        check_moe_tail(on, off, 16, 8, 2048, sh, 3, MR_TYPE_Q4_K);
+        check_moe_tail(on, off, 16, 8, 2048, sh, 3, MR_TYPE_IQ4_XS);
     }
     on->destroy(on);
     off->destroy(off);
+    setenv("MEMRA_CUDA_XMD", "0", 1); /* main's setting */
     on = backend_with("MEMRA_CUDA_FUSE_GNORM", "1");
     off = backend_with("MEMRA_CUDA_FUSE_GNORM", "0");
     check_gnorm(on, off, 32, 128, true);   /* the 35B-A3B's decode step: 32 value heads of 128 */

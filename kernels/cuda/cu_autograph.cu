@@ -148,6 +148,9 @@ struct mr_cu_auto {
      * 0 off; ops saved so far */
     int fuse_tail = 3;
     long tail_fused = 0;
+    /* the op whose launch may take the operand the last tail wrote
+     * (mr_cu_xmd_il_made): before any other launch the note is forgotten */
+    size_t xq_at = 0;
     /* an RMSNorm and the swiglu gating its output by z after it (a delta-net
      * layer's gated norm) in one launch, the same floats (H100, GPU-NOTES
      * 112: 35B-A3B tg128 +1.8 / +2.1% over the two launches;
@@ -620,8 +623,26 @@ static size_t run_tail(mr_cu_auto *a, mr_backend *be, size_t i)
         clash |= overlap(sh, rb, cb.y, yb) || overlap(sh, rb, cb.out, rb) || overlap(sh, rb, ar.y, rb) ||
                  overlap(sh, rb, ar.out, rb) || overlap(sh, rb, cb.w, wb) ||
                  overlap(g, (size_t)cb.n * (size_t)(gs > 0 ? gs : 1) * sizeof(float), sh, rb);
-    if (clash || !mr_cu_moe_tail(be, cb.y, cb.w, cb.n, cb.k, cb.rows, cb.out, sh, g, gs, ar.y, ar.w, ar.out, ar.eps))
+    if (clash)
         return 0;
+    /* the product right after it over the normed rows (q/k/v, a delta-net
+     * in-projection) gets its operand from this launch where it would read
+     * one (cu_mvxmd.cu; the note lasts to that op's launch: run_direct) */
+    mr_cu_ctx *c = mr_cu(be);
+    uint8_t *xq = NULL;
+    int xq_type = 0;
+    if (j + 1 < n_ops && a->ops[j + 1].op == OP_MATMUL) {
+        const auto &mm = a->ops[j + 1].u.matmul;
+        if (mm.x == ar.out && mm.n == cb.n && mm.w && mm.w->cols == cb.rows)
+            xq = mr_cu_xmd_il_prepare(c, mm.w, mm.n, &xq_type);
+    }
+    if (!mr_cu_moe_tail(be, cb.y, cb.w, cb.n, cb.k, cb.rows, cb.out, sh, g, gs, ar.y, ar.w, ar.out, ar.eps, xq,
+                        xq_type))
+        return 0;
+    if (xq) {
+        mr_cu_xmd_il_made(c, ar.out, cb.n, cb.rows, xq_type);
+        a->xq_at = j + 1;
+    }
     a->tail_fused += (long)(j - i);
     return j - i + 1;
 }
@@ -1116,14 +1137,19 @@ static bool run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
     bool br_open = false, dropped = false;
     size_t br_join = 0;
     a->br_last = 0;
+    mr_cu_ctx *c = mr_cu(be);
+    c->xmd_pre_x = NULL;
     for (size_t i = 0; i < n;) {
         a->noted.clear();
+        if (c->xmd_pre_x && i != a->xq_at)
+            c->xmd_pre_x = NULL;
         if (br_open && br_join < i + launch_span_max(a, i)) {
             a->br.join(st);
             br_open = false;
         }
         size_t len = 0, join = 0;
         if (br && !br_open && (len = side_mlp(a, i, &join)) > 0) {
+            c->xmd_pre_x = NULL; /* the branch's stream is not the main one's */
             if (!branch_launch(a, be, st, i, len)) {
                 dropped = true;
                 break;
@@ -1161,6 +1187,7 @@ static bool run_direct(mr_cu_auto *a, mr_backend *be, cudaStream_t st)
             for (size_t j = i; j < i + used; j++) cudaEventRecord(ev[j + 1], st);
         i += used;
     }
+    c->xmd_pre_x = NULL;
     if (forked) /* the side streams join the capture again before it ends */
         a->pf.join(st);
     if (br_open)
@@ -1812,9 +1839,11 @@ void mr_cu_autograph_free(mr_backend *be)
                 "%ld matvec launches saved by sharing; %ld K/V stores in qk_norm_rope; %ld swiglus in their "
                 "products; %ld ops in mixture-layer tails; %ld gated norms in one launch; %ld convolutions in "
                 "their products; %ld sequences' convolutions and scans in shared launches; %ld scans with "
-                "their state loaded early; %ld prompt products inside another's GEMM\n",
+                "their state loaded early; %ld prompt products inside another's GEMM; %ld products on the "
+                "operand a tail wrote\n",
                 all, c->ag->fused, c->ag->mv_fused, c->ag->kv_fused, c->ag->glu_fused, c->ag->tail_fused,
-                c->ag->gnorm_fused, c->ag->conv_fused, c->ag->segs_fused, c->ag->scans_early, c->ag->prompt_fused);
+                c->ag->gnorm_fused, c->ag->conv_fused, c->ag->segs_fused, c->ag->scans_early, c->ag->prompt_fused,
+                c->xmd_pre_used);
         std::vector<std::pair<double, std::string>> v;
         for (auto &t : c->ag->totals) v.push_back({t.second.first, t.first});
         std::sort(v.rbegin(), v.rend());
@@ -1875,6 +1904,7 @@ extern "C" void mr_cu_autograph_fusions(mr_backend *be, mr_cu_fusions *f)
     f->conv = c->ag->conv_fused;
     f->segs = c->ag->segs_fused;
     f->scan_early = c->ag->scans_early;
+    f->xq = c->xmd_pre_used;
 }
 
 extern "C" long mr_cu_autograph_nodes(mr_backend *be)

@@ -42,9 +42,11 @@ int mr_cu_busy(struct mr_backend *be, int reset, mr_cu_busy_stats *out);
  * over one input (q/k/v, gate/up), K/V stores inside the qk_norm_rope
  * before them, swiglus inside their gate/up launch, a mixture layer's
  * last ops inside the add_rmsnorm after them (mr_cu_moe_tail), swiglus
- * gating an RMSNorm's rows inside its launch (mr_cu_rmsnorm_gate). */
+ * gating an RMSNorm's rows inside its launch (mr_cu_rmsnorm_gate); xq:
+ * dense decode products whose interleaved operand a mixture layer's end
+ * wrote (mr_cu_xmd_il_made), so without a quantization launch. */
 typedef struct mr_cu_fusions {
-    long mv, kv, glu, tail, gnorm, conv, segs, scan_early, prompt;
+    long mv, kv, glu, tail, gnorm, conv, segs, scan_early, prompt, xq;
 } mr_cu_fusions;
 void mr_cu_autograph_fusions(struct mr_backend *be, mr_cu_fusions *f);
 /* Nodes (kernels, copies) of the last graph it captured; 0 before any. */

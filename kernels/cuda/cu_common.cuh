@@ -192,6 +192,13 @@ struct mr_cu_ctx {
     bool xmd_il;            /* calls of 3+ tokens in chunks of 8 read their input interleaved by
                                token (cu_mvxmd.cu xmd_tok; MEMRA_CUDA_XMD_IL=0: k_xmp_quant's
                                rows; run 307: C = 16 decode only +4.5%); the same bits */
+    bool xmd_pre_on;        /* the end of a mixture layer (k_moe_tail) writes that operand for the
+                               product after it (MEMRA_CUDA_FUSE_XQ=0: the product's own launch);
+                               the same bytes */
+    const float *xmd_pre_x; /* the operand the last launch wrote for the next product: of n rows of
+                               x, cols, the products' type (NULL: none; mr_cu_xmd_il_made) */
+    int xmd_pre_n, xmd_pre_cols, xmd_pre_type;
+    long xmd_pre_used;      /* products that took such an operand so far */
     int x24_nt_max;         /* tokens an x24 launch at most (2; MEMRA_CUDA_X24_NT) */
     int xm_bps;             /* x24 expert products: blocks an SM the rows a block aim at, were
                                every slot used (64; MEMRA_CUDA_XM_BPS, for timing: same bits) */
@@ -449,9 +456,12 @@ bool mr_cu_matmul_multi_conv(mr_backend *be, const mr_weight *const *w, float *c
  * g, n, dim, gs, scalar) and add(proj, sh); then add_rmsnorm(xres, proj,
  * w, out, n, dim, eps).  Every value those ops write is written, with the
  * same floats (each element's operations in the same order); false,
- * nothing launched, where the shapes or alignment do not allow it. */
+ * nothing launched, where the shapes or alignment do not allow it.  xq
+ * (from mr_cu_xmd_il_prepare, of xq_type; NULL: none): out's rows are also
+ * written there as the interleaved operand of the decode products. */
 bool mr_cu_moe_tail(mr_backend *be, const float *y, const float *cw, int n, int k, int dim, float *proj, float *sh,
-                    const float *g, int gs, float *xres, const float *w, float *out, float eps);
+                    const float *g, int gs, float *xres, const float *w, float *out, float eps, uint8_t *xq,
+                    int xq_type);
 bool mr_cu_matmul_id_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m,
                            const float *x, int x_slots, const int32_t *ids, int k, int n);
 /* rmsnorm(x, w, out) then swiglu(z, out, out) (a delta-net layer's gated
@@ -561,6 +571,17 @@ const uint8_t *mr_cu_xmp_operand_iq4x3(mr_cu_ctx *c, mr_cu_buf *buf, const float
 void mr_cu_xmd_init(mr_cu_ctx *c);
 bool mr_cu_xmd_takes(const mr_cu_ctx *c, const mr_weight *const *w, int m);
 bool mr_cu_xmd_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x, int n);
+/* Where a product of w over n rows (alone or with matrices like it) would
+ * read the interleaved operand (cu_xmp.cuh xmd_il_at) that a launch before
+ * it may write: the operand's place, reserved in the context's scratch,
+ * and *type, the type it is quantized for; NULL otherwise (or with
+ * MEMRA_CUDA_FUSE_XQ=0).  Forgets any operand noted before. */
+uint8_t *mr_cu_xmd_il_prepare(mr_cu_ctx *c, const mr_weight *w, int n, int *type);
+/* Notes that the launch just made wrote that operand of the n rows of x
+ * (cols wide): the next product over exactly them takes it instead of
+ * quantizing x again.  The op recorder forgets the note after the launch
+ * that follows (cu_autograph.cu run_direct). */
+void mr_cu_xmd_il_made(mr_cu_ctx *c, const float *x, int n, int cols, int type);
 /* One token's m matrices where mr_cu_xmd_matvec takes them on k_xmd1 at 2
  * blocks an SM, with conv1d_silu of matrix 0's outputs in the launch (as
  * mr_cu_x24_matvec_conv); false, nothing launched, otherwise. */

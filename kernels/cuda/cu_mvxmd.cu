@@ -50,7 +50,6 @@
  * of the column count alone. */
 __host__ __device__ constexpr int xmd_slices(int nsb) { return nsb >= 16 ? 8 : 4; }
 #define XMD_MATS MR_CU_MV_SUBS /* matrices a launch at most: what mr_cu_matmul_multi passes */
-#define XMD_PL 3
 
 struct xmd_args {
     const uint8_t *W[XMD_MATS];
@@ -206,7 +205,7 @@ template <int BLK, bool IL>
 __device__ __forceinline__ const uint8_t *xmd_tok(const uint8_t *Xq, int nsb, int t, int b)
 {
     if constexpr (IL)
-        return Xq + ((size_t)(t >> 3) * nsb + b) * 8 * BLK + 8 * (t & 7);
+        return Xq + xmd_il_at<BLK>(nsb, t, b);
     return Xq + ((size_t)t * nsb + b) * BLK;
 }
 
@@ -222,15 +221,11 @@ __device__ __forceinline__ void xmd_scales(const xmd_args &a, int t, int nsb, in
 }
 
 /* The interleaved operand (xmd_tok) of n rows of x: a warp a 256-column
- * block of one row, quantized by xmp_quant_block into shared memory (the
- * plain layout, so the integers are k_xmp_quant's), then its 8-byte words
- * out to their places in the token's chunk. */
+ * block of one row (xmd_il_block). */
 template <int T>
 __global__ void __launch_bounds__(256) k_xmd_quant_il(const float *__restrict__ x, int cols, int n, uint8_t *out)
 {
-    constexpr int BLK = xmp_blk<T, XMD_PL>();
-    static_assert(BLK % 8 == 0, "whole words a block");
-    __shared__ __align__(16) uint8_t blk[8][BLK];
+    __shared__ __align__(16) uint8_t stage[8][xmp_blk<T, XMD_PL>()];
     mr_pdl_wait(); /* cu_pdl.cuh */
     mr_pdl_trigger();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nsb = cols / 256;
@@ -241,10 +236,7 @@ __global__ void __launch_bounds__(256) k_xmd_quant_il(const float *__restrict__ 
     const float4 *xr = (const float4 *)(x + (size_t)i * cols + 256 * b + 8 * lane);
     const float4 u = xr[0], w = xr[1];
     const float v[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
-    xmp_quant_block<T, XMD_PL>(v, blk[warp], lane);
-    __syncwarp();
-    uint8_t *dst = (uint8_t *)xmd_tok<BLK, true>(out, nsb, i, b);
-    for (int k = lane; k < BLK / 8; k += 32) *(uint2 *)(dst + 64 * k) = *(const uint2 *)(blk[warp] + 8 * k);
+    xmd_il_block<T>(v, stage[warp], out, nsb, i, b, lane);
 }
 
 /* Calls of 3+ tokens, after the operand's quantization (k_xmd_quant_il,
@@ -667,6 +659,12 @@ void mr_cu_xmd_init(mr_cu_ctx *c)
      * +3.0%; the 35B-A3B's decode only +2.0% */
     const char *il = getenv("MEMRA_CUDA_XMD_IL");
     c->xmd_il = !(il && !strcmp(il, "0"));
+    /* the operand written by the launch before the product where it can
+     * (the end of a mixture layer before q/k/v or an in-projection): one
+     * launch fewer a layer */
+    const char *xq = getenv("MEMRA_CUDA_FUSE_XQ");
+    c->xmd_pre_on = !(xq && !strcmp(xq, "0"));
+    c->xmd_pre_x = NULL;
     const size_t want = 160 * 1024;
     const char *o = getenv("MEMRA_CUDA_XMD_ONE");
     c->xmd_one = !o || !strcmp(o, "auto") ? -1 : !strcmp(o, "1") ? 2 : !strcmp(o, "3") ? 3 : 0;
@@ -833,24 +831,65 @@ bool mr_cu_xmd_matvec_conv(mr_cu_ctx *c, const mr_weight *const *w, float *const
     return true;
 }
 
+/* The interleaved operand's bytes for n rows of cols (whole chunks of 8
+ * tokens), by the products' type. */
+static size_t xmd_il_bytes(int n, int cols, int type)
+{
+    const size_t blk = type == MR_TYPE_IQ4_XS ? xmp_blk<MR_TYPE_IQ4_XS, XMD_PL>() : xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
+    return (size_t)(n + 7) / 8 * 8 * (size_t)(cols / 256) * blk;
+}
+
+/* Whether a call of n tokens reads the interleaved operand (quantized
+ * first; the chunks of 8 alone).  Every type and width: IQ4_XS at 4,096
+ * columns is 0.7-0.9 us slower a 16-token call on it than on the rows
+ * (runs 307, 310), but the 35B-A3B's decode steps did not gain from those
+ * calls on the rows (run 310). */
+static bool xmd_il_call(const mr_cu_ctx *c, int n)
+{
+    return c->xmd_il && (n <= 8 || !c->xmd_ng2);
+}
+
 /* The interleaved operand of n rows (k_xmd_quant_il) in the context's
- * scratch, whole chunks of 8 tokens; NULL when the reservation fails (the
- * context has failed). */
+ * scratch; NULL when the reservation fails (the context has failed).  Where
+ * the launch before this product wrote it already (mr_cu_xmd_il_made: the
+ * end of a mixture layer, cu_ops.cu k_moe_tail, made the same bytes from the
+ * same rows), nothing is launched.  Either way the note is spent. */
 static const uint8_t *xmd_operand_il(mr_cu_ctx *c, const float *x, int n, int cols, int type)
 {
-    const bool iq = type == MR_TYPE_IQ4_XS;
-    const size_t blk = iq ? xmp_blk<MR_TYPE_IQ4_XS, XMD_PL>() : xmp_blk<MR_TYPE_Q4_K, XMD_PL>();
-    const size_t blocks = (size_t)n * (size_t)(cols / 256);
-    if (!mr_cu_reserve(c, &c->scratch_xmd, (size_t)(n + 7) / 8 * 8 * (size_t)(cols / 256) * blk, "xmd operand"))
+    const bool made = c->xmd_pre_x == x && c->xmd_pre_n == n && c->xmd_pre_cols == cols && c->xmd_pre_type == type;
+    c->xmd_pre_x = NULL;
+    if (made) {
+        c->xmd_pre_used++;
+        return (const uint8_t *)c->scratch_xmd.p;
+    }
+    if (!mr_cu_reserve(c, &c->scratch_xmd, xmd_il_bytes(n, cols, type), "xmd operand"))
         return NULL;
     uint8_t *out = (uint8_t *)c->scratch_xmd.p;
-    const unsigned grid = (unsigned)((blocks + 7) / 8);
-    if (iq)
+    const unsigned grid = (unsigned)(((size_t)n * (size_t)(cols / 256) + 7) / 8);
+    if (type == MR_TYPE_IQ4_XS)
         mr_cu_launch(c, k_xmd_quant_il<MR_TYPE_IQ4_XS>, grid, 256, 0, x, cols, n, out);
     else
         mr_cu_launch(c, k_xmd_quant_il<MR_TYPE_Q4_K>, grid, 256, 0, x, cols, n, out);
     MR_CU_LAUNCHED(c, "xmd input (interleaved)");
     return out;
+}
+
+uint8_t *mr_cu_xmd_il_prepare(mr_cu_ctx *c, const mr_weight *w, int n, int *type)
+{
+    c->xmd_pre_x = NULL;
+    if (!c->xmd_pre_on || n <= XMD_QIN || !xmd_il_call(c, n) || !mr_cu_xmd_takes(c, &w, 1) ||
+        !mr_cu_reserve(c, &c->scratch_xmd, xmd_il_bytes(n, (int)w->cols, w->type), "xmd operand"))
+        return NULL;
+    *type = w->type;
+    return (uint8_t *)c->scratch_xmd.p;
+}
+
+void mr_cu_xmd_il_made(mr_cu_ctx *c, const float *x, int n, int cols, int type)
+{
+    c->xmd_pre_x = x;
+    c->xmd_pre_n = n;
+    c->xmd_pre_cols = cols;
+    c->xmd_pre_type = type;
 }
 
 bool mr_cu_xmd_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, int m, const float *x, int n)
@@ -861,7 +900,9 @@ bool mr_cu_xmd_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
     const int nsb = a.cols / 256;
     const int one = n == 1 ? xmd_pick_one(c, a.blk0[m], nsb) : 0;
     if (n > XMD_QIN || xmd_qin_bytes(a, one ? 1 : XMD_QIN) > xmd_qin_max) {
-        a.il = c->xmd_il && (n <= 8 || !c->xmd_ng2); /* the chunks of 8 alone */
+        a.il = xmd_il_call(c, n);
+        if (!a.il)
+            c->xmd_pre_x = NULL; /* the scratch is written below */
         a.Xq = a.il                        ? xmd_operand_il(c, x, n, a.cols, a.type)
                : a.type == MR_TYPE_IQ4_XS ? mr_cu_xmp_operand_iq4x3(c, &c->scratch_xmd, x, n, a.cols)
                                            : mr_cu_xmp_operand_q4k3(c, &c->scratch_xmd, x, n, a.cols);

@@ -1,6 +1,7 @@
 /* Elementwise and row ops: RMSNorm (plain and fused with the residual add),
  * RoPE, SwiGLU, add, MoE routing and combine, argmax. */
 #include "kernels/cuda/cu_common.cuh"
+#include "kernels/cuda/cu_xmp.cuh" /* xmd_il_block */
 
 #define ROW_THREADS 256
 
@@ -696,12 +697,18 @@ static void cu_moe_combine(mr_backend *be, const float *y, const float *weights,
  * NT threads (k_rmsnorm4's block: NT = rn_threads(dim)) form the sum of
  * squares exactly as its threads do (thread t's chunks t, t + NT, ... in
  * one fmaf chain, the warp sums, then the NT / 32 partials in order).  So
- * every output has the bits of the four launches (kernel-check part tail). */
+ * every output has the bits of the four launches (kernel-check part tail).
+ * XQ (MR_TYPE_Q4_K or MR_TYPE_IQ4_XS; 0: none): the output row is staged
+ * in shared memory again and its 256-column blocks, a warp each, written to
+ * xq as the interleaved operand of the dense decode products after the
+ * layer's end (cu_xmp.cuh xmd_il_block, the bytes k_xmd_quant_il makes of
+ * out), so that the product's own quantization launch drops out of the
+ * step's chain. */
 #define TAIL_J 8 /* expert loads a thread issues at once */
-template <bool SH>
+template <bool SH, int XQ>
 __global__ void __launch_bounds__(1024) k_moe_tail(const float *y, const float *cw, int k, int dim4, int NT,
                                                    float *proj, float *sh, const float *g, int gs, float *xres,
-                                                   const float *w, float *out, float eps)
+                                                   const float *w, float *out, float eps, uint8_t *xq)
 {
     __shared__ float4 av[1024];
     __shared__ float red[32];
@@ -760,26 +767,56 @@ __global__ void __launch_bounds__(1024) k_moe_tail(const float *y, const float *
     const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
     if (i < dim4) {
         const float4 v = av[i];
-        ((float4 *)(out + t * dim))[i] = make_float4(v.x * inv * gw.x, v.y * inv * gw.y, v.z * inv * gw.z,
-                                                     v.w * inv * gw.w);
+        const float4 o = make_float4(v.x * inv * gw.x, v.y * inv * gw.y, v.z * inv * gw.z, v.w * inv * gw.w);
+        ((float4 *)(out + t * dim))[i] = o;
+        if constexpr (XQ != 0)
+            av[i] = o; /* only this thread reads av[i] above */
+    }
+    if constexpr (XQ != 0) {
+        __shared__ __align__(16) uint8_t stage[32][xmp_blk<XQ, XMD_PL>()];
+        __syncthreads();
+        const int lane = i & 31, warp = i >> 5, nsb = dim4 / 64;
+        for (int b = warp; b < nsb; b += (int)(blockDim.x >> 5)) {
+            const float4 p = av[64 * b + 2 * lane], q = av[64 * b + 2 * lane + 1];
+            const float v8[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+            xmd_il_block<XQ>(v8, stage[warp], xq, nsb, (int)t, b, lane);
+        }
     }
 }
 
+template <bool SH>
+static void moe_tail_launch(mr_cu_ctx *c, int n, int th, const float *y, const float *cw, int k, int dim4, int nt,
+                            float *proj, float *sh, const float *g, int gs, float *xres, const float *w, float *out,
+                            float eps, uint8_t *xq, int xq_type)
+{
+    if (!xq)
+        mr_cu_launch(c, k_moe_tail<SH, 0>, n, th, 0, y, cw, k, dim4, nt, proj, sh, g, gs, xres, w, out, eps, xq);
+    else if (xq_type == MR_TYPE_IQ4_XS)
+        mr_cu_launch(c, k_moe_tail<SH, MR_TYPE_IQ4_XS>, n, th, 0, y, cw, k, dim4, nt, proj, sh, g, gs, xres, w, out,
+                     eps, xq);
+    else
+        mr_cu_launch(c, k_moe_tail<SH, MR_TYPE_Q4_K>, n, th, 0, y, cw, k, dim4, nt, proj, sh, g, gs, xres, w, out,
+                     eps, xq);
+}
+
 bool mr_cu_moe_tail(mr_backend *be, const float *y, const float *cw, int n, int k, int dim, float *proj, float *sh,
-                    const float *g, int gs, float *xres, const float *w, float *out, float eps)
+                    const float *g, int gs, float *xres, const float *w, float *out, float eps, uint8_t *xq,
+                    int xq_type)
 {
     mr_cu_ctx *c = mr_cu(be);
     /* a thread a float4 (whole warps: never fewer than the norm's
-     * rn_threads(dim), which takes RN_K of them a thread) */
+     * rn_threads(dim), which takes RN_K of them a thread); the operand's
+     * blocks are whole 256-column blocks of the row */
     if (c->failed || n <= 0 || n > 65535 || k <= 0 || dim % 4 || dim / 4 > 1024 ||
-        !rn_vec_ok(dim, y, proj, xres, out) || !rn_vec_ok(dim, w, sh ? sh : proj, proj, proj))
+        !rn_vec_ok(dim, y, proj, xres, out) || !rn_vec_ok(dim, w, sh ? sh : proj, proj, proj) ||
+        (xq && (dim % 256 || (xq_type != MR_TYPE_Q4_K && xq_type != MR_TYPE_IQ4_XS))))
         return false;
     const int nt = (int)rn_threads(dim), th = (dim / 4 + 31) / 32 * 32;
     if (sh)
-        mr_cu_launch(c, k_moe_tail<true>, n, th, 0, y, cw, k, dim / 4, nt, proj, sh, g, gs, xres, w, out, eps);
+        moe_tail_launch<true>(c, n, th, y, cw, k, dim / 4, nt, proj, sh, g, gs, xres, w, out, eps, xq, xq_type);
     else
-        mr_cu_launch(c, k_moe_tail<false>, n, th, 0, y, cw, k, dim / 4, nt, proj, sh, g, gs, xres, w, out, eps);
-    MR_CU_LAUNCHED(c, "moe tail + add_rmsnorm");
+        moe_tail_launch<false>(c, n, th, y, cw, k, dim / 4, nt, proj, sh, g, gs, xres, w, out, eps, xq, xq_type);
+    MR_CU_LAUNCHED(c, xq ? "moe tail + add_rmsnorm + xmd input" : "moe tail + add_rmsnorm");
     return true;
 }
 

@@ -71,6 +71,36 @@ __device__ __forceinline__ void xmp_quant_block(const float (&v)[8], uint8_t *bl
         *(float *)(blk + 256 * PL) = bad ? __int_as_float(0x7fc00000) : m / (float)QMAX;
 }
 
+/* The dense decode products' operand of calls of 3+ tokens (cu_mvxmd.cu
+ * k_xmd, the default): 3 planes (22 bits), the 8 tokens of a chunk side by
+ * side a block, 8-byte word by word.  Byte o (o % 8 == 0) of token t's
+ * block b is at xmd_il_at(..) + 8 o: word w of token t at (8 w + t % 8) 8
+ * bytes into the chunk's block. */
+#define XMD_PL 3
+template <int BLK> __host__ __device__ __forceinline__ size_t xmd_il_at(int nsb, int t, int b)
+{
+    return ((size_t)(t >> 3) * nsb + b) * 8 * BLK + 8 * (t & 7);
+}
+
+/* A warp's 256-column block b of token t (lane l: columns 8l .. 8l + 7 in
+ * v) into that operand at Xq: quantized by xmp_quant_block into the warp's
+ * stage (xmp_blk bytes of shared memory, the plain layout, so the integers
+ * are k_xmp_quant's), then its words out to their places.  Every kernel
+ * that writes the operand (cu_mvxmd.cu k_xmd_quant_il, cu_ops.cu k_moe_tail)
+ * goes through here. */
+template <int T>
+__device__ __forceinline__ void xmd_il_block(const float (&v)[8], uint8_t *stage, uint8_t *Xq, int nsb, int t, int b,
+                                             int lane)
+{
+    constexpr int BLK = xmp_blk<T, XMD_PL>();
+    static_assert(BLK % 8 == 0, "whole words a block");
+    xmp_quant_block<T, XMD_PL>(v, stage, lane);
+    __syncwarp();
+    uint8_t *dst = Xq + xmd_il_at<BLK>(nsb, t, b);
+    for (int k = lane; k < BLK / 8; k += 32) *(uint2 *)(dst + 64 * k) = *(const uint2 *)(stage + 8 * k);
+    __syncwarp(); /* the stage is read before the warp's next block */
+}
+
 /* A lane's words of a block in one row: IQ4_XS as cu_moemma.cu's (xs_iq4w) */
 __device__ __forceinline__ void xmp_load(const uint8_t *blk, int c, xs_iq4w &w) { xs_iq4w_load(blk, c, w); }
 
