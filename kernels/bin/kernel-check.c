@@ -2487,6 +2487,9 @@ static void check_attn_engaged(const char *op, mr_backend *be0, mr_backend *be1,
  * to 63 tokens (n <= 63: the decode kernels, not the prompt's) at contexts
  * of one slice to past n_split slices of the minimum, and one token on it
  * (MEMRA_CUDA_ATTN_LOOP=1) against the grid. */
+static void check_attn_streams(const char *op, mr_backend *be0, mr_backend *be1, int heads, int kvh, int hd,
+                               int shared, int own, int ns, int np, int pt);
+
 static void check_attn_loop(void)
 {
     mr_backend *grid = backend_with("MEMRA_CUDA_ATTN_LOOP", "0"), *all = backend_with("MEMRA_CUDA_ATTN_LOOP", "1");
@@ -2501,6 +2504,22 @@ static void check_attn_loop(void)
     check_attn_pair("attn-loop-1", all, grid, 16, 2, 256, 5000, 1, MR_KV_BF16);
     grid->destroy(grid);
     all->destroy(all);
+    /* a decode batch's attention and the o product after it: the merge
+     * writing the product's operand (MEMRA_CUDA_FUSE_XQ=3, the default, on
+     * the int8 tensor-core products) against the product quantizing it
+     * (=0); the
+     * 30B-A3B's heads (two a merge block), the 35B-A3B's (one), 64-wide
+     * heads (four); 2 rows: the product's own quantization either way */
+    setenv("MEMRA_CUDA_XMD", "1", 1);
+    mr_backend *xq3 = backend_with("MEMRA_CUDA_FUSE_XQ", "3"), *xq0 = backend_with("MEMRA_CUDA_FUSE_XQ", "0");
+    setenv("MEMRA_CUDA_XMD", "0", 1); /* main's setting */
+    check_attn_streams("attn-merge-xq", xq3, xq0, 32, 4, 128, 4096, 768, 16, 1, MR_TYPE_Q4_K);
+    check_attn_streams("attn-merge-xq", xq3, xq0, 32, 4, 128, 256, 40, 9, 2, MR_TYPE_Q4_K);
+    check_attn_streams("attn-merge-xq", xq3, xq0, 16, 2, 256, 1024, 300, 16, 1, MR_TYPE_IQ4_XS);
+    check_attn_streams("attn-merge-xq", xq3, xq0, 8, 8, 64, 1024, 100, 5, 1, MR_TYPE_Q4_K);
+    check_attn_streams("attn-merge-xq", xq3, xq0, 32, 4, 128, 512, 64, 2, 1, MR_TYPE_Q4_K);
+    xq3->destroy(xq3);
+    xq0->destroy(xq0);
 }
 
 /* The decode attention's merge with a row's records loaded at once
@@ -2559,9 +2578,9 @@ static void check_attn_alone(const char *op, mr_backend *be, int heads, int kvh,
  * ns / 2 skipped (a NULL table); the float16 K/V rows written straight into
  * the cache, the blocks in a shuffled order. */
 static void check_attn_streams(const char *op, mr_backend *be0, mr_backend *be1, int heads, int kvh, int hd,
-                               int shared, int own, int ns, int np)
+                               int shared, int own, int ns, int np, int pt)
 {
-    const int bt = 16, sb = shared / bt, kvdim = kvh * hd, qd = heads * hd, skip = ns / 2;
+    const int bt = 16, sb = shared / bt, kvdim = kvh * hd, qd = heads * hd, skip = pt ? -1 : ns / 2;
     const int per = (shared + own + 5 * (ns - 1) + bt - 1) / bt; /* blocks a stream's table */
     const int nblk = np * sb + ns * (per - sb);
     const size_t kvn = (size_t)nblk * bt * kvdim, qn = (size_t)ns * qd;
@@ -2576,6 +2595,16 @@ static void check_attn_streams(const char *op, mr_backend *be0, mr_backend *be1,
             tab[t * per + b] = perm[b < sb ? (t % np) * sb + b : np * sb + t * (per - sb) + (b - sb)];
     }
     mr_backend *be[2] = {be0, be1};
+    /* pt: the o product (512 rows of the row's width, type pt) recorded
+     * right after the attention, as the forward pass calls them */
+    const int pr = 512;
+    const tdesc *ptd = pt ? td_of(pt) : NULL;
+    const size_t pbytes = pt ? (size_t)(qd / ptd->be) * ptd->bb * pr : 0, pn = (size_t)ns * pr;
+    uint8_t *ph = pt ? malloc(pbytes) : NULL;
+    float *py[2] = {NULL, NULL};
+    long xq[2] = {0, 0};
+    if (pt)
+        rand_blocks(ptd, ph, pbytes / ptd->bb);
     for (int k = 0; k < 2; k++) {
         mr_kv_cache kv = {.n_layers = 1, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh,
                           .head_dim = hd, .dtype = MR_KV_F16};
@@ -2588,9 +2617,27 @@ static void check_attn_streams(const char *op, mr_backend *be0, mr_backend *be1,
         const int32_t **dtabs = dup_to(be[k], htabs, (size_t)ns * sizeof *htabs);
         float *dq = dup_to(be[k], q, qn * 4), *dout = dalloc(be[k], qn * 4);
         poison(be[k], dout, qn * 4);
+        mr_weight pw;
+        float *dpy = NULL;
+        if (pt) {
+            load_weight(be[k], ptd, ph, qd, pr, 1, &pw);
+            dpy = dalloc(be[k], pn * 4);
+            poison(be[k], dpy, pn * 4);
+        }
+        if (be[k]->sync(be[k], &err)) die("sync");
+        const long x0 = fused_ops(be[k]).xq;
         be[k]->attention_multi(be[k], &kv, 0, (const int32_t *const *)dtabs, dq, dpos, ns, heads,
                                1.0f / sqrtf((float)hd), dout);
+        if (pt)
+            be[k]->matmul(be[k], &pw, dout, dpy, ns);
         fetch(be[k], o[k], dout, qn * 4);
+        xq[k] = fused_ops(be[k]).xq - x0;
+        if (pt) {
+            py[k] = malloc(pn * 4);
+            fetch(be[k], py[k], dpy, pn * 4);
+            be[k]->free(be[k], dpy);
+            be[k]->weight_release(be[k], &pw);
+        }
         be[k]->free(be[k], dtab); be[k]->free(be[k], dpos); be[k]->free(be[k], (void *)dtabs);
         be[k]->free(be[k], dq); be[k]->free(be[k], dout);
         be[k]->kv_destroy(be[k], &kv);
@@ -2598,13 +2645,26 @@ static void check_attn_streams(const char *op, mr_backend *be0, mr_backend *be1,
     }
     /* the skipped stream's rows are left as they were (poison, NaN) on both */
     int untouched = 1;
-    for (int e = 0; e < qd; e++) untouched &= o[0][(size_t)skip * qd + e] != o[0][(size_t)skip * qd + e] &&
-                                              o[1][(size_t)skip * qd + e] != o[1][(size_t)skip * qd + e];
-    for (int e = 0; e < qd; e++) o[0][(size_t)skip * qd + e] = o[1][(size_t)skip * qd + e] = 0.0f;
+    if (skip >= 0) {
+        for (int e = 0; e < qd; e++) untouched &= o[0][(size_t)skip * qd + e] != o[0][(size_t)skip * qd + e] &&
+                                                  o[1][(size_t)skip * qd + e] != o[1][(size_t)skip * qd + e];
+        for (int e = 0; e < qd; e++) o[0][(size_t)skip * qd + e] = o[1][(size_t)skip * qd + e] = 0.0f;
+    }
     const size_t diff = floats_differ(o[0], o[1], qn);
-    char shape[64];
-    snprintf(shape, sizeof shape, "f16 h=%d/%d d=%d %dx(%d/%d+%d)", heads, kvh, hd, ns, shared, np, own);
+    char shape[80];
+    snprintf(shape, sizeof shape, "f16 h=%d/%d d=%d %dx(%d/%d+%d)%s%s", heads, kvh, hd, ns, shared, np, own,
+             pt ? " then " : "", pt ? ptd->name : "");
     report(op, shape, (double)diff + (untouched ? 0.0 : 1.0), floats_nan(o[0], qn), 0.0);
+    if (pt) {
+        /* the product's rows bit for bit, and the operand taken from the
+         * merge on be0 only (3+ rows) */
+        char on[64];
+        snprintf(on, sizeof on, "%s-product", op);
+        report(on, shape, (double)floats_differ(py[0], py[1], pn), floats_nan(py[0], pn), 0.0);
+        snprintf(on, sizeof on, "%s-xq-taken", op);
+        report(on, shape, (double)(labs(xq[0] - (ns >= 3 ? 1 : 0)) + labs(xq[1])), 0, 0.0);
+        free(py[0]); free(py[1]); free(ph);
+    }
     free(perm); free(tab); free(pos); free(h16); free(q); free(o[0]); free(o[1]);
 }
 
@@ -2708,21 +2768,21 @@ static void check_attn_dec_tc(void)
     };
     for (size_t i = 0; i < sizeof ss / sizeof ss[0]; i++) {
         const int h = ss[i].heads, k = ss[i].kvh, d = ss[i].hd, sh = ss[i].shared, ow = ss[i].own;
-        check_attn_streams("dec-tc-streams", tc, grid, h, k, d, sh, ow, ss[i].ns, ss[i].np);
-        check_attn_streams("dec-tc-streams-gran0", off, offgrid, h, k, d, sh, ow, ss[i].ns, ss[i].np);
+        check_attn_streams("dec-tc-streams", tc, grid, h, k, d, sh, ow, ss[i].ns, ss[i].np, 0);
+        check_attn_streams("dec-tc-streams-gran0", off, offgrid, h, k, d, sh, ow, ss[i].ns, ss[i].np, 0);
     }
     /* tokens 2i and 2i + 1 of one prefix share a block's K/V tiles
      * (ag_split_tc's pairs, the default): the same bits as without
      * (MEMRA_CUDA_ATTN_PAIR=0), at the 30B-A3B's and the 35B-A3B's heads,
      * groups of 2 and 1, odd stream counts, neighbours of two prefixes */
     mr_backend *nopair = backend_with2("MEMRA_CUDA_ATTN_DEC_TC", "0", "MEMRA_CUDA_ATTN_PAIR", "0");
-    check_attn_streams("dec-tc-pair-off", tc, nopair, 32, 4, 128, 4096, 768, 16, 1);
-    check_attn_streams("dec-tc-pair-off", tc, nopair, 16, 2, 256, 4096, 300, 9, 1);
-    check_attn_streams("dec-tc-pair-off", tc, nopair, 6, 3, 64, 1024, 100, 13, 2);
-    check_attn_streams("dec-tc-pair-off", tc, nopair, 8, 8, 64, 1024, 100, 6, 1);
+    check_attn_streams("dec-tc-pair-off", tc, nopair, 32, 4, 128, 4096, 768, 16, 1, 0);
+    check_attn_streams("dec-tc-pair-off", tc, nopair, 16, 2, 256, 4096, 300, 9, 1, 0);
+    check_attn_streams("dec-tc-pair-off", tc, nopair, 6, 3, 64, 1024, 100, 13, 2, 0);
+    check_attn_streams("dec-tc-pair-off", tc, nopair, 8, 8, 64, 1024, 100, 6, 1, 0);
     nopair->destroy(nopair);
-    check_attn_streams("dec-tc-g8-streams", g8, g8grid, 32, 4, 128, 4096, 768, 16, 2);
-    check_attn_streams("dec-tc-g8-streams", g8, g8grid, 16, 2, 256, 4096, 300, 8, 1);
+    check_attn_streams("dec-tc-g8-streams", g8, g8grid, 32, 4, 128, 4096, 768, 16, 2, 0);
+    check_attn_streams("dec-tc-g8-streams", g8, g8grid, 16, 2, 256, 4096, 300, 8, 1, 0);
     /* blocks of 8 heads keep the splits of blocks of 4, so a row's bits are
      * gb 4's: G8 against the default (one token, batches, past the
      * contexts where the split count decides the slices: 20,000 and 40,000
@@ -2744,8 +2804,8 @@ static void check_attn_dec_tc(void)
     }
     check_attn_alone("dec-tc-g8b-alone", g8b, 32, 4, 128, 300, 16, MR_KV_F16);
     check_attn_alone("dec-tc-g8b-alone", g8b, 16, 2, 256, 5000, 9, MR_KV_F16);
-    check_attn_streams("dec-tc-g8b-streams", g8b, tc, 32, 4, 128, 4096, 768, 16, 2);
-    check_attn_streams("dec-tc-g8b-streams", g8b, tc, 16, 2, 256, 4096, 300, 8, 1);
+    check_attn_streams("dec-tc-g8b-streams", g8b, tc, 32, 4, 128, 4096, 768, 16, 2, 0);
+    check_attn_streams("dec-tc-g8b-streams", g8b, tc, 16, 2, 256, 4096, 300, 8, 1, 0);
     check_attn_pair("dec-tc-g8-default", g8d, tc, 32, 4, 128, 4900, 16, MR_KV_F16);
     check_attn_alone("dec-tc-g8-default-alone", g8d, 32, 4, 128, 300, 16, MR_KV_F16);
     g8d->destroy(g8d);
@@ -3075,8 +3135,8 @@ static void check_route_rank(mr_backend *warp, int n, int E, int k, bool norm, i
  * is not a multiple of 4 or above 4,096).  pt (a weight type; 0: none): a
  * product of 512 x dim of that type over the normed rows follows, as q/k/v
  * follow a layer's end; its output bit for bit, and whether it took the
- * interleaved operand the tail wrote (MEMRA_CUDA_FUSE_XQ, the default: the
- * fusions' xq count; where the rule took the tail, the call is 3+ tokens
+ * interleaved operand the tail wrote (MEMRA_CUDA_FUSE_XQ's bit 0, on by
+ * default: the fusions' xq count; where the rule took the tail, the call is 3+ tokens
  * and whole 256-column blocks, once; else never). */
 static void check_moe_tail(mr_backend *on, mr_backend *off, int n, int k, int dim, bool shared, int rule, int pt)
 {

@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "kernels/cuda/cu_common.cuh"
+#include "kernels/cuda/cu_xmp.cuh" /* xmd_il_block */
 #include "kernels/cuda/cu_mma.cuh"
 
 template <int DT>
@@ -1017,17 +1018,30 @@ k_attn_gqa_loop(const void *K, const void *V, const int32_t *table, const int32_
  * ATT_MERGE_MAX splits (the launcher's caps; more would give NaN rows). */
 #define ATT_MERGE_MAX 128
 
+/* A merge block's rows: up to MERGE_PARTS of them side by side (the
+ * operand form below), each merged by its own group of threads exactly as
+ * a block of that many threads would merge it alone.  g: this thread's
+ * index in its group (tid), the group's threads (nthr) and its row (p). */
+#define MERGE_PARTS 4
+struct merge_grp {
+    int tid, nthr, p;
+};
+__device__ __forceinline__ merge_grp merge_whole() { return merge_grp{(int)threadIdx.x, (int)blockDim.x, 0}; }
+
 /* The merge of the n_split records at pr into the row o (D values), all
- * threads of the block: each split's weight exp(m_s - M) once, in shared
+ * threads of the group: each split's weight exp(m_s - M) once, in shared
  * memory (the loop over dimensions used to take n_split exponentials a
- * dimension), then the sums in split order. */
-__device__ __forceinline__ void merge_loop(const float *pr, int n_split, int D, float *o)
+ * dimension), then the sums in split order.  Every group of the block
+ * takes the same path (its barriers are the block's). */
+__device__ __forceinline__ void merge_loop(const float *pr, int n_split, int D, float *o, merge_grp g)
 {
-    __shared__ float sw[ATT_MERGE_MAX];
-    __shared__ bool skip[ATT_MERGE_MAX];
-    __shared__ float sM, sL;
-    __shared__ int sbad;
-    if (threadIdx.x == 0) {
+    __shared__ float sw_[MERGE_PARTS][ATT_MERGE_MAX];
+    __shared__ bool skip_[MERGE_PARTS][ATT_MERGE_MAX];
+    __shared__ float sM[MERGE_PARTS], sL[MERGE_PARTS];
+    __shared__ int sbad[MERGE_PARTS];
+    float *sw = sw_[g.p];
+    bool *skip = skip_[g.p];
+    if (g.tid == 0) {
         float M = -INFINITY;
         bool bad = n_split > ATT_MERGE_MAX;
         for (int s = 0; s < n_split && s < ATT_MERGE_MAX; s++) {
@@ -1035,27 +1049,27 @@ __device__ __forceinline__ void merge_loop(const float *pr, int n_split, int D, 
             bad |= ms != ms;
             M = fmaxf(M, ms);
         }
-        sM = M;
-        sbad = bad;
+        sM[g.p] = M;
+        sbad[g.p] = bad;
     }
     __syncthreads();
-    const float M = sM;
-    for (int s = threadIdx.x; s < n_split && s < ATT_MERGE_MAX; s += blockDim.x) {
+    const float M = sM[g.p];
+    for (int s = g.tid; s < n_split && s < ATT_MERGE_MAX; s += g.nthr) {
         const float ms = pr[s * (D + 2)];
         skip[s] = ms == -INFINITY;
         sw[s] = skip[s] ? 0.0f : expf(ms - M);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (g.tid == 0) {
         float L = 0.0f;
         for (int s = 0; s < n_split && s < ATT_MERGE_MAX; s++)
             if (!skip[s]) L += pr[s * (D + 2) + 1] * sw[s];
-        sL = L;
+        sL[g.p] = L;
     }
     __syncthreads();
-    const float L = sL;
-    const bool bad = sbad;
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    const float L = sL[g.p];
+    const bool bad = sbad[g.p];
+    for (int d = g.tid; d < D; d += g.nthr) {
         float a = 0.0f;
         for (int s = 0; s < n_split && s < ATT_MERGE_MAX; s++)
             if (!skip[s]) a += pr[s * (D + 2) + 2 + d] * sw[s];
@@ -1071,9 +1085,9 @@ __device__ __forceinline__ void merge_loop(const float *pr, int n_split, int D, 
  * the same bits (kernel-check attn-merge-reg).  At most ATT_MERGE_REG
  * records and two dimensions a thread. */
 #define ATT_MERGE_REG 16
-__device__ __forceinline__ void merge_reg(const float *pr, int ns, int D, float *o)
+__device__ __forceinline__ void merge_reg(const float *pr, int ns, int D, float *o, merge_grp g)
 {
-    const int d0 = threadIdx.x, d1 = threadIdx.x + blockDim.x;
+    const int d0 = g.tid, d1 = g.tid + g.nthr;
     float mv[ATT_MERGE_REG], lv[ATT_MERGE_REG], av[2][ATT_MERGE_REG];
 #pragma unroll
     for (int s = 0; s < ATT_MERGE_REG; s++)
@@ -1112,15 +1126,17 @@ __device__ __forceinline__ void merge_reg(const float *pr, int ns, int D, float 
  * in split order, ATT_MERGE_REG records a round trip (m, l and its
  * dimension; m read again, the same value), merge_loop's operations in
  * its order: the same bits.  At most blockDim.x records. */
-__device__ __forceinline__ void merge_wide(const float *pr, int ns, int D, float *o)
+__device__ __forceinline__ void merge_wide(const float *pr, int ns, int D, float *o, merge_grp g)
 {
-    __shared__ float wm[32];
-    __shared__ int wb[32];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    __shared__ float wm_[MERGE_PARTS][32];
+    __shared__ int wb_[MERGE_PARTS][32];
+    float *wm = wm_[g.p];
+    int *wb = wb_[g.p];
+    const int lane = g.tid & 31, w = g.tid >> 5, nw = (g.nthr + 31) >> 5;
     float m = -INFINITY;
     int bad = 0;
-    if ((int)threadIdx.x < ns) {
-        const float ms = pr[threadIdx.x * (D + 2)];
+    if (g.tid < ns) {
+        const float ms = pr[g.tid * (D + 2)];
         bad = ms != ms;
         m = fmaxf(m, ms);
     }
@@ -1140,7 +1156,7 @@ __device__ __forceinline__ void merge_wide(const float *pr, int ns, int D, float
         M = fmaxf(M, wm[i]);
         bad |= wb[i];
     }
-    const int d = threadIdx.x;
+    const int d = g.tid;
     float L = 0.0f, a = 0.0f;
     for (int s0 = 0; s0 < ns; s0 += ATT_MERGE_REG) {
         float mv[ATT_MERGE_REG], lv[ATT_MERGE_REG], av[ATT_MERGE_REG];
@@ -1163,8 +1179,20 @@ __device__ __forceinline__ void merge_wide(const float *pr, int ns, int D, float
     if (d < D) o[d] = (bad || L == 0.0f) ? __int_as_float(0x7fc00000) : a / L;
 }
 
-/* Grid (head, token), 128 threads.  REG: merge_reg where a row's records
- * fit it, merge_wide where they fit that (the default), else merge_loop. */
+/* A row's merge by its group.  REG: merge_reg where the row's records fit
+ * it, merge_wide where they fit that (the default), else merge_loop. */
+template <bool REG> __device__ __forceinline__ void merge_row(const float *pr, int ns, int D, float *o, merge_grp g)
+{
+    /* the same for the whole block (its rows are one token's) */
+    if (REG && ns <= ATT_MERGE_REG && D <= 2 * g.nthr)
+        merge_reg(pr, ns, D, o, g);
+    else if (REG && ns <= g.nthr && D <= g.nthr)
+        merge_wide(pr, ns, D, o, g);
+    else
+        merge_loop(pr, ns, D, o, g);
+}
+
+/* Grid (head, token), 128 threads. */
 template <bool REG>
 __global__ void __launch_bounds__(128) k_attn_merge(const float *part, const int32_t *const *tables,
                                                     const int32_t *pos, int n_heads, int n_split, attn_cut cut,
@@ -1177,21 +1205,71 @@ __global__ void __launch_bounds__(128) k_attn_merge(const float *part, const int
         return;
     const float *pr = part + ((int64_t)t * n_heads + h) * n_split * (D + 2);
     float *o = out + ((int64_t)t * n_heads + h) * D;
-    const int ns = attn_used(pos[t] + 1, n_split, cut);
-    /* the same for the whole block */
-    if (REG && ns <= ATT_MERGE_REG && D <= 2 * (int)blockDim.x)
-        merge_reg(pr, ns, D, o);
-    else if (REG && ns <= (int)blockDim.x && D <= (int)blockDim.x)
-        merge_wide(pr, ns, D, o);
-    else
-        merge_loop(pr, ns, D, o);
+    merge_row<REG>(pr, attn_used(pos[t] + 1, n_split, cut), D, o, merge_whole());
+}
+
+/* The same merges with the o product's operand written after them (the
+ * interleaved operand of cu_xmp.cuh, of type T): grid (head group, token),
+ * a block the 256 / D heads of one 256-column block of the row, 128
+ * threads a head, each head merged by its group as k_attn_merge's block
+ * merges it (the same bits), then warp 0 quantizes the block's 256 outputs
+ * (xmd_il_block: the bytes k_xmd_quant_il makes of them).  D 64, 128 or
+ * 256, heads a whole number of groups (merge_xq_ok). */
+template <bool REG, int T>
+__global__ void __launch_bounds__(512) k_attn_merge_xq(const float *part, const int32_t *const *tables,
+                                                       const int32_t *pos, int n_heads, int n_split, attn_cut cut,
+                                                       int D, float *out, uint8_t *xq)
+{
+    __shared__ __align__(16) uint8_t stage[xmp_blk<T, XMD_PL>()];
+    mr_pdl_wait(); /* cu_pdl.cuh */
+    mr_pdl_trigger();
+    const int hb = 256 / D, t = blockIdx.y;
+    const merge_grp g{(int)threadIdx.x & 127, 128, (int)threadIdx.x >> 7};
+    if (tables && !tables[t])
+        return;
+    const int h = blockIdx.x * hb + g.p;
+    const float *pr = part + ((int64_t)t * n_heads + h) * n_split * (D + 2);
+    merge_row<REG>(pr, attn_used(pos[t] + 1, n_split, cut), D, out + ((int64_t)t * n_heads + h) * D, g);
+    __syncthreads(); /* the block's outputs are written (and visible to it) */
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        const float4 *r = (const float4 *)(out + ((int64_t)t * n_heads + (int64_t)blockIdx.x * hb) * D + 8 * lane);
+        const float4 a = r[0], b = r[1];
+        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        xmd_il_block<T>(v, stage, xq, n_heads * D / 256, t, (int)blockIdx.x, lane);
+    }
+}
+
+/* Whether k_attn_merge_xq takes a row of n_heads heads of D. */
+static bool merge_xq_ok(int n_heads, int D)
+{
+    return (D == 64 || D == 128 || D == 256) && n_heads % (256 / D) == 0;
 }
 
 /* The merge after a split kernel (MEMRA_CUDA_ATTN_MERGE=loop: merge_loop
- * for every row). */
+ * for every row); with an operand asked for (c->attn_xq, the op recorder's
+ * rule: the o product follows) where k_attn_merge_xq takes the row, that
+ * form, and c->attn_xq_done says so. */
 static void merge_launch(mr_cu_ctx *c, const float *part, const int32_t *const *tables, const int32_t *pos,
                          int n_heads, int n, int n_split, attn_cut cut, int D, float *out)
 {
+    if (c->attn_xq && merge_xq_ok(n_heads, D)) {
+        const dim3 grid((unsigned)(n_heads * D / 256), (unsigned)n);
+        const unsigned th = 128u * (unsigned)(256 / D);
+        uint8_t *xq = c->attn_xq;
+#define L(REG, T) mr_cu_launch(c, k_attn_merge_xq<REG, T>, grid, th, 0, part, tables, pos, n_heads, n_split, cut, D, out, xq)
+        if (c->attn_xq_type == MR_TYPE_IQ4_XS) {
+            if (c->attn_merge_reg) L(true, MR_TYPE_IQ4_XS);
+            else L(false, MR_TYPE_IQ4_XS);
+        } else {
+            if (c->attn_merge_reg) L(true, MR_TYPE_Q4_K);
+            else L(false, MR_TYPE_Q4_K);
+        }
+#undef L
+        MR_CU_LAUNCHED(c, "attention merge + xmd input");
+        c->attn_xq_done = true;
+        return;
+    }
     if (c->attn_merge_reg)
         mr_cu_launch(c, k_attn_merge<true>, dim3(n_heads, n), 128, 0, part, tables, pos, n_heads, n_split, cut,
                      D, out);

@@ -634,7 +634,7 @@ static size_t run_tail(mr_cu_auto *a, mr_backend *be, size_t i)
     if (j + 1 < n_ops && a->ops[j + 1].op == OP_MATMUL) {
         const auto &mm = a->ops[j + 1].u.matmul;
         if (mm.x == ar.out && mm.n == cb.n && mm.w && mm.w->cols == cb.rows)
-            xq = mr_cu_xmd_il_prepare(c, mm.w, mm.n, &xq_type);
+            xq = mr_cu_xmd_il_prepare(c, mm.w, mm.n, 1, &xq_type);
     }
     if (!mr_cu_moe_tail(be, cb.y, cb.w, cb.n, cb.k, cb.rows, cb.out, sh, g, gs, ar.y, ar.w, ar.out, ar.eps, xq,
                         xq_type))
@@ -645,6 +645,39 @@ static size_t run_tail(mr_cu_auto *a, mr_backend *be, size_t i)
     }
     a->tail_fused += (long)(j - i);
     return j - i + 1;
+}
+
+/* Op i, a decode batch's attention over all the rows of the dense product
+ * right after it (o; the attention of every segment in this one call):
+ * its merge also writes that product's interleaved operand where the
+ * product would read one (cu_attn.cu k_attn_merge_xq; MEMRA_CUDA_FUSE_XQ
+ * 3, the default, or 2), noted as the tail's is.  Returns 1 where it ran
+ * op i, else 0.  (The 35B-A3B's gated attention multiplies its rows by the
+ * gate before o: no rule there.) */
+static size_t run_attn_xq(mr_cu_auto *a, mr_backend *be, size_t i)
+{
+    if (a->ops[i].op != OP_ATTENTION_MULTI || i + 1 >= a->ops.size() || a->ops[i + 1].op != OP_MATMUL)
+        return 0;
+    const auto &at = a->ops[i].u.attention;
+    const auto &mm = a->ops[i + 1].u.matmul;
+    const int64_t cols = (int64_t)at.n_heads * at.kv->head_dim;
+    if (mm.x != at.out || mm.n != at.n || !mm.w || mm.w->cols != cols)
+        return 0;
+    mr_cu_ctx *c = mr_cu(be);
+    int type = 0;
+    uint8_t *xq = mr_cu_xmd_il_prepare(c, mm.w, mm.n, 2, &type);
+    if (!xq)
+        return 0;
+    c->attn_xq = xq;
+    c->attn_xq_type = type;
+    c->attn_xq_done = false;
+    run_op(a, be, a->ops[i]);
+    c->attn_xq = NULL;
+    if (c->attn_xq_done) {
+        mr_cu_xmd_il_made(c, at.out, at.n, (int)cols, type);
+        a->xq_at = i + 1;
+    }
+    return 1;
 }
 
 /* Ops i, i+1: rmsnorm(x, w, y) and swiglu(z, y, y) over its rows, a
@@ -762,6 +795,8 @@ static size_t launch_at(mr_cu_auto *a, mr_backend *be, size_t i)
         used = run_gnorm(a, be, i);
     if (!used)
         used = run_segs(a, be, i);
+    if (!used)
+        used = run_attn_xq(a, be, i);
     if (!used) {
         run_op(a, be, a->ops[i]);
         used = 1;

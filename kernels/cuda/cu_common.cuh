@@ -192,13 +192,19 @@ struct mr_cu_ctx {
     bool xmd_il;            /* calls of 3+ tokens in chunks of 8 read their input interleaved by
                                token (cu_mvxmd.cu xmd_tok; MEMRA_CUDA_XMD_IL=0: k_xmp_quant's
                                rows; run 307: C = 16 decode only +4.5%); the same bits */
-    bool xmd_pre_on;        /* the end of a mixture layer (k_moe_tail) writes that operand for the
-                               product after it (MEMRA_CUDA_FUSE_XQ=0: the product's own launch);
-                               the same bytes */
+    int xmd_pre_on;         /* the launch before a product writes that operand for it, the same
+                               bytes: bit 0 the end of a mixture layer (k_moe_tail) before q/k/v,
+                               bit 1 a decode batch's attention merge before o (MEMRA_CUDA_FUSE_XQ:
+                               3 both, the default; 1 or 2 one; 0 the product's own launch) */
     const float *xmd_pre_x; /* the operand the last launch wrote for the next product: of n rows of
                                x, cols, the products' type (NULL: none; mr_cu_xmd_il_made) */
     int xmd_pre_n, xmd_pre_cols, xmd_pre_type;
     long xmd_pre_used;      /* products that took such an operand so far */
+    uint8_t *attn_xq;       /* the next decode attention's merge writes the o product's operand here
+                               (cu_attn.cu k_attn_merge_xq; of type attn_xq_type; NULL: not asked for;
+                               the op recorder's rule, xmd_pre_on's bit 1) */
+    int attn_xq_type;
+    bool attn_xq_done;      /* and the merge did write it */
     int x24_nt_max;         /* tokens an x24 launch at most (2; MEMRA_CUDA_X24_NT) */
     int xm_bps;             /* x24 expert products: blocks an SM the rows a block aim at, were
                                every slot used (64; MEMRA_CUDA_XM_BPS, for timing: same bits) */
@@ -574,9 +580,10 @@ bool mr_cu_xmd_matvec(mr_cu_ctx *c, const mr_weight *const *w, float *const *y, 
 /* Where a product of w over n rows (alone or with matrices like it) would
  * read the interleaved operand (cu_xmp.cuh xmd_il_at) that a launch before
  * it may write: the operand's place, reserved in the context's scratch,
- * and *type, the type it is quantized for; NULL otherwise (or with
- * MEMRA_CUDA_FUSE_XQ=0).  Forgets any operand noted before. */
-uint8_t *mr_cu_xmd_il_prepare(mr_cu_ctx *c, const mr_weight *w, int n, int *type);
+ * and *type, the type it is quantized for; NULL otherwise, or where
+ * MEMRA_CUDA_FUSE_XQ leaves the writer `from` out (1 the end of a mixture
+ * layer, 2 an attention merge).  Forgets any operand noted before. */
+uint8_t *mr_cu_xmd_il_prepare(mr_cu_ctx *c, const mr_weight *w, int n, int from, int *type);
 /* Notes that the launch just made wrote that operand of the n rows of x
  * (cols wide): the next product over exactly them takes it instead of
  * quantizing x again.  The op recorder forgets the note after the launch

@@ -659,12 +659,15 @@ void mr_cu_xmd_init(mr_cu_ctx *c)
      * +3.0%; the 35B-A3B's decode only +2.0% */
     const char *il = getenv("MEMRA_CUDA_XMD_IL");
     c->xmd_il = !(il && !strcmp(il, "0"));
-    /* the operand written by the launch before the product where it can
-     * (the end of a mixture layer before q/k/v or an in-projection): one
-     * launch fewer a layer */
+    /* the operand written by the launch before the product where it can:
+     * bit 0 the end of a mixture layer before q/k/v or an in-projection
+     * (runs 310-311: decode only C = 16 +0.8-1.0%), bit 1 a decode batch's
+     * attention merge before o (run 312: +0.8% more, five pairs); one
+     * launch fewer a layer each.  3 (both) by default */
     const char *xq = getenv("MEMRA_CUDA_FUSE_XQ");
-    c->xmd_pre_on = !(xq && !strcmp(xq, "0"));
+    c->xmd_pre_on = xq && xq[0] >= '0' && xq[0] <= '3' && !xq[1] ? xq[0] - '0' : 3;
     c->xmd_pre_x = NULL;
+    c->attn_xq = NULL;
     const size_t want = 160 * 1024;
     const char *o = getenv("MEMRA_CUDA_XMD_ONE");
     c->xmd_one = !o || !strcmp(o, "auto") ? -1 : !strcmp(o, "1") ? 2 : !strcmp(o, "3") ? 3 : 0;
@@ -874,10 +877,10 @@ static const uint8_t *xmd_operand_il(mr_cu_ctx *c, const float *x, int n, int co
     return out;
 }
 
-uint8_t *mr_cu_xmd_il_prepare(mr_cu_ctx *c, const mr_weight *w, int n, int *type)
+uint8_t *mr_cu_xmd_il_prepare(mr_cu_ctx *c, const mr_weight *w, int n, int from, int *type)
 {
     c->xmd_pre_x = NULL;
-    if (!c->xmd_pre_on || n <= XMD_QIN || !xmd_il_call(c, n) || !mr_cu_xmd_takes(c, &w, 1) ||
+    if (!(c->xmd_pre_on & from) || n <= XMD_QIN || !xmd_il_call(c, n) || !mr_cu_xmd_takes(c, &w, 1) ||
         !mr_cu_reserve(c, &c->scratch_xmd, xmd_il_bytes(n, (int)w->cols, w->type), "xmd operand"))
         return NULL;
     *type = w->type;
