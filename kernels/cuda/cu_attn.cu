@@ -1121,11 +1121,12 @@ __device__ __forceinline__ void merge_reg(const float *pr, int ns, int D, float 
 
 /* Rows of more records (a context past 16 slices; run 186: ~550 positions
  * at C = 16 took merge_loop) and at most one dimension a thread: the
- * maximum and the NaN flag over the block (thread s reads record s's m;
+ * maximum and the NaN flag over the group (thread s reads record s's m;
  * a maximum is exact in any order), then each thread its dimension's sums
  * in split order, ATT_MERGE_REG records a round trip (m, l and its
  * dimension; m read again, the same value), merge_loop's operations in
- * its order: the same bits.  At most blockDim.x records. */
+ * its order: the same bits.  At most as many records as the group has
+ * threads. */
 __device__ __forceinline__ void merge_wide(const float *pr, int ns, int D, float *o, merge_grp g)
 {
     __shared__ float wm_[MERGE_PARTS][32];
