@@ -1247,19 +1247,26 @@ static bool merge_xq_ok(int n_heads, int D)
     return (D == 64 || D == 128 || D == 256) && n_heads % (256 / D) == 0;
 }
 
+/* The o product's operand a decode attention call is asked to write
+ * (mr_cu_attention_multi_xq): where, for which type, and whether its merge
+ * wrote it. */
+struct attn_xq {
+    uint8_t *p;
+    int type;
+    bool done;
+};
+
 /* The merge after a split kernel (MEMRA_CUDA_ATTN_MERGE=loop: merge_loop
- * for every row); with an operand asked for (c->attn_xq, the op recorder's
- * rule: the o product follows) where k_attn_merge_xq takes the row, that
- * form, and c->attn_xq_done says so. */
+ * for every row); with an operand asked for (xq not NULL) where
+ * k_attn_merge_xq takes the row, that form, and xq->done says so. */
 static void merge_launch(mr_cu_ctx *c, const float *part, const int32_t *const *tables, const int32_t *pos,
-                         int n_heads, int n, int n_split, attn_cut cut, int D, float *out)
+                         int n_heads, int n, int n_split, attn_cut cut, int D, float *out, attn_xq *xq)
 {
-    if (c->attn_xq && merge_xq_ok(n_heads, D)) {
+    if (xq && merge_xq_ok(n_heads, D)) {
         const dim3 grid((unsigned)(n_heads * D / 256), (unsigned)n);
         const unsigned th = 128u * (unsigned)(256 / D);
-        uint8_t *xq = c->attn_xq;
-#define L(REG, T) mr_cu_launch(c, k_attn_merge_xq<REG, T>, grid, th, 0, part, tables, pos, n_heads, n_split, cut, D, out, xq)
-        if (c->attn_xq_type == MR_TYPE_IQ4_XS) {
+#define L(REG, T) mr_cu_launch(c, k_attn_merge_xq<REG, T>, grid, th, 0, part, tables, pos, n_heads, n_split, cut, D, out, xq->p)
+        if (xq->type == MR_TYPE_IQ4_XS) {
             if (c->attn_merge_reg) L(true, MR_TYPE_IQ4_XS);
             else L(false, MR_TYPE_IQ4_XS);
         } else {
@@ -1268,7 +1275,7 @@ static void merge_launch(mr_cu_ctx *c, const float *part, const int32_t *const *
         }
 #undef L
         MR_CU_LAUNCHED(c, "attention merge + xmd input");
-        c->attn_xq_done = true;
+        xq->done = true;
         return;
     }
     if (c->attn_merge_reg)
@@ -1564,7 +1571,7 @@ bool mr_cu_attn_dec_init(mr_cu_ctx *c)
 static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
                              const int32_t *block_table, const int32_t *const *tables,
                              const float *q, const int32_t *pos, int n, int n_heads, float scale,
-                             float *out, bool prompt, int pos_first)
+                             float *out, bool prompt, int pos_first, attn_xq *xq)
 {
     mr_cu_ctx *c = mr_cu(be);
     if (n <= 0)
@@ -1689,7 +1696,7 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
 #undef BY_G
 #undef L
         MR_CU_LAUNCHED(c, "attention (grouped)");
-        merge_launch(c, part, tables, pos, n_heads, n, n_split, mc, D, out);
+        merge_launch(c, part, tables, pos, n_heads, n, n_split, mc, D, out, xq);
         return;
     }
     dim3 grid(n_heads, n, n_split);
@@ -1708,14 +1715,14 @@ static void attention_launch(mr_backend *be, const mr_kv_cache *kv, int layer,
 #undef BY_EPL
 #undef L
     MR_CU_LAUNCHED(c, "attention");
-    merge_launch(c, part, tables, pos, n_heads, n, n_split, attn_cut{ATT_MIN_CHUNK, ATT_MIN_CHUNK, 1}, D, out);
+    merge_launch(c, part, tables, pos, n_heads, n, n_split, attn_cut{ATT_MIN_CHUNK, ATT_MIN_CHUNK, 1}, D, out, xq);
 }
 
 static void cu_attention(mr_backend *be, const mr_kv_cache *kv, int layer,
                          const int32_t *block_table, const float *q, const int32_t *pos, int n,
                          int n_heads, float scale, float *out)
 {
-    attention_launch(be, kv, layer, block_table, NULL, q, pos, n, n_heads, scale, out, false, -1);
+    attention_launch(be, kv, layer, block_table, NULL, q, pos, n, n_heads, scale, out, false, -1, NULL);
 }
 
 /* Prompt rows: a query's result from the prompt kernels depends on its
@@ -1727,14 +1734,23 @@ static void cu_attention_prompt(mr_backend *be, const mr_kv_cache *kv, int layer
                                 const int32_t *block_table, const float *q, const int32_t *pos, int n,
                                 int n_heads, float scale, float *out, int pos_first)
 {
-    attention_launch(be, kv, layer, block_table, NULL, q, pos, n, n_heads, scale, out, true, pos_first);
+    attention_launch(be, kv, layer, block_table, NULL, q, pos, n, n_heads, scale, out, true, pos_first, NULL);
 }
 
 static void cu_attention_multi(mr_backend *be, const mr_kv_cache *kv, int layer,
                                const int32_t *const *tables, const float *q, const int32_t *pos,
                                int n, int n_heads, float scale, float *out)
 {
-    attention_launch(be, kv, layer, NULL, tables, q, pos, n, n_heads, scale, out, false, -1);
+    attention_launch(be, kv, layer, NULL, tables, q, pos, n, n_heads, scale, out, false, -1, NULL);
+}
+
+bool mr_cu_attention_multi_xq(mr_backend *be, const mr_kv_cache *kv, int layer, const int32_t *const *tables,
+                              const float *q, const int32_t *pos, int n, int n_heads, float scale, float *out,
+                              uint8_t *xq, int xq_type)
+{
+    attn_xq w = {xq, xq_type, false};
+    attention_launch(be, kv, layer, NULL, tables, q, pos, n, n_heads, scale, out, false, -1, &w);
+    return w.done;
 }
 
 void mr_cu_install_attn(mr_backend *be)

@@ -573,6 +573,29 @@ static size_t run_glu(mr_cu_auto *a, mr_backend *be, size_t i)
     return 3;
 }
 
+/* The operand a launch taking ops up to j may write for op j + 1: where
+ * that op is a dense product over exactly the n rows of x (cols wide)
+ * that would read one (mr_cu_xmd_il_prepare, for writer `from`), its
+ * place and *type; else NULL. */
+static uint8_t *next_operand(const mr_cu_auto *a, mr_cu_ctx *c, size_t j, const float *x, int n, int64_t cols,
+                             int from, int *type)
+{
+    if (j + 1 >= a->ops.size() || a->ops[j + 1].op != OP_MATMUL)
+        return NULL;
+    const auto &mm = a->ops[j + 1].u.matmul;
+    if (mm.x != x || mm.n != n || !mm.w || mm.w->cols != cols)
+        return NULL;
+    return mr_cu_xmd_il_prepare(c, mm.w, n, from, type);
+}
+
+/* That launch wrote it: op j + 1's launch may take it (run_direct forgets
+ * the note before any other launch). */
+static void operand_made(mr_cu_auto *a, mr_cu_ctx *c, size_t j, const float *x, int n, int64_t cols, int type)
+{
+    mr_cu_xmd_il_made(c, x, n, (int)cols, type);
+    a->xq_at = j + 1;
+}
+
 /* Ops i, i+1, ...: moe_combine into proj, sigmoid_mul of a shared
  * expert's output sh by its scalar gate and add(proj, sh) (without them
  * only in fuse_tail mode 2, or mode 3 with 2+ rows), then add_rmsnorm(x,
@@ -626,23 +649,15 @@ static size_t run_tail(mr_cu_auto *a, mr_backend *be, size_t i)
     if (clash)
         return 0;
     /* the product right after it over the normed rows (q/k/v, a delta-net
-     * in-projection) gets its operand from this launch where it would read
-     * one (cu_mvxmd.cu; the note lasts to that op's launch: run_direct) */
+     * in-projection) gets its operand from this launch */
     mr_cu_ctx *c = mr_cu(be);
-    uint8_t *xq = NULL;
     int xq_type = 0;
-    if (j + 1 < n_ops && a->ops[j + 1].op == OP_MATMUL) {
-        const auto &mm = a->ops[j + 1].u.matmul;
-        if (mm.x == ar.out && mm.n == cb.n && mm.w && mm.w->cols == cb.rows)
-            xq = mr_cu_xmd_il_prepare(c, mm.w, mm.n, 1, &xq_type);
-    }
+    uint8_t *xq = next_operand(a, c, j, ar.out, cb.n, cb.rows, 1, &xq_type);
     if (!mr_cu_moe_tail(be, cb.y, cb.w, cb.n, cb.k, cb.rows, cb.out, sh, g, gs, ar.y, ar.w, ar.out, ar.eps, xq,
                         xq_type))
         return 0;
-    if (xq) {
-        mr_cu_xmd_il_made(c, ar.out, cb.n, cb.rows, xq_type);
-        a->xq_at = j + 1;
-    }
+    if (xq)
+        operand_made(a, c, j, ar.out, cb.n, cb.rows, xq_type);
     a->tail_fused += (long)(j - i);
     return j - i + 1;
 }
@@ -656,27 +671,18 @@ static size_t run_tail(mr_cu_auto *a, mr_backend *be, size_t i)
  * gate before o: no rule there.) */
 static size_t run_attn_xq(mr_cu_auto *a, mr_backend *be, size_t i)
 {
-    if (a->ops[i].op != OP_ATTENTION_MULTI || i + 1 >= a->ops.size() || a->ops[i + 1].op != OP_MATMUL)
+    if (a->ops[i].op != OP_ATTENTION_MULTI)
         return 0;
     const auto &at = a->ops[i].u.attention;
-    const auto &mm = a->ops[i + 1].u.matmul;
     const int64_t cols = (int64_t)at.n_heads * at.kv->head_dim;
-    if (mm.x != at.out || mm.n != at.n || !mm.w || mm.w->cols != cols)
-        return 0;
     mr_cu_ctx *c = mr_cu(be);
     int type = 0;
-    uint8_t *xq = mr_cu_xmd_il_prepare(c, mm.w, mm.n, 2, &type);
+    uint8_t *xq = next_operand(a, c, i, at.out, at.n, cols, 2, &type);
     if (!xq)
         return 0;
-    c->attn_xq = xq;
-    c->attn_xq_type = type;
-    c->attn_xq_done = false;
-    run_op(a, be, a->ops[i]);
-    c->attn_xq = NULL;
-    if (c->attn_xq_done) {
-        mr_cu_xmd_il_made(c, at.out, at.n, (int)cols, type);
-        a->xq_at = i + 1;
-    }
+    if (mr_cu_attention_multi_xq(be, at.kv, at.layer, at.tables, at.q, at.pos, at.n, at.n_heads, at.scale, at.out,
+                                 xq, type))
+        operand_made(a, c, i, at.out, at.n, cols, type);
     return 1;
 }
 

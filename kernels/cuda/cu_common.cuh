@@ -200,11 +200,6 @@ struct mr_cu_ctx {
                                x, cols, the products' type (NULL: none; mr_cu_xmd_il_made) */
     int xmd_pre_n, xmd_pre_cols, xmd_pre_type;
     long xmd_pre_used;      /* products that took such an operand so far */
-    uint8_t *attn_xq;       /* the next decode attention's merge writes the o product's operand here
-                               (cu_attn.cu k_attn_merge_xq; of type attn_xq_type; NULL: not asked for;
-                               the op recorder's rule, xmd_pre_on's bit 1) */
-    int attn_xq_type;
-    bool attn_xq_done;      /* and the merge did write it */
     int x24_nt_max;         /* tokens an x24 launch at most (2; MEMRA_CUDA_X24_NT) */
     int xm_bps;             /* x24 expert products: blocks an SM the rows a block aim at, were
                                every slot used (64; MEMRA_CUDA_XM_BPS, for timing: same bits) */
@@ -470,6 +465,14 @@ bool mr_cu_moe_tail(mr_backend *be, const float *y, const float *cw, int n, int 
                     int xq_type);
 bool mr_cu_matmul_id_multi(mr_backend *be, const mr_weight *const *w, float *const *y, int m,
                            const float *x, int x_slots, const int32_t *ids, int k, int n);
+/* attention_multi (ops.h) whose merge also writes the o product's
+ * interleaved operand of its rows at xq (from mr_cu_xmd_il_prepare, of
+ * xq_type; cu_attn.cu k_attn_merge_xq): the attention runs either way;
+ * true where the operand was written (false: a row shape that form does
+ * not take). */
+bool mr_cu_attention_multi_xq(mr_backend *be, const mr_kv_cache *kv, int layer, const int32_t *const *tables,
+                              const float *q, const int32_t *pos, int n, int n_heads, float scale, float *out,
+                              uint8_t *xq, int xq_type);
 /* rmsnorm(x, w, out) then swiglu(z, out, out) (a delta-net layer's gated
  * norm) as one launch with the floats of the two (cu_ops.cu; the op
  * recorder's rule); false, nothing launched, where the shapes or alignment

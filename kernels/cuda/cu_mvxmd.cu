@@ -667,7 +667,6 @@ void mr_cu_xmd_init(mr_cu_ctx *c)
     const char *xq = getenv("MEMRA_CUDA_FUSE_XQ");
     c->xmd_pre_on = xq && xq[0] >= '0' && xq[0] <= '3' && !xq[1] ? xq[0] - '0' : 3;
     c->xmd_pre_x = NULL;
-    c->attn_xq = NULL;
     const size_t want = 160 * 1024;
     const char *o = getenv("MEMRA_CUDA_XMD_ONE");
     c->xmd_one = !o || !strcmp(o, "auto") ? -1 : !strcmp(o, "1") ? 2 : !strcmp(o, "3") ? 3 : 0;
