@@ -2487,6 +2487,62 @@ static void check_attn_engaged(const char *op, mr_backend *be0, mr_backend *be1,
  * to 63 tokens (n <= 63: the decode kernels, not the prompt's) at contexts
  * of one slice to past n_split slices of the minimum, and one token on it
  * (MEMRA_CUDA_ATTN_LOOP=1) against the grid. */
+/* A product recorded right after the ops a check runs, as the forward pass
+ * calls them (q/k/v after a layer's end, o after the attention): rows x
+ * cols of type pt (0: none) over the n rows of the ops' output, the same
+ * host blocks on each backend. */
+typedef struct {
+    const tdesc *td; /* NULL: no product */
+    uint8_t *host;
+    int64_t cols, rows;
+    size_t yn;
+    mr_weight w; /* on the backend at hand, next_load .. next_take */
+    float *dy;
+} next_prod;
+
+static void next_init(next_prod *p, int pt, int64_t cols, int64_t rows, int n)
+{
+    memset(p, 0, sizeof *p);
+    if (!pt)
+        return;
+    p->td = td_of(pt);
+    p->cols = cols;
+    p->rows = rows;
+    p->yn = (size_t)n * (size_t)rows;
+    const size_t bytes = (size_t)(cols / p->td->be) * p->td->bb * (size_t)rows;
+    p->host = malloc(bytes);
+    rand_blocks(p->td, p->host, bytes / p->td->bb);
+}
+
+/* Its weight and a poisoned output on be. */
+static void next_load(next_prod *p, mr_backend *be)
+{
+    if (!p->td)
+        return;
+    load_weight(be, p->td, p->host, p->cols, p->rows, 1, &p->w);
+    p->dy = dalloc(be, p->yn * 4);
+    poison(be, p->dy, p->yn * 4);
+}
+
+/* Records the product over the n rows of x. */
+static void next_run(next_prod *p, mr_backend *be, const float *x, int n)
+{
+    if (p->td)
+        be->matmul(be, &p->w, x, p->dy, n);
+}
+
+/* Its output (malloc'd; NULL without a product), the backend's copies freed. */
+static float *next_take(next_prod *p, mr_backend *be)
+{
+    if (!p->td)
+        return NULL;
+    float *h = malloc(p->yn * 4);
+    fetch(be, h, p->dy, p->yn * 4);
+    be->free(be, p->dy);
+    be->weight_release(be, &p->w);
+    return h;
+}
+
 static void check_attn_streams(const char *op, mr_backend *be0, mr_backend *be1, int heads, int kvh, int hd,
                                int shared, int own, int ns, int np, int pt);
 
@@ -2595,16 +2651,11 @@ static void check_attn_streams(const char *op, mr_backend *be0, mr_backend *be1,
             tab[t * per + b] = perm[b < sb ? (t % np) * sb + b : np * sb + t * (per - sb) + (b - sb)];
     }
     mr_backend *be[2] = {be0, be1};
-    /* pt: the o product (512 rows of the row's width, type pt) recorded
-     * right after the attention, as the forward pass calls them */
-    const int pr = 512;
-    const tdesc *ptd = pt ? td_of(pt) : NULL;
-    const size_t pbytes = pt ? (size_t)(qd / ptd->be) * ptd->bb * pr : 0, pn = (size_t)ns * pr;
-    uint8_t *ph = pt ? malloc(pbytes) : NULL;
+    /* pt: the o product, 512 rows of the row's width */
+    next_prod pp;
+    next_init(&pp, pt, qd, 512, ns);
     float *py[2] = {NULL, NULL};
     long xq[2] = {0, 0};
-    if (pt)
-        rand_blocks(ptd, ph, pbytes / ptd->bb);
     for (int k = 0; k < 2; k++) {
         mr_kv_cache kv = {.n_layers = 1, .n_blocks = nblk, .block_tokens = bt, .n_kv_heads = kvh,
                           .head_dim = hd, .dtype = MR_KV_F16};
@@ -2617,27 +2668,15 @@ static void check_attn_streams(const char *op, mr_backend *be0, mr_backend *be1,
         const int32_t **dtabs = dup_to(be[k], htabs, (size_t)ns * sizeof *htabs);
         float *dq = dup_to(be[k], q, qn * 4), *dout = dalloc(be[k], qn * 4);
         poison(be[k], dout, qn * 4);
-        mr_weight pw;
-        float *dpy = NULL;
-        if (pt) {
-            load_weight(be[k], ptd, ph, qd, pr, 1, &pw);
-            dpy = dalloc(be[k], pn * 4);
-            poison(be[k], dpy, pn * 4);
-        }
+        next_load(&pp, be[k]);
         if (be[k]->sync(be[k], &err)) die("sync");
         const long x0 = fused_ops(be[k]).xq;
         be[k]->attention_multi(be[k], &kv, 0, (const int32_t *const *)dtabs, dq, dpos, ns, heads,
                                1.0f / sqrtf((float)hd), dout);
-        if (pt)
-            be[k]->matmul(be[k], &pw, dout, dpy, ns);
+        next_run(&pp, be[k], dout, ns);
         fetch(be[k], o[k], dout, qn * 4);
         xq[k] = fused_ops(be[k]).xq - x0;
-        if (pt) {
-            py[k] = malloc(pn * 4);
-            fetch(be[k], py[k], dpy, pn * 4);
-            be[k]->free(be[k], dpy);
-            be[k]->weight_release(be[k], &pw);
-        }
+        py[k] = next_take(&pp, be[k]);
         be[k]->free(be[k], dtab); be[k]->free(be[k], dpos); be[k]->free(be[k], (void *)dtabs);
         be[k]->free(be[k], dq); be[k]->free(be[k], dout);
         be[k]->kv_destroy(be[k], &kv);
@@ -2653,18 +2692,19 @@ static void check_attn_streams(const char *op, mr_backend *be0, mr_backend *be1,
     const size_t diff = floats_differ(o[0], o[1], qn);
     char shape[80];
     snprintf(shape, sizeof shape, "f16 h=%d/%d d=%d %dx(%d/%d+%d)%s%s", heads, kvh, hd, ns, shared, np, own,
-             pt ? " then " : "", pt ? ptd->name : "");
+             pt ? " then " : "", pt ? pp.td->name : "");
     report(op, shape, (double)diff + (untouched ? 0.0 : 1.0), floats_nan(o[0], qn), 0.0);
     if (pt) {
         /* the product's rows bit for bit, and the operand taken from the
          * merge on be0 only (3+ rows) */
         char on[64];
         snprintf(on, sizeof on, "%s-product", op);
-        report(on, shape, (double)floats_differ(py[0], py[1], pn), floats_nan(py[0], pn), 0.0);
+        report(on, shape, (double)floats_differ(py[0], py[1], pp.yn), floats_nan(py[0], pp.yn), 0.0);
         snprintf(on, sizeof on, "%s-xq-taken", op);
         report(on, shape, (double)(labs(xq[0] - (ns >= 3 ? 1 : 0)) + labs(xq[1])), 0, 0.0);
-        free(py[0]); free(py[1]); free(ph);
+        free(py[0]); free(py[1]);
     }
+    free(pp.host);
     free(perm); free(tab); free(pos); free(h16); free(q); free(o[0]); free(o[1]);
 }
 
@@ -3151,20 +3191,10 @@ static void check_moe_tail(mr_backend *on, mr_backend *off, int n, int k, int di
     mr_backend *be[2] = {on, off};
     float *res[2][5];
     long took = 0, xq[2] = {0, 0};
-    const int pr = 512; /* the product's rows */
-    const tdesc *ptd = pt ? td_of(pt) : NULL;
-    const size_t pbytes = pt ? (size_t)(dim / ptd->be) * ptd->bb * pr : 0, pn = (size_t)n * pr;
-    uint8_t *ph = pt ? malloc(pbytes) : NULL;
-    if (pt)
-        rand_blocks(ptd, ph, pbytes / ptd->bb);
+    next_prod pp; /* 512 rows */
+    next_init(&pp, pt, dim, 512, n);
     for (int b = 0; b < 2; b++) {
-        mr_weight pw;
-        float *dpy = NULL;
-        if (pt) {
-            load_weight(be[b], ptd, ph, dim, pr, 1, &pw);
-            dpy = dalloc(be[b], pn * 4);
-            poison(be[b], dpy, pn * 4);
-        }
+        next_load(&pp, be[b]);
         float *dy = dup_to(be[b], y, yn * 4), *dcw = dup_to(be[b], cw, wn * 4), *dsh = dup_to(be[b], sh, rn * 4);
         float *dg = dup_to(be[b], g, (size_t)n * 3 * 4), *dx = dup_to(be[b], xr, rn * 4);
         float *dw = dup_to(be[b], nw, (size_t)dim * 4), *dp = dalloc(be[b], rn * 4), *dout = dalloc(be[b], rn * 4);
@@ -3179,8 +3209,7 @@ static void check_moe_tail(mr_backend *on, mr_backend *off, int n, int k, int di
         }
         be[b]->add(be[b], dx, dp, rn);
         be[b]->rmsnorm(be[b], dx, dw, dout, n, dim, 1e-6f);
-        if (pt)
-            be[b]->matmul(be[b], &pw, dout, dpy, n);
+        next_run(&pp, be[b], dout, n);
         if (be[b]->sync(be[b], &err)) die("sync");
         if (b == 0) took = fused_ops(be[b]).tail - t0;
         xq[b] = fused_ops(be[b]).xq - x0;
@@ -3189,13 +3218,7 @@ static void check_moe_tail(mr_backend *on, mr_backend *off, int n, int k, int di
             res[b][q] = malloc(rn * 4);
             fetch(be[b], res[b][q], d[q], rn * 4);
         }
-        res[b][4] = NULL;
-        if (pt) {
-            res[b][4] = malloc(pn * 4);
-            fetch(be[b], res[b][4], dpy, pn * 4);
-            be[b]->free(be[b], dpy);
-            be[b]->weight_release(be[b], &pw);
-        }
+        res[b][4] = next_take(&pp, be[b]);
         be[b]->free(be[b], dy); be[b]->free(be[b], dcw); be[b]->free(be[b], dsh); be[b]->free(be[b], dg);
         be[b]->free(be[b], dx); be[b]->free(be[b], dw); be[b]->free(be[b], dp); be[b]->free(be[b], dout);
     }
@@ -3207,7 +3230,7 @@ static void check_moe_tail(mr_backend *on, mr_backend *off, int n, int k, int di
     }
     char shape[80];
     snprintf(shape, sizeof shape, "n=%d k=%d dim=%d%s%s%s%s", n, k, dim, shared ? " shared" : "",
-             rule == 3 ? " default rule" : "", pt ? " then " : "", pt ? ptd->name : "");
+             rule == 3 ? " default rule" : "", pt ? " then " : "", pt ? pp.td->name : "");
     report("moe-tail-vs-ops", shape, (double)diff, nan, 0.0);
     /* a thread a float4: 1024 at most; rule 3 (the default) takes a plain
      * tail only for 2+ rows */
@@ -3215,14 +3238,14 @@ static void check_moe_tail(mr_backend *on, mr_backend *off, int n, int k, int di
     report("moe-tail-ops-taken", shape, (double)labs(took - want), 0, 0.0);
     if (pt) {
         int pnan = 0;
-        for (size_t i = 0; i < pn; i++) pnan += isnan(res[0][4][i]);
-        report("moe-tail-then-product", shape, (double)floats_differ(res[0][4], res[1][4], pn), pnan, 0.0);
+        for (size_t i = 0; i < pp.yn; i++) pnan += isnan(res[0][4][i]);
+        report("moe-tail-then-product", shape, (double)floats_differ(res[0][4], res[1][4], pp.yn), pnan, 0.0);
         const long wxq = want && n >= 3 && dim % 256 == 0 ? 1 : 0;
         report("moe-tail-xq-taken", shape, (double)(labs(xq[0] - wxq) + labs(xq[1])), 0, 0.0);
     }
     for (int b = 0; b < 2; b++)
         for (int q = 0; q < 5; q++) free(res[b][q]);
-    free(y); free(cw); free(sh); free(g); free(xr); free(nw); free(ph);
+    free(y); free(cw); free(sh); free(g); free(xr); free(nw); free(pp.host);
 }
 
 /* A delta-net layer's gated norm (rmsnorm(o, w, o) over rows of dim, then
