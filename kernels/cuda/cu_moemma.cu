@@ -232,9 +232,19 @@ __device__ __forceinline__ void xmm_fetch(const uint8_t *const *src, const uint3
  * MMA of the 8 mins (k = j: lanes c = 0, 1) against S_j's low digits and one
  * against its high digits, N = 256 Nh + Nl, the same integer as one MMA a
  * sub-block of m_j against the planes (run 166: 8 MMAs and 16 byte permutes
- * a step before).  Bounds: a sub-block's plane sum is at most 32 * 15 * 128
- * < 2^16, times sc < 2^6, over 8 sub-blocks: M < 2^25; N at most 63 * 256 *
- * 128 < 2^21; int32 either way. */
+ * a step before).
+ *
+ * A 32-byte group holds sub-block 2i in its low nibbles and 2i + 1 in its
+ * high ones.  The high nibbles go into their MMA in place, masked but not
+ * shifted (16 q: one AND a word where a shift and an AND were two; the
+ * step's SASS 200 -> 189 instructions, 16 shifts fewer, GPU-NOTES 151), and
+ * their scaled sums gather in H = 16 sum_odd sc_j (q . x)_j; then 16 M = 16
+ * Ml + H (one IMAD) and d M = (d / 16) (16 M): d / 16, the conversion of 16
+ * M and 16 times M's conversion are exact (powers of two, no overflow), so
+ * the product is d M's to the bit.  Bounds: a sub-block's plane sum is at
+ * most 32 * 15 * 128 < 2^16 (16 times that with the high nibbles in place:
+ * < 2^20), times sc < 2^6, over 4 sub-blocks each: Ml < 2^24, H < 2^28, so
+ * 16 M < 2^29; N at most 63 * 256 * 128 < 2^21; int32 throughout. */
 __device__ __forceinline__ void xmm_q4k_step(const xmm_step &s, int c, float dx, float (&f)[4])
 {
     uint32_t sca[2], mna[2], scb[2], mnb[2]; /* sub-blocks 0..3, 4..7 */
@@ -242,22 +252,26 @@ __device__ __forceinline__ void xmm_q4k_step(const xmm_step &s, int c, float dx,
     xs_q4k_bytes(s.ha, false, sca[1], mna[1]);
     xs_q4k_bytes(s.hb, true, scb[0], mnb[0]);
     xs_q4k_bytes(s.hb, false, scb[1], mnb[1]);
-    int M[4] = {0, 0, 0, 0};
+    int Ml[4] = {0, 0, 0, 0}, H[4] = {0, 0, 0, 0};
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int j = 2 * i + h, w = j >> 2, sel = j & 3;
-            const uint32_t A[4] = {(s.qa[i].x >> (4 * h)) & 0x0F0F0F0Fu, (s.qb[i].x >> (4 * h)) & 0x0F0F0F0Fu,
-                                   (s.qa[i].y >> (4 * h)) & 0x0F0F0F0Fu, (s.qb[i].y >> (4 * h)) & 0x0F0F0F0Fu};
+            const uint32_t m = h ? 0xF0F0F0F0u : 0x0F0F0F0Fu;
+            const uint32_t A[4] = {s.qa[i].x & m, s.qb[i].x & m, s.qa[i].y & m, s.qb[i].y & m};
             int C[4] = {0, 0, 0, 0};
             mr_imma32_us(C, A, s.xv[j].x, s.xv[j].y);
             const int sa = (int)__byte_perm(sca[w], 0u, 0x4440u | sel), sb = (int)__byte_perm(scb[w], 0u, 0x4440u | sel);
-            M[0] += sa * C[0];
-            M[1] += sa * C[1];
-            M[2] += sb * C[2];
-            M[3] += sb * C[3];
+            int(&acc)[4] = h ? H : Ml;
+            acc[0] += sa * C[0];
+            acc[1] += sa * C[1];
+            acc[2] += sb * C[2];
+            acc[3] += sb * C[3];
         }
+    int M16[4];
+#pragma unroll
+    for (int v = 0; v < 4; v++) M16[v] = 16 * Ml[v] + H[v];
     const uint32_t am = c == 0 ? mna[0] : c == 1 ? mna[1] : 0u, bm = c == 0 ? mnb[0] : c == 1 ? mnb[1] : 0u;
     const uint32_t Am[4] = {am, bm, 0u, 0u};
     int Nl[4] = {0, 0, 0, 0}, Nh[4] = {0, 0, 0, 0}, N[4];
@@ -266,10 +280,11 @@ __device__ __forceinline__ void xmm_q4k_step(const xmm_step &s, int c, float dx,
 #pragma unroll
     for (int v = 0; v < 4; v++) N[v] = 256 * Nh[v] + Nl[v];
     const float da = q8_h2f(s.ha.x), dma = q8_h2f(s.ha.x >> 16), db = q8_h2f(s.hb.x), dmb = q8_h2f(s.hb.x >> 16);
-    f[0] = __fmaf_rn(dx, __fmaf_rn(-dma, (float)N[0], __fmul_rn(da, (float)M[0])), f[0]);
-    f[1] = __fmaf_rn(dx, __fmaf_rn(-dma, (float)N[1], __fmul_rn(da, (float)M[1])), f[1]);
-    f[2] = __fmaf_rn(dx, __fmaf_rn(-dmb, (float)N[2], __fmul_rn(db, (float)M[2])), f[2]);
-    f[3] = __fmaf_rn(dx, __fmaf_rn(-dmb, (float)N[3], __fmul_rn(db, (float)M[3])), f[3]);
+    const float da16 = __fmul_rn(da, 0.0625f), db16 = __fmul_rn(db, 0.0625f);
+    f[0] = __fmaf_rn(dx, __fmaf_rn(-dma, (float)N[0], __fmul_rn(da16, (float)M16[0])), f[0]);
+    f[1] = __fmaf_rn(dx, __fmaf_rn(-dma, (float)N[1], __fmul_rn(da16, (float)M16[1])), f[1]);
+    f[2] = __fmaf_rn(dx, __fmaf_rn(-dmb, (float)N[2], __fmul_rn(db16, (float)M16[2])), f[2]);
+    f[3] = __fmaf_rn(dx, __fmaf_rn(-dmb, (float)N[3], __fmul_rn(db16, (float)M16[3])), f[3]);
 }
 
 /* A block's end for the types without mins (Q6_K, IQ4_XS): f[v] += dx (d
