@@ -2481,12 +2481,6 @@ static void check_attn_engaged(const char *op, mr_backend *be0, mr_backend *be1,
     report(op, shape, diff ? 0.0 : 1.0, nan, 0.0);
 }
 
-/* The decode batches' one wave of blocks over the splits that hold
- * positions (k_attn_gqa_loop, the default from 2 tokens) against the grid
- * of a block a split (MEMRA_CUDA_ATTN_LOOP=0), bit for bit: batches of 2
- * to 63 tokens (n <= 63: the decode kernels, not the prompt's) at contexts
- * of one slice to past n_split slices of the minimum, and one token on it
- * (MEMRA_CUDA_ATTN_LOOP=1) against the grid. */
 /* A product recorded right after the ops a check runs, as the forward pass
  * calls them (q/k/v after a layer's end, o after the attention): rows x
  * cols of type pt (0: none) over the n rows of the ops' output, the same
@@ -2546,6 +2540,12 @@ static float *next_take(next_prod *p, mr_backend *be)
 static void check_attn_streams(const char *op, mr_backend *be0, mr_backend *be1, int heads, int kvh, int hd,
                                int shared, int own, int ns, int np, int pt);
 
+/* The decode batches' one wave of blocks over the splits that hold
+ * positions (k_attn_gqa_loop, the default from 2 tokens) against the grid
+ * of a block a split (MEMRA_CUDA_ATTN_LOOP=0), bit for bit: batches of 2
+ * to 63 tokens (n <= 63: the decode kernels, not the prompt's) at contexts
+ * of one slice to past n_split slices of the minimum, and one token on it
+ * (MEMRA_CUDA_ATTN_LOOP=1) against the grid. */
 static void check_attn_loop(void)
 {
     mr_backend *grid = backend_with("MEMRA_CUDA_ATTN_LOOP", "0"), *all = backend_with("MEMRA_CUDA_ATTN_LOOP", "1");
@@ -3237,9 +3237,8 @@ static void check_moe_tail(mr_backend *on, mr_backend *off, int n, int k, int di
     const long want = dim % 4 || dim > 4096 ? 0 : shared ? 3 : rule == 2 || n > 1 ? 1 : 0;
     report("moe-tail-ops-taken", shape, (double)labs(took - want), 0, 0.0);
     if (pt) {
-        int pnan = 0;
-        for (size_t i = 0; i < pp.yn; i++) pnan += isnan(res[0][4][i]);
-        report("moe-tail-then-product", shape, (double)floats_differ(res[0][4], res[1][4], pp.yn), pnan, 0.0);
+        report("moe-tail-then-product", shape, (double)floats_differ(res[0][4], res[1][4], pp.yn),
+               floats_nan(res[0][4], pp.yn), 0.0);
         const long wxq = want && n >= 3 && dim % 256 == 0 ? 1 : 0;
         report("moe-tail-xq-taken", shape, (double)(labs(xq[0] - wxq) + labs(xq[1])), 0, 0.0);
     }
