@@ -18,7 +18,7 @@
 #include <stdio.h>
 
 #include "kernels/cuda/cu_common.cuh"
-#include "kernels/cuda/cu_xmp.cuh" /* xmd_il_block */
+#include "kernels/cuda/cu_xmp.cuh" /* xmd_il_block_at */
 #include "kernels/cuda/cu_mma.cuh"
 
 template <int DT>
@@ -1232,13 +1232,9 @@ __global__ void __launch_bounds__(512) k_attn_merge_xq(const float *part, const 
     const float *pr = part + ((int64_t)t * n_heads + h) * n_split * (D + 2);
     merge_row<REG>(pr, attn_used(pos[t] + 1, n_split, cut), D, out + ((int64_t)t * n_heads + h) * D, g);
     __syncthreads(); /* the block's outputs are written (and visible to it) */
-    if (threadIdx.x < 32) {
-        const int lane = threadIdx.x;
-        const float4 *r = (const float4 *)(out + ((int64_t)t * n_heads + (int64_t)blockIdx.x * hb) * D + 8 * lane);
-        const float4 a = r[0], b = r[1];
-        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        xmd_il_block<T>(v, stage, xq, n_heads * D / 256, t, (int)blockIdx.x, lane);
-    }
+    if (threadIdx.x < 32)
+        xmd_il_block_at<T>(out + ((int64_t)t * n_heads + (int64_t)blockIdx.x * hb) * D, stage, xq, n_heads * D / 256,
+                           t, (int)blockIdx.x, (int)threadIdx.x);
 }
 
 /* Whether k_attn_merge_xq takes a row of n_heads heads of D. */

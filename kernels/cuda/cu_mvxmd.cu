@@ -233,10 +233,7 @@ __global__ void __launch_bounds__(256) k_xmd_quant_il(const float *__restrict__ 
     const int i = gw / nsb, b = gw % nsb;
     if (i >= n)
         return;
-    const float4 *xr = (const float4 *)(x + (size_t)i * cols + 256 * b + 8 * lane);
-    const float4 u = xr[0], w = xr[1];
-    const float v[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
-    xmd_il_block<T>(v, stage[warp], out, nsb, i, b, lane);
+    xmd_il_block_at<T>(x + (size_t)i * cols + 256 * b, stage[warp], out, nsb, i, b, lane);
 }
 
 /* Calls of 3+ tokens, after the operand's quantization (k_xmd_quant_il,

@@ -86,8 +86,8 @@ template <int BLK> __host__ __device__ __forceinline__ size_t xmd_il_at(int nsb,
  * v) into that operand at Xq: quantized by xmp_quant_block into the warp's
  * stage (xmp_blk bytes of shared memory, the plain layout, so the integers
  * are k_xmp_quant's), then its words out to their places.  Every kernel
- * that writes the operand (cu_mvxmd.cu k_xmd_quant_il, cu_ops.cu k_moe_tail)
- * goes through here. */
+ * that writes the operand (cu_mvxmd.cu k_xmd_quant_il, cu_ops.cu k_moe_tail,
+ * cu_attn.cu k_attn_merge_xq) goes through here. */
 template <int T>
 __device__ __forceinline__ void xmd_il_block(const float (&v)[8], uint8_t *stage, uint8_t *Xq, int nsb, int t, int b,
                                              int lane)
@@ -99,6 +99,19 @@ __device__ __forceinline__ void xmd_il_block(const float (&v)[8], uint8_t *stage
     uint8_t *dst = Xq + xmd_il_at<BLK>(nsb, t, b);
     for (int k = lane; k < BLK / 8; k += 32) *(uint2 *)(dst + 64 * k) = *(const uint2 *)(stage + 8 * k);
     __syncwarp(); /* the stage is read before the warp's next block */
+}
+
+/* The same from the 256 floats at src (global memory; lane l reads columns
+ * 8l .. 8l + 7): k_xmd_quant_il's rows, cu_attn.cu k_attn_merge_xq's merged
+ * heads. */
+template <int T>
+__device__ __forceinline__ void xmd_il_block_at(const float *src, uint8_t *stage, uint8_t *Xq, int nsb, int t, int b,
+                                                int lane)
+{
+    const float4 *r = (const float4 *)(src + 8 * lane);
+    const float4 u = r[0], w = r[1];
+    const float v[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
+    xmd_il_block<T>(v, stage, Xq, nsb, t, b, lane);
 }
 
 /* A lane's words of a block in one row: IQ4_XS as cu_moemma.cu's (xs_iq4w) */
