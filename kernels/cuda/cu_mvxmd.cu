@@ -661,8 +661,9 @@ void mr_cu_xmd_init(mr_cu_ctx *c)
      * (runs 310-311: decode only C = 16 +0.8-1.0%), bit 1 a decode batch's
      * attention merge before o (run 312: +0.8% more, five pairs); one
      * launch fewer a layer each.  3 (both) by default */
-    const char *xq = getenv("MEMRA_CUDA_FUSE_XQ");
-    c->xmd_pre_on = xq && xq[0] >= '0' && xq[0] <= '3' && !xq[1] ? xq[0] - '0' : 3;
+    long long xq = 3;
+    mr_cu_env_int(c, "MEMRA_CUDA_FUSE_XQ", 0, 3, "0, 1, 2 or 3", &xq); /* a bad value: the context's error */
+    c->xmd_pre_on = (int)xq;
     c->xmd_pre_x = NULL;
     const size_t want = 160 * 1024;
     const char *o = getenv("MEMRA_CUDA_XMD_ONE");
