@@ -4,19 +4,10 @@
 // is prompt token i mod n, so every expected text follows from the prompt.
 import OpenAI from 'openai';
 import assert from 'node:assert/strict';
+import { check, done } from './check.mjs';
 
 const [base, model, key] = process.argv.slice(2);
 const client = new OpenAI({ baseURL: base + '/v1', apiKey: key || 'none', maxRetries: 0, timeout: 20000 });
-let failed = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log('ok: ' + name);
-  } catch (e) {
-    failed++;
-    console.log('FAIL: ' + name + ': ' + (e && e.stack || e));
-  }
-}
 const repeat = (p, n) => p.repeat(Math.ceil(n / p.length)).slice(0, n);
 
 await check('completions, blocking, usage', async () => {
@@ -110,7 +101,4 @@ await check('models list', async () => {
   assert.ok(list.includes(model));
 });
 
-if (failed) {
-  console.log(failed + ' check(s) failed');
-  process.exit(1);
-}
+done();

@@ -4,19 +4,10 @@
 // usage: node serve_openai_model.mjs BASE_URL MODEL
 import OpenAI from 'openai';
 import assert from 'node:assert/strict';
+import { check, done } from './check.mjs';
 
 const [base, model] = process.argv.slice(2);
 const client = new OpenAI({ baseURL: base + '/v1', apiKey: 'none', maxRetries: 0, timeout: 60000 });
-let failed = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log('ok: ' + name);
-  } catch (e) {
-    failed++;
-    console.log('FAIL: ' + name + ': ' + (e && e.stack || e));
-  }
-}
 
 await check('same seed, same sampled completion', async () => {
   const req = { model, prompt: 'The quick brown fox', max_tokens: 16, temperature: 0.9, seed: 11 };
@@ -70,7 +61,4 @@ await check('logprobs are log-probabilities, best first', async () => {
   }
 });
 
-if (failed) {
-  console.log(failed + ' check(s) failed');
-  process.exit(1);
-}
+done();
