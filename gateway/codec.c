@@ -57,21 +57,71 @@ static int chatml(mr_codec *c, const json_t *body, mr_buf *prompt, mr_err *err)
     return 0;
 }
 
-static void bytes_destroy(mr_codec *c) { free(c); }
-
-mr_codec *mr_codec_bytes(void)
+/* A chat template rendered for a validated request body (tools, kwargs,
+ * enable_thinking, add_generation_prompt). */
+static int render(const mr_chat_tmpl *t, const json_t *body, mr_buf *prompt, mr_err *err)
 {
-    mr_codec *c = calloc(1, sizeof *c);
-    if (!c)
+    mr_chat_req req;
+    if (mr_chat_req_from_json(body, &req, err))
+        return -1;
+    char *out = NULL;
+    size_t len = 0;
+    if (mr_chat_render(t, &req, NULL, &out, &len, err))
+        return -1;
+    mr_buf_add(prompt, out, len);
+    free(out);
+    return 0;
+}
+
+/* The byte codec renders chat as ChatML, or with a template text the
+ * config gives (no BOS or EOS text: bytes have no special tokens). */
+typedef struct bytes_codec {
+    mr_codec super;
+    mr_chat_tmpl *tmpl;
+} bytes_codec;
+
+static int bytes_chat(mr_codec *c, const json_t *body, mr_buf *prompt, mr_err *err)
+{
+    bytes_codec *b = (bytes_codec *)c;
+    return b->tmpl ? render(b->tmpl, body, prompt, err) : chatml(c, body, prompt, err);
+}
+
+static void bytes_destroy(mr_codec *c)
+{
+    mr_chat_tmpl_free(((bytes_codec *)c)->tmpl);
+    free(c->tmpl_text);
+    free(c);
+}
+
+static mr_codec *bytes_open(const char *tmpl, mr_err *err)
+{
+    bytes_codec *b = calloc(1, sizeof *b);
+    if (!b) {
+        mr_errf(err, "out of memory");
         return NULL;
+    }
+    mr_codec *c = &b->super;
     c->kind = "bytes";
     c->n_vocab = 256;
     c->encode = bytes_encode;
     c->piece = bytes_piece;
-    c->chat = chatml;
+    c->chat = bytes_chat;
     c->destroy = bytes_destroy;
+    if (tmpl) {
+        b->tmpl = mr_chat_tmpl_new(tmpl, strlen(tmpl), NULL, NULL, err);
+        c->tmpl_text = strdup(tmpl);
+        if (!b->tmpl || !c->tmpl_text) {
+            if (b->tmpl)
+                mr_errf(err, "out of memory");
+            mr_err_wrap(err, "chat template");
+            bytes_destroy(c);
+            return NULL;
+        }
+    }
     return c;
 }
+
+mr_codec *mr_codec_bytes(void) { return bytes_open(NULL, NULL); }
 
 typedef struct gguf_codec {
     mr_codec super;
@@ -118,18 +168,7 @@ static int gguf_piece(mr_codec *c, uint32_t id, mr_buf *out, mr_err *err)
 static int gguf_chat(mr_codec *c, const json_t *body, mr_buf *prompt, mr_err *err)
 {
     gguf_codec *g = (gguf_codec *)c;
-    if (!g->tmpl)
-        return chatml(c, body, prompt, err);
-    mr_chat_req req;
-    if (mr_chat_req_from_json(body, &req, err))
-        return -1;
-    char *out = NULL;
-    size_t len = 0;
-    if (mr_chat_render(g->tmpl, &req, NULL, &out, &len, err))
-        return -1;
-    mr_buf_add(prompt, out, len);
-    free(out);
-    return 0;
+    return g->tmpl ? render(g->tmpl, body, prompt, err) : chatml(c, body, prompt, err);
 }
 
 static void gguf_destroy(mr_codec *c)
@@ -138,6 +177,7 @@ static void gguf_destroy(mr_codec *c)
     mr_tok_free(g->tok);
     mr_bytes_free(&g->piece);
     mr_chat_tmpl_free(g->tmpl);
+    free(c->tmpl_text);
     free(g);
 }
 
@@ -155,9 +195,15 @@ static mr_codec *gguf_open(const char *path, const char *tmpl_override, mr_err *
         return NULL;
     }
     /* models without a template (and no override) fall back to ChatML */
-    if (tmpl_override || mr_gguf_find(f, "tokenizer.chat_template")) {
+    const mr_gguf_kv *kv = mr_gguf_find(f, "tokenizer.chat_template");
+    if (tmpl_override || kv) {
         g->tmpl = mr_chat_tmpl_from_gguf(f, tmpl_override, tmpl_override ? strlen(tmpl_override) : 0, err);
-        if (!g->tmpl) {
+        if (g->tmpl) { /* it read the text, so kv is a string when there is no override */
+            g->super.tmpl_text = tmpl_override ? strdup(tmpl_override) : strndup(kv->v.s.ptr, (size_t)kv->v.s.len);
+            if (!g->super.tmpl_text)
+                mr_errf(err, "out of memory");
+        }
+        if (!g->tmpl || !g->super.tmpl_text) {
             mr_err_wrap(err, "%s: chat template", path);
             mr_gguf_close(f);
             gguf_destroy(&g->super);
@@ -179,12 +225,8 @@ static mr_codec *gguf_open(const char *path, const char *tmpl_override, mr_err *
 
 mr_codec *mr_codec_open(const char *kind, const char *gguf_path, const char *tmpl_override, mr_err *err)
 {
-    if (!kind || !strcmp(kind, "bytes")) {
-        mr_codec *c = mr_codec_bytes();
-        if (!c)
-            mr_errf(err, "out of memory");
-        return c;
-    }
+    if (!kind || !strcmp(kind, "bytes"))
+        return bytes_open(tmpl_override, err);
     if (!strcmp(kind, "gguf"))
         return gguf_open(gguf_path, tmpl_override, err);
     mr_errf(err, "tokenizer \"%s\" for %s: not one of gguf, bytes", kind, gguf_path ? gguf_path : "(no model file)");

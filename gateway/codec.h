@@ -25,14 +25,18 @@ struct mr_codec {
      * into the prompt text. */
     int (*chat)(mr_codec *c, const json_t *body, mr_buf *prompt, mr_err *err);
     void (*destroy)(mr_codec *c);
+    /* the chat template's text (NULL: ChatML), whose markers say how the
+     * model writes reasoning and tool calls (gateway/chatout.h) */
+    char *tmpl_text;
     /* ids that end generation (sent to the worker with each request) */
     uint32_t stop_ids[64];
     uint32_t n_stop_ids;
 };
 
 /* The byte codec: token id = byte value (vocabulary 256), chat rendered as
- * ChatML.  It needs no model files; the gateway uses it for models whose
- * config says "tokenizer": "bytes" (the test worker speaks it). */
+ * ChatML (or with the config's "chat_template").  It needs no model files;
+ * the gateway uses it for models whose config says "tokenizer": "bytes"
+ * (the test worker speaks it). */
 mr_codec *mr_codec_bytes(void);
 
 /* Opens the codec for a model config entry: "bytes", or "gguf" (the GGUF's
