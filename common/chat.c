@@ -113,6 +113,10 @@ int mr_chat_req_from_json(const json_t *body, mr_chat_req *req, mr_err *err)
             return mr_errf(err, "tools must be an array");
         req->tools = tools;
     }
+    /* tool_choice "none": the model is not shown the tools at all */
+    const json_t *tc = json_object_get(body, "tool_choice");
+    if (json_is_string(tc) && !strcmp(json_string_value(tc), "none"))
+        req->tools = NULL;
     const json_t *agp = json_object_get(body, "add_generation_prompt");
     if (agp) {
         if (!json_is_boolean(agp))

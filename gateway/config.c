@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gateway/auth.h"
+#include "gateway/chatout.h"
 #include "gateway/util.h"
 
 void mr_config_defaults(mr_config *c)
@@ -125,6 +126,8 @@ static int parse_model(json_t *m, int idx, mr_model_conf *mc, mr_err *err)
         return mr_errf(err, "models[%d]: expected an object", idx);
     strcpy(mc->tokenizer, "gguf");
     strcpy(mc->backend, "auto");
+    strcpy(mc->reasoning_parser, "auto");
+    strcpy(mc->tool_parser, "auto");
     mc->context_length = 4096;
     mc->max_tokens_default = 256;
     mc->queue_max = 64;
@@ -132,8 +135,13 @@ static int parse_model(json_t *m, int idx, mr_model_conf *mc, mr_err *err)
     if (get_str(m, "name", path, mc->name, sizeof mc->name, err) ||
         get_str(m, "path", path, mc->path, sizeof mc->path, err) ||
         get_str(m, "tokenizer", path, mc->tokenizer, sizeof mc->tokenizer, err) ||
-        get_str(m, "backend", path, mc->backend, sizeof mc->backend, err))
+        get_str(m, "backend", path, mc->backend, sizeof mc->backend, err) ||
+        get_str(m, "reasoning_parser", path, mc->reasoning_parser, sizeof mc->reasoning_parser, err) ||
+        get_str(m, "tool_parser", path, mc->tool_parser, sizeof mc->tool_parser, err))
         return -1;
+    mr_chat_format fmt;
+    if (mr_chat_format_resolve(NULL, mc->reasoning_parser, mc->tool_parser, &fmt, err))
+        return mr_err_wrap(err, "models[%d]", idx);
     if (!mc->name[0])
         return mr_errf(err, "%sname: required", path);
     /* the template text that replaces the GGUF's tokenizer.chat_template */

@@ -23,6 +23,8 @@ typedef struct mr_model_conf {
     char path[1024];      /* GGUF file */
     char tokenizer[16];   /* "gguf" or "bytes" */
     char backend[16];     /* passed to the worker */
+    char reasoning_parser[16]; /* "auto", "think", "none" (gateway/chatout.h) */
+    char tool_parser[16];      /* "auto", "hermes", "qwen3_xml", "none" */
     char *chat_template;  /* template text overriding the GGUF's, or NULL */
     uint32_t context_length;
     uint32_t max_tokens_default;

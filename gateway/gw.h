@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include "gateway/auth.h"
+#include "gateway/chatout.h"
 #include "gateway/codec.h"
 #include "gateway/config.h"
 #include "gateway/metrics.h"
@@ -53,6 +54,7 @@ struct mr_gw_model {
     mr_gw *gw;
     const mr_model_conf *conf;
     mr_codec *codec;
+    mr_chat_format fmt; /* how its replies write reasoning and tool calls */
     mr_gw_worker workers[MR_MAX_WORKERS];
     int n_workers;
     h2o_linklist_t queue; /* admitted jobs waiting for a worker slot */

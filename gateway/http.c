@@ -717,7 +717,8 @@ int mr_gateway_main(const char *config_path)
         md->created = (long)time(NULL);
         h2o_linklist_init_anchor(&md->queue);
         md->codec = mr_codec_open(md->conf->tokenizer, md->conf->path, md->conf->chat_template, &err);
-        if (!md->codec) {
+        if (!md->codec || mr_chat_format_resolve(md->codec->tmpl_text, md->conf->reasoning_parser,
+                                                 md->conf->tool_parser, &md->fmt, &err)) {
             fprintf(stderr, "memra-gateway: model %s: %s\n", md->conf->name, err.msg);
             return 1;
         }

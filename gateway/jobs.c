@@ -44,7 +44,12 @@ struct mr_job {
     mr_key_state *ks;
     mr_textout tout;
     bool text_stopped;
-    mr_buf text;          /* the whole text (blocking responses) */
+    mr_chatout co;        /* chat: the text split into reasoning, content and tool calls */
+    mr_co_events ev;      /* what co released from one worker message (scratch) */
+    uint32_t n_calls;     /* tool calls returned so far (a stream's call index) */
+    mr_buf text;          /* the whole text (blocking responses; chat: the content) */
+    mr_buf reasoning;     /* chat, blocking: the whole reasoning */
+    json_t *calls;        /* chat, blocking: the tool calls */
     size_t text_len;      /* bytes of text released so far (logprobs text_offset) */
     json_t *lp;           /* accumulated logprobs (blocking responses) */
     uint32_t completion_tokens;
@@ -149,6 +154,10 @@ static void job_free(mr_job *j)
         j->ref->job = NULL;
     mr_msg_free(&j->request);
     mr_textout_free(&j->tout);
+    mr_chatout_free(&j->co);
+    mr_co_events_free(&j->ev);
+    mr_buf_free(&j->reasoning);
+    json_decref(j->calls);
     mr_buf_free(&j->text);
     mr_buf_free(&j->out);
     mr_buf_free(&j->wire);
@@ -289,17 +298,14 @@ static void sse_chunk(mr_job *j, json_t *rest)
     free(s);
 }
 
-static void stream_chunk(mr_job *j, const char *text, size_t len, bool role, const char *finish, json_t *lp)
+/* One SSE event of one choice; delta (chat) or text (completions), lp
+ * and the delta are taken over. */
+static void stream_choice(mr_job *j, json_t *delta, const char *text, size_t len, const char *finish, json_t *lp)
 {
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
     if (j->chat) {
-        json_t *delta = json_object();
-        if (role)
-            json_object_set_new(delta, "role", json_string("assistant"));
-        if (text && (len || role))
-            json_object_set_new(delta, "content", json_stringn(text, len));
-        json_object_set_new(choice, "delta", delta);
+        json_object_set_new(choice, "delta", delta ? delta : json_object());
         json_object_set_new(choice, "logprobs", lp ? json_pack("{s:o}", "content", lp) : json_null());
     } else {
         json_object_set_new(choice, "text", json_stringn(text ? text : "", text ? len : 0));
@@ -310,6 +316,76 @@ static void stream_chunk(mr_job *j, const char *text, size_t len, bool role, con
     if (j->include_usage)
         json_object_set_new(rest, "usage", json_null());
     sse_chunk(j, rest);
+}
+
+static void stream_chunk(mr_job *j, const char *text, size_t len, bool role, const char *finish, json_t *lp)
+{
+    json_t *delta = NULL;
+    if (j->chat) {
+        delta = json_object();
+        if (role)
+            json_object_set_new(delta, "role", json_string("assistant"));
+        if (text && (len || role))
+            json_object_set_new(delta, "content", json_stringn(text, len));
+    }
+    stream_choice(j, delta, text, len, finish, lp);
+}
+
+/* "call_" and 24 hex digits, as OpenAI's ids look. */
+static json_t *call_id(void)
+{
+    unsigned char rnd[12];
+    char id[5 + 2 * sizeof rnd + 1] = "call_";
+    RAND_bytes(rnd, sizeof rnd);
+    for (size_t i = 0; i < sizeof rnd; i++)
+        snprintf(id + 5 + 2 * i, 3, "%02x", rnd[i]);
+    return json_string(id);
+}
+
+/* What the chat splitter released: streamed as deltas (reasoning_content,
+ * content; a tool call as its header then its arguments, the way OpenAI
+ * streams them), or kept for the blocking response.  lp (taken over) goes
+ * with the first event; with none, an empty delta still carries the step. */
+static void chat_events(mr_job *j, json_t *lp, bool step)
+{
+    for (size_t i = 0; i < j->ev.n; i++) {
+        mr_co_event *e = &j->ev.v[i];
+        const char *t = e->text.p ? e->text.p : "";
+        if (!j->stream) {
+            if (e->kind == MR_CO_TOOL) {
+                if (!j->calls)
+                    j->calls = json_array();
+                json_array_append_new(j->calls, json_pack("{s:o, s:s, s:O}", "id", call_id(), "type", "function",
+                                                          "function", e->call));
+                j->n_calls++;
+            } else {
+                mr_buf_add(e->kind == MR_CO_CONTENT ? &j->text : &j->reasoning, t, e->text.len);
+            }
+            continue;
+        }
+        if (e->kind == MR_CO_TOOL) {
+            json_t *head = json_pack("{s:[{s:i, s:o, s:s, s:{s:O, s:s}}]}", "tool_calls", "index", (int)j->n_calls,
+                                     "id", call_id(), "type", "function", "function", "name",
+                                     json_object_get(e->call, "name"), "arguments", "");
+            stream_choice(j, head, NULL, 0, NULL, lp);
+            stream_choice(j,
+                          json_pack("{s:[{s:i, s:{s:O}}]}", "tool_calls", "index", (int)j->n_calls, "function",
+                                    "arguments", json_object_get(e->call, "arguments")),
+                          NULL, 0, NULL, NULL);
+            j->n_calls++;
+        } else {
+            stream_choice(j,
+                          json_pack("{s:s%}", e->kind == MR_CO_CONTENT ? "content" : "reasoning_content", t,
+                                    e->text.len),
+                          NULL, 0, NULL, lp);
+        }
+        lp = NULL;
+    }
+    if (j->stream && (lp || (step && !j->ev.n)))
+        stream_choice(j, NULL, NULL, 0, NULL, lp);
+    else
+        json_decref(lp);
+    mr_co_events_clear(&j->ev);
 }
 
 static json_t *usage_json(mr_job *j, uint32_t prompt, uint32_t completion, uint32_t cached)
@@ -328,6 +404,16 @@ static void finish_ok(mr_job *j, const char *finish, uint32_t prompt, uint32_t c
     mr_buf rest = {0};
     if (!j->text_stopped)
         mr_textout_finish(&j->tout, &rest);
+    if (j->chat) {
+        mr_chatout_push(&j->co, rest.p ? rest.p : "", rest.len, &j->ev);
+        mr_chatout_finish(&j->co, &j->ev);
+        chat_events(j, NULL, false);
+        rest.len = 0;
+    }
+    /* a reply that called tools ends as OpenAI's do; one cut by max_tokens
+     * stays "length" */
+    if (j->n_calls && !strcmp(finish, "stop"))
+        finish = "tool_calls";
     mr_gw *gw = j->gw;
     mr_gw_model *m = j->model;
     m->prompt_tokens += prompt;
@@ -351,8 +437,15 @@ static void finish_ok(mr_job *j, const char *finish, uint32_t prompt, uint32_t c
         mr_buf_add(&j->text, rest.p ? rest.p : "", rest.len);
         json_t *choice;
         if (j->chat) {
-            choice = json_pack("{s:i, s:{s:s, s:s%}, s:o, s:s}", "index", 0, "message", "role", "assistant",
-                               "content", j->text.p ? j->text.p : "", j->text.len, "logprobs",
+            /* content is null on a reply that only calls tools */
+            json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
+                                    j->calls && !j->text.len ? json_null()
+                                                             : json_stringn(j->text.p ? j->text.p : "", j->text.len));
+            if (j->reasoning.len)
+                json_object_set_new(msg, "reasoning_content", json_stringn(j->reasoning.p, j->reasoning.len));
+            if (j->calls)
+                json_object_set(msg, "tool_calls", j->calls);
+            choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs",
                                j->lp ? json_pack("{s:O}", "content", j->lp) : json_null(), "finish_reason", finish);
         } else {
             choice = json_pack("{s:i, s:s%, s:O?, s:s}", "index", 0, "text", j->text.p ? j->text.p : "", j->text.len,
@@ -628,13 +721,22 @@ static void on_tokens(mr_job *j, mr_msg *m)
     j->text_len += released->len;
     if (j->stream) {
         /* one chunk per batch of tokens, even when no text is released yet
-         * (a held-back partial character or stop prefix, a control token):
-         * the client sees every step, and its time to first token is the
-         * first token's, not the first printable character's */
-        if (!j->text_stopped || released->len || lp)
+         * (a held-back partial character, stop prefix or marker, a control
+         * token): the client sees every step, and its time to first token
+         * is the first token's, not the first printable character's */
+        if (j->chat) {
+            mr_chatout_push(&j->co, rel, released->len, &j->ev);
+            chat_events(j, lp ? json_incref(lp) : NULL, !j->text_stopped);
+        } else if (!j->text_stopped || released->len || lp) {
             stream_chunk(j, rel, released->len, false, NULL, lp ? json_incref(lp) : NULL);
+        }
     } else {
-        mr_buf_add(&j->text, rel, released->len);
+        if (j->chat) {
+            mr_chatout_push(&j->co, rel, released->len, &j->ev);
+            chat_events(j, NULL, false);
+        } else {
+            mr_buf_add(&j->text, rel, released->len);
+        }
         if (lp) {
             if (!j->lp)
                 j->lp = new_lp_container(j);
@@ -849,6 +951,11 @@ static int build_prompt(mr_job *j, mr_oai_req *r, mr_oai_error *e)
             }
             src = text.p;
             len = text.len;
+            /* the reply is read in the model's format, from where the
+             * prompt leaves it (inside an opened <think> or not) */
+            mr_chat_format *f = &j->model->fmt;
+            mr_chatout_init(&j->co, f, mr_chat_prompt_opens_think(f, text.p, text.len), r->tools,
+                            r->parallel_tool_calls, r->include_reasoning);
         }
         int rc = c->encode(c, src ? src : "", len, r->chat, &ids, &n, &err);
         mr_buf_free(&text);
@@ -878,6 +985,7 @@ static void job_discard(mr_job *j)
 {
     mr_msg_free(&j->request);
     mr_textout_free(&j->tout);
+    mr_chatout_free(&j->co);
     free(j);
 }
 

@@ -107,6 +107,85 @@ static int str_field(json_t *o, const char *k, size_t max, const char **dst, mr_
     return 0;
 }
 
+/* An assistant message's tool_calls: [{"id"?, "type"?: "function",
+ * "function": {"name", "arguments": a string of JSON or an object}}]. */
+static int parse_tool_calls(json_t *m, size_t i, const char *role, mr_oai_error *e)
+{
+    json_t *calls = json_object_get(m, "tool_calls");
+    if (!calls || json_is_null(calls))
+        return 0;
+    if (strcmp(role, "assistant"))
+        return mr_oai_err(e, 400, "messages", NULL, "messages[%zu].tool_calls: only assistant messages have tool calls",
+                          i);
+    if (!json_is_array(calls))
+        return mr_oai_err(e, 400, "messages", NULL, "messages[%zu].tool_calls must be an array", i);
+    size_t k;
+    json_t *c;
+    json_array_foreach(calls, k, c)
+    {
+        json_t *fn = json_object_get(c, "function");
+        json_t *type = json_object_get(c, "type");
+        json_t *args = json_object_get(fn, "arguments");
+        if (!json_is_object(c) || (type && !json_is_null(type) && !json_is_string(type)) || !json_is_object(fn) ||
+            !json_is_string(json_object_get(fn, "name")) ||
+            (args && !json_is_null(args) && !json_is_string(args) && !json_is_object(args)))
+            return mr_oai_err(e, 400, "messages", NULL,
+                              "messages[%zu].tool_calls[%zu] must be {\"type\":\"function\",\"function\":{\"name\":"
+                              "string,\"arguments\":string or object}}",
+                              i, k);
+    }
+    return 0;
+}
+
+/* tools: [{"type": "function", "function": {"name", "description"?,
+ * "parameters"?: object}}]; tool_choice "auto" (the default) or "none".
+ * "required" and a named function would need constrained decoding, which
+ * this server does not do: they are refused rather than not honoured. */
+static int parse_tools(json_t *o, mr_oai_req *r, mr_oai_error *e)
+{
+    json_t *tools = json_object_get(o, "tools");
+    if (tools && !json_is_null(tools)) {
+        if (!json_is_array(tools))
+            return mr_oai_err(e, 400, "tools", NULL, "'tools' must be an array");
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t)
+        {
+            json_t *fn = json_object_get(t, "function");
+            const char *type = json_string_value(json_object_get(t, "type"));
+            const char *name = json_string_value(json_object_get(fn, "name"));
+            json_t *params = json_object_get(fn, "parameters");
+            if (!json_is_object(t) || !type || strcmp(type, "function") || !json_is_object(fn) || !name || !*name ||
+                (params && !json_is_null(params) && !json_is_object(params)))
+                return mr_oai_err(e, 400, "tools", NULL,
+                                  "tools[%zu] must be {\"type\":\"function\",\"function\":{\"name\":non-empty string,"
+                                  "\"parameters\":object}}",
+                                  i);
+        }
+        if (json_array_size(tools))
+            r->tools = tools;
+    }
+    json_t *tc = json_object_get(o, "tool_choice");
+    if (tc && !json_is_null(tc)) {
+        const char *s = json_string_value(tc);
+        if (s && !strcmp(s, "none"))
+            r->tools = NULL;
+        else if (!s || strcmp(s, "auto"))
+            return mr_oai_err(e, 400, "tool_choice", NULL,
+                              "'tool_choice' must be \"auto\" or \"none\": \"required\" and named functions need "
+                              "constrained decoding, which this server does not do");
+    }
+    json_t *ptc = json_object_get(o, "parallel_tool_calls");
+    if (ptc && !json_is_null(ptc) && !json_is_boolean(ptc))
+        return mr_oai_err(e, 400, "parallel_tool_calls", NULL, "'parallel_tool_calls' must be a boolean");
+    r->parallel_tool_calls = !json_is_false(ptc);
+    json_t *ir = json_object_get(o, "include_reasoning");
+    if (ir && !json_is_null(ir) && !json_is_boolean(ir))
+        return mr_oai_err(e, 400, "include_reasoning", NULL, "'include_reasoning' must be a boolean");
+    r->include_reasoning = !json_is_false(ir);
+    return 0;
+}
+
 static int parse_messages(json_t *msgs, mr_oai_error *e)
 {
     if (!msgs)
@@ -125,6 +204,8 @@ static int parse_messages(json_t *msgs, mr_oai_error *e)
                     strcmp(rs, "developer")))
             return mr_oai_err(e, 400, "messages", NULL,
                               "messages[%zu].role must be one of system, developer, user, assistant, tool", i);
+        if (parse_tool_calls(m, i, rs, e))
+            return -1;
         json_t *c = json_object_get(m, "content");
         if (!c || json_is_null(c) || json_is_string(c))
             continue;
@@ -225,7 +306,7 @@ int mr_oai_parse(const char *body, size_t len, bool chat, mr_oai_req *r, mr_oai_
     r->model = json_string_value(model);
     if (chat) {
         r->messages = json_object_get(o, "messages");
-        if (parse_messages((json_t *)r->messages, e))
+        if (parse_messages((json_t *)r->messages, e) || parse_tools(o, r, e))
             return -1;
     } else if (parse_prompt(json_object_get(o, "prompt"), r, e))
         return -1;

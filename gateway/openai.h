@@ -36,6 +36,11 @@ typedef struct mr_oai_req {
     bool stream, include_usage;
     const char *user;
     const char *cache_salt;
+    /* chat: the tools whose calls are parsed from the reply (borrowed from
+     * root; NULL when there are none or tool_choice is "none") */
+    json_t *tools;
+    bool parallel_tool_calls; /* false: one call at most */
+    bool include_reasoning;   /* false: the reasoning is not returned */
 } mr_oai_req;
 
 /* Parses and validates a request body.  On failure fills e (status 400 with
