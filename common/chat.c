@@ -129,6 +129,17 @@ int mr_chat_req_from_json(const json_t *body, mr_chat_req *req, mr_err *err)
             return mr_errf(err, "enable_thinking must be a boolean");
         req->enable_thinking = json_is_true(et);
     }
+    /* OpenAI's reasoning_effort reaches the template (gpt-oss reads it);
+     * "none" also turns thinking off, as SGLang and llama-server read it,
+     * unless the request sets enable_thinking itself */
+    const json_t *re = json_object_get(body, "reasoning_effort");
+    if (re && !json_is_null(re)) {
+        if (!json_is_string(re))
+            return mr_errf(err, "reasoning_effort must be a string");
+        req->reasoning_effort = json_string_value(re);
+        if (!strcmp(req->reasoning_effort, "none") && req->enable_thinking < 0)
+            req->enable_thinking = 0;
+    }
     const json_t *kw = json_object_get(body, "chat_template_kwargs");
     if (kw && !json_is_null(kw)) {
         if (!json_is_object(kw))
@@ -226,6 +237,8 @@ json_t *mr_chat_context(const mr_chat_tmpl *ct, const mr_chat_req *req, mr_err *
     json_object_set_new(ctx, "add_generation_prompt", json_boolean(req->add_generation_prompt));
     if (req->enable_thinking >= 0)
         json_object_set_new(ctx, "enable_thinking", json_boolean(req->enable_thinking));
+    if (req->reasoning_effort)
+        json_object_set_new(ctx, "reasoning_effort", json_string(req->reasoning_effort));
     json_object_set_new(ctx, "bos_token", json_stringn_nocheck(ct->bos, strlen(ct->bos)));
     json_object_set_new(ctx, "eos_token", json_stringn_nocheck(ct->eos, strlen(ct->eos)));
     if (req->kwargs) {

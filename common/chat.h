@@ -36,6 +36,7 @@ typedef struct mr_chat_req {
     const json_t *tools;       /* array, or NULL for no tools */
     int add_generation_prompt; /* 0 or 1 */
     int enable_thinking;       /* -1: not set (the variable stays undefined), 0 or 1 */
+    const char *reasoning_effort; /* the request's, given to the template; NULL: not set */
     const json_t *kwargs;      /* object of extra template variables, or NULL */
 } mr_chat_req;
 

@@ -183,6 +183,17 @@ static int parse_tools(json_t *o, mr_oai_req *r, mr_oai_error *e)
     if (ir && !json_is_null(ir) && !json_is_boolean(ir))
         return mr_oai_err(e, 400, "include_reasoning", NULL, "'include_reasoning' must be a boolean");
     r->include_reasoning = !json_is_false(ir);
+    json_t *re = json_object_get(o, "reasoning_effort");
+    if (re && !json_is_null(re)) {
+        static const char *const levels[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
+        const char *s = json_string_value(re);
+        size_t i = 0;
+        while (s && i < sizeof levels / sizeof levels[0] && strcmp(s, levels[i]))
+            i++;
+        if (!s || i == sizeof levels / sizeof levels[0])
+            return mr_oai_err(e, 400, "reasoning_effort", NULL,
+                              "'reasoning_effort' must be one of none, minimal, low, medium, high, xhigh");
+    }
     return 0;
 }
 

@@ -45,6 +45,10 @@ chat qwen3 'x' '"tools":{"type":"function"}'
 check "tools not an array: 400" [ "$CODE" = 400 ]
 chat qwen3 'x' '"parallel_tool_calls":"yes"'
 check "parallel_tool_calls not a boolean: 400" [ "$CODE" = 400 ]
+chat qwen3 'x' '"reasoning_effort":"extreme"'
+check "reasoning_effort outside its levels: 400 naming it" bash -c "[ $CODE = 400 ] && jq -e '.error.param == \"reasoning_effort\"' '$T/out' >/dev/null"
+chat qwen3 'x@@' '"reasoning_effort":"none"'
+check "reasoning_effort none is accepted" [ "$CODE" = 200 ]
 post /v1/chat/completions '{"model":"qwen3","messages":[{"role":"user","content":"x","tool_calls":[]}]}'
 check "tool_calls on a user message: 400" bash -c "[ $CODE = 400 ] && jq -e '.error.param == \"messages\"' '$T/out' >/dev/null"
 post /v1/chat/completions '{"model":"qwen3","messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","content":"2"},{"role":"user","content":"y"}],"max_tokens":1}'

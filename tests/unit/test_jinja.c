@@ -323,6 +323,22 @@ START_TEST(chat_render)
     ck_assert_uint_eq(olen, strlen(want));
     free(out);
 
+    /* reasoning_effort "none" turns thinking off as enable_thinking false does */
+    json_t *body2 = json_deep_copy(body);
+    json_object_del(body2, "chat_template_kwargs");
+    json_object_set_new(body2, "reasoning_effort", json_string("none"));
+    mr_chat_req req2;
+    ck_assert_int_eq(mr_chat_req_from_json(body2, &req2, &err), 0);
+    ck_assert_msg(mr_chat_render(ct, &req2, NULL, &out, &olen, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(out, want);
+    free(out);
+    json_t *ctx2 = mr_chat_context(ct, &req2, &err);
+    ck_assert_str_eq(json_string_value(json_object_get(ctx2, "reasoning_effort")), "none");
+    json_decref(ctx2);
+    json_object_set_new(body2, "reasoning_effort", json_integer(1));
+    ck_assert_int_ne(mr_chat_req_from_json(body2, &req2, &err), 0);
+    json_decref(body2);
+
     /* the context: tools absent, enable_thinking from the kwargs */
     json_t *ctx = mr_chat_context(ct, &req, &err);
     ck_assert_ptr_nonnull(ctx);
