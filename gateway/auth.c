@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gateway/util.h"
+
 bool mr_tenant_valid(const char *s)
 {
     size_t n = strlen(s);
@@ -79,92 +81,168 @@ bool mr_keyring_changed(const char *path, const mr_keyring *kr)
            st.st_ino != kr->ino;
 }
 
+/* Why entry e cannot be key k (NULL when it can); fills k. */
+static const char *key_from_json(json_t *e, mr_key *k)
+{
+    if (!json_is_object(e))
+        return "entry is not an object";
+    const char *id = json_string_value(json_object_get(e, "id"));
+    const char *hash = json_string_value(json_object_get(e, "sha256"));
+    const char *tenant = json_string_value(json_object_get(e, "tenant"));
+    json_t *en = json_object_get(e, "enabled");
+    json_t *mc = json_object_get(e, "max_concurrency");
+    json_t *cr = json_object_get(e, "created");
+    if (!id || strlen(id) >= sizeof k->id || !*id)
+        return "\"id\" must be a string of 1..31 chars";
+    if (!hash || unhex(hash, k->hash, 32))
+        return "\"sha256\" must be 64 lowercase hex digits";
+    if (!tenant || !mr_tenant_valid(tenant))
+        return "\"tenant\" must be 1..64 of [A-Za-z0-9._-]";
+    if (en && !json_is_boolean(en))
+        return "\"enabled\" must be a boolean";
+    if (mc && !json_is_null(mc) &&
+        (!json_is_integer(mc) || json_integer_value(mc) < 1 || json_integer_value(mc) > 1000000))
+        return "\"max_concurrency\" must be an integer >= 1";
+    if (cr && !json_is_integer(cr))
+        return "\"created\" must be an integer";
+    strcpy(k->id, id);
+    strcpy(k->tenant, tenant);
+    k->enabled = en ? json_is_true(en) : true;
+    k->max_concurrency = json_is_integer(mc) ? (int)json_integer_value(mc) : 0;
+    k->created = cr ? json_integer_value(cr) : 0;
+    return NULL;
+}
+
+/* The entries of root ({"keys": [...]}) into kr->keys; name is for messages. */
+static int keys_from_json(json_t *root, const char *name, mr_keyring *kr, mr_err *err)
+{
+    json_t *keys = json_object_get(root, "keys");
+    if (!json_is_object(root) || !json_is_array(keys))
+        return mr_errf(err, "keyring %s: expected {\"keys\": [...]}", name);
+    size_t n = json_array_size(keys);
+    kr->keys = calloc(n ? n : 1, sizeof *kr->keys);
+    if (!kr->keys)
+        return mr_errf(err, "keyring %s: out of memory", name);
+    size_t i;
+    json_t *e;
+    json_array_foreach(keys, i, e)
+    {
+        mr_key *k = &kr->keys[i];
+        const char *bad = key_from_json(e, k);
+        if (bad)
+            return mr_errf(err, "keyring %s: key %zu: %s", name, i, bad);
+        for (size_t j = 0; j < i; j++)
+            if (!memcmp(kr->keys[j].hash, k->hash, 32) || !strcmp(kr->keys[j].id, k->id))
+                return mr_errf(err, "keyring %s: key %zu duplicates key %zu", name, i, j);
+    }
+    kr->n = n;
+    return 0;
+}
+
+int mr_keyring_parse(const char *text, size_t len, const char *name, mr_keyring *out, mr_err *err)
+{
+    memset(out, 0, sizeof *out);
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return mr_errf(err, "keyring %s: line %d: %s", name, je.line, je.text);
+    mr_keyring kr = {0};
+    int rc = keys_from_json(root, name, &kr, err);
+    json_decref(root);
+    if (rc) {
+        mr_keyring_free(&kr);
+        return rc;
+    }
+    *out = kr;
+    return 0;
+}
+
+/* The whole file at path into b, refusing more than 16 MiB (as the config
+ * loader does): the gateway rereads the keyring whenever it changes. */
+static int read_keyring_file(const char *path, mr_buf *b, mr_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) /* the words json_load_file gave before the bounded read */
+        return mr_errf(err, "keyring %s: line -1: unable to open %s: %s", path, path, strerror(errno));
+    char tmp[4096];
+    size_t n;
+    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) {
+        if (b->len + n > (16u << 20)) {
+            fclose(f);
+            return mr_errf(err, "keyring %s: larger than 16 MiB", path);
+        }
+        mr_buf_add(b, tmp, n);
+    }
+    int bad = ferror(f) ? errno : 0;
+    fclose(f);
+    if (bad)
+        return mr_errf(err, "keyring %s: read: %s", path, strerror(bad));
+    return 0;
+}
+
 int mr_keyring_load(const char *path, mr_keyring *out, mr_err *err)
 {
     memset(out, 0, sizeof *out);
     mr_keyring kr = {0};
     mr_keyring_stat(path, &kr);
-    json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
-        return mr_errf(err, "keyring %s: line %d: %s", path, je.line, je.text);
-    json_t *keys = json_object_get(root, "keys");
-    if (!json_is_object(root) || !json_is_array(keys)) {
-        json_decref(root);
-        return mr_errf(err, "keyring %s: expected {\"keys\": [...]}", path);
-    }
-    size_t n = json_array_size(keys);
-    kr.keys = calloc(n ? n : 1, sizeof *kr.keys);
-    if (!kr.keys) {
-        json_decref(root);
-        return mr_errf(err, "keyring %s: out of memory", path);
-    }
-    size_t i;
-    json_t *e;
-    json_array_foreach(keys, i, e)
-    {
-        mr_key *k = &kr.keys[i];
-        const char *id = json_string_value(json_object_get(e, "id"));
-        const char *hash = json_string_value(json_object_get(e, "sha256"));
-        const char *tenant = json_string_value(json_object_get(e, "tenant"));
-        json_t *en = json_object_get(e, "enabled");
-        json_t *mc = json_object_get(e, "max_concurrency");
-        json_t *cr = json_object_get(e, "created");
-        const char *bad = NULL;
-        if (!json_is_object(e))
-            bad = "entry is not an object";
-        else if (!id || strlen(id) >= sizeof k->id || !*id)
-            bad = "\"id\" must be a string of 1..31 chars";
-        else if (!hash || unhex(hash, k->hash, 32))
-            bad = "\"sha256\" must be 64 lowercase hex digits";
-        else if (!tenant || !mr_tenant_valid(tenant))
-            bad = "\"tenant\" must be 1..64 of [A-Za-z0-9._-]";
-        else if (en && !json_is_boolean(en))
-            bad = "\"enabled\" must be a boolean";
-        else if (mc && !json_is_null(mc) && (!json_is_integer(mc) || json_integer_value(mc) < 1 ||
-                                            json_integer_value(mc) > 1000000))
-            bad = "\"max_concurrency\" must be an integer >= 1";
-        else if (cr && !json_is_integer(cr))
-            bad = "\"created\" must be an integer";
-        if (bad) {
-            json_decref(root);
-            free(kr.keys);
-            return mr_errf(err, "keyring %s: key %zu: %s", path, i, bad);
-        }
-        strcpy(k->id, id);
-        strcpy(k->tenant, tenant);
-        k->enabled = en ? json_is_true(en) : true;
-        k->max_concurrency = json_is_integer(mc) ? (int)json_integer_value(mc) : 0;
-        k->created = cr ? json_integer_value(cr) : 0;
-        for (size_t j = 0; j < i; j++)
-            if (!memcmp(kr.keys[j].hash, k->hash, 32) || !strcmp(kr.keys[j].id, k->id)) {
-                json_decref(root);
-                free(kr.keys);
-                return mr_errf(err, "keyring %s: key %zu duplicates key %zu", path, i, j);
-            }
-    }
-    kr.n = n;
-    json_decref(root);
+    mr_buf b = {0};
+    int rc = read_keyring_file(path, &b, err);
+    mr_keyring parsed = {0};
+    if (!rc)
+        rc = mr_keyring_parse(b.p ? b.p : "", b.len, path, &parsed, err);
+    mr_buf_free(&b);
+    if (rc)
+        return rc;
+    kr.keys = parsed.keys;
+    kr.n = parsed.n;
     *out = kr;
     return 0;
 }
 
-int mr_keyring_save(const char *path, const mr_keyring *kr, mr_err *err)
+/* The file's object for entry k, or NULL (out of memory). */
+static json_t *key_to_json(const mr_key *k)
+{
+    char hx[65];
+    tohex(k->hash, 32, hx);
+    json_t *e = json_pack("{s:s, s:s, s:s, s:b, s:I}", "id", k->id, "sha256", hx, "tenant", k->tenant, "enabled",
+                          k->enabled, "created", (json_int_t)k->created);
+    if (e && k->max_concurrency && json_object_set_new(e, "max_concurrency", json_integer(k->max_concurrency))) {
+        json_decref(e);
+        return NULL;
+    }
+    return e;
+}
+
+char *mr_keyring_dumps(const mr_keyring *kr)
 {
     json_t *arr = json_array();
-    for (size_t i = 0; i < kr->n; i++) {
-        const mr_key *k = &kr->keys[i];
-        char hx[65];
-        tohex(k->hash, 32, hx);
-        json_t *e = json_pack("{s:s, s:s, s:s, s:b, s:I}", "id", k->id, "sha256", hx, "tenant", k->tenant,
-                              "enabled", k->enabled, "created", (json_int_t)k->created);
-        if (k->max_concurrency)
-            json_object_set_new(e, "max_concurrency", json_integer(k->max_concurrency));
-        json_array_append_new(arr, e);
+    for (size_t i = 0; arr && i < kr->n; i++) {
+        /* an entry that cannot be written must not silently vanish from the file */
+        json_t *e = key_to_json(&kr->keys[i]);
+        if (!e || json_array_append_new(arr, e)) {
+            json_decref(arr);
+            arr = NULL;
+        }
     }
-    json_t *root = json_pack("{s:o}", "keys", arr);
-    char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_t *root = arr ? json_pack("{s:o}", "keys", arr) : NULL;
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
+    if (!text)
+        return NULL;
+    /* the file ends with a newline */
+    size_t len = strlen(text);
+    char *out = malloc(len + 2);
+    if (out) {
+        memcpy(out, text, len);
+        memcpy(out + len, "\n", 2);
+    }
+    free(text);
+    return out;
+}
+
+int mr_keyring_save(const char *path, const mr_keyring *kr, mr_err *err)
+{
+    char *text = mr_keyring_dumps(kr);
     if (!text)
         return mr_errf(err, "keyring: out of memory");
     char tmp[4096];
@@ -186,7 +264,7 @@ int mr_keyring_save(const char *path, const mr_keyring *kr, mr_err *err)
         }
         off += (size_t)w;
     }
-    if (!rc && (write(fd, "\n", 1) != 1 || fsync(fd) != 0))
+    if (!rc && fsync(fd) != 0)
         rc = mr_errf(err, "keyring: fsync %s: %s", tmp, strerror(errno));
     close(fd);
     free(text);

@@ -42,6 +42,10 @@ bool mr_tenant_valid(const char *s);
 
 /* Reads and validates a keyring (every entry, duplicates refused). */
 int mr_keyring_load(const char *path, mr_keyring *kr, mr_err *err);
+/* Validates keyring text as mr_keyring_load does; name stands for the file in messages. */
+int mr_keyring_parse(const char *text, size_t len, const char *name, mr_keyring *out, mr_err *err);
+/* The text mr_keyring_save writes (malloc'd, ends with a newline), or NULL when out of memory. */
+char *mr_keyring_dumps(const mr_keyring *kr);
 int mr_keyring_save(const char *path, const mr_keyring *kr, mr_err *err);
 void mr_keyring_free(mr_keyring *kr);
 /* Records the identity (mtime, size, inode) of the file at path in kr. */

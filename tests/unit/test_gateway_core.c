@@ -308,6 +308,17 @@ START_TEST(keyring)
     ck_assert_int_eq(st.st_mode & 077, 0);
 
     ck_assert_int_eq(mr_keyring_load(path, &kr, &err), 0);
+    /* the file is mr_keyring_dumps' text, and that text parses from memory */
+    char *dump = mr_keyring_dumps(&kr);
+    ck_assert_str_eq(dump, text);
+    free(dump);
+    mr_keyring mem;
+    ck_assert_int_eq(mr_keyring_parse(text, n, "mem", &mem, &err), 0);
+    ck_assert_uint_eq(mem.n, 2);
+    ck_assert_str_eq(mem.keys[0].id, id1);
+    mr_keyring_free(&mem);
+    ck_assert_int_eq(mr_keyring_parse("{\"keys\":{}}", 11, "mem", &mem, &err), -1);
+    ck_assert_str_eq(err.msg, "keyring mem: expected {\"keys\": [...]}");
     const mr_key *k = mr_keyring_find(&kr, key1, strlen(key1));
     ck_assert_ptr_nonnull(k);
     ck_assert_str_eq(k->tenant, "acme");
@@ -341,8 +352,13 @@ START_TEST(keyring)
         fputs(bad[i], f);
         fclose(f);
         ck_assert_msg(mr_keyring_load(path, &kr, &err) == -1, "bad ring %zu accepted", i);
+        ck_assert_msg(!strncmp(err.msg, "keyring ", 8) && strstr(err.msg, path), "ring %zu: %s", i, err.msg);
     }
+    ck_assert_int_eq(mr_keyring_load(path, &kr, &err), -1); /* "not json" */
+    ck_assert_ptr_nonnull(strstr(err.msg, ": line 1: "));
     unlink(path);
+    ck_assert_int_eq(mr_keyring_load(path, &kr, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "unable to open"));
     rmdir(dir);
 }
 END_TEST
