@@ -134,10 +134,13 @@ $(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(BUILD)/libmemra-as
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -O1 $(SAN) $< -o $@ $(BUILD)/libmemra-asan.a $(CHECK_LIBS) $(LDLIBS)
 
-# ---- libFuzzer targets (clang), over the common/ and proto/ sources ----
+# ---- libFuzzer targets (clang), over the common/ and proto/ sources and the
+# gateway's decoders of outside bytes (not http.c, jobs.c or supervisor.c:
+# they need h2o) ----
 # The library objects are compiled once with fuzzer instrumentation (no
 # libFuzzer main), then each target links them.
-FUZZ_LIB_SRC := $(wildcard common/*.c proto/*.c)
+FUZZ_LIB_SRC := $(wildcard common/*.c proto/*.c) gateway/openai.c gateway/config.c gateway/auth.c gateway/util.c \
+                gateway/textout.c
 FUZZ_LIB_OBJ := $(patsubst %.c,$(BUILD)/fuzzobj/%.o,$(FUZZ_LIB_SRC))
 FUZZ_CFLAGS  := $(CSTD) -O1 -g -Wall -Wextra -Werror -Wno-unused-parameter $(PKG_CFLAGS)
 
