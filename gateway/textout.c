@@ -1,5 +1,6 @@
 #include "gateway/textout.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,29 @@ static size_t holdback(const mr_textout *t, const char *s, size_t n)
     return best;
 }
 
+/* Start of the stop match in s[0..n) that ends first (of those ending at
+ * the same byte, the longest), or n + 1 when there is none.  Ending first,
+ * not starting first: a stream learns of a match when its last byte arrives
+ * and stops there, so choosing by start would make the text depend on how
+ * the bytes were chunked (stops "STOP" and "TO" on "STOP" cut before "S" in
+ * one push but after it when pushed byte by byte). */
+static size_t first_stop(const mr_textout *t, const char *s, size_t n)
+{
+    size_t at = n + 1, end = SIZE_MAX;
+    for (size_t i = 0; i < t->n_stops; i++) {
+        size_t sl = strlen(t->stops[i]);
+        const char *hit = memmem(s, n, t->stops[i], sl);
+        if (!hit)
+            continue;
+        size_t h = (size_t)(hit - s);
+        if (h + sl < end || (h + sl == end && h < at)) {
+            at = h;
+            end = h + sl;
+        }
+    }
+    return at;
+}
+
 bool mr_textout_push(mr_textout *t, const char *bytes, size_t n, mr_buf *out)
 {
     if (t->stopped)
@@ -45,13 +69,7 @@ bool mr_textout_push(mr_textout *t, const char *bytes, size_t n, mr_buf *out)
     mr_buf_add(&t->pending, bytes, n);
     const char *s = t->pending.p;
     size_t len = t->pending.len;
-    /* earliest stop occurrence */
-    size_t at = len + 1;
-    for (size_t i = 0; i < t->n_stops; i++) {
-        const char *hit = memmem(s, len, t->stops[i], strlen(t->stops[i]));
-        if (hit && (size_t)(hit - s) < at)
-            at = (size_t)(hit - s);
-    }
+    size_t at = first_stop(t, s, len);
     if (at <= len) {
         mr_gw_utf8_sanitize(out, s, at);
         t->stopped = true;

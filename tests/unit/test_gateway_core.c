@@ -51,7 +51,7 @@ START_TEST(stop_strings)
     ck_assert(!stopped);
     ck_assert_str_eq(s, "hello ST");
     free(s);
-    /* earliest of several stops wins; overlapping prefixes */
+    /* the stop that completes first wins; overlapping prefixes */
     const char *st2[] = {"cd", "abcx", "b"};
     s = feed_bytewise("aabcd", st2, 3, &stopped);
     ck_assert(stopped);
@@ -63,6 +63,46 @@ START_TEST(stop_strings)
     ck_assert(stopped);
     ck_assert_str_eq(s, "caf\xc3\xa9 ");
     free(s);
+}
+END_TEST
+
+/* Pushes text in one piece; returns everything released (and finished). */
+static char *feed_whole(const char *text, const char **stops, int n_stops, bool *stopped)
+{
+    mr_textout t;
+    mr_textout_init(&t);
+    for (int i = 0; i < n_stops; i++)
+        mr_textout_add_stop(&t, stops[i]);
+    mr_buf out = {0};
+    *stopped = mr_textout_push(&t, text, strlen(text), &out);
+    mr_textout_finish(&t, &out);
+    mr_textout_free(&t);
+    char *s = strdup(out.p ? out.p : "");
+    mr_buf_free(&out);
+    return s;
+}
+
+START_TEST(stop_that_ends_first_wins_in_any_chunking)
+{
+    /* "TO" completes before "STOP" does, so a stream stops there; one push
+     * of the whole text must give the same (it cut before the "S") */
+    const char *st[] = {"STOP", "TO"};
+    bool s1, s2;
+    char *a = feed_bytewise("xSTOPy", st, 2, &s1);
+    char *b = feed_whole("xSTOPy", st, 2, &s2);
+    ck_assert(s1 && s2);
+    ck_assert_str_eq(a, "xS");
+    ck_assert_str_eq(b, "xS");
+    free(a);
+    free(b);
+    /* ending at the same byte, the longer stop wins */
+    const char *st2[] = {"OP", "STOP"};
+    a = feed_bytewise("xSTOPy", st2, 2, &s1);
+    b = feed_whole("xSTOPy", st2, 2, &s2);
+    ck_assert_str_eq(a, "x");
+    ck_assert_str_eq(b, "x");
+    free(a);
+    free(b);
 }
 END_TEST
 
@@ -385,6 +425,7 @@ int main(void)
     Suite *s = suite_create("gateway_core");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, stop_strings);
+    tcase_add_test(tc, stop_that_ends_first_wins_in_any_chunking);
     tcase_add_test(tc, streamed_text_never_shows_partial_stop);
     tcase_add_test(tc, utf8_boundaries);
     tcase_add_test(tc, openai_validation);
