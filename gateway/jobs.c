@@ -402,8 +402,8 @@ static void finish_ok(mr_job *j, const char *finish, uint32_t prompt, uint32_t c
     if (j->http_done || !j->req)
         return;
     mr_buf rest = {0};
-    if (!j->text_stopped)
-        mr_textout_finish(&j->tout, &rest);
+    if (!j->text_stopped && mr_textout_finish(&j->tout, &rest))
+        finish = "stop"; /* what was held back completed a stop string */
     if (j->chat) {
         mr_chatout_push(&j->co, rest.p ? rest.p : "", rest.len, &j->ev);
         mr_chatout_finish(&j->co, &j->ev);

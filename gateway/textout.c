@@ -4,14 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/unicode.h"
-
 void mr_textout_init(mr_textout *t) { memset(t, 0, sizeof *t); }
 
 void mr_textout_add_stop(mr_textout *t, const char *s)
 {
     size_t n = strlen(s);
-    if (t->n_stops < MR_MAX_STOPS && n > 0 && n <= MR_MAX_STOP_LEN)
+    /* matched on the client's text, which is valid UTF-8: another stop could
+     * only match inside a character */
+    if (t->n_stops < MR_MAX_STOPS && n > 0 && n <= MR_MAX_STOP_LEN && mr_gw_utf8_valid(s, n))
         t->stops[t->n_stops++] = strdup(s);
 }
 
@@ -19,6 +19,7 @@ void mr_textout_free(mr_textout *t)
 {
     for (size_t i = 0; i < t->n_stops; i++)
         free(t->stops[i]);
+    mr_buf_free(&t->raw);
     mr_buf_free(&t->pending);
     memset(t, 0, sizeof *t);
 }
@@ -62,31 +63,49 @@ static size_t first_stop(const mr_textout *t, const char *s, size_t n)
     return at;
 }
 
-bool mr_textout_push(mr_textout *t, const char *bytes, size_t n, mr_buf *out)
+/* Cuts the pending text at the first stop match, or releases what can no
+ * longer become one.  Returns true when a stop matched. */
+static bool release(mr_textout *t, mr_buf *out)
 {
-    if (t->stopped)
-        return true;
-    mr_buf_add(&t->pending, bytes, n);
-    const char *s = t->pending.p;
+    const char *s = t->pending.p ? t->pending.p : "";
     size_t len = t->pending.len;
     size_t at = first_stop(t, s, len);
     if (at <= len) {
-        mr_gw_utf8_sanitize(out, s, at);
+        mr_buf_add(out, s, at);
         t->stopped = true;
         mr_buf_consume(&t->pending, len);
+        mr_buf_consume(&t->raw, t->raw.len);
         return true;
     }
-    size_t keep = holdback(t, s, len);
-    /* never split a character; what can never be valid is released (as U+FFFD) */
-    size_t rel = mr_utf8_complete_prefix((const uint8_t *)s, len - keep);
-    mr_gw_utf8_sanitize(out, s, rel);
+    /* the held suffix starts as a stop does, so on a character boundary */
+    size_t rel = len - holdback(t, s, len);
+    mr_buf_add(out, s, rel);
     mr_buf_consume(&t->pending, rel);
     return false;
 }
 
-void mr_textout_finish(mr_textout *t, mr_buf *out)
+bool mr_textout_push(mr_textout *t, const char *bytes, size_t n, mr_buf *out)
 {
-    if (!t->stopped)
-        mr_gw_utf8_sanitize(out, t->pending.p ? t->pending.p : "", t->pending.len);
+    if (t->stopped)
+        return true;
+    /* stops are matched on the text the client sees: invalid bytes are
+     * U+FFFD there, and a stop may hold U+FFFD */
+    mr_buf_add(&t->raw, bytes, n);
+    size_t took = mr_gw_utf8_sanitize_complete(&t->pending, t->raw.p, t->raw.len);
+    mr_buf_consume(&t->raw, took);
+    return release(t, out);
+}
+
+bool mr_textout_finish(mr_textout *t, mr_buf *out)
+{
+    if (t->stopped)
+        return true;
+    /* a sequence still cut off never completes: U+FFFD, which may complete a stop */
+    mr_gw_utf8_sanitize(&t->pending, t->raw.p ? t->raw.p : "", t->raw.len);
+    mr_buf_consume(&t->raw, t->raw.len);
+    if (release(t, out))
+        return true;
+    mr_buf_add(out, t->pending.p ? t->pending.p : "", t->pending.len);
     mr_buf_consume(&t->pending, t->pending.len);
+    return false;
 }

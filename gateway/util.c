@@ -116,11 +116,15 @@ static int seq_len(const unsigned char *s, size_t n)
     return len;
 }
 
-void mr_gw_utf8_sanitize(mr_buf *out, const char *s, size_t n)
+/* Appends s[0..n) to out with U+FFFD for every invalid byte; with hold_cut,
+ * stops before a last sequence that n cuts off.  Returns the bytes taken. */
+static size_t sanitize(mr_buf *out, const char *s, size_t n, bool hold_cut)
 {
     size_t i = 0;
     while (i < n) {
         int l = seq_len((const unsigned char *)s + i, n - i);
+        if (l < 0 && hold_cut)
+            return i; /* the next bytes decide what it is */
         if (l > 0) {
             mr_buf_add(out, s + i, (size_t)l);
             i += (size_t)l;
@@ -129,7 +133,12 @@ void mr_gw_utf8_sanitize(mr_buf *out, const char *s, size_t n)
             i++;
         }
     }
+    return n;
 }
+
+void mr_gw_utf8_sanitize(mr_buf *out, const char *s, size_t n) { sanitize(out, s, n, false); }
+
+size_t mr_gw_utf8_sanitize_complete(mr_buf *out, const char *s, size_t n) { return sanitize(out, s, n, true); }
 
 bool mr_gw_utf8_valid(const char *s, size_t n)
 {

@@ -24,6 +24,9 @@ void mr_buf_clear(mr_buf *b);              /* empty (""), capacity kept for reus
  * Strict (no overlongs, surrogates or > U+10FFFF: the text goes into JSON),
  * unlike the lenient mr_utf8_decode of common/unicode.h. */
 void mr_gw_utf8_sanitize(mr_buf *out, const char *s, size_t n);
+/* mr_gw_utf8_sanitize of s[0..n) but for a last sequence that n cuts off
+ * (more bytes may complete it); returns the number of bytes taken. */
+size_t mr_gw_utf8_sanitize_complete(mr_buf *out, const char *s, size_t n);
 bool mr_gw_utf8_valid(const char *s, size_t n);
 
 double mr_now(void); /* monotonic seconds */

@@ -106,6 +106,36 @@ START_TEST(stop_that_ends_first_wins_in_any_chunking)
 }
 END_TEST
 
+START_TEST(stop_matches_the_text_the_client_sees)
+{
+    /* an invalid byte is shown as U+FFFD, so a stop holding U+FFFD matches
+     * it (the raw bytes never did, and the client saw the stop string) */
+    const char *st[] = {"\xef\xbf\xbd"};
+    bool s1, s2;
+    char *a = feed_bytewise("a\xff" "b", st, 1, &s1);
+    char *b = feed_whole("a\xff" "b", st, 1, &s2);
+    ck_assert(s1 && s2);
+    ck_assert_str_eq(a, "a");
+    ck_assert_str_eq(b, "a");
+    free(a);
+    free(b);
+    /* a character cut off at the end becomes U+FFFD at finish, which may
+     * complete a stop only then */
+    mr_textout t;
+    mr_textout_init(&t);
+    mr_textout_add_stop(&t, "x\xef\xbf\xbd");
+    mr_textout_add_stop(&t, "\xbd"); /* not UTF-8: ignored */
+    ck_assert_uint_eq(t.n_stops, 1);
+    mr_buf out = {0};
+    ck_assert(!mr_textout_push(&t, "ax\xe2\x82", 4, &out));
+    ck_assert_str_eq(out.p, "a");
+    ck_assert(mr_textout_finish(&t, &out));
+    ck_assert_str_eq(out.p, "a");
+    mr_buf_free(&out);
+    mr_textout_free(&t);
+}
+END_TEST
+
 START_TEST(streamed_text_never_shows_partial_stop)
 {
     mr_textout t;
@@ -426,6 +456,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, stop_strings);
     tcase_add_test(tc, stop_that_ends_first_wins_in_any_chunking);
+    tcase_add_test(tc, stop_matches_the_text_the_client_sees);
     tcase_add_test(tc, streamed_text_never_shows_partial_stop);
     tcase_add_test(tc, utf8_boundaries);
     tcase_add_test(tc, openai_validation);
