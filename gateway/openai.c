@@ -65,7 +65,9 @@ static int num_field(json_t *o, const char *k, double lo, double hi, bool lo_ope
     if (!json_is_number(v))
         return mr_oai_err(e, 400, k, NULL, "'%s' must be a number", k);
     double x = json_number_value(v);
-    if (!isfinite(x) || x > hi || (lo_open ? x <= lo : x < lo))
+    /* the bounds hold for the float the sampler gets: a tiny positive double
+     * (top_p 1e-50) is 0 as a float */
+    if (!isfinite(x) || x > hi || (lo_open ? x <= lo : x < lo) || (lo_open && (float)x <= lo))
         return mr_oai_err(e, 400, k, NULL, "'%s' must be %s %g and <= %g, got %g", k, lo_open ? ">" : ">=", lo, hi,
                           x);
     *dst = (float)x;

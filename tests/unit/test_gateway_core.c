@@ -211,6 +211,10 @@ START_TEST(openai_validation)
         {"{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":\"hot\"}", false, "temperature"},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":true}", false, "temperature"},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"top_p\":0}", false, "top_p"},
+        /* positive, but 0 as the float the sampler gets */
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"top_p\":1e-50}", false, "top_p"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"repetition_penalty\":1e-46}", false, "repetition_penalty"},
+        {"{\"model\":\"m\",\"prompt\":\"x\",\"top_p\":1e-30}", false, NULL},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"top_k\":-2}", false, "top_k"},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"top_k\":-1}", false, NULL},
         {"{\"model\":\"m\",\"prompt\":\"x\",\"min_p\":1.5}", false, "min_p"},
