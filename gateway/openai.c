@@ -185,6 +185,19 @@ static int parse_tools(json_t *o, mr_oai_req *r, mr_oai_error *e)
     if (ir && !json_is_null(ir) && !json_is_boolean(ir))
         return mr_oai_err(e, 400, "include_reasoning", NULL, "'include_reasoning' must be a boolean");
     r->include_reasoning = !json_is_false(ir);
+    /* JSON mode and JSON schemas promise output of that shape, which only
+     * constrained decoding keeps: refused rather than silently not kept */
+    json_t *rf = json_object_get(o, "response_format");
+    if (rf && !json_is_null(rf)) {
+        const char *type = json_string_value(json_object_get(rf, "type"));
+        if (!json_is_object(rf) || !type)
+            return mr_oai_err(e, 400, "response_format", NULL, "'response_format' must be {\"type\": ...}");
+        if (strcmp(type, "text"))
+            return mr_oai_err(e, 400, "response_format", NULL,
+                              "'response_format' \"%s\" needs constrained decoding, which this server does not do; "
+                              "only \"text\" is accepted",
+                              type);
+    }
     json_t *re = json_object_get(o, "reasoning_effort");
     if (re && !json_is_null(re)) {
         static const char *const levels[] = {"none", "minimal", "low", "medium", "high", "xhigh"};

@@ -45,6 +45,10 @@ chat qwen3 'x' '"tools":{"type":"function"}'
 check "tools not an array: 400" [ "$CODE" = 400 ]
 chat qwen3 'x' '"parallel_tool_calls":"yes"'
 check "parallel_tool_calls not a boolean: 400" [ "$CODE" = 400 ]
+chat qwen3 'x' '"response_format":{"type":"json_object"}'
+check "response_format json_object: 400 naming it" bash -c "[ $CODE = 400 ] && jq -e '.error.param == \"response_format\"' '$T/out' >/dev/null"
+chat qwen3 'x@@' '"response_format":{"type":"text"}'
+check "response_format text is accepted" [ "$CODE" = 200 ]
 chat qwen3 'x' '"reasoning_effort":"extreme"'
 check "reasoning_effort outside its levels: 400 naming it" bash -c "[ $CODE = 400 ] && jq -e '.error.param == \"reasoning_effort\"' '$T/out' >/dev/null"
 chat qwen3 'x@@' '"reasoning_effort":"none"'
