@@ -35,22 +35,19 @@ chat() { # MODEL CONTENT [extra fields]
 }
 
 # requests the server cannot honour are refused, naming the parameter
-chat qwen3 'x' "\"tools\":$TOOLS,\"tool_choice\":\"required\""
-check "tool_choice required: 400 naming it" bash -c "[ $CODE = 400 ] && jq -e '.error.param == \"tool_choice\"' '$T/out' >/dev/null"
-chat qwen3 'x' "\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"
-check "named tool_choice: 400" [ "$CODE" = 400 ]
-chat qwen3 'x' '"tools":[{"type":"function","function":{"description":"no name"}}]'
-check "a tool without a name: 400 naming tools" bash -c "[ $CODE = 400 ] && jq -e '.error.param == \"tools\"' '$T/out' >/dev/null"
-chat qwen3 'x' '"tools":{"type":"function"}'
-check "tools not an array: 400" [ "$CODE" = 400 ]
-chat qwen3 'x' '"parallel_tool_calls":"yes"'
-check "parallel_tool_calls not a boolean: 400" [ "$CODE" = 400 ]
-chat qwen3 'x' '"response_format":{"type":"json_object"}'
-check "response_format json_object: 400 naming it" bash -c "[ $CODE = 400 ] && jq -e '.error.param == \"response_format\"' '$T/out' >/dev/null"
+refused() { # DESCRIPTION FIELDS PARAM
+    chat qwen3 'x' "$2"
+    check "$1: 400 naming $3" bash -c "[ $CODE = 400 ] && jq -e --arg p '$3' '.error.param == \$p' '$T/out' >/dev/null"
+}
+refused "tool_choice required" "\"tools\":$TOOLS,\"tool_choice\":\"required\"" tool_choice
+refused "named tool_choice" "\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}" tool_choice
+refused "a tool without a name" '"tools":[{"type":"function","function":{"description":"no name"}}]' tools
+refused "tools not an array" '"tools":{"type":"function"}' tools
+refused "parallel_tool_calls not a boolean" '"parallel_tool_calls":"yes"' parallel_tool_calls
+refused "response_format json_object" '"response_format":{"type":"json_object"}' response_format
 chat qwen3 'x@@' '"response_format":{"type":"text"}'
 check "response_format text is accepted" [ "$CODE" = 200 ]
-chat qwen3 'x' '"reasoning_effort":"extreme"'
-check "reasoning_effort outside its levels: 400 naming it" bash -c "[ $CODE = 400 ] && jq -e '.error.param == \"reasoning_effort\"' '$T/out' >/dev/null"
+refused "reasoning_effort outside its levels" '"reasoning_effort":"extreme"' reasoning_effort
 chat qwen3 'x@@' '"reasoning_effort":"none"'
 check "reasoning_effort none is accepted" [ "$CODE" = 200 ]
 post /v1/chat/completions '{"model":"qwen3","messages":[{"role":"user","content":"x","tool_calls":[]}]}'

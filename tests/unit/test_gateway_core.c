@@ -14,8 +14,9 @@
 #include "gateway/textout.h"
 #include "tests/unit/testutil.h"
 
-/* Feeds text byte by byte; returns everything released (and finished). */
-static char *feed_bytewise(const char *text, const char **stops, int n_stops, bool *stopped)
+/* Feeds text in pieces of `step` bytes (0: one piece); returns everything
+ * released (and finished). */
+static char *feed(const char *text, size_t step, const char **stops, int n_stops, bool *stopped)
 {
     mr_textout t;
     mr_textout_init(&t);
@@ -23,19 +24,24 @@ static char *feed_bytewise(const char *text, const char **stops, int n_stops, bo
         mr_textout_add_stop(&t, stops[i]);
     mr_buf out = {0};
     *stopped = false;
-    for (size_t i = 0; text[i] && !*stopped; i++) {
-        size_t before = out.len;
-        *stopped = mr_textout_push(&t, text + i, 1, &out);
-        /* what has been released never ends inside a stop string's prefix
-         * that could still complete, and never splits a UTF-8 character */
+    size_t n = strlen(text);
+    for (size_t i = 0; i < n && !*stopped;) {
+        size_t k = step && n - i > step ? step : n - i;
+        *stopped = mr_textout_push(&t, text + i, k, &out);
+        /* what has been released never splits a UTF-8 character */
         ck_assert(mr_gw_utf8_valid(out.p ? out.p : "", out.len));
-        (void)before;
+        i += k;
     }
     mr_textout_finish(&t, &out);
     mr_textout_free(&t);
     char *s = strdup(out.p ? out.p : "");
     mr_buf_free(&out);
     return s;
+}
+
+static char *feed_bytewise(const char *text, const char **stops, int n_stops, bool *stopped)
+{
+    return feed(text, 1, stops, n_stops, stopped);
 }
 
 START_TEST(stop_strings)
@@ -66,20 +72,9 @@ START_TEST(stop_strings)
 }
 END_TEST
 
-/* Pushes text in one piece; returns everything released (and finished). */
 static char *feed_whole(const char *text, const char **stops, int n_stops, bool *stopped)
 {
-    mr_textout t;
-    mr_textout_init(&t);
-    for (int i = 0; i < n_stops; i++)
-        mr_textout_add_stop(&t, stops[i]);
-    mr_buf out = {0};
-    *stopped = mr_textout_push(&t, text, strlen(text), &out);
-    mr_textout_finish(&t, &out);
-    mr_textout_free(&t);
-    char *s = strdup(out.p ? out.p : "");
-    mr_buf_free(&out);
-    return s;
+    return feed(text, 0, stops, n_stops, stopped);
 }
 
 START_TEST(stop_that_ends_first_wins_in_any_chunking)
