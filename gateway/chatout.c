@@ -95,8 +95,9 @@ static json_t *call_json(const char *name, size_t name_len, json_t *args)
     return call;
 }
 
-/* {"name": "f", "arguments": {...}}; arguments may also be a string of
- * JSON (passed on as it is) or absent ({}). */
+/* {"name": "f", "arguments": {...}}; arguments may also be a string
+ * holding a JSON object (passed on as it is) or absent ({}).  Arguments
+ * that are not an object are not a call: clients parse them as one. */
 static json_t *parse_hermes(const char *s, size_t n)
 {
     json_t *o = json_loadb(s, n, 0, NULL);
@@ -108,8 +109,11 @@ static json_t *parse_hermes(const char *s, size_t n)
     if (!name || !*name) {
         /* not a call */
     } else if (json_is_string(args)) {
-        call = json_pack("{s:s, s:s%}", "name", name, "arguments", json_string_value(args),
-                         json_string_length(args));
+        json_t *inner = json_loadb(json_string_value(args), json_string_length(args), 0, NULL);
+        if (json_is_object(inner))
+            call = json_pack("{s:s, s:s%}", "name", name, "arguments", json_string_value(args),
+                             json_string_length(args));
+        json_decref(inner);
     } else if (!args || json_is_object(args)) {
         json_t *empty = args ? NULL : json_object();
         call = call_json(name, strlen(name), args ? args : empty);

@@ -160,6 +160,11 @@ START_TEST(splits)
                  "<tool_call>\n{\"name\": \"f\", \"arguments\": \"{\\\"n\\\": 2}\"}\n</tool_call>\n<tool_call>\n{\"name\": "
                  "\"g\"}\n</tool_call>\n",
                  "T:f {\"n\": 2}\nT:g {}");
+    /* arguments in a string must still be a JSON object (clients parse them) */
+    expect_split(&qwen3, false, tools, "<tool_call>{\"name\": \"f\", \"arguments\": \",n\"}</tool_call>",
+                 "C:<tool_call>{\"name\": \"f\", \"arguments\": \",n\"}</tool_call>");
+    expect_split(&qwen3, false, tools, "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>",
+                 "C:<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>");
     expect_split(&qwen3, false, tools, "<tool_call>{\"arguments\": {}}</tool_call> after",
                  "C:<tool_call>{\"arguments\": {}}</tool_call> after");
     expect_split(&qwen3, false, tools, "x <tool_call>{\"name\": \"f\"", "C:x <tool_call>{\"name\": \"f\"");
