@@ -6,11 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-char *mr_file_read(const char *path, size_t *len, mr_err *err)
+char *mr_file_read(const char *path, size_t *len, mr_err *err) { return mr_file_read_max(path, SIZE_MAX, len, err); }
+
+char *mr_file_read_max(const char *path, size_t max, size_t *len, mr_err *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        mr_errf(err, "%s: %s", path, strerror(errno));
+        mr_errf(err, "%s: unable to open: %s", path, strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;
@@ -20,6 +22,12 @@ char *mr_file_read(const char *path, size_t *len, mr_err *err)
         n += got;
         if (got == 0)
             break;
+        if (n > max) {
+            fclose(f);
+            free(buf);
+            mr_errf(err, "%s: larger than %zu bytes", path, max);
+            return NULL;
+        }
         if (n == cap - 1) {
             char *nb = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
             if (!nb)

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gateway/util.h"
+#include "common/file.h"
 
 bool mr_tenant_valid(const char *s)
 {
@@ -157,40 +157,19 @@ int mr_keyring_parse(const char *text, size_t len, const char *name, mr_keyring 
     return 0;
 }
 
-/* The whole file at path into b, refusing more than 16 MiB (as the config
- * loader does): the gateway rereads the keyring whenever it changes. */
-static int read_keyring_file(const char *path, mr_buf *b, mr_err *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) /* the words json_load_file gave before the bounded read */
-        return mr_errf(err, "keyring %s: line -1: unable to open %s: %s", path, path, strerror(errno));
-    char tmp[4096];
-    size_t n;
-    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) {
-        if (b->len + n > (16u << 20)) {
-            fclose(f);
-            return mr_errf(err, "keyring %s: larger than 16 MiB", path);
-        }
-        mr_buf_add(b, tmp, n);
-    }
-    int bad = ferror(f) ? errno : 0;
-    fclose(f);
-    if (bad)
-        return mr_errf(err, "keyring %s: read: %s", path, strerror(bad));
-    return 0;
-}
-
 int mr_keyring_load(const char *path, mr_keyring *out, mr_err *err)
 {
     memset(out, 0, sizeof *out);
     mr_keyring kr = {0};
     mr_keyring_stat(path, &kr);
-    mr_buf b = {0};
-    int rc = read_keyring_file(path, &b, err);
+    /* bounded as the config is: the gateway rereads the keyring whenever it changes */
+    size_t len;
+    char *text = mr_file_read_max(path, 16u << 20, &len, err);
+    if (!text)
+        return mr_err_wrap(err, "keyring");
     mr_keyring parsed = {0};
-    if (!rc)
-        rc = mr_keyring_parse(b.p ? b.p : "", b.len, path, &parsed, err);
-    mr_buf_free(&b);
+    int rc = mr_keyring_parse(text, len, path, &parsed, err);
+    free(text);
     if (rc)
         return rc;
     kr.keys = parsed.keys;

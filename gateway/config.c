@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/file.h"
 #include "gateway/auth.h"
 #include "gateway/chatout.h"
 #include "gateway/util.h"
@@ -294,23 +295,12 @@ int mr_config_parse(const char *text, mr_config *c, mr_err *err)
 
 int mr_config_load(const char *path, mr_config *c, mr_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mr_errf(err, "config %s: cannot open", path);
-    mr_buf b = {0};
-    char tmp[4096];
-    size_t n;
-    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) {
-        if (b.len + n > (16u << 20)) {
-            fclose(f);
-            mr_buf_free(&b);
-            return mr_errf(err, "config %s: larger than 16 MiB", path);
-        }
-        mr_buf_add(&b, tmp, n);
-    }
-    fclose(f);
-    int rc = mr_config_parse(b.p ? b.p : "", c, err);
-    mr_buf_free(&b);
+    size_t len;
+    char *text = mr_file_read_max(path, 16u << 20, &len, err);
+    if (!text)
+        return mr_err_wrap(err, "config");
+    int rc = mr_config_parse(text, c, err);
+    free(text);
     if (rc)
         return mr_err_wrap(err, "config %s", path);
     return 0;
