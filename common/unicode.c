@@ -87,39 +87,6 @@ size_t mr_utf8_encode(uint32_t cp, char out[4])
     return 4;
 }
 
-/* Sequence length announced by a lead byte (0: not a lead byte). */
-static size_t lead_len(uint8_t c)
-{
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF)
-        return 2;
-    if (c >= 0xE0 && c <= 0xEF)
-        return 3;
-    if (c >= 0xF0 && c <= 0xF4)
-        return 4;
-    return 0;
-}
-
-size_t mr_utf8_complete_prefix(const uint8_t *s, size_t n)
-{
-    /* Only the last three bytes can belong to an unfinished sequence. */
-    size_t start = n > 3 ? n - 3 : 0;
-    for (size_t i = n; i > start; i--) {
-        uint8_t c = s[i - 1];
-        if ((c & 0xC0) == 0x80)
-            continue; /* continuation byte: look further back */
-        size_t need = lead_len(c);
-        if (need > 1 && n - (i - 1) < need) {
-            /* A lead byte whose sequence is cut off: hold it back if the
-             * bytes after it are continuation bytes (they are, by the loop). */
-            return i - 1;
-        }
-        return n;
-    }
-    return n;
-}
-
 /* ---- NFC ---- */
 
 unsigned mr_unicode_ccc(uint32_t cp)

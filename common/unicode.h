@@ -79,8 +79,4 @@ uint32_t mr_utf8_decode(const uint8_t *s, size_t n, size_t *len);
 /* Writes the UTF-8 form of cp (< 0x110000) into out; returns 1..4. */
 size_t mr_utf8_encode(uint32_t cp, char out[4]);
 
-/* Length of the longest prefix of s[0..n) that does not end inside an
- * incomplete but still completable UTF-8 sequence. */
-size_t mr_utf8_complete_prefix(const uint8_t *s, size_t n);
-
 #endif
