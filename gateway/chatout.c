@@ -350,15 +350,6 @@ void mr_chatout_free(mr_chatout *c)
     memset(c, 0, sizeof *c);
 }
 
-/* Longest suffix of s[0..n) that is a proper prefix of marker m. */
-static size_t partial(const char *s, size_t n, const char *m, size_t ml)
-{
-    for (size_t k = ml - 1 < n ? ml - 1 : n; k > 0; k--)
-        if (!memcmp(s + n - k, m, k))
-            return k;
-    return 0;
-}
-
 static void think_text(mr_chatout *c, mr_co_events *ev, const char *s, size_t n)
 {
     if (c->reasoning)
@@ -456,7 +447,7 @@ static void run(mr_chatout *c, mr_co_events *ev, bool final)
             }
             /* the newlines that end the reasoning are the template's, as
              * is what could still become </think>: both wait */
-            hold = final ? 0 : partial(s, n, THINK_CLOSE, LIT_LEN(THINK_CLOSE));
+            hold = final ? 0 : mr_partial_marker(s, n, THINK_CLOSE, LIT_LEN(THINK_CLOSE));
             while (n - hold > 0 && (s[n - hold - 1] == '\n' || s[n - hold - 1] == '\r'))
                 hold++;
             think_text(c, ev, s, n - hold);
@@ -477,7 +468,7 @@ static void run(mr_chatout *c, mr_co_events *ev, bool final)
             }
             hold = 0;
             if (c->tools && !final) {
-                hold = partial(s, n, CALL_OPEN, LIT_LEN(CALL_OPEN));
+                hold = mr_partial_marker(s, n, CALL_OPEN, LIT_LEN(CALL_OPEN));
                 while (n - hold > 0 && isspace((unsigned char)s[n - hold - 1]))
                     hold++;
             }

@@ -11,8 +11,9 @@ void mr_textout_add_stop(mr_textout *t, const char *s)
     size_t n = strlen(s);
     /* matched on the client's text, which is valid UTF-8: another stop could
      * only match inside a character */
-    if (t->n_stops < MR_MAX_STOPS && n > 0 && n <= MR_MAX_STOP_LEN && mr_gw_utf8_valid(s, n))
-        t->stops[t->n_stops++] = strdup(s);
+    if (t->n_stops < MR_MAX_STOPS && n > 0 && n <= MR_MAX_STOP_LEN && mr_gw_utf8_valid(s, n) &&
+        (t->stops[t->n_stops] = strdup(s)))
+        t->stop_len[t->n_stops++] = n; /* every token's push looks at them */
 }
 
 void mr_textout_free(mr_textout *t)
@@ -29,13 +30,9 @@ static size_t holdback(const mr_textout *t, const char *s, size_t n)
 {
     size_t best = 0;
     for (size_t i = 0; i < t->n_stops; i++) {
-        size_t sl = strlen(t->stops[i]);
-        size_t k = sl - 1 < n ? sl - 1 : n;
-        for (; k > best; k--)
-            if (memcmp(s + n - k, t->stops[i], k) == 0) {
-                best = k;
-                break;
-            }
+        size_t k = mr_partial_marker(s, n, t->stops[i], t->stop_len[i]);
+        if (k > best)
+            best = k;
     }
     return best;
 }
@@ -50,7 +47,7 @@ static size_t first_stop(const mr_textout *t, const char *s, size_t n)
 {
     size_t at = n + 1, end = SIZE_MAX;
     for (size_t i = 0; i < t->n_stops; i++) {
-        size_t sl = strlen(t->stops[i]);
+        size_t sl = t->stop_len[i];
         const char *hit = memmem(s, n, t->stops[i], sl);
         if (!hit)
             continue;

@@ -19,6 +19,7 @@ typedef struct mr_textout {
     mr_buf raw;     /* the start of a character whose bytes are still coming */
     mr_buf pending; /* valid text held back: it may still become a stop */
     char *stops[MR_MAX_STOPS];
+    size_t stop_len[MR_MAX_STOPS];
     size_t n_stops;
     bool stopped;
 } mr_textout;

@@ -140,6 +140,14 @@ void mr_gw_utf8_sanitize(mr_buf *out, const char *s, size_t n) { sanitize(out, s
 
 size_t mr_gw_utf8_sanitize_complete(mr_buf *out, const char *s, size_t n) { return sanitize(out, s, n, true); }
 
+size_t mr_partial_marker(const char *s, size_t n, const char *m, size_t ml)
+{
+    for (size_t k = ml - 1 < n ? ml - 1 : n; k > 0; k--)
+        if (!memcmp(s + n - k, m, k))
+            return k;
+    return 0;
+}
+
 bool mr_gw_utf8_valid(const char *s, size_t n)
 {
     size_t i = 0;

@@ -29,6 +29,11 @@ void mr_gw_utf8_sanitize(mr_buf *out, const char *s, size_t n);
 size_t mr_gw_utf8_sanitize_complete(mr_buf *out, const char *s, size_t n);
 bool mr_gw_utf8_valid(const char *s, size_t n);
 
+/* Length of the longest suffix of s[0..n) that is a proper prefix of the
+ * marker m (ml bytes): what a stream must hold back because the next bytes
+ * could complete m (stop strings, <think>, <tool_call>). */
+size_t mr_partial_marker(const char *s, size_t n, const char *m, size_t ml);
+
 double mr_now(void); /* monotonic seconds */
 
 #endif
