@@ -331,14 +331,25 @@ static void stream_chunk(mr_job *j, const char *text, size_t len, bool role, con
     stream_choice(j, delta, text, len, finish, lp);
 }
 
+/* n random bytes as 2n hex digits and a NUL at dst (ids of responses and
+ * tool calls). */
+static void random_hex(char *dst, size_t n)
+{
+    static const char hx[] = "0123456789abcdef";
+    unsigned char rnd[32];
+    RAND_bytes(rnd, (int)n);
+    for (size_t i = 0; i < n; i++) {
+        dst[2 * i] = hx[rnd[i] >> 4];
+        dst[2 * i + 1] = hx[rnd[i] & 15];
+    }
+    dst[2 * n] = 0;
+}
+
 /* "call_" and 24 hex digits, as OpenAI's ids look. */
 static json_t *call_id(void)
 {
-    unsigned char rnd[12];
-    char id[5 + 2 * sizeof rnd + 1] = "call_";
-    RAND_bytes(rnd, sizeof rnd);
-    for (size_t i = 0; i < sizeof rnd; i++)
-        snprintf(id + 5 + 2 * i, 3, "%02x", rnd[i]);
+    char id[5 + 24 + 1] = "call_";
+    random_hex(id + 5, 12);
     return json_string(id);
 }
 
@@ -388,6 +399,22 @@ static void chat_events(mr_job *j, json_t *lp, bool step)
     mr_co_events_clear(&j->ev);
 }
 
+/* Text of the reply as released (stop strings applied): split into its
+ * parts (chat), then streamed or kept for the blocking response.  lp (the
+ * tokens' logprobs, borrowed) goes with a stream's chunk; step: a stream's
+ * chunk goes out even when nothing is released (see on_tokens). */
+static void reply_text(mr_job *j, const char *s, size_t n, json_t *lp, bool step)
+{
+    if (j->chat) {
+        mr_chatout_push(&j->co, s, n, &j->ev);
+        chat_events(j, j->stream && lp ? json_incref(lp) : NULL, step);
+    } else if (!j->stream) {
+        mr_buf_add(&j->text, s, n);
+    } else if (step || n || lp) {
+        stream_chunk(j, s, n, false, NULL, lp ? json_incref(lp) : NULL);
+    }
+}
+
 static json_t *usage_json(mr_job *j, uint32_t prompt, uint32_t completion, uint32_t cached)
 {
     return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", (int)prompt, "completion_tokens", (int)completion,
@@ -404,11 +431,11 @@ static void finish_ok(mr_job *j, const char *finish, uint32_t prompt, uint32_t c
     mr_buf rest = {0};
     if (!j->text_stopped && mr_textout_finish(&j->tout, &rest))
         finish = "stop"; /* what was held back completed a stop string */
+    reply_text(j, rest.p ? rest.p : "", rest.len, NULL, false);
+    mr_buf_free(&rest);
     if (j->chat) {
-        mr_chatout_push(&j->co, rest.p ? rest.p : "", rest.len, &j->ev);
         mr_chatout_finish(&j->co, &j->ev);
         chat_events(j, NULL, false);
-        rest.len = 0;
     }
     /* a reply that called tools ends as OpenAI's do; one cut by max_tokens
      * stays "length" */
@@ -424,8 +451,6 @@ static void finish_ok(mr_job *j, const char *finish, uint32_t prompt, uint32_t c
         j->ts->gen_tokens += completion;
     }
     if (j->stream) {
-        if (rest.len)
-            stream_chunk(j, rest.p, rest.len, false, NULL, NULL);
         stream_chunk(j, NULL, 0, false, finish, NULL);
         if (j->include_usage)
             sse_chunk(j, json_pack("{s:[], s:o}", "choices", "usage", usage_json(j, prompt, completion, cached)));
@@ -434,7 +459,6 @@ static void finish_ok(mr_job *j, const char *finish, uint32_t prompt, uint32_t c
         mr_metrics_request(&gw->metrics, j->route, 200);
         stream_flush(j);
     } else {
-        mr_buf_add(&j->text, rest.p ? rest.p : "", rest.len);
         json_t *choice;
         if (j->chat) {
             /* content is null on a reply that only calls tools */
@@ -463,7 +487,6 @@ static void finish_ok(mr_job *j, const char *finish, uint32_t prompt, uint32_t c
         free(s);
         j->http_done = true;
     }
-    mr_buf_free(&rest);
 }
 
 static void finish_error(mr_job *j, int status, const char *code, const char *msg)
@@ -717,36 +740,21 @@ static void on_tokens(mr_job *j, mr_msg *m)
             break;
         }
     }
-    const char *rel = released->p ? released->p : "";
     j->text_len += released->len;
-    if (j->stream) {
-        /* one chunk per batch of tokens, even when no text is released yet
-         * (a held-back partial character, stop prefix or marker, a control
-         * token): the client sees every step, and its time to first token
-         * is the first token's, not the first printable character's */
-        if (j->chat) {
-            mr_chatout_push(&j->co, rel, released->len, &j->ev);
-            chat_events(j, lp ? json_incref(lp) : NULL, !j->text_stopped);
-        } else if (!j->text_stopped || released->len || lp) {
-            stream_chunk(j, rel, released->len, false, NULL, lp ? json_incref(lp) : NULL);
-        }
-    } else {
-        if (j->chat) {
-            mr_chatout_push(&j->co, rel, released->len, &j->ev);
-            chat_events(j, NULL, false);
-        } else {
-            mr_buf_add(&j->text, rel, released->len);
-        }
-        if (lp) {
-            if (!j->lp)
-                j->lp = new_lp_container(j);
-            if (j->chat)
-                json_array_extend(j->lp, lp);
-            else {
-                const char *k;
-                json_t *v;
-                json_object_foreach(lp, k, v) json_array_extend(json_object_get(j->lp, k), v);
-            }
+    /* a stream gets one chunk per batch of tokens, even when no text is
+     * released yet (a held-back partial character, stop prefix or marker, a
+     * control token): the client sees every step, and its time to first
+     * token is the first token's, not the first printable character's */
+    reply_text(j, released->p ? released->p : "", released->len, lp, !j->text_stopped);
+    if (!j->stream && lp) {
+        if (!j->lp)
+            j->lp = new_lp_container(j);
+        if (j->chat)
+            json_array_extend(j->lp, lp);
+        else {
+            const char *k;
+            json_t *v;
+            json_object_foreach(lp, k, v) json_array_extend(json_object_get(j->lp, k), v);
         }
     }
     json_decref(lp);
@@ -1040,11 +1048,8 @@ int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, co
     j->id = ++gw->next_id;
     j->created = (long)time(NULL);
     j->t_start = mr_now();
-    unsigned char rnd[16];
-    RAND_bytes(rnd, sizeof rnd);
     int off = snprintf(j->idstr, sizeof j->idstr, "%s", r->chat ? "chatcmpl-" : "cmpl-");
-    for (int i = 0; i < 16; i++)
-        off += snprintf(j->idstr + off, sizeof j->idstr - (size_t)off, "%02x", rnd[i]);
+    random_hex(j->idstr + off, 16);
     mr_msg_init(&j->request, MR_MSG_REQUEST, j->id);
     mr_textout_init(&j->tout);
     j->ts = ts;
