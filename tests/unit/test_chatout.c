@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/file.h"
 #include "gateway/chatout.h"
 #include "tests/unit/testutil.h"
 
@@ -14,15 +15,10 @@ static char *read_template(const char *name)
 {
     char rel[256];
     snprintf(rel, sizeof rel, "templates/%s", name);
-    FILE *f = fopen(fixture_path(rel), "rb");
-    ck_assert_msg(f != NULL, "missing fixture %s", rel);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_int_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = 0;
-    fclose(f);
+    size_t len;
+    mr_err err;
+    char *s = mr_file_read(fixture_path(rel), &len, &err);
+    ck_assert_msg(s != NULL, "%s", err.msg);
     return s;
 }
 
