@@ -1,9 +1,11 @@
 /* Continuous batching: admission with KV reservations, chunked prefill
  * interleaved with decode, sampling, events, prefix-cache publishing. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "worker/constrain.h"
 #include "worker/sched.h"
 #include "worker/sched_spec.h"
 
@@ -33,6 +35,8 @@ typedef struct req {
     bool want_logits;      /* TOKEN events carry the raw row */
     bool spec_ok;          /* plain greedy on a model that speculates: may decode speculatively */
     mr_spec_state spec;    /* its first draft for the next speculative step */
+    mr_grammar *grammar;   /* the output must follow it (NULL: free) */
+    mr_gmatch *gm;         /* what of it the output has matched so far */
     bool cancelled;
     bool done;
     mr_finish_reason reason;
@@ -55,6 +59,7 @@ struct mr_sched {
     float *raw;            /* [n_vocab] a want_logits row before sampling rewrites it */
     int32_t *argmax;       /* [max_seqs] ids picked by the backend (ARGMAX, SAMPLE) */
     mr_sample_row *rows;   /* [max_seqs] the SAMPLE items' rows */
+    uint32_t *mask;        /* [n_vocab / 32 rounded up] a grammar request's allowed tokens */
     int32_t **pen_free;    /* [max_seqs] penalty tables no request holds, kept for the next */
     int n_pen_free;
     uint64_t steps, step_tokens_total, admitted, refused, finished;
@@ -86,6 +91,8 @@ static void req_free(mr_sched *s, req *r)
     if (r->pen) /* at most max_seqs tables exist: there is room */
         s->pen_free[s->n_pen_free++] = r->pen;
     mr_seq_free(r->seq);
+    mr_gmatch_free(r->gm);
+    mr_grammar_free(r->grammar);
     free(r->tokens);
     free(r->stop);
     free(r->tenant);
@@ -125,6 +132,8 @@ int mr_sched_new(mr_model *m, const mr_sched_opts *opts, mr_sched_cb cb, void *u
     s->n_vocab = mr_model_hparams(m)->n_vocab;
     s->n_ctx = mr_model_n_ctx(m);
     s->bt = mr_model_block_tokens(m);
+    if (o.vocab && mr_constrain_vocab_check(o.vocab, s->n_vocab, err))
+        goto fail;
     mr_kv_pool *pool = mr_model_kv_pool(m);
     int cap = o.prefix_blocks < 0 ? 0 : o.prefix_blocks == 0 ? mr_kv_pool_size(pool) : o.prefix_blocks;
     if (mr_prefix_new(pool, s->bt, cap, &s->prefix, err) || mr_sampler_new(s->n_vocab, &s->sampler, err))
@@ -147,7 +156,9 @@ int mr_sched_new(mr_model *m, const mr_sched_opts *opts, mr_sched_cb cb, void *u
     s->raw = malloc(sizeof(float) * (size_t)s->n_vocab);
     s->rows = calloc((size_t)o.max_seqs, sizeof *s->rows);
     s->pen_free = calloc((size_t)o.max_seqs, sizeof *s->pen_free);
-    if (!s->live || !s->items || !s->item_req || !s->logits || !s->argmax || !s->raw || !s->rows || !s->pen_free) {
+    s->mask = malloc(sizeof(uint32_t) * (((size_t)s->n_vocab + 31) / 32));
+    if (!s->live || !s->items || !s->item_req || !s->logits || !s->argmax || !s->raw || !s->rows || !s->pen_free ||
+        !s->mask) {
         mr_errf(err, "scheduler: out of memory for %d sequences", o.max_seqs);
         goto fail;
     }
@@ -177,6 +188,7 @@ void mr_sched_free(mr_sched *s)
     free(s->raw);
     free(s->rows);
     free(s->pen_free);
+    free(s->mask);
     free(s);
 }
 
@@ -197,6 +209,9 @@ static int validate(const mr_sched *s, const mr_request *r, mr_err *err)
         return mr_errf(err, "request %llu: %d stop ids (at most 1024)", (unsigned long long)r->id, r->n_stop);
     if (mr_sampling_check(&r->sampling, err))
         return mr_err_wrap(err, "request %llu", (unsigned long long)r->id);
+    if (r->grammar && r->grammar[0] && !s->o.vocab)
+        return mr_errf(err, "request %llu: grammars are not available: the worker has no vocabulary for this model",
+                       (unsigned long long)r->id);
     for (int i = 0; i < s->n_live; i++)
         if (s->live[i]->id == r->id)
             return mr_errf(err, "request %llu: id already in use", (unsigned long long)r->id);
@@ -277,11 +292,21 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
     q->max_tokens = max_tokens;
     q->sp = r->sampling;
     q->want_logits = r->want_logits;
+    if (r->grammar && r->grammar[0]) {
+        /* compiled before any KV is reserved: a bad grammar costs nothing */
+        if (mr_grammar_parse(r->grammar, strlen(r->grammar), &q->grammar, err) ||
+            mr_gmatch_new(q->grammar, &q->gm, err)) {
+            mr_err_wrap(err, "request %llu: grammar", (unsigned long long)r->id);
+            goto fail;
+        }
+    }
     /* where the id is picked: log-probabilities need the row on the host;
      * else the backend picks a plain greedy id, and samples where it can
      * (and has room for the penalty table, if any) */
     q->pick = MR_LOGITS_LAST;
-    if (!q->want_logits && mr_sample_plain_greedy(&q->sp)) {
+    if (q->gm) {
+        /* the grammar's mask is applied to the row on the host */
+    } else if (!q->want_logits && mr_sample_plain_greedy(&q->sp)) {
         q->pick = MR_LOGITS_ARGMAX;
     } else if (!q->want_logits && mr_model_can_sample(s->m)) {
         q->pick = MR_LOGITS_SAMPLE;
@@ -459,10 +484,54 @@ static void deliver(mr_sched *s, req *q, int32_t id, const float *raw)
         finish(s, q, MR_SCHED_FIN_STOP, NULL);
         return;
     }
+    size_t n_bytes = 0;
+    const char *bytes = q->gm ? mr_constrain_piece(s->o.vocab, id, &n_bytes) : NULL;
+    if (q->gm && !mr_gmatch_accept(q->gm, bytes, n_bytes)) {
+        /* the mask allowed only ids it accepts: memory ran out */
+        finish(s, q, MR_SCHED_FIN_ERROR, "grammar: out of memory matching the output");
+        return;
+    }
     mr_sched_event ev = {.type = MR_EV_TOKEN, .id = q->id, .token = id, .logits = raw};
     s->cb(s->user, &ev);
-    if (q->n_gen >= q->max_tokens)
+    if (q->done)
+        return;
+    if (q->gm && !mr_gmatch_can_continue(q->gm))
+        finish(s, q, MR_SCHED_FIN_STOP, NULL); /* a whole sentence nothing can extend */
+    else if (q->n_gen >= q->max_tokens)
         finish(s, q, MR_SCHED_FIN_LENGTH, NULL);
+}
+
+/* Bans from q's row every id its grammar does not allow next: the ids
+ * whose bytes keep the output a prefix of a sentence, and the stop ids
+ * exactly when the output is a whole sentence.  false: no id is allowed (q
+ * is finished with an error). */
+static bool constrain_row(mr_sched *s, req *q, float *logits)
+{
+    mr_err err;
+    int nv = mr_constrain_mask(s->o.vocab, q->gm, s->mask, s->n_vocab, &err);
+    if (nv < 0) {
+        finish(s, q, MR_SCHED_FIN_ERROR, err.msg);
+        return false;
+    }
+    bool end = mr_gmatch_can_end(q->gm);
+    for (int i = 0; i < q->n_stop; i++) {
+        int32_t id = q->stop[i];
+        if (id >= 0 && id < s->n_vocab)
+            s->mask[id >> 5] = end ? s->mask[id >> 5] | 1u << (id & 31) : s->mask[id >> 5] & ~(1u << (id & 31));
+    }
+    bool any = false;
+    for (int w = 0; w < (s->n_vocab + 31) / 32; w++) {
+        uint32_t bits = s->mask[w];
+        any |= bits != 0;
+        if (bits == UINT32_MAX)
+            continue;
+        for (int i = w * 32, e = i + 32 < s->n_vocab ? i + 32 : s->n_vocab; i < e; i++)
+            if (!(bits >> (i & 31) & 1))
+                logits[i] = -INFINITY;
+    }
+    if (!any)
+        finish(s, q, MR_SCHED_FIN_ERROR, "grammar: no token of the vocabulary can continue the output");
+    return any;
 }
 
 /* Picks the next id of q (from the backend's argmax or by sampling its
@@ -475,6 +544,8 @@ static void advance(mr_sched *s, req *q, const mr_batch_item *it)
         memcpy(s->raw, it->logits, sizeof(float) * (size_t)s->n_vocab);
         raw = s->raw;
     }
+    if (q->gm && !constrain_row(s, q, it->logits))
+        return;
     int32_t id = it->mode == MR_LOGITS_ARGMAX || it->mode == MR_LOGITS_SAMPLE
                      ? *it->argmax
                      : mr_sample(s->sampler, &q->sp, &q->rng, it->logits, q->tokens, q->n_prompt,

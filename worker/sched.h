@@ -37,6 +37,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "worker/constrain.h"
 #include "worker/model.h"
 #include "worker/prefix.h"
 #include "worker/sample.h"
@@ -70,6 +71,10 @@ typedef struct mr_sched_opts {
     /* Tests: replaces the drafts of each speculative step (worker/spec.h;
      * first: how many tokens the request has generated).  replace NULL: none. */
     mr_spec_drafter spec_drafter;
+    /* The model's tokens as bytes (worker/constrain.h), which requests with
+     * a grammar are matched against; must outlive the scheduler.  NULL:
+     * such requests are refused. */
+    const mr_constrain_vocab *vocab;
 } mr_sched_opts;
 
 typedef struct mr_request {
@@ -89,6 +94,13 @@ typedef struct mr_request {
     /* The TOKEN event carries the raw logits row the id was drawn from
      * (log-probabilities); the backend then never picks the argmax itself. */
     bool want_logits;
+    /* A GBNF grammar (common/grammar.h) the output must follow, or NULL /
+     * "": none.  Each step only tokens that keep the output a prefix of one
+     * of its sentences may be drawn, and the stop ids only once it is a
+     * whole sentence; when nothing can follow, the request finishes with
+     * MR_SCHED_FIN_STOP.  Such a request samples on the host and never
+     * speculates. */
+    const char *grammar;
 } mr_request;
 
 typedef enum mr_finish_reason {

@@ -17,6 +17,7 @@
 
 #include "common/gguf.h"
 #include "common/log.h"
+#include "common/tokenizer.h"
 #include "worker/model.h"
 #include "worker/sample.h"
 #include "worker/sched.h"
@@ -33,6 +34,7 @@ typedef struct model_engine {
     mr_backend *be;
     mr_model *m;
     mr_sched *sched;
+    mr_constrain_vocab *vocab; /* grammars' view of the tokens (NULL: no tokenizer in the GGUF) */
     bool cuda;
     int n_vocab;
     int32_t eos[4];
@@ -180,6 +182,7 @@ static int submit(mr_engine *e, const mr_msg *req, mr_err *err)
         .cache_salt = req->cache_salt,
         .session = req->session,
         .want_logits = w->logprobs,
+        .grammar = req->grammar,
     };
     switch (mr_sched_submit(me->sched, &r, err)) {
     case MR_SCHED_OK: return MR_ENGINE_ADMITTED;
@@ -236,6 +239,7 @@ static void destroy(mr_engine *e)
 {
     model_engine *me = (model_engine *)e;
     mr_sched_free(me->sched);
+    mr_constrain_vocab_free(me->vocab);
     free(me->prompt);
     mr_model_free(me->m);
     mr_backend_destroy(me->be);
@@ -284,8 +288,19 @@ mr_engine *mr_engine_model(const char *path, const mr_engine_model_opts *o, mr_e
     }
     const mr_hparams *hp = mr_model_hparams(me->m);
     me->n_vocab = hp->n_vocab;
+    /* grammars (structured output) match the tokens' bytes: from the GGUF's
+     * tokenizer, as the gateway detokenizes them */
+    mr_tokenizer *tok = NULL;
+    mr_err e1;
+    if (mr_tok_load_file(path, &tok, &e1) || mr_constrain_vocab_new(tok, &me->vocab, &e1) ||
+        mr_constrain_vocab_check(me->vocab, me->n_vocab, &e1)) {
+        MR_WARN("worker: requests with a grammar will be refused: %s", e1.msg);
+        mr_constrain_vocab_free(me->vocab);
+        me->vocab = NULL;
+    }
+    mr_tok_free(tok);
     mr_sched_opts so = {.max_seqs = n_seqs, .chunk_tokens = o->chunk_tokens, .prefix_blocks = o->prefix_blocks,
-                        .spec_k = o->spec_k};
+                        .spec_k = o->spec_k, .vocab = me->vocab};
     if (mr_sched_new(me->m, &so, on_sched, me, &me->sched, err)) {
         destroy(&me->super);
         return NULL;

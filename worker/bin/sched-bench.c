@@ -4,7 +4,8 @@
  *
  *   sched-bench MODEL.gguf [-c CONC] [-r REQUESTS] [-p PROMPT] [-n GEN]
  *               [--shared-prefix N] [--chunk N] [--kv-mib N] [--temperature PERCENT]
- *               [--check] [--spec-k K] [--backend cpu|cuda|auto] [--kv-dtype auto|f32|f16|bf16]
+ *               [--check] [--spec-k K] [--grammar FILE] [--backend cpu|cuda|auto]
+ *               [--kv-dtype auto|f32|f16|bf16]
  *
  * CONC requests are kept in flight (a refused one is retried after the next
  * step); prompts are random ids, the first N of them shared by all requests
@@ -20,13 +21,20 @@
  *
  * --spec-k K: MTP speculation with K drafts a step for a greedy request
  * while it runs alone (mr_sched_opts.spec_k; -c 1 keeps every request alone);
- * the summary then gives the draft acceptance. */
+ * the summary then gives the draft acceptance.
+ *
+ * --grammar FILE: every request's output follows the GBNF grammar in FILE
+ * (constrained decoding, worker/constrain.h; the vocabulary from the
+ * model's tokenizer): the cost of the masks beside the same run without. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "common/file.h"
+#include "common/tokenizer.h"
 #include "worker/cli.h"
+#include "worker/constrain.h"
 #include "worker/sample.h"
 #include "worker/sched.h"
 #ifdef MR_HAVE_CUDA
@@ -149,13 +157,14 @@ int main(int argc, char **argv)
     int conc = 16, n_req = -1, n_prompt = 512, n_gen = 128, shared = 0, chunk = 512, kv_mib = 0;
     float temperature = 0.0f;
     int check = 0, spec_k = 0;
+    const char *grammar_file = NULL;
     mr_kv_dtype kv_dtype = MR_KV_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: sched-bench MODEL.gguf [-c CONC] [-r REQUESTS] [-p PROMPT] [-n GEN] "
                    "[--shared-prefix N] [--chunk N] [--kv-mib N] [--temperature PERCENT] [--check] [--spec-k K] "
-                   "[--backend B] [--kv-dtype auto|f32|f16|bf16]\n");
+                   "[--grammar FILE] [--backend B] [--kv-dtype auto|f32|f16|bf16]\n");
             return 0;
         } else if (!strcmp(a, "-c"))
             conc = arg_int(a, v, 1, 4096), i++;
@@ -175,6 +184,8 @@ int main(int argc, char **argv)
             check = 1;
         else if (!strcmp(a, "--spec-k"))
             spec_k = arg_int(a, v, 0, 8), i++;
+        else if (!strcmp(a, "--grammar") && v)
+            grammar_file = v, i++;
         else if (!strcmp(a, "--temperature"))
             temperature = (float)arg_int(a, v, 0, 100) / 100.0f, i++;
         else if (!strcmp(a, "--backend")) {
@@ -225,7 +236,23 @@ int main(int argc, char **argv)
     b.cap_itl = (size_t)n_req * (size_t)n_gen;
     b.itl = malloc(sizeof(double) * (b.cap_itl ? b.cap_itl : 1));
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n_prompt);
-    mr_sched_opts so = {.max_seqs = conc, .chunk_tokens = chunk, .spec_k = spec_k};
+    char *grammar = NULL;
+    mr_constrain_vocab *vocab = NULL;
+    if (grammar_file) {
+        size_t glen;
+        mr_tokenizer *tok = NULL;
+        if (!(grammar = mr_file_read(grammar_file, &glen, &err)) || mr_tok_load_file(path, &tok, &err) ||
+            mr_constrain_vocab_new(tok, &vocab, &err)) {
+            fprintf(stderr, "sched-bench: --grammar: %s\n", err.msg);
+            return 1;
+        }
+        mr_tok_free(tok);
+    }
+    if (check && grammar) {
+        fprintf(stderr, "sched-bench: --check compares free greedy ids (no --grammar)\n");
+        return 2;
+    }
+    mr_sched_opts so = {.max_seqs = conc, .chunk_tokens = chunk, .spec_k = spec_k, .vocab = vocab};
     mr_sched *s;
     if (!b.r || !b.itl || !prompt || mr_sched_new(m, &so, on_event, &b, &s, &err)) {
         fprintf(stderr, "sched-bench: %s\n", b.r && b.itl && prompt ? err.msg : "out of memory");
@@ -269,7 +296,7 @@ int main(int argc, char **argv)
             make_prompt(prompt, n_prompt, shared, next, V);
             mr_request r = {.id = (uint64_t)next, .prompt = prompt, .n_prompt = n_prompt, .max_tokens = n_gen,
                             .sampling = {.temperature = temperature, .seed = (uint64_t)next},
-                            .tenant = "bench"};
+                            .tenant = "bench", .grammar = grammar};
             b.r[next].submitted = now_s();
             int st = mr_sched_submit(s, &r, &err);
             if (st == MR_SCHED_NO_CAPACITY) {
@@ -358,6 +385,8 @@ int main(int argc, char **argv)
     free(b.itl);
     free(b.r);
     mr_sched_free(s);
+    mr_constrain_vocab_free(vocab);
+    free(grammar);
     mr_model_free(m);
     mr_backend_destroy(be);
     return rc || b.errors ? 1 : 0;
