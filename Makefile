@@ -140,7 +140,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(BUILD)/libmemra-as
 # The library objects are compiled once with fuzzer instrumentation (no
 # libFuzzer main), then each target links them.
 FUZZ_LIB_SRC := $(wildcard common/*.c proto/*.c) gateway/openai.c gateway/config.c gateway/auth.c gateway/util.c \
-                gateway/textout.c gateway/chatout.c
+                gateway/textout.c gateway/chatout.c gateway/jsonschema.c gateway/jsonschema_regex.c
 FUZZ_LIB_OBJ := $(patsubst %.c,$(BUILD)/fuzzobj/%.o,$(FUZZ_LIB_SRC))
 FUZZ_CFLAGS  := $(CSTD) -O1 -g -Wall -Wextra -Werror -Wno-unused-parameter $(PKG_CFLAGS)
 
