@@ -103,6 +103,7 @@ static mr_codec *bytes_open(const char *tmpl, mr_err *err)
     mr_codec *c = &b->super;
     c->kind = "bytes";
     c->n_vocab = 256;
+    c->think_open_id = c->think_close_id = -1; /* bytes have no such tokens */
     c->encode = bytes_encode;
     c->piece = bytes_piece;
     c->chat = bytes_chat;
@@ -220,6 +221,8 @@ static mr_codec *gguf_open(const char *path, const char *tmpl_override, mr_err *
     for (uint32_t id = 0; id < g->super.n_vocab && g->super.n_stop_ids < 64; id++)
         if (mr_tok_is_eog(g->tok, (mr_token)id))
             g->super.stop_ids[g->super.n_stop_ids++] = id;
+    g->super.think_open_id = mr_tok_find(g->tok, "<think>", 7);
+    g->super.think_close_id = mr_tok_find(g->tok, "</think>", 8);
     return &g->super;
 }
 

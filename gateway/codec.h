@@ -31,6 +31,9 @@ struct mr_codec {
     /* ids that end generation (sent to the worker with each request) */
     uint32_t stop_ids[64];
     uint32_t n_stop_ids;
+    /* the single tokens <think> and </think>, or -1 (usage counts the
+     * reasoning's tokens by them) */
+    int64_t think_open_id, think_close_id;
 };
 
 /* The byte codec: token id = byte value (vocabulary 256), chat rendered as

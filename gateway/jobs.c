@@ -13,6 +13,7 @@
 
 #include "common/log.h"
 #include "gateway/gw.h"
+#include "gateway/toolgram.h"
 
 enum { J_QUEUED, J_RUNNING, J_DONE };
 
@@ -53,6 +54,8 @@ struct mr_job {
     size_t text_len;      /* bytes of text released so far (logprobs text_offset) */
     json_t *lp;           /* accumulated logprobs (blocking responses) */
     uint32_t completion_tokens;
+    bool in_think;             /* chat: the next token is part of the reasoning */
+    uint32_t reasoning_tokens; /* chat: tokens from the reasoning's opening marker to its end marker */
     uint64_t kv_need;     /* KV tokens it may fill on a worker: prompt + max_tokens */
     const char *finish;
     char idstr[48];
@@ -417,9 +420,30 @@ static void reply_text(mr_job *j, const char *s, size_t n, json_t *lp, bool step
 
 static json_t *usage_json(mr_job *j, uint32_t prompt, uint32_t completion, uint32_t cached)
 {
-    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", (int)prompt, "completion_tokens", (int)completion,
-                     "total_tokens", (int)(prompt + completion), "prompt_tokens_details", "cached_tokens",
-                     (int)cached);
+    json_t *u = json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", (int)prompt, "completion_tokens",
+                          (int)completion, "total_tokens", (int)(prompt + completion), "prompt_tokens_details",
+                          "cached_tokens", (int)cached);
+    if (u && j->chat) /* as OpenAI's chat usage: the reasoning's share of completion_tokens */
+        json_object_set_new(u, "completion_tokens_details",
+                            json_pack("{s:i}", "reasoning_tokens", (int)j->reasoning_tokens));
+    return u;
+}
+
+/* Counts id among the reasoning tokens when it is one: from the opening
+ * marker (or the start, when the prompt opened it) to the end marker, both
+ * included.  Exact where the markers are single tokens (Qwen's <think> and
+ * </think>); a model without them counts none. */
+static void count_reasoning(mr_job *j, uint32_t id)
+{
+    const mr_codec *c = j->model->codec;
+    if (!j->chat || !j->model->fmt.think || c->think_close_id < 0)
+        return;
+    if ((int64_t)id == c->think_open_id)
+        j->in_think = true;
+    if (j->in_think)
+        j->reasoning_tokens++;
+    if ((int64_t)id == c->think_close_id)
+        j->in_think = false;
 }
 
 /* ---------- responses ---------- */
@@ -724,6 +748,7 @@ static void on_tokens(mr_job *j, mr_msg *m)
             return;
         }
         j->completion_tokens++;
+        count_reasoning(j, m->tokens[i]);
         if (!j->got_first) {
             mr_hist_observe(&model->ttft, now - j->t_start);
             j->got_first = true;
@@ -935,6 +960,35 @@ void mr_gw_jobs_tick(mr_gw *gw)
 
 /* ---------- admission ---------- */
 
+/* A chat request whose output follows a grammar (response_format, grammar,
+ * or tool_choice "required" / a named function, whose grammar is made here
+ * for the model's tool-call format): thinking is turned off, because the
+ * grammar applies from the first generated token, where the reasoning
+ * would be. */
+static int constrained_chat(mr_job *j, mr_oai_req *r, mr_oai_error *e)
+{
+    if (r->tool_choice != MR_TOOL_CHOICE_AUTO && r->tools) {
+        mr_err err;
+        size_t len;
+        if (mr_tool_grammar(j->model->fmt.tools, r->tools,
+                            r->tool_choice == MR_TOOL_CHOICE_NAMED ? r->tool_name : NULL,
+                            r->parallel_tool_calls && r->tool_choice == MR_TOOL_CHOICE_REQUIRED, &r->grammar, &len,
+                            &err))
+            return mr_oai_err(e, 400, "tool_choice", NULL, "'tool_choice': %s", err.msg);
+        r->grammar_param = "tool_choice";
+    }
+    if (!r->grammar)
+        return 0;
+    json_t *et = json_object_get(r->root, "enable_thinking");
+    if (json_is_true(et))
+        return mr_oai_err(e, 400, r->grammar_param, NULL,
+                          "'%s' needs thinking off: the grammar applies from the first generated token",
+                          r->grammar_param);
+    if (json_object_set_new(r->root, "enable_thinking", json_false()))
+        return mr_oai_err(e, 500, NULL, NULL, "out of memory");
+    return 0;
+}
+
 static int build_prompt(mr_job *j, mr_oai_req *r, mr_oai_error *e)
 {
     mr_codec *c = j->model->codec;
@@ -953,6 +1007,8 @@ static int build_prompt(mr_job *j, mr_oai_req *r, mr_oai_error *e)
         const char *src = r->prompt;
         size_t len = r->prompt_len;
         if (r->chat) {
+            if (constrained_chat(j, r, e))
+                return -1;
             if (c->chat(c, r->root, &text, &err)) {
                 mr_buf_free(&text);
                 return mr_oai_err(e, 400, "messages", NULL, "chat template: %s", err.msg);
@@ -962,8 +1018,15 @@ static int build_prompt(mr_job *j, mr_oai_req *r, mr_oai_error *e)
             /* the reply is read in the model's format, from where the
              * prompt leaves it (inside an opened <think> or not) */
             mr_chat_format *f = &j->model->fmt;
-            mr_chatout_init(&j->co, f, mr_chat_prompt_opens_think(f, text.p, text.len), r->tools,
-                            r->parallel_tool_calls, r->include_reasoning);
+            bool opens_think = mr_chat_prompt_opens_think(f, text.p, text.len);
+            j->in_think = opens_think;
+            if (opens_think && r->grammar) {
+                mr_buf_free(&text);
+                return mr_oai_err(e, 400, r->grammar_param ? r->grammar_param : "tool_choice", NULL,
+                                  "this model's chat template opens its reasoning even with enable_thinking false, "
+                                  "and the output must follow a grammar from its first token");
+            }
+            mr_chatout_init(&j->co, f, opens_think, r->tools, r->parallel_tool_calls, r->include_reasoning);
         }
         int rc = c->encode(c, src ? src : "", len, r->chat, &ids, &n, &err);
         mr_buf_free(&text);
@@ -1074,6 +1137,8 @@ int mr_gw_admit(mr_gw *gw, h2o_req_t *req, mr_oai_req *r, const char *tenant, co
     uint32_t maxt = r->has_max_tokens ? r->max_tokens : model->conf->max_tokens_default;
     j->request.max_tokens = maxt < room ? maxt : room;
     j->request.samp = r->samp;
+    j->request.grammar = r->grammar; /* the request message owns it now */
+    r->grammar = NULL;
     if (model->codec->n_stop_ids) {
         j->request.stop_ids = malloc(model->codec->n_stop_ids * sizeof *j->request.stop_ids);
         if (j->request.stop_ids) {

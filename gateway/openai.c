@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grammar.h"
+#include "gateway/jsonschema.h"
+
 const char *mr_oai_error_type(int status)
 {
     switch (status) {
@@ -53,6 +56,7 @@ void mr_oai_req_free(mr_oai_req *r)
 {
     json_decref(r->root);
     free(r->prompt_ids);
+    free(r->grammar);
     memset(r, 0, sizeof *r);
 }
 
@@ -139,10 +143,22 @@ static int parse_tool_calls(json_t *m, size_t i, const char *role, mr_oai_error 
     return 0;
 }
 
+static json_t *find_tool(json_t *tools, const char *name)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t)
+    {
+        if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")), name))
+            return t;
+    }
+    return NULL;
+}
+
 /* tools: [{"type": "function", "function": {"name", "description"?,
- * "parameters"?: object}}]; tool_choice "auto" (the default) or "none".
- * "required" and a named function would need constrained decoding, which
- * this server does not do: they are refused rather than not honoured. */
+ * "parameters"?: object}}]; tool_choice "auto" (the default), "none",
+ * "required" or a named function (the last two are kept by a grammar made
+ * for the model's tool-call format, gateway/jobs.c). */
 static int parse_tools(json_t *o, mr_oai_req *r, mr_oai_error *e)
 {
     json_t *tools = json_object_get(o, "tools");
@@ -170,12 +186,27 @@ static int parse_tools(json_t *o, mr_oai_req *r, mr_oai_error *e)
     json_t *tc = json_object_get(o, "tool_choice");
     if (tc && !json_is_null(tc)) {
         const char *s = json_string_value(tc);
-        if (s && !strcmp(s, "none"))
+        json_t *fn = json_object_get(tc, "function");
+        const char *type = json_string_value(json_object_get(tc, "type"));
+        if (s && !strcmp(s, "none")) {
             r->tools = NULL;
-        else if (!s || strcmp(s, "auto"))
+        } else if (s && !strcmp(s, "required")) {
+            r->tool_choice = MR_TOOL_CHOICE_REQUIRED;
+        } else if (json_is_object(tc) && type && !strcmp(type, "function") &&
+                   json_is_string(json_object_get(fn, "name"))) {
+            r->tool_choice = MR_TOOL_CHOICE_NAMED;
+            r->tool_name = json_string_value(json_object_get(fn, "name"));
+        } else if (!s || strcmp(s, "auto")) {
             return mr_oai_err(e, 400, "tool_choice", NULL,
-                              "'tool_choice' must be \"auto\" or \"none\": \"required\" and named functions need "
-                              "constrained decoding, which this server does not do");
+                              "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                              "{\"type\":\"function\",\"function\":{\"name\":...}}");
+        }
+        if (r->tool_choice != MR_TOOL_CHOICE_AUTO && !r->tools)
+            return mr_oai_err(e, 400, "tool_choice", NULL, "'tool_choice' %s needs 'tools'",
+                              r->tool_choice == MR_TOOL_CHOICE_REQUIRED ? "\"required\"" : "naming a function");
+        if (r->tool_choice == MR_TOOL_CHOICE_NAMED && !find_tool(r->tools, r->tool_name))
+            return mr_oai_err(e, 400, "tool_choice", NULL, "'tool_choice' names '%s', which is not in 'tools'",
+                              r->tool_name);
     }
     json_t *ptc = json_object_get(o, "parallel_tool_calls");
     if (ptc && !json_is_null(ptc) && !json_is_boolean(ptc))
@@ -185,19 +216,6 @@ static int parse_tools(json_t *o, mr_oai_req *r, mr_oai_error *e)
     if (ir && !json_is_null(ir) && !json_is_boolean(ir))
         return mr_oai_err(e, 400, "include_reasoning", NULL, "'include_reasoning' must be a boolean");
     r->include_reasoning = !json_is_false(ir);
-    /* JSON mode and JSON schemas promise output of that shape, which only
-     * constrained decoding keeps: refused rather than silently not kept */
-    json_t *rf = json_object_get(o, "response_format");
-    if (rf && !json_is_null(rf)) {
-        const char *type = json_string_value(json_object_get(rf, "type"));
-        if (!json_is_object(rf) || !type)
-            return mr_oai_err(e, 400, "response_format", NULL, "'response_format' must be {\"type\": ...}");
-        if (strcmp(type, "text"))
-            return mr_oai_err(e, 400, "response_format", NULL,
-                              "'response_format' \"%s\" needs constrained decoding, which this server does not do; "
-                              "only \"text\" is accepted",
-                              type);
-    }
     json_t *re = json_object_get(o, "reasoning_effort");
     if (re && !json_is_null(re)) {
         static const char *const levels[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
@@ -208,6 +226,65 @@ static int parse_tools(json_t *o, mr_oai_req *r, mr_oai_error *e)
         if (!s || i == sizeof levels / sizeof levels[0])
             return mr_oai_err(e, 400, "reasoning_effort", NULL,
                               "'reasoning_effort' must be one of none, minimal, low, medium, high, xhigh");
+    }
+    return 0;
+}
+
+/* The grammar from `response_format` json_object / json_schema (OpenAI) or
+ * `grammar` (GBNF text, as llama-server's field), checked here so that a
+ * bad one is a 400 naming the field: the worker compiles it again. */
+static int parse_format(json_t *o, mr_oai_req *r, mr_oai_error *e)
+{
+    mr_err err;
+    size_t len = 0;
+    json_t *rf = json_object_get(o, "response_format");
+    const char *type = json_string_value(json_object_get(rf, "type"));
+    if (rf && !json_is_null(rf) && (!json_is_object(rf) || !type))
+        return mr_oai_err(e, 400, "response_format", NULL, "'response_format' must be {\"type\": ...}");
+    if (type && !strcmp(type, "json_object")) {
+        if (mr_json_object_grammar(&r->grammar, &len, &err))
+            return mr_oai_err(e, 500, "response_format", NULL, "%s", err.msg);
+        r->grammar_param = "response_format";
+    } else if (type && !strcmp(type, "json_schema")) {
+        json_t *js = json_object_get(rf, "json_schema");
+        json_t *schema = json_object_get(js, "schema");
+        json_t *strict = json_object_get(js, "strict");
+        if (!json_is_object(js) || (schema && !json_is_object(schema) && !json_is_boolean(schema)) ||
+            (strict && !json_is_null(strict) && !json_is_boolean(strict)))
+            return mr_oai_err(e, 400, "response_format", NULL,
+                              "'response_format' json_schema must be {\"type\":\"json_schema\",\"json_schema\":"
+                              "{\"name\":string,\"schema\":object,\"strict\":boolean}}");
+        /* no schema: any JSON value (OpenAI's "schema" is optional) */
+        int rc = schema ? mr_json_schema_grammar(schema, "response_format.json_schema.schema", &r->grammar, &len, &err)
+                        : mr_json_value_grammar(&r->grammar, &len, &err);
+        if (rc)
+            return mr_oai_err(e, 400, "response_format", NULL, "%s", err.msg);
+        r->grammar_param = "response_format";
+    } else if (type && strcmp(type, "text")) {
+        return mr_oai_err(e, 400, "response_format", NULL,
+                          "'response_format' type must be \"text\", \"json_object\" or \"json_schema\"");
+    }
+    json_t *g = json_object_get(o, "grammar");
+    if (g && !json_is_null(g)) {
+        if (!json_is_string(g) || !json_string_length(g))
+            return mr_oai_err(e, 400, "grammar", NULL, "'grammar' must be a non-empty string (GBNF)");
+        if (r->grammar)
+            return mr_oai_err(e, 400, "grammar", NULL, "'grammar' and a JSON 'response_format' exclude each other");
+        if (json_string_length(g) > MR_GRAMMAR_MAX_TEXT)
+            return mr_oai_err(e, 400, "grammar", NULL, "'grammar' is longer than %u bytes", MR_GRAMMAR_MAX_TEXT);
+        if (!(r->grammar = strdup(json_string_value(g))))
+            return mr_oai_err(e, 500, NULL, NULL, "out of memory");
+        r->grammar_param = "grammar";
+    }
+    if (r->grammar && r->tool_choice != MR_TOOL_CHOICE_AUTO)
+        return mr_oai_err(e, 400, r->grammar_param, NULL,
+                          "'%s' and a 'tool_choice' that forces a call exclude each other", r->grammar_param);
+    if (r->grammar) {
+        mr_grammar *gr;
+        if (mr_grammar_parse(r->grammar, strlen(r->grammar), &gr, &err))
+            return mr_oai_err(e, 400, r->grammar_param, NULL, "%s: %s",
+                              !strcmp(r->grammar_param, "grammar") ? "grammar" : "the grammar made for it", err.msg);
+        mr_grammar_free(gr);
     }
     return 0;
 }
@@ -335,6 +412,8 @@ int mr_oai_parse(const char *body, size_t len, bool chat, mr_oai_req *r, mr_oai_
         if (parse_messages((json_t *)r->messages, e) || parse_tools(o, r, e))
             return -1;
     } else if (parse_prompt(json_object_get(o, "prompt"), r, e))
+        return -1;
+    if (parse_format(o, r, e))
         return -1;
 
     long long v = 0;

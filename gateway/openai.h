@@ -39,6 +39,16 @@ typedef struct mr_oai_req {
     /* chat: the tools whose calls are parsed from the reply (borrowed from
      * root; NULL when there are none or tool_choice is "none") */
     json_t *tools;
+    /* "auto" or "none" (the model chooses); "required": at least one call;
+     * a named function: exactly that one (tool_name) */
+    enum { MR_TOOL_CHOICE_AUTO, MR_TOOL_CHOICE_REQUIRED, MR_TOOL_CHOICE_NAMED } tool_choice;
+    const char *tool_name;
+    /* the GBNF grammar (common/grammar.h) the output must follow, owned:
+     * from response_format json_object/json_schema or the grammar field;
+     * NULL: none (tool_choice's grammar is made where the model's tool-call
+     * format is known) */
+    char *grammar;
+    const char *grammar_param; /* the field it came from, for errors */
     bool parallel_tool_calls; /* false: one call at most */
     bool include_reasoning;   /* false: the reasoning is not returned */
 } mr_oai_req;

@@ -39,12 +39,26 @@ refused() { # DESCRIPTION FIELDS PARAM
     chat qwen3 'x' "$2"
     check "$1: 400 naming $3" bash -c "[ $CODE = 400 ] && jq -e --arg p '$3' '.error.param == \$p' '$T/out' >/dev/null"
 }
-refused "tool_choice required" "\"tools\":$TOOLS,\"tool_choice\":\"required\"" tool_choice
-refused "named tool_choice" "\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}" tool_choice
+# tool_choice "required" and a named function are kept by a grammar in the
+# hermes format (tests/node/serve_structured.mjs checks what the model then
+# writes); the XML format has none here, and a call needs tools to call
+refused "tool_choice required without tools" '"tool_choice":"required"' tool_choice
+refused "tool_choice naming a function not in tools" "\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}" tool_choice
+refused "tool_choice neither a mode nor a function" "\"tools\":$TOOLS,\"tool_choice\":\"always\"" tool_choice
+chat coder 'x' "\"tools\":$TOOLS,\"tool_choice\":\"required\""
+check "tool_choice required in the qwen3_xml format: 400 naming tool_choice" bash -c "[ $CODE = 400 ] && jq -e '.error.param == \"tool_choice\"' '$T/out' >/dev/null"
+chat qwen3 'x@@' "\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"
+check "tool_choice naming f in the hermes format is accepted" [ "$CODE" = 200 ]
 refused "a tool without a name" '"tools":[{"type":"function","function":{"description":"no name"}}]' tools
 refused "tools not an array" '"tools":{"type":"function"}' tools
 refused "parallel_tool_calls not a boolean" '"parallel_tool_calls":"yes"' parallel_tool_calls
-refused "response_format json_object" '"response_format":{"type":"json_object"}' response_format
+refused "response_format of an unknown type" '"response_format":{"type":"yaml"}' response_format
+refused "response_format json_schema with a schema that is not an object" '"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":[1]}}' response_format
+refused "grammar that does not parse" '"grammar":"root ::= ("' grammar
+chat qwen3 'x@@' '"response_format":{"type":"json_object"}'
+check "response_format json_object is accepted" [ "$CODE" = 200 ]
+chat qwen35 'x@@' '"response_format":{"type":"json_object"}'
+check "a grammar where the template always opens <think>: 400 naming response_format" bash -c "[ $CODE = 400 ] && jq -e '.error.param == \"response_format\"' '$T/out' >/dev/null"
 chat qwen3 'x@@' '"response_format":{"type":"text"}'
 check "response_format text is accepted" [ "$CODE" = 200 ]
 refused "reasoning_effort outside its levels" '"reasoning_effort":"extreme"' reasoning_effort
