@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/grammar_int.h"
+#include "common/unicode.h"
 
 #define NONE UINT32_MAX
 #define REP_INF UINT32_MAX
@@ -423,22 +424,11 @@ static bool rule_starts_at(const gp *p, size_t off)
 
 /* ---- characters ---- */
 
-static int hex_digit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static int parse_hex(gp *p, size_t at, int digits, uint32_t *cp)
 {
     uint32_t v = 0;
     for (int i = 0; i < digits; i++) {
-        int d = p->pos < p->len ? hex_digit(p->s[p->pos]) : -1;
+        int d = p->pos < p->len ? mr_hex_digit(p->s[p->pos]) : -1;
         if (d < 0)
             return perr(p, at, "'\\%c' needs %d hex digits", p->s[at + 1], digits);
         v = v * 16 + (uint32_t)d;

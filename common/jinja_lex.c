@@ -204,17 +204,6 @@ static _Noreturn void lex_fail(lexer *L, const char *msg)
     jz_fail(L->c, at, "%s", msg);
 }
 
-static int hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 /* The reference's consumeWhile: running off the end is an error. */
 static void need_more(lexer *L)
 {
@@ -288,7 +277,7 @@ static void lex_string(lexer *L, char q)
                 if (L->p.n - L->cur < (size_t)len)
                     lex_fail(L, "Invalid hexadecimal escape sequence");
                 for (int i = 0; i < len; i++) {
-                    int h = hexval(s[L->cur + (size_t)i]);
+                    int h = mr_hex_digit(s[L->cur + (size_t)i]);
                     if (h < 0)
                         lex_fail(L, "Invalid hexadecimal escape sequence");
                     unit = unit * 16 + (uint32_t)h;

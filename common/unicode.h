@@ -79,4 +79,17 @@ uint32_t mr_utf8_decode(const uint8_t *s, size_t n, size_t *len);
 /* Writes the UTF-8 form of cp (< 0x110000) into out; returns 1..4. */
 size_t mr_utf8_encode(uint32_t cp, char out[4]);
 
+/* The value of one hexadecimal digit, -1 for any other character (escapes
+ * in grammars, regular expressions and templates). */
+static inline int mr_hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
 #endif

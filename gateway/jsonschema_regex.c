@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/unicode.h"
 #include "gateway/jsonschema.h"
 
 /* ---- counted repetition ---- */
@@ -370,23 +371,12 @@ static bool rx_at(const rx *p, char c)
     return p->pos < p->len && p->s[p->pos] == c;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* n hex digits at p->pos. */
 static int rx_hex(rx *p, int n, uint32_t *v)
 {
     *v = 0;
     for (int i = 0; i < n; i++) {
-        int h = p->pos < p->len ? hexval(p->s[p->pos]) : -1;
+        int h = p->pos < p->len ? mr_hex_digit(p->s[p->pos]) : -1;
         if (h < 0)
             return rx_fail(p, "bad hexadecimal escape");
         *v = *v * 16 + (uint32_t)h;
@@ -402,8 +392,8 @@ static int rx_unicode_escape(rx *p, uint32_t *c)
         p->pos++;
         uint32_t v = 0;
         size_t start = p->pos;
-        while (p->pos < p->len && hexval(p->s[p->pos]) >= 0 && v <= CP_MAX)
-            v = v * 16 + (uint32_t)hexval(p->s[p->pos++]);
+        while (p->pos < p->len && mr_hex_digit(p->s[p->pos]) >= 0 && v <= CP_MAX)
+            v = v * 16 + (uint32_t)mr_hex_digit(p->s[p->pos++]);
         if (p->pos == start || v > CP_MAX || !rx_at(p, '}'))
             return rx_fail(p, "bad \\u{...} escape");
         p->pos++;
