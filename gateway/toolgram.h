@@ -1,11 +1,21 @@
 /* The grammar that keeps tool_choice "required" or a named function: the
  * reply is tool calls only, written as the model's chat template writes
  * them, each call's arguments valid under its tool's parameter schema
- * (gateway/jsonschema.h).  Hermes form (Qwen2.5, Qwen3):
+ * (gateway/jsonschema.h) once the reply parser (gateway/chatout.h) has read
+ * them.  Hermes form (Qwen2.5, Qwen3):
  *
  *   <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>
  *
- * with calls separated by one newline when parallel calls are allowed. */
+ * qwen3_xml form (Qwen3-Coder, Qwen3.5/3.6):
+ *
+ *   <tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n
+ *   ...</function>\n</tool_call>
+ *
+ * where a parameter is one type (or one type and null): a string's VALUE
+ * is raw text without "</" (enum / const kept, no other string keyword),
+ * the other types' VALUE their schema's JSON; properties in their order,
+ * the required ones always.  Calls are separated by one newline when
+ * parallel calls are allowed. */
 #ifndef MR_TOOLGRAM_H
 #define MR_TOOLGRAM_H
 

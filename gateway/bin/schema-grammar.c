@@ -10,6 +10,9 @@
  *                                        prints accept or reject for each
  *   ... -z                               texts end with a NUL byte instead
  *                                        of a newline (texts with newlines)
+ *   schema-grammar --tools TOOLS.json --format hermes|qwen3_xml [--only NAME] [--parallel]
+ *                                        the grammar of tool_choice "required"
+ *                                        (or NAME) for a request's "tools"
  *
  * A sentence is a random walk over bytes: each step picks one of the
  * bytes the grammar allows next, weighted towards closing strings,
@@ -24,12 +27,16 @@
 
 #include "common/grammar.h"
 #include "gateway/jsonschema.h"
+#include "gateway/toolgram.h"
 
 #define MAX_SENTENCE 4000 /* bytes of one walk before it is dropped */
 
 typedef struct opts {
     const char *schema;
-    int mode; /* 0 schema, 1 any object, 2 any value */
+    int mode; /* 0 schema, 1 any object, 2 any value, 3 tool calls (schema: the tools) */
+    mr_tool_format format;
+    const char *only;
+    bool parallel;
     long sample;
     uint64_t seed;
     bool check, nul;
@@ -37,8 +44,8 @@ typedef struct opts {
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: schema-grammar (SCHEMA.json | --json-object | --json-value) [--sample N [--seed S] | "
-                    "--check] [-z]\n");
+    fprintf(stderr, "usage: schema-grammar (SCHEMA.json | --json-object | --json-value | --tools TOOLS.json "
+                    "--format hermes|qwen3_xml [--only NAME] [--parallel]) [--sample N [--seed S] | --check] [-z]\n");
     return 2;
 }
 
@@ -59,12 +66,24 @@ static int parse_args(int argc, char **argv, opts *o)
             o->check = true;
         else if (!strcmp(a, "-z"))
             o->nul = true;
+        else if (!strcmp(a, "--tools") && i + 1 < argc)
+            o->mode = 3, o->schema = argv[++i];
+        else if (!strcmp(a, "--format") && i + 1 < argc) {
+            const char *f = argv[++i];
+            if (strcmp(f, "hermes") && strcmp(f, "qwen3_xml"))
+                return -1;
+            o->format = !strcmp(f, "hermes") ? MR_TOOLS_HERMES : MR_TOOLS_QWEN_XML;
+        } else if (!strcmp(a, "--only") && i + 1 < argc)
+            o->only = argv[++i];
+        else if (!strcmp(a, "--parallel"))
+            o->parallel = true;
         else if (a[0] != '-' && !o->schema)
             o->schema = a;
         else
             return -1;
     }
-    if ((o->mode == 0) == !o->schema || o->sample < 0 || (o->sample && o->check))
+    if ((o->mode == 0 || o->mode == 3) == !o->schema || o->sample < 0 || (o->sample && o->check) ||
+        (o->mode == 3) != (o->format != MR_TOOLS_NONE))
         return -1;
     return 0;
 }
@@ -79,7 +98,8 @@ static int make_grammar(const opts *o, char **text, size_t *len, mr_err *err)
     json_t *schema = json_load_file(o->schema, JSON_DECODE_ANY, &jerr);
     if (!schema)
         return mr_errf(err, "%s:%d: %s", o->schema, jerr.line, jerr.text);
-    int rc = mr_json_schema_grammar(schema, "schema", text, len, err);
+    int rc = o->mode == 3 ? mr_tool_grammar(o->format, schema, o->only, o->parallel, text, len, err)
+                          : mr_json_schema_grammar(schema, "schema", text, len, err);
     json_decref(schema);
     return rc;
 }
@@ -150,8 +170,15 @@ static double weight(const lexstate *l, unsigned char b, int n, size_t len)
     }
 }
 
+/* Tool calls in the XML form: raw text ends at a newline and a closing
+ * tag, which grow likelier as the text does. */
+static double markup_weight(unsigned char b, int n, size_t len)
+{
+    return b == '\n' || b == '<' || b == '/' ? 1.0 + n / 6.0 + len / 64.0 : 1.0;
+}
+
 /* One random sentence into out; false when the walk was dropped. */
-static bool walk(const mr_grammar *g, const mr_gvocab *v, bool nul, uint64_t *rng, mr_buf *out)
+static bool walk(const mr_grammar *g, const mr_gvocab *v, bool nul, bool markup, uint64_t *rng, mr_buf *out)
 {
     mr_gmatch *m;
     mr_err err;
@@ -175,7 +202,7 @@ static bool walk(const mr_grammar *g, const mr_gvocab *v, bool nul, uint64_t *rn
             n += (mask[b / 32] >> (b % 32)) & 1;
         for (int b = 0; b < 256; b++) {
             bool ok = (mask[b / 32] >> (b % 32)) & 1 && (nul || b != '\n');
-            w[b] = ok ? weight(&l, (unsigned char)b, n, out->len) : 0;
+            w[b] = !ok ? 0 : markup ? markup_weight((unsigned char)b, n, out->len) : weight(&l, (unsigned char)b, n, out->len);
             total += w[b];
         }
         if (total <= 0) {
@@ -220,7 +247,7 @@ static int sample(const mr_grammar *g, const opts *o)
     mr_buf s = {0};
     long printed = 0;
     for (long tries = 0; printed < o->sample && tries < 50 * o->sample; tries++) {
-        if (!walk(g, v, o->nul, &rng, &s))
+        if (!walk(g, v, o->nul, o->mode == 3 && o->format == MR_TOOLS_QWEN_XML, &rng, &s))
             continue;
         fwrite(s.p ? s.p : "", 1, s.len, stdout);
         fputc(o->nul ? 0 : '\n', stdout);

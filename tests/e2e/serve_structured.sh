@@ -2,7 +2,8 @@
 # Structured output on a real model: the gateway and a supervised worker
 # serving the qwen3 fixture on the CPU backend, driven by the official
 # openai client, the replies checked by ajv (tests/node/serve_structured.mjs).
-# And usage's reasoning_tokens on the qwen35 fixture with the real Qwen3.5
+# The tool-call checks run on qwen35 too (the qwen3_xml format).  And
+# usage's reasoning_tokens on the qwen35 fixture with the real Qwen3.5
 # template, which opens the reasoning in the prompt: the tokens up to its
 # end marker, counted from the response's own logprobs.
 # Needs tests/node/node_modules (scripts/deps.sh installs it).
@@ -27,7 +28,7 @@ cat > "$T/tmpl.json" <<J
 J
 start_gateway "$T/tmpl.json" "$T/gw.log"
 check "workers loaded" wait_ready 60
-check "structured output through the openai client, checked by ajv" timeout 300 node "$ROOT/tests/node/serve_structured.mjs" "$URL" qwen3
+check "structured output through the openai client, checked by ajv" timeout 300 node "$ROOT/tests/node/serve_structured.mjs" "$URL" qwen3 qwen35
 
 # reasoning_tokens: every token up to and including </think> (every token
 # returned when it never comes: a stop id ends the reply without being one)

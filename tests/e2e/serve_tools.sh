@@ -40,13 +40,16 @@ refused() { # DESCRIPTION FIELDS PARAM
     check "$1: 400 naming $3" bash -c "[ $CODE = 400 ] && jq -e --arg p '$3' '.error.param == \$p' '$T/out' >/dev/null"
 }
 # tool_choice "required" and a named function are kept by a grammar in the
-# hermes format (tests/node/serve_structured.mjs checks what the model then
-# writes); the XML format has none here, and a call needs tools to call
+# model's tool-call format (tests/node/serve_structured.mjs checks what a
+# model then writes, tests/node/toolgram_check.mjs the grammars' sentences);
+# a call needs tools to call
 refused "tool_choice required without tools" '"tool_choice":"required"' tool_choice
 refused "tool_choice naming a function not in tools" "\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}" tool_choice
 refused "tool_choice neither a mode nor a function" "\"tools\":$TOOLS,\"tool_choice\":\"always\"" tool_choice
-chat coder 'x' "\"tools\":$TOOLS,\"tool_choice\":\"required\""
-check "tool_choice required in the qwen3_xml format: 400 naming tool_choice" bash -c "[ $CODE = 400 ] && jq -e '.error.param == \"tool_choice\"' '$T/out' >/dev/null"
+chat coder 'x@@' "\"tools\":$TOOLS,\"tool_choice\":\"required\""
+check "tool_choice required in the qwen3_xml format is accepted" [ "$CODE" = 200 ]
+chat coder 'x' "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":3}}}}}],\"tool_choice\":\"required\""
+check "a string keyword the XML form cannot keep: 400 naming tool_choice" bash -c "[ $CODE = 400 ] && jq -e '.error.param == \"tool_choice\" and (.error.message | test(\"maxLength\"))' '$T/out' >/dev/null"
 chat qwen3 'x@@' "\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"
 check "tool_choice naming f in the hermes format is accepted" [ "$CODE" = 200 ]
 refused "a tool without a name" '"tools":[{"type":"function","function":{"description":"no name"}}]' tools
@@ -110,4 +113,5 @@ check "stream: reasoning, content, one call, finish tool_calls" bash -c "grep '^
   ([.[].choices[0].finish_reason // empty] == [\"tool_calls\"])' >/dev/null"
 
 check "round trips through the real templates (openai client)" timeout 120 node "$ROOT/tests/node/serve_tools.mjs" "$URL" "$FIX/templates"
+check "tool-call grammars' sentences read back as valid calls (ajv)" timeout 300 node "$ROOT/tests/node/toolgram_check.mjs" "$URL" "$MEMRA_BIN/schema-grammar"
 finish

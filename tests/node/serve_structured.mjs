@@ -10,14 +10,15 @@
 // - tool_choice "required" / a named function: tool_calls only, each
 //   call's arguments valid under its tool's parameters;
 // - what cannot be kept is a 400 naming the field.
-// usage: node serve_structured.mjs BASE_URL MODEL
+// The tool checks run on a second model too, in the qwen3_xml format.
+// usage: node serve_structured.mjs BASE_URL MODEL [XML_MODEL]
 import OpenAI from 'openai';
 import Ajv2020 from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import assert from 'node:assert/strict';
 import { check, done } from './check.mjs';
 
-const [base, model] = process.argv.slice(2);
+const [base, model, xmlModel] = process.argv.slice(2);
 const client = new OpenAI({ baseURL: base + '/v1', apiKey: 'none', maxRetries: 0, timeout: 120000 });
 const ajv = new Ajv2020({ strict: false, allErrors: true });
 addFormats(ajv);
@@ -124,33 +125,55 @@ const tools = [
 ];
 const paramsOf = Object.fromEntries(tools.map((t) => [t.function.name, t.function.parameters]));
 
-await check('tool_choice "required": tool calls only, arguments valid, stream = blocking', async () => {
-  for (const seed of [1, 2, 3, 4]) {
-    const req = chat('Do something.', { temperature: 1.0, seed, tools, tool_choice: 'required', parallel_tool_calls: false, max_tokens: 256 });
-    const r = await client.chat.completions.create(req);
-    const m = r.choices[0].message;
-    assert.equal(r.choices[0].finish_reason, 'tool_calls', JSON.stringify(m));
-    assert.equal(m.content, null);
-    assert.equal(m.tool_calls.length, 1);
-    const call = m.tool_calls[0].function;
-    assert.ok(call.name in paramsOf, call.name);
-    validates(paramsOf[call.name], call.arguments);
-    const s = await streamed(req);
-    assert.equal(s.finish, 'tool_calls');
-    assert.deepEqual(s.calls, [{ name: call.name, arguments: call.arguments }]);
-  }
-});
+for (const m of [model, xmlModel].filter(Boolean)) {
+  const call = (content, extra) => ({ ...chat(content, extra), model: m });
+  await check(`${m}: tool_choice "required": tool calls only, arguments valid, stream = blocking`, async () => {
+    for (const seed of [1, 2, 3, 4]) {
+      const req = call('Do something.', { temperature: 1.0, seed, tools, tool_choice: 'required', parallel_tool_calls: false, max_tokens: 256 });
+      const r = await client.chat.completions.create(req);
+      const msg = r.choices[0].message;
+      assert.equal(r.choices[0].finish_reason, 'tool_calls', JSON.stringify(msg));
+      assert.equal(msg.content, null);
+      assert.equal(msg.tool_calls.length, 1);
+      const fn = msg.tool_calls[0].function;
+      assert.ok(fn.name in paramsOf, fn.name);
+      validates(paramsOf[fn.name], fn.arguments);
+      const s = await streamed(req);
+      assert.equal(s.finish, 'tool_calls');
+      assert.deepEqual(s.calls, [{ name: fn.name, arguments: fn.arguments }]);
+    }
+  });
 
-await check('tool_choice naming a function: that function', async () => {
-  for (const seed of [1, 2]) {
-    const r = await client.chat.completions.create(chat('Add.', {
-      temperature: 1.0, seed, tools, tool_choice: { type: 'function', function: { name: 'add' } }, max_tokens: 256 }));
-    const calls = r.choices[0].message.tool_calls;
-    assert.equal(calls.length, 1);
-    assert.equal(calls[0].function.name, 'add');
-    validates(paramsOf.add, calls[0].function.arguments);
-  }
-});
+  await check(`${m}: tool_choice naming a function: that function`, async () => {
+    for (const seed of [1, 2]) {
+      const r = await client.chat.completions.create(call('Add.', {
+        temperature: 1.0, seed, tools, tool_choice: { type: 'function', function: { name: 'add' } }, max_tokens: 256 }));
+      const calls = r.choices[0].message.tool_calls;
+      assert.equal(calls.length, 1);
+      assert.equal(calls[0].function.name, 'add');
+      validates(paramsOf.add, calls[0].function.arguments);
+    }
+  });
+}
+
+if (xmlModel) {
+  await check(`${xmlModel}: string parameters are text, never "null" unless null is allowed`, async () => {
+    const textTools = [{ type: 'function', function: { name: 'note', parameters: { type: 'object',
+      properties: { title: { type: 'string' }, body: { type: ['string', 'null'] }, tag: { enum: ['a b', 'c<d'] } },
+      required: ['title', 'tag'] } } }];
+    let ended = 0;
+    for (const seed of [1, 2, 3, 4, 5, 6]) {
+      const r = await client.chat.completions.create({ ...chat('Note.', {
+        temperature: 1.0, seed, tools: textTools, tool_choice: 'required', parallel_tool_calls: false, max_tokens: 200 }), model: xmlModel });
+      const ch = r.choices[0];
+      if (ch.finish_reason === 'length') continue; // a long text cut by max_tokens
+      ended++;
+      assert.equal(ch.finish_reason, 'tool_calls', JSON.stringify(ch.message));
+      validates(textTools[0].function.parameters, ch.message.tool_calls[0].function.arguments);
+    }
+    console.log(`  (${ended} of 6 ended within 200 tokens)`);
+  });
+}
 
 async function status400(req, param) {
   const r = await fetch(base + '/v1/chat/completions', { method: 'POST', body: JSON.stringify(req) });
