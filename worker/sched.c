@@ -292,19 +292,12 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
     q->max_tokens = max_tokens;
     q->sp = r->sampling;
     q->want_logits = r->want_logits;
-    if (r->grammar && r->grammar[0]) {
-        /* compiled before any KV is reserved: a bad grammar costs nothing */
-        if (mr_grammar_parse(r->grammar, strlen(r->grammar), &q->grammar, err) ||
-            mr_gmatch_new(q->grammar, &q->gm, err)) {
-            mr_err_wrap(err, "request %llu: grammar", (unsigned long long)r->id);
-            goto fail;
-        }
-    }
+    bool constrained = r->grammar && r->grammar[0];
     /* where the id is picked: log-probabilities need the row on the host;
      * else the backend picks a plain greedy id, and samples where it can
      * (and has room for the penalty table, if any) */
     q->pick = MR_LOGITS_LAST;
-    if (q->gm) {
+    if (constrained) {
         /* the grammar's mask is applied to the row on the host */
     } else if (!q->want_logits && mr_sample_plain_greedy(&q->sp)) {
         q->pick = MR_LOGITS_ARGMAX;
@@ -368,6 +361,13 @@ int mr_sched_submit(mr_sched *s, const mr_request *r, mr_err *err)
         req_free(s, q);
         s->refused++;
         return never ? MR_SCHED_TOO_LARGE : MR_SCHED_NO_CAPACITY;
+    }
+    /* compiled once it is admitted: a request that waits for room is
+     * offered again every step, and would otherwise compile each time */
+    if (constrained && (mr_grammar_parse(r->grammar, strlen(r->grammar), &q->grammar, err) ||
+                        mr_gmatch_new(q->grammar, &q->gm, err))) {
+        mr_err_wrap(err, "request %llu: grammar", (unsigned long long)r->id);
+        goto fail;
     }
     mr_prefix_count(s->prefix, r->n_prompt, q->cached);
     s->live[s->n_live++] = q;
