@@ -231,8 +231,9 @@ static int parse_tools(json_t *o, mr_oai_req *r, mr_oai_error *e)
 }
 
 /* The grammar from `response_format` json_object / json_schema (OpenAI) or
- * `grammar` (GBNF text, as llama-server's field), checked here so that a
- * bad one is a 400 naming the field: the worker compiles it again. */
+ * `grammar` (GBNF text, as llama-server's field), compiled once here so
+ * that a bad one is a 400 naming the field (the worker compiles it again:
+ * it reads the wire). */
 static int parse_format(json_t *o, mr_oai_req *r, mr_oai_error *e)
 {
     mr_err err;
@@ -272,6 +273,11 @@ static int parse_format(json_t *o, mr_oai_req *r, mr_oai_error *e)
             return mr_oai_err(e, 400, "grammar", NULL, "'grammar' and a JSON 'response_format' exclude each other");
         if (json_string_length(g) > MR_GRAMMAR_MAX_TEXT)
             return mr_oai_err(e, 400, "grammar", NULL, "'grammar' is longer than %u bytes", MR_GRAMMAR_MAX_TEXT);
+        /* the schema-made grammars were compiled once by mr_jsgram_finish */
+        mr_grammar *gr;
+        if (mr_grammar_parse(json_string_value(g), json_string_length(g), &gr, &err))
+            return mr_oai_err(e, 400, "grammar", NULL, "grammar: %s", err.msg);
+        mr_grammar_free(gr);
         if (!(r->grammar = strdup(json_string_value(g))))
             return mr_oai_err(e, 500, NULL, NULL, "out of memory");
         r->grammar_param = "grammar";
@@ -279,13 +285,6 @@ static int parse_format(json_t *o, mr_oai_req *r, mr_oai_error *e)
     if (r->grammar && r->tool_choice != MR_TOOL_CHOICE_AUTO)
         return mr_oai_err(e, 400, r->grammar_param, NULL,
                           "'%s' and a 'tool_choice' that forces a call exclude each other", r->grammar_param);
-    if (r->grammar) {
-        mr_grammar *gr;
-        if (mr_grammar_parse(r->grammar, strlen(r->grammar), &gr, &err))
-            return mr_oai_err(e, 400, r->grammar_param, NULL, "%s: %s",
-                              !strcmp(r->grammar_param, "grammar") ? "grammar" : "the grammar made for it", err.msg);
-        mr_grammar_free(gr);
-    }
     return 0;
 }
 
