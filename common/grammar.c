@@ -141,6 +141,19 @@ oom:
     return mr_errf(err, "grammar vocabulary: out of memory for %d tokens", n_vocab);
 }
 
+int mr_gvocab_new_bytes(mr_gvocab **out, mr_err *err)
+{
+    char bytes[256];
+    const char *pieces[256];
+    size_t lens[256];
+    for (int i = 0; i < 256; i++) {
+        bytes[i] = (char)i;
+        pieces[i] = &bytes[i];
+        lens[i] = 1;
+    }
+    return mr_gvocab_new(256, pieces, lens, out, err); /* the trie copies the bytes */
+}
+
 void mr_gvocab_free(mr_gvocab *v)
 {
     if (!v)

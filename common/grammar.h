@@ -68,6 +68,9 @@ typedef struct mr_gvocab mr_gvocab;
 /* pieces[i], lens[i]: token i's bytes (copied); pieces[i] NULL or lens[i]
  * 0: token i never matches. */
 int mr_gvocab_new(int n_vocab, const char *const *pieces, const size_t *lens, mr_gvocab **out, mr_err *err);
+/* The vocabulary of the 256 single bytes (token i is byte i): a mask over
+ * it says which bytes may come next (random walks, byte-level checks). */
+int mr_gvocab_new_bytes(mr_gvocab **out, mr_err *err);
 void mr_gvocab_free(mr_gvocab *v);
 int mr_gvocab_size(const mr_gvocab *v);
 

@@ -229,17 +229,9 @@ static bool walk(const mr_grammar *g, const mr_gvocab *v, bool nul, bool markup,
 
 static int sample(const mr_grammar *g, const opts *o)
 {
-    char bytes[256];
-    const char *pieces[256];
-    size_t lens[256];
-    for (int i = 0; i < 256; i++) {
-        bytes[i] = (char)i;
-        pieces[i] = &bytes[i];
-        lens[i] = 1;
-    }
     mr_gvocab *v;
     mr_err err;
-    if (mr_gvocab_new(256, pieces, lens, &v, &err)) {
+    if (mr_gvocab_new_bytes(&v, &err)) {
         fprintf(stderr, "schema-grammar: %s\n", err.msg);
         return 1;
     }

@@ -16,19 +16,9 @@
 static mr_gvocab *bytes_vocab(void)
 {
     static mr_gvocab *v;
-    static char bytes[256];
-    if (!v) {
-        const char *pieces[256];
-        size_t lens[256];
-        for (int i = 0; i < 256; i++) {
-            bytes[i] = (char)i;
-            pieces[i] = &bytes[i];
-            lens[i] = 1;
-        }
-        mr_err err;
-        if (mr_gvocab_new(256, pieces, lens, &v, &err))
-            abort();
-    }
+    mr_err err;
+    if (!v && mr_gvocab_new_bytes(&v, &err))
+        abort();
     return v;
 }
 
