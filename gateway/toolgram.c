@@ -7,6 +7,17 @@
 #include "gateway/jsonschema.h"
 #include "gateway/toolgram.h"
 
+/* Defines rule call-I as body and makes it one of the alternatives. */
+static int add_call(mr_jsgram *g, size_t i, const char *body, mr_buf *alts, mr_err *err)
+{
+    char rule[48];
+    snprintf(rule, sizeof rule, "call-%zu", i);
+    if (mr_jsgram_add_rule(g, rule, body, err))
+        return -1;
+    mr_buf_printf(alts, "%s%s", alts->len ? " | " : "", rule);
+    return 0;
+}
+
 /* call-I ::= "<tool_call>\n{\"name\": " NAME ", \"arguments\": " args-I "}\n</tool_call>" */
 static int hermes_call(mr_jsgram *g, size_t i, const json_t *fn, mr_buf *alts, mr_err *err)
 {
@@ -36,12 +47,8 @@ static int hermes_call(mr_jsgram *g, size_t i, const json_t *fn, mr_buf *alts, m
         goto out;
     }
     mr_buf_printf(&body, " %s ", rule);
-    if (mr_gbnf_literal(&body, "}\n</tool_call>", 14, err))
+    if (mr_gbnf_literal(&body, "}\n</tool_call>", 14, err) || add_call(g, i, body.p, alts, err))
         goto out;
-    snprintf(rule, sizeof rule, "call-%zu", i);
-    if (mr_jsgram_add_rule(g, rule, body.p, err))
-        goto out;
-    mr_buf_printf(alts, "%s%s", alts->len ? " | " : "", rule);
     rc = 0;
 out:
     free(quoted);
@@ -61,14 +68,19 @@ out:
  * unless null is allowed; the other types' VALUE is their schema's JSON. */
 
 /* Raw text without "</" (nor NUL, which no request can hold): runs of '<'
- * are followed by another character or end the text. */
-#define XML_TEXT_RULES                                                                                               \
-    "xml-text ::= ( [^<\\x00] | \"<\"+ [^</\\x00] )* \"<\"*\n"                                                                   \
-    "xml-text-n ::= \"\" | [^<nN\\x00] xml-text | \"<\"+ [^</\\x00] xml-text | \"<\"+\n"                                             \
-    "xml-text-u ::= \"\" | [^<uU\\x00] xml-text | \"<\"+ [^</\\x00] xml-text | \"<\"+\n"                                             \
-    "xml-text-l ::= \"\" | [^<lL\\x00] xml-text | \"<\"+ [^</\\x00] xml-text | \"<\"+\n"                                             \
-    "xml-text-1 ::= [^<\\x00] xml-text | \"<\"+ [^</\\x00] xml-text | \"<\"+\n"                                                       \
-    "xml-string ::= xml-text-n | [nN] ( xml-text-u | [uU] ( xml-text-l | [lL] ( xml-text-l | [lL] xml-text-1 ) ) )\n"
+ * are followed by another character or end the text.  xml-string is such
+ * text that is not "null" in any case: xml-text-X is xml-text that does
+ * not start with X, xml-text-1 one that is not empty. */
+static const struct {
+    const char *name, *body;
+} xml_text_rules[] = {
+    {"xml-text", "( [^<\\x00] | \"<\"+ [^</\\x00] )* \"<\"*"},
+    {"xml-text-n", "\"\" | [^<nN\\x00] xml-text | \"<\"+ [^</\\x00] xml-text | \"<\"+"},
+    {"xml-text-u", "\"\" | [^<uU\\x00] xml-text | \"<\"+ [^</\\x00] xml-text | \"<\"+"},
+    {"xml-text-l", "\"\" | [^<lL\\x00] xml-text | \"<\"+ [^</\\x00] xml-text | \"<\"+"},
+    {"xml-text-1", "[^<\\x00] xml-text | \"<\"+ [^</\\x00] xml-text | \"<\"+"},
+    {"xml-string", "xml-text-n | [nN] ( xml-text-u | [uU] ( xml-text-l | [lL] ( xml-text-l | [lL] xml-text-1 ) ) )"},
+};
 
 static bool is_key(const char *k, const char *const *keys)
 {
@@ -233,13 +245,8 @@ static int xml_call(mr_jsgram *g, size_t i, const json_t *fn, mr_buf *alts, mr_e
         mr_buf_adds(&body, must ? "" : " )?");
     }
     mr_buf_adds(&body, " ");
-    if (mr_gbnf_literal(&body, "</function>\n</tool_call>", 24, err))
+    if (mr_gbnf_literal(&body, "</function>\n</tool_call>", 24, err) || add_call(g, i, body.p, alts, err))
         goto out;
-    char rule[48];
-    snprintf(rule, sizeof rule, "call-%zu", i);
-    if (mr_jsgram_add_rule(g, rule, body.p, err))
-        goto out;
-    mr_buf_printf(alts, "%s%s", alts->len ? " | " : "", rule);
     rc = 0;
 out:
     mr_buf_free(&head);
@@ -248,19 +255,11 @@ out:
 }
 
 /* The shared raw-text rules, added once. */
-static int xml_text_rules(mr_jsgram *g, mr_err *err)
+static int add_xml_text_rules(mr_jsgram *g, mr_err *err)
 {
-    const char *p = XML_TEXT_RULES;
-    while (*p) {
-        const char *eq = strstr(p, " ::= "), *nl = strchr(p, '\n');
-        char name[32], *body = strndup(eq + 5, (size_t)(nl - eq - 5));
-        snprintf(name, sizeof name, "%.*s", (int)(eq - p), p);
-        int rc = body ? mr_jsgram_add_rule(g, name, body, err) : mr_errf(err, "out of memory");
-        free(body);
-        if (rc)
+    for (size_t i = 0; i < sizeof xml_text_rules / sizeof xml_text_rules[0]; i++)
+        if (mr_jsgram_add_rule(g, xml_text_rules[i].name, xml_text_rules[i].body, err))
             return -1;
-        p = nl + 1;
-    }
     return 0;
 }
 
@@ -288,7 +287,7 @@ int mr_tool_grammar(mr_tool_format fmt, const json_t *tools, const char *only, b
         if (fmt == MR_TOOLS_HERMES ? hermes_call(g, i, fn, &alts, err) : xml_call(g, i, fn, &alts, err))
             goto out;
     }
-    if (fmt == MR_TOOLS_QWEN_XML && xml_text_rules(g, err))
+    if (fmt == MR_TOOLS_QWEN_XML && add_xml_text_rules(g, err))
         goto out;
     if (!alts.len) {
         mr_errf(err, "no tool to call");
