@@ -165,39 +165,6 @@ static size_t utf8_valid_len(const unsigned char *s, size_t n)
     return k;
 }
 
-static uint32_t utf8_decode(const unsigned char *s, size_t k)
-{
-    static const unsigned lead_mask[5] = {0, 0x7F, 0x1F, 0x0F, 0x07};
-    uint32_t cp = s[0] & lead_mask[k];
-    for (size_t i = 1; i < k; i++)
-        cp = (cp << 6) | (s[i] & 0x3F);
-    return cp;
-}
-
-static size_t utf8_encode(uint32_t cp, unsigned char *out)
-{
-    if (cp < 0x80) {
-        out[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (unsigned char)(0xC0 | (cp >> 6));
-        out[1] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (unsigned char)(0xE0 | (cp >> 12));
-        out[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (unsigned char)(0xF0 | (cp >> 18));
-    out[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (unsigned char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* The whole text is checked first, so the parser may decode without care. */
 static int check_utf8(gp *p)
 {
@@ -445,8 +412,8 @@ static int parse_char(gp *p, uint32_t *cp)
 {
     size_t at = p->pos;
     if (p->s[at] != '\\') {
-        size_t k = utf8_valid_len((const unsigned char *)p->s + at, p->len - at);
-        *cp = utf8_decode((const unsigned char *)p->s + at, k);
+        size_t k;
+        *cp = mr_utf8_decode((const uint8_t *)p->s + at, p->len - at, &k); /* checked valid already */
         p->pos += k;
         return 0;
     }
@@ -508,10 +475,10 @@ static int parse_literal(gp *p, u32v *ev)
             return -1;
         if (is_surrogate(cp))
             return perr(p, at, "U+%04X is a surrogate half, not a character", cp);
-        unsigned char b[4];
-        size_t k = utf8_encode(cp, b);
+        char b[4];
+        size_t k = mr_utf8_encode(cp, b);
         for (size_t i = 0; i < k; i++)
-            if (u32v_push(ev, gsym_bytes(b[i], b[i])))
+            if (u32v_push(ev, gsym_bytes((unsigned char)b[i], (unsigned char)b[i])))
                 return oom(p);
     }
 }
@@ -612,12 +579,12 @@ static int utf8_split(gp *p, uint32_t lo, uint32_t hi, size_t len, u32v *starts)
         if ((hi & m) != m)
             return utf8_split(p, lo, (hi & ~m) - 1, len, starts) || utf8_split(p, hi & ~m, hi, len, starts);
     }
-    unsigned char a[4], b[4];
-    utf8_encode(lo, a);
-    utf8_encode(hi, b);
+    char a[4], b[4];
+    mr_utf8_encode(lo, a);
+    mr_utf8_encode(hi, b);
     uint32_t seq[4];
     for (size_t i = 0; i < len; i++)
-        seq[i] = gsym_bytes(a[i], b[i]);
+        seq[i] = gsym_bytes((unsigned char)a[i], (unsigned char)b[i]);
     return add_alt(p, seq, len, starts);
 }
 

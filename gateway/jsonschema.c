@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "common/grammar.h"
+#include "common/unicode.h"
 #include "gateway/jsonschema.h"
 
 #define MAX_DEPTH 64       /* schema places inside one another */
@@ -2446,17 +2447,14 @@ typedef struct tnode {
     bool end;
 } tnode;
 
-static uint32_t next_cp(const char *s, size_t *i)
+/* The code point at s[*i] of s[0..n) (a name from the schema: valid
+ * UTF-8), *i past it. */
+static uint32_t next_cp(const char *s, size_t n, size_t *i)
 {
-    const unsigned char *u = (const unsigned char *)s + *i;
-    if (u[0] < 0x80)
-        return (*i)++, u[0];
-    if (u[0] < 0xE0)
-        return *i += 2, (uint32_t)(u[0] & 0x1F) << 6 | (u[1] & 0x3F);
-    if (u[0] < 0xF0)
-        return *i += 3, (uint32_t)(u[0] & 0x0F) << 12 | (uint32_t)(u[1] & 0x3F) << 6 | (u[2] & 0x3F);
-    return *i += 4,
-           (uint32_t)(u[0] & 0x07) << 18 | (uint32_t)(u[1] & 0x3F) << 12 | (uint32_t)(u[2] & 0x3F) << 6 | (u[3] & 0x3F);
+    size_t k;
+    uint32_t cp = mr_utf8_decode((const uint8_t *)s + *i, n - *i, &k);
+    *i += k;
+    return cp;
 }
 
 static size_t trie_child(tnode **t, size_t *n, size_t *cap, size_t at, uint32_t cp)
@@ -2494,9 +2492,9 @@ static tnode *name_trie(const pname *names, size_t n_names, size_t *n)
     for (size_t i = 0; i < n_names; i++) {
         if (!raw_name(names[i].name))
             continue;
-        size_t at = 0;
-        for (size_t j = 0; names[i].name[j];)
-            at = trie_child(&t, n, &cap, at, next_cp(names[i].name, &j));
+        size_t at = 0, len = strlen(names[i].name);
+        for (size_t j = 0; j < len;)
+            at = trie_child(&t, n, &cap, at, next_cp(names[i].name, len, &j));
         t[at].end = true;
     }
     return t;
@@ -2506,22 +2504,7 @@ static tnode *name_trie(const pname *names, size_t n_names, size_t *n)
 static void cp_literal(mr_buf *out, uint32_t cp)
 {
     char u[4];
-    size_t n = 0;
-    if (cp < 0x80) {
-        u[n++] = (char)cp;
-    } else if (cp < 0x800) {
-        u[n++] = (char)(0xC0 | cp >> 6);
-    } else if (cp < 0x10000) {
-        u[n++] = (char)(0xE0 | cp >> 12);
-        u[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    } else {
-        u[n++] = (char)(0xF0 | cp >> 18);
-        u[n++] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        u[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    }
-    if (cp >= 0x80)
-        u[n++] = (char)(0x80 | (cp & 0x3F));
-    mr_gbnf_literal(out, u, n, NULL);
+    mr_gbnf_literal(out, u, mr_utf8_encode(cp, u), NULL);
 }
 
 /* One element: a JSON string (no escapes) that is none of the names.

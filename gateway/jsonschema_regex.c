@@ -345,22 +345,14 @@ static int rx_fail(rx *p, const char *what)
     return mr_errf(p->err, "pattern: %s at offset %zu", what, p->pos);
 }
 
-/* The code point at p->pos (the pattern is a JSON string: valid UTF-8). */
+/* The code point at p->pos (the pattern is a JSON string: valid UTF-8;
+ * anything else is refused). */
 static int rx_next_cp(rx *p, uint32_t *c)
 {
-    const unsigned char *u = (const unsigned char *)p->s + p->pos;
-    size_t left = p->len - p->pos, n;
-    if (u[0] < 0x80)
-        *c = u[0], n = 1;
-    else if ((u[0] & 0xE0) == 0xC0 && left >= 2)
-        *c = (uint32_t)(u[0] & 0x1F) << 6 | (u[1] & 0x3F), n = 2;
-    else if ((u[0] & 0xF0) == 0xE0 && left >= 3)
-        *c = (uint32_t)(u[0] & 0x0F) << 12 | (uint32_t)(u[1] & 0x3F) << 6 | (u[2] & 0x3F), n = 3;
-    else if ((u[0] & 0xF8) == 0xF0 && left >= 4)
-        *c = (uint32_t)(u[0] & 0x07) << 18 | (uint32_t)(u[1] & 0x3F) << 12 | (uint32_t)(u[2] & 0x3F) << 6 |
-             (u[3] & 0x3F),
-        n = 4;
-    else
+    const uint8_t *u = (const uint8_t *)p->s + p->pos;
+    size_t n;
+    *c = mr_utf8_decode(u, p->len - p->pos, &n);
+    if (*c == MR_UNICODE_REPLACEMENT && n == 1 && u[0] >= 0x80)
         return rx_fail(p, "invalid UTF-8");
     p->pos += n;
     return 0;
