@@ -11,6 +11,7 @@
  * several threads (for multi-gigabyte synthetic models), into a temporary
  * file that is renamed over the destination at the end. */
 #include "common/gguf.h"
+#include "common/hash.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -77,17 +78,6 @@ const char *mr_gguf_vtype_name(enum mr_gguf_vtype t)
     if ((unsigned)t >= MR_GGUF_VTYPE_COUNT)
         return "unknown";
     return names[t];
-}
-
-static uint64_t fnv1a(const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 1099511628211ull;
-    }
-    return h;
 }
 
 /* Copies up to 80 bytes of a name for an error message, printable only. */
@@ -324,7 +314,7 @@ static bool str_eq(mr_str s, const char *c, size_t clen)
 static int64_t kv_index_add(gguf_impl *g, uint64_t i)
 {
     mr_str k = g->pub.kv[i].key;
-    size_t h = (size_t)fnv1a(k.ptr, (size_t)k.len) & g->kv_ix.mask;
+    size_t h = (size_t)mr_fnv1a(k.ptr, (size_t)k.len) & g->kv_ix.mask;
     for (;; h = (h + 1) & g->kv_ix.mask) {
         size_t s = g->kv_ix.slot[h];
         if (!s) {
@@ -340,7 +330,7 @@ static int64_t t_index_add(gguf_impl *g, uint64_t i)
 {
     const char *nm = g->pub.tensors[i].name;
     size_t len = strlen(nm);
-    size_t h = (size_t)fnv1a(nm, len) & g->t_ix.mask;
+    size_t h = (size_t)mr_fnv1a(nm, len) & g->t_ix.mask;
     for (;; h = (h + 1) & g->t_ix.mask) {
         size_t s = g->t_ix.slot[h];
         if (!s) {
@@ -637,7 +627,7 @@ const mr_gguf_kv *mr_gguf_find(const mr_gguf *pub, const char *key)
     if (!pub || !key)
         return NULL;
     size_t len = strlen(key);
-    for (size_t h = (size_t)fnv1a(key, len) & g->kv_ix.mask;; h = (h + 1) & g->kv_ix.mask) {
+    for (size_t h = (size_t)mr_fnv1a(key, len) & g->kv_ix.mask;; h = (h + 1) & g->kv_ix.mask) {
         size_t s = g->kv_ix.slot[h];
         if (!s)
             return NULL;
@@ -651,7 +641,7 @@ const mr_gguf_tensor *mr_gguf_find_tensor(const mr_gguf *pub, const char *name)
     const gguf_impl *g = (const gguf_impl *)pub;
     if (!pub || !name)
         return NULL;
-    for (size_t h = (size_t)fnv1a(name, strlen(name)) & g->t_ix.mask;; h = (h + 1) & g->t_ix.mask) {
+    for (size_t h = (size_t)mr_fnv1a(name, strlen(name)) & g->t_ix.mask;; h = (h + 1) & g->t_ix.mask) {
         size_t s = g->t_ix.slot[h];
         if (!s)
             return NULL;

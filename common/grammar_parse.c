@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/grammar_int.h"
+#include "common/hash.h"
 #include "common/unicode.h"
 
 #define NONE UINT32_MAX
@@ -211,14 +212,6 @@ static int new_rule(gp *p, size_t where, uint32_t *out)
     return 0;
 }
 
-static uint32_t name_hash(const char *s, size_t n)
-{
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 16777619u;
-    return h;
-}
-
 static bool name_eq(const gp *p, uint32_t r, const char *s, size_t n)
 {
     return p->rules[r].name_len == n && !memcmp(p->names + p->rules[r].name_off, s, n);
@@ -228,7 +221,7 @@ static bool name_eq(const gp *p, uint32_t r, const char *s, size_t n)
 static size_t name_slot(const gp *p, const char *s, size_t n)
 {
     size_t mask = p->ntab_cap - 1;
-    size_t i = name_hash(s, n) & mask;
+    size_t i = (uint32_t)mr_fnv1a(s, n) & mask;
     while (p->ntab[i] && !name_eq(p, p->ntab[i] - 1, s, n))
         i = (i + 1) & mask;
     return i;

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "common/grammar.h"
+#include "common/hash.h"
 #include "common/unicode.h"
 #include "gateway/jsonschema.h"
 
@@ -95,15 +96,6 @@ static const struct shared_rule {
     {"json-uri-char", "[a-zA-Z0-9._~!$&'()*+,;=:@-]"},
 };
 
-static uint64_t hash_bytes(const void *p, size_t n)
-{
-    const unsigned char *s = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ s[i]) * 1099511628211ull;
-    return h;
-}
-
 static char *xstrdup(const char *s)
 {
     char *d = strdup(s);
@@ -114,7 +106,7 @@ static char *xstrdup(const char *s)
 
 static size_t name_slot(const mr_jsgram *g, const char *s)
 {
-    size_t mask = g->tab_cap - 1, i = (size_t)hash_bytes(s, strlen(s)) & mask;
+    size_t mask = g->tab_cap - 1, i = (size_t)mr_fnv1a(s, strlen(s)) & mask;
     while (g->tab[i] && strcmp(g->names[g->tab[i] - 1], s))
         i = (i + 1) & mask;
     return i;
@@ -1142,20 +1134,20 @@ static uint64_t value_hash(const json_t *v)
         long double n = num_of(v);
         if (n == floorl(n) && fabsl(n) < 9e18L) {
             int64_t w = (int64_t)n;
-            return hash_bytes(&w, sizeof w);
+            return mr_fnv1a(&w, sizeof w);
         }
         double d = (double)n;
-        return hash_bytes(&d, sizeof d) ^ 1;
+        return mr_fnv1a(&d, sizeof d) ^ 1;
     }
     case JSON_STRING:
-        return hash_bytes(json_string_value(v), json_string_length(v)) ^ 2;
+        return mr_fnv1a(json_string_value(v), json_string_length(v)) ^ 2;
     case JSON_ARRAY:
         h = 3;
         json_array_foreach(v, i, x) h = (h ^ value_hash(x)) * 1099511628211ull;
         return h;
     case JSON_OBJECT:
         h = 4;
-        json_object_foreach((json_t *)v, k, x) h += hash_bytes(k, strlen(k)) * 31 + value_hash(x);
+        json_object_foreach((json_t *)v, k, x) h += mr_fnv1a(k, strlen(k)) * 31 + value_hash(x);
         return h;
     default:
         return (uint64_t)json_typeof(v) + 5;
@@ -2811,7 +2803,7 @@ static void make_key(const ents *cin, const picks *pk, memo *m)
         m->key[cin->n + i] = (uintptr_t)json_array_get(pk->v[i].arr, pk->v[i].idx) | 1;
     qsort(m->key, n, sizeof *m->key, cmp_uptr);
     m->n_key = n;
-    m->hash = hash_bytes(m->key, n * sizeof *m->key);
+    m->hash = mr_fnv1a(m->key, n * sizeof *m->key);
 }
 
 static int memo_find(const jsc *c, const memo *k)
