@@ -17,50 +17,9 @@
 #include "common/tokenizer.h"
 #include "kernels/cpu/cpu.h"
 #include "tests/unit/fixture_ref.h"
+#include "tests/unit/sched_sink.h"
 #include "worker/constrain.h"
 #include "worker/sched.h"
-
-enum { MAXR = 8, MAXT = 96 };
-
-typedef struct {
-    uint64_t id;
-    int32_t toks[MAXT];
-    int n;
-    bool finished;
-    mr_finish_reason reason;
-    int32_t stop_token;
-} out_t;
-
-typedef struct {
-    out_t r[MAXR];
-    int n;
-} sink_t;
-
-static out_t *find(sink_t *k, uint64_t id)
-{
-    for (int i = 0; i < k->n; i++)
-        if (k->r[i].id == id)
-            return &k->r[i];
-    ck_assert_int_lt(k->n, MAXR);
-    out_t *o = &k->r[k->n++];
-    memset(o, 0, sizeof *o);
-    o->id = id;
-    return o;
-}
-
-static void on_event(void *user, const mr_sched_event *ev)
-{
-    out_t *o = find(user, ev->id);
-    ck_assert(!o->finished);
-    if (ev->type == MR_EV_TOKEN) {
-        ck_assert_int_lt(o->n, MAXT);
-        o->toks[o->n++] = ev->token;
-    } else {
-        o->finished = true;
-        o->reason = ev->reason;
-        o->stop_token = ev->token;
-    }
-}
 
 static mr_tokenizer *tok;
 static mr_constrain_vocab *vocab;
@@ -93,15 +52,6 @@ static mr_sched *new_sched(sink_t *k, int max_seqs, int chunk)
     mr_err err;
     ck_assert_msg(mr_sched_new(model, &so, on_event, k, &s, &err) == 0, "%s", err.msg);
     return s;
-}
-
-static void run_all(mr_sched *s)
-{
-    mr_err err;
-    int live, guard = 0;
-    while ((live = mr_sched_step(s, &err)) > 0)
-        ck_assert_int_lt(++guard, 10000);
-    ck_assert_msg(live == 0, "%s", err.msg);
 }
 
 /* The text of an output, as the gateway would send it. */
@@ -223,6 +173,7 @@ START_TEST(greedy_matches_brute_force)
         run_all(s);
         out_t *o = find(&k, 1);
         ck_assert(o->finished);
+        ck_assert_int_eq(o->events_after_finish, 0);
         ck_assert_int_eq(o->reason, MR_SCHED_FIN_STOP);
         /* a stop id ends the output without being one of its tokens */
         int n_text = n_want;
@@ -282,6 +233,7 @@ START_TEST(outputs_are_sentences_alone_or_batched)
         for (int i = 0; i < 4; i++) {
             out_t *o = find(&k, (uint64_t)(1 + i));
             ck_assert(o->finished);
+            ck_assert_int_eq(o->events_after_finish, 0);
             if (run) {
                 ck_assert_int_eq(o->n, alone[i].n);
                 ck_assert_int_eq(o->reason, alone[i].reason);
@@ -353,6 +305,7 @@ START_TEST(refusals)
     ck_assert_int_eq(mr_sched_submit(s, &r, &err), MR_SCHED_OK);
     run_all(s);
     ck_assert_int_eq(find(&k, 7)->n, 2);
+    ck_assert_int_eq(find(&k, 7)->events_after_finish, 0);
     mr_sched_free(s);
     close_all();
 }
