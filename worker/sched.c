@@ -508,8 +508,7 @@ static void deliver(mr_sched *s, req *q, int32_t id, const float *raw)
 static bool constrain_row(mr_sched *s, req *q, float *logits)
 {
     mr_err err;
-    int nv = mr_constrain_mask(s->o.vocab, q->gm, s->mask, s->n_vocab, &err);
-    if (nv < 0) {
+    if (mr_constrain_mask(s->o.vocab, q->gm, s->mask, s->n_vocab, &err)) {
         finish(s, q, MR_SCHED_FIN_ERROR, err.msg);
         return false;
     }
