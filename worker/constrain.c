@@ -97,8 +97,6 @@ int mr_constrain_vocab_check(const mr_constrain_vocab *v, int n_vocab, mr_err *e
 int mr_constrain_mask(const mr_constrain_vocab *v, mr_gmatch *m, uint32_t *mask, int n_vocab, mr_err *err)
 {
     int words = (n_vocab + 31) / 32, own = (v->n + 31) / 32;
-    if (mr_constrain_vocab_check(v, n_vocab, err))
-        return -1;
     if (mr_gmatch_mask(m, v->gv, mask, err))
         return -1;
     /* ids past the tokenizer's (a padded embedding) never match */

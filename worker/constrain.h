@@ -31,7 +31,9 @@ const char *mr_constrain_piece(const mr_constrain_vocab *v, int32_t id, size_t *
 
 /* Sets bit i of mask[(n_vocab + 31) / 32] when id i may follow what m has
  * matched, clears the others (ids the tokenizer does not have: a model's
- * padded vocabulary).  -1 on allocation failure (err says so). */
+ * padded vocabulary).  v must have passed mr_constrain_vocab_check for
+ * n_vocab (once, where the scheduler is made: this runs every step).  -1
+ * on allocation failure (err says so). */
 int mr_constrain_mask(const mr_constrain_vocab *v, mr_gmatch *m, uint32_t *mask, int n_vocab, mr_err *err);
 
 #endif
